@@ -1,0 +1,86 @@
+"""Exhaustive enumeration of a randomised program's choices (SPEC §7, engine 1).
+
+The program is ordinary code that makes every random choice through the randomness interface.
+:class:`EnumeratingChooser` is a handler of that interface which, instead of drawing a uniform, follows a
+given prefix of branch indices, takes branch 0 beyond it and records how many branches each choice had.
+:func:`enumerate_outcomes` walks the tree of choices depth first by replaying prefixes (the shape of
+Hypothesis's ``ChoiceTree``), yielding each complete execution's result with its exact probability.
+Zero-probability branches are pruned, so a rule is never run on an impossible state.
+
+Branch lists of a categorical are cached per weight vector for the duration of one enumeration: the same
+rows recur in thousands of executions and validating and dividing them again dominated the run time.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Iterator, Sequence, TypeVar
+
+from simulator.errors import ExactnessError
+from simulator.numeric import Number
+from simulator.randomness import check_bernoulli, check_weights
+
+T = TypeVar("T")
+
+
+class EnumeratingChooser:
+    """Follows ``prefix`` of branch indices, then branch 0; multiplies the probabilities of the branches taken."""
+
+    def __init__(self, prefix: Sequence[int], exact: bool,
+                 cache: dict[tuple, list[tuple[int, Number]]] | None = None) -> None:
+        self._prefix = prefix
+        self._exact = exact
+        self._cache = {} if cache is None else cache
+        self.taken: list[int] = []
+        self.widths: list[int] = []
+        self.prob: Number = Fraction(1) if exact else 1.0
+
+    def _check_exact(self, value: object, field: str) -> None:
+        if self._exact and isinstance(value, float):
+            raise ExactnessError(field, f"a float ({value!r}) reached the randomness interface under fraction "
+                                        "arithmetic; use Fraction (or int) probabilities")
+
+    def _choose(self, branches: list[tuple[object, Number]]) -> object:
+        k = len(self.taken)
+        index = self._prefix[k] if k < len(self._prefix) else 0
+        self.taken.append(index)
+        self.widths.append(len(branches))
+        value, prob = branches[index]
+        self.prob = self.prob * prob
+        return value
+
+    def bernoulli(self, prob: Number) -> bool:
+        prob = check_bernoulli(prob)
+        self._check_exact(prob, "prob")
+        one = Fraction(1) if self._exact else 1.0
+        branches = [(True, prob), (False, one - prob)]
+        return self._choose([(v, w) for v, w in branches if w > 0])  # type: ignore[return-value]
+
+    def categorical(self, weights: Sequence[Number]) -> int:
+        key = tuple(weights)
+        branches = self._cache.get(key)
+        if branches is None:
+            check_weights(weights)
+            for i, w in enumerate(weights):
+                self._check_exact(w, f"weights[{i}]")
+            conv = Fraction if self._exact else float
+            mass = conv(sum(weights))
+            branches = [(i, conv(w) / mass) for i, w in enumerate(weights) if w > 0]
+            self._cache[key] = branches
+        return self._choose(branches)  # type: ignore[return-value]
+
+
+def enumerate_outcomes(program: Callable[[EnumeratingChooser], T], exact: bool = True
+                       ) -> Iterator[tuple[T, Number]]:
+    """Every execution of ``program`` with its probability. The probabilities sum to 1."""
+    stack: list[tuple[int, ...]] = [()]
+    cache: dict[tuple, list[tuple[int, Number]]] = {}
+    while stack:
+        prefix = stack.pop()
+        chooser = EnumeratingChooser(prefix, exact, cache)
+        result = program(chooser)
+        yield result, chooser.prob
+        for depth in range(len(prefix), len(chooser.taken)):
+            head = tuple(chooser.taken[:depth])
+            for branch in range(chooser.widths[depth] - 1, 0, -1):
+                stack.append(head + (branch,))

@@ -1,0 +1,112 @@
+"""Output laws (SPEC §1): ``L(path, y)``, its completion to ``Σ^(H+1)``, and its distance to ``q^(H+1)``.
+
+An :class:`OutputLaw` holds the probability of every round outcome ``(path, y, completion rule)``.
+Completion extends ``path + (y,)`` to ``H+1`` tokens with the outcome's completion rule (the target ``q``,
+or greedy BV's modified target); a verifier is lossless iff the completed law equals the target's joint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable
+
+from simulator.completion import TARGET
+from simulator.models import ModelView
+from simulator.numeric import Number
+from simulator.speculation import RoundOutcome
+
+Sequence_ = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """The completed sequence with the largest ``|L(s) − q^(H+1)(s)|`` (ties: the smallest sequence)."""
+
+    sequence: Sequence_
+    verifier_prob: Number
+    target_prob: Number
+
+
+class OutputLaw:
+    """The law of one round's output, with completion against a model view (``None`` for a bare tree)."""
+
+    def __init__(self, outcomes: Iterable[tuple[RoundOutcome, Number]], height: int,
+                 view: ModelView | None, exact: bool) -> None:
+        outcomes = list(outcomes)
+        self.executions = len(outcomes)  # executions the enumerator ran (choice-tree leaves)
+        self.exact = exact
+        self.height = height
+        self.view = view
+        zero: Number = Fraction(0) if exact else 0.0
+        self._zero = zero
+        self.outcomes: dict[RoundOutcome, Number] = {}
+        for outcome, prob in outcomes:
+            self.outcomes[outcome] = self.outcomes.get(outcome, zero) + prob
+
+    # ---- the round's own law -------------------------------------------------------------------------
+    def law(self) -> dict[tuple[Sequence_, int], Number]:
+        """``L(path, y)``, summed over completion rules."""
+        out: dict[tuple[Sequence_, int], Number] = {}
+        for o, prob in self.outcomes.items():
+            key = (o.path, o.y)
+            out[key] = out.get(key, self._zero) + prob
+        return dict(sorted(out.items()))
+
+    def total(self) -> Number:
+        return sum(self.outcomes.values(), self._zero)
+
+    def expected_accepted(self) -> Number:
+        """``E[τ]``: the expected number of accepted draft tokens."""
+        return sum((prob * o.accepted for o, prob in self.outcomes.items()), self._zero)
+
+    def profile(self) -> list[Number]:
+        """``[P(τ ≥ 1), …, P(τ ≥ H)]``."""
+        return [sum((prob for o, prob in self.outcomes.items() if o.accepted >= t), self._zero)
+                for t in range(1, self.height + 1)]
+
+    # ---- completion and distance to the target ---------------------------------------------------------
+    def _require_view(self) -> ModelView:
+        if self.view is None:
+            raise ValueError("this law has no model to complete with (a fixed tree without a model)")
+        return self.view
+
+    def _extend(self, out: dict[Sequence_, Number], block: Sequence_, prob: Number, rule) -> None:
+        if len(block) == self.height + 1:
+            out[block] = out.get(block, self._zero) + prob
+            return
+        row = rule.next_row(block, self.view)
+        for x, px in enumerate(row):
+            if px > 0:
+                self._extend(out, block + (x,), prob * px, rule)
+
+    def completed(self) -> dict[Sequence_, Number]:
+        """The completed law over ``Σ^(H+1)`` (zero cells omitted)."""
+        self._require_view()
+        out: dict[Sequence_, Number] = {}
+        for o, prob in self.outcomes.items():
+            if prob > 0:
+                self._extend(out, o.path + (o.y,), prob, o.completion)
+        return out
+
+    def target(self) -> dict[Sequence_, Number]:
+        """The target's joint ``q^(H+1)`` over ``Σ^(H+1)`` (zero cells omitted)."""
+        self._require_view()
+        out: dict[Sequence_, Number] = {}
+        self._extend(out, (), Fraction(1) if self.exact else 1.0, TARGET)
+        return out
+
+    def discrepancies(self) -> tuple[Number, Counterexample | None]:
+        """``(TVD, counterexample)``; the counterexample is ``None`` when the laws agree exactly."""
+        mine, target = self.completed(), self.target()
+        tvd = self._zero
+        worst: tuple[Number, Sequence_] | None = None
+        for seq in sorted(set(mine) | set(target)):
+            gap = abs(mine.get(seq, self._zero) - target.get(seq, self._zero))
+            tvd += gap
+            if gap > 0 and (worst is None or gap > worst[0]):
+                worst = (gap, seq)
+        if worst is None:
+            return tvd / 2, None
+        seq = worst[1]
+        return tvd / 2, Counterexample(seq, mine.get(seq, self._zero), target.get(seq, self._zero))

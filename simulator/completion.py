@@ -1,0 +1,58 @@
+"""Completion rules: how a round's output ``path + (y,)`` is extended to ``H+1`` tokens (SPEC §1).
+
+A verifier that leaves later rounds alone is completed with the target ``q`` (both seeds' Lemma A.1 /
+Lemma 2). Greedy block verification is lossless only if the tokens after its output are drawn from a
+modified target (block_verification.txt Alg. 5, Eq. 31, Lemma 8); it returns
+:class:`GreedyBlockCompletion` beside ``(node, y)`` and every engine completes with it.
+
+A rule's ``next_row(block, view)`` is the distribution of the next token given the ``block`` of tokens
+generated so far in this round (relative to the round's context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import Context, ModelView
+from .numeric import Number, normalise, positive_part, total
+
+
+@dataclass(frozen=True)
+class TargetCompletion:
+    """Complete with the target model's conditionals."""
+
+    def next_row(self, block: Context, view: ModelView) -> tuple[Number, ...]:
+        return view.q(block)
+
+
+TARGET = TargetCompletion()
+
+
+def joint(view: ModelView, name: str, block: Context) -> Number:
+    """``M(block) = Π_k M(block_k | block_<k)`` for ``name`` in ``{"p", "q"}`` (1 for the empty block)."""
+    prob: Number = 1
+    row = getattr(view, name)
+    for k, token in enumerate(block):
+        prob = prob * row(block[:k])[token]
+    return prob
+
+
+@dataclass(frozen=True)
+class GreedyBlockCompletion:
+    """Eq. 31: positions ``τ+2..γ`` of the block use ``M_new(x | s) ∝ (M_b(s, x) − M_s(s, x))_+`` on the joint
+    probabilities of the whole block; position ``γ+1`` and later use the target unchanged.
+
+    ``gamma`` is the draft length ``γ``. If the joint residual has no mass the state is unreachable (its
+    probability under Lemma 9's recursion is ``Σ_x (M_b − M_s)_+(s, x) = 0``); the target is returned there.
+    """
+
+    gamma: int
+
+    def next_row(self, block: Context, view: ModelView) -> tuple[Number, ...]:
+        q = view.q(block)
+        if len(block) >= self.gamma:
+            return q
+        p = view.p(block)
+        joint_q, joint_p = joint(view, "q", block), joint(view, "p", block)
+        weights = positive_part(joint_q * qx - joint_p * px for qx, px in zip(q, p))
+        return normalise(weights) if total(weights) > 0 else q

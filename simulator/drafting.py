@@ -1,0 +1,123 @@
+"""Drafting schemes (SPEC §3; layer_verification.txt App. D.1): how the children of a node get their tokens.
+
+Every scheme draws through the randomness interface, node by node in BFS order and child by child, so the
+exact engine enumerates the draft trees with their probabilities from this very code.
+
+* ``iid`` — each child ``~ p_v`` independently (with replacement; duplicate siblings possible);
+* ``without-replacement`` — sequentially from ``p_v`` renormalised over the tokens not yet drafted;
+* ``almost-greedy`` — the top ``c−1`` tokens of ``p_v`` (ties by token id), then one child sampled from the
+  rest renormalised, placed last (Hu et al.'s greedy draft sampling);
+* ``top-k`` — the top ``c`` tokens of ``p_v``, deterministically.
+
+Short-support rule: when fewer tokens have positive draft mass than a scheme needs distinct children, the
+node gets fewer children (never a zero-probability token, never an error); the missing children's subtrees
+are dropped and the surviving nodes keep BFS order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .errors import InvalidParameterError
+from .models import ModelView
+from .numeric import Number, total
+from .randomness import Randomness
+from .trees import DraftTree, Topology
+
+DRAFTING: dict[str, str] = {
+    "iid": "children drawn i.i.d. from p (with replacement)",
+    "without-replacement": "children drawn sequentially from p renormalised over undrafted tokens",
+    "almost-greedy": "top c-1 tokens of p, plus one child sampled from the rest (placed last)",
+    "top-k": "the top c tokens of p, deterministically (ties by token id)",
+}
+
+
+def top_tokens(p: Sequence[Number], k: int) -> list[int]:
+    """The ``k`` most likely tokens with positive mass, by probability then token id."""
+    ranked = sorted((x for x in range(len(p)) if p[x] > 0), key=lambda x: (-p[x], x))
+    return ranked[:k]
+
+
+def _iid(p: Sequence[Number], count: int, rng: Randomness) -> list[int]:
+    return [rng.categorical(p) for _ in range(count)]
+
+
+def _sample_distinct(weights: list[Number], count: int, rng: Randomness) -> list[int]:
+    out: list[int] = []
+    for _ in range(count):
+        if total(weights) <= 0:
+            break
+        x = rng.categorical(weights)
+        out.append(x)
+        weights[x] = weights[x] * 0
+    return out
+
+
+def _without_replacement(p: Sequence[Number], count: int, rng: Randomness) -> list[int]:
+    return _sample_distinct(list(p), count, rng)
+
+
+def _almost_greedy(p: Sequence[Number], count: int, rng: Randomness) -> list[int]:
+    fixed = top_tokens(p, count - 1)
+    rest = [p[x] * 0 if x in fixed else p[x] for x in range(len(p))]
+    return fixed + _sample_distinct(rest, 1, rng)
+
+
+def _top_k(p: Sequence[Number], count: int, rng: Randomness) -> list[int]:
+    return top_tokens(p, count)
+
+
+_SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], list[int]]] = {
+    "iid": _iid,
+    "without-replacement": _without_replacement,
+    "almost-greedy": _almost_greedy,
+    "top-k": _top_k,
+}
+
+
+def check_drafting(scheme: str) -> str:
+    if scheme not in _SCHEMES:
+        raise InvalidParameterError("drafting", f"unknown drafting scheme {scheme!r}; choose from {sorted(_SCHEMES)}")
+    return scheme
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A drafted tree with the rows a verifier needs: ``p[v]`` for non-leaf ``v`` (``None`` at leaves),
+    ``q[v]`` for every ``v``."""
+
+    tree: DraftTree
+    p: tuple[tuple[Number, ...] | None, ...]
+    q: tuple[tuple[Number, ...], ...]
+
+
+def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness) -> Draft:
+    """Draft a tree of the given shape from ``view``'s draft model, consuming randomness from ``rng``."""
+    sample_children = _SCHEMES[check_drafting(scheme)]
+    shape_children: list[list[int]] = [[] for _ in topology.parents]
+    for node, par in enumerate(topology.parents[1:], start=1):
+        shape_children[par].append(node)
+    realized: dict[int, int] = {0: 0}
+    parents, tokens, paths = [-1], [None], [()]
+    p_rows: list[tuple[Number, ...] | None] = []
+    q_rows: list[tuple[Number, ...]] = []
+    for shape_node in range(len(topology.parents)):
+        v = realized.get(shape_node)
+        if v is None:
+            continue
+        path = paths[v]
+        q_rows.append(view.q(path))
+        kids = shape_children[shape_node]
+        if not kids:
+            p_rows.append(None)
+            continue
+        p = view.p(path)
+        p_rows.append(p)
+        for kid, token in zip(kids, sample_children(p, len(kids), rng)):
+            realized[kid] = len(parents)
+            parents.append(v)
+            tokens.append(token)
+            paths.append(path + (token,))
+    # Realized nodes are numbered in the order the shape's BFS reaches them, so the rows line up with ids.
+    return Draft(DraftTree(parents, tokens, view.vocab), tuple(p_rows), tuple(q_rows))

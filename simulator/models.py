@@ -1,0 +1,250 @@
+"""Model pairs: a draft ``p`` and a target ``q``, each a next-token distribution per context.
+
+A context is the whole token prefix as a tuple of ints. Every model here is lazy and deterministic per
+context: the rows of a context depend only on the model's parameters and the context, never on query order.
+
+* :class:`SyntheticModel` — SPEC §2 (layer_verification.txt App. G): correlated Gaussian logits.
+* :class:`TableModel` — explicit rows per context (floats or exact ``Fraction``s), prefix-dependent.
+* :class:`RandomRationalModel` — small-integer weights per context (optional zeros), for exact tests.
+
+:class:`ModelView` is what drafters and completions see: one round's model, its context, and the
+arithmetic (``fraction`` or ``float``) in which rows are validated, converted and cached.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence
+
+import numpy as np
+
+from .errors import InvalidDistributionError, InvalidParameterError
+from .numeric import Number, as_distribution, check_arithmetic, parse_probability
+
+Context = tuple[int, ...]
+
+
+class ModelPair(Protocol):
+    """A draft/target pair over tokens ``0..vocab-1``."""
+
+    vocab: int
+
+    def p(self, context: Context) -> Sequence[Number]: ...
+
+    def q(self, context: Context) -> Sequence[Number]: ...
+
+
+def _check_int(value: object, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InvalidParameterError(field, f"must be an integer ≥ {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_real(value: object, field: str, low: float, high: float, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidParameterError(field, f"must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v > high or v < low or (low_open and v == low):
+        bracket = "(" if low_open else "["
+        raise InvalidParameterError(field, f"must lie in {bracket}{low}, {high}], got {value!r}")
+    return v
+
+
+def _context_seed(seed: int, context: Context) -> np.random.Generator:
+    """A generator keyed by ``(seed, context)`` alone; the length makes the key injective."""
+    return np.random.default_rng(np.random.SeedSequence([seed, len(context), *context]))
+
+
+def _softmax(logits: np.ndarray) -> list[float]:
+    z = logits - logits.max()
+    e = np.exp(z)
+    return (e / e.sum()).tolist()
+
+
+class SyntheticModel:
+    """SPEC §2: ``ℓ^p = ρu + (1−ρ)ε^p``, ``ℓ^q = ρu + (1−ρ)ε^q``, ``p = softmax(ℓ^p/τ_p)``, ``q = softmax(ℓ^q/τ_q)``.
+
+    ``u, ε^p, ε^q ~ N(0, I_V)`` are drawn per context from a generator keyed by ``(seed, context)``.
+    The paper's base configuration is ``vocab=15, rho=0.5, tau_p=tau_q=1``.
+    """
+
+    def __init__(self, vocab: int = 15, rho: float = 0.5, tau_p: float = 1.0, tau_q: float = 1.0,
+                 seed: int = 0) -> None:
+        self.vocab = _check_int(vocab, "vocab", 1)
+        self.rho = _check_real(rho, "rho", 0.0, 1.0)
+        self.tau_p = _check_real(tau_p, "tau_p", 0.0, math.inf, low_open=True)
+        self.tau_q = _check_real(tau_q, "tau_q", 0.0, math.inf, low_open=True)
+        self.seed = _check_int(seed, "seed", 0)
+
+    def logits(self, context: Context) -> tuple[np.ndarray, np.ndarray]:
+        """The draft and target logits ``(ℓ^p, ℓ^q)`` of a context."""
+        u, eps_p, eps_q = _context_seed(self.seed, context).standard_normal((3, self.vocab))
+        return self.rho * u + (1 - self.rho) * eps_p, self.rho * u + (1 - self.rho) * eps_q
+
+    def p(self, context: Context) -> list[float]:
+        return _softmax(self.logits(context)[0] / self.tau_p)
+
+    def q(self, context: Context) -> list[float]:
+        return _softmax(self.logits(context)[1] / self.tau_q)
+
+    def describe(self) -> dict:
+        return {"model": "synthetic", "vocab": self.vocab, "rho": self.rho, "tau_p": self.tau_p,
+                "tau_q": self.tau_q, "seed": self.seed}
+
+
+class RandomRationalModel:
+    """Rows of small integer weights (``1..max_weight``, each zeroed with probability ``zero_prob``), per context.
+
+    At least one weight of each row stays positive. Rows are exact ``Fraction``s, so certificates on this
+    model are exact and zeros in ``p`` and ``q`` (disjoint supports included) occur often.
+    """
+
+    def __init__(self, vocab: int = 3, seed: int = 0, max_weight: int = 4, zero_prob: float = 0.25) -> None:
+        self.vocab = _check_int(vocab, "vocab", 1)
+        self.seed = _check_int(seed, "seed", 0)
+        self.max_weight = _check_int(max_weight, "max_weight", 1)
+        self.zero_prob = _check_real(zero_prob, "zero_prob", 0.0, 1.0)
+
+    def _rows(self, context: Context) -> tuple[list[Fraction], list[Fraction]]:
+        rng = _context_seed(self.seed, context)
+        rows = []
+        for _ in range(2):
+            weights = rng.integers(1, self.max_weight + 1, size=self.vocab)
+            weights[rng.random(self.vocab) < self.zero_prob] = 0
+            if weights.sum() == 0:
+                weights[rng.integers(self.vocab)] = rng.integers(1, self.max_weight + 1)
+            s = int(weights.sum())
+            rows.append([Fraction(int(w), s) for w in weights])
+        return rows[0], rows[1]
+
+    def p(self, context: Context) -> list[Fraction]:
+        return self._rows(context)[0]
+
+    def q(self, context: Context) -> list[Fraction]:
+        return self._rows(context)[1]
+
+    def describe(self) -> dict:
+        return {"model": "random-rational", "vocab": self.vocab, "seed": self.seed,
+                "max_weight": self.max_weight, "zero_prob": self.zero_prob}
+
+
+class TableModel:
+    """Explicit rows per context. ``p_rows``/``q_rows`` map a context tuple to a row; the key ``None`` is the
+    row for every context not listed. A missing context with no default is an error naming it.
+    """
+
+    def __init__(self, vocab: int, p_rows: Mapping[Context | None, Sequence[Number]],
+                 q_rows: Mapping[Context | None, Sequence[Number]]) -> None:
+        self.vocab = _check_int(vocab, "vocab", 1)
+        self._rows = {"p": dict(p_rows), "q": dict(q_rows)}
+        for name, rows in self._rows.items():
+            for ctx, row in rows.items():
+                as_distribution(row, self.vocab, f"{name}[{_context_key(ctx)}]", "fraction")
+
+    def _row(self, name: str, context: Context) -> Sequence[Number]:
+        rows = self._rows[name]
+        if context in rows:
+            return rows[context]
+        if None in rows:
+            return rows[None]
+        raise InvalidDistributionError(f"{name}[{_context_key(context)}]",
+                                       "context not in the table and no '*' default row")
+
+    def p(self, context: Context) -> Sequence[Number]:
+        return self._row("p", context)
+
+    def q(self, context: Context) -> Sequence[Number]:
+        return self._row("q", context)
+
+    @classmethod
+    def from_json(cls, data: object, source: str = "table") -> "TableModel":
+        """Read ``{"vocab": V, "p": {CTX: row}, "q": {CTX: row}}``; CTX is ``""`` (empty prefix),
+        ``"0,2"`` (comma-separated tokens) or ``"*"`` (default); rows are numbers or ``"num/den"`` strings."""
+        if not isinstance(data, dict):
+            raise InvalidParameterError(source, "must be a JSON object with vocab, p and q")
+        for key in ("vocab", "p", "q"):
+            if key not in data:
+                raise InvalidParameterError(f"{source}.{key}", "missing")
+        vocab = _check_int(data["vocab"], f"{source}.vocab", 1)
+        tables = []
+        for name in ("p", "q"):
+            raw = data[name]
+            if not isinstance(raw, dict):
+                raise InvalidParameterError(f"{source}.{name}", "must map contexts to rows")
+            rows: dict[Context | None, list[Number]] = {}
+            for key, row in raw.items():
+                field = f"{source}.{name}[{key!r}]"
+                if not isinstance(row, list):
+                    raise InvalidDistributionError(field, "must be a list of probabilities")
+                rows[_parse_context(key, vocab, field)] = [parse_probability(v, f"{field}[{i}]")
+                                                           for i, v in enumerate(row)]
+            tables.append(rows)
+        try:
+            return cls(vocab, tables[0], tables[1])
+        except InvalidDistributionError as err:
+            raise InvalidDistributionError(f"{source}.{err.field}", err.message) from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "TableModel":
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as err:
+            raise InvalidParameterError("table", f"cannot read {path}: {err.strerror}") from None
+        except json.JSONDecodeError as err:
+            raise InvalidParameterError("table", f"{path} is not JSON: {err}") from None
+        return cls.from_json(data, "table")
+
+    def describe(self) -> dict:
+        return {"model": "table", "vocab": self.vocab}
+
+
+def _context_key(context: Context | None) -> str:
+    return "*" if context is None else ",".join(map(str, context))
+
+
+def _parse_context(key: str, vocab: int, field: str) -> Context | None:
+    if key == "*":
+        return None
+    if key.strip() == "":
+        return ()
+    try:
+        tokens = tuple(int(t) for t in key.split(","))
+    except ValueError:
+        raise InvalidParameterError(field, "context keys are '', '*' or comma-separated tokens") from None
+    if any(not 0 <= t < vocab for t in tokens):
+        raise InvalidParameterError(field, f"context has a token outside 0..{vocab - 1}")
+    return tokens
+
+
+class ModelView:
+    """One round's view of a model pair: rows for ``context + suffix``, validated once, in one arithmetic.
+
+    ``p(suffix)`` and ``q(suffix)`` take the suffix relative to the round's context (the drafted path).
+    Under ``fraction`` arithmetic float rows are converted exactly and renormalised exactly.
+    """
+
+    def __init__(self, model: ModelPair, arithmetic: str = "fraction", context: Context = ()) -> None:
+        self.model = model
+        self.vocab = model.vocab
+        self.arithmetic = check_arithmetic(arithmetic)
+        self.context = tuple(context)
+        self._cache: dict[tuple[str, Context], tuple[Number, ...]] = {}
+
+    def _get(self, name: str, suffix: Context) -> tuple[Number, ...]:
+        key = (name, suffix)
+        row = self._cache.get(key)
+        if row is None:
+            full = self.context + suffix
+            raw = getattr(self.model, name)(full)
+            row = as_distribution(raw, self.vocab, f"{name}[{_context_key(full)}]", self.arithmetic)
+            self._cache[key] = row
+        return row
+
+    def p(self, suffix: Context) -> tuple[Number, ...]:
+        return self._get("p", tuple(suffix))
+
+    def q(self, suffix: Context) -> tuple[Number, ...]:
+        return self._get("q", tuple(suffix))

@@ -1,0 +1,131 @@
+"""Arithmetic shared by every engine: validation, normalisation and residuals of probability vectors.
+
+Vectors are plain tuples whose entries are either all ``float`` or all ``fractions.Fraction``; the same
+code runs under both, which is what lets the exact engine certify the very functions that sample.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Iterable, Literal, Sequence, Union
+
+from .errors import InvalidDistributionError, InvalidParameterError
+
+Number = Union[float, Fraction]
+Arithmetic = Literal["fraction", "float"]
+ARITHMETICS: tuple[str, ...] = ("fraction", "float")
+
+#: Rows given as floats must sum to 1 within this much (float rounding of a softmax is ~1e-16 per entry).
+SUM_TOLERANCE = 1e-9
+
+
+def check_arithmetic(arithmetic: str, field: str = "arithmetic") -> str:
+    if arithmetic not in ARITHMETICS:
+        raise InvalidParameterError(field, f"must be one of {ARITHMETICS}, got {arithmetic!r}")
+    return arithmetic
+
+
+def parse_probability(value: object, field: str) -> Number:
+    """A probability from JSON: a number, or a string ``"3/10"`` / ``"0.3"`` read exactly."""
+    if isinstance(value, bool):
+        raise InvalidDistributionError(field, f"expected a probability, got {value!r}")
+    if isinstance(value, (int, Fraction)):
+        return Fraction(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, str):
+        try:
+            return Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            raise InvalidDistributionError(field, f"cannot read {value!r} as a probability") from None
+    raise InvalidDistributionError(field, f"expected a number or a 'num/den' string, got {value!r}")
+
+
+def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic: str) -> tuple[Number, ...]:
+    """Validate a probability row and return it in the requested arithmetic.
+
+    Under ``fraction`` every entry becomes an exact ``Fraction``; a row that came from floats (a softmax, say)
+    is converted exactly and renormalised exactly, so that it sums to 1 with no rounding. Under ``float`` the
+    row is returned as floats. Negative, NaN or infinite entries, a wrong length, or a sum off 1 by more than
+    :data:`SUM_TOLERANCE` (exactly 1 for rational input) raise :class:`InvalidDistributionError`.
+    """
+    row = list(values)
+    if len(row) != vocab:
+        raise InvalidDistributionError(field, f"has {len(row)} entries, expected vocab = {vocab}")
+    exact_input = True
+    for i, v in enumerate(row):
+        if isinstance(v, bool) or not isinstance(v, (int, float, Fraction)):
+            raise InvalidDistributionError(f"{field}[{i}]", f"not a number: {v!r}")
+        if isinstance(v, float):
+            exact_input = False
+            if not math.isfinite(v):
+                raise InvalidDistributionError(f"{field}[{i}]", f"not finite: {v!r}")
+        if v < 0:
+            raise InvalidDistributionError(f"{field}[{i}]", f"negative probability {v!r}")
+    total = sum(Fraction(v) for v in row)
+    if exact_input and total != 1:
+        raise InvalidDistributionError(field, f"sums to {total}, not 1")
+    if not exact_input and abs(float(total) - 1.0) > SUM_TOLERANCE:
+        raise InvalidDistributionError(field, f"sums to {float(total)!r}, not 1 (tolerance {SUM_TOLERANCE})")
+    if arithmetic == "fraction":
+        exact = [Fraction(v) for v in row]
+        return tuple(v / total for v in exact) if total != 1 else tuple(exact)
+    return tuple(float(v) for v in row)
+
+
+def total(values: Sequence[Number]) -> Number:
+    return sum(values, start=values[0] * 0) if values else 0
+
+
+def normalise(weights: Sequence[Number]) -> tuple[Number, ...]:
+    """``weights / sum(weights)``; the caller guarantees a positive sum."""
+    s = total(weights)
+    return tuple(w / s for w in weights)
+
+
+def positive_part(values: Iterable[Number]) -> tuple[Number, ...]:
+    return tuple(v if v > 0 else v * 0 for v in values)
+
+
+def residual(target: Sequence[Number], draft: Sequence[Number], scale: Number = 1) -> tuple[Number, ...]:
+    """``norm((scale·target − draft)_+)``: the correction distribution after a rejection.
+
+    When the positive part has no mass, ``scale·target ≤ draft`` everywhere; every lossless rule of the
+    project reaches that state only on branches of probability zero (the exact engine prunes them), and in
+    float64 only through rounding. ``target`` is returned there, the limit as the two rows meet.
+    """
+    diff = positive_part(scale * t - d for t, d in zip(target, draft))
+    if total(diff) > 0:
+        return normalise(diff)
+    return tuple(target)
+
+
+def ratio(numerator: Number, denominator: Number) -> Number:
+    """``min(1, numerator/denominator)`` with ``x/0 = 1`` for ``x > 0`` and ``0/0 = 0``.
+
+    A drafted token of zero draft probability can only come from a hand-written tree; the limit keeps the
+    acceptance probability defined without a division by zero.
+    """
+    if denominator == 0:
+        return 1 if numerator > 0 else 0
+    r = numerator / denominator
+    return r if r < 1 else 1
+
+
+def check_probability(value: Number, field: str) -> Number:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise InvalidParameterError(field, f"not a number: {value!r}")
+    if isinstance(value, float) and math.isnan(value):
+        raise InvalidParameterError(field, "is NaN")
+    if not 0 <= value <= 1:
+        raise InvalidParameterError(field, f"must lie in [0, 1], got {value!r}")
+    return value
+
+
+def to_json_number(value: Number, arithmetic: str) -> object:
+    """``"num/den"`` under fraction arithmetic, a float otherwise."""
+    if arithmetic == "fraction":
+        v = Fraction(value)
+        return f"{v.numerator}/{v.denominator}"
+    return float(value)

@@ -1,0 +1,132 @@
+"""The one randomness interface. Drafters and verifiers make every random choice through it.
+
+Two calls, each consuming exactly one uniform ``u`` in ``[0, 1]`` (SPEC §10):
+
+* ``bernoulli(prob) -> bool`` is ``u < prob``; ``prob == 1`` is always true (so ``u = 1``, possible only in
+  replay, cannot fail a sure event);
+* ``categorical(weights) -> int`` is the smallest index whose running sum of weights exceeds ``u·Σw``, in
+  index order (weights need not be normalised; a zero weight is never chosen; ``u = 1`` picks the last
+  positive weight).
+
+Handlers (engines) differ only in where ``u`` comes from: :class:`SamplingRandomness` draws it from a seeded
+generator, :class:`ReplayRandomness` reads it from a given array (the torch path feeds the same array), and
+the exact engine's chooser (``exact.enumeration``) explores every outcome with its probability. Rules never
+know which handler runs them.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .errors import RandomnessError
+from .numeric import Number
+
+
+class Randomness(Protocol):
+    """What a drafter or verifier may ask for."""
+
+    def bernoulli(self, prob: Number) -> bool: ...
+
+    def categorical(self, weights: Sequence[Number]) -> int: ...
+
+
+def check_bernoulli(prob: object) -> Number:
+    """Validate a Bernoulli parameter; raise :class:`RandomnessError` naming ``prob``."""
+    if isinstance(prob, bool) or not isinstance(prob, (int, float, Fraction)):
+        raise RandomnessError("prob", f"bernoulli needs a number, got {prob!r}")
+    if isinstance(prob, float) and math.isnan(prob):
+        raise RandomnessError("prob", "bernoulli probability is NaN")
+    if not 0 <= prob <= 1:
+        raise RandomnessError("prob", f"bernoulli probability must lie in [0, 1], got {prob!r}")
+    return prob
+
+
+def check_weights(weights: Sequence[object]) -> Sequence[Number]:
+    """Validate categorical weights: finite, non-negative, with a positive sum."""
+    if len(weights) == 0:
+        raise RandomnessError("weights", "categorical needs at least one weight")
+    positive = False
+    for i, w in enumerate(weights):
+        if isinstance(w, bool) or not isinstance(w, (int, float, Fraction)):
+            raise RandomnessError(f"weights[{i}]", f"not a number: {w!r}")
+        if isinstance(w, float) and not math.isfinite(w):
+            raise RandomnessError(f"weights[{i}]", f"not finite: {w!r}")
+        if w < 0:
+            raise RandomnessError(f"weights[{i}]", f"negative weight {w!r}")
+        positive = positive or w > 0
+    if not positive:
+        raise RandomnessError("weights", "categorical weights have zero total mass")
+    return weights  # type: ignore[return-value]
+
+
+def bernoulli_from_uniform(u: float, prob: Number) -> bool:
+    """SPEC §10's Bernoulli: ``u < prob``, and a sure event never fails."""
+    return prob == 1 or u < prob
+
+
+def categorical_from_uniform(u: float, weights: Sequence[Number]) -> int:
+    """SPEC §10's categorical: the first index whose running sum exceeds ``u·Σw``."""
+    threshold = u * sum(weights)
+    running = 0
+    last_positive = 0
+    for i, w in enumerate(weights):
+        if w > 0:
+            running += w
+            last_positive = i
+            if running > threshold:
+                return i
+    return last_positive
+
+
+class _UniformHandler:
+    """Shared body of the handlers that turn one uniform into one decision."""
+
+    def _next_uniform(self) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def bernoulli(self, prob: Number) -> bool:
+        return bernoulli_from_uniform(self._next_uniform(), check_bernoulli(prob))
+
+    def categorical(self, weights: Sequence[Number]) -> int:
+        return categorical_from_uniform(self._next_uniform(), check_weights(weights))
+
+
+class SamplingRandomness(_UniformHandler):
+    """Uniforms from ``numpy.random.default_rng(seed)``, drawn in blocks; same seed, same decisions."""
+
+    _BLOCK = 256
+
+    def __init__(self, seed: int | Sequence[int]) -> None:
+        self._generator = np.random.default_rng(seed)
+        self._buffer: list[float] = []
+        self.consumed = 0
+
+    def _next_uniform(self) -> float:
+        if not self._buffer:
+            self._buffer = self._generator.random(self._BLOCK).tolist()[::-1]
+        self.consumed += 1
+        return self._buffer.pop()
+
+
+class ReplayRandomness(_UniformHandler):
+    """Uniforms read in order from a given array (values in ``[0, 1]``)."""
+
+    def __init__(self, uniforms: Sequence[float]) -> None:
+        values = [float(u) for u in uniforms]
+        for i, u in enumerate(values):
+            if not 0.0 <= u <= 1.0:  # also rejects NaN
+                raise RandomnessError(f"uniforms[{i}]", f"must lie in [0, 1], got {u!r}")
+        self._uniforms = values
+        self.consumed = 0
+
+    def _next_uniform(self) -> float:
+        if self.consumed >= len(self._uniforms):
+            raise RandomnessError("uniforms", f"replay exhausted after {self.consumed} uniforms")
+        u = self._uniforms[self.consumed]
+        self.consumed += 1
+        return u
+

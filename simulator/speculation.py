@@ -1,0 +1,58 @@
+"""One draft–verify round, the unit every engine runs: draft a tree, verify it, normalise the decision.
+
+The exact engine runs :func:`speculate` under its enumerating chooser, Monte Carlo under a seeded
+handler, replay under a given array of uniforms: the same code in every case (SPEC §7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .completion import TARGET, GreedyBlockCompletion, TargetCompletion
+from .drafting import draft_tree
+from .errors import VerifierOutputError
+from .models import ModelView
+from .randomness import Randomness
+from .trees import DraftTree, Topology
+from .verifiers.registry import Verifier
+
+Completion = TargetCompletion | GreedyBlockCompletion
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What one round emits: the accepted token path, the correction/bonus token and its completion rule."""
+
+    path: tuple[int, ...]
+    y: int
+    completion: Completion = TARGET
+
+    @property
+    def accepted(self) -> int:
+        return len(self.path)
+
+
+def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: Randomness,
+           vocab: int) -> RoundOutcome:
+    """Run ``verifier`` on a fixed tree and check its answer."""
+    out = verifier(tree, p, q, rng)
+    if not isinstance(out, tuple) or len(out) not in (2, 3):
+        raise VerifierOutputError("verifier", f"must return (node, y) or (node, y, completion), got {out!r}")
+    node, y = out[0], out[1]
+    completion = out[2] if len(out) == 3 else TARGET
+    if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < len(tree):
+        raise VerifierOutputError("node", f"returned node {node!r} is not a node of the tree (0..{len(tree) - 1})")
+    if isinstance(y, bool) or not isinstance(y, int) or not 0 <= y < vocab:
+        raise VerifierOutputError("y", f"returned token {y!r} outside 0..{vocab - 1}")
+    if not hasattr(completion, "next_row"):
+        raise VerifierOutputError("completion", f"a completion rule needs next_row(block, view), got {completion!r}")
+    return RoundOutcome(tree.path(node), y, completion)
+
+
+def speculate(view: ModelView, topology: Topology, drafting: str, verifier: Verifier,
+              rng: Randomness) -> RoundOutcome:
+    """Draft a tree of ``topology`` with ``drafting`` from ``view``, then verify it."""
+    draft = draft_tree(topology, view, drafting, rng)
+    return decide(draft.tree, draft.p, draft.q, verifier, rng, view.vocab)
+

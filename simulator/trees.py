@@ -1,0 +1,166 @@
+"""Draft-tree shapes (SPEC §3) and the :class:`DraftTree` a verifier sees.
+
+A tree is a parent list in BFS order: node 0 is the root (the prefix, parent ``-1``), every other node's
+parent has a smaller index and parents are non-decreasing, so children of a node are contiguous and ordered.
+Topologies (layer_verification.txt App. G, Fig. 4): ``chain(H)``, ``multi-chain(b, H)`` (the root has ``b``
+children, each continues as a chain), ``complete(b, H)``, ``tapered(b, H)`` (the root has ``b`` children; a
+non-root node with sibling index ``idx`` among ``s`` siblings has ``max(s − idx, 1)`` children), ``binary(H)``
+(= ``complete(2, H)``), and any explicit parent list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Sequence
+
+from .errors import InvalidParameterError, InvalidTreeError
+
+TOPOLOGIES: dict[str, str] = {
+    "chain": "a single path of H draft tokens",
+    "multi-chain": "the root has b children, each continuing as a chain to depth H",
+    "complete": "every node above depth H has b children",
+    "tapered": "root has b children; a node with sibling index i of s siblings has max(s-i, 1) children",
+    "binary": "complete tree with b = 2",
+    "explicit": "any BFS-ordered parent list given with --parents (EAGLE-style sparse trees)",
+}
+
+
+def check_parents(parents: Sequence[object], field: str = "parents") -> tuple[int, ...]:
+    """Validate a BFS-ordered parent list and return it as a tuple of ints."""
+    if len(parents) == 0:
+        raise InvalidTreeError(field, "empty: a tree has at least the root")
+    out: list[int] = []
+    for i, par in enumerate(parents):
+        if isinstance(par, bool) or not isinstance(par, int):
+            raise InvalidTreeError(f"{field}[{i}]", f"not an integer: {par!r}")
+        if i == 0:
+            if par != -1:
+                raise InvalidTreeError(f"{field}[0]", f"the root's parent must be -1, got {par}")
+        elif not 0 <= par < i:
+            raise InvalidTreeError(f"{field}[{i}]", f"parent {par} must be an earlier node (0..{i - 1})")
+        elif i > 1 and par < out[-1]:
+            raise InvalidTreeError(f"{field}[{i}]", f"parent {par} after {out[-1]}: nodes are not in BFS order")
+        out.append(par)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A named tree shape: the parent list every draft of this shape starts from."""
+
+    name: str
+    parents: tuple[int, ...]
+
+    @cached_property
+    def height(self) -> int:
+        return _depths(self.parents)[-1] if len(self.parents) > 1 else 0
+
+    def child_counts(self) -> list[int]:
+        counts = [0] * len(self.parents)
+        for par in self.parents[1:]:
+            counts[par] += 1
+        return counts
+
+
+def _depths(parents: Sequence[int]) -> list[int]:
+    depths = [0] * len(parents)
+    for i in range(1, len(parents)):
+        depths[i] = depths[parents[i]] + 1
+    return depths
+
+
+def _grow(height: int, n_children: Callable[[int, int, int], int]) -> tuple[int, ...]:
+    """BFS growth: ``n_children(depth, sibling_index, sibling_count)`` children per node above ``height``."""
+    parents = [-1]
+    frontier = [(0, 0, 1)]  # (node, sibling index, sibling count) at the current depth
+    for depth in range(height):
+        nxt = []
+        for node, idx, sibs in frontier:
+            count = n_children(depth, idx, sibs)
+            for j in range(count):
+                nxt.append((len(parents), j, count))
+                parents.append(node)
+        frontier = nxt
+    return tuple(parents)
+
+
+def make_topology(name: str, depth: int = 2, branching: int = 2,
+                  parents: Sequence[int] | None = None) -> Topology:
+    """Build a topology by name; ``explicit`` takes ``parents``. Raises a typed error naming the field."""
+    if name not in TOPOLOGIES:
+        raise InvalidParameterError("topology", f"unknown topology {name!r}; choose from {sorted(TOPOLOGIES)}")
+    if name == "explicit":
+        if parents is None:
+            raise InvalidParameterError("parents", "the explicit topology needs a parent list")
+        return Topology(name, check_parents(list(parents)))
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise InvalidParameterError("depth", f"must be an integer ≥ 0, got {depth!r}")
+    if isinstance(branching, bool) or not isinstance(branching, int) or branching < 1:
+        raise InvalidParameterError("branching", f"must be an integer ≥ 1, got {branching!r}")
+    b = 2 if name == "binary" else branching
+    rules: dict[str, Callable[[int, int, int], int]] = {
+        "chain": lambda d, i, s: 1,
+        "multi-chain": lambda d, i, s: b if d == 0 else 1,
+        "complete": lambda d, i, s: b,
+        "binary": lambda d, i, s: b,
+        "tapered": lambda d, i, s: b if d == 0 else max(s - i, 1),
+    }
+    return Topology(name, _grow(depth, rules[name]))
+
+
+class DraftTree:
+    """A drafted tree: BFS parent list plus the token of every non-root node (``tokens[0]`` is ``None``).
+
+    This is the object a verifier receives: ``parents``, ``tokens``, ``children(v)``, ``depth(v)``,
+    ``path(v)`` (the tokens from the root to ``v``, root excluded).
+    """
+
+    def __init__(self, parents: Sequence[int], tokens: Sequence[int | None], vocab: int | None = None) -> None:
+        self.parents = check_parents(list(parents))
+        if len(tokens) != len(self.parents):
+            raise InvalidTreeError("tokens", f"has {len(tokens)} entries for {len(self.parents)} nodes")
+        if tokens[0] is not None:
+            raise InvalidTreeError("tokens[0]", "the root has no token: use null/None")
+        for v, tok in enumerate(tokens[1:], start=1):
+            if isinstance(tok, bool) or not isinstance(tok, int):
+                raise InvalidTreeError(f"tokens[{v}]", f"not a token id: {tok!r}")
+            if tok < 0 or (vocab is not None and tok >= vocab):
+                raise InvalidTreeError(f"tokens[{v}]", f"token {tok} outside 0..{(vocab or 0) - 1}")
+        self.tokens: tuple[int | None, ...] = tuple(tokens)
+        self._children: list[list[int]] = [[] for _ in self.parents]
+        for v, par in enumerate(self.parents[1:], start=1):
+            self._children[par].append(v)
+        self._depths = _depths(self.parents)
+        self._paths: list[tuple[int, ...]] = [()]
+        for v in range(1, len(self.parents)):
+            self._paths.append(self._paths[self.parents[v]] + (self.tokens[v],))  # type: ignore[operator]
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def children(self, v: int) -> tuple[int, ...]:
+        return tuple(self._children[v])
+
+    def depth(self, v: int) -> int:
+        return self._depths[v]
+
+    def path(self, v: int) -> tuple[int, ...]:
+        return self._paths[v]
+
+    @property
+    def height(self) -> int:
+        return max(self._depths)
+
+    def is_chain(self) -> bool:
+        return all(len(c) <= 1 for c in self._children)
+
+    def chain_nodes(self) -> list[int]:
+        """The nodes of a chain from the root down (the caller checks :meth:`is_chain`)."""
+        nodes = [0]
+        while self._children[nodes[-1]]:
+            nodes.append(self._children[nodes[-1]][0])
+        return nodes
+
+    def __repr__(self) -> str:
+        return f"DraftTree(parents={list(self.parents)}, tokens={list(self.tokens)})"

@@ -1,0 +1,91 @@
+"""Block verification on a chain draft (block_verification.txt, Sun et al., ICLR 2025).
+
+* ``bv`` — Algorithm 2 with Eqs. 4–5: ``p_0 = 1``, ``p_i = min(1, p_{i−1} q(X_i)/p(X_i))``,
+  ``h_i = S_i / (S_i + 1 − p_i)`` with ``S_i = Σ_x (p_i q_i(x) − p_i^draft(x))_+`` (``h_i = 0`` when
+  ``S_i = 0``, SPEC §5), ``h_γ = p_γ``; ``τ`` is the *last* ``i`` whose Bernoulli(``h_i``) succeeds (0 if none);
+  the correction is drawn from ``norm((p_τ q_τ − p_τ^draft)_+)``, or from ``q_γ`` when ``τ = γ``.
+* ``greedy-bv`` — Appendix C, Algorithm 4: ``p_i = p_{i−1} q/p`` without the ``min``,
+  ``h_i = Σ(p_i q − p)_+ / Σ(p − p_i q)_+`` (Bernoulli of ``min(1, h_i)``), the last level accepted with
+  probability ``min(1, p_γ)``, correction from Eq. 30. It is lossless only with the distribution
+  modification of Algorithm 5 (Lemma 8), which it returns as a :class:`GreedyBlockCompletion`.
+
+Every level draws its Bernoulli in order ``i = 1..γ`` (no early exit), then the correction token.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..completion import GreedyBlockCompletion
+from ..errors import UnsupportedDraftError
+from ..numeric import Number, positive_part, ratio, residual, total
+from ..randomness import Randomness
+from ..trees import DraftTree
+
+Rows = Sequence[Optional[Sequence[Number]]]
+
+
+def chain_of(tree: DraftTree, verifier: str) -> list[int]:
+    """The chain's nodes from the root; a tree with branching is not a block draft."""
+    if not tree.is_chain():
+        raise UnsupportedDraftError("tree", f"{verifier} verifies a chain draft (one child per node); "
+                                            "use a chain topology")
+    return tree.chain_nodes()
+
+
+def bv(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    """Block verification, Algorithm 2."""
+    nodes = chain_of(tree, "bv")
+    gamma = len(nodes) - 1
+    weights: list[Number] = [1]  # p_0 .. p_γ
+    tau = 0
+    for i in range(1, gamma + 1):
+        parent, node = nodes[i - 1], nodes[i]
+        x = tree.tokens[node]
+        # Alg. 2 line 4: min(1, p_{i−1}·q/p) (ratio() caps at 1 and defines x/0)
+        weights.append(ratio(weights[i - 1] * q[parent][x], p[parent][x]))
+        if i < gamma:
+            slack = total(positive_part(weights[i] * qx - px for qx, px in zip(q[node], p[node])))
+            h = slack / (slack + 1 - weights[i]) if slack > 0 else 0  # Eq. 5
+        else:
+            h = weights[gamma]
+        if rng.bernoulli(h):
+            tau = i  # the last success wins
+    if tau == gamma:
+        return nodes[gamma], rng.categorical(q[nodes[gamma]])
+    node = nodes[tau]
+    return node, rng.categorical(residual(q[node], p[node], scale=weights[tau]))  # Eq. 4
+
+
+def greedy_block_decision(tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
+                          verifier: str = "greedy-bv") -> tuple[int, int, int]:
+    """Algorithm 4; returns ``(node, y, γ)``."""
+    nodes = chain_of(tree, verifier)
+    gamma = len(nodes) - 1
+    weights: list[Number] = [1]
+    tau = 0
+    for i in range(1, gamma + 1):
+        parent, node = nodes[i - 1], nodes[i]
+        x = tree.tokens[node]
+        if p[parent][x] == 0:
+            raise UnsupportedDraftError(f"tokens[{node}]", f"{verifier} needs drafted tokens of positive "
+                                                           "draft probability")
+        weights.append(weights[i - 1] * q[parent][x] / p[parent][x])  # Alg. 4 line 4: no min
+        if i < gamma:
+            over = total(positive_part(weights[i] * qx - px for qx, px in zip(q[node], p[node])))
+            under = total(positive_part(px - weights[i] * qx for qx, px in zip(q[node], p[node])))
+            h = ratio(over, under) if over > 0 else 0  # min(1, over/under); 0/0 → 0 as in bv
+        else:
+            h = ratio(weights[gamma], 1)  # line 13: η_γ < p_γ
+        if rng.bernoulli(h):
+            tau = i
+    if tau == gamma:
+        return nodes[gamma], rng.categorical(q[nodes[gamma]]), gamma
+    node = nodes[tau]
+    return node, rng.categorical(residual(q[node], p[node], scale=weights[tau])), gamma  # Eq. 30
+
+
+def greedy_bv(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int, GreedyBlockCompletion]:
+    """Greedy block verification with its distribution modification (Algorithms 4–6)."""
+    node, y, gamma = greedy_block_decision(tree, p, q, rng)
+    return node, y, GreedyBlockCompletion(gamma)
