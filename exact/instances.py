@@ -1,0 +1,66 @@
+"""Random exact instances for certification batteries: a rational model, a tree shape and a drafting scheme.
+
+Instances spread over every topology (explicit random BFS trees included) and every drafting scheme a
+verifier is lossless under, with vocab 2–4 and at most ``max_nodes`` draft nodes; the enumeration size is
+kept in check by bounding ``vocab ** draft_nodes``. Models are :class:`RandomRationalModel` (small integer
+weights, zeros frequent, prefix-dependent), so certificates are exact and fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from simulator.models import RandomRationalModel
+from simulator.trees import Topology, check_parents, make_topology
+from simulator.verifiers import VerifierSpec
+
+SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
+
+
+@dataclass(frozen=True)
+class Instance:
+    model: RandomRationalModel
+    topology: Topology
+    drafting: str
+
+    def describe(self) -> str:
+        return (f"vocab={self.model.vocab} seed={self.model.seed} {self.topology.name} "
+                f"parents={list(self.topology.parents)} drafting={self.drafting}")
+
+
+def _random_parents(rng: np.random.Generator, draft_nodes: int) -> list[int]:
+    parents = [-1]
+    for i in range(1, draft_nodes + 1):
+        low = parents[-1] if i > 1 else 0
+        parents.append(int(rng.integers(low, i)))
+    return check_parents(parents)  # type: ignore[return-value]
+
+
+def _random_shape(rng: np.random.Generator, shape: str, max_nodes: int) -> Topology:
+    for _ in range(100):
+        if shape == "explicit":
+            topo = make_topology("explicit", parents=_random_parents(rng, int(rng.integers(1, max_nodes + 1))))
+        else:
+            topo = make_topology(shape, int(rng.integers(1, max_nodes + 1)), int(rng.integers(1, 4)))
+        if 1 <= len(topo.parents) - 1 <= max_nodes:
+            return topo
+    raise RuntimeError(f"no {shape} tree within {max_nodes} nodes")  # pragma: no cover
+
+
+def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: int = 7,
+                     max_outcomes: int = 3000) -> Iterator[Instance]:
+    """``count`` instances for ``spec``, cycling through shapes and the schemes it is lossless under."""
+    rng = np.random.default_rng(seed)
+    shapes = ("chain",) if spec.chain_only else SHAPES
+    schemes = spec.lossless_under or ("iid",)
+    for i in range(count):
+        vocab = int(rng.integers(2, 5))
+        nodes = max_nodes
+        while vocab ** nodes > max_outcomes:
+            nodes -= 1
+        topology = _random_shape(rng, shapes[i % len(shapes)], nodes)
+        model = RandomRationalModel(vocab=vocab, seed=int(rng.integers(2**31)), zero_prob=0.3)
+        yield Instance(model, topology, schemes[(i // len(shapes)) % len(schemes)])

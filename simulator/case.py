@@ -1,0 +1,81 @@
+"""``CASE.json``: one fixed draft tree with its rows, for ``specproof law``.
+
+Fields: ``vocab``; ``parents`` (root first, ``-1``; BFS order); ``tokens`` (``null`` for the root);
+``p`` and ``q``, objects from node index (a string) to a row of probabilities (numbers, or exact
+``"3/10"`` strings) — ``p`` for every non-leaf node, ``q`` for every node; ``verifier`` (a built-in name
+or ``module:function``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidParameterError, InvalidTreeError
+from .numeric import Number, as_distribution, parse_probability
+from .trees import DraftTree
+
+
+@dataclass(frozen=True)
+class Case:
+    vocab: int
+    tree: DraftTree
+    p: tuple[tuple[Number, ...] | None, ...]
+    q: tuple[tuple[Number, ...], ...]
+    verifier: str
+
+
+def _rows(data: dict, name: str, n: int, vocab: int, needed: list[bool], arithmetic: str) -> list:
+    raw = data.get(name)
+    if not isinstance(raw, dict):
+        raise InvalidParameterError(name, "must be an object from node index to a row of probabilities")
+    rows: list = [None] * n
+    for key, row in raw.items():
+        try:
+            v = int(key)
+        except ValueError:
+            raise InvalidParameterError(f"{name}[{key!r}]", "keys are node indices") from None
+        if not 0 <= v < n:
+            raise InvalidTreeError(f"{name}[{key!r}]", f"no node {v} in a tree of {n} nodes")
+        if not isinstance(row, list):
+            raise InvalidParameterError(f"{name}[{key!r}]", "must be a list of probabilities")
+        field = f"{name}[{key!r}]"
+        values = [parse_probability(x, f"{field}[{i}]") for i, x in enumerate(row)]
+        rows[v] = as_distribution(values, vocab, field, arithmetic)
+    for v in range(n):
+        if needed[v] and rows[v] is None:
+            raise InvalidParameterError(f'{name}["{v}"]', "missing row for this node")
+    return rows
+
+
+def parse_case(data: object, arithmetic: str) -> Case:
+    if not isinstance(data, dict):
+        raise InvalidParameterError("case", "must be a JSON object")
+    for key in ("vocab", "parents", "tokens", "p", "q", "verifier"):
+        if key not in data:
+            raise InvalidParameterError(key, "missing from the case")
+    vocab = data["vocab"]
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise InvalidParameterError("vocab", f"must be an integer ≥ 1, got {vocab!r}")
+    if not isinstance(data["parents"], list):
+        raise InvalidTreeError("parents", "must be a list")
+    if not isinstance(data["tokens"], list):
+        raise InvalidTreeError("tokens", "must be a list")
+    tree = DraftTree(data["parents"], data["tokens"], vocab)
+    n = len(tree)
+    p = _rows(data, "p", n, vocab, [bool(tree.children(v)) for v in range(n)], arithmetic)
+    q = _rows(data, "q", n, vocab, [True] * n, arithmetic)
+    if not isinstance(data["verifier"], str):
+        raise InvalidParameterError("verifier", "must be a name or module:function")
+    return Case(vocab, tree, tuple(p), tuple(q), data["verifier"])
+
+
+def load_case(path: str | Path, arithmetic: str) -> Case:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise InvalidParameterError("case", f"cannot read {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise InvalidParameterError("case", f"{path} is not JSON: {err}") from None
+    return parse_case(data, arithmetic)
