@@ -46,7 +46,7 @@ def bv(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
         weights.append(ratio(weights[i - 1] * q[parent][x], p[parent][x]))
         if i < gamma:
             slack = total(positive_part(weights[i] * qx - px for qx, px in zip(q[node], p[node])))
-            h = slack / (slack + 1 - weights[i]) if slack > 0 else 0  # Eq. 5
+            h = slack / (slack + (1 - weights[i])) if slack > 0 else 0  # Eq. 5; (1 − p_i) first keeps h ≤ 1 in floats
         else:
             h = weights[gamma]
         if rng.bernoulli(h):
