@@ -142,7 +142,7 @@ class TableModel:
         self._rows = {"p": dict(p_rows), "q": dict(q_rows)}
         for name, rows in self._rows.items():
             for ctx, row in rows.items():
-                as_distribution(row, self.vocab, f"{name}[{_context_key(ctx)}]", "fraction")
+                as_distribution(row, self.vocab, _row_field(name, ctx), "fraction")
 
     def _row(self, name: str, context: Context) -> Sequence[Number]:
         rows = self._rows[name]
@@ -150,7 +150,7 @@ class TableModel:
             return rows[context]
         if None in rows:
             return rows[None]
-        raise InvalidDistributionError(f"{name}[{_context_key(context)}]",
+        raise InvalidDistributionError(_row_field(name, context),
                                        "context not in the table and no '*' default row")
 
     def p(self, context: Context) -> Sequence[Number]:
@@ -176,7 +176,7 @@ class TableModel:
                 raise InvalidParameterError(f"{source}.{name}", "must map contexts to rows")
             rows: dict[Context | None, list[Number]] = {}
             for key, row in raw.items():
-                field = f"{source}.{name}[{key!r}]"
+                field = f'{source}.{name}["{key}"]'
                 if not isinstance(row, list):
                     raise InvalidDistributionError(field, "must be a list of probabilities")
                 rows[_parse_context(key, vocab, field)] = [parse_probability(v, f"{field}[{i}]")
@@ -203,6 +203,11 @@ class TableModel:
 
 def _context_key(context: Context | None) -> str:
     return "*" if context is None else ",".join(map(str, context))
+
+
+def _row_field(name: str, context: Context | None) -> str:
+    """How a row is named in errors: ``q["0,2"]`` (context tokens), ``p[""]`` (empty prefix), ``p["*"]``."""
+    return f'{name}["{_context_key(context)}"]'
 
 
 def _parse_context(key: str, vocab: int, field: str) -> Context | None:
@@ -239,7 +244,7 @@ class ModelView:
         if row is None:
             full = self.context + suffix
             raw = getattr(self.model, name)(full)
-            row = as_distribution(raw, self.vocab, f"{name}[{_context_key(full)}]", self.arithmetic)
+            row = as_distribution(raw, self.vocab, _row_field(name, full), self.arithmetic)
             self._cache[key] = row
         return row
 
