@@ -35,12 +35,12 @@ def _rows(data: dict, name: str, n: int, vocab: int, needed: list[bool], arithme
         try:
             v = int(key)
         except ValueError:
-            raise InvalidParameterError(f"{name}[{key!r}]", "keys are node indices") from None
+            raise InvalidParameterError(f'{name}["{key}"]', "keys are node indices") from None
         if not 0 <= v < n:
-            raise InvalidTreeError(f"{name}[{key!r}]", f"no node {v} in a tree of {n} nodes")
+            raise InvalidTreeError(f'{name}["{key}"]', f"no node {v} in a tree of {n} nodes")
         if not isinstance(row, list):
-            raise InvalidParameterError(f"{name}[{key!r}]", "must be a list of probabilities")
-        field = f"{name}[{key!r}]"
+            raise InvalidParameterError(f'{name}["{key}"]', "must be a list of probabilities")
+        field = f'{name}["{key}"]'
         values = [parse_probability(x, f"{field}[{i}]") for i, x in enumerate(row)]
         rows[v] = as_distribution(values, vocab, field, arithmetic)
     for v in range(n):

@@ -1,0 +1,154 @@
+"""The command line: law, certify (exit codes 0/1/2, JSON certificate), list, report, user verifiers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction as F
+from pathlib import Path
+
+import pytest
+
+from simulator.verifiers import VERIFIERS
+
+
+def run(args, cwd=None):
+    exe = shutil.which("specproof")
+    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+    return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def write_case(tmp_path: Path, **overrides) -> Path:
+    case = {"vocab": 2, "parents": [-1, 0], "tokens": [None, 0], "verifier": "tv-sps",
+            "p": {"0": ["2/3", "1/3"]}, "q": {"0": ["1/3", "2/3"], "1": ["1/4", "3/4"]}}
+    case.update(overrides)
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(case))
+    return path
+
+
+def test_law_prints_the_exact_law(tmp_path):
+    result = run(["law", "--case", str(write_case(tmp_path))])
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    # SpS accepts token 0 w.p. (1/3)/(2/3) = 1/2, then y ~ q_1 = (1/4, 3/4); else y ~ norm((q−p)_+) = δ_1.
+    law = {(tuple(e["path"]), e["y"]): F(e["prob"]) for e in out["law"]}
+    assert law == {((0,), 0): F(1, 8), ((0,), 1): F(3, 8), ((), 1): F(1, 2)}
+    assert F(out["expected_accepted"]) == F(1, 2)
+    floats = json.loads(run(["law", "--case", str(write_case(tmp_path)), "--arithmetic", "float"]).stdout)
+    assert floats["expected_accepted"] == pytest.approx(0.5, abs=1e-15)
+
+
+@pytest.mark.parametrize("overrides,field", [
+    ({"p": {"0": ["2/3", "-1/3"]}}, 'p["0"][1]'),
+    ({"p": {}}, 'p["0"]'),
+    ({"q": {"0": ["1/3", "2/3"]}}, 'q["1"]'),
+    ({"parents": [-1, 1]}, "parents[1]"),
+    ({"tokens": [None, 7]}, "tokens[1]"),
+    ({"verifier": "no-such-rule"}, "verifier"),
+    ({"q": {"0": ["1/3", "2/3"], "1": [0.5, 0.6]}}, 'q["1"]'),
+])
+def test_law_rejects_bad_cases_with_exit_2_naming_the_field(tmp_path, overrides, field):
+    result = run(["law", "--case", str(write_case(tmp_path, **overrides))])
+    assert result.returncode == 2
+    assert field in result.stderr
+
+
+def test_certify_exit_codes_and_json(tmp_path):
+    out = tmp_path / "cert.json"
+    ok = run(["certify", "--verifier", "bv", "--topology", "chain", "--depth", "2", "--json", str(out)])
+    assert ok.returncode == 0, ok.stderr
+    cert = json.loads(out.read_text())
+    assert cert["lossless"] is True and cert["tvd"] == "0/1" and cert["counterexample"] is None
+    bad = run(["certify", "--verifier", "bug-accept-all", "--json", str(out)])
+    assert bad.returncode == 1
+    cert = json.loads(out.read_text())
+    ce = cert["counterexample"]
+    assert cert["lossless"] is False and F(cert["tvd"]) > 0
+    assert F(ce["verifier_prob"]) != F(ce["target_prob"]) and len(ce["sequence"]) == 3
+    assert "counterexample" in bad.stdout
+    for args, field in [(["--verifier", "bv", "--rho", "2"], "rho"),
+                        (["--verifier", "bv"], "tree"),
+                        (["--verifier", "tv-rrs", "--parents", "-1,0,2"], "parents[2]"),
+                        (["--verifier", "tv-rrs", "--model", "table"], "table"),
+                        (["--verifier", "tv-rrs", "--depth", "-1"], "depth")]:
+        result = run(["certify", *args])
+        assert result.returncode == 2 and field in result.stderr, (args, result.stderr)
+
+
+def test_certify_table_model_and_float(tmp_path):
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"vocab": 2, "p": {"*": ["2/3", "1/3"]}, "q": {"*": ["1/3", "2/3"]}}))
+    out = tmp_path / "c.json"
+    result = run(["certify", "--model", "table", "--table", str(table), "--topology", "chain", "--depth", "2",
+                  "--verifier", "bv", "--json", str(out)])
+    assert result.returncode == 0 and F(json.loads(out.read_text())["expected_accepted"]) == F(11, 9)
+    result = run(["certify", "--model", "random-rational", "--vocab", "3", "--verifier", "tv-rrsw",
+                  "--drafting", "without-replacement", "--arithmetic", "float", "--json", str(out)])
+    assert result.returncode == 0 and json.loads(out.read_text())["tvd"] < 1e-12
+
+
+def test_list_names_everything():
+    out = run(["list"]).stdout
+    for name in [*VERIFIERS, "synthetic", "table", "random-rational", "chain", "multi-chain", "complete",
+                 "tapered", "binary", "explicit", "iid", "without-replacement", "almost-greedy", "top-k"]:
+        assert f" {name} " in out
+
+
+def test_report_writes_the_certification_table(tmp_path):
+    result = run(["report", "--out", str(tmp_path / "r")])
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads((tmp_path / "r" / "certification.json").read_text())
+    assert {r["verifier"] for r in rows} == set(VERIFIERS)
+    assert all(r["lossless"] == r["expected_lossless"] for r in rows)
+
+
+USER_VERIFIER = '''
+"""A user's verifier: token verification along the first child, written against the public API only."""
+from fractions import Fraction
+
+
+def my_tv(tree, p, q, rng):
+    v = 0
+    while tree.children(v):
+        child = tree.children(v)[0]
+        x = tree.tokens[child]
+        if rng.bernoulli(min(1, q[v][x] / p[v][x])):
+            v = child
+            continue
+        residual = [max(qx - px, 0) for qx, px in zip(q[v], p[v])]
+        return v, rng.categorical(residual)
+    return v, rng.categorical(q[v])
+
+
+def my_broken(tree, p, q, rng):
+    v = 0
+    while tree.children(v):
+        child = tree.children(v)[0]
+        x = tree.tokens[child]
+        if rng.bernoulli(min(1, q[v][x] / p[v][x])):
+            v = child
+            continue
+        return v, rng.categorical(q[v])
+    return v, rng.categorical(q[v])
+'''
+
+
+def test_user_verifier_defined_outside_the_project(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(textwrap.dedent(USER_VERIFIER))
+    good = run(["certify", "--verifier", "mypkg.mod:my_tv", "--topology", "chain", "--depth", "3",
+                "--model", "random-rational", "--vocab", "3", "--seed", "4"], cwd=tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    broken = run(["certify", "--verifier", "mypkg.mod:my_broken", "--topology", "chain", "--depth", "3",
+                  "--model", "random-rational", "--vocab", "3", "--seed", "4"], cwd=tmp_path)
+    assert broken.returncode == 1 and "counterexample" in broken.stdout
+    case = write_case(tmp_path, verifier="mypkg.mod:my_tv")
+    assert run(["law", "--case", str(case)], cwd=tmp_path).returncode == 0
+    missing = run(["certify", "--verifier", "mypkg.mod:nothing"], cwd=tmp_path)
+    assert missing.returncode == 2 and "verifier" in missing.stderr
