@@ -8,10 +8,10 @@ or ``module:function``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .jsonfile import read_json
 from .errors import InvalidParameterError, InvalidTreeError
 from .numeric import Number, as_distribution, parse_probability
 from .trees import DraftTree
@@ -72,10 +72,4 @@ def parse_case(data: object, arithmetic: str) -> Case:
 
 
 def load_case(path: str | Path, arithmetic: str) -> Case:
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as err:
-        raise InvalidParameterError("case", f"cannot read {path}: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise InvalidParameterError("case", f"{path} is not JSON: {err}") from None
-    return parse_case(data, arithmetic)
+    return parse_case(read_json(path, "case"), arithmetic)

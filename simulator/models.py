@@ -13,7 +13,6 @@ arithmetic (``fraction`` or ``float``) in which rows are validated, converted an
 
 from __future__ import annotations
 
-import json
 import math
 from fractions import Fraction
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 
 from .errors import InvalidDistributionError, InvalidParameterError
+from .jsonfile import read_json
 from .numeric import Number, as_distribution, check_arithmetic, parse_probability
 
 Context = tuple[int, ...]
@@ -189,13 +189,7 @@ class TableModel:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "TableModel":
-        try:
-            data = json.loads(Path(path).read_text())
-        except OSError as err:
-            raise InvalidParameterError("table", f"cannot read {path}: {err.strerror}") from None
-        except json.JSONDecodeError as err:
-            raise InvalidParameterError("table", f"{path} is not JSON: {err}") from None
-        return cls.from_json(data, "table")
+        return cls.from_json(read_json(path, "table"), "table")
 
     def describe(self) -> dict:
         return {"model": "table", "vocab": self.vocab}

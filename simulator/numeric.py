@@ -113,16 +113,6 @@ def ratio(numerator: Number, denominator: Number) -> Number:
     return r if r < 1 else 1
 
 
-def check_probability(value: Number, field: str) -> Number:
-    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
-        raise InvalidParameterError(field, f"not a number: {value!r}")
-    if isinstance(value, float) and math.isnan(value):
-        raise InvalidParameterError(field, "is NaN")
-    if not 0 <= value <= 1:
-        raise InvalidParameterError(field, f"must lie in [0, 1], got {value!r}")
-    return value
-
-
 def to_json_number(value: Number, arithmetic: str) -> object:
     """``"num/den"`` under fraction arithmetic, a float otherwise."""
     if arithmetic == "fraction":

@@ -56,12 +56,6 @@ class Topology:
     def height(self) -> int:
         return _depths(self.parents)[-1] if len(self.parents) > 1 else 0
 
-    def child_counts(self) -> list[int]:
-        counts = [0] * len(self.parents)
-        for par in self.parents[1:]:
-            counts[par] += 1
-        return counts
-
 
 def _depths(parents: Sequence[int]) -> list[int]:
     depths = [0] * len(parents)
