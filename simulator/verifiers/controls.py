@@ -15,8 +15,9 @@ from ..numeric import Number, ratio
 from ..randomness import Randomness
 from ..trees import DraftTree
 from .block import greedy_block_decision
-from .single_step import StepResult
-from .token_tree import token_verify
+from .rules import SingleStepRule
+from .single_step import Plan
+from .token_tree import tv
 
 Rows = Sequence[Optional[Sequence[Number]]]
 
@@ -26,22 +27,14 @@ def bug_greedy_bv_nomod(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> t
     return node, y
 
 
-def _sps_residual_q(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Number],
-                    rng: Randomness) -> StepResult:
+def _sps_residual_q(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Number]) -> Plan:
     x = candidates[0]
-    if rng.bernoulli(ratio(q[x], p[x])):
-        return 0, None
-    return None, tuple(q)  # the bug: should be norm((q - p)_+)
+    return Plan(((0, ratio(q[x], p[x])),), tuple(q))  # the bug: should be norm((q - p)_+)
 
 
-def bug_residual_q(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
-    return token_verify(_sps_residual_q, tree, p, q, rng, max_candidates=1)
+def _accept_first(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Number]) -> Plan:
+    return Plan(((0, 1),), tuple(q))
 
 
-def _accept_first(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Number],
-                  rng: Randomness) -> StepResult:
-    return 0, None
-
-
-def bug_accept_all(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
-    return token_verify(_accept_first, tree, p, q, rng, max_candidates=1)
+bug_residual_q = tv(SingleStepRule("bug-residual-q", plan=_sps_residual_q, max_candidates=1))
+bug_accept_all = tv(SingleStepRule("bug-accept-all", plan=_accept_first, max_candidates=1))

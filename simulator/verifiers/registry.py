@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import InvalidParameterError
-from . import block, controls, token_tree
+from . import block, controls
+from .rules import DETERMINISTIC, RRS, RRSW, SPS
+from .token_tree import tv
 
 Verifier = Callable[..., tuple]
 
@@ -35,12 +37,12 @@ class VerifierSpec:
 
 
 _SPECS = [
-    VerifierSpec("tv-sps", token_tree.tv_sps, "token verification with SpS along the first child",
+    VerifierSpec("tv-sps", tv(SPS), "token verification with SpS along the first child",
                  ("iid", "without-replacement")),
-    VerifierSpec("tv-rrs", token_tree.tv_rrs, "token verification with RRS (with replacement)", ("iid",)),
-    VerifierSpec("tv-rrsw", token_tree.tv_rrsw, "token verification with RRS without replacement",
+    VerifierSpec("tv-rrs", tv(RRS), "token verification with RRS (with replacement)", ("iid",)),
+    VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification with RRS without replacement",
                  ("without-replacement",)),
-    VerifierSpec("tv-det", token_tree.tv_det, "token verification with deterministic RRS (EAGLE-2)",
+    VerifierSpec("tv-det", tv(DETERMINISTIC), "token verification with deterministic RRS (EAGLE-2)",
                  ALL_SCHEMES),
     VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2), chains",
                  ("iid", "without-replacement"), chain_only=True),

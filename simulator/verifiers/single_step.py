@@ -1,66 +1,158 @@
 """Single-step rules at one node (SPEC §4): ``k`` candidate tokens, the node's draft row ``p`` and target
-row ``q``. Each returns ``(index, residual)``: the index of the accepted candidate, or ``None`` together with
-the distribution the correction token is drawn from.
+row ``q``.
+
+Sequential rules are written once as a *plan*: the acceptance probability of each candidate given that the
+earlier ones were rejected, and the residual after all rejections. The plan is deterministic, so the same
+function serves sampling (:func:`run_plan`: one Bernoulli per candidate, in order, first success wins) and
+flows (:func:`plan_acceptance`: ``P(accept position i | X) = a_i Π_{j<i}(1 − a_j)``), which Layer
+Verification lifts (layer_verification.txt §3–4, App. E.2).
 
 * SpS (Leviathan et al.) — accept ``x`` w.p. ``min(1, q(x)/p(x))``; residual ``norm((q−p)_+)``.
 * RRS (with replacement; SpecInfer/EAGLE) — sequential SpS; after a rejection ``q ← norm((q−p)_+)``.
 * RRSw (without replacement; Jeon et al.) — as RRS, and also ``p(x) ← 0`` renormalised; stops when the
-  draft has no mass left.
+  draft has no mass left. DySpec's verification (its Alg. 3) is this rule; its printed ``c ~ N(0, 1)``
+  (accept w.p. ``Φ(q/p)``) is kept as a negative control through ``accept``.
 * Deterministic RRS (point-mass drafts, EAGLE-2) — accept a distinct ``x`` w.p. ``q(x)``; else ``q(x) ← 0``
   renormalised. Its acceptance never reads ``p``, so it is lossless under every drafting scheme.
+* K-SEQ (SpecTr, Sun et al. 2023) — ``β(ρ) = Σ min(p, q/ρ)``, ``p_acc(ρ) = 1 − (1 − β)^k``; ``ρ*`` is the root
+  of ``p_acc(ρ) = ρ β(ρ)`` on ``[1, k]`` by bisection keeping the upper end (any ``ρ ≥ ρ*`` is lossless, so
+  the exact rational bisection point is too); accept ``X_i`` w.p. ``min(1, q/(ρ* p))``; residual
+  ``norm((q − γ min(p, q/ρ*))_+)`` with ``γ = p_acc/β``. ``k = 1`` gives ``ρ* = 1``: SpS exactly.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Callable, Optional, Sequence
 
-from ..numeric import Number, normalise, ratio, residual, total
+from ..numeric import Number, normalise, positive_part, ratio, residual, total
 from ..randomness import Randomness
 
 StepResult = tuple[Optional[int], Optional[tuple[Number, ...]]]
+Row = tuple[Number, ...]
 
 
-def sps(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Number], rng: Randomness) -> StepResult:
+@dataclass(frozen=True)
+class Plan:
+    """Per-candidate acceptance probabilities (each given the earlier rejections) and the final residual."""
+
+    steps: tuple[tuple[int, Number], ...]  # (candidate position, acceptance probability)
+    residual: Row
+
+
+def run_plan(plan: Plan, rng: Randomness) -> StepResult:
+    for index, prob in plan.steps:
+        if rng.bernoulli(prob):
+            return index, None
+    return None, plan.residual
+
+
+def plan_acceptance(plan: Plan, k: int) -> list[Number]:
+    """``P(accept position i | candidates)`` for every position ``i < k``."""
+    out: list[Number] = [0] * k
+    reach: Number = 1
+    for index, prob in plan.steps:
+        out[index] = reach * prob
+        reach = reach * (1 - prob)
+    return out
+
+
+def sps_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
     x = candidates[0]
-    if rng.bernoulli(ratio(q[x], p[x])):
-        return 0, None
-    return None, residual(q, p)
+    return Plan(((0, ratio(q[x], p[x])),), residual(q, p))
 
 
-def rrs(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Number], rng: Randomness) -> StepResult:
-    target = tuple(q)
+def rrs_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    steps, target = [], tuple(q)
     for i, x in enumerate(candidates):
-        if rng.bernoulli(ratio(target[x], p[x])):
-            return i, None
+        steps.append((i, ratio(target[x], p[x])))
         target = residual(target, p)
-    return None, target
+    return Plan(tuple(steps), target)
 
 
-def rrsw(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Number], rng: Randomness) -> StepResult:
-    target, draft = tuple(q), list(p)
+def _normal_cdf_acceptance(numerator: Number, denominator: Number) -> float:
+    """DySpec Alg. 3 as printed: ``c ~ N(0, 1)``, accept if ``c ≤ R/D``: probability ``Φ(R/D)``."""
+    if denominator == 0:
+        return 1.0 if numerator > 0 else 0.5
+    return 0.5 * (1 + math.erf(float(numerator / denominator) / math.sqrt(2)))
+
+
+def rrsw_plan(candidates: Sequence[int], p: Row, q: Row,
+              accept: Callable[[Number, Number], Number] = ratio) -> Plan:
+    steps, target, draft = [], tuple(q), list(p)
     for i, x in enumerate(candidates):
-        if rng.bernoulli(ratio(target[x], draft[x])):
-            return i, None
+        steps.append((i, accept(target[x], draft[x])))
         target = residual(target, draft)
         draft[x] = draft[x] * 0
-        if total(draft) <= 0:
+        if total(draft) <= 0:  # the draft has no mass left: stop (DySpec's early return)
             break
         draft = list(normalise(draft))
-    return None, target
+    return Plan(tuple(steps), target)
 
 
-def deterministic_rrs(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Number],
-                      rng: Randomness) -> StepResult:
-    target = list(q)
-    seen: set[int] = set()
+def dyspec_printed_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    return rrsw_plan(candidates, p, q, accept=_normal_cdf_acceptance)
+
+
+def deterministic_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    steps, target, seen = [], list(q), set()
     for i, x in enumerate(candidates):
         if x in seen:
             continue
         seen.add(x)
-        if rng.bernoulli(ratio(target[x], 1)):  # min(1, ·) absorbs float rounding above 1
-            return i, None
+        steps.append((i, ratio(target[x], 1)))  # min(1, ·) absorbs float rounding above 1
         target[x] = target[x] * 0
-        if total(target) <= 0:  # float only: x held all but rounding-level mass, rejected w.p. ~1e-16
-            return None, tuple(q)
+        if total(target) <= 0:  # x held all the remaining mass: accepted surely (floats: up to rounding)
+            return Plan(tuple(steps), tuple(q))
         target = list(normalise(target))
-    return None, tuple(target)
+    return Plan(tuple(steps), tuple(target))
+
+
+# ---- K-SEQ ------------------------------------------------------------------------------------------------
+KSEQ_BISECTION_STEPS = 60
+
+
+def _beta(p: Row, q: Row, rho: Number) -> Number:
+    return total([min(px, qx / rho) for px, qx in zip(p, q)])
+
+
+@lru_cache(maxsize=4096)
+def kseq_rho(p: Row, q: Row, k: int) -> Number:
+    """``ρ*``: the upper end of a bisection for ``p_acc(ρ) = ρβ(ρ)`` on ``[1, k]`` (60 halvings).
+
+    ``f(ρ) = p_acc(ρ) − ρβ(ρ)`` is ≥ 0 at 1 and ≤ 0 at ``k``; the returned ``ρ`` has ``f(ρ) ≤ 0``, which is what
+    losslessness needs (``γ ≤ ρ``). Under Fractions the bisection is exact.
+    """
+    exact = isinstance(p[0], Fraction)
+    lo, hi = (Fraction(1), Fraction(k)) if exact else (1.0, float(k))
+    if k == 1:
+        return lo
+
+    def f(rho: Number) -> Number:
+        beta = _beta(p, q, rho)
+        return 1 - (1 - beta) ** k - rho * beta
+
+    if f(lo) <= 0:
+        return lo
+    for _ in range(KSEQ_BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        if f(mid) <= 0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def kseq_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    k = len(candidates)
+    rho = kseq_rho(tuple(p), tuple(q), k)
+    beta = _beta(p, q, rho)
+    steps = tuple((i, ratio(q[x], rho * p[x])) for i, x in enumerate(candidates))
+    if beta == 0:
+        return Plan(steps, tuple(q))
+    gamma = (1 - (1 - beta) ** k) / beta
+    rest = positive_part(qx - gamma * min(px, qx / rho) for px, qx in zip(p, q))
+    return Plan(steps, normalise(rest) if total(rest) > 0 else tuple(q))

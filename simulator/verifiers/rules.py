@@ -1,0 +1,86 @@
+"""The single-step rules as objects every lift uses: sampling a step, and its flows (SPEC §4).
+
+A :class:`SingleStepRule` is either *sequential* (a plan from :mod:`.single_step`) or *flow-defined* (a
+feasible flow from :mod:`.flows`, sampled per tuple with one categorical over its flows and a reject
+option). Either way :meth:`SingleStepRule.step` is what token verification runs, and
+:meth:`SingleStepRule.token_acceptance` / :meth:`SingleStepRule.outflow` are what Layer Verification needs —
+computed from the same plan or flow, so each rule is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Optional, Sequence
+
+from ..numeric import Number
+from ..randomness import Randomness
+from . import flows as fl
+from . import single_step as ss
+
+Row = tuple[Number, ...]
+
+
+@dataclass(frozen=True)
+class SingleStepRule:
+    name: str
+    plan: Optional[Callable[[Sequence[int], Row, Row], ss.Plan]] = None
+    solver: Optional[Callable[[Row, Row, int, str], fl.FlowSolution]] = None
+    max_candidates: Optional[int] = None  # SpS looks at the first candidate only
+
+    def used(self, candidates: Sequence[int]) -> tuple[int, ...]:
+        return tuple(candidates[: self.max_candidates])
+
+    def step(self, candidates: Sequence[int], p: Row, q: Row, rng: Randomness, law: str) -> ss.StepResult:
+        cands = self.used(candidates)
+        if self.plan is not None:
+            return ss.run_plan(self.plan(cands, p, q), rng)
+        solution = self.solver(tuple(p), tuple(q), len(cands), law)
+        per = solution.flows[cands]
+        tokens = list(dict.fromkeys(cands))  # distinct, in order of first appearance
+        prob_tuple = fl.tuple_law(tuple(p), len(cands), law)[cands]
+        weights = [per.get(x, prob_tuple * 0) for x in tokens]
+        weights.append(prob_tuple - sum(weights, prob_tuple * 0))
+        choice = rng.categorical(weights)
+        if choice == len(tokens):
+            return None, solution.residual
+        return cands.index(tokens[choice]), None
+
+    def token_acceptance(self, candidates: Sequence[int], p: Row, q: Row, law: str) -> dict[int, Number]:
+        """``P(accept a candidate holding x | X)`` for each token ``x`` of the candidates used."""
+        cands = self.used(candidates)
+        if self.plan is not None:
+            out: dict[int, Number] = {}
+            for x, prob in zip(cands, ss.plan_acceptance(self.plan(cands, p, q), len(cands))):
+                out[x] = out.get(x, 0) + prob
+            return out
+        solution = self.solver(tuple(p), tuple(q), len(cands), law)
+        prob_tuple = fl.tuple_law(tuple(p), len(cands), law)[cands]
+        return {x: f / prob_tuple for x, f in solution.flows[cands].items()}
+
+    def outflow(self, p: Row, q: Row, k: int, law: str) -> Row:
+        """``Σ_X f(X → x)`` under the tuple law, for every token ``x``."""
+        return _outflow(self, tuple(p), tuple(q), min(k, self.max_candidates or k), law)
+
+
+@lru_cache(maxsize=8192)
+def _outflow(rule: SingleStepRule, p: Row, q: Row, k: int, law: str) -> Row:
+    if rule.solver is not None:
+        return rule.solver(p, q, k, law).outflow
+    out = [q[0] * 0] * len(q)
+    for tup, prob in fl.tuple_law(p, k, law).items():
+        for x, acc in rule.token_acceptance(tup, p, q, law).items():
+            out[x] = out[x] + prob * acc
+    return tuple(out)
+
+
+SPS = SingleStepRule("sps", plan=ss.sps_plan, max_candidates=1)
+RRS = SingleStepRule("rrs", plan=ss.rrs_plan)
+RRSW = SingleStepRule("rrsw", plan=ss.rrsw_plan)
+DETERMINISTIC = SingleStepRule("det", plan=ss.deterministic_plan)
+KSEQ = SingleStepRule("kseq", plan=ss.kseq_plan)
+OPT = SingleStepRule("opt", solver=fl.opt_flow)
+GR = SingleStepRule("gr", solver=fl.gr_flow)
+DYSPEC_PRINTED = SingleStepRule("dyspec-printed", plan=ss.dyspec_printed_plan)
+
+RULES = {rule.name: rule for rule in (SPS, RRS, RRSW, DETERMINISTIC, KSEQ, OPT, GR)}
