@@ -54,7 +54,7 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
                      max_outcomes: int = 3000) -> Iterator[Instance]:
     """``count`` instances for ``spec``, cycling through shapes and the schemes it is lossless under."""
     rng = np.random.default_rng(seed)
-    shapes = ("chain",) if spec.chain_only else SHAPES
+    shapes = spec.shapes
     schemes = spec.lossless_under or ("iid",)
     for i in range(count):
         vocab = int(rng.integers(2, 5))

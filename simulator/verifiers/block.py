@@ -36,6 +36,12 @@ def chain_of(tree: DraftTree, verifier: str) -> list[int]:
 def bv(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
     """Block verification, Algorithm 2."""
     nodes = chain_of(tree, "bv")
+    return block_verify(tree, nodes, p, q, rng)
+
+
+def block_verify(tree: DraftTree, nodes: Sequence[int], p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    """Algorithm 2 along ``nodes`` (a root-to-leaf chain of ``tree``); ``p`` may be any draft law of the chain
+    (GBV passes the selected path's law)."""
     gamma = len(nodes) - 1
     weights: list[Number] = [1]  # p_0 .. p_γ
     tau = 0

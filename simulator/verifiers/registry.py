@@ -2,7 +2,8 @@
 
 A verifier is a plain function ``verify(tree, p, q, rng)`` returning ``(node, y)`` — or
 ``(node, y, completion)`` when later tokens must follow a modified target (greedy BV). ``lossless_under``
-lists the drafting schemes under which the rule is lossless (SPEC §10); a control lists none.
+lists the drafting schemes under which the rule is lossless (SPEC §10); a control lists none. ``shapes``
+lists the topologies a rule is defined on; ``float_only`` marks rules that need irrational arithmetic.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import InvalidParameterError
-from . import block, controls
-from .rules import DETERMINISTIC, RRS, RRSW, SPS
+from . import block, controls, matching, multipath, traversal
+from .layer import lv
+from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
 
 Verifier = Callable[..., tuple]
 
 ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
+ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
+IID, WOR = ("iid",), ("without-replacement",)
 
 
 @dataclass(frozen=True)
@@ -29,29 +33,62 @@ class VerifierSpec:
     fn: Verifier
     description: str
     lossless_under: tuple[str, ...]
-    chain_only: bool = False
+    shapes: tuple[str, ...] = ALL_SHAPES
+    float_only: bool = False
+    #: for a control: a tree (parent list) and drafting scheme on which its bug shows
+    demo: tuple[tuple[int, ...], str] | None = None
 
     @property
     def is_control(self) -> bool:
         return not self.lossless_under
 
+    @property
+    def chain_only(self) -> bool:
+        return self.shapes == ("chain",)
+
+    @property
+    def default_shape(self) -> str:
+        """The richest shape the rule is defined on, for tables."""
+        return next(s for s in ("complete", "multi-chain", "chain") if s in self.shapes)
+
 
 _SPECS = [
-    VerifierSpec("tv-sps", tv(SPS), "token verification with SpS along the first child",
-                 ("iid", "without-replacement")),
-    VerifierSpec("tv-rrs", tv(RRS), "token verification with RRS (with replacement)", ("iid",)),
-    VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification with RRS without replacement",
-                 ("without-replacement",)),
-    VerifierSpec("tv-det", tv(DETERMINISTIC), "token verification with deterministic RRS (EAGLE-2)",
-                 ALL_SCHEMES),
-    VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2), chains",
-                 ("iid", "without-replacement"), chain_only=True),
+    VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
+                 IID + WOR),
+    VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID),
+    VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement", WOR),
+    VerifierSpec("tv-det", tv(DETERMINISTIC), "token verification, deterministic RRS (EAGLE-2)", ALL_SCHEMES),
+    VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID),
+    VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID),
+    VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID),
+    VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR),
+    VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID),
+    VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID),
+    VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID),
+    VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID),
+    VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",)),
     VerifierSpec("greedy-bv", block.greedy_bv, "greedy block verification with distribution modification "
-                 "(Alg. 4-6), chains", ("iid", "without-replacement"), chain_only=True),
+                 "(App. C, Alg. 4-6)", IID + WOR, ("chain",)),
+    VerifierSpec("trv", traversal.trv, "Traversal Verification (Alg. 3), duplicate siblings merged", IID + WOR),
+    VerifierSpec("trv-iid", traversal.trv_iid, "Traversal Verification, duplicates apart, draft unchanged", IID),
+    VerifierSpec("gbv", multipath.gbv, "greedy multi-path block verification (K i.i.d. paths)", IID,
+                 ("chain", "multi-chain")),
+    VerifierSpec("dyspec", tv(RRSW, "without-replacement"), "DySpec's verification (Alg. 3 with U(0,1))", WOR),
+    VerifierSpec("match", matching.match, "sample-and-match: one target draw per node", ALL_SCHEMES),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
-                 "CONTROL: greedy BV completed with the unmodified target", (), chain_only=True),
+                 "CONTROL: greedy BV completed with the unmodified target", (), ("chain",)),
     VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", ()),
     VerifierSpec("bug-accept-all", controls.bug_accept_all, "CONTROL: accepts every first-child token", ()),
+    VerifierSpec("bug-trv-insertion-order", traversal.bug_trv_insertion_order,
+                 "CONTROL: TRV visiting leaves in insertion order", (),
+                 demo=((-1, 0, 0, 1), "without-replacement")),
+    VerifierSpec("bug-gbv-clipped", multipath.bug_gbv_clipped,
+                 "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain")),
+    VerifierSpec("bug-match-per-row", matching.bug_match_per_row,
+                 "CONTROL: one target draw per candidate row", ()),
+    VerifierSpec("bug-dyspec-printed", tv(DYSPEC_PRINTED, "without-replacement"),
+                 "CONTROL: DySpec Alg. 3 as printed, c ~ N(0,1) (float only)", (), float_only=True,
+                 demo=((-1, 0, 0, 1, 1, 2, 2), "without-replacement")),
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}
@@ -63,7 +100,7 @@ def load_verifier(name: str) -> tuple[str, Verifier]:
         return name, VERIFIERS[name].fn
     if ":" not in name:
         raise InvalidParameterError("verifier", f"unknown verifier {name!r}: a built-in name "
-                                                f"({', '.join(VERIFIERS)}) or module:function")
+                                                f"(specproof list) or module:function")
     module_name, _, attr = name.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

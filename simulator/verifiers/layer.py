@@ -1,0 +1,95 @@
+"""Layer Verification (layer_verification.txt, Algs. 1–2 / 4, Eqs. 1–2, App. E.2).
+
+Forward node scoring (Alg. 1): ``a_0 = 1``; for each depth ``t``, with ``A_t`` the total score of the
+non-leaf nodes of that depth and ``λ_v = a_v / A_t``, the single-step rule solves the node's transformed
+problem — draft row ``p̃ = (p_v, 0)`` and target row ``q̃ = (A_t q_v, 1 − A_t)`` over ``Σ ∪ {Δ}`` (the dummy
+token Δ is never drafted, App. E.2) — and the children get ``a_w = λ_v · f(X → x_w)/P(X) / #[x_w ∈ X]``;
+the node's outgoing flow is ``flow_v(x) = λ_v Σ_X f(X → x)`` over real tokens, under the drafting scheme's
+tuple law.
+
+Backward sampling (Alg. 2): from depth ``H`` up to 0, one categorical over the nodes of the depth and ⊥ with
+weights ``a_v − Σ_x flow_v(x)`` and ``1 − Σ_v a_v`` (Eq. 1 times its common denominator); on a node, ``y``
+from ``norm(a_v q_v − flow_v)`` (Eq. 2). Assumption 4.2 (``flow_v ≤ a_v q_v``) holds whenever the rule is a
+lossless single-step rule for the tuple law, and is what makes LV lossless (Theorem 4.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from ..numeric import Number, positive_part
+from ..randomness import Randomness
+from ..trees import DraftTree
+from .rules import SingleStepRule
+
+Rows = Sequence[Optional[Sequence[Number]]]
+
+
+@dataclass(frozen=True)
+class NodeScores:
+    """Alg. 1's output: inclusion score ``a_v`` and outgoing flow row ``flow_v`` of every node."""
+
+    scores: tuple[Number, ...]
+    flows: tuple[tuple[Number, ...], ...]
+
+
+def score_nodes(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, law: str) -> NodeScores:
+    """The forward node-scoring stage (Alg. 1)."""
+    n, vocab = len(tree), len(q[0])
+    zero = q[0][0] * 0
+    scores: list[Number] = [zero] * n
+    scores[0] = zero + 1
+    flows: list[tuple[Number, ...]] = [(zero,) * vocab] * n
+    levels: dict[int, list[int]] = {}
+    for v in range(n):
+        levels.setdefault(tree.depth(v), []).append(v)
+    for depth in sorted(levels):
+        inner = [v for v in levels[depth] if tree.children(v)]
+        mass = sum((scores[v] for v in inner), zero)  # A_t
+        if mass == 0:
+            continue
+        for v in inner:
+            if scores[v] == 0:
+                continue
+            lam = scores[v] / mass
+            p_ext = tuple(p[v]) + (zero,)
+            q_ext = tuple(mass * x for x in q[v]) + (1 - mass,)
+            kids = rule.used(tree.children(v))
+            cands = tuple(tree.tokens[c] for c in kids)
+            accept = rule.token_acceptance(cands, p_ext, q_ext, law)
+            for c, x in zip(kids, cands):
+                scores[c] = lam * accept.get(x, zero) / cands.count(x)
+            out = rule.outflow(p_ext, q_ext, len(kids), law)
+            flows[v] = tuple(lam * f for f in out[:vocab])
+    return NodeScores(tuple(scores), tuple(flows))
+
+
+def layer_verify(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
+                 law: str = "iid") -> tuple[int, int]:
+    """Layer Verification: forward scoring, then the backward sampling stage (Alg. 2)."""
+    scored = score_nodes(rule, tree, p, q, law)
+    zero = q[0][0] * 0
+    levels: dict[int, list[int]] = {}
+    for v in range(len(tree)):
+        levels.setdefault(tree.depth(v), []).append(v)
+    for depth in sorted(levels, reverse=True):
+        nodes = levels[depth]
+        # (floats: positive parts absorb rounding; exactly, Assumption 4.2 makes every weight ≥ 0)
+        weights = [max(scored.scores[v] - sum(scored.flows[v], zero), zero) for v in nodes]
+        weights.append(max(1 - sum((scored.scores[v] for v in nodes), zero), zero))
+        choice = rng.categorical(weights)
+        if choice < len(nodes):
+            v = nodes[choice]
+            res = positive_part(scored.scores[v] * qx - fx for qx, fx in zip(q[v], scored.flows[v]))
+            return v, rng.categorical(res)
+    raise AssertionError("the root is always selected: its ⊥ weight is 1 − a_0 = 0")  # pragma: no cover
+
+
+def lv(rule: SingleStepRule, law: str = "iid"):
+    """The LV lift of ``rule`` as a verifier function."""
+    def verify(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+        return layer_verify(rule, tree, p, q, rng, law)
+    verify.__name__ = f"lv_{rule.name}"
+    verify.__doc__ = f"Layer Verification lifting the single-step rule {rule.name!r} ({law} tuple law)."
+    return verify

@@ -1,0 +1,42 @@
+"""Sample-and-match for deterministic drafts (SPEC §5; ADED's greedy mode, REST, EAGLE top-k point masses).
+
+At each node one token ``y ~ q_v`` is drawn; if a child holds ``y`` verification moves there, else ``y`` is
+emitted. The output is then exactly a target sample, whatever the draft — lossless under every scheme.
+``bug-match-per-row`` draws one independent target token per candidate row instead, accepting a row whose
+own draw matches (the last draw is emitted when none does): lossy.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..numeric import Number
+from ..randomness import Randomness
+from ..trees import DraftTree
+
+Rows = Sequence[Optional[Sequence[Number]]]
+
+
+def match(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    v = 0
+    while True:
+        y = rng.categorical(q[v])
+        nxt = next((c for c in tree.children(v) if tree.tokens[c] == y), None)
+        if nxt is None:
+            return v, y
+        v = nxt
+
+
+def bug_match_per_row(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    v = 0
+    while True:
+        kids = tree.children(v)
+        if not kids:
+            return v, rng.categorical(q[v])
+        for c in kids:
+            y = rng.categorical(q[v])
+            if tree.tokens[c] == y:
+                v = c
+                break
+        else:
+            return v, y

@@ -1,0 +1,98 @@
+"""Greedy multi-path block verification (GBV; Thomas & Pal 2026, as specified in SPEC §5) for multi-chain
+drafts of ``K`` i.i.d. paths.
+
+At each prefix ``c`` tokens are ranked by the unclipped ratio ``r_c(x) = q(x|c)/p(x|c)`` (higher first; ties by
+smaller token id; ``p = 0`` ranks first), which orders whole paths lexicographically; the maximum of the ``K``
+drafted paths is selected. Its law: with ``F_c(x)`` the draft mass ranked below ``x``, ``A(root) = 0``,
+``X(root) = 1``, ``A(cx) = A(c) + X(c) F_c(x)``, ``X(cx) = X(c) p(x|c)``, the selected path's next-token law is
+``p̃(x|c) = [(A + X F_c(x) + X p(x|c))^K − (A + X F_c(x))^K] / [(A + X)^K − A^K]``. Block verification then
+runs on the selected path with ``p̃`` in place of ``p``.
+
+``bug-gbv-clipped`` selects by the clipped ratio ``min(1, q/p)`` but keeps the unclipped law — the tie-break
+mismatch between selection and its probability law of SPEC §6.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence
+
+from ..errors import UnsupportedDraftError
+from ..numeric import Number
+from ..randomness import Randomness
+from ..trees import DraftTree
+from .block import block_verify
+
+Rows = Sequence[Optional[Sequence[Number]]]
+Ranker = Callable[[Number, Number], Number]
+
+
+def _unclipped(qx: Number, px: Number) -> Number:
+    return math.inf if px == 0 else qx / px
+
+
+def _clipped(qx: Number, px: Number) -> Number:
+    return 1 if px == 0 or qx >= px else qx / px
+
+
+def ranking(p: Sequence[Number], q: Sequence[Number], score: Ranker = _unclipped) -> list[int]:
+    """Tokens from best to worst: by ``score(q, p)`` descending, ties by token id."""
+    return sorted(range(len(p)), key=lambda x: (-score(q[x], p[x]), x))
+
+
+def _chains(tree: DraftTree) -> list[list[int]]:
+    chains = []
+    for first in tree.children(0):
+        nodes = [0, first]
+        while tree.children(nodes[-1]):
+            kids = tree.children(nodes[-1])
+            if len(kids) != 1:
+                raise UnsupportedDraftError("tree", "gbv verifies multi-chain drafts (one child below the root)")
+            nodes.append(kids[0])
+        chains.append(nodes)
+    return chains
+
+
+def selected_law(tree: DraftTree, path: Sequence[int], p: Rows, q: Rows, k: int) -> list[tuple[Number, ...] | None]:
+    """``p̃`` along ``path`` (the law of the lexicographic maximum of ``k`` i.i.d. paths), per node."""
+    zero = q[0][0] * 0
+    below, mass = zero, zero + 1  # A(c), X(c)
+    out: list[tuple[Number, ...] | None] = [None] * len(tree)
+    for v, child in zip(path, path[1:]):
+        order = ranking(p[v], q[v])
+        lower, running = {}, zero
+        for x in reversed(order):
+            lower[x] = running
+            running += p[v][x]
+        norm = (below + mass) ** k - below**k
+        out[v] = tuple(((below + mass * lower[x] + mass * p[v][x]) ** k - (below + mass * lower[x]) ** k) / norm
+                       for x in range(len(p[v])))
+        x = tree.tokens[child]
+        below, mass = below + mass * lower[x], mass * p[v][x]
+    return out
+
+
+def greedy_multipath_verify(tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
+                            select_by: Ranker = _unclipped) -> tuple[int, int]:
+    chains = _chains(tree)
+    if not chains:  # depth 0: nothing to verify
+        return 0, rng.categorical(q[0])
+    depth = len(chains[0])
+    if any(len(c) != depth for c in chains):
+        raise UnsupportedDraftError("tree", "gbv needs chains of equal depth")
+
+    def key(chain: list[int]) -> list[int]:
+        return [ranking(p[v], q[v], select_by).index(tree.tokens[c]) for v, c in zip(chain, chain[1:])]
+
+    best = min(chains, key=key)  # first chain among equal paths
+    return block_verify(tree, best, selected_law(tree, best, p, q, len(chains)), q, rng)
+
+
+def gbv(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    """GBV: select the lexicographic maximum path by the unclipped ratio, then BV with its law."""
+    return greedy_multipath_verify(tree, p, q, rng)
+
+
+def bug_gbv_clipped(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    """CONTROL: selection by the clipped ratio with the law of the unclipped order."""
+    return greedy_multipath_verify(tree, p, q, rng, select_by=_clipped)
