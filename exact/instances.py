@@ -55,7 +55,7 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
     """``count`` instances for ``spec``, cycling through shapes and the schemes it is lossless under."""
     rng = np.random.default_rng(seed)
     shapes = spec.shapes
-    schemes = spec.lossless_under or ("iid",)
+    schemes = spec.lossless_under or ((spec.demo[1],) if spec.demo else ("iid",))
     for i in range(count):
         vocab = int(rng.integers(2, 5))
         nodes = max_nodes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache, wraps
 from typing import Iterable, Literal, Sequence, Union
 
 from .errors import InvalidDistributionError, InvalidParameterError
@@ -119,3 +120,24 @@ def to_json_number(value: Number, arithmetic: str) -> object:
         v = Fraction(value)
         return f"{v.numerator}/{v.denominator}"
     return float(value)
+
+
+def row_cache(maxsize: int):
+    """``functools.lru_cache`` for functions of probability rows that keeps arithmetics apart.
+
+    ``Fraction(1, 2) == 0.5`` with equal hashes, so a plain cache would hand a float result to an exact
+    caller (or the reverse); the key here also records whether the first row argument is exact.
+    """
+    def decorate(fn):
+        @lru_cache(maxsize=maxsize)
+        def cached(exact: bool, *args):
+            return fn(*args)
+
+        @wraps(fn)
+        def wrapper(*args):
+            row = next((a for a in args if isinstance(a, tuple) and a), ())
+            return cached(bool(row) and isinstance(row[0], Fraction), *args)
+
+        wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        return wrapper
+    return decorate

@@ -27,7 +27,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache, reduce
+from functools import reduce
 from typing import Sequence
 
 import networkx as nx
@@ -35,7 +35,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from ..errors import InvalidParameterError
-from ..numeric import Number, normalise, positive_part, total
+from ..numeric import Number, row_cache, normalise, positive_part, total
 
 Row = tuple[Number, ...]
 Tuple_ = tuple[int, ...]
@@ -48,7 +48,7 @@ def _zero(row: Row) -> Number:
     return row[0] * 0
 
 
-@lru_cache(maxsize=4096)
+@row_cache(4096)
 def tuple_law(p: Row, k: int, law: str) -> dict[Tuple_, Number]:
     """``P(X)`` for every candidate tuple of positive probability. Without replacement, a node whose draft
     supports fewer than ``k`` tokens gets that many candidates (the short-support rule of SPEC §3)."""
@@ -129,7 +129,7 @@ def _lcm(values: Sequence[int]) -> int:
     return reduce(lambda a, b: a * b // math.gcd(a, b), values, 1)
 
 
-@lru_cache(maxsize=2048)
+@row_cache(2048)
 def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     """An exact maximum flow of the tuple → token network (networkx preflow-push on integer capacities)."""
     exact = isinstance(p[0], Fraction)
@@ -152,7 +152,7 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     return _solution(flows, q)
 
 
-@lru_cache(maxsize=2048)
+@row_cache(2048)
 def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     """The GR reconstruction described in the module docstring."""
     exact = isinstance(p[0], Fraction)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..numeric import Number, positive_part
+from ..numeric import Number, residual
 from ..randomness import Randomness
 from ..trees import DraftTree
 from .rules import SingleStepRule
@@ -75,13 +75,17 @@ def layer_verify(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, rng: R
         levels.setdefault(tree.depth(v), []).append(v)
     for depth in sorted(levels, reverse=True):
         nodes = levels[depth]
-        # (floats: positive parts absorb rounding; exactly, Assumption 4.2 makes every weight ≥ 0)
+        # Exactly, Assumption 4.2 makes every weight ≥ 0 and a depth is reached only if its weights have
+        # mass. In float64 rounding can leave −1e-17s (clipped to 0) and reach a depth whose weights all
+        # vanish — a branch of rounding-level probability — which then passes on up to the root.
         weights = [max(scored.scores[v] - sum(scored.flows[v], zero), zero) for v in nodes]
         weights.append(max(1 - sum((scored.scores[v] for v in nodes), zero), zero))
-        choice = rng.categorical(weights)
+        if sum(weights, zero) == 0 and depth > 0:
+            continue
+        choice = rng.categorical(weights) if depth > 0 or sum(weights, zero) > 0 else 0
         if choice < len(nodes):
             v = nodes[choice]
-            res = positive_part(scored.scores[v] * qx - fx for qx, fx in zip(q[v], scored.flows[v]))
+            res = residual(q[v], scored.flows[v], scale=scored.scores[v])  # Eq. 2
             return v, rng.categorical(res)
     raise AssertionError("the root is always selected: its ⊥ weight is 1 − a_0 = 0")  # pragma: no cover
 

@@ -80,7 +80,7 @@ _SPECS = [
     VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", ()),
     VerifierSpec("bug-accept-all", controls.bug_accept_all, "CONTROL: accepts every first-child token", ()),
     VerifierSpec("bug-trv-insertion-order", traversal.bug_trv_insertion_order,
-                 "CONTROL: TRV visiting leaves in insertion order", (),
+                 "CONTROL: TRV visiting leaves in insertion order", (), ("explicit",),
                  demo=((-1, 0, 0, 1), "without-replacement")),
     VerifierSpec("bug-gbv-clipped", multipath.bug_gbv_clipped,
                  "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain")),

@@ -10,10 +10,9 @@ computed from the same plan or flow, so each rule is written once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
-from ..numeric import Number
+from ..numeric import Number, row_cache
 from ..randomness import Randomness
 from . import flows as fl
 from . import single_step as ss
@@ -63,7 +62,7 @@ class SingleStepRule:
         return _outflow(self, tuple(p), tuple(q), min(k, self.max_candidates or k), law)
 
 
-@lru_cache(maxsize=8192)
+@row_cache(8192)
 def _outflow(rule: SingleStepRule, p: Row, q: Row, k: int, law: str) -> Row:
     if rule.solver is not None:
         return rule.solver(p, q, k, law).outflow

@@ -25,10 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
-from ..numeric import Number, normalise, positive_part, ratio, residual, total
+from ..numeric import Number, row_cache, normalise, positive_part, ratio, residual, total
 from ..randomness import Randomness
 
 StepResult = tuple[Optional[int], Optional[tuple[Number, ...]]]
@@ -119,7 +118,7 @@ def _beta(p: Row, q: Row, rho: Number) -> Number:
     return total([min(px, qx / rho) for px, qx in zip(p, q)])
 
 
-@lru_cache(maxsize=4096)
+@row_cache(4096)
 def kseq_rho(p: Row, q: Row, k: int) -> Number:
     """``ρ*``: the upper end of a bisection for ``p_acc(ρ) = ρβ(ρ)`` on ``[1, k]`` (60 halvings).
 
