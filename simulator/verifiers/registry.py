@@ -49,7 +49,7 @@ class VerifierSpec:
     @property
     def default_shape(self) -> str:
         """The richest shape the rule is defined on, for tables."""
-        return next(s for s in ("complete", "multi-chain", "chain") if s in self.shapes)
+        return next((s for s in ("complete", "multi-chain", "chain") if s in self.shapes), self.shapes[0])
 
 
 _SPECS = [
