@@ -51,9 +51,10 @@ def test_negative_control_is_flagged_with_a_counterexample(name):
     # The synthetic default instance (V=3, depth 2, branching 2; a control's demonstration tree where it
     # has one) flags every control.
     spec = VERIFIERS[name]
-    topology, drafting = make_topology(spec.default_shape, 2, 2), "iid"
     if spec.demo is not None:
         topology, drafting = make_topology("explicit", parents=spec.demo[0]), spec.demo[1]
+    else:
+        topology, drafting = make_topology(spec.default_shape, 2, 2), "iid"
     cert = certify(SyntheticModel(vocab=3, seed=0), topology, drafting, name, arithmetic_of(name))
     assert not cert.lossless and cert.tvd > 0
     ce = cert.counterexample
