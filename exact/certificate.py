@@ -54,12 +54,16 @@ def _round_outcomes(view: ModelView, topology: Topology, drafting: str, fn: Veri
 
 
 def fixed_tree_law(tree: DraftTree, p: Sequence, q: Sequence, verifier: str | Verifier, vocab: int,
-                   arithmetic: str = "fraction") -> OutputLaw:
-    """The exact law of a verifier on one given tree (only the verifier's own choices are random)."""
+                   arithmetic: str = "fraction", view: ModelView | None = None,
+                   height: int | None = None) -> OutputLaw:
+    """The exact law of a verifier on one given tree (only the verifier's own choices are random).
+
+    With a model ``view`` (whose rows must be the tree's) the law can be completed to ``height + 1`` tokens.
+    """
     exact = check_arithmetic(arithmetic) == "fraction"
     _, fn = _resolve(verifier)
     outcomes = enumerate_outcomes(lambda rng: decide(tree, p, q, fn, rng, vocab), exact)
-    return _checked(OutputLaw(outcomes, tree.height, None, exact))
+    return _checked(OutputLaw(outcomes, tree.height if height is None else height, view, exact))
 
 
 def _checked(law: OutputLaw) -> OutputLaw:

@@ -33,13 +33,14 @@ def certification_table(model: ModelPair, depth: int = 2, branching: int = 2, ar
                         topology: str = "complete") -> list[TableRow]:
     rows = []
     for spec in VERIFIERS.values():
-        name = topology if topology in spec.shapes else spec.default_shape
-        shape = make_topology(name, depth, branching)
-        label = f"chain(H={depth})" if name == "chain" else f"{name}(b={branching}, H={depth})"
-        schemes = spec.lossless_under or ("iid",)
         if spec.demo is not None:
             shape = make_topology("explicit", parents=spec.demo[0])
             label, schemes = f"explicit {list(spec.demo[0])}", (spec.demo[1],)
+        else:
+            name = topology if topology in spec.shapes else spec.default_shape
+            shape = make_topology(name, depth, branching)
+            label = f"chain(H={depth})" if name == "chain" else f"{name}(b={branching}, H={depth})"
+            schemes = spec.lossless_under or ("iid",)
         for scheme in schemes:
             cert = certify(model, shape, scheme, spec.name, "float" if spec.float_only else arithmetic)
             rows.append(TableRow(spec.name, label, scheme, not spec.is_control, cert))
