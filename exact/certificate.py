@@ -110,5 +110,6 @@ def certify(model: ModelPair, topology: Topology, drafting: str, verifier: str |
     law = round_law(model, topology, drafting, fn, arithmetic, context)
     tvd, counterexample = law.discrepancies()
     tolerance: Number = Fraction(0) if law.exact else FLOAT_TOLERANCE
-    return Certificate(name, arithmetic, tvd <= tolerance, tvd, tolerance, law.expected_accepted(),
-                       law.profile(), counterexample, law.executions, dict(config or {}))
+    lossless = tvd <= tolerance
+    return Certificate(name, arithmetic, lossless, tvd, tolerance, law.expected_accepted(), law.profile(),
+                       None if lossless else counterexample, law.executions, dict(config or {}))

@@ -39,7 +39,8 @@ def _random_parents(rng: np.random.Generator, draft_nodes: int) -> list[int]:
     return check_parents(parents)  # type: ignore[return-value]
 
 
-def _random_shape(rng: np.random.Generator, shape: str, max_nodes: int) -> Topology:
+def random_shape(rng: np.random.Generator, shape: str, max_nodes: int) -> Topology:
+    """A random tree of the named shape with 1..``max_nodes`` draft nodes (explicit: a random BFS tree)."""
     for _ in range(100):
         if shape == "explicit":
             topo = make_topology("explicit", parents=_random_parents(rng, int(rng.integers(1, max_nodes + 1))))
@@ -61,6 +62,6 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
         nodes = max_nodes
         while vocab ** nodes > max_outcomes:
             nodes -= 1
-        topology = _random_shape(rng, shapes[i % len(shapes)], nodes)
+        topology = random_shape(rng, shapes[i % len(shapes)], nodes)
         model = RandomRationalModel(vocab=vocab, seed=int(rng.integers(2**31)), zero_prob=0.3)
         yield Instance(model, topology, schemes[(i // len(shapes)) % len(schemes)])

@@ -1,7 +1,7 @@
-"""The ``specproof`` command line: ``list``, ``law``, ``certify`` and ``report``.
+"""The ``specproof`` command line: ``list``, ``law``, ``certify``, ``theorems`` and ``report``.
 
 Exit status: 0 on success (``certify``: lossless), 1 when ``certify`` finds the verifier lossy or
-``report`` finds a verdict that contradicts its expectation, 2 on bad input (a typed error naming the field).
+``report`` or ``theorems`` finds a verdict that contradicts its expectation, 2 on bad input (a typed error naming the field).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import click
 from exact import certify as certify_exact
 from exact import fixed_tree_law
 from exact.table import certification_table, table_markdown
+from exact.theorems import CHECKS, run_checks, theorems_markdown
 
 from .case import load_case
 from .drafting import DRAFTING
@@ -85,6 +86,8 @@ def _model_options(fn):
         click.option("--rho", type=float, default=0.5, show_default=True),
         click.option("--tau-p", type=float, default=1.0, show_default=True),
         click.option("--tau-q", type=float, default=1.0, show_default=True),
+        click.option("--zero-prob", type=float, default=0.25, show_default=True,
+                     help="random-rational: chance that a weight is zeroed"),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -92,11 +95,11 @@ def _model_options(fn):
 
 
 def build_model(model_kind: str, table_path: str | None, vocab: int, seed: int, rho: float, tau_p: float,
-                tau_q: float):
+                tau_q: float, zero_prob: float = 0.25):
     if model_kind == "synthetic":
         return SyntheticModel(vocab, rho, tau_p, tau_q, seed)
     if model_kind == "random-rational":
-        return RandomRationalModel(vocab, seed)
+        return RandomRationalModel(vocab, seed, zero_prob=zero_prob)
     if table_path is None:
         raise SpecproofError("table", "--model table needs --table FILE")
     return TableModel.from_file(table_path)
@@ -121,10 +124,10 @@ def _parse_parents(text: str | None) -> list[int] | None:
 @click.option("--verifier", required=True, help="built-in name (specproof list) or module:function")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
-def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, topology, depth, branching, parents,
+def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, topology, depth, branching, parents,
             drafting, verifier, arithmetic, json_out) -> None:
     """Certify a verifier exactly: TVD of its completed output law to q^(H+1). Exit 0 lossless, 1 lossy."""
-    model = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q)
+    model = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob)
     parent_list = _parse_parents(parents)
     if parent_list is not None:
         topology = "explicit"
@@ -176,6 +179,26 @@ def report(out_dir: str, vocab: int, depth: int, branching: int, seed: int, arit
     click.echo(text)
     click.echo(f"written to {out / 'certification.md'} and {out / 'certification.json'}")
     sys.exit(0 if all(r.as_expected for r in rows) else 1)
+
+
+@main.command()
+@click.option("--scale", type=float, default=1.0, show_default=True,
+              help="multiplies every check's default instance count")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--check", "only", multiple=True, type=click.Choice(list(CHECKS)), help="run only these (repeatable)")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the Markdown report here")
+def theorems(scale: float, seed: int, only: tuple[str, ...], out_path: str | None) -> None:
+    """Check the papers' claims on random exact instances: claim, instances, worst margin, verdict."""
+    if not scale > 0:
+        raise SpecproofError("scale", f"must be positive, got {scale}")
+    checks = run_checks(scale, seed, only or None, progress=lambda name: click.echo(f"checking {name} ...", err=True))
+    argv = ["specproof theorems", f"--scale {scale:g}", f"--seed {seed}", *(f"--check {o}" for o in only)]
+    text = theorems_markdown(checks, " ".join(argv) + (f" --out {out_path}" if out_path else ""))
+    click.echo(text)
+    if out_path:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(out_path).write_text(text)
+    sys.exit(0 if all(c.as_expected for c in checks) else 1)
 
 
 if __name__ == "__main__":  # pragma: no cover

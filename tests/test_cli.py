@@ -152,3 +152,43 @@ def test_user_verifier_defined_outside_the_project(tmp_path):
     assert run(["law", "--case", str(case)], cwd=tmp_path).returncode == 0
     missing = run(["certify", "--verifier", "mypkg.mod:nothing"], cwd=tmp_path)
     assert missing.returncode == 2 and "verifier" in missing.stderr
+
+
+@pytest.mark.parametrize("args,code", [
+    (["--verifier", "trv", "--drafting", "without-replacement"], 0),
+    (["--verifier", "lv-kseq", "--topology", "tapered"], 0),
+    (["--verifier", "gbv", "--topology", "multi-chain"], 0),
+    (["--verifier", "match", "--drafting", "top-k"], 0),
+    (["--verifier", "tv-gr", "--arithmetic", "float"], 0),
+    (["--verifier", "bug-gbv-clipped", "--topology", "multi-chain"], 1),
+    (["--verifier", "bug-trv-insertion-order", "--parents", "-1,0,0,1", "--drafting", "without-replacement"], 1),
+])
+def test_certify_accepts_the_tree_verifiers_by_name(args, code):
+    result = run(["certify", *args])
+    assert result.returncode == code, result.stdout + result.stderr
+
+
+def test_dyspec_printed_needs_float_and_says_so():
+    result = run(["certify", "--verifier", "bug-dyspec-printed", "--drafting", "without-replacement"])
+    assert result.returncode == 2 and "arithmetic" in result.stderr
+    result = run(["certify", "--verifier", "bug-dyspec-printed", "--drafting", "without-replacement",
+                  "--parents", "-1,0,0,1,1,2,2", "--arithmetic", "float"])
+    assert result.returncode == 1 and "counterexample" in result.stdout
+
+
+def test_law_runs_traversal_on_the_papers_tree(tmp_path):
+    # traversal_verification.txt §3.2 (SPEC §8): X1 = a is accepted together with X3 = b w.p. 2/3.
+    p, q = ["6/10", "3/10", "1/10"], ["3/10", "4/10", "3/10"]
+    case = write_case(tmp_path, vocab=3, parents=[-1, 0, 0, 1, 1, 2], tokens=[None, 0, 2, 1, 2, 0],
+                      verifier="trv", p={str(v): p for v in range(3)}, q={str(v): q for v in range(6)})
+    out = json.loads(run(["law", "--case", str(case)]).stdout)
+    assert sum(F(e["prob"]) for e in out["law"] if e["path"] == [0, 1]) == F(2, 3)
+
+
+def test_theorems_prints_and_writes_the_table(tmp_path):
+    out = tmp_path / "t.md"
+    result = run(["theorems", "--scale", "0.05", "--check", "single-step", "--check", "chains", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert "| check | claim |" in text and "OPT = α* exactly" in text and "FAILS" not in text
+    assert run(["theorems", "--scale", "0"]).returncode == 2

@@ -14,9 +14,10 @@ are defined by their flows rather than by a sequential procedure:
   code is not public. Following the structure SPEC §4 records, ``H*`` is the smallest minimiser of ``α*``;
   tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject weight 1),
   tuples with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens
-  (no reject). ``θ`` minimises the convex ``Σ_X P(X) log Z_X(θ) − Σ_y q(y) θ_y`` over ``|θ| ≤ 30``
-  (L-BFGS-B); its gradient is expected flow minus ``q``, so at the optimum inside tokens are saturated and
-  outside tokens are within capacity. Any residual overshoot is clipped (flows into an over-full token are
+  (no reject). ``θ`` minimises the convex ``Σ_X P(X) log Z_X(θ) − Σ_y q(y) θ_y`` over ``|θ| ≤ 30`` with
+  ``θ_y ≤ 0`` for outside tokens (L-BFGS-B); its gradient is expected flow minus ``q``, so at the optimum
+  inside tokens are saturated and outside tokens are within capacity, saturated where ``θ_y < 0`` (without
+  the sign bound the outside part is unbounded below whenever outside capacity exceeds outside mass). Any residual overshoot is clipped (flows into an over-full token are
   scaled down, the excess rejected), so capacities hold exactly and GR is lossless exactly; only its
   acceptance is approximate. Stated tolerance: acceptance ≥ ``α* − 1e-6`` (checked in the tests).
 """
@@ -179,9 +180,10 @@ def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
         grad = (member * weights).T @ (probs / z) - qf
         return value, grad
 
-    result = minimize(objective, np.zeros(vocab), jac=True, method="L-BFGS-B",
-                      bounds=[(-GR_BOUND, GR_BOUND)] * vocab, options={"gtol": 1e-13, "ftol": 1e-15,
-                                                                       "maxiter": 20000})
+    # Outside tokens carry the dual of "flow ≤ q" with no reject option: θ ≤ 0 (0 where unsaturated).
+    bounds = [(-GR_BOUND, GR_BOUND if y in inner else 0.0) for y in range(vocab)]
+    result = minimize(objective, np.zeros(vocab), jac=True, method="L-BFGS-B", bounds=bounds,
+                      options={"gtol": 1e-13, "ftol": 1e-15, "maxiter": 20000})
     conv = Fraction if exact else float
     weights = [conv(float(w)) for w in np.exp(result.x)]
     flows: dict[Tuple_, dict[int, Number]] = {}

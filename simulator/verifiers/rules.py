@@ -39,7 +39,8 @@ class SingleStepRule:
         tokens = list(dict.fromkeys(cands))  # distinct, in order of first appearance
         prob_tuple = fl.tuple_law(tuple(p), len(cands), law)[cands]
         weights = [per.get(x, prob_tuple * 0) for x in tokens]
-        weights.append(prob_tuple - sum(weights, prob_tuple * 0))
+        # Exactly the flows of a tuple sum to at most P(X); in float64 the difference can be −1e-17.
+        weights.append(max(prob_tuple - sum(weights, prob_tuple * 0), prob_tuple * 0))
         choice = rng.categorical(weights)
         if choice == len(tokens):
             return None, solution.residual
