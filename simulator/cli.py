@@ -1,4 +1,4 @@
-"""The ``specproof`` command line: ``list``, ``law``, ``certify``, ``theorems`` and ``report``.
+"""The ``specproof`` command line: ``list``, ``law``, ``certify``, ``mc``, ``theorems`` and ``report``.
 
 Exit status: 0 on success (``certify``: lossless), 1 when ``certify`` finds the verifier lossy or
 ``report`` or ``theorems`` finds a verdict that contradicts its expectation, 2 on bad input (a typed error naming the field).
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import click
+from tqdm import tqdm
 
 from exact import certify as certify_exact
 from exact import fixed_tree_law
@@ -19,11 +20,13 @@ from exact.theorems import CHECKS, run_checks, theorems_markdown
 
 from .case import load_case
 from .drafting import DRAFTING
+from .montecarlo import monte_carlo
 from .errors import SpecproofError
 from .models import RandomRationalModel, SyntheticModel, TableModel
 from .numeric import ARITHMETICS, to_json_number
 from .trees import TOPOLOGIES, make_topology
 from .verifiers import VERIFIERS
+from .verifiers import load_verifier
 
 MODELS = {
     "synthetic": "correlated Gaussian logits (SPEC §2): --vocab --rho --tau-p --tau-q --seed",
@@ -114,24 +117,37 @@ def _parse_parents(text: str | None) -> list[int] | None:
         raise SpecproofError("parents", f"expected comma-separated integers, got {text!r}") from None
 
 
+def _tree_options(fn):
+    options = [
+        click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True),
+        click.option("--depth", type=int, default=2, show_default=True, help="draft depth H"),
+        click.option("--branching", type=int, default=2, show_default=True, help="branching b"),
+        click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)"),
+        click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True),
+        click.option("--verifier", required=True, help="built-in name (specproof list) or module:function"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _build_shape(topology: str, depth: int, branching: int, parents: str | None):
+    parent_list = _parse_parents(parents)
+    if parent_list is not None:
+        topology = "explicit"
+    return topology, make_topology(topology, depth, branching, parent_list)
+
+
 @main.command()
 @_model_options
-@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True)
-@click.option("--depth", type=int, default=2, show_default=True, help="draft depth H")
-@click.option("--branching", type=int, default=2, show_default=True, help="branching b")
-@click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)")
-@click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True)
-@click.option("--verifier", required=True, help="built-in name (specproof list) or module:function")
+@_tree_options
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
 def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, topology, depth, branching, parents,
             drafting, verifier, arithmetic, json_out) -> None:
     """Certify a verifier exactly: TVD of its completed output law to q^(H+1). Exit 0 lossless, 1 lossy."""
     model = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob)
-    parent_list = _parse_parents(parents)
-    if parent_list is not None:
-        topology = "explicit"
-    shape = make_topology(topology, depth, branching, parent_list)
+    topology, shape = _build_shape(topology, depth, branching, parents)
     config = {**model.describe(), "topology": topology, "parents": list(shape.parents), "depth": shape.height,
               "drafting": drafting}
     if topology != "explicit":
@@ -179,6 +195,33 @@ def report(out_dir: str, vocab: int, depth: int, branching: int, seed: int, arit
     click.echo(text)
     click.echo(f"written to {out / 'certification.md'} and {out / 'certification.json'}")
     sys.exit(0 if all(r.as_expected for r in rows) else 1)
+
+
+@main.command()
+@_model_options
+@_tree_options
+@click.option("--seeds", type=int, default=5, show_default=True, help="model seeds 0..K-1 (--seed is ignored)")
+@click.option("--trials", type=int, default=10_000, show_default=True, help="rounds per model seed")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary here")
+def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, topology, depth, branching, parents,
+       drafting, verifier, seeds, trials, json_out) -> None:
+    """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test."""
+    topology, shape = _build_shape(topology, depth, branching, parents)
+    name, fn = load_verifier(verifier)
+    build_model(model_kind, table_path, vocab, 0, rho, tau_p, tau_q, zero_prob)  # validate once, up front
+    with tqdm(total=seeds * trials, unit="trial", disable=None, file=sys.stderr) as bar:
+        summary = monte_carlo(lambda s: build_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q, zero_prob),
+                              shape, drafting, name, fn, seeds, trials, bar.update)
+    click.echo(f"{name} on {topology} {list(shape.parents)}, drafting {drafting}: {seeds} seeds x {trials} trials")
+    click.echo(f"  accepted length {summary.accept_len_mean:.4f} (SE {summary.accept_len_se:.4f})")
+    click.echo(f"  TVD of completed samples to q^(H+1) {summary.tvd:.4f}; direct target samples "
+               f"{summary.baseline_tvd:.4f}")
+    verdict = "REJECTS" if summary.test_rejects else "does not reject"
+    click.echo(f"  chi-square on the first {summary.test_prefix} token(s) ({summary.test_cells} cells), "
+               f"alpha {summary.test_alpha:g} over all seeds: {verdict} the target (min p {summary.test_min_p_value:.3g}); "
+               f"detects any TVD >= {summary.detectable_tvd:.4f} on that law with power 0.9")
+    if json_out:
+        Path(json_out).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
 
 
 @main.command()

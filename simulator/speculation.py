@@ -56,3 +56,12 @@ def speculate(view: ModelView, topology: Topology, drafting: str, verifier: Veri
     draft = draft_tree(topology, view, drafting, rng)
     return decide(draft.tree, draft.p, draft.q, verifier, rng, view.vocab)
 
+
+
+def complete(outcome: RoundOutcome, view: ModelView, height: int, rng: Randomness) -> tuple[int, ...]:
+    """Extend ``path + (y,)`` to ``height + 1`` tokens with the outcome's completion rule, drawing from ``rng``
+    (SPEC §1; the exact engine's :meth:`exact.law.OutputLaw.completed` is the same rule, enumerated)."""
+    block = outcome.path + (outcome.y,)
+    while len(block) < height + 1:
+        block = block + (rng.categorical(outcome.completion.next_row(block, view)),)
+    return block

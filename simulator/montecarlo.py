@@ -1,0 +1,180 @@
+"""The Monte Carlo engine (SPEC §7.2): layer_verification.txt's toy methodology, with real statistics beside it.
+
+For model seed ``s`` (the model pair built with seed ``s``) and trial ``t``, one round is drafted, verified and
+completed to ``H+1`` tokens (with the outcome's completion rule) on the stream ``SeedSequence([s, TRIAL_KEY,
+t])``: a trial's result depends only on ``(s, t)`` and the configuration, never on batch size or order. The
+round is the shared implementation (:func:`simulator.speculation.speculate`) — the reference every faster path
+is tested against.
+
+Per seed the engine reports the mean accepted length, the paper's TVD of the ``N`` completed samples to
+``q^(H+1)`` over all ``V^(H+1)`` cells, the same TVD for ``N`` direct target samples (the paper's baseline), and
+Pearson's chi-square of the completed samples' first ``m`` tokens against the exact target marginal, where
+``m`` is the largest with ``V^m ≤ N/20`` (so cells are well filled; see :mod:`simulator.statistics` for the
+power bound). Across seeds: means, the standard error of the mean accepted length across model seeds (the
+paper's SE), and a Bonferroni combination of the per-seed tests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .errors import InvalidParameterError
+from .models import ModelPair, ModelView
+from .randomness import SamplingRandomness
+from .speculation import complete, speculate
+from .statistics import ChiSquare, chi_square, detectable_tvd
+from .trees import Topology
+from .verifiers.registry import Verifier
+
+TRIAL_KEY = 2**32 - 1  # never a context length, so trial streams and model contexts never share a key
+BASELINE_KEY = 2**32 - 2
+ALPHA = 1e-3  # false-alarm rate of the combined test (Bonferroni over seeds)
+POWER = 0.9  # the power at which the detectable TVD is stated
+
+
+def trial_stream(seed: int, trial: int) -> SamplingRandomness:
+    return SamplingRandomness([seed, TRIAL_KEY, trial])
+
+
+def encode(sequences: np.ndarray, vocab: int) -> np.ndarray:
+    """Row ``z`` of ``sequences`` → ``Σ_i z_i V^(H−i)``: the cell of ``Σ^(H+1)`` it falls in."""
+    weights = vocab ** np.arange(sequences.shape[1] - 1, -1, -1, dtype=np.int64)
+    return sequences.astype(np.int64) @ weights
+
+
+def run_trials(model: ModelPair, topology: Topology, drafting: str, verifier: Verifier, seed: int,
+               trials: Iterable[int], progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Accepted lengths and completed sequences (rows of ``H+1`` tokens) of the given trials."""
+    view = ModelView(model, "float")
+    accepted, sequences = [], []
+    for i, t in enumerate(trials):
+        rng = trial_stream(seed, t)
+        outcome = speculate(view, topology, drafting, verifier, rng)
+        accepted.append(outcome.accepted)
+        sequences.append(complete(outcome, view, topology.height, rng))
+        if progress is not None and (i + 1) % 1000 == 0:
+            progress(1000)
+    if progress is not None:
+        progress(len(accepted) % 1000)
+    return np.array(accepted, dtype=np.int64), np.array(sequences, dtype=np.int64).reshape(len(accepted), -1)
+
+
+def target_table(model: ModelPair, height: int) -> np.ndarray:
+    """``q^(H+1)`` over every cell of ``Σ^(H+1)`` (index as :func:`encode`), built level by level."""
+    view = ModelView(model, "float")
+    vocab = model.vocab
+    if vocab ** (height + 1) > 5 * 10**7:
+        raise InvalidParameterError("depth", f"V^(H+1) = {vocab}^{height + 1} cells is too many for a table")
+    table = np.array(view.q(()), dtype=float)
+    for level in range(1, height + 1):
+        rows = np.empty((vocab**level, vocab))
+        for index in range(vocab**level):
+            context = tuple(int(d) for d in np.unravel_index(index, (vocab,) * level))
+            rows[index] = view.q(context)
+        table = (table[:, None] * rows).reshape(-1)
+    return table
+
+
+def empirical_tvd(codes: np.ndarray, table: np.ndarray) -> float:
+    """``½ Σ_z |N_z/N − q(z)|`` over every cell (unobserved cells contribute ``q(z)``)."""
+    cells, counts = np.unique(codes, return_counts=True)
+    freq = counts / len(codes)
+    return float(0.5 * (np.abs(freq - table[cells]).sum() + 1.0 - table[cells].sum()))
+
+
+def direct_target_codes(table: np.ndarray, seed: int, n: int) -> np.ndarray:
+    """``n`` sequences drawn directly from ``q^(H+1)`` (the paper's baseline sampler)."""
+    uniforms = np.random.default_rng([seed, BASELINE_KEY]).random(n)
+    cumulative = np.cumsum(table)
+    return np.minimum(np.searchsorted(cumulative, uniforms * cumulative[-1], side="right"), len(table) - 1)
+
+
+def tested_prefix(vocab: int, height: int, trials: int) -> int:
+    """``m``: the longest prefix whose ``V^m`` cells hold ``≥ 20`` samples each on average (at least 1)."""
+    m = 1
+    while m < height + 1 and vocab ** (m + 1) * 20 <= trials:
+        m += 1
+    return m
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    trials: int
+    accept_len_mean: float
+    accept_len_se: float  # within this seed: std / sqrt(N)
+    tvd: float
+    baseline_tvd: float
+    test: ChiSquare
+
+
+def run_seed(model: ModelPair, topology: Topology, drafting: str, verifier: Verifier, seed: int, trials: int,
+             progress: Callable[[int], None] | None = None) -> SeedResult:
+    accepted, sequences = run_trials(model, topology, drafting, verifier, seed, range(trials), progress)
+    table = target_table(model, topology.height)
+    codes = encode(sequences, model.vocab)
+    m = tested_prefix(model.vocab, topology.height, trials)
+    tail = model.vocab ** (topology.height + 1 - m)
+    marginal = table.reshape(-1, tail).sum(axis=1)
+    observed = np.bincount(codes // tail, minlength=len(marginal))
+    return SeedResult(seed, trials, float(accepted.mean()), float(accepted.std(ddof=1) / math.sqrt(trials))
+                      if trials > 1 else math.nan, empirical_tvd(codes, table),
+                      empirical_tvd(direct_target_codes(table, seed, trials), table),
+                      chi_square(observed, marginal, ALPHA))
+
+
+@dataclass(frozen=True)
+class MCSummary:
+    """One configuration over ``seeds`` model seeds; the JSON of ``specproof mc``."""
+
+    verifier: str
+    seeds: int
+    trials: int
+    accept_len_mean: float  # mean accepted draft tokens per round (E[τ]), averaged over seeds
+    accept_len_se: float  # standard error across model seeds (within-seed SE when there is one seed)
+    tvd: float  # mean over seeds of the TVD of N completed samples to q^(H+1)
+    baseline_tvd: float  # the same for N direct target samples
+    test_prefix: int  # m: the test compares the first m tokens' law
+    test_cells: int
+    test_alpha: float
+    test_min_p_value: float
+    test_rejects: bool
+    detectable_tvd: float  # on the first-m-token law, at power POWER, per seed
+    per_seed: list[dict]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def summarise(name: str, results: list[SeedResult], vocab: int, height: int) -> MCSummary:
+    means = np.array([r.accept_len_mean for r in results])
+    se = float(means.std(ddof=1) / math.sqrt(len(means))) if len(means) > 1 else results[0].accept_len_se
+    trials = results[0].trials
+    alpha = ALPHA / len(results)
+    m = tested_prefix(vocab, height, trials)
+    cells = max(r.test.cells for r in results)
+    return MCSummary(
+        name, len(results), trials, float(means.mean()), se,
+        float(np.mean([r.tvd for r in results])), float(np.mean([r.baseline_tvd for r in results])),
+        m, cells, ALPHA, float(min(r.test.p_value for r in results)),
+        any(r.test.impossible > 0 or r.test.p_value < alpha for r in results),
+        detectable_tvd(trials, cells, alpha, POWER),
+        [{"seed": r.seed, "accept_len_mean": r.accept_len_mean, "accept_len_se": r.accept_len_se, "tvd": r.tvd,
+          "baseline_tvd": r.baseline_tvd, "test_p_value": r.test.p_value} for r in results])
+
+
+def monte_carlo(model_for_seed: Callable[[int], ModelPair], topology: Topology, drafting: str, name: str,
+                verifier: Verifier, seeds: int, trials: int,
+                progress: Callable[[int], None] | None = None) -> MCSummary:
+    """Run ``trials`` rounds for each model seed ``0..seeds−1`` and summarise."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise InvalidParameterError("seeds", f"must be an integer ≥ 1, got {seeds!r}")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
+        raise InvalidParameterError("trials", f"must be an integer ≥ 2, got {trials!r}")
+    results = [run_seed(model_for_seed(s), topology, drafting, verifier, s, trials, progress) for s in range(seeds)]
+    model = model_for_seed(0)
+    return summarise(name, results, model.vocab, topology.height)
