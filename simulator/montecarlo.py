@@ -1,10 +1,11 @@
 """The Monte Carlo engine (SPEC §7.2): layer_verification.txt's toy methodology, with real statistics beside it.
 
 For model seed ``s`` (the model pair built with seed ``s``) and trial ``t``, one round is drafted, verified and
-completed to ``H+1`` tokens (with the outcome's completion rule) on the stream ``SeedSequence([s, TRIAL_KEY,
-t])``: a trial's result depends only on ``(s, t)`` and the configuration, never on batch size or order. The
-round is the shared implementation (:func:`simulator.speculation.speculate`) — the reference every faster path
-is tested against.
+completed to ``H+1`` tokens (with the outcome's completion rule) on trial ``t``'s counter stream under seed
+``s`` (:class:`simulator.randomness.CounterRandomness`): a trial's result depends only on ``(s, t)`` and the
+configuration, never on batch size or order. The reference path runs the shared implementation
+(:func:`simulator.speculation.speculate`) trial by trial; where :mod:`simulator.batched` has a path for the
+verifier it is used instead — it returns the same numbers for every trial, which the tests check.
 
 Per seed the engine reports the mean accepted length, the paper's TVD of the ``N`` completed samples to
 ``q^(H+1)`` over all ``V^(H+1)`` cells, the same TVD for ``N`` direct target samples (the paper's baseline), and
@@ -24,20 +25,19 @@ import numpy as np
 
 from .errors import InvalidParameterError
 from .models import ModelPair, ModelView
-from .randomness import SamplingRandomness
+from .batched import ContextRows, batched_rounds, has_batched_path
+from .randomness import CounterRandomness
 from .speculation import complete, speculate
 from .statistics import ChiSquare, chi_square, detectable_tvd
 from .trees import Topology
 from .verifiers.registry import Verifier
 
-TRIAL_KEY = 2**32 - 1  # never a context length, so trial streams and model contexts never share a key
-BASELINE_KEY = 2**32 - 2
+BASELINE_KEY = 2**32 - 2  # the baseline sampler's stream: default_rng([seed, BASELINE_KEY])
+BATCH = 20_000  # trials per batched call (memory: about 2n + 2H uniforms per trial)
 ALPHA = 1e-3  # false-alarm rate of the combined test (Bonferroni over seeds)
 POWER = 0.9  # the power at which the detectable TVD is stated
 
 
-def trial_stream(seed: int, trial: int) -> SamplingRandomness:
-    return SamplingRandomness([seed, TRIAL_KEY, trial])
 
 
 def encode(sequences: np.ndarray, vocab: int) -> np.ndarray:
@@ -52,7 +52,7 @@ def run_trials(model: ModelPair, topology: Topology, drafting: str, verifier: Ve
     view = ModelView(model, "float")
     accepted, sequences = [], []
     for i, t in enumerate(trials):
-        rng = trial_stream(seed, t)
+        rng = CounterRandomness(seed, t)
         outcome = speculate(view, topology, drafting, verifier, rng)
         accepted.append(outcome.accepted)
         sequences.append(complete(outcome, view, topology.height, rng))
@@ -112,11 +112,22 @@ class SeedResult:
     test: ChiSquare
 
 
-def run_seed(model: ModelPair, topology: Topology, drafting: str, verifier: Verifier, seed: int, trials: int,
-             progress: Callable[[int], None] | None = None) -> SeedResult:
-    accepted, sequences = run_trials(model, topology, drafting, verifier, seed, range(trials), progress)
+def run_seed(model: ModelPair, topology: Topology, drafting: str, name: str, verifier: Verifier, seed: int,
+             trials: int, progress: Callable[[int], None] | None = None) -> SeedResult:
+    if has_batched_path(name, drafting, model.vocab):
+        rows = ContextRows(model, topology.height)
+        parts = []
+        for start in range(0, trials, BATCH):
+            parts.append(batched_rounds(model, topology, drafting, name, seed,
+                                        np.arange(start, min(start + BATCH, trials)), rows))
+            if progress is not None:
+                progress(len(parts[-1][0]))
+        accepted = np.concatenate([a for a, _ in parts])
+        codes = np.concatenate([c for _, c in parts])
+    else:
+        accepted, sequences = run_trials(model, topology, drafting, verifier, seed, range(trials), progress)
+        codes = encode(sequences, model.vocab)
     table = target_table(model, topology.height)
-    codes = encode(sequences, model.vocab)
     m = tested_prefix(model.vocab, topology.height, trials)
     tail = model.vocab ** (topology.height + 1 - m)
     marginal = table.reshape(-1, tail).sum(axis=1)
@@ -175,6 +186,7 @@ def monte_carlo(model_for_seed: Callable[[int], ModelPair], topology: Topology, 
         raise InvalidParameterError("seeds", f"must be an integer ≥ 1, got {seeds!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
         raise InvalidParameterError("trials", f"must be an integer ≥ 2, got {trials!r}")
-    results = [run_seed(model_for_seed(s), topology, drafting, verifier, s, trials, progress) for s in range(seeds)]
+    results = [run_seed(model_for_seed(s), topology, drafting, name, verifier, s, trials, progress)
+               for s in range(seeds)]
     model = model_for_seed(0)
     return summarise(name, results, model.vocab, topology.height)

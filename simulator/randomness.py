@@ -68,9 +68,18 @@ def bernoulli_from_uniform(u: float, prob: Number) -> bool:
     return prob == 1 or u < prob
 
 
+def _sequential_sum(weights: Sequence[Number]) -> Number:
+    """Left to right, one rounding per term (builtin ``sum`` compensates from Python 3.12 on): the batched
+    engines reproduce this order with ``cumsum``."""
+    out: Number = 0
+    for w in weights:
+        out = out + w
+    return out
+
+
 def categorical_from_uniform(u: float, weights: Sequence[Number]) -> int:
     """SPEC §10's categorical: the first index whose running sum exceeds ``u·Σw``."""
-    threshold = u * sum(weights)
+    threshold = u * _sequential_sum(weights)
     running = 0
     last_positive = 0
     for i, w in enumerate(weights):
@@ -108,6 +117,56 @@ class SamplingRandomness(_UniformHandler):
     def _next_uniform(self) -> float:
         if not self._buffer:
             self._buffer = self._generator.random(self._BLOCK).tolist()[::-1]
+        self.consumed += 1
+        return self._buffer.pop()
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+#: uniforms a trial may draw from its counter stream (the index is packed into the low 20 bits)
+MAX_UNIFORMS_PER_TRIAL = 2**20
+
+
+def _splitmix(z: np.ndarray) -> np.ndarray:
+    z = z ^ (z >> np.uint64(30))
+    z = z * _MIX1
+    z = z ^ (z >> np.uint64(27))
+    z = z * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def counter_uniforms(seed: int, trials: np.ndarray, start: int, count: int) -> np.ndarray:
+    """Uniforms ``start..start+count−1`` of each trial's counter stream: ``[len(trials), count]`` in ``[0, 1)``.
+
+    Uniform ``i`` of trial ``t`` under ``seed`` is a SplitMix64 hash of ``(seed, t, i)`` — a pure function, so
+    any batch of trials, in any order or size, sees the same numbers, and generating them costs a few
+    vectorised integer operations (no per-trial generator). 53 random bits per uniform.
+    """
+    if start < 0 or start + count > MAX_UNIFORMS_PER_TRIAL:
+        raise RandomnessError("uniforms", f"a trial may draw at most {MAX_UNIFORMS_PER_TRIAL} uniforms")
+    with np.errstate(over="ignore"):
+        key = _splitmix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + _GOLDEN)
+        t = np.asarray(trials, dtype=np.uint64)[:, None]
+        i = np.arange(start, start + count, dtype=np.uint64)[None, :]
+        z = _splitmix(_splitmix((t << np.uint64(20)) | i) + key)
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+class CounterRandomness(_UniformHandler):
+    """Trial ``trial``'s counter stream under ``seed`` (:func:`counter_uniforms`), read in blocks: the
+    reference path of the Monte Carlo engine, whose batched paths read the same numbers in bulk."""
+
+    _BLOCK = 64
+
+    def __init__(self, seed: int, trial: int) -> None:
+        self.seed, self.trial = seed, trial
+        self._buffer: list[float] = []
+        self.consumed = 0
+
+    def _next_uniform(self) -> float:
+        if not self._buffer:
+            block = counter_uniforms(self.seed, np.array([self.trial]), self.consumed, self._BLOCK)[0]
+            self._buffer = block.tolist()[::-1]
         self.consumed += 1
         return self._buffer.pop()
 

@@ -2,9 +2,8 @@
 
 Statistical test: Pearson's chi-square goodness of fit of the sampled ``(path, y)`` counts against the
 verifier's exact law, at false-alarm rate ALPHA = 1e-4 per test. The sample size is the smallest that gives
-power ≥ 0.99 against every alternative at total-variation distance ≥ 0.01: for any alternative ``a`` with
-``TVD(a, e) = δ``, Cauchy–Schwarz gives ``Σ (a−e)²/e ≥ (Σ|a−e|)² = 4δ²``, so the noncentrality is at least
-``4Nδ²`` and ``ncx2.sf(crit, df, 4Nδ²) ≥ 0.99`` guarantees the power.
+power ≥ 0.99 against every alternative at total-variation distance ≥ 0.01 (the bound of
+:mod:`simulator.statistics`).
 """
 
 from __future__ import annotations
@@ -20,21 +19,13 @@ from simulator.models import ModelView, SyntheticModel
 from simulator.randomness import ReplayRandomness, SamplingRandomness
 from simulator.sampling import sample_rounds
 from simulator.speculation import speculate
+from simulator.statistics import sample_size
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
 ALPHA = 1e-4
 DETECTABLE_TVD = 0.01
 POWER = 0.99
-
-
-def sample_size(cells: int) -> int:
-    df = cells - 1
-    crit = stats.chi2.isf(ALPHA, df)
-    n = 1000
-    while stats.ncx2.sf(crit, df, 4 * n * DETECTABLE_TVD**2) < POWER:
-        n = int(n * 1.02) + 1
-    return n
 
 
 def chi_square_rejects(samples, law: dict) -> bool:
@@ -56,7 +47,7 @@ def test_sampling_mode_matches_exact_law_and_detects_a_control(name, shape, dept
     model = SyntheticModel(vocab=vocab, seed=11)
     topology = make_topology(shape, depth, 2)
     law = {k: v for k, v in round_law(model, topology, drafting, name).law().items() if v > 0}
-    n = sample_size(len(law))
+    n = sample_size(len(law), DETECTABLE_TVD, ALPHA, POWER)
     assert 1e5 < n < 3e5
     samples = list(sample_rounds(model, topology, drafting, VERIFIERS[name].fn, range(n), seed=1))
     assert not chi_square_rejects(samples, law)

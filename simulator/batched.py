@@ -1,0 +1,253 @@
+"""Batched Monte Carlo rounds in numpy: many trials of one configuration at once.
+
+Each batched path reproduces the shared implementation step for step — the same uniforms (each trial's
+counter stream, :func:`simulator.randomness.counter_uniforms`), consumed in the same order, through the same
+float64 operations in the same order (row sums left to right) — so for every trial it returns exactly what
+:func:`simulator.montecarlo.run_trials` returns on the reference path; the tests check this on every
+supported verifier and topology.
+
+Supported: i.i.d. drafting on any topology, token verification lifting SpS, RRS and K-SEQ (``tv-sps``,
+``tv-rrs``, ``tv-kseq``). Everything else runs on the reference path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InvalidParameterError
+from .models import ModelPair, ModelView
+from .randomness import counter_uniforms
+from .trees import Topology
+from .verifiers.single_step import KSEQ_BISECTION_STEPS
+
+BATCHED = ("tv-sps", "tv-rrs", "tv-kseq")
+
+
+def has_batched_path(name: str, drafting: str, vocab: int) -> bool:
+    return name in BATCHED and drafting == "iid" and vocab >= 2
+
+
+class ContextRows:
+    """``p`` and ``q`` rows of every context of length ≤ ``H``, from the model view the reference path uses.
+
+    The context ``c`` of length ``ℓ`` with base-``V`` code ``k`` has id ``(V^ℓ − 1)/(V − 1) + k``; the child of
+    id ``i`` by token ``x`` has id ``i·V + x + 1``.
+    """
+
+    def __init__(self, model: ModelPair, height: int) -> None:
+        view = ModelView(model, "float")
+        vocab = self.vocab = model.vocab
+        self.height = height
+        self.offsets = [sum(vocab**j for j in range(level)) for level in range(height + 2)]
+        self.q = np.empty((self.offsets[height + 1], vocab))
+        self.p = np.empty((self.offsets[height], vocab))
+        for level in range(height + 1):
+            for code in range(vocab**level):
+                context = tuple(int(d) for d in np.unravel_index(code, (vocab,) * level)) if level else ()
+                index = self.offsets[level] + code
+                self.q[index] = view.q(context)
+                if level < height:
+                    self.p[index] = view.p(context)
+        self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def kseq(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """K-SEQ's ``ρ*`` and residual for ``k`` candidates at every non-leaf context (computed once)."""
+        if k not in self._kseq:
+            q = self.q[: len(self.p)]
+            self._kseq[k] = kseq_tables(self.p, q, np.full(len(self.p), k))
+        return self._kseq[k]
+
+
+def _row_sum(rows: np.ndarray) -> np.ndarray:
+    """Left-to-right row sums (:func:`simulator.numeric.total`)."""
+    return np.cumsum(rows, axis=1)[:, -1]
+
+
+def categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """:func:`simulator.randomness.categorical_from_uniform` row by row."""
+    running = np.cumsum(weights, axis=1)
+    hit = (weights > 0) & (running > (u * running[:, -1])[:, None])
+    last_positive = weights.shape[1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
+    return np.where(hit.any(axis=1), np.argmax(hit, axis=1), last_positive)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """:func:`simulator.numeric.ratio`: ``min(1, num/den)``, ``x/0 = 1`` for ``x > 0``, ``0/0 = 0``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = num / den
+    r = np.where(r < 1, r, 1.0)
+    return np.where(den == 0, np.where(num > 0, 1.0, 0.0), r)
+
+
+def _normalised_positive(diff: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """``norm(diff_+)``, or ``fallback`` where the positive part has no mass (:func:`numeric.residual`)."""
+    diff = np.where(diff > 0, diff, 0.0)
+    mass = _row_sum(diff)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        normed = diff / mass[:, None]
+    return np.where((mass > 0)[:, None], normed, fallback)
+
+
+def _kseq_rho(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """:func:`simulator.verifiers.single_step.kseq_rho`, vectorised (same bisection, same float steps)."""
+    def f(rho: np.ndarray) -> np.ndarray:
+        beta = _row_sum(np.minimum(p, q / rho[:, None]))
+        return 1 - (1 - beta) ** k - rho * beta
+
+    lo, hi = np.ones(len(p)), k.astype(float)
+    at_one = (k == 1) | (f(lo) <= 0)
+    for _ in range(KSEQ_BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        low_side = f(mid) <= 0
+        hi = np.where(low_side, mid, hi)
+        lo = np.where(low_side, lo, mid)
+    return np.where(at_one, 1.0, hi)
+
+
+class _Stream:
+    """Each trial's uniforms, read at a per-trial position."""
+
+    def __init__(self, seed: int, trials: np.ndarray, count: int) -> None:
+        self.u = counter_uniforms(seed, trials, 0, count)
+        self.pos = np.zeros(len(trials), dtype=np.int64)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The next uniform of each trial in ``rows`` (indices into the batch)."""
+        out = self.u[rows, self.pos[rows]]
+        self.pos[rows] += 1
+        return out
+
+
+def _kseq_lookup(rows: ContextRows, ctx: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rho = np.empty((len(ctx), 1))
+    residual = np.empty((len(ctx), rows.vocab))
+    for count in np.unique(k):
+        at = k == count
+        table_rho, table_res = rows.kseq(int(count))
+        rho[at], residual[at] = table_rho[ctx[at]], table_res[ctx[at]]
+    return rho, residual
+
+
+def _draft_iid(topology: Topology, rows: ContextRows, stream: _Stream) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens and context ids of every node (``simulator.drafting`` order: children in BFS order)."""
+    batch, n = len(stream.pos), len(topology.parents)
+    everyone = np.arange(batch)
+    tokens = np.zeros((batch, n), dtype=np.int64)
+    ctx = np.zeros((batch, n), dtype=np.int64)
+    for v in range(1, n):
+        par = topology.parents[v]
+        tokens[:, v] = categorical(rows.p[ctx[:, par]], stream.take(everyone))
+        ctx[:, v] = ctx[:, par] * rows.vocab + tokens[:, v] + 1
+    return tokens, ctx
+
+
+def kseq_tables(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """K-SEQ's ``ρ*`` (as a column) and residual ``norm((q − γ min(p, q/ρ*))_+)`` for each row pair."""
+    rho = _kseq_rho(p, q, k)
+    capped = np.minimum(p, q / rho[:, None])
+    beta = _row_sum(capped)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gamma = (1 - (1 - beta) ** k) / beta
+    residual = _normalised_positive(q - gamma[:, None] * capped, q)
+    return rho[:, None], np.where((beta == 0)[:, None], q, residual)
+
+
+def _tv_step(rule: str, cands: np.ndarray, ncand: np.ndarray, p: np.ndarray, q: np.ndarray, stream: _Stream,
+             rows: np.ndarray, kseq: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One single-step rule (SpS, RRS or K-SEQ plan) at the current node of each trial in ``rows``; K-SEQ's
+    ``ρ*`` and residual come precomputed per context (``kseq``).
+
+    Returns the accepted candidate position (−1 for none) and the residual to correct from.
+    """
+    m = len(rows)
+    if rule == "sps":
+        ncand = np.minimum(ncand, 1)
+    accepted = np.full(m, -1)
+    target = q.copy()
+    if rule == "kseq":
+        rho, residual = kseq[0][:, 0], kseq[1]
+    for i in range(cands.shape[1]):
+        live = (accepted < 0) & (i < ncand)
+        if not live.any():
+            break
+        idx = np.flatnonzero(live)
+        x = cands[idx, i]
+        if rule == "kseq":
+            prob = _ratio(q[idx, x], rho[idx] * p[idx, x])
+        else:
+            prob = _ratio(target[idx, x], p[idx, x])
+        u = stream.take(rows[idx])
+        ok = (prob == 1) | (u < prob)
+        accepted[idx[ok]] = i
+        if rule == "rrs":
+            rej = idx[~ok]
+            target[rej] = _normalised_positive(target[rej] - p[rej], target[rej])
+    if rule == "sps":
+        target = _normalised_positive(q - p, q)
+    elif rule == "kseq":
+        target = residual
+    return accepted, target
+
+
+def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
+                   trials: np.ndarray, rows: ContextRows | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``."""
+    if not has_batched_path(name, drafting, model.vocab):
+        raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
+    rule = name.split("-", 1)[1]
+    rows = rows or ContextRows(model, topology.height)
+    vocab, height, n = model.vocab, topology.height, len(topology.parents)
+    batch = len(trials)
+    stream = _Stream(seed, trials, 2 * n + 2 * height + 4)
+    tokens, ctx = _draft_iid(topology, rows, stream)
+    kids = [[w for w in range(n) if topology.parents[w] == v] for v in range(n)]
+    width = max(len(k) for k in kids)
+    kid_table = np.array([k + [0] * (width - len(k)) for k in kids], dtype=np.int64)
+    kid_count = np.array([len(k) for k in kids])
+    depth = np.array([0] + [0] * (n - 1))
+    for v in range(1, n):
+        depth[v] = depth[topology.parents[v]] + 1
+
+    node = np.zeros(batch, dtype=np.int64)
+    final_ctx = np.zeros(batch, dtype=np.int64)  # context id of path + (y,) once decided
+    pending = np.ones(batch, dtype=bool)
+    while pending.any():
+        idx = np.flatnonzero(pending)
+        v = node[idx]
+        c = ctx[idx, v]
+        count = kid_count[v]
+        leaf = count == 0
+        if leaf.any():
+            at = idx[leaf]
+            y = categorical(rows.q[c[leaf]], stream.take(at))
+            final_ctx[at] = c[leaf] * vocab + y + 1
+            pending[at] = False
+        inner = idx[~leaf]
+        if len(inner) == 0:
+            continue
+        vi = v[~leaf]
+        ci = c[~leaf]
+        cand_nodes = kid_table[vi]
+        cands = np.take_along_axis(tokens[inner], cand_nodes, axis=1)
+        per_context = _kseq_lookup(rows, ci, count[~leaf]) if rule == "kseq" else None
+        accepted, residual = _tv_step(rule, cands, count[~leaf], rows.p[ci], rows.q[ci], stream, inner,
+                                      per_context)
+        moved = accepted >= 0
+        node[inner[moved]] = cand_nodes[moved, accepted[moved]]
+        stop = inner[~moved]
+        if len(stop):
+            y = categorical(residual[~moved], stream.take(stop))
+            final_ctx[stop] = ci[~moved] * vocab + y + 1
+            pending[stop] = False
+    accepted_len = depth[node]
+    # Completion with the target up to H+1 tokens; final_ctx is the id of path + (y,), of length τ+1.
+    length = accepted_len + 1
+    ids = final_ctx.copy()
+    for _ in range(height):
+        grow = np.flatnonzero(length < height + 1)
+        if len(grow) == 0:
+            break
+        x = categorical(rows.q[ids[grow]], stream.take(grow))
+        ids[grow] = ids[grow] * vocab + x + 1
+        length[grow] += 1
+    return accepted_len, ids - rows.offsets[height + 1]

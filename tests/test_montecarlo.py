@@ -1,0 +1,136 @@
+"""The Monte Carlo engine: counter streams, batched paths against the reference, means against exact E[τ],
+the statistics it reports, and determinism across batch sizes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from exact import round_law
+from simulator.batched import BATCHED, ContextRows, batched_rounds
+from simulator.errors import InvalidParameterError
+from simulator.models import RandomRationalModel, SyntheticModel
+from simulator.montecarlo import (encode, empirical_tvd, monte_carlo, run_trials, target_table)
+from simulator.randomness import CounterRandomness, counter_uniforms
+from simulator.statistics import chi_square, detectable_tvd, power_lower_bound
+from simulator.trees import make_topology
+from simulator.verifiers import VERIFIERS
+
+from oracles import target_joint
+
+
+def test_counter_streams_are_uniform_independent_and_batch_free():
+    u = counter_uniforms(5, np.arange(20_000), 0, 16)
+    assert stats.kstest(u.ravel(), "uniform").pvalue > 1e-3
+    # Neighbouring indices and neighbouring trials are uncorrelated (|r| < 5 sigma of 1/sqrt(n)).
+    for a, b in ((u[:, 0], u[:, 1]), (u[:-1, 0], u[1:, 0])):
+        assert abs(np.corrcoef(a, b)[0, 1]) < 5 / math.sqrt(len(a))
+    # A trial's numbers do not depend on which other trials share the call, nor on where the read starts.
+    assert np.array_equal(counter_uniforms(5, np.array([17]), 0, 16)[0], u[17])
+    assert np.array_equal(counter_uniforms(5, np.array([17]), 3, 5)[0], u[17, 3:8])
+    rng = CounterRandomness(5, 17)
+    assert [rng.bernoulli(1.0) for _ in range(16)] and rng.consumed == 16
+    assert not np.array_equal(counter_uniforms(6, np.array([17]), 0, 16)[0], u[17])
+
+
+CONFIGS = [(4, "complete", 2, 2), (5, "tapered", 3, 3), (3, "multi-chain", 3, 2), (2, "chain", 4, 1),
+           (6, "explicit", None, None)]
+
+
+@pytest.mark.parametrize("name", BATCHED)
+@pytest.mark.parametrize("vocab,shape,depth,branching", CONFIGS)
+def test_batched_path_returns_the_reference_outcome_of_every_trial(name, vocab, shape, depth, branching):
+    model = SyntheticModel(vocab, rho=0.3, seed=vocab)
+    topology = (make_topology("explicit", parents=[-1, 0, 0, 0, 1, 3, 3, 4]) if shape == "explicit"
+                else make_topology(shape, depth, branching))
+    accepted, sequences = run_trials(model, topology, "iid", VERIFIERS[name].fn, 11, range(1500))
+    batched_accepted, codes = batched_rounds(model, topology, "iid", name, 11, np.arange(1500))
+    assert np.array_equal(batched_accepted, accepted)
+    assert np.array_equal(codes, encode(sequences, vocab))
+
+
+def test_batched_path_does_not_depend_on_batch_size():
+    model, topology = SyntheticModel(5, seed=2), make_topology("complete", 3, 2)
+    rows = ContextRows(model, 3)
+    whole = batched_rounds(model, topology, "iid", "tv-rrs", 4, np.arange(3000), rows)
+    parts = [batched_rounds(model, topology, "iid", "tv-rrs", 4, np.arange(a, b), rows)
+             for a, b in ((0, 7), (7, 1234), (1234, 3000))]
+    assert np.array_equal(whole[0], np.concatenate([p[0] for p in parts]))
+    assert np.array_equal(whole[1], np.concatenate([p[1] for p in parts]))
+
+
+def test_no_batched_path_is_a_typed_error():
+    with pytest.raises(InvalidParameterError) as err:
+        batched_rounds(SyntheticModel(3), make_topology("chain", 2), "iid", "bv", 0, np.arange(3))
+    assert err.value.field == "verifier"
+
+
+def test_target_table_equals_brute_force_joint():
+    model = RandomRationalModel(3, seed=4)
+    table = target_table(model, 2)
+    for seq, prob in target_joint(model, 2).items():
+        assert table[encode(np.array([seq]), 3)[0]] == pytest.approx(float(prob), abs=1e-15)
+    assert table.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_empirical_tvd_by_hand():
+    table = np.array([0.5, 0.25, 0.25, 0.0])
+    # Counts 2, 0, 1, 1 of 4: ½(|.5−.5| + |0−.25| + |.25−.25| + |.25−0|) = 0.25.
+    assert empirical_tvd(np.array([0, 0, 2, 3]), table) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("name,shape", [("tv-rrs", "complete"), ("tv-kseq", "tapered"), ("trv", "complete"),
+                                        ("lv-rrs", "multi-chain"), ("greedy-bv", "chain")])
+def test_monte_carlo_mean_agrees_with_exact_expected_accepted(name, shape):
+    # Vocab 3, depth 2: small enough for the exact engine. |mean − E[τ]| within 4 standard errors.
+    topology = make_topology(shape, 2, 2)
+    drafting = "iid"
+    summary = monte_carlo(lambda s: SyntheticModel(3, seed=s), topology, drafting, name, VERIFIERS[name].fn,
+                          seeds=2, trials=4000)
+    for seed_result in summary.per_seed:
+        exact = float(round_law(SyntheticModel(3, seed=seed_result["seed"]), topology, drafting,
+                                name).expected_accepted())
+        assert abs(seed_result["accept_len_mean"] - exact) < 4 * seed_result["accept_len_se"]
+    assert not summary.test_rejects
+
+
+def test_monte_carlo_test_rejects_a_control_it_has_the_power_for():
+    # bug-accept-all on a depth-1 tree over 4 tokens: exact TVD on the first token far above what the test
+    # detects at power 0.9 with 20,000 samples, so the combined test must reject.
+    topology = make_topology("complete", 1, 2)
+    summary = monte_carlo(lambda s: SyntheticModel(4, seed=s), topology, "iid", "bug-accept-all",
+                          VERIFIERS["bug-accept-all"].fn, seeds=1, trials=20_000)
+    law = round_law(SyntheticModel(4, seed=0), topology, "iid", "bug-accept-all")
+    completed = law.completed()
+    first = [sum(float(v) for s, v in completed.items() if s[0] == x) for x in range(4)]
+    target = SyntheticModel(4, seed=0).q(())
+    gap = 0.5 * sum(abs(a - b) for a, b in zip(first, target))
+    assert gap > summary.detectable_tvd and summary.test_rejects
+
+
+def test_power_bound_and_chi_square_calibration():
+    # The bound at the detectable TVD is the stated power; a larger N detects a smaller TVD.
+    d = detectable_tvd(10_000, 50, 1e-3, 0.9)
+    assert power_lower_bound(10_000, 50, d, 1e-3) == pytest.approx(0.9, abs=1e-6)
+    assert detectable_tvd(40_000, 50, 1e-3, 0.9) == pytest.approx(d / 2, rel=1e-6)  # ∝ 1/sqrt(N)
+    # Under the null the false-alarm rate is about alpha: 400 tests at alpha 0.05 reject 20 ± 4.4·3.
+    rng = np.random.default_rng(0)
+    prob = np.array([0.4, 0.3, 0.2, 0.1])
+    rejects = sum(chi_square(rng.multinomial(500, prob), prob, 0.05).rejects for _ in range(400))
+    assert 20 - 14 <= rejects <= 20 + 14
+
+
+def test_mc_cli_writes_the_summary(tmp_path):
+    from test_cli import run
+    out = tmp_path / "mc.json"
+    result = run(["mc", "--vocab", "4", "--depth", "2", "--verifier", "tv-rrs", "--seeds", "2", "--trials", "2000",
+                  "--json", str(out)])
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    for key in ("accept_len_mean", "accept_len_se", "tvd", "baseline_tvd"):
+        assert math.isfinite(summary[key])
+    assert run(["mc", "--verifier", "tv-rrs", "--seeds", "0"]).returncode == 2
