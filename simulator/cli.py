@@ -21,6 +21,8 @@ from exact.theorems import CHECKS, run_checks, theorems_markdown
 from .case import load_case
 from .drafting import DRAFTING
 from .montecarlo import monte_carlo
+from .study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
+from .study_report import write_study_report
 from .errors import SpecproofError
 from .models import RandomRationalModel, SyntheticModel, TableModel
 from .numeric import ARITHMETICS, to_json_number
@@ -171,30 +173,75 @@ def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, t
     sys.exit(0 if cert.lossless else 1)
 
 
+QUICK_TABLES = (1,)
+QUICK_SEEDS, QUICK_TRIALS = 3, 600
+
+
 @main.command()
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True,
-              help="folder for certification.md and certification.json")
-@click.option("--vocab", type=int, default=3, show_default=True)
-@click.option("--depth", type=int, default=2, show_default=True)
-@click.option("--branching", type=int, default=2, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+              help="folder for the reports (the committed ones are made with --full --out reports)")
+@click.option("--full", is_flag=True, help="the paper's scale: 20 seeds, Table 1 at 1e6 and ablations at 1e5 trials")
+@click.option("--tables", default=None, help="comma-separated paper tables (1,4-15); quick default: 1; --full: all")
+@click.option("--seeds", "study_seeds", type=int, default=None, help="override the model seeds per cell")
+@click.option("--trials", "study_trials", type=int, default=None, help="override the trials per seed")
+@click.option("--jobs", type=int, default=2, show_default=True, help="worker processes for the study")
+@click.option("--store", "store_dir", type=click.Path(file_okay=False), default=None,
+              help="resumable cell store (default OUT/store)")
+@click.option("--vocab", type=int, default=3, show_default=True, help="certification table: vocabulary")
+@click.option("--depth", type=int, default=2, show_default=True, help="certification table: depth")
+@click.option("--branching", type=int, default=2, show_default=True, help="certification table: branching")
+@click.option("--seed", type=int, default=0, show_default=True, help="certification table: model seed")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
-def report(out_dir: str, vocab: int, depth: int, branching: int, seed: int, arithmetic: str) -> None:
-    """The main job: certify every built-in verifier on the synthetic default and write a table."""
+def report(out_dir, full, tables, study_seeds, study_trials, jobs, store_dir, vocab, depth, branching, seed,
+           arithmetic) -> None:
+    """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ok = _certification_report(out, vocab, depth, branching, seed, arithmetic)
+    chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
+    seeds = study_seeds or (PAPER_SEEDS if full else QUICK_SEEDS)
+    trials = {t: study_trials or (PAPER_TRIALS[t] if full else QUICK_TRIALS) for t in chosen}
+    cells = [cell for t in chosen for _, _, cell in paper_cells(t, seeds, trials[t])]
+    store = Store(store_dir or out / "store")
+    unique = list(dict.fromkeys(cells))
+    total = sum(c.seeds * c.trials for c in unique)
+    with tqdm(total=len(unique) * seeds, unit="seed", desc="cells x seeds", disable=None, file=sys.stderr) as bar, \
+            tqdm(total=total, unit="trial", desc="trials", disable=None, file=sys.stderr) as trial_bar:
+        done = sum(1 for c in unique for s in range(c.seeds) if store.load(c, s) is not None)
+        bar.update(done)
+        run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)))
+    command = "specproof report " + ("--full " if full else "") + f"--out {out_dir}"
+    write_study_report(out, chosen, store, seeds, trials, command)
+    click.echo(f"written to {out}/")
+    sys.exit(0 if ok else 1)
+
+
+def _parse_tables(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(","):
+        a, _, b = part.strip().partition("-")
+        try:
+            out.extend(range(int(a), int(b or a) + 1))
+        except ValueError:
+            raise SpecproofError("tables", f"expected numbers like 1,4-6, got {text!r}") from None
+    bad = [t for t in out if t not in PAPER_TRIALS]
+    if bad:
+        raise SpecproofError("tables", f"no toy table {bad[0]}; choose from {sorted(PAPER_TRIALS)}")
+    return tuple(dict.fromkeys(out))
+
+
+def _certification_report(out: Path, vocab: int, depth: int, branching: int, seed: int, arithmetic: str) -> bool:
     model = SyntheticModel(vocab=vocab, seed=seed)
     title = (f"Certification table: synthetic model (V={vocab}, rho=0.5, tau_p=tau_q=1, seed={seed}), "
              f"depth {depth}, branching {branching}, {arithmetic} arithmetic")
     rows = certification_table(model, depth, branching, arithmetic)
     text = table_markdown(rows, title)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "certification.md").write_text(text)
     (out / "certification.json").write_text(json.dumps(
         [{"verifier": r.verifier, "topology": r.topology, "drafting": r.drafting,
           "expected_lossless": r.expected_lossless, **r.certificate.to_json()} for r in rows], indent=1) + "\n")
     click.echo(text)
-    click.echo(f"written to {out / 'certification.md'} and {out / 'certification.json'}")
-    sys.exit(0 if all(r.as_expected for r in rows) else 1)
+    return all(r.as_expected for r in rows)
 
 
 @main.command()

@@ -63,19 +63,17 @@ def run_trials(model: ModelPair, topology: Topology, drafting: str, verifier: Ve
     return np.array(accepted, dtype=np.int64), np.array(sequences, dtype=np.int64).reshape(len(accepted), -1)
 
 
-def target_table(model: ModelPair, height: int) -> np.ndarray:
-    """``q^(H+1)`` over every cell of ``Σ^(H+1)`` (index as :func:`encode`), built level by level."""
-    view = ModelView(model, "float")
+def target_table(model: ModelPair, height: int, rows: ContextRows | None = None) -> np.ndarray:
+    """``q^(H+1)`` over every cell of ``Σ^(H+1)`` (index as :func:`encode`), built level by level from the
+    target rows of every context (``rows``, built here if not given)."""
     vocab = model.vocab
     if vocab ** (height + 1) > 5 * 10**7:
         raise InvalidParameterError("depth", f"V^(H+1) = {vocab}^{height + 1} cells is too many for a table")
-    table = np.array(view.q(()), dtype=float)
-    for level in range(1, height + 1):
-        rows = np.empty((vocab**level, vocab))
-        for index in range(vocab**level):
-            context = tuple(int(d) for d in np.unravel_index(index, (vocab,) * level))
-            rows[index] = view.q(context)
-        table = (table[:, None] * rows).reshape(-1)
+    rows = rows or ContextRows(model, height)
+    table = np.ones(1)
+    for level in range(height + 1):
+        block = rows.q[rows.offsets[level]: rows.offsets[level + 1]]
+        table = (table[:, None] * block).reshape(-1)
     return table
 
 
@@ -114,8 +112,8 @@ class SeedResult:
 
 def run_seed(model: ModelPair, topology: Topology, drafting: str, name: str, verifier: Verifier, seed: int,
              trials: int, progress: Callable[[int], None] | None = None) -> SeedResult:
+    rows = ContextRows(model, topology.height)
     if has_batched_path(name, drafting, model.vocab):
-        rows = ContextRows(model, topology.height)
         parts = []
         for start in range(0, trials, BATCH):
             parts.append(batched_rounds(model, topology, drafting, name, seed,
@@ -127,7 +125,7 @@ def run_seed(model: ModelPair, topology: Topology, drafting: str, name: str, ver
     else:
         accepted, sequences = run_trials(model, topology, drafting, verifier, seed, range(trials), progress)
         codes = encode(sequences, model.vocab)
-    table = target_table(model, topology.height)
+    table = target_table(model, topology.height, rows)
     m = tested_prefix(model.vocab, topology.height, trials)
     tail = model.vocab ** (topology.height + 1 - m)
     marginal = table.reshape(-1, tail).sum(axis=1)

@@ -64,6 +64,11 @@ def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic
                 raise InvalidDistributionError(f"{field}[{i}]", f"not finite: {v!r}")
         if v < 0:
             raise InvalidDistributionError(f"{field}[{i}]", f"negative probability {v!r}")
+    if not exact_input and arithmetic == "float":  # the correctly rounded sum suffices for the check
+        mass = math.fsum(float(v) for v in row)
+        if abs(mass - 1.0) > SUM_TOLERANCE:
+            raise InvalidDistributionError(field, f"sums to {mass!r}, not 1 (tolerance {SUM_TOLERANCE})")
+        return tuple(float(v) for v in row)
     total = sum(Fraction(v) for v in row)
     if exact_input and total != 1:
         raise InvalidDistributionError(field, f"sums to {total}, not 1")

@@ -1,0 +1,161 @@
+"""The layer_verification.txt toy study as a grid of Monte Carlo cells, run through a resumable store.
+
+A :class:`Cell` is one configuration (verifier, tree, synthetic model parameters, model seeds, trials per seed).
+The paper's tables (Table 1 and the ablations of Tables 4–15, transcribed with their source lines in
+``data/layer_verification_toy.json``) map to cells by :func:`paper_cells`; equal configurations in different
+tables share their cell. :class:`Store` keeps one JSON record per (cell, model seed), written atomically when
+that seed finishes, so an interrupted sweep resumes where it stopped and a finished seed is never recomputed;
+records depend only on the cell and the seed, so a resumed sweep gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .models import SyntheticModel
+from .montecarlo import MCSummary, SeedResult, run_seed, summarise
+from .statistics import ChiSquare
+from .trees import make_topology
+from .verifiers import VERIFIERS
+
+#: The paper's base configuration (SPEC §2) and its structures.
+BASE = {"vocab": 15, "depth": 4, "branching": 2, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0}
+STRUCTURES = {"Multi-Chain": "multi-chain", "Tapered-Tree": "tapered", "Complete-Tree": "complete"}
+#: Ablation tables: the structure and the factor each varies (layer_verification.txt App. G).
+ABLATIONS = {
+    4: ("complete", "depth"), 5: ("tapered", "depth"), 6: ("multi-chain", "depth"),
+    7: ("complete", "branching"), 8: ("tapered", "branching"), 9: ("multi-chain", "branching"),
+    10: ("complete", "rho"), 11: ("tapered", "rho"), 12: ("multi-chain", "rho"),
+    13: ("complete", "temperature"), 14: ("tapered", "temperature"), 15: ("multi-chain", "temperature"),
+}
+#: Trials per seed: Table 1 at 10^6; the ablations at 10^5 (what their baseline TVDs imply; see the report).
+PAPER_TRIALS = {1: 10**6, **{t: 10**5 for t in ABLATIONS}}
+PAPER_SEEDS = 20
+
+
+@dataclass(frozen=True)
+class Cell:
+    verifier: str
+    topology: str
+    vocab: int
+    depth: int
+    branching: int
+    rho: float
+    tau_p: float
+    tau_q: float
+    seeds: int
+    trials: int
+
+    def key(self) -> str:
+        """A file-name-safe identifier of everything but the number of seeds (records are per seed)."""
+        return (f"{self.verifier}_{self.topology}_V{self.vocab}_H{self.depth}_b{self.branching}_rho{self.rho:g}"
+                f"_tp{self.tau_p:g}_tq{self.tau_q:g}_N{self.trials}")
+
+    def model(self, seed: int) -> SyntheticModel:
+        return SyntheticModel(self.vocab, self.rho, self.tau_p, self.tau_q, seed)
+
+
+def paper_tables() -> dict:
+    """The transcribed tables: ``{"Table n": {"title", "source_line", "columns", "rows": {method: [...]}}}``."""
+    text = resources.files("simulator").joinpath("data/layer_verification_toy.json").read_text()
+    return json.loads(text)
+
+
+def _column_config(table: int, column: str) -> dict:
+    """The configuration of one column of a paper table (its header, e.g. ``$H = 3$``)."""
+    if table == 1:
+        return {**BASE, "topology": STRUCTURES[column]}
+    structure, factor = ABLATIONS[table]
+    numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", column)]
+    config = {**BASE, "topology": structure}
+    if factor == "temperature":
+        config["tau_p"], config["tau_q"] = numbers
+    elif factor == "rho":
+        config["rho"] = numbers[0]
+    else:
+        config[factor] = int(numbers[0])
+    return config
+
+
+def paper_cells(table: int, seeds: int = PAPER_SEEDS, trials: int | None = None) -> Iterator[tuple[str, int, Cell]]:
+    """``(method, column index, cell)`` for every method row (not the baseline) of a paper table."""
+    spec = paper_tables()[f"Table {table}"]
+    for method, values in spec["rows"].items():
+        if method == "baseline":
+            continue
+        for index, column in enumerate(spec["columns"]):
+            if values[index]["accept_len"] is None:
+                continue
+            config = _column_config(table, column)
+            yield method, index, Cell(method, config["topology"], config["vocab"], config["depth"],
+                                      config["branching"], config["rho"], config["tau_p"], config["tau_q"],
+                                      seeds, trials or PAPER_TRIALS[table])
+
+
+def compute_seed(cell: Cell, seed: int) -> dict:
+    """One model seed of a cell, as a store record (a top-level function so worker processes can run it)."""
+    shape = make_topology(cell.topology, cell.depth, cell.branching)
+    result = run_seed(cell.model(seed), shape, "iid", cell.verifier, VERIFIERS[cell.verifier].fn, seed, cell.trials)
+    return {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result)}
+
+
+def _result_json(result: SeedResult) -> dict:
+    return asdict(result)  # the chi-square test nests as a dict
+
+
+def summarise_cell(cell: Cell, records: list[dict]) -> MCSummary:
+    """The cross-seed summary of a cell's stored records (as ``specproof mc`` prints)."""
+    results = [SeedResult(**{**{k: r[k] for k in SeedResult.__dataclass_fields__ if k != "test"},
+                             "test": ChiSquare(**r["test"])}) for r in records]
+    return summarise(cell.verifier, results, cell.vocab, cell.depth)
+
+
+class Store:
+    """One JSON file per (cell, seed) under ``root/<cell key>/seed-<s>.json``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def path(self, cell: Cell, seed: int) -> Path:
+        return self.root / cell.key() / f"seed-{seed}.json"
+
+    def load(self, cell: Cell, seed: int) -> dict | None:
+        path = self.path(cell, seed)
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def save(self, record: dict, cell: Cell, seed: int) -> None:
+        path = self.path(cell, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        os.replace(tmp, path)  # atomic: a killed sweep never leaves half a record
+
+    def records(self, cell: Cell) -> list[dict]:
+        return [r for r in (self.load(cell, s) for s in range(cell.seeds)) if r is not None]
+
+
+def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
+              progress: Callable[[Cell, int, int], None] | None = None) -> None:
+    """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one."""
+    todo = [(cell, s) for cell in dict.fromkeys(cells) for s in range(cell.seeds) if store.load(cell, s) is None]
+    if jobs <= 1:
+        for cell, s in todo:
+            store.save(compute_seed(cell, s), cell, s)
+            if progress is not None:
+                progress(cell, s, cell.trials)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(compute_seed, cell, s): (cell, s) for cell, s in todo}
+        for future in as_completed(futures):
+            cell, s = futures[future]
+            store.save(future.result(), cell, s)
+            if progress is not None:
+                progress(cell, s, cell.trials)
+
