@@ -111,8 +111,10 @@ class SeedResult:
 
 
 def run_seed(model: ModelPair, topology: Topology, drafting: str, name: str, verifier: Verifier, seed: int,
-             trials: int, progress: Callable[[int], None] | None = None) -> SeedResult:
-    rows = ContextRows(model, topology.height)
+             trials: int, progress: Callable[[int], None] | None = None,
+             rows: ContextRows | None = None) -> SeedResult:
+    """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers."""
+    rows = rows or ContextRows(model, topology.height)
     if has_batched_path(name, drafting, model.vocab):
         parts = []
         for start in range(0, trials, BATCH):

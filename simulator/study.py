@@ -15,10 +15,12 @@ import os
 import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .batched import ContextRows
 from .models import SyntheticModel
 from .montecarlo import MCSummary, SeedResult, run_seed, summarise
 from .statistics import ChiSquare
@@ -99,10 +101,17 @@ def paper_cells(table: int, seeds: int = PAPER_SEEDS, trials: int | None = None)
                                       seeds, trials or PAPER_TRIALS[table])
 
 
+@lru_cache(maxsize=2)
+def _rows(vocab: int, rho: float, tau_p: float, tau_q: float, depth: int, seed: int) -> ContextRows:
+    return ContextRows(SyntheticModel(vocab, rho, tau_p, tau_q, seed), depth)
+
+
 def compute_seed(cell: Cell, seed: int) -> dict:
     """One model seed of a cell, as a store record (a top-level function so worker processes can run it)."""
     shape = make_topology(cell.topology, cell.depth, cell.branching)
-    result = run_seed(cell.model(seed), shape, "iid", cell.verifier, VERIFIERS[cell.verifier].fn, seed, cell.trials)
+    rows = _rows(cell.vocab, cell.rho, cell.tau_p, cell.tau_q, cell.depth, seed)
+    result = run_seed(cell.model(seed), shape, "iid", cell.verifier, VERIFIERS[cell.verifier].fn, seed, cell.trials,
+                      rows=rows)
     return {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result)}
 
 
@@ -145,6 +154,8 @@ def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
               progress: Callable[[Cell, int, int], None] | None = None) -> None:
     """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one."""
     todo = [(cell, s) for cell in dict.fromkeys(cells) for s in range(cell.seeds) if store.load(cell, s) is None]
+    # Same model and seed next to each other, so a worker reuses the model's rows (see _rows).
+    todo.sort(key=lambda item: (item[0].vocab, item[0].rho, item[0].tau_p, item[0].tau_q, item[0].depth, item[1]))
     if jobs <= 1:
         for cell, s in todo:
             store.save(compute_seed(cell, s), cell, s)

@@ -1,0 +1,77 @@
+"""The toy study's plumbing: the paper's tables as cells, the resumable store, the baseline-TVD analysis."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simulator import study
+from simulator.study import Cell, Store, paper_cells, paper_tables, run_cells, summarise_cell
+from simulator.study_report import expected_sample_tvd, tvd_upper_bound
+
+
+def test_paper_tables_map_to_the_configurations_they_name():
+    table1 = list(paper_cells(1))
+    assert len(table1) == 7 * 3 + 1  # seven methods on three structures, GBV on multi-chain only
+    assert {c.topology for _, _, c in table1} == {"multi-chain", "tapered", "complete"}
+    assert all((c.vocab, c.depth, c.branching, c.rho, c.trials, c.seeds) == (15, 4, 2, 0.5, 10**6, 20)
+               for _, _, c in table1)
+    depth = {c.depth for _, _, c in paper_cells(5)}
+    assert depth == {2, 3, 4, 5} and {c.topology for _, _, c in paper_cells(5)} == {"tapered"}
+    temps = {(c.tau_p, c.tau_q) for _, _, c in paper_cells(15)}
+    assert temps == {(0.5, 0.5), (0.75, 0.75), (1.0, 1.0), (1.5, 1.5)}
+    assert {c.rho for _, _, c in paper_cells(10)} == {0.0, 0.25, 0.5}
+    assert all(c.trials == 10**5 for t in range(4, 16) for _, _, c in paper_cells(t))
+    # Spot values transcribed from layer_verification.txt (Table 1 and Table 4).
+    tables = paper_tables()
+    assert tables["Table 1"]["rows"]["lv-gr"][2] == {"accept_len": 3.28, "se": 0.05, "tvd": 0.2567}
+    assert tables["Table 4"]["rows"]["baseline"][2]["tvd"] == 0.6217
+
+
+def _cells():
+    return [Cell(name, "complete", 4, 2, 2, 0.5, 1.0, 1.0, 3, 400) for name in ("tv-rrs", "trv")]
+
+
+def test_interrupted_sweep_resumes_without_recomputing_and_gives_the_same_numbers(tmp_path, monkeypatch):
+    cells = _cells()
+    whole = Store(tmp_path / "whole")
+    run_cells(cells, whole)
+    # An interrupted sweep: some records written, one half-written temporary file left behind.
+    part = Store(tmp_path / "part")
+    run_cells(cells[:1], part)
+    (part.path(cells[1], 0).parent).mkdir(parents=True, exist_ok=True)
+    part.path(cells[1], 0).with_suffix(".tmp123").write_text("{trunc")
+    done_before = {p: p.stat().st_mtime_ns for p in (tmp_path / "part").rglob("seed-*.json")}
+    computed = []
+    original = study.compute_seed
+    monkeypatch.setattr(study, "compute_seed", lambda cell, s: computed.append((cell.verifier, s)) or original(cell, s))
+    run_cells(cells, part)
+    assert computed == [("trv", 0), ("trv", 1), ("trv", 2)]  # finished seeds are never recomputed
+    assert all(p.stat().st_mtime_ns == t for p, t in done_before.items())
+    for cell in cells:
+        assert part.records(cell) == whole.records(cell)
+        assert summarise_cell(cell, part.records(cell)) == summarise_cell(cell, whole.records(cell))
+    assert json.loads(part.path(cells[0], 1).read_text())["seed"] == 1
+
+
+def test_parallel_workers_give_the_same_records(tmp_path):
+    cells = _cells()
+    serial, parallel = Store(tmp_path / "s"), Store(tmp_path / "p")
+    run_cells(cells, serial, jobs=1)
+    run_cells(cells, parallel, jobs=2)
+    assert all(serial.records(c) == parallel.records(c) for c in cells)
+
+
+def test_expected_sample_tvd_against_simulation_and_the_bound():
+    rng = np.random.default_rng(1)
+    table = rng.dirichlet(np.ones(200))
+    n = 500
+    simulated = np.mean([0.5 * np.abs(rng.multinomial(n, table) / n - table).sum() for _ in range(4000)])
+    exact = expected_sample_tvd(table, n)
+    assert exact == pytest.approx(simulated, rel=0.01)
+    assert exact <= tvd_upper_bound(200, n)
+    # The issue's arithmetic: at V = 15, H = 4 no baseline of 10^6 samples can reach the ablations' 0.6217.
+    bound = tvd_upper_bound(15**5, 10**6)
+    assert bound == pytest.approx(0.4357, abs=1e-4) and bound < 0.6217
