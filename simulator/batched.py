@@ -6,11 +6,16 @@ float64 operations in the same order (row sums left to right) — so for every t
 :func:`simulator.montecarlo.run_trials` returns on the reference path; the tests check this on every
 supported verifier and topology.
 
-Supported: i.i.d. drafting on any topology, token verification lifting SpS, RRS and K-SEQ (``tv-sps``,
-``tv-rrs``, ``tv-kseq``). Everything else runs on the reference path.
+Supported: i.i.d. drafting on any topology; token verification and Layer Verification lifting SpS, RRS and
+K-SEQ (``tv-sps``, ``tv-rrs``, ``tv-kseq``, ``lv-sps``, ``lv-rrs``, ``lv-kseq``). Everything else runs on the
+reference path. One computation differs in form: LV's outgoing flow is summed in closed form here (see
+:func:`_outflow`) where the reference sums over every candidate tuple; the two agree to rounding (~1e-16), so a
+decision could differ only if a uniform fell that close to its threshold — never observed in the tests.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,7 +25,7 @@ from .randomness import counter_uniforms
 from .trees import Topology
 from .verifiers.single_step import KSEQ_BISECTION_STEPS
 
-BATCHED = ("tv-sps", "tv-rrs", "tv-kseq")
+BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "lv-sps", "lv-rrs", "lv-kseq")
 
 
 def has_batched_path(name: str, drafting: str, vocab: int) -> bool:
@@ -189,33 +194,43 @@ def _tv_step(rule: str, cands: np.ndarray, ncand: np.ndarray, p: np.ndarray, q: 
     return accepted, target
 
 
-def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
-                   trials: np.ndarray, rows: ContextRows | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``."""
-    if not has_batched_path(name, drafting, model.vocab):
-        raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
-    rule = name.split("-", 1)[1]
-    rows = rows or ContextRows(model, topology.height)
-    vocab, height, n = model.vocab, topology.height, len(topology.parents)
-    batch = len(trials)
-    stream = _Stream(seed, trials, 2 * n + 2 * height + 4)
-    tokens, ctx = _draft_iid(topology, rows, stream)
-    kids = [[w for w in range(n) if topology.parents[w] == v] for v in range(n)]
-    width = max(len(k) for k in kids)
-    kid_table = np.array([k + [0] * (width - len(k)) for k in kids], dtype=np.int64)
-    kid_count = np.array([len(k) for k in kids])
-    depth = np.array([0] + [0] * (n - 1))
-    for v in range(1, n):
-        depth[v] = depth[topology.parents[v]] + 1
+@dataclass(frozen=True)
+class _Shape:
+    """The static structure of a topology, as arrays: children (padded), child counts, depths, levels."""
 
+    kids: list[list[int]]
+    kid_table: np.ndarray
+    kid_count: np.ndarray
+    depth: np.ndarray
+
+    @classmethod
+    def of(cls, topology: Topology) -> "_Shape":
+        n = len(topology.parents)
+        kids = [[w for w in range(n) if topology.parents[w] == v] for v in range(n)]
+        width = max(1, max(len(k) for k in kids))
+        depth = np.zeros(n, dtype=np.int64)
+        for v in range(1, n):
+            depth[v] = depth[topology.parents[v]] + 1
+        return cls(kids, np.array([k + [0] * (width - len(k)) for k in kids], dtype=np.int64),
+                   np.array([len(k) for k in kids]), depth)
+
+    def levels(self) -> list[list[int]]:
+        return [[v for v in range(len(self.kids)) if self.depth[v] == t] for t in range(int(self.depth.max()) + 1)]
+
+
+def _token_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.ndarray,
+                  ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token verification (``simulator.verifiers.token_tree``): accepted node and the context id of
+    ``path + (y,)`` for every trial."""
+    batch, vocab = len(tokens), rows.vocab
     node = np.zeros(batch, dtype=np.int64)
-    final_ctx = np.zeros(batch, dtype=np.int64)  # context id of path + (y,) once decided
+    final_ctx = np.zeros(batch, dtype=np.int64)
     pending = np.ones(batch, dtype=bool)
     while pending.any():
         idx = np.flatnonzero(pending)
         v = node[idx]
         c = ctx[idx, v]
-        count = kid_count[v]
+        count = shape.kid_count[v]
         leaf = count == 0
         if leaf.any():
             at = idx[leaf]
@@ -225,9 +240,8 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
         inner = idx[~leaf]
         if len(inner) == 0:
             continue
-        vi = v[~leaf]
         ci = c[~leaf]
-        cand_nodes = kid_table[vi]
+        cand_nodes = shape.kid_table[v[~leaf]]
         cands = np.take_along_axis(tokens[inner], cand_nodes, axis=1)
         per_context = _kseq_lookup(rows, ci, count[~leaf]) if rule == "kseq" else None
         accepted, residual = _tv_step(rule, cands, count[~leaf], rows.p[ci], rows.q[ci], stream, inner,
@@ -239,7 +253,134 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
             y = categorical(residual[~moved], stream.take(stop))
             final_ctx[stop] = ci[~moved] * vocab + y + 1
             pending[stop] = False
-    accepted_len = depth[node]
+    return node, final_ctx
+
+
+def _plan_acceptance(rule: str, cands: np.ndarray, p: np.ndarray, q: np.ndarray,
+                     rho: np.ndarray | None) -> np.ndarray:
+    """``P(accept position i | X)`` of the RRS or K-SEQ plan (``single_step.plan_acceptance``), ``[m, k]``."""
+    m, k = cands.shape
+    rows_ = np.arange(m)
+    out = np.empty((m, k))
+    target = q
+    reach = np.ones(m)
+    for i in range(k):
+        x = cands[:, i]
+        if rule == "kseq":
+            prob = _ratio(q[rows_, x], rho * p[rows_, x])
+        else:
+            prob = _ratio(target[rows_, x], p[rows_, x])
+            target = _normalised_positive(target - p, target)
+        out[:, i] = prob if i == 0 else reach * prob
+        reach = (1 - prob) if i == 0 else reach * (1 - prob)
+    return out
+
+
+def _outflow(rule: str, p: np.ndarray, q: np.ndarray, k: int, rho: np.ndarray | None) -> np.ndarray:
+    """Σ_X f(X → x) in closed form under i.i.d. tuples (the reference sums the same over every tuple):
+    RRS ``Σ_{i<k} reach_i min(p, r_i)`` with ``r_{i+1} = norm((r_i − p)_+)``, ``reach_{i+1} = reach_i (1 − Σ
+    min(p, r_i))``; K-SEQ ``Σ_{i<k} (1 − β)^i min(p, q/ρ)`` with ``β = Σ min(p, q/ρ)``."""
+    out = np.zeros_like(q)
+    if rule == "kseq":
+        capped = np.minimum(p, q / rho[:, None])
+        miss = 1 - _row_sum(capped)
+        reach = np.ones(len(p))
+        for _ in range(k):
+            out = out + reach[:, None] * capped
+            reach = reach * miss
+        return out
+    target, reach = q, np.ones(len(p))
+    for _ in range(k):
+        capped = np.minimum(p, target)
+        out = out + reach[:, None] * capped
+        reach = reach * (1 - _row_sum(capped))
+        target = _normalised_positive(target - p, target)
+    return out
+
+
+def _layer_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.ndarray,
+                  ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layer Verification (``simulator.verifiers.layer``): forward scores, backward sampling."""
+    batch, vocab, n = len(tokens), rows.vocab, len(shape.kids)
+    scores = np.zeros((batch, n))
+    scores[:, 0] = 1.0
+    flows = np.zeros((batch, n, vocab))
+    levels = shape.levels()
+    for level in levels:
+        inner = [v for v in level if shape.kids[v]]
+        if not inner:
+            continue
+        mass = np.zeros(batch)
+        for v in inner:
+            mass = mass + scores[:, v]
+        for v in inner:
+            live = np.flatnonzero((mass > 0) & (scores[:, v] != 0))
+            if len(live) == 0:
+                continue
+            a = mass[live]
+            lam = scores[live, v] / a
+            c = ctx[live, v]
+            p_ext = np.concatenate([rows.p[c], np.zeros((len(live), 1))], axis=1)
+            q_ext = np.concatenate([a[:, None] * rows.q[c], (1 - a)[:, None]], axis=1)
+            kids = shape.kids[v]
+            k = 1 if rule == "sps" else len(kids)
+            rho = _kseq_rho(p_ext, q_ext, np.full(len(live), k)) if rule == "kseq" else None
+            cands = tokens[np.ix_(live, kids[:k])]
+            accept = _plan_acceptance(rule, cands, p_ext, q_ext, rho)
+            for i, w in enumerate(kids[:k]):
+                same = cands == cands[:, [i]]
+                total_accept = np.where(same[:, 0], accept[:, 0], 0.0)
+                for j in range(1, k):  # the dict of token_acceptance: first occurrence, then in order
+                    total_accept = np.where(same[:, j], total_accept + accept[:, j], total_accept)
+                scores[live, w] = lam * total_accept / same.sum(axis=1)
+            flows[live, v] = lam[:, None] * _outflow(rule, p_ext, q_ext, k, rho)[:, :vocab]
+    node = np.full(batch, -1, dtype=np.int64)
+    final_ctx = np.zeros(batch, dtype=np.int64)
+    for level in reversed(levels):
+        open_ = np.flatnonzero(node < 0)
+        if len(open_) == 0:
+            break
+        weights = np.empty((len(open_), len(level) + 1))
+        for j, v in enumerate(level):
+            weights[:, j] = np.maximum(scores[open_, v] - _row_sum(flows[open_, v]), 0.0)
+        level_mass = np.zeros(len(open_))
+        for v in level:
+            level_mass = level_mass + scores[open_, v]
+        weights[:, -1] = np.maximum(1 - level_mass, 0.0)
+        has_mass = _row_sum(weights) > 0
+        if level[0] != 0:
+            open_, weights = open_[has_mass], weights[has_mass]
+            choice = categorical(weights, stream.take(open_))
+        else:
+            choice = np.zeros(len(open_), dtype=np.int64)
+            if has_mass.any():
+                choice[has_mass] = categorical(weights[has_mass], stream.take(open_[has_mass]))
+        picked = choice < len(level)
+        at = open_[picked]
+        v = np.array(level)[choice[picked]]
+        c = ctx[at, v]
+        a = scores[at, v]
+        res = _normalised_positive(a[:, None] * rows.q[c] - flows[at, v], rows.q[c])
+        y = categorical(res, stream.take(at))
+        node[at] = v
+        final_ctx[at] = c * vocab + y + 1
+    return node, final_ctx
+
+
+def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
+                   trials: np.ndarray, rows: ContextRows | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``."""
+    if not has_batched_path(name, drafting, model.vocab):
+        raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
+    rule = name.split("-", 1)[1]
+    rows = rows or ContextRows(model, topology.height)
+    vocab, height, n = model.vocab, topology.height, len(topology.parents)
+    stream = _Stream(seed, trials, 2 * n + 2 * height + 4)
+    tokens, ctx = _draft_iid(topology, rows, stream)
+    shape = _Shape.of(topology)
+    verify = _layer_verify if name.startswith("lv-") else _token_verify
+    node, final_ctx = verify(rule, shape, rows, stream, tokens, ctx)
+    accepted_len = shape.depth[node]
     # Completion with the target up to H+1 tokens; final_ctx is the id of path + (y,), of length τ+1.
     length = accepted_len + 1
     ids = final_ctx.copy()

@@ -23,7 +23,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .errors import RandomnessError
-from .numeric import Number
+from .numeric import Number, total
 
 
 class Randomness(Protocol):
@@ -68,18 +68,9 @@ def bernoulli_from_uniform(u: float, prob: Number) -> bool:
     return prob == 1 or u < prob
 
 
-def _sequential_sum(weights: Sequence[Number]) -> Number:
-    """Left to right, one rounding per term (builtin ``sum`` compensates from Python 3.12 on): the batched
-    engines reproduce this order with ``cumsum``."""
-    out: Number = 0
-    for w in weights:
-        out = out + w
-    return out
-
-
 def categorical_from_uniform(u: float, weights: Sequence[Number]) -> int:
     """SPEC §10's categorical: the first index whose running sum exceeds ``u·Σw``."""
-    threshold = u * _sequential_sum(weights)
+    threshold = u * total(weights)  # left to right, as the batched engines' cumsum
     running = 0
     last_positive = 0
     for i, w in enumerate(weights):

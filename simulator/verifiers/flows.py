@@ -189,7 +189,7 @@ def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     flows: dict[Tuple_, dict[int, Number]] = {}
     for r, tup in enumerate(tuples):
         tokens = [x for x in sorted(set(tup)) if member[r, x]]
-        z = (conv(1) if reject[r] else conv(0)) + sum((weights[x] for x in tokens), conv(0))
+        z = (conv(1) if reject[r] else conv(0)) + total([weights[x] for x in tokens] or [conv(0)])
         flows[tup] = {x: laws[tup] * weights[x] / z for x in tokens}
     inflow = [conv(0)] * vocab
     for per in flows.values():

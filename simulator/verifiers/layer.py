@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..numeric import Number, residual
+from ..numeric import Number, residual, total
 from ..randomness import Randomness
 from ..trees import DraftTree
 from .rules import SingleStepRule
@@ -46,7 +46,7 @@ def score_nodes(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, law: st
         levels.setdefault(tree.depth(v), []).append(v)
     for depth in sorted(levels):
         inner = [v for v in levels[depth] if tree.children(v)]
-        mass = sum((scores[v] for v in inner), zero)  # A_t
+        mass = total([scores[v] for v in inner]) if inner else zero  # A_t
         if mass == 0:
             continue
         for v in inner:
@@ -78,11 +78,11 @@ def layer_verify(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, rng: R
         # Exactly, Assumption 4.2 makes every weight ≥ 0 and a depth is reached only if its weights have
         # mass. In float64 rounding can leave −1e-17s (clipped to 0) and reach a depth whose weights all
         # vanish — a branch of rounding-level probability — which then passes on up to the root.
-        weights = [max(scored.scores[v] - sum(scored.flows[v], zero), zero) for v in nodes]
-        weights.append(max(1 - sum((scored.scores[v] for v in nodes), zero), zero))
-        if sum(weights, zero) == 0 and depth > 0:
+        weights = [max(scored.scores[v] - total(scored.flows[v]), zero) for v in nodes]
+        weights.append(max(1 - total([scored.scores[v] for v in nodes]), zero))
+        if total(weights) == 0 and depth > 0:
             continue
-        choice = rng.categorical(weights) if depth > 0 or sum(weights, zero) > 0 else 0
+        choice = rng.categorical(weights) if depth > 0 or total(weights) > 0 else 0
         if choice < len(nodes):
             v = nodes[choice]
             res = residual(q[v], scored.flows[v], scale=scored.scores[v])  # Eq. 2

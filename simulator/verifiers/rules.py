@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from ..numeric import Number, row_cache
+from ..numeric import Number, row_cache, total
 from ..randomness import Randomness
 from . import flows as fl
 from . import single_step as ss
@@ -40,7 +40,7 @@ class SingleStepRule:
         prob_tuple = fl.tuple_law(tuple(p), len(cands), law)[cands]
         weights = [per.get(x, prob_tuple * 0) for x in tokens]
         # Exactly the flows of a tuple sum to at most P(X); in float64 the difference can be −1e-17.
-        weights.append(max(prob_tuple - sum(weights, prob_tuple * 0), prob_tuple * 0))
+        weights.append(max(prob_tuple - (total(weights) if weights else prob_tuple * 0), prob_tuple * 0))
         choice = rng.categorical(weights)
         if choice == len(tokens):
             return None, solution.residual
