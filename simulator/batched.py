@@ -15,6 +15,7 @@ decision could differ only if a uniform fell that close to its threshold — nev
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,12 +24,18 @@ from .errors import InvalidParameterError
 from .models import ModelPair, ModelView
 from .randomness import counter_uniforms
 from .trees import Topology
+from .numeric import total
+from .verifiers.flows import tuple_law
+from .verifiers.rules import GR
 from .verifiers.single_step import KSEQ_BISECTION_STEPS
 
-BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "lv-sps", "lv-rrs", "lv-kseq")
+BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr", "lv-sps", "lv-rrs", "lv-kseq", "trv", "trv-iid")
+GR_MAX_TUPLES = 512  # tv-gr tabulates its flow per (context, candidate tuple): V^k tuples per context
 
 
-def has_batched_path(name: str, drafting: str, vocab: int) -> bool:
+def has_batched_path(name: str, drafting: str, vocab: int, max_children: int = 1) -> bool:
+    if name == "tv-gr" and vocab**max_children > GR_MAX_TUPLES:
+        return False
     return name in BATCHED and drafting == "iid" and vocab >= 2
 
 
@@ -54,6 +61,7 @@ class ContextRows:
                 if level < height:
                     self.p[index] = view.p(context)
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._gr: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def kseq(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """K-SEQ's ``ρ*`` and residual for ``k`` candidates at every non-leaf context (computed once)."""
@@ -61,6 +69,35 @@ class ContextRows:
             q = self.q[: len(self.p)]
             self._kseq[k] = kseq_tables(self.p, q, np.full(len(self.p), k))
         return self._kseq[k]
+
+
+    def gr(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """GR's step at every non-leaf context for ``k`` i.i.d. candidates: ``weights[c, X, :]`` — the flow to
+        each candidate position's token where it first appears (0 for a repeat), then the reject weight,
+        exactly as :meth:`SingleStepRule.step` builds them — and the residual ``[c, :]``."""
+        if k not in self._gr:
+            vocab = self.vocab
+            weights = np.zeros((len(self.p), vocab**k, k + 1))
+            residual = np.empty((len(self.p), vocab))
+            tuples = list(itertools.product(range(vocab), repeat=k))
+            for c in range(len(self.p)):
+                p, q = tuple(self.p[c].tolist()), tuple(self.q[c].tolist())
+                solution = GR.solver(p, q, k, "iid")
+                laws = tuple_law(p, k, "iid")
+                residual[c] = solution.residual
+                for t, cands in enumerate(tuples):
+                    if cands not in laws:  # a token of zero draft mass: never drafted
+                        continue
+                    per = solution.flows[cands]
+                    seen: list[int] = []
+                    for i, x in enumerate(cands):
+                        if x not in seen:
+                            seen.append(x)
+                            weights[c, t, i] = per.get(x, 0.0)
+                    used = [per.get(x, 0.0) for x in seen]
+                    weights[c, t, k] = max(laws[cands] - total(used), 0.0)
+            self._gr[k] = (weights, residual)
+        return self._gr[k]
 
 
 def _row_sum(rows: np.ndarray) -> np.ndarray:
@@ -243,9 +280,12 @@ def _token_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
         ci = c[~leaf]
         cand_nodes = shape.kid_table[v[~leaf]]
         cands = np.take_along_axis(tokens[inner], cand_nodes, axis=1)
-        per_context = _kseq_lookup(rows, ci, count[~leaf]) if rule == "kseq" else None
-        accepted, residual = _tv_step(rule, cands, count[~leaf], rows.p[ci], rows.q[ci], stream, inner,
-                                      per_context)
+        if rule == "gr":
+            accepted, residual = _gr_step(rows, ci, cands, count[~leaf], stream, inner)
+        else:
+            per_context = _kseq_lookup(rows, ci, count[~leaf]) if rule == "kseq" else None
+            accepted, residual = _tv_step(rule, cands, count[~leaf], rows.p[ci], rows.q[ci], stream, inner,
+                                          per_context)
         moved = accepted >= 0
         node[inner[moved]] = cand_nodes[moved, accepted[moved]]
         stop = inner[~moved]
@@ -254,6 +294,23 @@ def _token_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
             final_ctx[stop] = ci[~moved] * vocab + y + 1
             pending[stop] = False
     return node, final_ctx
+
+
+def _gr_step(rows: ContextRows, ctx: np.ndarray, cands: np.ndarray, ncand: np.ndarray, stream: _Stream,
+             batch_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GR at the current node: one categorical over the tabulated flows and the reject weight."""
+    accepted = np.full(len(ctx), -1)
+    residual = np.empty((len(ctx), rows.vocab))
+    for k in np.unique(ncand):
+        at = np.flatnonzero(ncand == k)
+        weights, table_residual = rows.gr(int(k))
+        code = np.zeros(len(at), dtype=np.int64)
+        for i in range(int(k)):
+            code = code * rows.vocab + cands[at, i]
+        choice = categorical(weights[ctx[at], code], stream.take(batch_rows[at]))
+        accepted[at] = np.where(choice < k, choice, -1)
+        residual[at] = table_residual[ctx[at]]
+    return accepted, residual
 
 
 def _plan_acceptance(rule: str, cands: np.ndarray, p: np.ndarray, q: np.ndarray,
@@ -367,19 +424,112 @@ def _layer_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
     return node, final_ctx
 
 
+def _merge(shape: _Shape, tokens: np.ndarray, merge: bool) -> np.ndarray:
+    """``rep[b, v]``: the node that represents ``v`` in the tree TRV traverses — with ``merge``, the first
+    node (in BFS order) under the same merged parent with the same token (``traversal._trie``: its groups
+    appear in that order, and the rows of a group are its first member's, all members sharing the path)."""
+    batch, n = tokens.shape
+    rep = np.tile(np.arange(n), (batch, 1))
+    if not merge:
+        return rep
+    parents = [-1] + [next(u for u in range(n) if w in shape.kids[u]) for w in range(1, n)]
+    for w in range(1, n):
+        for earlier in range(1, w):
+            same = (rep[:, parents[earlier]] == rep[:, parents[w]]) & (tokens[:, earlier] == tokens[:, w]) & \
+                (rep[:, earlier] == earlier) & (rep[:, w] == w)
+            rep[same, w] = earlier
+    return rep
+
+
+def _traversal_verify(merge: bool, shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.ndarray,
+                      ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Traversal Verification (``simulator.verifiers.traversal``, DFS post-order), duplicates merged (``trv``)
+    or kept apart with the draft unchanged (``trv-iid``)."""
+    batch, n, vocab = tokens.shape[0], tokens.shape[1], rows.vocab
+    parents = np.array([-1] + [next(u for u in range(n) if w in shape.kids[u]) for w in range(1, n)])
+    rep = _merge(shape, tokens, merge)
+    alive = rep == np.arange(n)  # only representatives take part
+    tparent = np.where(alive, rep[:, np.maximum(parents, 0)], -1)  # the trie parent (a representative)
+    tparent[:, 0] = -1
+    everyone = np.arange(batch)
+    target = rows.q[ctx].copy()  # [B, n, V]
+    # A merged node's rows are its first member's with children; members share the path, hence the rows.
+    inner = shape.depth < rows.height
+    draft = np.zeros((batch, n, vocab))
+    draft[:, inner] = rows.p[ctx[:, inner]]
+    rate = np.zeros((batch, n))
+    rate[:, 0] = 1.0
+
+    def refresh(todo: np.ndarray, below: np.ndarray) -> None:
+        """Rates of the strict descendants (``below[b]``'s subtree) of the trials in ``todo``, parents first."""
+        inside = np.zeros((len(todo), n), dtype=bool)
+        for w in range(1, n):
+            par = tparent[todo, w]
+            ok = alive[todo, w] & (par >= 0)
+            inside[:, w] = ok & ((par == below) | inside[np.arange(len(todo)), np.maximum(par, 0)])
+            at = np.flatnonzero(inside[:, w])
+            if len(at):
+                b, u, x = todo[at], par[at], tokens[todo[at], w]
+                rate[b, w] = _ratio(rate[b, u] * target[b, u, x], draft[b, u, x])
+
+    refresh(everyone, np.zeros(batch, dtype=np.int64))
+    node = np.full(batch, -1, dtype=np.int64)
+    final_ctx = np.zeros(batch, dtype=np.int64)
+    live = everyone
+    while len(live):
+        leaf = np.zeros(len(live), dtype=np.int64)
+        for _ in range(shape.depth.max()):
+            kids = alive[live] & (tparent[live] == leaf[:, None])
+            has = kids.any(axis=1)
+            leaf = np.where(has, np.argmax(kids, axis=1), leaf)
+        prob = rate[live, leaf]
+        u = stream.take(live)
+        ok = (prob == 1) | (u < prob)
+        parent = tparent[live, leaf]
+        finish = ok | (parent < 0)
+        if finish.any():
+            b, v = live[finish], leaf[finish]
+            y = categorical(target[b, v], stream.take(b))
+            node[b] = v
+            final_ctx[b] = ctx[b, v] * vocab + y + 1
+        go = ~finish
+        b, v, p_ = live[go], leaf[go], parent[go]
+        alive[b, v] = False
+        r, t, d = rate[b, p_], target[b, p_], draft[b, p_]
+        slack = r[:, None] * t - d
+        slack = np.where(slack > 0, slack, 0.0)
+        mass = _row_sum(slack)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            target[b, p_] = np.where((mass > 0)[:, None], slack / mass[:, None], t)
+            if merge:
+                d = d.copy()
+                d[np.arange(len(b)), tokens[b, v]] = 0.0
+                left = _row_sum(d)
+                draft[b, p_] = np.where((left > 0)[:, None], d / left[:, None], d)
+            rate[b, p_] = np.where(mass > 0, mass / (mass + (1 - r)), mass)
+        if len(b):
+            refresh(b, p_)
+        live = b
+    return node, final_ctx
+
+
 def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
                    trials: np.ndarray, rows: ContextRows | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``."""
-    if not has_batched_path(name, drafting, model.vocab):
+    widest = max((topology.parents[1:].count(v) for v in range(len(topology.parents))), default=1)
+    if not has_batched_path(name, drafting, model.vocab, widest):
         raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
-    rule = name.split("-", 1)[1]
+    rule = name.split("-", 1)[-1]
     rows = rows or ContextRows(model, topology.height)
     vocab, height, n = model.vocab, topology.height, len(topology.parents)
     stream = _Stream(seed, trials, 2 * n + 2 * height + 4)
     tokens, ctx = _draft_iid(topology, rows, stream)
     shape = _Shape.of(topology)
-    verify = _layer_verify if name.startswith("lv-") else _token_verify
-    node, final_ctx = verify(rule, shape, rows, stream, tokens, ctx)
+    if name in ("trv", "trv-iid"):
+        node, final_ctx = _traversal_verify(name == "trv", shape, rows, stream, tokens, ctx)
+    else:
+        verify = _layer_verify if name.startswith("lv-") else _token_verify
+        node, final_ctx = verify(rule, shape, rows, stream, tokens, ctx)
     accepted_len = shape.depth[node]
     # Completion with the target up to H+1 tokens; final_ctx is the id of path + (y,), of length τ+1.
     length = accepted_len + 1

@@ -53,6 +53,19 @@ def test_batched_path_returns_the_reference_outcome_of_every_trial(name, vocab, 
     assert np.array_equal(codes, encode(sequences, vocab))
 
 
+def test_batched_paths_match_the_reference_on_random_explicit_trees():
+    from exact.instances import random_shape
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        vocab, topology = int(rng.integers(2, 5)), random_shape(rng, "explicit", 7)
+        model = SyntheticModel(vocab, rho=float(rng.random()), tau_p=0.5 + float(rng.random()), seed=i)
+        rows = ContextRows(model, topology.height)
+        for name in BATCHED:
+            accepted, sequences = run_trials(model, topology, "iid", VERIFIERS[name].fn, i, range(150))
+            batched = batched_rounds(model, topology, "iid", name, i, np.arange(150), rows)
+            assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, vocab))
+
+
 def test_batched_path_does_not_depend_on_batch_size():
     model, topology = SyntheticModel(5, seed=2), make_topology("complete", 3, 2)
     rows = ContextRows(model, 3)
