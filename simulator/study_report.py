@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from .models import SyntheticModel
 from .montecarlo import target_table
 from .study import ABLATIONS, Cell, Store, paper_cells, paper_tables, summarise_cell
 
@@ -110,6 +111,8 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
                     continue
                 o = r.ours
                 ours = "not run" if o is None else f"{o['accept_len_mean']:.3f} ± {o['accept_len_se']:.3f}"
+                if o is not None and o["seeds"] < seeds:
+                    ours += f" ({o['seeds']}/{seeds} seeds)"
                 sig = "" if r.sigmas is None else f" / {r.sigmas:+.1f}σ"
                 tvd = "" if o is None else f"; TVD {_fmt(r.paper['tvd'], 4)} / {o['tvd']:.4f}"
                 cells.append(f"{r.paper['accept_len']:.2f} ± {r.paper['se']:.2f} / {ours}{sig}{tvd}")
@@ -199,6 +202,7 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
     from pathlib import Path
 
     out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     rows = collect(list(tables), store, seeds, trials)
     baselines = baseline_sizes(list(tables), min(seeds, 5))
     agreement, counts = agreement_markdown(rows)
@@ -212,13 +216,170 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
         "The paper's numbers are transcribed from layer_verification.txt (`simulator/data/"
         "layer_verification_toy.json`, with source lines). Cells marked *not run* have no record in the store "
         "yet: re-running the same command resumes the sweep.", ""]
-    text = "\n".join(header) + agreement + "\n" + baseline_markdown(baselines) + "\n## Tables\n\n" + \
-        tables_markdown(rows, baselines, seeds, trials)
+    small, small_data = detection_markdown(SyntheticModel(3, seed=0), 2, 2)
+    large, large_data = paper_scale_detection_markdown()
+    text = "\n".join(header) + agreement + "\n" + baseline_markdown(baselines) + "\n" + small + large + \
+        "\n## Tables\n\n" + tables_markdown(rows, baselines, seeds, trials)
     if pngs:
         text += "\n## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({Path(p).name})" for p in pngs) + "\n"
     (out / "toy_study.md").write_text(text)
     data = {"command": command, "agreement": counts,
             "cells": [{"table": r.table, "column": r.column, "method": r.method, "config": r.cell.__dict__,
                        "paper": r.paper, "ours": r.ours, "sigmas": r.sigmas} for r in rows],
-            "baselines": [{"table": t, "column": c, **b} for (t, c), b in baselines.items()]}
+            "baselines": [{"table": t, "column": c, **b} for (t, c), b in baselines.items()],
+            "detection": {"small_instance": small_data, "paper_scale": large_data}}
     (out / "toy_study.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def _expected_abs(n: int, prob: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``E|X − c|`` and ``E(X − c)²`` for ``X ~ Bin(n, prob)`` per cell, in closed form:
+    ``E|X − c| = (na − c) + 2[c F(m; n, a) − na F(m − 1; n − 1, a)]`` with ``m = ⌊c⌋`` (using
+    ``x P(x; n, a) = na P(x − 1; n − 1, a)``), and ``E(X − c)² = na(1 − a) + (na − c)²``."""
+    m = np.floor(centre)
+    mean = n * prob
+    below = centre * stats.binom.cdf(m, n, prob) - mean * stats.binom.cdf(m - 1, n - 1, prob)
+    return (mean - centre) + 2 * below, n * prob * (1 - prob) + (mean - centre) ** 2
+
+
+def paper_method_tvd(law: np.ndarray, target: np.ndarray, n: int) -> tuple[float, float]:
+    """Mean and (cells treated as independent) standard deviation of the paper's statistic — the TVD of ``n``
+    samples from ``law`` to ``target`` — over repetitions."""
+    first, second = _expected_abs(n, law, n * target)
+    mean = 0.5 * first.sum() / n
+    var = 0.25 * (second - first**2).sum() / n**2
+    return float(mean), float(math.sqrt(max(var, 0.0)))
+
+
+def detection_markdown(model, depth: int, branching: int, n: int = 10**6) -> tuple[str, list[dict]]:
+    """For each negative control on a small exact instance: its exact TVD, what the paper's Monte Carlo method
+    (TVD of ``n`` samples against the baseline's) would show, and whether our chi-square detects it."""
+    from exact import round_law
+    from exact.table import certification_table
+
+    from .montecarlo import ALPHA, POWER
+    from .statistics import detectable_tvd
+
+    rows = [r for r in certification_table(model, depth, branching, "float") if not r.expected_lossless]
+    out, data = [], []
+    for r in rows:
+        spec_name = r.verifier
+        from .trees import make_topology
+        from .verifiers import VERIFIERS
+        spec = VERIFIERS[spec_name]
+        topology = (make_topology("explicit", parents=spec.demo[0]) if spec.demo else
+                    make_topology(spec.default_shape, depth, branching))
+        law = round_law(model, topology, r.drafting, spec_name, "float")
+        completed, target = law.completed(), law.target()
+        keys = sorted(set(completed) | set(target))
+        a = np.array([completed.get(k, 0.0) for k in keys])
+        q = np.array([target.get(k, 0.0) for k in keys])
+        exact_tvd = 0.5 * float(np.abs(a - q).sum())
+        ctrl_mean, _ = paper_method_tvd(a, q, n)
+        base_mean, base_sd = paper_method_tvd(q, q, n)
+        noticed = ctrl_mean - base_mean > max(3 * base_sd, 1e-4)
+        ours = detectable_tvd(n, len(keys), ALPHA, POWER)
+        data.append({"control": spec_name, "tree": r.topology, "cells": len(keys), "exact_tvd": exact_tvd,
+                     "paper_statistic": ctrl_mean, "baseline": base_mean, "baseline_sd": base_sd,
+                     "paper_method_notices": noticed, "chi_square_detectable_tvd": ours})
+        out.append(f"| `{spec_name}` | {r.topology} | {exact_tvd:.4f} | {ctrl_mean:.4f} | {base_mean:.4f} ± "
+                   f"{base_sd:.4f} | {'yes' if noticed else 'NO'} | {'yes' if exact_tvd > ours else 'no'} "
+                   f"(detects ≥ {ours:.4f}) |")
+    head = ["## Detection power of the papers' method", "",
+            f"Each negative control on the synthetic default instance (V={model.vocab}, depth {depth}; a control's "
+            f"demonstration tree where it has one), where its completed law is known exactly. The paper's method "
+            f"compares the TVD of N = {n:,} completed samples with the same TVD for N target samples; here both "
+            "are computed in expectation (binomial per cell), with the baseline's spread across repetitions. "
+            "It notices a control when the gap exceeds 3 standard deviations of the baseline (and the 1e-4 the "
+            "paper prints). Our test: Pearson's chi-square against the exact law at false-alarm rate "
+            f"{ALPHA:g}, with power ≥ {POWER} for every alternative at or above the TVD shown.", "",
+            "| control | tree | exact TVD | paper's statistic | baseline | paper's method notices | our test |",
+            "|---|---|---|---|---|---|---|"]
+    return "\n".join(head + out) + "\n", data
+
+
+def first_chain_law(rows, bug: str) -> np.ndarray:
+    """The exact completed law over ``Σ^(H+1)`` of token verification with SpS on the first-child chain (every
+    topology drafts that chain i.i.d. from ``p``), for ``bug`` in ``{"none", "residual-q", "accept-all"}``:
+    the correct rule (its law is ``q^(H+1)``, a check), the correction drawn from ``q`` instead of
+    ``norm((q − p)_+)``, and every drafted token accepted. Level by level over prefixes: ``going`` is the mass
+    still verifying at the prefix, ``stopped`` the mass whose remaining tokens come from ``q``."""
+    going, stopped = np.ones(1), np.zeros(1)
+    for level in range(rows.height + 1):
+        q = rows.q[rows.offsets[level]: rows.offsets[level + 1]]
+        if level == rows.height:
+            return ((going + stopped)[:, None] * q).reshape(-1)
+        p = rows.p[rows.offsets[level]: rows.offsets[level + 1]]
+        if bug == "accept-all":
+            going, stopped = (going[:, None] * p).reshape(-1), (stopped[:, None] * q).reshape(-1)
+            continue
+        accept = np.minimum(p, q)
+        reject = 1 - accept.sum(axis=1)
+        diff = np.maximum(q - p, 0.0)
+        mass = diff.sum(axis=1, keepdims=True)
+        residual = q if bug == "residual-q" else np.divide(diff, mass, out=q.copy(), where=mass > 0)
+        stopped = (stopped[:, None] * q + (going * reject)[:, None] * residual).reshape(-1)
+        going = (going[:, None] * accept).reshape(-1)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def paper_scale_detection_markdown(seeds: int = 3, n: int = 10**6) -> tuple[str, list[dict]]:
+    """The same question at the paper's scale (V=15, H=4, K = 15^5 cells) for the two controls whose exact
+    law is reachable there by a level recursion (:func:`first_chain_law`)."""
+    from .batched import ContextRows
+    from .montecarlo import ALPHA, POWER, tested_prefix
+    from .statistics import detectable_tvd
+
+    data = []
+    for seed in range(seeds):
+        model = SyntheticModel(15, 0.5, 1.0, 1.0, seed)
+        rows = ContextRows(model, 4)
+        target = target_table(model, 4, rows)
+        base_mean, base_sd = paper_method_tvd(target, target, n)
+        m = tested_prefix(15, 4, n)
+        detectable = detectable_tvd(n, 15**m, ALPHA, POWER)
+        for bug in ("residual-q", "accept-all"):
+            law = first_chain_law(rows, bug)
+            mean, _ = paper_method_tvd(law, target, n)
+            marginal = 0.5 * float(np.abs(law.reshape(15**m, -1).sum(1) - target.reshape(15**m, -1).sum(1)).sum())
+            data.append({"seed": seed, "control": f"bug-{bug}", "exact_tvd": 0.5 * float(np.abs(law - target).sum()),
+                         "prefix_tvd": marginal, "paper_statistic": mean, "baseline": base_mean,
+                         "baseline_sd": base_sd, "paper_method_notices": mean - base_mean > max(3 * base_sd, 1e-4),
+                         "chi_square_detectable_tvd": detectable, "chi_square_detects": marginal > detectable,
+                         "prefix": m})
+    lines = ["", f"At the paper's scale (V=15, H=4, ρ=0.5, τ=1; model seeds 0..{seeds - 1}; N = {n:,}), for the two "
+             "controls whose exact law a level recursion reaches (TV-SpS along the first-child chain, which every "
+             "topology drafts i.i.d.):", "",
+             "| seed | control | exact TVD | paper's statistic | baseline | paper's method notices | "
+             "TVD of the first m tokens | our test (m tokens) |", "|---|---|---|---|---|---|---|---|"]
+    for d in data:
+        lines.append(f"| {d['seed']} | `{d['control']}` | {d['exact_tvd']:.4f} | {d['paper_statistic']:.4f} | "
+                     f"{d['baseline']:.4f} ± {d['baseline_sd']:.5f} | {'yes' if d['paper_method_notices'] else 'NO'}"
+                     f" | {d['prefix_tvd']:.4f} (m={d['prefix']}) | "
+                     f"{'yes' if d['chi_square_detects'] else 'no'} (detects ≥ {d['chi_square_detectable_tvd']:.4f}) |")
+    # The threshold: mix the residual-q control into the target, a = (1 − ε) q + ε bug, and find the smallest
+    # exact TVD (ε times the control's) that each method notices on seed 0.
+    model = SyntheticModel(15, 0.5, 1.0, 1.0, 0)
+    rows = ContextRows(model, 4)
+    target = target_table(model, 4, rows)
+    bug = first_chain_law(rows, "residual-q")
+    base_mean, base_sd = paper_method_tvd(target, target, n)
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        eps = (lo + hi) / 2
+        mean, _ = paper_method_tvd((1 - eps) * target + eps * bug, target, n)
+        lo, hi = (lo, eps) if mean - base_mean > max(3 * base_sd, 1e-4) else (eps, hi)
+    full_tvd = 0.5 * float(np.abs(bug - target).sum())
+    m = tested_prefix(15, 4, n)
+    prefix_tvd = 0.5 * float(np.abs(bug.reshape(15**m, -1).sum(1) - target.reshape(15**m, -1).sum(1)).sum())
+    ours = detectable_tvd(n, 15**m, ALPHA, POWER) / prefix_tvd
+    threshold = {"paper_method_min_tvd": hi * full_tvd, "chi_square_min_tvd": min(ours, 1.0) * full_tvd}
+    lines += ["", f"Mixing this control into the target, `(1 − ε) q + ε·bug-residual-q` (seed 0), the paper's method "
+              f"notices it only from an exact TVD of **{threshold['paper_method_min_tvd']:.4f}** (ε = {hi:.4f}); our "
+              f"chi-square on the first {m} tokens detects it, with power {POWER}, from **"
+              f"{threshold['chi_square_min_tvd']:.4f}**. Against this deviation, which sits in the first tokens, the "
+              "two are comparable — but the paper's criterion (a TVD of 10^6 samples over 15^5 cells, dominated by "
+              "sampling noise, read against a baseline) has no stated false-alarm rate or power and depends on the "
+              "deviation's shape, while ours holds for every alternative at that TVD on the first m tokens, at a "
+              "stated false-alarm rate; and the exact engine settles it with TVD == 0 where it reaches.", ""]
+    data.append({"mixture_threshold": threshold})
+    return "\n".join(lines) + "\n", data

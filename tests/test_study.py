@@ -75,3 +75,26 @@ def test_expected_sample_tvd_against_simulation_and_the_bound():
     # The issue's arithmetic: at V = 15, H = 4 no baseline of 10^6 samples can reach the ablations' 0.6217.
     bound = tvd_upper_bound(15**5, 10**6)
     assert bound == pytest.approx(0.4357, abs=1e-4) and bound < 0.6217
+
+
+def test_first_chain_law_is_the_target_for_the_correct_rule_and_hand_checked_for_accept_all():
+    from simulator.batched import ContextRows
+    from simulator.models import RandomRationalModel
+    from simulator.montecarlo import target_table
+    from simulator.study_report import first_chain_law
+
+    model = RandomRationalModel(3, seed=2, zero_prob=0.0)
+    rows = ContextRows(model, 2)
+    target = target_table(model, 2, rows)
+    assert np.abs(first_chain_law(rows, "none") - target).max() < 1e-15  # SpS along a chain is lossless
+    # Accept-all: z1 ~ p, z2 ~ p(.|z1), z3 ~ q(.|z1 z2).
+    law = first_chain_law(rows, "accept-all")
+    p0, p1, q2 = model.p(()), model.p((1,)), model.q((1, 2))
+    assert law[1 * 9 + 2 * 3 + 0] == pytest.approx(float(p0[1] * p1[2] * q2[0]), abs=1e-15)
+    # The residual-q bug is lossy here, and the exact engine agrees on its TVD (TV-SpS with q residual =
+    # bug-residual-q on a chain).
+    from exact import certify
+    from simulator.trees import make_topology
+    cert = certify(model, make_topology("chain", 2), "iid", "bug-residual-q", "float")
+    ours = 0.5 * np.abs(first_chain_law(rows, "residual-q") - target).sum()
+    assert ours == pytest.approx(float(cert.tvd), abs=1e-12) and ours > 0.01
