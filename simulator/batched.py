@@ -100,6 +100,15 @@ class ContextRows:
         return self._gr[k]
 
 
+def _ipow(x: np.ndarray, k: np.ndarray | int) -> np.ndarray:
+    """:func:`simulator.numeric.ipow` per element, ``k`` per row (repeated multiplication, same roundings)."""
+    k = np.broadcast_to(np.asarray(k), np.shape(x))
+    out = x
+    for j in range(2, int(k.max()) + 1 if k.size else 1):
+        out = np.where(k >= j, out * x, out)
+    return out
+
+
 def _row_sum(rows: np.ndarray) -> np.ndarray:
     """Left-to-right row sums (:func:`simulator.numeric.total`)."""
     return np.cumsum(rows, axis=1)[:, -1]
@@ -134,7 +143,7 @@ def _kseq_rho(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> np.ndarray:
     """:func:`simulator.verifiers.single_step.kseq_rho`, vectorised (same bisection, same float steps)."""
     def f(rho: np.ndarray) -> np.ndarray:
         beta = _row_sum(np.minimum(p, q / rho[:, None]))
-        return 1 - (1 - beta) ** k - rho * beta
+        return 1 - _ipow(1 - beta, k) - rho * beta
 
     lo, hi = np.ones(len(p)), k.astype(float)
     at_one = (k == 1) | (f(lo) <= 0)
@@ -189,7 +198,7 @@ def kseq_tables(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray
     capped = np.minimum(p, q / rho[:, None])
     beta = _row_sum(capped)
     with np.errstate(divide="ignore", invalid="ignore"):
-        gamma = (1 - (1 - beta) ** k) / beta
+        gamma = (1 - _ipow(1 - beta, k)) / beta
     residual = _normalised_positive(q - gamma[:, None] * capped, q)
     return rho[:, None], np.where((beta == 0)[:, None], q, residual)
 

@@ -89,6 +89,15 @@ def total(values: Sequence[Number]) -> Number:
     return out
 
 
+def ipow(x: Number, k: int) -> Number:
+    """``x**k`` for an integer ``k ≥ 1`` by repeated multiplication, left to right: ``pow`` rounds differently
+    across libraries (numpy's vectorised ``pow`` is not libm's), this rounds identically in every engine."""
+    out = x
+    for _ in range(k - 1):
+        out = out * x
+    return out
+
+
 def normalise(weights: Sequence[Number]) -> tuple[Number, ...]:
     """``weights / sum(weights)``; the caller guarantees a positive sum."""
     s = total(weights)

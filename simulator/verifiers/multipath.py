@@ -18,7 +18,7 @@ import math
 from typing import Callable, Optional, Sequence
 
 from ..errors import UnsupportedDraftError
-from ..numeric import Number
+from ..numeric import Number, ipow
 from ..randomness import Randomness
 from ..trees import DraftTree
 from .block import block_verify
@@ -64,8 +64,8 @@ def selected_law(tree: DraftTree, path: Sequence[int], p: Rows, q: Rows, k: int)
         for x in reversed(order):
             lower[x] = running
             running += p[v][x]
-        norm = (below + mass) ** k - below**k
-        out[v] = tuple(((below + mass * lower[x] + mass * p[v][x]) ** k - (below + mass * lower[x]) ** k) / norm
+        norm = ipow(below + mass, k) - ipow(below, k)
+        out[v] = tuple((ipow(below + mass * lower[x] + mass * p[v][x], k) - ipow(below + mass * lower[x], k)) / norm
                        for x in range(len(p[v])))
         x = tree.tokens[child]
         below, mass = below + mass * lower[x], mass * p[v][x]

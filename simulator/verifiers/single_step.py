@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Optional, Sequence
 
-from ..numeric import Number, row_cache, normalise, positive_part, ratio, residual, total
+from ..numeric import Number, ipow, row_cache, normalise, positive_part, ratio, residual, total
 from ..randomness import Randomness
 
 StepResult = tuple[Optional[int], Optional[tuple[Number, ...]]]
@@ -132,7 +132,7 @@ def kseq_rho(p: Row, q: Row, k: int) -> Number:
 
     def f(rho: Number) -> Number:
         beta = _beta(p, q, rho)
-        return 1 - (1 - beta) ** k - rho * beta
+        return 1 - ipow(1 - beta, k) - rho * beta
 
     if f(lo) <= 0:
         return lo
@@ -152,6 +152,6 @@ def kseq_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
     steps = tuple((i, ratio(q[x], rho * p[x])) for i, x in enumerate(candidates))
     if beta == 0:
         return Plan(steps, tuple(q))
-    gamma = (1 - (1 - beta) ** k) / beta
+    gamma = (1 - ipow(1 - beta, k)) / beta
     rest = positive_part(qx - gamma * min(px, qx / rho) for px, qx in zip(p, q))
     return Plan(steps, normalise(rest) if total(rest) > 0 else tuple(q))
