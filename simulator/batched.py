@@ -29,12 +29,15 @@ from .verifiers.flows import tuple_law
 from .verifiers.rules import GR
 from .verifiers.single_step import KSEQ_BISECTION_STEPS
 
-BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr", "lv-sps", "lv-rrs", "lv-kseq", "trv", "trv-iid")
+BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr", "lv-sps", "lv-rrs", "lv-kseq", "trv", "trv-iid", "gbv")
 GR_MAX_TUPLES = 512  # tv-gr tabulates its flow per (context, candidate tuple): V^k tuples per context
 
 
-def has_batched_path(name: str, drafting: str, vocab: int, max_children: int = 1) -> bool:
+def has_batched_path(name: str, drafting: str, vocab: int, max_children: int = 1,
+                     topology: Topology | None = None) -> bool:
     if name == "tv-gr" and vocab**max_children > GR_MAX_TUPLES:
+        return False
+    if name == "gbv" and (topology is None or topology.name not in ("multi-chain", "chain")):
         return False
     return name in BATCHED and drafting == "iid" and vocab >= 2
 
@@ -62,6 +65,27 @@ class ContextRows:
                     self.p[index] = view.p(context)
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._gr: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._ranks: tuple[np.ndarray, np.ndarray] | None = None
+
+    def ranks(self) -> tuple[np.ndarray, np.ndarray]:
+        """GBV's ranking at every non-leaf context (``multipath.ranking``: ``q/p`` descending, ``p = 0`` first,
+        ties by token id) as ``rank[c, x]``, and ``lower[c, x]``, the draft mass ranked below ``x`` (summed
+        from the worst token up, as ``multipath.selected_law`` does)."""
+        if self._ranks is None:
+            p, q = self.p, self.q[: len(self.p)]
+            with np.errstate(divide="ignore"):
+                score = np.where(p == 0, np.inf, q / np.where(p == 0, 1.0, p))
+            ids = np.broadcast_to(np.arange(self.vocab), p.shape)
+            order = np.lexsort((ids, -score), axis=1)
+            rank = np.empty_like(order)
+            np.put_along_axis(rank, order, np.arange(self.vocab)[None, :].repeat(len(p), 0), axis=1)
+            worst_first = order[:, ::-1]
+            mass = np.take_along_axis(p, worst_first, axis=1)
+            running = np.concatenate([np.zeros((len(p), 1)), np.cumsum(mass, axis=1)[:, :-1]], axis=1)
+            lower = np.empty_like(p)
+            np.put_along_axis(lower, worst_first, running, axis=1)
+            self._ranks = (rank, lower)
+        return self._ranks
 
     def kseq(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """K-SEQ's ``ρ*`` and residual for ``k`` candidates at every non-leaf context (computed once)."""
@@ -522,11 +546,71 @@ def _traversal_verify(merge: bool, shape: _Shape, rows: ContextRows, stream: _St
     return node, final_ctx
 
 
+def _gbv_verify(shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.ndarray,
+                ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GBV (``simulator.verifiers.multipath``): select the lexicographically best of the ``K`` chains, then
+    block verification along it with the selected path's law ``p̃``."""
+    batch, vocab = len(tokens), rows.vocab
+    chains = []
+    for head in shape.kids[0]:
+        chain = [0, head]
+        while shape.kids[chain[-1]]:
+            chain.append(shape.kids[chain[-1]][0])
+        chains.append(chain)
+    k, height = len(chains), len(chains[0]) - 1
+    b_ = np.arange(batch)
+    rank, lower_table = rows.ranks()
+    keys = np.stack([np.stack([rank[ctx[:, c[i]], tokens[:, c[i + 1]]] for i in range(height)], axis=1)
+                     for c in chains], axis=1)  # [B, K, H]
+    best = np.zeros(batch, dtype=np.int64)
+    for j in range(1, k):
+        diff = keys[:, j] != keys[b_, best]
+        first = np.argmax(diff, axis=1)
+        better = diff.any(axis=1) & (keys[b_, j, first] < keys[b_, best, first])
+        best = np.where(better, j, best)
+    nodes = np.array(chains)[best]  # [B, H+1]
+    below, mass = np.zeros(batch), np.ones(batch)
+    law = np.zeros((batch, height, vocab))  # p̃ at the path's nodes 0..H−1
+    for i in range(height):
+        c = ctx[b_, nodes[:, i]]
+        low, p = lower_table[c], rows.p[c]
+        norm = _ipow(below + mass, k) - _ipow(below, k)
+        start = below[:, None] + mass[:, None] * low
+        law[:, i] = (_ipow(start + mass[:, None] * p, k) - _ipow(start, k)) / norm[:, None]
+        x = tokens[b_, nodes[:, i + 1]]
+        below, mass = below + mass * low[b_, x], mass * p[b_, x]
+    weight = np.ones(batch)
+    weights = [weight]
+    tau = np.zeros(batch, dtype=np.int64)
+    for i in range(1, height + 1):
+        x = tokens[b_, nodes[:, i]]
+        q_parent = rows.q[ctx[b_, nodes[:, i - 1]]]
+        weight = _ratio(weight * q_parent[b_, x], law[b_, i - 1, x])
+        weights.append(weight)
+        if i < height:
+            slack = weight[:, None] * rows.q[ctx[b_, nodes[:, i]]] - law[:, i]
+            slack = _row_sum(np.where(slack > 0, slack, 0.0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                h = np.where(slack > 0, slack / (slack + (1 - weight)), 0.0)
+        else:
+            h = weight
+        u = stream.take(b_)
+        tau = np.where((h == 1) | (u < h), i, tau)
+    node = nodes[b_, tau]
+    c = ctx[b_, node]
+    q_node = rows.q[c]
+    scale = np.stack(weights, axis=1)[b_, tau]
+    law_at = law[b_, np.minimum(tau, height - 1)]
+    residual = _normalised_positive(scale[:, None] * q_node - law_at, q_node)
+    y = categorical(np.where((tau == height)[:, None], q_node, residual), stream.take(b_))
+    return node, c * vocab + y + 1
+
+
 def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
                    trials: np.ndarray, rows: ContextRows | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``."""
     widest = max((topology.parents[1:].count(v) for v in range(len(topology.parents))), default=1)
-    if not has_batched_path(name, drafting, model.vocab, widest):
+    if not has_batched_path(name, drafting, model.vocab, widest, topology):
         raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
     rule = name.split("-", 1)[-1]
     rows = rows or ContextRows(model, topology.height)
@@ -534,7 +618,9 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
     stream = _Stream(seed, trials, 2 * n + 2 * height + 4)
     tokens, ctx = _draft_iid(topology, rows, stream)
     shape = _Shape.of(topology)
-    if name in ("trv", "trv-iid"):
+    if name == "gbv":
+        node, final_ctx = _gbv_verify(shape, rows, stream, tokens, ctx)
+    elif name in ("trv", "trv-iid"):
         node, final_ctx = _traversal_verify(name == "trv", shape, rows, stream, tokens, ctx)
     else:
         verify = _layer_verify if name.startswith("lv-") else _token_verify

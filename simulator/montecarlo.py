@@ -117,7 +117,7 @@ def run_seed(model: ModelPair, topology: Topology, drafting: str, name: str, ver
     """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers."""
     rows = rows or ContextRows(model, topology.height)
     widest = max(Counter(topology.parents[1:]).values(), default=1)
-    if has_batched_path(name, drafting, model.vocab, widest):
+    if has_batched_path(name, drafting, model.vocab, widest, topology):
         parts = []
         for start in range(0, trials, BATCH):
             parts.append(batched_rounds(model, topology, drafting, name, seed,

@@ -44,6 +44,8 @@ CONFIGS = [(4, "complete", 2, 2), (5, "tapered", 3, 3), (3, "multi-chain", 3, 2)
 @pytest.mark.parametrize("name", BATCHED)
 @pytest.mark.parametrize("vocab,shape,depth,branching", CONFIGS)
 def test_batched_path_returns_the_reference_outcome_of_every_trial(name, vocab, shape, depth, branching):
+    if name == "gbv" and shape not in ("multi-chain", "chain"):
+        pytest.skip("gbv verifies multi-chain drafts")
     model = SyntheticModel(vocab, rho=0.3, seed=vocab)
     topology = (make_topology("explicit", parents=[-1, 0, 0, 0, 1, 3, 3, 4]) if shape == "explicit"
                 else make_topology(shape, depth, branching))
@@ -60,7 +62,7 @@ def test_batched_paths_match_the_reference_on_random_explicit_trees():
         vocab, topology = int(rng.integers(2, 5)), random_shape(rng, "explicit", 7)
         model = SyntheticModel(vocab, rho=float(rng.random()), tau_p=0.5 + float(rng.random()), seed=i)
         rows = ContextRows(model, topology.height)
-        for name in BATCHED:
+        for name in (n for n in BATCHED if n != "gbv"):
             accepted, sequences = run_trials(model, topology, "iid", VERIFIERS[name].fn, i, range(150))
             batched = batched_rounds(model, topology, "iid", name, i, np.arange(150), rows)
             assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, vocab))
