@@ -44,6 +44,8 @@ class CellRow:
     cell: Cell
     paper: dict
     ours: dict | None  # summary, or None when the store has no record yet
+    exact: float | None = None  # mean over the run seeds of the exact E[τ] (token verification: exact.dp)
+    exact_z: float | None = None  # the largest |MC − exact| over those seeds, in within-seed standard errors
 
     @property
     def sigmas(self) -> float | None:
@@ -62,7 +64,38 @@ def collect(tables: list[int], store: Store, seeds: int, trials: dict[int, int])
             records = store.records(cell)
             ours = summarise_cell(cell, records).to_json() if records else None
             out.append(CellRow(t, columns[index], method, cell, spec[f"Table {t}"]["rows"][method][index], ours))
+    _add_exact(out)
     return out
+
+
+def _add_exact(rows: list[CellRow]) -> None:
+    """Exact E[τ] per run seed for token-verification cells (exact.dp), with the Monte Carlo's distance to it.
+    One model (and its rows over every context) at a time."""
+    from exact.dp import DP_RULES, tv_expected_accepted
+
+    from .batched import ContextRows
+    from .trees import make_topology
+
+    wanted: dict[tuple, list[tuple[CellRow, dict]]] = {}
+    for r in rows:
+        if r.method in DP_RULES and r.ours is not None:
+            c = r.cell
+            for record in r.ours["per_seed"]:
+                wanted.setdefault((c.vocab, c.rho, c.tau_p, c.tau_q, c.depth, record["seed"]), []).append((r, record))
+    found: dict[int, list[tuple[float, float]]] = {}
+    for (vocab, rho, tau_p, tau_q, depth, seed), items in wanted.items():
+        model = SyntheticModel(vocab, rho, tau_p, tau_q, seed)
+        context_rows = ContextRows(model, depth)
+        for r, record in items:
+            c = r.cell
+            exact = tv_expected_accepted(model, make_topology(c.topology, c.depth, c.branching), r.method,
+                                         context_rows)
+            z = abs(record["accept_len_mean"] - exact) / record["accept_len_se"]
+            found.setdefault(id(r), []).append((exact, z))
+    for r in rows:
+        if id(r) in found:
+            values = found[id(r)]
+            r.exact, r.exact_z = float(np.mean([v for v, _ in values])), float(max(z for _, z in values))
 
 
 def baseline_sizes(tables: list[int], seeds: int, candidates=(10**5, 10**6)) -> dict[tuple[int, str], dict]:
@@ -100,7 +133,9 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
         columns = spec[f"Table {t}"]["columns"]
         lines += [f"### {spec[f'Table {t}']['title']}", "",
                   f"Ours: {seeds} model seeds × {trials[t]:,} trials per seed. Each cell: paper ± SE / ours ± SE "
-                  f"/ difference in SEs; then TVD paper / ours.", "",
+                  f"/ difference in SEs; then TVD paper / ours; for token verification, the exact E[τ] (dynamic "
+                  f"programme over contexts, mean over the seeds run) and the largest per-seed distance of our Monte "
+                  f"Carlo mean from it in standard errors.", "",
                   "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
         for method in dict.fromkeys(r.method for r in table_rows):
             cells = []
@@ -115,6 +150,8 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
                     ours += f" ({o['seeds']}/{seeds} seeds)"
                 sig = "" if r.sigmas is None else f" / {r.sigmas:+.1f}σ"
                 tvd = "" if o is None else f"; TVD {_fmt(r.paper['tvd'], 4)} / {o['tvd']:.4f}"
+                if r.exact is not None:
+                    tvd += f"; exact E[τ] {r.exact:.3f} (MC within {r.exact_z:.1f} SE)"
                 cells.append(f"{r.paper['accept_len']:.2f} ± {r.paper['se']:.2f} / {ours}{sig}{tvd}")
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         base = []
@@ -227,7 +264,8 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
     (out / "toy_study.md").write_text(text)
     data = {"command": command, "agreement": counts,
             "cells": [{"table": r.table, "column": r.column, "method": r.method, "config": r.cell.__dict__,
-                       "paper": r.paper, "ours": r.ours, "sigmas": r.sigmas} for r in rows],
+                       "paper": r.paper, "ours": r.ours, "sigmas": r.sigmas, "exact_expected_accepted": r.exact,
+                       "exact_max_z": r.exact_z} for r in rows],
             "baselines": [{"table": t, "column": c, **b} for (t, c), b in baselines.items()],
             "detection": {"small_instance": small_data, "paper_scale": large_data},
             "exact_crosscheck": crosscheck_data}

@@ -203,3 +203,19 @@ def test_gr_reaches_alpha_star_when_outside_capacity_exceeds_outside_mass():
         solution = RULES["gr"].solver(row_p, row_q, 3, "iid")
         assert 0.999 - GR_TOLERANCE <= solution.acceptance <= 0.999 + rounding
         assert all(o <= qx + rounding for o, qx in zip(solution.outflow, row_q))  # capacities hold
+
+
+def test_dynamic_program_equals_enumeration_for_token_verification():
+    # exact.dp (a recursion over contexts, for the paper's scale) against exhaustive enumeration.
+    from exact.dp import DP_RULES, tv_expected_accepted
+    from exact.instances import random_shape
+    from simulator.models import SyntheticModel
+    rng = np.random.default_rng(8)
+    for i in range(12):
+        vocab = int(rng.integers(2, 5))
+        shape = ["complete", "tapered", "multi-chain", "explicit"][i % 4]
+        topology = random_shape(rng, shape, 5 if vocab < 4 else 4)
+        model = SyntheticModel(vocab, rho=float(rng.random()), seed=i)
+        for name in DP_RULES:
+            exact = float(round_law(model, topology, "iid", name, "float").expected_accepted())
+            assert abs(tv_expected_accepted(model, topology, name) - exact) < 1e-12, (name, topology.parents)
