@@ -186,6 +186,7 @@ QUICK_SEEDS, QUICK_TRIALS = 3, 1000
 @click.option("--trials", "study_trials", type=int, default=None, help="override the trials per seed")
 @click.option("--verifiers", default=None, help="comma-separated: run only these methods' cells (others: not run)")
 @click.option("--jobs", type=int, default=2, show_default=True, help="worker processes for the study")
+@click.option("--no-run", is_flag=True, help="write the reports from what the store holds, computing nothing")
 @click.option("--store", "store_dir", type=click.Path(file_okay=False), default=None,
               help="resumable cell store (default OUT/store)")
 @click.option("--vocab", type=int, default=3, show_default=True, help="certification table: vocabulary")
@@ -193,7 +194,7 @@ QUICK_SEEDS, QUICK_TRIALS = 3, 1000
 @click.option("--branching", type=int, default=2, show_default=True, help="certification table: branching")
 @click.option("--seed", type=int, default=0, show_default=True, help="certification table: model seed")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
-def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, store_dir, vocab, depth, branching, seed,
+def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no_run, store_dir, vocab, depth, branching, seed,
            arithmetic) -> None:
     """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
     out = Path(out_dir)
@@ -216,7 +217,8 @@ def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, st
             tqdm(total=total, unit="trial", desc="trials", disable=None, file=sys.stderr) as trial_bar:
         done = sum(1 for c in unique for s in range(c.seeds) if store.load(c, s) is not None)
         bar.update(done)
-        run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)))
+        if not no_run:
+            run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)))
     command = "specproof report " + ("--full " if full else "") + f"--out {out_dir}"
     write_study_report(out, chosen, store, seeds, trials, command)
     click.echo(f"written to {out}/")
