@@ -201,8 +201,12 @@ def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no
     out.mkdir(parents=True, exist_ok=True)
     ok = _certification_report(out, vocab, depth, branching, seed, arithmetic)
     chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
-    seeds = study_seeds or (PAPER_SEEDS if full else QUICK_SEEDS)
-    trials = {t: study_trials or (PAPER_TRIALS[t] if full else QUICK_TRIALS) for t in chosen}
+    for field, value, minimum in (("seeds", study_seeds, 1), ("trials", study_trials, 2), ("jobs", jobs, 1)):
+        if value is not None and value < minimum:
+            raise SpecproofError(field, f"must be at least {minimum}, got {value}")
+    seeds = study_seeds if study_seeds is not None else (PAPER_SEEDS if full else QUICK_SEEDS)
+    trials = {t: study_trials if study_trials is not None else (PAPER_TRIALS[t] if full else QUICK_TRIALS)
+              for t in chosen}
     cells = [cell for t in chosen for _, _, cell in paper_cells(t, seeds, trials[t])]
     if verifiers:
         wanted = {v.strip() for v in verifiers.split(",")}

@@ -192,3 +192,10 @@ def test_theorems_prints_and_writes_the_table(tmp_path):
     text = out.read_text()
     assert "| check | claim |" in text and "OPT = α* exactly" in text and "FAILS" not in text
     assert run(["theorems", "--scale", "0"]).returncode == 2
+
+
+@pytest.mark.parametrize("args,field", [(["--seeds", "0"], "seeds"), (["--trials", "1"], "trials"),
+                                        (["--jobs", "0"], "jobs"), (["--tables", "2"], "tables")])
+def test_report_rejects_bad_study_options_naming_the_field(tmp_path, args, field):
+    result = run(["report", "--out", str(tmp_path / "r"), *args])
+    assert result.returncode == 2 and field in result.stderr, result.stderr
