@@ -6,16 +6,16 @@ float64 operations in the same order (row sums left to right) — so for every t
 :func:`simulator.montecarlo.run_trials` returns on the reference path; the tests check this on every
 supported verifier and topology.
 
-Supported: i.i.d. drafting on any topology; token verification and Layer Verification lifting SpS, RRS and
-K-SEQ (``tv-sps``, ``tv-rrs``, ``tv-kseq``, ``lv-sps``, ``lv-rrs``, ``lv-kseq``). Everything else runs on the
-reference path. One computation differs in form: LV's outgoing flow is summed in closed form here (see
+Supported: i.i.d. drafting on any topology; token verification lifting SpS, RRS, K-SEQ and GR (``tv-sps``,
+``tv-rrs``, ``tv-kseq``, ``tv-gr``), Layer Verification lifting SpS, RRS and K-SEQ (``lv-sps``, ``lv-rrs``,
+``lv-kseq``), Traversal (``trv``, ``trv-iid``), and GBV on chains and multi-chains. Everything else (``lv-gr``,
+whose target needs a fresh GR solve per node and trial; the ``bug-*`` controls) runs on the reference path. One computation differs in form: LV's outgoing flow is summed in closed form here (see
 :func:`_outflow`) where the reference sums over every candidate tuple; the two agree to rounding (~1e-16), so a
 decision could differ only if a uniform fell that close to its threshold — never observed in the tests.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,13 +30,9 @@ from .verifiers.rules import GR
 from .verifiers.single_step import KSEQ_BISECTION_STEPS
 
 BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr", "lv-sps", "lv-rrs", "lv-kseq", "trv", "trv-iid", "gbv")
-GR_MAX_TUPLES = 512  # tv-gr tabulates its flow per (context, candidate tuple): V^k tuples per context
 
 
-def has_batched_path(name: str, drafting: str, vocab: int, max_children: int = 1,
-                     topology: Topology | None = None) -> bool:
-    if name == "tv-gr" and vocab**max_children > GR_MAX_TUPLES:
-        return False
+def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | None = None) -> bool:
     if name == "gbv" and (topology is None or topology.name not in ("multi-chain", "chain")):
         return False
     return name in BATCHED and drafting == "iid" and vocab >= 2
@@ -64,7 +60,8 @@ class ContextRows:
                 if level < height:
                     self.p[index] = view.p(context)
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._gr: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._gr: dict[tuple[int, int], tuple] = {}
+        self._gr_pairs: dict[tuple[int, int], np.ndarray] = {}
         self._ranks: tuple[np.ndarray, np.ndarray] | None = None
 
     def ranks(self) -> tuple[np.ndarray, np.ndarray]:
@@ -95,33 +92,40 @@ class ContextRows:
         return self._kseq[k]
 
 
-    def gr(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """GR's step at every non-leaf context for ``k`` i.i.d. candidates: ``weights[c, X, :]`` — the flow to
-        each candidate position's token where it first appears (0 for a repeat), then the reject weight,
-        exactly as :meth:`SingleStepRule.step` builds them — and the residual ``[c, :]``."""
-        if k not in self._gr:
-            vocab = self.vocab
-            weights = np.zeros((len(self.p), vocab**k, k + 1))
-            residual = np.empty((len(self.p), vocab))
-            tuples = list(itertools.product(range(vocab), repeat=k))
-            for c in range(len(self.p)):
-                p, q = tuple(self.p[c].tolist()), tuple(self.q[c].tolist())
-                solution = GR.solver(p, q, k, "iid")
-                laws = tuple_law(p, k, "iid")
-                residual[c] = solution.residual
-                for t, cands in enumerate(tuples):
-                    if cands not in laws:  # a token of zero draft mass: never drafted
-                        continue
-                    per = solution.flows[cands]
-                    seen: list[int] = []
-                    for i, x in enumerate(cands):
-                        if x not in seen:
-                            seen.append(x)
-                            weights[c, t, i] = per.get(x, 0.0)
-                    used = [per.get(x, 0.0) for x in seen]
-                    weights[c, t, k] = max(laws[cands] - total(used), 0.0)
-            self._gr[k] = (weights, residual)
-        return self._gr[k]
+    def gr_step(self, k: int, ctx: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """GR's step for ``k`` i.i.d. candidates at contexts ``ctx`` whose candidate tuples have base-``V`` codes
+        ``code``: ``weights[m, :]`` — the flow to each candidate position's token where it first appears (0 for
+        a repeat), then the reject weight, exactly as :meth:`SingleStepRule.step` builds them — and the
+        residual ``[m, V]``. GR is solved lazily, once per context reached (a solve costs milliseconds, and
+        ``V^k`` tuples per context rule out a dense table at ``k = 3``); each (context, tuple) is built once."""
+        pairs = ctx.astype(np.int64) * self.vocab**k + code
+        unique, inverse = np.unique(pairs, return_inverse=True)
+        weights = np.array([self._gr_weights(k, int(pair)) for pair in unique])[inverse]
+        unique, inverse = np.unique(ctx, return_inverse=True)
+        residual = np.array([self._gr_solution(k, int(c))[0].residual for c in unique])[inverse]
+        return weights, residual
+
+    def _gr_solution(self, k: int, context: int) -> tuple:
+        if (k, context) not in self._gr:
+            p, q = tuple(self.p[context].tolist()), tuple(self.q[context].tolist())
+            self._gr[k, context] = (GR.solver(p, q, k, "iid"), tuple_law(p, k, "iid"))
+        return self._gr[k, context]
+
+    def _gr_weights(self, k: int, pair: int) -> np.ndarray:
+        if (k, pair) not in self._gr_pairs:
+            context, code = divmod(pair, self.vocab**k)
+            cands = tuple(int(d) for d in np.unravel_index(code, (self.vocab,) * k))
+            solution, laws = self._gr_solution(k, context)
+            per = solution.flows[cands]
+            weights = np.zeros(k + 1)
+            seen: list[int] = []
+            for i, x in enumerate(cands):
+                if x not in seen:
+                    seen.append(x)
+                    weights[i] = per.get(x, 0.0)
+            weights[k] = max(laws[cands] - total([per.get(x, 0.0) for x in seen]), 0.0)
+            self._gr_pairs[k, pair] = weights
+        return self._gr_pairs[k, pair]
 
 
 def _ipow(x: np.ndarray, k: np.ndarray | int) -> np.ndarray:
@@ -331,18 +335,17 @@ def _token_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
 
 def _gr_step(rows: ContextRows, ctx: np.ndarray, cands: np.ndarray, ncand: np.ndarray, stream: _Stream,
              batch_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """GR at the current node: one categorical over the tabulated flows and the reject weight."""
+    """GR at the current node: one categorical over the flows and the reject weight."""
     accepted = np.full(len(ctx), -1)
     residual = np.empty((len(ctx), rows.vocab))
     for k in np.unique(ncand):
         at = np.flatnonzero(ncand == k)
-        weights, table_residual = rows.gr(int(k))
         code = np.zeros(len(at), dtype=np.int64)
         for i in range(int(k)):
             code = code * rows.vocab + cands[at, i]
-        choice = categorical(weights[ctx[at], code], stream.take(batch_rows[at]))
+        weights, residual[at] = rows.gr_step(int(k), ctx[at], code)
+        choice = categorical(weights, stream.take(batch_rows[at]))
         accepted[at] = np.where(choice < k, choice, -1)
-        residual[at] = table_residual[ctx[at]]
     return accepted, residual
 
 
@@ -609,8 +612,7 @@ def _gbv_verify(shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.nd
 def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
                    trials: np.ndarray, rows: ContextRows | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``."""
-    widest = max((topology.parents[1:].count(v) for v in range(len(topology.parents))), default=1)
-    if not has_batched_path(name, drafting, model.vocab, widest, topology):
+    if not has_batched_path(name, drafting, model.vocab, topology):
         raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
     rule = name.split("-", 1)[-1]
     rows = rows or ContextRows(model, topology.height)

@@ -18,7 +18,6 @@ paper's SE), and a Bonferroni combination of the per-seed tests.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
@@ -116,8 +115,7 @@ def run_seed(model: ModelPair, topology: Topology, drafting: str, name: str, ver
              rows: ContextRows | None = None) -> SeedResult:
     """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers."""
     rows = rows or ContextRows(model, topology.height)
-    widest = max(Counter(topology.parents[1:]).values(), default=1)
-    if has_batched_path(name, drafting, model.vocab, widest, topology):
+    if has_batched_path(name, drafting, model.vocab, topology):
         parts = []
         for start in range(0, trials, BATCH):
             parts.append(batched_rounds(model, topology, drafting, name, seed,

@@ -68,6 +68,14 @@ def test_batched_paths_match_the_reference_on_random_explicit_trees():
             assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, vocab))
 
 
+def test_batched_gr_solves_lazily_where_a_dense_table_would_not_fit():
+    """9^3 candidate tuples per context: GR's flows are built per (context, tuple) reached, still exactly."""
+    model, topology = SyntheticModel(9, rho=0.4, seed=3), make_topology("complete", 2, 3)
+    accepted, sequences = run_trials(model, topology, "iid", VERIFIERS["tv-gr"].fn, 2, range(300))
+    batched = batched_rounds(model, topology, "iid", "tv-gr", 2, np.arange(300))
+    assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, 9))
+
+
 def test_batched_path_does_not_depend_on_batch_size():
     model, topology = SyntheticModel(5, seed=2), make_topology("complete", 3, 2)
     rows = ContextRows(model, 3)
