@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.batched import ContextRows, batched_rounds, has_batched_path
+from simulator.drafting import FixedShape
 from simulator.models import SyntheticModel
 from simulator.montecarlo import run_trials, target_table
 from simulator.study import paper_cells
@@ -45,7 +46,7 @@ def measure(name: str, structure: str, batch: int, reference: int) -> dict:
         batched_rounds(model, topology, "iid", name, 0, np.arange(batch), rows)
         out["batched_trials_per_s"] = batch / (time.perf_counter() - start)
     start = time.perf_counter()
-    run_trials(model, topology, "iid", VERIFIERS[name].fn, 0, range(reference))
+    run_trials(model, FixedShape(topology), VERIFIERS[name].fn, 0, range(reference))
     out["reference_trials_per_s"] = reference / (time.perf_counter() - start)
     return out
 

@@ -15,8 +15,8 @@ from typing import Sequence
 from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import Number, check_arithmetic, to_json_number
 from simulator.speculation import decide
-from simulator.trees import DraftTree, Topology
-from simulator.drafting import check_drafting, draft_tree
+from simulator.trees import DraftTree
+from simulator.drafting import Drafter
 from simulator.verifiers.registry import Verifier, load_verifier
 
 from .enumeration import enumerate_outcomes
@@ -31,23 +31,26 @@ def _resolve(verifier: str | Verifier) -> tuple[str, Verifier]:
     return load_verifier(verifier)
 
 
-def round_law(model: ModelPair, topology: Topology, drafting: str, verifier: str | Verifier,
-              arithmetic: str = "fraction", context: Context = ()) -> OutputLaw:
+def round_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
+              context: Context = ()) -> OutputLaw:
     """The exact law of one round: every draft tree and every verifier choice, enumerated."""
-    exact = check_arithmetic(arithmetic) == "fraction"
-    check_drafting(drafting)
     _, fn = _resolve(verifier)
-    view = ModelView(model, arithmetic, context)
-    return _checked(OutputLaw(_round_outcomes(view, topology, drafting, fn, exact), topology.height, view, exact))
+    return view_law(ModelView(model, check_arithmetic(arithmetic), context), drafter, fn)
 
 
-def _round_outcomes(view: ModelView, topology: Topology, drafting: str, fn: Verifier, exact: bool):
+def view_law(view: ModelView, drafter: Drafter, verifier: Verifier) -> OutputLaw:
+    """:func:`round_law` on a given view (its context and arithmetic)."""
+    exact = view.arithmetic == "fraction"
+    return _checked(OutputLaw(_round_outcomes(view, drafter, verifier, exact), drafter.height, view, exact))
+
+
+def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool):
     """:func:`simulator.speculation.speculate`'s outcomes, enumerated in its two stages.
 
     ``speculate`` drafts, then verifies, on one stream of choices; enumerating the drafting choices first
     and the verifier's choices per draft walks the same choice tree while drafting each tree only once.
     """
-    for draft, p_draft in enumerate_outcomes(lambda rng: draft_tree(topology, view, drafting, rng), exact):
+    for draft, p_draft in enumerate_outcomes(lambda rng: drafter.draft(view, rng), exact):
         for outcome, p_verify in enumerate_outcomes(
                 lambda rng: decide(draft.tree, draft.p, draft.q, fn, rng, view.vocab), exact):
             yield outcome, p_draft * p_verify
@@ -103,11 +106,11 @@ class Certificate:
                 "executions": self.executions, "config": self.config}
 
 
-def certify(model: ModelPair, topology: Topology, drafting: str, verifier: str | Verifier,
-            arithmetic: str = "fraction", context: Context = (), config: dict | None = None) -> Certificate:
+def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
+            context: Context = (), config: dict | None = None) -> Certificate:
     """Certify ``verifier``: exact TVD of its completed output law to ``q^(H+1)``, ``E[τ]``, counterexample."""
     name, fn = _resolve(verifier)
-    law = round_law(model, topology, drafting, fn, arithmetic, context)
+    law = round_law(model, drafter, fn, arithmetic, context)
     tvd, counterexample = law.discrepancies()
     tolerance: Number = Fraction(0) if law.exact else FLOAT_TOLERANCE
     lossless = tvd <= tolerance

@@ -65,10 +65,12 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
 
 
 def _gr_value(rows: ContextRows, ids: np.ndarray, below: list[np.ndarray], k: int) -> np.ndarray:
-    weights, _ = rows.gr(k)  # [context, tuple, position (+ reject)]
     vocab = rows.vocab
-    tuples = np.array(np.unravel_index(np.arange(vocab**k), (vocab,) * k)).T  # [tuple, position] tokens
+    codes = np.arange(vocab**k)
+    tuples = np.array(np.unravel_index(codes, (vocab,) * k)).T  # [tuple, position] tokens
+    # [context, tuple, position (+ reject)]: every tuple at every context of the level
+    weights = rows.gr_step(k, np.repeat(ids, len(codes)), np.tile(codes, len(ids)))[0].reshape(len(ids), len(codes), -1)
     out = np.zeros(len(ids))
     for i in range(k):
-        out = out + (weights[ids][:, :, i] * below[i][:, tuples[:, i]]).sum(axis=1)
+        out = out + (weights[:, :, i] * below[i][:, tuples[:, i]]).sum(axis=1)
     return out

@@ -1,7 +1,7 @@
 """Random exact instances for certification batteries: a rational model, a tree shape and a drafting scheme.
 
 Instances spread over every topology (explicit random BFS trees included) and every drafting scheme a
-verifier is lossless under, with vocab 2–4 and at most ``max_nodes`` draft nodes; the enumeration size is
+verifier is lossless under (DySpec's and ADED's drafters with random settings of the same size), with vocab 2–4 and at most ``max_nodes`` draft nodes; the enumeration size is
 kept in check by bounding ``vocab ** draft_nodes``. Models are :class:`RandomRationalModel` (small integer
 weights, zeros frequent, prefix-dependent), so certificates are exact and fast.
 """
@@ -13,6 +13,8 @@ from typing import Iterator
 
 import numpy as np
 
+from simulator.aded import AdedConfig
+from simulator.drafters import Drafter, DrafterOptions, make_drafter
 from simulator.models import RandomRationalModel
 from simulator.trees import Topology, check_parents, make_topology
 from simulator.verifiers import VerifierSpec
@@ -25,10 +27,11 @@ class Instance:
     model: RandomRationalModel
     topology: Topology
     drafting: str
+    drafter: Drafter
 
     def describe(self) -> str:
-        return (f"vocab={self.model.vocab} seed={self.model.seed} {self.topology.name} "
-                f"parents={list(self.topology.parents)} drafting={self.drafting}")
+        return f"vocab={self.model.vocab} seed={self.model.seed} " + ", ".join(
+            f"{k}={v}" for k, v in self.drafter.describe().items())
 
 
 def _random_parents(rng: np.random.Generator, draft_nodes: int) -> list[int]:
@@ -64,4 +67,14 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
             nodes -= 1
         topology = random_shape(rng, shapes[i % len(shapes)], nodes)
         model = RandomRationalModel(vocab=vocab, seed=int(rng.integers(2**31)), zero_prob=0.3)
-        yield Instance(model, topology, schemes[(i // len(shapes)) % len(schemes)])
+        scheme = schemes[(i // len(shapes)) % len(schemes)]
+        yield Instance(model, topology, scheme, make_drafter(scheme, topology, model, _random_options(rng, nodes)))
+
+
+def _random_options(rng: np.random.Generator, nodes: int) -> DrafterOptions:
+    """Dynamic drafters of at most ``nodes`` draft tokens (DySpec's threshold tree: at most ``nodes`` per
+    layer is not guaranteed, so its depth stays at 2 and its threshold at 1/4 or more)."""
+    return DrafterOptions(budget=int(rng.integers(1, nodes + 1)), threshold=float(rng.uniform(0.25, 0.6)),
+                          max_depth=int(rng.integers(1, 3)),
+                          aded=AdedConfig(iterations=int(rng.integers(5, 30)), length=int(rng.integers(1, 4)),
+                                          candidates=int(rng.integers(1, 5)), seed=int(rng.integers(100))))

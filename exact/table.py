@@ -1,7 +1,8 @@
 """The certification table: every built-in verifier certified exactly on one small synthetic instance.
 
 Each verifier is certified under every drafting scheme it is lossless under (SPEC §10) and, for controls,
-under i.i.d. drafting; chain-only rules run on a chain of the same depth. A row passes when the verdict
+under i.i.d. drafting; chain-only rules run on a chain of the same depth; the dynamic drafters run with
+:data:`TABLE_DRAFTERS` (small enough to enumerate in seconds). A row passes when the verdict
 matches the expectation (lossless rules certified, controls flagged).
 """
 
@@ -9,11 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.aded import AdedConfig
+from simulator.drafters import DRAFTING, DrafterOptions, make_drafter
 from simulator.models import ModelPair
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
 from .certificate import Certificate, certify
+
+
+TABLE_DRAFTERS = DrafterOptions(budget=4, threshold=0.25, max_depth=2,
+                                aded=AdedConfig(iterations=20, length=2, candidates=4))
 
 
 @dataclass(frozen=True)
@@ -42,9 +49,16 @@ def certification_table(model: ModelPair, depth: int = 2, branching: int = 2, ar
             label = f"chain(H={depth})" if name == "chain" else f"{name}(b={branching}, H={depth})"
             schemes = spec.lossless_under or ("iid",)
         for scheme in schemes:
-            cert = certify(model, shape, scheme, spec.name, "float" if spec.float_only else arithmetic)
-            rows.append(TableRow(spec.name, label, scheme, not spec.is_control, cert))
+            drafter = make_drafter(scheme, shape, model, TABLE_DRAFTERS)
+            tree = label if scheme in DRAFTING else _dynamic_label(drafter)
+            cert = certify(model, drafter, spec.name, "float" if spec.float_only else arithmetic)
+            rows.append(TableRow(spec.name, tree, scheme, not spec.is_control, cert))
     return rows
+
+
+def _dynamic_label(drafter) -> str:
+    settings = {k: v for k, v in drafter.describe().items() if k != "drafting"}
+    return "dynamic(" + ", ".join(f"{k}={v}" for k, v in settings.items()) + ")"
 
 
 def _fmt(value, digits: int = 6) -> str:

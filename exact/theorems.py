@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from scipy.optimize import linprog
 
-from simulator.drafting import draft_tree
+from simulator.drafting import FixedShape, draft_tree
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelView, RandomRationalModel
 from simulator.numeric import Number
@@ -115,15 +115,15 @@ def check_bv_optimal_on_chains(count: int, seed: int, rivals: Sequence[str] = CH
     for model, rng in _models(count, seed):
         chain = make_topology("chain", int(rng.integers(1, 5)))
         where = f"vocab={model.vocab} seed={model.seed} H={chain.height}"
-        bv = round_law(model, chain, "iid", "bv")
+        bv = round_law(model, FixedShape(chain), "bv")
         e_bv = bv.expected_accepted()
         for name in rivals:
-            e = round_law(model, chain, _chain_scheme(name), name).expected_accepted()
+            e = round_law(model, FixedShape(chain, _chain_scheme(name)), name).expected_accepted()
             best.see(e_bv - e, f"{where} vs {name}")
         bound = chain_coupling_bound(ModelView(model, "fraction"), chain.height)
-        greedy.see(-abs(round_law(model, chain, "iid", "greedy-bv").expected_accepted() - bound), where)
+        greedy.see(-abs(round_law(model, FixedShape(chain), "greedy-bv").expected_accepted() - bound), where)
         for name in ("trv", "lv-sps"):
-            other = round_law(model, chain, "iid", name)
+            other = round_law(model, FixedShape(chain), name)
             diff = max([abs(bv.law().get(k, 0) - other.law().get(k, 0)) for k in set(bv.law()) | set(other.law())],
                        default=0)
             equal.see(-diff, f"{where} {name}")
@@ -212,8 +212,8 @@ def check_lv_beats_tv(count: int, seed: int) -> list[Check]:
         shape = TREE_SHAPES[int(rng.integers(len(TREE_SHAPES)))]
         topology = random_shape(rng, shape, 5)
         for rule in LIFTED:
-            lv = round_law(model, topology, "iid", f"lv-{rule}").expected_accepted()
-            tv = round_law(model, topology, "iid", f"tv-{rule}").expected_accepted()
+            lv = round_law(model, FixedShape(topology), f"lv-{rule}").expected_accepted()
+            tv = round_law(model, FixedShape(topology), f"tv-{rule}").expected_accepted()
             worst.see(lv - tv, f"vocab={model.vocab} seed={model.seed} {shape}{list(topology.parents)} {rule}")
     return [worst.check("LV-lifted rule's E[τ] ≥ its TV-lifted counterpart", "layer §5 (experiments only)",
                         expected=None)]
@@ -250,12 +250,28 @@ def check_trv_lemma(count: int, seed: int, verifier: Verifier = trv) -> list[Che
 
 
 #: every check by name, with its default instance count (``specproof theorems --scale 1``)
+# ---- DySpec ---------------------------------------------------------------------------------------------------
+def check_dyspec_greedy(count: int, seed: int) -> list[Check]:
+    """dyspec App. D.1: the greedy tree of ``N`` nodes has the largest weight of any rooted subtree of ``N``
+    nodes (weights: path products of the draft model), against exhaustive enumeration, N = 2..6."""
+    from .greedy_tree import best_subtree_weight, greedy_subtree
+
+    worst = _Worst()
+    for model, rng in _models(count, seed, (2, 4)):
+        view = ModelView(model, "fraction")
+        size = int(rng.integers(2, 7))
+        _, greedy = greedy_subtree(view, size)
+        worst.see(greedy - best_subtree_weight(view, size), f"vocab={model.vocab} seed={model.seed} N={size}")
+    return [worst.check("DySpec's greedy tree is the maximum-weight subtree of its size", "dyspec App. D.1")]
+
+
 CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "chains": (check_bv_optimal_on_chains, 200),
     "single-step": (check_single_step, 1000),
     "lv-assumption": (check_lv_assumption, 300),
     "lv-vs-tv": (check_lv_beats_tv, 400),
     "trv-lemma": (check_trv_lemma, 400),
+    "dyspec-greedy": (check_dyspec_greedy, 300),
 }
 
 

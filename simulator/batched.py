@@ -116,8 +116,11 @@ class ContextRows:
             context, code = divmod(pair, self.vocab**k)
             cands = tuple(int(d) for d in np.unravel_index(code, (self.vocab,) * k))
             solution, laws = self._gr_solution(k, context)
-            per = solution.flows[cands]
             weights = np.zeros(k + 1)
+            if cands not in laws:  # a token of zero draft mass: never drafted
+                self._gr_pairs[k, pair] = weights
+                return weights
+            per = solution.flows[cands]
             seen: list[int] = []
             for i, x in enumerate(cands):
                 if x not in seen:

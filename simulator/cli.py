@@ -19,6 +19,8 @@ from exact.table import certification_table, table_markdown
 from exact.theorems import CHECKS, run_checks, theorems_markdown
 
 from .case import load_case
+from .aded import AdedConfig
+from .drafters import DRAFTERS, DrafterOptions, make_drafter
 from .drafting import DRAFTING
 from .montecarlo import monte_carlo
 from .study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
@@ -29,6 +31,8 @@ from .numeric import ARITHMETICS, to_json_number
 from .trees import TOPOLOGIES, make_topology
 from .verifiers import VERIFIERS
 from .verifiers import load_verifier
+from .verifiers.registry import check_pairing
+from .jsonfile import read_json
 
 MODELS = {
     "synthetic": "correlated Gaussian logits (SPEC §2): --vocab --rho --tau-p --tau-q --seed",
@@ -61,7 +65,7 @@ def list_cmd() -> None:
         click.echo(f"model      {name:22s} {text}")
     for name, text in TOPOLOGIES.items():
         click.echo(f"topology   {name:22s} {text}")
-    for name, text in DRAFTING.items():
+    for name, text in DRAFTERS.items():
         click.echo(f"drafting   {name:22s} {text}")
     for spec in VERIFIERS.values():
         where = ", ".join(spec.lossless_under) if spec.lossless_under else "lossy by design"
@@ -125,7 +129,16 @@ def _tree_options(fn):
         click.option("--depth", type=int, default=2, show_default=True, help="draft depth H"),
         click.option("--branching", type=int, default=2, show_default=True, help="branching b"),
         click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)"),
-        click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True),
+        click.option("--drafting", type=click.Choice(list(DRAFTERS)), default="iid", show_default=True),
+        click.option("--budget", type=int, default=6, show_default=True, help="dyspec: draft tokens per tree"),
+        click.option("--threshold", type=float, default=0.1, show_default=True,
+                     help="dyspec-threshold: least estimated value to sample at"),
+        click.option("--max-depth", type=int, default=4, show_default=True, help="dyspec-threshold: depth cap"),
+        click.option("--corpus", "corpus_path", type=click.Path(dir_okay=False),
+                     help="aded: JSON list of token sequences (default: 32 sampled from the draft model)"),
+        click.option("--mcts-iterations", type=int, default=150, show_default=True, help="aded: MCTS iterations"),
+        click.option("--candidates", type=int, default=24, show_default=True, help="aded: candidate sequences"),
+        click.option("--candidate-length", type=int, default=4, show_default=True, help="aded: tokens per candidate"),
         click.option("--verifier", required=True, help="built-in name (specproof list) or module:function"),
     ]
     for option in reversed(options):
@@ -140,25 +153,39 @@ def _build_shape(topology: str, depth: int, branching: int, parents: str | None)
     return topology, make_topology(topology, depth, branching, parent_list)
 
 
+def _build_drafter(model, tree: dict):
+    """The drafter of the tree options, with the configuration to print and store."""
+    scheme = tree["drafting"]
+    topology, shape = _build_shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])
+    corpus = read_json(tree["corpus_path"], "corpus") if tree["corpus_path"] else None
+    if corpus is not None and not (isinstance(corpus, list) and all(isinstance(c, list) for c in corpus)):
+        raise SpecproofError("corpus", "must be a JSON list of token-id lists")
+    options = DrafterOptions(tree["budget"], tree["threshold"], tree["max_depth"],
+                             AdedConfig(tree["mcts_iterations"], tree["candidate_length"], tree["candidates"]),
+                             corpus)
+    drafter = make_drafter(scheme, shape, model, options)
+    check_pairing(tree["verifier"], scheme)
+    config = drafter.describe()
+    if scheme in DRAFTING and topology != "explicit":
+        config["branching"] = tree["branching"]
+    return drafter, config
+
+
 @main.command()
 @_model_options
 @_tree_options
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
-def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, topology, depth, branching, parents,
-            drafting, verifier, arithmetic, json_out) -> None:
+def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, arithmetic, json_out, **tree) -> None:
     """Certify a verifier exactly: TVD of its completed output law to q^(H+1). Exit 0 lossless, 1 lossy."""
     model = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob)
-    topology, shape = _build_shape(topology, depth, branching, parents)
-    config = {**model.describe(), "topology": topology, "parents": list(shape.parents), "depth": shape.height,
-              "drafting": drafting}
-    if topology != "explicit":
-        config["branching"] = branching
-    cert = certify_exact(model, shape, drafting, verifier, arithmetic, config=config)
+    drafter, drafting = _build_drafter(model, tree)
+    config = {**model.describe(), **drafting}
+    cert = certify_exact(model, drafter, tree["verifier"], arithmetic, config=config)
     verdict = "LOSSLESS" if cert.lossless else "LOSSY"
     exactness = "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
     click.echo(f"{cert.verifier}: {verdict} ({exactness})")
-    click.echo(f"  model {config['model']}, topology {topology} {list(shape.parents)}, drafting {drafting}")
+    click.echo(f"  model {config['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()))
     click.echo(f"  TVD to q^(H+1) = {cert.tvd} ({float(cert.tvd):.6g})")
     click.echo(f"  E[accepted] = {cert.expected_accepted} ({float(cert.expected_accepted):.6g}); "
                f"block efficiency {float(cert.expected_accepted) + 1:.6g}")
@@ -263,16 +290,15 @@ def _certification_report(out: Path, vocab: int, depth: int, branching: int, see
 @click.option("--seeds", type=int, default=5, show_default=True, help="model seeds 0..K-1 (--seed is ignored)")
 @click.option("--trials", type=int, default=10_000, show_default=True, help="rounds per model seed")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary here")
-def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, topology, depth, branching, parents,
-       drafting, verifier, seeds, trials, json_out) -> None:
+def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds, trials, json_out, **tree) -> None:
     """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test."""
-    topology, shape = _build_shape(topology, depth, branching, parents)
-    name, fn = load_verifier(verifier)
-    build_model(model_kind, table_path, vocab, 0, rho, tau_p, tau_q, zero_prob)  # validate once, up front
+    name, fn = load_verifier(tree["verifier"])
+    model = build_model(model_kind, table_path, vocab, 0, rho, tau_p, tau_q, zero_prob)  # validate once, up front
+    drafter, drafting = _build_drafter(model, tree)
     with tqdm(total=seeds * trials, unit="trial", disable=None, file=sys.stderr) as bar:
         summary = monte_carlo(lambda s: build_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q, zero_prob),
-                              shape, drafting, name, fn, seeds, trials, bar.update)
-    click.echo(f"{name} on {topology} {list(shape.parents)}, drafting {drafting}: {seeds} seeds x {trials} trials")
+                              drafter, name, fn, seeds, trials, bar.update)
+    click.echo(f"{name}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()) + f": {seeds} seeds x {trials} trials")
     click.echo(f"  accepted length {summary.accept_len_mean:.4f} (SE {summary.accept_len_se:.4f})")
     click.echo(f"  TVD of completed samples to q^(H+1) {summary.tvd:.4f}; direct target samples "
                f"{summary.baseline_tvd:.4f}")

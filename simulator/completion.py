@@ -24,6 +24,10 @@ class TargetCompletion:
     def next_row(self, block: Context, view: ModelView) -> tuple[Number, ...]:
         return view.q(block)
 
+    def next_view(self, view: ModelView, block: Context) -> ModelView:
+        """The next round's view: the target unchanged."""
+        return view.advanced(block)
+
 
 TARGET = TargetCompletion()
 
@@ -56,3 +60,32 @@ class GreedyBlockCompletion:
         joint_q, joint_p = joint(view, "q", block), joint(view, "p", block)
         weights = positive_part(joint_q * qx - joint_p * px for qx, px in zip(q, p))
         return normalise(weights) if total(weights) > 0 else q
+
+    def next_view(self, view: ModelView, block: Context) -> ModelView:
+        """The next round's view: its target is this rule's modified target until position ``γ+1``."""
+        return view.advanced(block) if len(block) >= self.gamma else CompletedView(view, self, block)
+
+
+class CompletedView:
+    """A round's view whose target ``q`` follows a completion rule after ``block`` (greedy BV's modified
+    target carried into the next round); ``p`` is the draft model's, unchanged."""
+
+    def __init__(self, base: ModelView, rule: "GreedyBlockCompletion", block: Context) -> None:
+        self.base, self.rule, self.block = base, rule, tuple(block)
+        self.model, self.vocab, self.arithmetic = base.model, base.vocab, base.arithmetic
+        self.context = base.context + self.block
+
+    def p(self, suffix: Context) -> tuple[Number, ...]:
+        return self.base.p(self.block + tuple(suffix))
+
+    def q(self, suffix: Context) -> tuple[Number, ...]:
+        return self.rule.next_row(self.block + tuple(suffix), self.base)
+
+    @property
+    def key(self) -> tuple:
+        return ("completed", self.base.key, self.rule, self.block)
+
+    def advanced(self, block: Context) -> "ModelView | CompletedView":
+        """After ``block``: still modified while inside the rule's window, then the base view's target."""
+        longer = self.block + tuple(block)
+        return CompletedView(self.base, self.rule, longer) if len(longer) < self.rule.gamma else self.base.advanced(longer)

@@ -17,10 +17,10 @@ are dropped and the surviving nodes keep BFS order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from .errors import InvalidParameterError
-from .models import ModelView
+from .models import Context, ModelView
 from .numeric import Number, total
 from .randomness import Randomness
 from .trees import DraftTree, Topology
@@ -91,6 +91,13 @@ class Draft:
     p: tuple[tuple[Number, ...] | None, ...]
     q: tuple[tuple[Number, ...], ...]
 
+    @classmethod
+    def of(cls, tree: DraftTree, view: ModelView) -> "Draft":
+        """``tree`` with its rows read from ``view``."""
+        paths = [tree.path(v) for v in range(len(tree))]
+        return cls(tree, tuple(view.p(paths[v]) if tree.children(v) else None for v in range(len(tree))),
+                   tuple(view.q(path) for path in paths))
+
 
 def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness) -> Draft:
     """Draft a tree of the given shape from ``view``'s draft model, consuming randomness from ``rng``."""
@@ -100,24 +107,56 @@ def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness
         shape_children[par].append(node)
     realized: dict[int, int] = {0: 0}
     parents, tokens, paths = [-1], [None], [()]
-    p_rows: list[tuple[Number, ...] | None] = []
-    q_rows: list[tuple[Number, ...]] = []
     for shape_node in range(len(topology.parents)):
         v = realized.get(shape_node)
-        if v is None:
+        if v is None or not shape_children[shape_node]:
             continue
-        path = paths[v]
-        q_rows.append(view.q(path))
         kids = shape_children[shape_node]
-        if not kids:
-            p_rows.append(None)
-            continue
-        p = view.p(path)
-        p_rows.append(p)
-        for kid, token in zip(kids, sample_children(p, len(kids), rng)):
+        for kid, token in zip(kids, sample_children(view.p(paths[v]), len(kids), rng)):
             realized[kid] = len(parents)
             parents.append(v)
             tokens.append(token)
-            paths.append(path + (token,))
+            paths.append(paths[v] + (token,))
     # Realized nodes are numbered in the order the shape's BFS reaches them, so the rows line up with ids.
-    return Draft(DraftTree(parents, tokens, view.vocab), tuple(p_rows), tuple(q_rows))
+    return Draft.of(DraftTree(parents, tokens, view.vocab), view)
+
+
+class Drafter(Protocol):
+    """What every engine drafts with: one round's tree from a model view, through the randomness interface.
+
+    ``scheme`` names the drafting for the registry's ``lossless_under``; ``height`` bounds the depth of every
+    draft (a round's output is completed to ``height + 1`` tokens); ``advance(generated)`` returns the drafter
+    for the next round given every token generated so far (a stateless drafter returns itself).
+    """
+
+    scheme: str
+    height: int
+
+    def draft(self, view: ModelView, rng: Randomness) -> Draft: ...
+
+    def advance(self, generated: Context) -> "Drafter": ...
+
+
+@dataclass(frozen=True)
+class FixedShape:
+    """A fixed topology drafted by one of the schemes of :data:`DRAFTING`."""
+
+    topology: Topology
+    scheme: str = "iid"
+
+    def __post_init__(self) -> None:
+        check_drafting(self.scheme)
+
+    @property
+    def height(self) -> int:
+        return self.topology.height
+
+    def draft(self, view: ModelView, rng: Randomness) -> Draft:
+        return draft_tree(self.topology, view, self.scheme, rng)
+
+    def advance(self, generated: Context) -> "FixedShape":
+        return self
+
+    def describe(self) -> dict:
+        return {"topology": self.topology.name, "parents": list(self.topology.parents),
+                "depth": self.topology.height, "drafting": self.scheme}

@@ -247,3 +247,12 @@ class ModelView:
 
     def q(self, suffix: Context) -> tuple[Number, ...]:
         return self._get("q", tuple(suffix))
+
+    @property
+    def key(self) -> tuple:
+        """Equal for views that give the same rows (same model object, arithmetic and context)."""
+        return ("view", id(self.model), self.arithmetic, self.context)
+
+    def advanced(self, block: Context) -> "ModelView":
+        """The view of the next round, after ``block`` was generated."""
+        return ModelView(self.model, self.arithmetic, self.context + tuple(block))

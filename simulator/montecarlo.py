@@ -29,13 +29,14 @@ from .batched import ContextRows, batched_rounds, has_batched_path
 from .randomness import CounterRandomness
 from .speculation import complete, speculate
 from .statistics import ChiSquare, chi_square, detectable_tvd
-from .trees import Topology
+from .drafting import Drafter, FixedShape
 from .verifiers.registry import Verifier
 
 BASELINE_KEY = 2**32 - 2  # the baseline sampler's stream: default_rng([seed, BASELINE_KEY])
 BATCH = 20_000  # trials per batched call (memory: about 2n + 2H uniforms per trial)
 ALPHA = 1e-3  # false-alarm rate of the combined test (Bonferroni over seeds)
 POWER = 0.9  # the power at which the detectable TVD is stated
+MAX_CELLS = 10**8  # the largest Σ^(H+1) a TVD table is built for (8 bytes a cell)
 
 
 
@@ -46,16 +47,16 @@ def encode(sequences: np.ndarray, vocab: int) -> np.ndarray:
     return sequences.astype(np.int64) @ weights
 
 
-def run_trials(model: ModelPair, topology: Topology, drafting: str, verifier: Verifier, seed: int,
-               trials: Iterable[int], progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def run_trials(model: ModelPair, drafter: Drafter, verifier: Verifier, seed: int, trials: Iterable[int],
+               progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accepted lengths and completed sequences (rows of ``H+1`` tokens) of the given trials."""
     view = ModelView(model, "float")
     accepted, sequences = [], []
     for i, t in enumerate(trials):
         rng = CounterRandomness(seed, t)
-        outcome = speculate(view, topology, drafting, verifier, rng)
+        outcome = speculate(view, drafter, verifier, rng)
         accepted.append(outcome.accepted)
-        sequences.append(complete(outcome, view, topology.height, rng))
+        sequences.append(complete(outcome, view, drafter.height, rng))
         if progress is not None and (i + 1) % 1000 == 0:
             progress(1000)
     if progress is not None:
@@ -110,26 +111,29 @@ class SeedResult:
     test: ChiSquare
 
 
-def run_seed(model: ModelPair, topology: Topology, drafting: str, name: str, verifier: Verifier, seed: int,
-             trials: int, progress: Callable[[int], None] | None = None,
-             rows: ContextRows | None = None) -> SeedResult:
+def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, seed: int, trials: int,
+             progress: Callable[[int], None] | None = None, rows: ContextRows | None = None) -> SeedResult:
     """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers."""
-    rows = rows or ContextRows(model, topology.height)
-    if has_batched_path(name, drafting, model.vocab, topology):
+    height = drafter.height
+    if model.vocab ** (height + 1) > MAX_CELLS:
+        raise InvalidParameterError("depth", f"V^(H+1) = {model.vocab}^{height + 1} cells: over the {MAX_CELLS:.0e} "
+                                             f"a TVD table can hold (the drafter's trees reach depth {height})")
+    rows = rows or ContextRows(model, height)
+    if isinstance(drafter, FixedShape) and has_batched_path(name, drafter.scheme, model.vocab, drafter.topology):
         parts = []
         for start in range(0, trials, BATCH):
-            parts.append(batched_rounds(model, topology, drafting, name, seed,
+            parts.append(batched_rounds(model, drafter.topology, drafter.scheme, name, seed,
                                         np.arange(start, min(start + BATCH, trials)), rows))
             if progress is not None:
                 progress(len(parts[-1][0]))
         accepted = np.concatenate([a for a, _ in parts])
         codes = np.concatenate([c for _, c in parts])
     else:
-        accepted, sequences = run_trials(model, topology, drafting, verifier, seed, range(trials), progress)
+        accepted, sequences = run_trials(model, drafter, verifier, seed, range(trials), progress)
         codes = encode(sequences, model.vocab)
-    table = target_table(model, topology.height, rows)
-    m = tested_prefix(model.vocab, topology.height, trials)
-    tail = model.vocab ** (topology.height + 1 - m)
+    table = target_table(model, height, rows)
+    m = tested_prefix(model.vocab, height, trials)
+    tail = model.vocab ** (height + 1 - m)
     marginal = table.reshape(-1, tail).sum(axis=1)
     observed = np.bincount(codes // tail, minlength=len(marginal))
     return SeedResult(seed, trials, float(accepted.mean()), float(accepted.std(ddof=1) / math.sqrt(trials))
@@ -178,15 +182,13 @@ def summarise(name: str, results: list[SeedResult], vocab: int, height: int) -> 
           "baseline_tvd": r.baseline_tvd, "test_p_value": r.test.p_value} for r in results])
 
 
-def monte_carlo(model_for_seed: Callable[[int], ModelPair], topology: Topology, drafting: str, name: str,
-                verifier: Verifier, seeds: int, trials: int,
+def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, name: str, verifier: Verifier,
+                seeds: int, trials: int,
                 progress: Callable[[int], None] | None = None) -> MCSummary:
     """Run ``trials`` rounds for each model seed ``0..seeds−1`` and summarise."""
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise InvalidParameterError("seeds", f"must be an integer ≥ 1, got {seeds!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
         raise InvalidParameterError("trials", f"must be an integer ≥ 2, got {trials!r}")
-    results = [run_seed(model_for_seed(s), topology, drafting, name, verifier, s, trials, progress)
-               for s in range(seeds)]
-    model = model_for_seed(0)
-    return summarise(name, results, model.vocab, topology.height)
+    results = [run_seed(model_for_seed(s), drafter, name, verifier, s, trials, progress) for s in range(seeds)]
+    return summarise(name, results, model_for_seed(0).vocab, drafter.height)

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .drafting import Drafter
 from .models import ModelPair, ModelView
 from .randomness import SamplingRandomness
 from .speculation import RoundOutcome, speculate
-from .trees import Topology
 from .verifiers.registry import Verifier
 
 
-def sample_rounds(model: ModelPair, topology: Topology, drafting: str, verifier: Verifier, trials: range,
+def sample_rounds(model: ModelPair, drafter: Drafter, verifier: Verifier, trials: range,
                   seed: int = 0, arithmetic: str = "float") -> Iterator[RoundOutcome]:
     """Outcomes of the given trial indices (a ``range``), each from its own seeded stream."""
     view = ModelView(model, arithmetic)
     for t in trials:
-        yield speculate(view, topology, drafting, verifier, SamplingRandomness([seed, t]))
+        yield speculate(view, drafter, verifier, SamplingRandomness([seed, t]))

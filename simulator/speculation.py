@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .completion import TARGET, GreedyBlockCompletion, TargetCompletion
-from .drafting import draft_tree
+from .drafting import Drafter
 from .errors import VerifierOutputError
 from .models import ModelView
 from .randomness import Randomness
-from .trees import DraftTree, Topology
+from .trees import DraftTree
 from .verifiers.registry import Verifier
 
 Completion = TargetCompletion | GreedyBlockCompletion
@@ -50,13 +50,10 @@ def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: R
     return RoundOutcome(tree.path(node), y, completion)
 
 
-def speculate(view: ModelView, topology: Topology, drafting: str, verifier: Verifier,
-              rng: Randomness) -> RoundOutcome:
-    """Draft a tree of ``topology`` with ``drafting`` from ``view``, then verify it."""
-    draft = draft_tree(topology, view, drafting, rng)
+def speculate(view: ModelView, drafter: Drafter, verifier: Verifier, rng: Randomness) -> RoundOutcome:
+    """Draft a tree with ``drafter`` from ``view``, then verify it."""
+    draft = drafter.draft(view, rng)
     return decide(draft.tree, draft.p, draft.q, verifier, rng, view.vocab)
-
-
 
 def complete(outcome: RoundOutcome, view: ModelView, height: int, rng: Randomness) -> tuple[int, ...]:
     """Extend ``path + (y,)`` to ``height + 1`` tokens with the outcome's completion rule, drawing from ``rng``

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .batched import ContextRows
+from .drafting import FixedShape
 from .models import SyntheticModel
 from .montecarlo import MCSummary, SeedResult, run_seed, summarise
 from .statistics import ChiSquare
@@ -110,8 +111,8 @@ def compute_seed(cell: Cell, seed: int) -> dict:
     """One model seed of a cell, as a store record (a top-level function so worker processes can run it)."""
     shape = make_topology(cell.topology, cell.depth, cell.branching)
     rows = _rows(cell.vocab, cell.rho, cell.tau_p, cell.tau_q, cell.depth, seed)
-    result = run_seed(cell.model(seed), shape, "iid", cell.verifier, VERIFIERS[cell.verifier].fn, seed, cell.trials,
-                      rows=rows)
+    result = run_seed(cell.model(seed), FixedShape(shape), cell.verifier, VERIFIERS[cell.verifier].fn, seed,
+                      cell.trials, rows=rows)
     return {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result)}
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from exact import certify, round_law
 from exact.instances import random_instances
+from simulator.drafting import FixedShape
 from simulator.models import SyntheticModel
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
@@ -27,7 +28,7 @@ def test_lossless_verifier_certifies_tvd_exactly_zero_on_200_instances(name):
     instances = list(random_instances(spec, 200, seed=2024))
     shapes, schemes, zeros = collections.Counter(), collections.Counter(), 0
     for inst in instances:
-        cert = certify(inst.model, inst.topology, inst.drafting, name)
+        cert = certify(inst.model, inst.drafter, name)
         assert cert.tvd == 0 and isinstance(cert.tvd, Fraction), inst.describe()
         assert cert.lossless and cert.counterexample is None
         shapes[inst.topology.name] += 1
@@ -55,14 +56,14 @@ def test_negative_control_is_flagged_with_a_counterexample(name):
         topology, drafting = make_topology("explicit", parents=spec.demo[0]), spec.demo[1]
     else:
         topology, drafting = make_topology(spec.default_shape, 2, 2), "iid"
-    cert = certify(SyntheticModel(vocab=3, seed=0), topology, drafting, name, arithmetic_of(name))
+    cert = certify(SyntheticModel(vocab=3, seed=0), FixedShape(topology, drafting), name, arithmetic_of(name))
     assert not cert.lossless and cert.tvd > 0
     ce = cert.counterexample
     assert ce is not None and ce.verifier_prob != ce.target_prob
     # On random instances: every flagged certificate carries a counterexample whose gap is real.
     flagged = 0
     for inst in random_instances(VERIFIERS[name], 60, seed=7):
-        cert = certify(inst.model, inst.topology, inst.drafting, name, arithmetic_of(name))
+        cert = certify(inst.model, inst.drafter, name, arithmetic_of(name))
         if not cert.lossless:
             flagged += 1
             ce = cert.counterexample
@@ -75,8 +76,8 @@ def test_same_harness_rejects_a_control_that_it_certifies_otherwise():
     # The assertion used for lossless rules fails on a control on the very same instance.
     topology = make_topology("complete", 2, 2)
     model = SyntheticModel(vocab=3, seed=0)
-    assert certify(model, topology, "iid", "tv-sps").tvd == 0
-    assert certify(model, topology, "iid", "bug-residual-q").tvd != 0
+    assert certify(model, FixedShape(topology), "tv-sps").tvd == 0
+    assert certify(model, FixedShape(topology), "bug-residual-q").tvd != 0
 
 
 GR_BASED = ["tv-gr", "lv-gr"]  # GR's optimiser sees slightly different inputs in float64: agreement to its tolerance
@@ -86,8 +87,8 @@ GR_BASED = ["tv-gr", "lv-gr"]  # GR's optimiser sees slightly different inputs i
 def test_float64_agrees_with_fraction_within_1e_12(name):
     bound = GR_TOLERANCE if name in GR_BASED else 1e-12
     for inst in random_instances(VERIFIERS[name], 25, seed=99):
-        exact = round_law(inst.model, inst.topology, inst.drafting, name, "fraction")
-        approx = round_law(inst.model, inst.topology, inst.drafting, name, "float")
+        exact = round_law(inst.model, inst.drafter, name, "fraction")
+        approx = round_law(inst.model, inst.drafter, name, "float")
         exact_law, approx_law = exact.law(), approx.law()
         for key in set(exact_law) | set(approx_law):  # float may keep a rounding-level branch that is 0 exactly
             assert abs(float(exact_law.get(key, 0)) - approx_law.get(key, 0.0)) <= bound
@@ -97,11 +98,11 @@ def test_float64_agrees_with_fraction_within_1e_12(name):
 
 def test_engine_target_law_equals_brute_force_joint():
     for inst in random_instances(VERIFIERS["tv-rrs"], 20, seed=5):
-        law = round_law(inst.model, inst.topology, inst.drafting, "tv-rrs")
+        law = round_law(inst.model, inst.drafter, "tv-rrs")
         assert law.target() == target_joint(inst.model, inst.topology.height)
 
 
 def test_probabilities_of_all_executions_sum_to_one_and_law_matches_enumeration_count():
     inst = next(random_instances(VERIFIERS["tv-det"], 1, seed=3))
-    law = round_law(inst.model, inst.topology, inst.drafting, "tv-det")
+    law = round_law(inst.model, inst.drafter, "tv-det")
     assert law.total() == 1 and law.executions >= len(law.outcomes)

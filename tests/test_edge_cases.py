@@ -7,6 +7,7 @@ from fractions import Fraction as F
 import pytest
 
 from exact import certify, fixed_tree_law, round_law
+from simulator.drafting import FixedShape
 from simulator.errors import (ExactnessError, InvalidDistributionError, RandomnessError, UnsupportedDraftError,
                               VerifierOutputError)
 from simulator.models import ModelView, RandomRationalModel, SyntheticModel, TableModel
@@ -32,7 +33,7 @@ def geometric(alpha, h):
 def test_p_equals_q_accepts_everything(name):
     base = RandomRationalModel(vocab=3, seed=4)
     same = type("Same", (), {"vocab": 3, "p": staticmethod(base.q), "q": staticmethod(base.q)})()
-    cert = certify(same, CHAIN3, "iid", name)
+    cert = certify(same, FixedShape(CHAIN3), name)
     # tv-det accepts x w.p. q(x), so it is the one rule that does not accept everything when p == q.
     expected = 3 if name != "tv-det" else None
     assert cert.lossless
@@ -43,7 +44,7 @@ def test_p_equals_q_accepts_everything(name):
 @pytest.mark.parametrize("name", CHAIN_RULES)
 def test_q_one_hot(name):
     # q = δ_1; the drafted token is accepted iff it is 1; for SpS-type rules α = Σ min(p, q) = p(1) = 1/3.
-    cert = certify(context_free([F(1, 2), F(1, 3), F(1, 6)], [F(0), F(1), F(0)]), CHAIN3, "iid", name)
+    cert = certify(context_free([F(1, 2), F(1, 3), F(1, 6)], [F(0), F(1), F(0)]), FixedShape(CHAIN3), name)
     assert cert.lossless
     if name != "tv-det":
         assert cert.expected_accepted == geometric(F(1, 3), 3)
@@ -52,13 +53,13 @@ def test_q_one_hot(name):
 @pytest.mark.parametrize("name", CHAIN_RULES)
 def test_p_one_hot(name):
     # The draft is always token 0; SpS accepts it w.p. q(0) = 1/4 per level: E[τ] = 1/4 + 1/16 + 1/64.
-    cert = certify(context_free([F(1), F(0), F(0)], [F(1, 4), F(1, 4), F(1, 2)]), CHAIN3, "iid", name)
+    cert = certify(context_free([F(1), F(0), F(0)], [F(1, 4), F(1, 4), F(1, 2)]), FixedShape(CHAIN3), name)
     assert cert.lossless and cert.expected_accepted == geometric(F(1, 4), 3)
 
 
 @pytest.mark.parametrize("name", CHAIN_RULES)
 def test_disjoint_supports_accept_nothing(name):
-    cert = certify(context_free([F(1, 2), F(1, 2), F(0)], [F(0), F(0), F(1)]), CHAIN3, "iid", name)
+    cert = certify(context_free([F(1, 2), F(1, 2), F(0)], [F(0), F(0), F(1)]), FixedShape(CHAIN3), name)
     assert cert.lossless and cert.expected_accepted == 0
 
 
@@ -75,9 +76,9 @@ def test_zero_draft_mass_and_ties_in_ratios():
     # p has a zero; tokens 0 and 1 share the ratio q/p = 1/2 (a tie).
     model = context_free([F(1, 4), F(1, 4), F(1, 2), F(0)], [F(1, 8), F(1, 8), F(1, 2), F(1, 4)])
     for name in ["tv-rrs", "tv-sps", "tv-det"]:
-        assert certify(model, make_topology("complete", 2, 2), "iid", name).lossless
+        assert certify(model, FixedShape(make_topology("complete", 2, 2)), name).lossless
     for name in ["bv", "greedy-bv"]:
-        assert certify(model, CHAIN3, "iid", name).lossless
+        assert certify(model, FixedShape(CHAIN3), name).lossless
 
 
 def test_residual_with_zero_total_mass_returns_the_target_not_nan():
@@ -88,7 +89,7 @@ def test_residual_with_zero_total_mass_returns_the_target_not_nan():
     base = RandomRationalModel(vocab=3, seed=8)
     model = type("RootEqual", (), {"vocab": 3, "q": staticmethod(base.q),
                                    "p": staticmethod(lambda c: base.q(c) if c == () else base.p(c))})()
-    assert certify(model, CHAIN3, "iid", "bv").lossless
+    assert certify(model, FixedShape(CHAIN3), "bv").lossless
 
 
 def test_duplicate_siblings():
@@ -96,9 +97,9 @@ def test_duplicate_siblings():
     # happens to survive duplicates: after one rejection its residual and draft are the same point mass.)
     model = RandomRationalModel(vocab=3, seed=1, zero_prob=0.0)
     star = make_topology("complete", 1, 3)
-    assert certify(model, star, "iid", "tv-rrs").lossless
-    assert certify(model, star, "iid", "tv-det").lossless
-    lossy = certify(model, star, "iid", "tv-rrsw")  # SPEC §10: RRSw is lossy with duplicates
+    assert certify(model, FixedShape(star), "tv-rrs").lossless
+    assert certify(model, FixedShape(star), "tv-det").lossless
+    lossy = certify(model, FixedShape(star), "tv-rrsw")  # SPEC §10: RRSw is lossy with duplicates
     assert not lossy.lossless and lossy.counterexample is not None
 
 
@@ -110,20 +111,20 @@ def test_uniform_exactly_zero_or_one():
     view = ModelView(SyntheticModel(vocab=3, seed=0), "float")
     topology = make_topology("complete", 2, 2)
     for u in (0.0, 1.0):
-        out = speculate(view, topology, "iid", VERIFIERS["tv-rrs"].fn, ReplayRandomness([u] * 64))
+        out = speculate(view, FixedShape(topology), VERIFIERS["tv-rrs"].fn, ReplayRandomness([u] * 64))
         assert 0 <= out.y < 3
     with pytest.raises(RandomnessError) as err:
         ReplayRandomness([0.2, 1.5])
     assert err.value.field == "uniforms[1]"
     with pytest.raises(RandomnessError) as err:
-        speculate(view, topology, "iid", VERIFIERS["tv-rrs"].fn, ReplayRandomness([0.5]))
+        speculate(view, FixedShape(topology), VERIFIERS["tv-rrs"].fn, ReplayRandomness([0.5]))
     assert err.value.field == "uniforms"
 
 
 @pytest.mark.parametrize("rho", [0.0, 1.0])
 def test_rho_zero_and_one(rho):
     model = SyntheticModel(vocab=3, rho=rho, seed=5)
-    cert = certify(model, CHAIN3, "iid", "bv")
+    cert = certify(model, FixedShape(CHAIN3), "bv")
     assert cert.lossless
     if rho == 1.0:  # identical logits and temperatures: p == q, all accepted
         assert cert.expected_accepted == 3
@@ -132,20 +133,20 @@ def test_rho_zero_and_one(rho):
 @pytest.mark.parametrize("arithmetic", ["fraction", "float"])
 def test_temperatures_near_zero(arithmetic):
     model = SyntheticModel(vocab=3, tau_p=1e-4, tau_q=1e-3, seed=6)
-    cert = certify(model, make_topology("complete", 2, 2), "iid", "tv-rrs", arithmetic)
+    cert = certify(model, FixedShape(make_topology("complete", 2, 2)), "tv-rrs", arithmetic)
     assert cert.lossless and cert.tvd == cert.tvd  # not NaN
 
 
 @pytest.mark.parametrize("name", CHAIN_RULES)
 def test_vocab_one(name):
-    cert = certify(SyntheticModel(vocab=1), CHAIN3, "iid", name)
+    cert = certify(SyntheticModel(vocab=1), FixedShape(CHAIN3), name)
     assert cert.lossless and cert.expected_accepted == 3
 
 
 @pytest.mark.parametrize("name", CHAIN_RULES)
 def test_depth_zero(name):
     model = RandomRationalModel(vocab=3, seed=2)
-    law = round_law(model, make_topology("chain", 0), "iid", name)
+    law = round_law(model, FixedShape(make_topology("chain", 0)), name)
     assert law.law() == {((), y): model.q(())[y] for y in range(3) if model.q(())[y] > 0}
     assert law.discrepancies()[0] == 0 and law.expected_accepted() == 0
 
@@ -180,5 +181,5 @@ def test_misuse_of_the_randomness_interface_and_bad_verifier_output():
 
 def test_chain_verifiers_refuse_trees():
     with pytest.raises(UnsupportedDraftError) as err:
-        certify(RandomRationalModel(vocab=2), make_topology("complete", 2, 2), "iid", "bv")
+        certify(RandomRationalModel(vocab=2), FixedShape(make_topology("complete", 2, 2)), "bv")
     assert err.value.field == "tree"

@@ -16,6 +16,7 @@ import pytest
 from exact import certify, fixed_tree_law, round_law
 from exact.theorems import (CHECKS, check_bv_optimal_on_chains, check_lv_beats_tv, check_single_step,
                             check_trv_lemma, lp_value, run_checks)
+from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, TableModel
 from simulator.sampling import sample_rounds
@@ -43,10 +44,10 @@ def test_spec8_single_step_numbers():
     assert F(86, 100) - GR_TOLERANCE <= acceptance("gr", P8, Q8, 2, "iid") <= F(86, 100)
     # The same numbers through the tree engine: one root with two i.i.d. (or w/o-replacement) children.
     model, star = TableModel(3, {None: list(P8)}, {None: list(Q8)}), make_topology("complete", 1, 2)
-    assert round_law(model, star, "iid", "tv-rrs").profile() == [F(76, 100)]
-    assert round_law(model, star, "iid", "tv-opt").profile() == [F(86, 100)]
-    assert round_law(model, star, "iid", "lv-opt").profile() == [F(86, 100)]
-    assert abs(float(round_law(model, star, "iid", "tv-kseq").profile()[0]) - 0.791355287257) < 1e-12
+    assert round_law(model, FixedShape(star), "tv-rrs").profile() == [F(76, 100)]
+    assert round_law(model, FixedShape(star), "tv-opt").profile() == [F(86, 100)]
+    assert round_law(model, FixedShape(star), "lv-opt").profile() == [F(86, 100)]
+    assert abs(float(round_law(model, FixedShape(star), "tv-kseq").profile()[0]) - 0.791355287257) < 1e-12
 
 
 def brute_alpha_star(p, q, k: int, law: str):
@@ -166,12 +167,12 @@ def test_lv_does_not_always_beat_tv_exact_counterexample():
     # RRS. Both are lossless; the gap is confirmed by a second method (Monte Carlo, 20,000 rounds each).
     model = RandomRationalModel(3, 2056527569, zero_prob=0.3)
     tree = make_topology("explicit", parents=[-1, 0, 0, 1, 1, 2])
-    lv, tv = (certify(model, tree, "iid", name) for name in ("lv-rrs", "tv-rrs"))
+    lv, tv = (certify(model, FixedShape(tree), name) for name in ("lv-rrs", "tv-rrs"))
     assert lv.lossless and tv.lossless and lv.expected_accepted < tv.expected_accepted
     gap = tv.expected_accepted - lv.expected_accepted
     means = []
     for name in ("lv-rrs", "tv-rrs"):
-        lengths = np.array([o.accepted for o in sample_rounds(model, tree, "iid", VERIFIERS[name].fn,
+        lengths = np.array([o.accepted for o in sample_rounds(model, FixedShape(tree), VERIFIERS[name].fn,
                                                               range(20_000), seed=3)])
         means.append((lengths.mean(), lengths.std() / np.sqrt(len(lengths))))
     (m_lv, se_lv), (m_tv, se_tv) = means
@@ -217,5 +218,5 @@ def test_dynamic_program_equals_enumeration_for_token_verification():
         topology = random_shape(rng, shape, 5 if vocab < 4 else 4)
         model = SyntheticModel(vocab, rho=float(rng.random()), seed=i)
         for name in DP_RULES:
-            exact = float(round_law(model, topology, "iid", name, "float").expected_accepted())
+            exact = float(round_law(model, FixedShape(topology), name, "float").expected_accepted())
             assert abs(tv_expected_accepted(model, topology, name) - exact) < 1e-12, (name, topology.parents)

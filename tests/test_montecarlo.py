@@ -12,6 +12,7 @@ from scipy import stats
 
 from exact import round_law
 from simulator.batched import BATCHED, ContextRows, batched_rounds
+from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, SyntheticModel
 from simulator.montecarlo import (encode, empirical_tvd, monte_carlo, run_trials, target_table)
@@ -49,7 +50,7 @@ def test_batched_path_returns_the_reference_outcome_of_every_trial(name, vocab, 
     model = SyntheticModel(vocab, rho=0.3, seed=vocab)
     topology = (make_topology("explicit", parents=[-1, 0, 0, 0, 1, 3, 3, 4]) if shape == "explicit"
                 else make_topology(shape, depth, branching))
-    accepted, sequences = run_trials(model, topology, "iid", VERIFIERS[name].fn, 11, range(1500))
+    accepted, sequences = run_trials(model, FixedShape(topology), VERIFIERS[name].fn, 11, range(1500))
     batched_accepted, codes = batched_rounds(model, topology, "iid", name, 11, np.arange(1500))
     assert np.array_equal(batched_accepted, accepted)
     assert np.array_equal(codes, encode(sequences, vocab))
@@ -63,7 +64,7 @@ def test_batched_paths_match_the_reference_on_random_explicit_trees():
         model = SyntheticModel(vocab, rho=float(rng.random()), tau_p=0.5 + float(rng.random()), seed=i)
         rows = ContextRows(model, topology.height)
         for name in (n for n in BATCHED if n != "gbv"):
-            accepted, sequences = run_trials(model, topology, "iid", VERIFIERS[name].fn, i, range(150))
+            accepted, sequences = run_trials(model, FixedShape(topology), VERIFIERS[name].fn, i, range(150))
             batched = batched_rounds(model, topology, "iid", name, i, np.arange(150), rows)
             assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, vocab))
 
@@ -71,7 +72,7 @@ def test_batched_paths_match_the_reference_on_random_explicit_trees():
 def test_batched_gr_solves_lazily_where_a_dense_table_would_not_fit():
     """9^3 candidate tuples per context: GR's flows are built per (context, tuple) reached, still exactly."""
     model, topology = SyntheticModel(9, rho=0.4, seed=3), make_topology("complete", 2, 3)
-    accepted, sequences = run_trials(model, topology, "iid", VERIFIERS["tv-gr"].fn, 2, range(300))
+    accepted, sequences = run_trials(model, FixedShape(topology), VERIFIERS["tv-gr"].fn, 2, range(300))
     batched = batched_rounds(model, topology, "iid", "tv-gr", 2, np.arange(300))
     assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, 9))
 
@@ -112,10 +113,10 @@ def test_monte_carlo_mean_agrees_with_exact_expected_accepted(name, shape):
     # Vocab 3, depth 2: small enough for the exact engine. |mean − E[τ]| within 4 standard errors.
     topology = make_topology(shape, 2, 2)
     drafting = "iid"
-    summary = monte_carlo(lambda s: SyntheticModel(3, seed=s), topology, drafting, name, VERIFIERS[name].fn,
+    summary = monte_carlo(lambda s: SyntheticModel(3, seed=s), FixedShape(topology, drafting), name, VERIFIERS[name].fn,
                           seeds=2, trials=4000)
     for seed_result in summary.per_seed:
-        exact = float(round_law(SyntheticModel(3, seed=seed_result["seed"]), topology, drafting,
+        exact = float(round_law(SyntheticModel(3, seed=seed_result["seed"]), FixedShape(topology, drafting),
                                 name).expected_accepted())
         assert abs(seed_result["accept_len_mean"] - exact) < 4 * seed_result["accept_len_se"]
     assert not summary.test_rejects
@@ -125,9 +126,9 @@ def test_monte_carlo_test_rejects_a_control_it_has_the_power_for():
     # bug-accept-all on a depth-1 tree over 4 tokens: exact TVD on the first token far above what the test
     # detects at power 0.9 with 20,000 samples, so the combined test must reject.
     topology = make_topology("complete", 1, 2)
-    summary = monte_carlo(lambda s: SyntheticModel(4, seed=s), topology, "iid", "bug-accept-all",
+    summary = monte_carlo(lambda s: SyntheticModel(4, seed=s), FixedShape(topology), "bug-accept-all",
                           VERIFIERS["bug-accept-all"].fn, seeds=1, trials=20_000)
-    law = round_law(SyntheticModel(4, seed=0), topology, "iid", "bug-accept-all")
+    law = round_law(SyntheticModel(4, seed=0), FixedShape(topology), "bug-accept-all")
     completed = law.completed()
     first = [sum(float(v) for s, v in completed.items() if s[0] == x) for x in range(4)]
     target = SyntheticModel(4, seed=0).q(())

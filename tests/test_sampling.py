@@ -15,6 +15,7 @@ import pytest
 from scipy import stats
 
 from exact import round_law
+from simulator.drafting import FixedShape
 from simulator.models import ModelView, SyntheticModel
 from simulator.randomness import ReplayRandomness, SamplingRandomness
 from simulator.sampling import sample_rounds
@@ -46,17 +47,17 @@ CASES = [("tv-rrs", "complete", 1, 3, "iid"), ("greedy-bv", "chain", 2, 2, "iid"
 def test_sampling_mode_matches_exact_law_and_detects_a_control(name, shape, depth, vocab, drafting):
     model = SyntheticModel(vocab=vocab, seed=11)
     topology = make_topology(shape, depth, 2)
-    law = {k: v for k, v in round_law(model, topology, drafting, name).law().items() if v > 0}
+    law = {k: v for k, v in round_law(model, FixedShape(topology, drafting), name).law().items() if v > 0}
     n = sample_size(len(law), DETECTABLE_TVD, ALPHA, POWER)
     assert 1e5 < n < 3e5
-    samples = list(sample_rounds(model, topology, drafting, VERIFIERS[name].fn, range(n), seed=1))
+    samples = list(sample_rounds(model, FixedShape(topology, drafting), VERIFIERS[name].fn, range(n), seed=1))
     assert not chi_square_rejects(samples, law)
     # The same test must reject a lossy rule whose law differs from this one by ≥ 0.01 in TVD.
     control = "bug-accept-all"
-    control_law = round_law(model, topology, drafting, control).law()
+    control_law = round_law(model, FixedShape(topology, drafting), control).law()
     gap = sum(abs(control_law.get(k, 0) - law.get(k, 0)) for k in set(law) | set(control_law)) / 2
     assert gap >= DETECTABLE_TVD
-    bad = list(sample_rounds(model, topology, drafting, VERIFIERS[control].fn, range(n), seed=1))
+    bad = list(sample_rounds(model, FixedShape(topology, drafting), VERIFIERS[control].fn, range(n), seed=1))
     assert chi_square_rejects(bad, law)
 
 
@@ -66,8 +67,8 @@ def test_replay_reproduces_sampling_decisions():
     topology = make_topology("tapered", 3, 2)
     for trial in range(200):
         uniforms = np.random.default_rng([5, trial]).random(256)
-        a = speculate(view, topology, "iid", VERIFIERS["tv-rrs"].fn, SamplingRandomness([5, trial]))
-        b = speculate(view, topology, "iid", VERIFIERS["tv-rrs"].fn, ReplayRandomness(uniforms))
+        a = speculate(view, FixedShape(topology), VERIFIERS["tv-rrs"].fn, SamplingRandomness([5, trial]))
+        b = speculate(view, FixedShape(topology), VERIFIERS["tv-rrs"].fn, ReplayRandomness(uniforms))
         assert a == b
 
 
@@ -75,9 +76,9 @@ def test_sampling_is_deterministic_and_independent_of_batching():
     model = SyntheticModel(vocab=3, seed=4)
     topology = make_topology("complete", 2, 2)
     fn = VERIFIERS["tv-rrs"].fn
-    whole = list(sample_rounds(model, topology, "iid", fn, range(50), seed=9))
-    again = list(sample_rounds(model, topology, "iid", fn, range(50), seed=9))
-    parts = list(sample_rounds(model, topology, "iid", fn, range(0, 20), seed=9)) + \
-        list(sample_rounds(model, topology, "iid", fn, range(20, 50), seed=9))
+    whole = list(sample_rounds(model, FixedShape(topology), fn, range(50), seed=9))
+    again = list(sample_rounds(model, FixedShape(topology), fn, range(50), seed=9))
+    parts = list(sample_rounds(model, FixedShape(topology), fn, range(0, 20), seed=9)) + \
+        list(sample_rounds(model, FixedShape(topology), fn, range(20, 50), seed=9))
     assert whole == again == parts
-    assert whole != list(sample_rounds(model, topology, "iid", fn, range(50), seed=10))
+    assert whole != list(sample_rounds(model, FixedShape(topology), fn, range(50), seed=10))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from simulator import study
+from simulator.drafting import FixedShape
 from simulator.study import Cell, Store, paper_cells, paper_tables, run_cells, summarise_cell
 from simulator.study_report import expected_sample_tvd, tvd_upper_bound
 
@@ -95,6 +96,6 @@ def test_first_chain_law_is_the_target_for_the_correct_rule_and_hand_checked_for
     # bug-residual-q on a chain).
     from exact import certify
     from simulator.trees import make_topology
-    cert = certify(model, make_topology("chain", 2), "iid", "bug-residual-q", "float")
+    cert = certify(model, FixedShape(make_topology("chain", 2)), "bug-residual-q", "float")
     ours = 0.5 * np.abs(first_chain_law(rows, "residual-q") - target).sum()
     assert ours == pytest.approx(float(cert.tvd), abs=1e-12) and ours > 0.01

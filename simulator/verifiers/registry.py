@@ -23,6 +23,7 @@ from .token_tree import tv
 Verifier = Callable[..., tuple]
 
 ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
+DYNAMIC = ("dyspec", "dyspec-threshold")  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
 IID, WOR = ("iid",), ("without-replacement",)
 
@@ -37,6 +38,8 @@ class VerifierSpec:
     float_only: bool = False
     #: for a control: a tree (parent list) and drafting scheme on which its bug shows
     demo: tuple[tuple[int, ...], str] | None = None
+    #: Layer Verification: needs one fixed tuple law per node, which dynamic trees lack (SPEC §10)
+    needs_tuple_law: bool = False
 
     @property
     def is_control(self) -> bool:
@@ -54,27 +57,32 @@ class VerifierSpec:
 
 _SPECS = [
     VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
-                 IID + WOR),
+                 IID + WOR + DYNAMIC),
     VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID),
-    VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement", WOR),
-    VerifierSpec("tv-det", tv(DETERMINISTIC), "token verification, deterministic RRS (EAGLE-2)", ALL_SCHEMES),
+    VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement",
+                 WOR + DYNAMIC),
+    VerifierSpec("tv-det", tv(DETERMINISTIC), "token verification, deterministic RRS (EAGLE-2)",
+                 ALL_SCHEMES + DYNAMIC + ("aded",)),
     VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID),
     VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID),
     VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID),
-    VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR),
-    VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID),
-    VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID),
-    VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID),
-    VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID),
+    VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True),
+    VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID, needs_tuple_law=True),
+    VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True),
+    VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID, needs_tuple_law=True),
+    VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID, needs_tuple_law=True),
     VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",)),
     VerifierSpec("greedy-bv", block.greedy_bv, "greedy block verification with distribution modification "
                  "(App. C, Alg. 4-6)", IID + WOR, ("chain",)),
-    VerifierSpec("trv", traversal.trv, "Traversal Verification (Alg. 3), duplicate siblings merged", IID + WOR),
+    VerifierSpec("trv", traversal.trv, "Traversal Verification (Alg. 3), duplicate siblings merged",
+                 IID + WOR + DYNAMIC),
     VerifierSpec("trv-iid", traversal.trv_iid, "Traversal Verification, duplicates apart, draft unchanged", IID),
     VerifierSpec("gbv", multipath.gbv, "greedy multi-path block verification (K i.i.d. paths)", IID,
                  ("chain", "multi-chain")),
-    VerifierSpec("dyspec", tv(RRSW, "without-replacement"), "DySpec's verification (Alg. 3 with U(0,1))", WOR),
-    VerifierSpec("match", matching.match, "sample-and-match: one target draw per node", ALL_SCHEMES),
+    VerifierSpec("dyspec", tv(RRSW, "without-replacement"), "DySpec's verification (Alg. 3 with U(0,1))",
+                 WOR + DYNAMIC),
+    VerifierSpec("match", matching.match, "sample-and-match: one target draw per node",
+                 ALL_SCHEMES + DYNAMIC + ("aded",)),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
                  "CONTROL: greedy BV completed with the unmodified target", (), ("chain",)),
     VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", ()),
@@ -92,6 +100,15 @@ _SPECS = [
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def check_pairing(name: str, scheme: str) -> None:
+    """Refuse Layer Verification on dynamic trees: it needs one fixed tuple law per node (SPEC §10)."""
+    spec = VERIFIERS.get(name)
+    if spec is not None and spec.needs_tuple_law and scheme in DYNAMIC:
+        raise InvalidParameterError("verifier", f"{name} is undefined on {scheme} trees: Layer Verification needs "
+                                                "one fixed tuple law per node, and a dynamic tree's sibling count "
+                                                "depends on the tokens drawn (SPEC §10)")
 
 
 def load_verifier(name: str) -> tuple[str, Verifier]:

@@ -1,0 +1,93 @@
+"""The exact law of the first ``N`` generated tokens over several rounds, against the target's joint over ``Σ^N``.
+
+Each round's law is the exact engine's (:func:`exact.certificate.view_law`: every draft and verifier choice
+of :func:`simulator.speculation.speculate`); rounds are chained by the same transition Monte Carlo uses,
+:meth:`simulator.generation.GenerationState.after`. A round's law is computed once per (view, drafter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from simulator.drafting import Drafter
+from simulator.generation import GenerationState, check_length
+from simulator.models import Context, ModelPair, ModelView
+from simulator.numeric import Number, check_arithmetic
+from simulator.verifiers.registry import Verifier, load_verifier
+
+from .certificate import FLOAT_TOLERANCE, view_law
+from .law import Counterexample
+
+
+@dataclass(frozen=True)
+class GenerationLaw:
+    verifier: str
+    tokens: int
+    law: dict[tuple[int, ...], Number]
+    target: dict[tuple[int, ...], Number]
+    tvd: Number
+    counterexample: Counterexample | None
+    expected_rounds: Number
+    expected_accepted: Number  # total draft tokens accepted over the generation
+    rounds: dict[int, Number]  # P(number of rounds = r)
+    round_laws: int  # distinct rounds solved exactly
+    lossless: bool
+
+
+def _target(view: ModelView, length: int, zero: Number) -> dict[tuple[int, ...], Number]:
+    out: dict[tuple[int, ...], Number] = {}
+    stack: list[tuple[tuple[int, ...], Number]] = [((), zero + 1)]
+    while stack:
+        block, prob = stack.pop()
+        if len(block) == length:
+            out[block] = prob
+            continue
+        for x, qx in enumerate(view.q(block)):
+            if qx > 0:
+                stack.append((block + (x,), prob * qx))
+    return out
+
+
+def generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier, length: int,
+                   arithmetic: str = "fraction", context: Context = ()) -> GenerationLaw:
+    """Every execution of :func:`generate` for ``length`` tokens, with its probability."""
+    exact = check_arithmetic(arithmetic) == "fraction"
+    check_length(length)
+    name, fn = (getattr(verifier, "__name__", "verifier"), verifier) if callable(verifier) else load_verifier(verifier)
+    view = ModelView(model, arithmetic, context)
+    zero: Number = Fraction(0) if exact else 0.0
+    law: dict[tuple[int, ...], Number] = {}
+    rounds: dict[int, Number] = {}
+    expected_rounds = expected_accepted = zero
+    solved = 0
+    round_laws: dict[tuple, list] = {}
+    stack = [(GenerationState(view, drafter), zero + 1)]
+    while stack:
+        state, prob = stack.pop()
+        if len(state.tokens) >= length:
+            run = state.result(length)
+            law[run.tokens] = law.get(run.tokens, zero) + prob
+            rounds[run.rounds] = rounds.get(run.rounds, zero) + prob
+            expected_rounds += prob * run.rounds
+            expected_accepted += prob * sum(run.accepted)
+            continue
+        key = (state.view.key, state.drafter)
+        if key not in round_laws:  # the round's law depends on the view and the drafter only
+            round_laws[key] = [(o, p) for o, p in view_law(state.view, state.drafter, fn).outcomes.items() if p > 0]
+            solved += 1
+        for outcome, p in round_laws[key]:
+            stack.append((state.after(outcome), prob * p))
+    target = _target(view, length, zero)
+    tvd, worst = zero, None
+    for seq in sorted(set(law) | set(target)):
+        gap = abs(law.get(seq, zero) - target.get(seq, zero))
+        tvd += gap
+        if gap > 0 and (worst is None or gap > worst[0]):
+            worst = (gap, seq)
+    tvd = tvd / 2
+    lossless = tvd == 0 if exact else tvd <= FLOAT_TOLERANCE
+    counterexample = None if lossless or worst is None else Counterexample(
+        worst[1], law.get(worst[1], zero), target.get(worst[1], zero))
+    return GenerationLaw(name, length, law, target, tvd, counterexample, expected_rounds, expected_accepted,
+                         dict(sorted(rounds.items())), solved, lossless)

@@ -1,0 +1,150 @@
+"""DySpec's dynamic token trees (dyspec_dynamic_token_tree.txt, Alg. 1 and Alg. 2, with SPEC §10's corrections).
+
+Both drafters grow the tree from the draft model's own probabilities: every *sampling slot* has an
+estimated value ``v`` (the chance, were the draft model the target, that verification reaches and accepts
+the token sampled there). A slot at node ``u`` samples ``y`` from ``R`` (``p_u`` with the tokens already
+drafted at ``u`` removed, renormalised); it then opens two slots: ``u``'s next sibling slot with value
+``v·(1 − R[y])`` and residual ``R`` without ``y``, and the new node's first child slot with ``v·R[y]`` and
+residual ``p`` of the new node.
+
+* :class:`DySpecBudget` (Alg. 1) fills the slot of largest value until the tree holds ``budget`` draft
+  tokens. Correction: Alg. 1 adds the node before sampling ``y`` (line 6 before 7); we sample first. Ties
+  between equal values go to the slot opened first (a FIFO heap), so the tree is a function of the tokens.
+* :class:`DySpecThreshold` (Alg. 2) grows layer by layer, sampling at a node while its value is at least
+  ``threshold``. Corrections: Alg. 2's ``while v_i < t`` is inverted (read ``v_i ≥ t``), and the depth is
+  capped at ``max_depth`` (with a one-hot ``p`` the value never falls and the tree would never stop).
+
+Every sample goes through the randomness interface, so the exact engine enumerates tree shapes and
+tokens together. The tree's shape depends on the sampled tokens; the siblings at a node are a
+without-replacement sequence from ``p`` whose length is decided before the next sibling is drawn, which is
+why RRSw (DySpec's Alg. 3), TRV, deterministic RRS and sample-and-match stay lossless (SPEC §10) while
+Layer Verification, which needs one fixed tuple law per node, is undefined on these trees.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
+
+from .drafting import Draft
+from .errors import InvalidParameterError
+from .models import Context, ModelView
+from .numeric import Number, normalise, total
+from .randomness import Randomness
+from .trees import DraftTree
+
+
+def _sample_slot(residual: Sequence[Number], rng: Randomness) -> tuple[int, Number, tuple[Number, ...] | None]:
+    """Draw ``y ~ R``; return ``y``, ``R[y]`` and ``R`` without ``y`` renormalised (``None`` when empty)."""
+    y = rng.categorical(residual)
+    share = residual[y]
+    rest = [r * 0 if x == y else r for x, r in enumerate(residual)]
+    return y, share, normalise(rest) if total(rest) > 0 else None
+
+
+def _bfs_draft(parents: list[int], tokens: list[int | None], view: ModelView) -> Draft:
+    """The nodes (added in any order, each after its parent) renumbered in BFS order, children in the order
+    they were sampled, with their rows."""
+    children: list[list[int]] = [[] for _ in parents]
+    for node in range(1, len(parents)):
+        children[parents[node]].append(node)
+    order = [0]
+    for node in order:
+        order.extend(children[node])
+    new_id = {old: new for new, old in enumerate(order)}
+    tree = DraftTree([-1] + [new_id[parents[old]] for old in order[1:]], [None] + [tokens[old] for old in order[1:]],
+                     view.vocab)
+    return Draft.of(tree, view)
+
+
+def _check_int(value: object, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidParameterError(field, f"must be an integer ≥ {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class DySpecBudget:
+    """Alg. 1: the greedy dynamic tree with ``budget`` draft tokens."""
+
+    budget: int
+    scheme: str = "dyspec"
+
+    def __post_init__(self) -> None:
+        _check_int(self.budget, "budget", 1)
+
+    @property
+    def height(self) -> int:
+        return self.budget
+
+    def draft(self, view: ModelView, rng: Randomness) -> Draft:
+        parents: list[int] = [-1]
+        tokens: list[int | None] = [None]
+        paths: list[Context] = [()]
+        one: Number = Fraction(1) if view.arithmetic == "fraction" else 1.0
+        # Slots: (−value, opening order, node, residual); the order breaks ties first-opened first.
+        heap = [(-one, 0, 0, view.p(()))]
+        opened = 1
+        while len(parents) - 1 < self.budget and heap:
+            neg_value, _, node, residual = heapq.heappop(heap)
+            y, share, rest = _sample_slot(residual, rng)
+            parents.append(node)
+            tokens.append(y)
+            paths.append(paths[node] + (y,))
+            if rest is not None:
+                heapq.heappush(heap, (neg_value * (1 - share), opened, node, rest))
+            heapq.heappush(heap, (neg_value * share, opened + 1, len(parents) - 1, view.p(paths[-1])))
+            opened += 2
+        return _bfs_draft(parents, tokens, view)
+
+    def advance(self, generated: Context) -> "DySpecBudget":
+        return self
+
+    def describe(self) -> dict:
+        return {"drafting": self.scheme, "budget": self.budget}
+
+
+@dataclass(frozen=True)
+class DySpecThreshold:
+    """Alg. 2: sample at a node while its value is at least ``threshold``, layer by layer, to ``max_depth``."""
+
+    threshold: float
+    max_depth: int
+    scheme: str = "dyspec-threshold"
+
+    def __post_init__(self) -> None:
+        t = self.threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+            raise InvalidParameterError("threshold", f"must lie in (0, 1], got {t!r}")
+        _check_int(self.max_depth, "max_depth", 1)
+
+    @property
+    def height(self) -> int:
+        return self.max_depth
+
+    def draft(self, view: ModelView, rng: Randomness) -> Draft:
+        parents: list[int] = [-1]
+        tokens: list[int | None] = [None]
+        paths: list[Context] = [()]
+        layer: list[tuple[int, Number]] = [(0, Fraction(1) if view.arithmetic == "fraction" else 1.0)]
+        for _ in range(self.max_depth):
+            next_layer = []
+            for node, value in layer:
+                residual: tuple[Number, ...] | None = view.p(paths[node])
+                while residual is not None and value >= self.threshold:
+                    y, share, residual = _sample_slot(residual, rng)
+                    parents.append(node)
+                    tokens.append(y)
+                    paths.append(paths[node] + (y,))
+                    next_layer.append((len(parents) - 1, value * share))
+                    value = value * (1 - share)
+            layer = next_layer
+        return _bfs_draft(parents, tokens, view)
+
+    def advance(self, generated: Context) -> "DySpecThreshold":
+        return self
+
+    def describe(self) -> dict:
+        return {"drafting": self.scheme, "threshold": self.threshold, "max_depth": self.max_depth}

@@ -1,0 +1,115 @@
+"""Multi-round generation: draft–verify rounds until ``N`` tokens exist, drafter state carried across rounds.
+
+:class:`GenerationState` holds what a generation carries between rounds and :meth:`GenerationState.after` is
+the one transition: Monte Carlo samples :func:`generate` (:func:`run_generations`); the exact engine
+(:func:`exact.generation.generation_law`) takes each round's exact law and applies the same transition to
+every outcome, so the rounds' choices are summed per round rather than multiplied out across rounds.
+After each round the drafter advances on the whole history (ADED updates its tri-gram table) and the next
+round's view follows the round's completion rule (greedy BV's modified target stays in force until its
+window has passed; every other rule leaves the target alone).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from .drafting import Drafter
+from .errors import InvalidParameterError
+from .models import ModelPair, ModelView
+from .randomness import CounterRandomness, Randomness
+from .speculation import RoundOutcome, speculate
+from .verifiers.registry import Verifier
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The first ``N`` generated tokens and the draft tokens accepted in each round (the last round may
+    run past ``N``; its accepted tokens all count)."""
+
+    tokens: tuple[int, ...]
+    accepted: tuple[int, ...]
+
+    @property
+    def rounds(self) -> int:
+        return len(self.accepted)
+
+
+def check_length(length: object) -> int:
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise InvalidParameterError("tokens", f"must be an integer ≥ 1, got {length!r}")
+    return length
+
+
+@dataclass(frozen=True)
+class GenerationState:
+    """Where a generation stands between rounds: the next round's view and drafter, what was generated."""
+
+    view: ModelView
+    drafter: Drafter
+    tokens: tuple[int, ...] = ()
+    accepted: tuple[int, ...] = ()
+
+    def after(self, outcome: RoundOutcome) -> "GenerationState":
+        """The state after a round: the view follows the round's completion rule, the drafter advances on
+        the whole history."""
+        block = outcome.path + (outcome.y,)
+        view = outcome.completion.next_view(self.view, block)
+        return GenerationState(view, self.drafter.advance(view.context), self.tokens + block,
+                               self.accepted + (outcome.accepted,))
+
+    def result(self, length: int) -> Generation:
+        return Generation(self.tokens[:length], self.accepted)
+
+
+def generate(view: ModelView, drafter: Drafter, verifier: Verifier, length: int, rng: Randomness) -> Generation:
+    """Run rounds from ``view``'s context until at least ``length`` tokens are generated."""
+    state = GenerationState(view, drafter)
+    while len(state.tokens) < length:
+        state = state.after(speculate(state.view, state.drafter, verifier, rng))
+    return state.result(length)
+
+
+@dataclass(frozen=True)
+class GenerationSummary:
+    """Monte Carlo over model seeds: accepted draft tokens per round (pooled within a seed: total accepted
+    over total rounds), its standard error across seeds, and the mean number of rounds."""
+
+    verifier: str
+    seeds: int
+    trials: int
+    tokens: int
+    accepted_per_round: float
+    accepted_per_round_se: float
+    rounds_mean: float
+    per_seed: list[dict]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def run_generations(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, name: str, verifier: Verifier,
+                    seeds: int, trials: int, length: int,
+                    progress: Callable[[int], None] | None = None) -> GenerationSummary:
+    """``trials`` generations of ``length`` tokens per model seed; trial ``t`` of seed ``s`` uses the counter
+    stream ``(s, t)``, so results do not depend on order or batching."""
+    check_length(length)
+    for field, value, low in (("seeds", seeds, 1), ("trials", trials, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InvalidParameterError(field, f"must be an integer ≥ {low}, got {value!r}")
+    per_seed = []
+    for s in range(seeds):
+        view = ModelView(model_for_seed(s), "float")
+        runs = [generate(view, drafter, verifier, length, CounterRandomness(s, t)) for t in range(trials)]
+        accepted = sum(sum(r.accepted) for r in runs)
+        rounds = sum(r.rounds for r in runs)
+        per_seed.append({"seed": s, "accepted_per_round": accepted / rounds, "rounds_mean": rounds / trials})
+        if progress is not None:
+            progress(trials)
+    values = np.array([r["accepted_per_round"] for r in per_seed])
+    se = float(values.std(ddof=1) / math.sqrt(seeds)) if seeds > 1 else math.nan
+    return GenerationSummary(name, seeds, trials, length, float(values.mean()), se,
+                             float(np.mean([r["rounds_mean"] for r in per_seed])), per_seed)
