@@ -1,4 +1,5 @@
-"""The ``specproof`` command line: ``list``, ``law``, ``certify``, ``mc``, ``theorems`` and ``report``.
+"""The ``specproof`` command line: ``list``, ``law``, ``certify``, ``mc``, ``generate``, ``dynamic``, ``theorems``
+and ``report``.
 
 Exit status: 0 on success (``certify``: lossless), 1 when ``certify`` finds the verifier lossy or
 ``report`` or ``theorems`` finds a verdict that contradicts its expectation, 2 on bad input (a typed error naming the field).
@@ -16,6 +17,7 @@ from tqdm import tqdm
 from exact import certify as certify_exact
 from exact import fixed_tree_law
 from exact.table import certification_table, table_markdown
+from exact.generation import generation_law
 from exact.theorems import CHECKS, run_checks, theorems_markdown
 
 from .case import load_case
@@ -25,6 +27,8 @@ from .drafting import DRAFTING
 from .montecarlo import monte_carlo
 from .study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
 from .study_report import write_study_report
+from .dynamic_report import write_dynamic_report
+from .generation import run_generations
 from .errors import SpecproofError
 from .models import RandomRationalModel, SyntheticModel, TableModel
 from .numeric import ARITHMETICS, to_json_number
@@ -308,6 +312,73 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
                f"detects any TVD >= {summary.detectable_tvd:.4f} on that law with power 0.9")
     if json_out:
         Path(json_out).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+
+
+@main.command()
+@_model_options
+@_tree_options
+@click.option("--tokens", type=int, default=8, show_default=True, help="tokens to generate (N)")
+@click.option("--exact", "exact_law", is_flag=True, help="the exact law of the first N tokens (small models only)")
+@click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
+              help="--exact: arithmetic")
+@click.option("--seeds", type=int, default=5, show_default=True, help="Monte Carlo: model seeds 0..K-1")
+@click.option("--trials", type=int, default=1000, show_default=True, help="Monte Carlo: generations per seed")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
+def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, tokens, exact_law, arithmetic, seeds,
+             trials, json_out, **tree) -> None:
+    """Several draft-verify rounds until N tokens exist, drafter state carried across rounds: the exact law of
+    the first N tokens against the target's (--exact; exit 1 when lossy), or Monte Carlo accepted per round."""
+    name, fn = load_verifier(tree["verifier"])
+    model = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob)
+    drafter, drafting = _build_drafter(model, tree)
+    label = ", ".join(f"{k} {v}" for k, v in drafting.items())
+    if exact_law:
+        result = generation_law(model, drafter, fn, tokens, arithmetic)
+        verdict = "LOSSLESS" if result.lossless else "LOSSY"
+        click.echo(f"{name}: {verdict} over the first {tokens} tokens ({label}; model {model.describe()['model']})")
+        click.echo(f"  TVD to q^{tokens} = {result.tvd} ({float(result.tvd):.6g}); E[rounds] = "
+                   f"{float(result.expected_rounds):.6g}; E[accepted draft tokens] = {float(result.expected_accepted):.6g}")
+        if result.counterexample is not None:
+            ce = result.counterexample
+            click.echo(f"  counterexample: {list(ce.sequence)} has {float(ce.verifier_prob):.6g} vs target "
+                       f"{float(ce.target_prob):.6g}")
+        out = {"verifier": name, "tokens": tokens, "lossless": result.lossless,
+               "tvd": to_json_number(result.tvd, arithmetic),
+               "expected_rounds": to_json_number(result.expected_rounds, arithmetic),
+               "expected_accepted": to_json_number(result.expected_accepted, arithmetic), **drafting}
+    else:
+        with tqdm(total=seeds * trials, unit="generation", disable=None, file=sys.stderr) as bar:
+            summary = run_generations(lambda s: build_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q,
+                                                            zero_prob), drafter, name, fn, seeds, trials, tokens,
+                                      bar.update)
+        click.echo(f"{name}, {label}: {seeds} seeds x {trials} generations of {tokens} tokens")
+        click.echo(f"  accepted per round {summary.accepted_per_round:.4f} (SE {summary.accepted_per_round_se:.4f}); "
+                   f"rounds {summary.rounds_mean:.3f}")
+        out = {**summary.to_json(), **drafting}
+    if json_out:
+        Path(json_out).write_text(json.dumps(out, indent=1) + "\n")
+    sys.exit(0 if not exact_law or result.lossless else 1)
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.option("--instances", type=int, default=40, show_default=True, help="random models per DySpec drafter")
+@click.option("--seeds", type=int, default=10, show_default=True, help="model seeds of the Monte Carlo comparison")
+@click.option("--trials", type=int, default=200, show_default=True, help="generations per model seed")
+@click.option("--tokens", type=int, default=10, show_default=True, help="tokens per generation")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random instances")
+def dynamic(out_dir: str, instances: int, seeds: int, trials: int, tokens: int, seed: int) -> None:
+    """DySpec's and ADED's drafters: exact certificates, D.1 greedy check, accepted tokens per round vs fixed trees."""
+    for field, value, minimum in (("instances", instances, 1), ("seeds", seeds, 2), ("trials", trials, 1),
+                                  ("tokens", tokens, 1)):
+        if value < minimum:
+            raise SpecproofError(field, f"must be at least {minimum}, got {value}")
+    command = (f"specproof dynamic --out {out_dir} --instances {instances} --seeds {seeds} --trials {trials} "
+               f"--tokens {tokens} --seed {seed}")
+    ok = write_dynamic_report(Path(out_dir), instances, seeds, trials, tokens, seed, command,
+                              lambda text: click.echo(f"{text} ...", err=True))
+    click.echo(f"written to {out_dir}/dynamic.md")
+    sys.exit(0 if ok else 1)
 
 
 @main.command()

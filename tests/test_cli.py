@@ -199,3 +199,49 @@ def test_theorems_prints_and_writes_the_table(tmp_path):
 def test_report_rejects_bad_study_options_naming_the_field(tmp_path, args, field):
     result = run(["report", "--out", str(tmp_path / "r"), *args])
     assert result.returncode == 2 and field in result.stderr, result.stderr
+
+
+def test_generate_exact_and_monte_carlo(tmp_path):
+    # Sample-and-match on ADED's drafts over at least three rounds: lossless exactly; one draw per row: lossy.
+    aded = ["--drafting", "aded", "--candidate-length", "2", "--candidates", "3", "--mcts-iterations", "10",
+            "--model", "random-rational", "--vocab", "3", "--tokens", "7", "--exact"]
+    good = run(["generate", "--verifier", "match", *aded, "--json", str(tmp_path / "g.json")])
+    assert good.returncode == 0 and "LOSSLESS" in good.stdout, good.stderr
+    assert F(json.loads((tmp_path / "g.json").read_text())["tvd"]) == 0
+    bad = run(["generate", "--verifier", "bug-match-per-row", *aded])
+    assert bad.returncode == 1 and "counterexample" in bad.stdout
+    mc = run(["generate", "--drafting", "dyspec", "--budget", "3", "--verifier", "tv-rrsw", "--vocab", "4",
+              "--tokens", "5", "--seeds", "2", "--trials", "30", "--json", str(tmp_path / "m.json")])
+    assert mc.returncode == 0, mc.stderr
+    summary = json.loads((tmp_path / "m.json").read_text())
+    assert summary["budget"] == 3 and 1 <= summary["rounds_mean"] <= 5 and summary["accepted_per_round"] >= 0
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--drafting", "dyspec", "--verifier", "lv-kseq"], "verifier"),
+    (["--drafting", "dyspec", "--budget", "0", "--verifier", "tv-rrsw"], "budget"),
+    (["--drafting", "dyspec-threshold", "--threshold", "0", "--verifier", "trv"], "threshold"),
+    (["--drafting", "aded", "--candidates", "0", "--verifier", "match"], "candidates"),
+    (["--drafting", "iid", "--verifier", "tv-rrs", "--tokens", "0"], "tokens"),
+])
+def test_generate_rejects_bad_drafter_settings_naming_the_field(args, field):
+    result = run(["generate", *args])
+    assert result.returncode == 2 and f"error: {field}:" in result.stderr
+
+
+def test_dynamic_writes_its_report(tmp_path):
+    result = run(["dynamic", "--out", str(tmp_path), "--instances", "10", "--seeds", "2", "--trials", "5",
+                  "--tokens", "3"])
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "dynamic.md").read_text()
+    for needle in ("DySpec trees: exact certificates", "ADED drafts over three rounds", "App. D.1",
+                   "Accepted tokens per round", "`bug-dyspec-printed`", "`bug-match-per-row`"):
+        assert needle in text
+    data = json.loads((tmp_path / "dynamic.json").read_text())
+    assert data["greedy"]["holds"] and data["greedy"]["instances"] == 50
+    # Every lossless pairing certified on every instance; every lossy one flagged with a counterexample.
+    for tally in data["dyspec"] + data["aded"]:
+        if tally["expected_lossless"]:
+            assert tally["lossless"] == tally["instances"] and tally["worst_tvd"] == 0
+        else:
+            assert tally["lossless"] < tally["instances"] and "sequence" in tally["example"]
