@@ -1,8 +1,9 @@
 """Random exact instances for certification batteries: a rational model, a tree shape and a drafting scheme.
 
 Instances spread over every topology (explicit random BFS trees included) and every drafting scheme a
-verifier is lossless under (DySpec's and ADED's drafters with random settings of the same size), with vocab 2–4 and at most ``max_nodes`` draft nodes; the enumeration size is
-kept in check by bounding ``vocab ** draft_nodes``. Models are :class:`RandomRationalModel` (small integer
+verifier is lossless under (DySpec's and ADED's drafters with random settings of the same size), with
+vocab 2–4 and at most ``max_nodes`` draft nodes; the enumeration size is kept in check by bounding
+``vocab ** draft_nodes``. Models are :class:`RandomRationalModel` (small integer
 weights, zeros frequent, prefix-dependent), so certificates are exact and fast.
 """
 

@@ -9,7 +9,8 @@ supported verifier and topology.
 Supported: i.i.d. drafting on any topology; token verification lifting SpS, RRS, K-SEQ and GR (``tv-sps``,
 ``tv-rrs``, ``tv-kseq``, ``tv-gr``), Layer Verification lifting SpS, RRS and K-SEQ (``lv-sps``, ``lv-rrs``,
 ``lv-kseq``), Traversal (``trv``, ``trv-iid``), and GBV on chains and multi-chains. Everything else (``lv-gr``,
-whose target needs a fresh GR solve per node and trial; the ``bug-*`` controls) runs on the reference path. One computation differs in form: LV's outgoing flow is summed in closed form here (see
+whose target needs a fresh GR solve per node and trial; the ``bug-*`` controls) runs on the reference path.
+One computation differs in form: LV's outgoing flow is summed in closed form here (see
 :func:`_outflow`) where the reference sums over every candidate tuple; the two agree to rounding (~1e-16), so a
 decision could differ only if a uniform fell that close to its threshold — never observed in the tests.
 """

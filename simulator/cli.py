@@ -2,7 +2,8 @@
 and ``report``.
 
 Exit status: 0 on success (``certify``: lossless), 1 when ``certify`` finds the verifier lossy or
-``report`` or ``theorems`` finds a verdict that contradicts its expectation, 2 on bad input (a typed error naming the field).
+``report``, ``theorems`` or ``dynamic`` finds a verdict that contradicts its expectation (``generate --exact``: lossy),
+2 on bad input (a typed error naming the field).
 """
 
 from __future__ import annotations
@@ -225,7 +226,8 @@ QUICK_SEEDS, QUICK_TRIALS = 3, 1000
 @click.option("--branching", type=int, default=2, show_default=True, help="certification table: branching")
 @click.option("--seed", type=int, default=0, show_default=True, help="certification table: model seed")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
-def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no_run, store_dir, vocab, depth, branching, seed,
+def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no_run, store_dir, vocab, depth, branching,
+           seed,
            arithmetic) -> None:
     """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
     out = Path(out_dir)
@@ -308,7 +310,8 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
                f"{summary.baseline_tvd:.4f}")
     verdict = "REJECTS" if summary.test_rejects else "does not reject"
     click.echo(f"  chi-square on the first {summary.test_prefix} token(s) ({summary.test_cells} cells), "
-               f"alpha {summary.test_alpha:g} over all seeds: {verdict} the target (min p {summary.test_min_p_value:.3g}); "
+               f"alpha {summary.test_alpha:g} over all seeds: {verdict} the target "
+               f"(min p {summary.test_min_p_value:.3g}); "
                f"detects any TVD >= {summary.detectable_tvd:.4f} on that law with power 0.9")
     if json_out:
         Path(json_out).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
@@ -337,7 +340,8 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
         verdict = "LOSSLESS" if result.lossless else "LOSSY"
         click.echo(f"{name}: {verdict} over the first {tokens} tokens ({label}; model {model.describe()['model']})")
         click.echo(f"  TVD to q^{tokens} = {result.tvd} ({float(result.tvd):.6g}); E[rounds] = "
-                   f"{float(result.expected_rounds):.6g}; E[accepted draft tokens] = {float(result.expected_accepted):.6g}")
+                   f"{float(result.expected_rounds):.6g}; "
+                   f"E[accepted draft tokens] = {float(result.expected_accepted):.6g}")
         if result.counterexample is not None:
             ce = result.counterexample
             click.echo(f"  counterexample: {list(ce.sequence)} has {float(ce.verifier_prob):.6g} vs target "

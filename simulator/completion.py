@@ -88,4 +88,6 @@ class CompletedView:
     def advanced(self, block: Context) -> "ModelView | CompletedView":
         """After ``block``: still modified while inside the rule's window, then the base view's target."""
         longer = self.block + tuple(block)
-        return CompletedView(self.base, self.rule, longer) if len(longer) < self.rule.gamma else self.base.advanced(longer)
+        if len(longer) < self.rule.gamma:
+            return CompletedView(self.base, self.rule, longer)
+        return self.base.advanced(longer)

@@ -132,7 +132,8 @@ def drafter_comparison(seeds: int, trials: int, tokens: int,
                 base = per_seed
             diff = base - per_seed  # DySpec minus this tree, per model seed
             rows.append({"tau": tau, "verifier": name, "drafter": label,
-                         "accepted_per_round": summary.accepted_per_round, "se": summary.accepted_per_round_se, "rounds_mean": summary.rounds_mean,
+                         "accepted_per_round": summary.accepted_per_round, "se": summary.accepted_per_round_se,
+                         "rounds_mean": summary.rounds_mean,
                          "dyspec_minus_this": float(diff.mean()),
                          "dyspec_minus_this_se": float(diff.std(ddof=1) / np.sqrt(seeds)) if seeds > 1 else None})
     return rows
@@ -182,7 +183,8 @@ def write_dynamic_report(out: Path, instances: int, seeds: int, trials: int, tok
         "`bug-dyspec-printed` (DySpec Alg. 3 as printed, `c ~ N(0,1)`) needs the normal CDF and is certified in "
         "float64 (lossless would mean TVD ≤ 1e-10).", "",
         "## DySpec trees: exact certificates", "",
-        f"Random rational models (vocabulary 2–4; every other one with 25% zero weights), {instances} per drafter: Alg. 1 with budgets "
+        f"Random rational models (vocabulary 2–4; every other one with 25% zero weights), {instances} per "
+        "drafter: Alg. 1 with budgets "
         f"cycling 1–{BUDGET} (1–4 at vocabulary 4), Alg. 2 with thresholds in [0.25, 0.5] and depth 2. Expected "
         "(SPEC §10): RRS without replacement (TV-RRSw, DySpec's own Alg. 3 with U(0,1)), TRV, SpS on the first "
         "child, deterministic RRS and sample-and-match are lossless; RRS and K-SEQ, which assume i.i.d. siblings, "
@@ -200,7 +202,8 @@ def write_dynamic_report(out: Path, instances: int, seeds: int, trials: int, tok
         f"minus the best over every rooted subtree of the same size (exhaustive enumeration): worst "
         f"{greedy.worst_margin:g} — **{greedy.verdict}** on every instance.", "",
         "## Accepted tokens per round: DySpec's tree against fixed trees of the same budget", "",
-        f"Synthetic default (V=15, ρ=0.5) at τ_p=τ_q=1 and at 0.5, {seeds} model seeds × {trials} generations of {tokens} "
+        f"Synthetic default (V=15, ρ=0.5) at τ_p=τ_q=1 and at 0.5, {seeds} model seeds × {trials} generations of "
+        f"{tokens} "
         f"tokens; every tree holds {BUDGET} draft tokens, fixed trees drafted without replacement. Accepted "
         "draft tokens per round (pooled within a seed), SE across model seeds; the last columns pair the seeds: "
         "DySpec minus the tree in that row.", "",
