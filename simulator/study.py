@@ -5,7 +5,8 @@ The paper's tables (Table 1 and the ablations of Tables 4–15, transcribed with
 ``data/layer_verification_toy.json``) map to cells by :func:`paper_cells`; equal configurations in different
 tables share their cell. :class:`Store` keeps one JSON record per (cell, model seed), written atomically when
 that seed finishes, so an interrupted sweep resumes where it stopped and a finished seed is never recomputed;
-records depend only on the cell and the seed, so a resumed sweep gives the same numbers.
+records depend only on the cell and the seed (their wall time ``seconds`` aside), so a resumed sweep gives the
+same numbers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
@@ -108,12 +110,15 @@ def _rows(vocab: int, rho: float, tau_p: float, tau_q: float, depth: int, seed: 
 
 
 def compute_seed(cell: Cell, seed: int) -> dict:
-    """One model seed of a cell, as a store record (a top-level function so worker processes can run it)."""
+    """One model seed of a cell, as a store record (a top-level function so worker processes can run it); the
+    record keeps the wall time it took (``seconds``, set-up shared with earlier cells of the same model aside)."""
+    start = time.perf_counter()
     shape = make_topology(cell.topology, cell.depth, cell.branching)
     rows = _rows(cell.vocab, cell.rho, cell.tau_p, cell.tau_q, cell.depth, seed)
     result = run_seed(cell.model(seed), FixedShape(shape), cell.verifier, VERIFIERS[cell.verifier].fn, seed,
                       cell.trials, rows=rows)
-    return {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result)}
+    return {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result),
+            "seconds": time.perf_counter() - start}
 
 
 def _result_json(result: SeedResult) -> dict:

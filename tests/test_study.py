@@ -35,6 +35,11 @@ def _cells():
     return [Cell(name, "complete", 4, 2, 2, 0.5, 1.0, 1.0, 3, 400) for name in ("tv-rrs", "trv")]
 
 
+def numbers(records: list[dict]) -> list[dict]:
+    """A record without its wall time: what must repeat exactly."""
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
 def test_interrupted_sweep_resumes_without_recomputing_and_gives_the_same_numbers(tmp_path, monkeypatch):
     cells = _cells()
     whole = Store(tmp_path / "whole")
@@ -52,7 +57,7 @@ def test_interrupted_sweep_resumes_without_recomputing_and_gives_the_same_number
     assert computed == [("trv", 0), ("trv", 1), ("trv", 2)]  # finished seeds are never recomputed
     assert all(p.stat().st_mtime_ns == t for p, t in done_before.items())
     for cell in cells:
-        assert part.records(cell) == whole.records(cell)
+        assert numbers(part.records(cell)) == numbers(whole.records(cell))
         assert summarise_cell(cell, part.records(cell)) == summarise_cell(cell, whole.records(cell))
     assert json.loads(part.path(cells[0], 1).read_text())["seed"] == 1
 
@@ -62,7 +67,7 @@ def test_parallel_workers_give_the_same_records(tmp_path):
     serial, parallel = Store(tmp_path / "s"), Store(tmp_path / "p")
     run_cells(cells, serial, jobs=1)
     run_cells(cells, parallel, jobs=2)
-    assert all(serial.records(c) == parallel.records(c) for c in cells)
+    assert all(numbers(serial.records(c)) == numbers(parallel.records(c)) for c in cells)
 
 
 def test_expected_sample_tvd_against_simulation_and_the_bound():
