@@ -1,0 +1,238 @@
+"""Batched verifiers in torch (SPEC §7, engine 3): a batch of trees of one topology, on any device.
+
+Inputs are tensors — ``p[B, n, V]`` and ``q[B, n, V]`` (the rows of every node; a leaf's ``p`` is never read),
+``tokens[B, n]`` (``tokens[:, 0]`` is ignored) — and the random numbers, passed in: ``uniforms[B, U]``, read
+left to right, one per Bernoulli or categorical, exactly as :class:`simulator.randomness.ReplayRandomness`
+feeds the shared rule. Each batched rule reproduces its shared implementation's decisions: the same
+acceptance probabilities and residuals (``ratio``, ``residual``, ``normalise`` of :mod:`simulator.numeric`),
+the Bernoulli ``u < a`` (a sure event never fails) and the categorical "first index whose running sum exceeds
+``u·Σw``". Row sums are ``cumsum`` (left to right on the CPU, as :func:`simulator.numeric.total`); on a GPU the
+scan may round differently in the last bit, so a decision can differ only where a uniform lies within
+rounding of its threshold. In float32 the probabilities themselves round differently: decisions differ only
+where a uniform lies within about 1e-6 of a threshold (:func:`near_threshold` counts such uniforms).
+
+Supported: token verification with SpS, RRS, RRSw and deterministic RRS (``tv-sps``, ``tv-rrs``,
+``tv-rrsw``, ``dyspec``, ``tv-det``), sample-and-match (``match``) and block verification (``bv``, chains).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .errors import InvalidParameterError
+from .trees import check_parents
+
+TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "match", "bv")
+_PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det"}
+
+
+def _total(w: torch.Tensor) -> torch.Tensor:
+    return torch.cumsum(w, dim=-1)[..., -1]
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``min(1, num/den)`` with ``x/0 = 1`` for ``x > 0`` and ``0/0 = 0`` (:func:`simulator.numeric.ratio`)."""
+    r = num / torch.where(den == 0, torch.ones_like(den), den)
+    r = torch.where(r < 1, r, torch.ones_like(r))
+    return torch.where(den == 0, (num > 0).to(num.dtype), r)
+
+
+def _normalise(w: torch.Tensor) -> torch.Tensor:
+    return w / _total(w)[..., None]
+
+
+def _residual(target: torch.Tensor, draft: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``norm((scale·target − draft)_+)``, or ``target`` where that has no mass (:func:`numeric.residual`)."""
+    diff = (target if scale is None else scale[:, None] * target) - draft
+    diff = torch.where(diff > 0, diff, torch.zeros_like(diff))
+    mass = _total(diff)
+    safe = torch.where(mass > 0, mass, torch.ones_like(mass))
+    return torch.where((mass > 0)[:, None], diff / safe[:, None], target)
+
+
+def _categorical(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """:func:`simulator.randomness.categorical_from_uniform` row by row."""
+    running = torch.cumsum(w, dim=-1)
+    hit = (w > 0) & (running > (u * running[:, -1])[:, None])
+    positive = w > 0
+    last = w.shape[1] - 1 - torch.argmax(positive.flip(1).to(torch.int8), dim=1)
+    first = torch.argmax(hit.to(torch.int8), dim=1)
+    return torch.where(hit.any(dim=1), first, last)
+
+
+def _bernoulli(prob: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    return (prob == 1) | (u < prob)
+
+
+class _Stream:
+    """Each row's read position in ``uniforms``."""
+
+    def __init__(self, uniforms: torch.Tensor) -> None:
+        self.uniforms = uniforms
+        self.pos = torch.zeros(uniforms.shape[0], dtype=torch.long, device=uniforms.device)
+
+    def take(self, rows: torch.Tensor) -> torch.Tensor:
+        """One uniform for each row in ``rows`` (a boolean mask); the other rows' positions stay."""
+        if bool((self.pos[rows] >= self.uniforms.shape[1]).any()):
+            raise InvalidParameterError("uniforms", f"a row needs more than {self.uniforms.shape[1]} uniforms")
+        u = self.uniforms.gather(1, self.pos.clamp(max=self.uniforms.shape[1] - 1)[:, None])[:, 0]
+        self.pos = self.pos + rows.long()
+        return u
+
+
+def _check(parents: Sequence[int], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+           uniforms: torch.Tensor) -> tuple[int, ...]:
+    parents = check_parents(list(parents))
+    n = len(parents)
+    if p.dim() != 3 or q.shape != p.shape or p.shape[1] != n:
+        raise InvalidParameterError("p", f"p and q must both be [B, {n}, V], got {tuple(p.shape)} and {tuple(q.shape)}")
+    if tokens.shape != p.shape[:2]:
+        raise InvalidParameterError("tokens", f"must be [B, n] = {tuple(p.shape[:2])}, got {tuple(tokens.shape)}")
+    if uniforms.dim() != 2 or uniforms.shape[0] != p.shape[0]:
+        raise InvalidParameterError("uniforms", f"must be [B, U] with B = {p.shape[0]}, got {tuple(uniforms.shape)}")
+    if not (p.dtype == q.dtype == uniforms.dtype) or not p.is_floating_point():
+        raise InvalidParameterError("dtype", "p, q and uniforms must share one floating dtype")
+    return parents
+
+
+def torch_verify(name: str, parents: Sequence[int], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+                 uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The accepted node and emitted token of every tree in the batch, ``([B], [B])``."""
+    if name not in TORCH_VERIFIERS:
+        raise InvalidParameterError("verifier", f"no torch path for {name!r}; choose from {TORCH_VERIFIERS}")
+    parents = _check(parents, tokens, p, q, uniforms)
+    stream = _Stream(uniforms)
+    if name == "bv":
+        return _block(parents, tokens, p, q, stream)
+    return _walk(name, parents, tokens, p, q, stream)
+
+
+def _kids(parents: tuple[int, ...], device) -> tuple[torch.Tensor, torch.Tensor]:
+    n = len(parents)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for v in range(1, n):
+        children[parents[v]].append(v)
+    width = max(1, max(len(c) for c in children))
+    table = torch.full((n, width), -1, dtype=torch.long)
+    for v, c in enumerate(children):
+        table[v, : len(c)] = torch.tensor(c, dtype=torch.long) if c else table[v, :0]
+    return table.to(device), torch.tensor([len(c) for c in children], device=device)
+
+
+def _walk(name: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+          stream: _Stream) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token verification (or sample-and-match) from the root down, all rows at once."""
+    batch, device = p.shape[0], p.device
+    rows = torch.arange(batch, device=device)
+    kids, count = _kids(parents, device)
+    v = torch.zeros(batch, dtype=torch.long, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    node, y = v.clone(), v.clone()
+    while not bool(done.all()):
+        active = ~done
+        pv, qv = p[rows, v], q[rows, v]
+        if name == "match":
+            draw = _categorical(qv, stream.take(active))
+            child_tokens = torch.where(kids[v] >= 0, tokens[rows[:, None], kids[v].clamp(min=0)], -1)
+            hit = child_tokens == draw[:, None]
+            moved = active & hit.any(dim=1)
+            nxt = kids[v].gather(1, torch.argmax(hit.to(torch.int8), dim=1)[:, None])[:, 0]
+            stop = active & ~moved
+            node, y = torch.where(stop, v, node), torch.where(stop, draw, y)
+            done, v = done | stop, torch.where(moved, nxt, v)
+            continue
+        accepted, residual = _plan_step(_PLANS[name], kids[v], count[v], tokens, pv, qv, active, stream)
+        leaf = active & (count[v] == 0)
+        rejected = active & (accepted < 0)
+        draw = _categorical(torch.where(leaf[:, None], qv, residual), stream.take(rejected))
+        node, y = torch.where(rejected, v, node), torch.where(rejected, draw, y)
+        done = done | rejected
+        moved = active & (accepted >= 0)
+        v = torch.where(moved, kids[v].gather(1, accepted.clamp(min=0)[:, None])[:, 0], v)
+    return node, y
+
+
+def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor,
+               q: torch.Tensor, active: torch.Tensor, stream: _Stream) -> tuple[torch.Tensor, torch.Tensor]:
+    """One node's plan (:mod:`simulator.verifiers.single_step`): the accepted child position (−1: none) and
+    the residual to draw from when none is accepted (rows at a leaf: unused)."""
+    batch = p.shape[0]
+    rows = torch.arange(batch, device=p.device)
+    used = count.clamp(max=1) if plan == "sps" else count
+    accepted = torch.full((batch,), -1, dtype=torch.long, device=p.device)
+    target, draft = q.clone(), p.clone()
+    open_ = active & (used > 0)  # still trying candidates at this node
+    fallback = torch.zeros(batch, dtype=torch.bool, device=p.device)  # det: all mass accepted, residual q
+    seen = torch.zeros_like(q, dtype=torch.bool)
+    for i in range(kids.shape[1]):
+        here = open_ & (i < used)
+        if not bool(here.any()):
+            break
+        x = tokens[rows, kids[:, i].clamp(min=0)]
+        if plan == "det":
+            here = here & ~seen[rows, x]
+            prob = _ratio(target[rows, x], torch.ones_like(target[rows, x]))
+        else:
+            prob = _ratio(target[rows, x], draft[rows, x])
+        hit = here & _bernoulli(prob, stream.take(here))
+        accepted = torch.where(hit, torch.full_like(accepted, i), accepted)
+        open_ = open_ & ~hit
+        miss = here & ~hit
+        if plan == "det":
+            seen[rows, x] = seen[rows, x] | miss
+            zeroed = target.clone()
+            zeroed[rows, x] = torch.where(miss, torch.zeros_like(zeroed[rows, x]), zeroed[rows, x])
+            empty = miss & ~(_total(zeroed) > 0)
+            fallback = fallback | empty
+            open_ = open_ & ~empty
+            normed = zeroed / torch.where(empty, torch.ones_like(empty, dtype=q.dtype), _total(zeroed))[:, None]
+            target = torch.where((miss & ~empty)[:, None], normed, target)
+            continue
+        new_target = _residual(target, draft)
+        target = torch.where(miss[:, None], new_target, target)
+        if plan == "rrsw":
+            zeroed = draft.clone()
+            zeroed[rows, x] = torch.where(miss, torch.zeros_like(zeroed[rows, x]), zeroed[rows, x])
+            empty = miss & ~(_total(zeroed) > 0)
+            open_ = open_ & ~empty
+            normed = zeroed / torch.where(empty, torch.ones_like(empty, dtype=p.dtype), _total(zeroed))[:, None]
+            draft = torch.where((miss & ~empty)[:, None], normed, torch.where(empty[:, None], zeroed, draft))
+    if plan == "sps":
+        return accepted, _residual(q, p)
+    return accepted, torch.where(fallback[:, None], q, target)
+
+
+def _block(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+           stream: _Stream) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification (:func:`simulator.verifiers.block.block_verify`) on the chain ``0, 1, …, γ``."""
+    if any(parents[i] != i - 1 for i in range(1, len(parents))):
+        raise InvalidParameterError("parents", "bv verifies a chain draft (one child per node)")
+    batch, gamma = p.shape[0], len(parents) - 1
+    rows = torch.arange(batch, device=p.device)
+    everyone = torch.ones(batch, dtype=torch.bool, device=p.device)
+    weights = [torch.ones(batch, dtype=p.dtype, device=p.device)]
+    tau = torch.zeros(batch, dtype=torch.long, device=p.device)
+    for i in range(1, gamma + 1):
+        x = tokens[:, i]
+        weights.append(_ratio(weights[i - 1] * q[rows, i - 1, x], p[rows, i - 1, x]))
+        if i < gamma:
+            diff = weights[i][:, None] * q[:, i] - p[:, i]
+            slack = _total(torch.where(diff > 0, diff, torch.zeros_like(diff)))
+            safe = torch.where(slack > 0, slack + (1 - weights[i]), torch.ones_like(slack))
+            h = torch.where(slack > 0, slack / safe, torch.zeros_like(slack))
+        else:
+            h = weights[gamma]
+        tau = torch.where(_bernoulli(h, stream.take(everyone)), torch.full_like(tau, i), tau)
+    scale = torch.stack(weights, dim=1)[rows, tau]
+    last = tau == gamma
+    residual = _residual(q[rows, tau], p[rows, tau], scale)
+    y = _categorical(torch.where(last[:, None], q[rows, tau], residual), stream.take(everyone))
+    return tau, y
+
+
+def near_threshold(uniforms: torch.Tensor, tolerance: float = 1e-6) -> int:
+    """How many uniforms lie within ``tolerance`` of 0 or 1 — a float32 parity caveat for thresholds at the
+    ends; thresholds inside are checked by comparing float32 to float64 decisions (see the tests)."""
+    return int(((uniforms < tolerance) | (uniforms > 1 - tolerance)).sum())

@@ -1,0 +1,111 @@
+"""The torch path's batched verifiers against the shared rules, decision for decision (issue 6, first part).
+
+Every batched verifier gets 10,000 random trees (random topologies, rows with zeros, tokens drawn from the
+draft rows and some arbitrary ones) and the same uniforms as the shared rule under ReplayRandomness; in
+float64 every decision must be identical. In float32 a decision may differ only where a uniform lies within
+1e-6 of its threshold: each disagreement is explained by moving one uniform by at most 1e-6 in the float64
+shared rule, and the count is printed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from exact.instances import random_shape  # noqa: E402
+from simulator.errors import InvalidParameterError  # noqa: E402
+from simulator.randomness import ReplayRandomness  # noqa: E402
+from simulator.torch_verify import TORCH_VERIFIERS, torch_verify  # noqa: E402
+from simulator.trees import DraftTree, make_topology  # noqa: E402
+from simulator.verifiers import VERIFIERS  # noqa: E402
+
+TREES = 10_000
+BATCH = 500
+
+
+def _rows(rng: np.random.Generator, shape: tuple[int, ...], zeros: float) -> np.ndarray:
+    w = rng.gamma(0.7, size=shape)
+    w[rng.random(shape) < zeros] = 0.0
+    w[..., 0] += (w.sum(axis=-1) == 0)  # keep every row positive
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def _batch(rng: np.random.Generator, name: str, size: int):
+    vocab = int(rng.integers(2, 6))
+    if name == "bv":
+        topology = make_topology("chain", int(rng.integers(1, 5)))
+    else:
+        topology = random_shape(rng, ("complete", "tapered", "multi-chain", "explicit")[int(rng.integers(4))], 7)
+    parents, n = topology.parents, len(topology.parents)
+    p, q = _rows(rng, (size, n, vocab), 0.2), _rows(rng, (size, n, vocab), 0.2)
+    tokens = np.zeros((size, n), dtype=np.int64)
+    for v in range(1, n):  # from the parent's draft row, one in ten arbitrary (zero draft mass included)
+        cumulative = np.cumsum(p[:, parents[v]], axis=1)
+        drawn = (rng.random(size)[:, None] * cumulative[:, -1:] < cumulative).argmax(axis=1)
+        tokens[:, v] = np.where(rng.random(size) < 0.1, rng.integers(0, vocab, size), drawn)
+    uniforms = rng.random((size, 2 * n + 2))
+    uniforms[rng.random(uniforms.shape) < 0.01] = 0.0  # the edges of [0, 1] as well
+    return parents, tokens, p, q, uniforms
+
+
+def _shared(name, parents, tokens, p, q, uniforms) -> tuple[int, int]:
+    tree = DraftTree(parents, [None] + [int(t) for t in tokens[1:]], p.shape[-1])
+    p_rows = [tuple(p[v].tolist()) if tree.children(v) else None for v in range(len(parents))]
+    q_rows = [tuple(q[v].tolist()) for v in range(len(parents))]
+    node, y = VERIFIERS[name].fn(tree, p_rows, q_rows, ReplayRandomness(uniforms))[:2]
+    return node, y
+
+
+def _near_threshold_explains(name, parents, tokens, p, q, uniforms, decision) -> bool:
+    for j in range(len(uniforms)):
+        for delta in (-1e-6, 1e-6):
+            moved = uniforms.copy()
+            moved[j] = min(max(moved[j] + delta, 0.0), 1.0)
+            if _shared(name, parents, tokens, p, q, moved) == decision:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("name", TORCH_VERIFIERS)
+def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name):
+    rng = np.random.default_rng(sum(map(ord, name)))
+    checked, near = 0, 0
+    while checked < TREES:
+        parents, tokens, p, q, uniforms = _batch(rng, name, BATCH)
+        for dtype in (torch.float64, torch.float32):
+            as_t = lambda a: torch.tensor(a, dtype=dtype)  # noqa: E731
+            node, y = torch_verify(name, parents, torch.tensor(tokens), as_t(p), as_t(q), as_t(uniforms))
+            for b in range(BATCH):
+                decision = (int(node[b]), int(y[b]))
+                if dtype == torch.float32:
+                    # float32 rows and uniforms: the shared rule sees them widened to float64
+                    p32, q32, u32 = (a[b].astype(np.float32).astype(np.float64) for a in (p, q, uniforms))
+                    expected = _shared(name, parents, tokens[b], p32, q32, u32)
+                    if decision != expected:
+                        near += 1
+                        assert _near_threshold_explains(name, parents, tokens[b], p32, q32, u32, decision)
+                    continue
+                assert decision == _shared(name, parents, tokens[b], p[b], q[b], uniforms[b]), (name, b)
+        checked += BATCH
+    print(f"{name}: {checked} trees identical in float64; float32 decisions within 1e-6 of a threshold: {near}")
+
+
+def test_bad_inputs_name_the_field():
+    parents = (-1, 0, 0)
+    good = dict(tokens=torch.zeros((2, 3), dtype=torch.long), p=torch.full((2, 3, 2), 0.5),
+                q=torch.full((2, 3, 2), 0.5), uniforms=torch.full((2, 8), 0.5))
+    for field, change in (("p", dict(p=torch.full((2, 4, 2), 0.5))), ("tokens", dict(tokens=torch.zeros((2, 2)))),
+                          ("uniforms", dict(uniforms=torch.full((3, 8), 0.5))),
+                          ("dtype", dict(uniforms=torch.full((2, 8), 0.5, dtype=torch.float64))),
+                          ("uniforms", dict(uniforms=torch.full((2, 1), 0.9)))):
+        with pytest.raises(InvalidParameterError) as err:
+            torch_verify("tv-rrs", parents, **{**good, **change})
+        assert err.value.field == field
+    with pytest.raises(InvalidParameterError) as err:
+        torch_verify("lv-gr", parents, **good)
+    assert err.value.field == "verifier"
+    with pytest.raises(InvalidParameterError) as err:
+        torch_verify("bv", parents, **good)
+    assert err.value.field == "parents"
