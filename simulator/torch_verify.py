@@ -12,7 +12,9 @@ rounding of its threshold. In float32 the probabilities themselves round differe
 where a uniform lies within about 1e-6 of a threshold (:func:`near_threshold` counts such uniforms).
 
 Supported: token verification with SpS, RRS, RRSw and deterministic RRS (``tv-sps``, ``tv-rrs``,
-``tv-rrsw``, ``dyspec``, ``tv-det``), sample-and-match (``match``) and block verification (``bv``, chains).
+``tv-rrsw``, ``dyspec``, ``tv-det``), sample-and-match (``match``), block verification (``bv``, chains) and
+Traversal Verification (``trv-iid``; ``trv`` on trees without duplicate siblings — it merges duplicates, which
+would give every tree of the batch its own shape, so a batch holding one is refused).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 from .errors import InvalidParameterError
 from .trees import check_parents
 
-TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "match", "bv")
+TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "match", "bv", "trv", "trv-iid")
 _PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det"}
 
 
@@ -106,6 +108,10 @@ def torch_verify(name: str, parents: Sequence[int], tokens: torch.Tensor, p: tor
     stream = _Stream(uniforms)
     if name == "bv":
         return _block(parents, tokens, p, q, stream)
+    if name in ("trv", "trv-iid"):
+        if name == "trv":
+            _refuse_duplicates(parents, tokens)
+        return _traversal(parents, tokens, p, q, stream, zero_draft=name == "trv")
     return _walk(name, parents, tokens, p, q, stream)
 
 
@@ -230,6 +236,86 @@ def _block(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: t
     residual = _residual(q[rows, tau], p[rows, tau], scale)
     y = _categorical(torch.where(last[:, None], q[rows, tau], residual), stream.take(everyone))
     return tau, y
+
+
+def _refuse_duplicates(parents: tuple[int, ...], tokens: torch.Tensor) -> None:
+    for a in range(1, len(parents)):
+        for b in range(a + 1, len(parents)):
+            if parents[a] == parents[b] and bool((tokens[:, a] == tokens[:, b]).any()):
+                raise InvalidParameterError("tokens", f"nodes {a} and {b} are siblings with the same token in some "
+                                                      "tree: trv merges them (a per-tree shape); use trv-iid, or "
+                                                      "draft without replacement")
+
+
+def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, stream: _Stream,
+               zero_draft: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Alg. 3 (:func:`simulator.verifiers.traversal.traversal_verify` without merging): leaves in DFS
+    post-order, one Bernoulli each; a rejection updates the parent (Eqs. 1–3) and refreshes the rates of its
+    remaining subtree (line 13), in BFS order so each node sees its parent's new rate."""
+    batch, n = p.shape[0], len(parents)
+    rows = torch.arange(batch, device=p.device)
+    kids, _ = _kids(parents, p.device)
+    below = torch.zeros((n, n), dtype=torch.bool, device=p.device)  # below[u, c]: c strictly under u
+    for c in range(1, n):
+        a = parents[c]
+        while a >= 0:
+            below[a, c] = True
+            a = parents[a]
+    alive = torch.ones((batch, n), dtype=torch.bool, device=p.device)
+    target, draft = q.clone(), p.clone()
+    rate = torch.zeros((batch, n), dtype=p.dtype, device=p.device)
+    rate[:, 0] = 1
+
+    def refresh(under: torch.Tensor) -> None:  # under[b, c]: recompute c's rate in row b
+        for c in range(1, n):
+            u, x = parents[c], tokens[:, c]
+            fresh = _ratio(rate[:, u] * target[rows, u, x], draft[rows, u, x])
+            rate[:, c] = torch.where(under[:, c], fresh, rate[:, c])
+
+    refresh(torch.ones((batch, n), dtype=torch.bool, device=p.device))
+    done = torch.zeros(batch, dtype=torch.bool, device=p.device)
+    node, y = torch.zeros(batch, dtype=torch.long, device=p.device), torch.zeros(batch, dtype=torch.long,
+                                                                                  device=p.device)
+    while not bool(done.all()):
+        active = ~done
+        leaf = torch.zeros(batch, dtype=torch.long, device=p.device)
+        for _ in range(n):  # root → first alive child → … → a leaf
+            options = kids[leaf]
+            live = (options >= 0) & alive[rows[:, None], options.clamp(min=0)]
+            has = live.any(dim=1)
+            first = options.gather(1, torch.argmax(live.to(torch.int8), dim=1)[:, None])[:, 0]
+            leaf = torch.where(has, first, leaf)
+        accept = active & _bernoulli(rate[rows, leaf], stream.take(active))
+        at_root = active & ~accept & (leaf == 0)
+        finish = accept | at_root
+        draw = _categorical(target[rows, leaf], stream.take(finish))
+        node, y = torch.where(finish, leaf, node), torch.where(finish, draw, y)
+        done = done | finish
+        rejected = active & ~finish
+        if not bool(rejected.any()):
+            continue
+        u = torch.tensor(parents, device=p.device)[leaf].clamp(min=0)
+        r_u, t_u, d_u, x = rate[rows, u], target[rows, u], draft[rows, u], tokens[rows, leaf]
+        slack = r_u[:, None] * t_u - d_u
+        slack = torch.where(slack > 0, slack, torch.zeros_like(slack))
+        mass = _total(slack)
+        safe = torch.where(mass > 0, mass, torch.ones_like(mass))
+        new_target = torch.where((mass > 0)[:, None], slack / safe[:, None], t_u)
+        new_draft = d_u
+        if zero_draft:
+            zeroed = d_u.clone()
+            zeroed[rows, x] = 0
+            zmass = _total(zeroed)
+            new_draft = torch.where((zmass > 0)[:, None], zeroed / torch.where(zmass > 0, zmass,
+                                                                               torch.ones_like(zmass))[:, None], zeroed)
+        new_rate = torch.where(mass > 0, mass / torch.where(mass > 0, mass + (1 - r_u), torch.ones_like(mass)), mass)
+        pick = rejected[:, None]
+        rate[rows, u] = torch.where(rejected, new_rate, r_u)
+        target[rows, u] = torch.where(pick, new_target, t_u)
+        draft[rows, u] = torch.where(pick, new_draft, d_u)
+        alive[rows, leaf] = alive[rows, leaf] & ~rejected
+        refresh(rejected[:, None] & below[u] & alive)
+    return node, y
 
 
 def near_threshold(uniforms: torch.Tensor, tolerance: float = 1e-6) -> int:

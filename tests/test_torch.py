@@ -39,12 +39,19 @@ def _batch(rng: np.random.Generator, name: str, size: int):
     else:
         topology = random_shape(rng, ("complete", "tapered", "multi-chain", "explicit")[int(rng.integers(4))], 7)
     parents, n = topology.parents, len(topology.parents)
+    if name == "trv":  # trv's torch path takes trees without duplicate siblings: room for distinct tokens
+        vocab = max(vocab, max(parents[1:].count(v) for v in range(n)))
     p, q = _rows(rng, (size, n, vocab), 0.2), _rows(rng, (size, n, vocab), 0.2)
     tokens = np.zeros((size, n), dtype=np.int64)
     for v in range(1, n):  # from the parent's draft row, one in ten arbitrary (zero draft mass included)
         cumulative = np.cumsum(p[:, parents[v]], axis=1)
         drawn = (rng.random(size)[:, None] * cumulative[:, -1:] < cumulative).argmax(axis=1)
         tokens[:, v] = np.where(rng.random(size) < 0.1, rng.integers(0, vocab, size), drawn)
+    if name == "trv":  # siblings drawn without replacement: a random permutation per parent
+        for u in range(n):
+            kids = [v for v in range(1, n) if parents[v] == u]
+            if kids:
+                tokens[:, kids] = np.argsort(rng.random((size, vocab)), axis=1)[:, :len(kids)]
     uniforms = rng.random((size, 2 * n + 2))
     uniforms[rng.random(uniforms.shape) < 0.01] = 0.0  # the edges of [0, 1] as well
     return parents, tokens, p, q, uniforms
@@ -109,3 +116,6 @@ def test_bad_inputs_name_the_field():
     with pytest.raises(InvalidParameterError) as err:
         torch_verify("bv", parents, **good)
     assert err.value.field == "parents"
+    with pytest.raises(InvalidParameterError) as err:  # duplicate siblings: trv would merge them
+        torch_verify("trv", parents, **good)
+    assert err.value.field == "tokens"
