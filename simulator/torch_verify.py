@@ -14,11 +14,16 @@ where a uniform lies within about 1e-6 of a threshold (:func:`near_threshold` co
 Supported: token verification with SpS, RRS, RRSw and deterministic RRS (``tv-sps``, ``tv-rrs``,
 ``tv-rrsw``, ``dyspec``, ``tv-det``), sample-and-match (``match``), block verification (``bv``, chains) and
 Traversal Verification (``trv-iid``; ``trv`` on trees without duplicate siblings — it merges duplicates, which
-would give every tree of the batch its own shape, so a batch holding one is refused).
+would give every tree of the batch its own shape, so a batch holding one is refused) and Layer Verification
+lifting SpS, RRS and K-SEQ under the i.i.d. tuple law (``lv-sps``, ``lv-rrs``, ``lv-kseq``). LV's outgoing
+flow is summed over every candidate tuple, in the shared rule's order, while ``V^k ≤`` :data:`TUPLE_SUM_LIMIT`;
+beyond (a real vocabulary) in closed form (as :mod:`simulator.batched`), which agrees to rounding — a
+decision can then differ only where a weight the shared rule rounds to 0 meets a uniform of exactly 0.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import torch
@@ -26,7 +31,10 @@ import torch
 from .errors import InvalidParameterError
 from .trees import check_parents
 
-TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "match", "bv", "trv", "trv-iid")
+TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "match", "bv", "trv", "trv-iid",
+                   "lv-sps", "lv-rrs", "lv-kseq")
+KSEQ_BISECTION_STEPS = 60  # as simulator.verifiers.single_step
+TUPLE_SUM_LIMIT = 4096  # LV's outflow: summed tuple by tuple (as the shared rule) up to this many tuples
 _PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det"}
 
 
@@ -108,6 +116,8 @@ def torch_verify(name: str, parents: Sequence[int], tokens: torch.Tensor, p: tor
     stream = _Stream(uniforms)
     if name == "bv":
         return _block(parents, tokens, p, q, stream)
+    if name.startswith("lv-"):
+        return _layer(name[3:], parents, tokens, p, q, stream)
     if name in ("trv", "trv-iid"):
         if name == "trv":
             _refuse_duplicates(parents, tokens)
@@ -315,6 +325,157 @@ def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
         draft[rows, u] = torch.where(pick, new_draft, d_u)
         alive[rows, leaf] = alive[rows, leaf] & ~rejected
         refresh(rejected[:, None] & below[u] & alive)
+    return node, y
+
+
+def _ipow(x: torch.Tensor, k: int) -> torch.Tensor:
+    out = x
+    for _ in range(k - 1):
+        out = out * x
+    return out
+
+
+def _kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`simulator.verifiers.single_step.kseq_rho` row by row (same bisection, same float steps)."""
+    def f(rho: torch.Tensor) -> torch.Tensor:
+        beta = _total(torch.minimum(p, q / rho[:, None]))
+        return 1 - _ipow(1 - beta, k) - rho * beta
+
+    lo = torch.ones(p.shape[0], dtype=p.dtype, device=p.device)
+    hi = torch.full_like(lo, float(k))
+    if k == 1:
+        return lo
+    at_one = f(lo) <= 0
+    for _ in range(KSEQ_BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        low_side = f(mid) <= 0
+        hi, lo = torch.where(low_side, mid, hi), torch.where(low_side, lo, mid)
+    return torch.where(at_one, lo, hi)
+
+
+def _plan_acceptance(rule: str, cands: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+                     rho: torch.Tensor | None) -> torch.Tensor:
+    """``P(accept position i | X)`` of the SpS, RRS or K-SEQ plan (``single_step.plan_acceptance``)."""
+    rows = torch.arange(p.shape[0], device=p.device)
+    out, target, reach = [], q, None
+    for i in range(cands.shape[1]):
+        x = cands[:, i]
+        if rule == "kseq":
+            prob = _ratio(q[rows, x], rho * p[rows, x])
+        else:
+            prob = _ratio(target[rows, x], p[rows, x])
+            target = _residual(target, p)
+        out.append(prob if reach is None else reach * prob)
+        reach = (1 - prob) if reach is None else reach * (1 - prob)
+    return torch.stack(out, dim=1)
+
+
+def _outflow(rule: str, p: torch.Tensor, q: torch.Tensor, k: int, rho: torch.Tensor | None) -> torch.Tensor:
+    """``Σ_X f(X → x)`` under i.i.d. tuples in closed form (:func:`simulator.batched._outflow`)."""
+    out = torch.zeros_like(q)
+    reach = torch.ones(p.shape[0], dtype=p.dtype, device=p.device)
+    if rule == "kseq":
+        capped = torch.minimum(p, q / rho[:, None])
+        miss = 1 - _total(capped)
+        for _ in range(k):
+            out = out + reach[:, None] * capped
+            reach = reach * miss
+        return out
+    target = q
+    for _ in range(k):
+        capped = torch.minimum(p, target)
+        out = out + reach[:, None] * capped
+        reach = reach * (1 - _total(capped))
+        target = _residual(target, p)
+    return out
+
+
+def _outflow_by_tuples(rule: str, p: torch.Tensor, q: torch.Tensor, k: int, rho: torch.Tensor | None,
+                       vocab: int) -> torch.Tensor:
+    """``Σ_X P(X) Σ_{i: X_i = x} P(accept i | X)`` tuple by tuple, as ``rules._outflow`` adds it up: tuples in
+    product order, each token's acceptance summed over its positions first (a tuple with a token of zero
+    draft mass adds exact zeros)."""
+    batch = p.shape[0]
+    out = torch.zeros_like(q)
+    for tup in itertools.product(range(vocab), repeat=k):
+        prob = p[:, tup[0]]
+        for x in tup[1:]:
+            prob = prob * p[:, x]
+        cands = torch.tensor(tup, device=p.device).expand(batch, k)
+        accept = _plan_acceptance(rule, cands, p, q, rho)
+        for x in dict.fromkeys(tup):
+            at = [i for i, t in enumerate(tup) if t == x]
+            summed = accept[:, at[0]]
+            for i in at[1:]:
+                summed = summed + accept[:, i]
+            out[:, x] = out[:, x] + prob * summed
+    return out
+
+
+def _layer(rule: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+           stream: _Stream) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer Verification (:mod:`simulator.verifiers.layer`): forward node scores, backward sampling."""
+    batch, n, vocab = p.shape
+    rows = torch.arange(batch, device=p.device)
+    kids = [[c for c in range(1, n) if parents[c] == v] for v in range(n)]
+    depth = [0] * n
+    for v in range(1, n):
+        depth[v] = depth[parents[v]] + 1
+    levels = [[v for v in range(n) if depth[v] == d] for d in range(max(depth) + 1)]
+    zero = torch.zeros(batch, dtype=p.dtype, device=p.device)
+    scores = torch.zeros((batch, n), dtype=p.dtype, device=p.device)
+    scores[:, 0] = 1
+    flows = torch.zeros_like(p)
+    for level in levels:
+        inner = [v for v in level if kids[v]]
+        mass = zero
+        for v in inner:
+            mass = mass + scores[:, v]
+        for v in inner:
+            live = (mass > 0) & (scores[:, v] != 0)
+            a = torch.where(live, mass, torch.ones_like(mass))
+            lam = scores[:, v] / a
+            p_ext = torch.cat([p[:, v], zero[:, None]], dim=1)
+            q_ext = torch.cat([a[:, None] * q[:, v], (1 - a)[:, None]], dim=1)
+            k = 1 if rule == "sps" else len(kids[v])
+            rho = _kseq_rho(p_ext, q_ext, k) if rule == "kseq" else None
+            cands = tokens[:, kids[v][:k]]
+            accept = _plan_acceptance(rule, cands, p_ext, q_ext, rho)
+            for i, w in enumerate(kids[v][:k]):
+                same = cands == cands[:, i:i + 1]
+                summed = torch.where(same[:, 0], accept[:, 0], zero)
+                for j in range(1, k):  # token_acceptance's dict: first occurrence, then in order
+                    summed = torch.where(same[:, j], summed + accept[:, j], summed)
+                scores[:, w] = torch.where(live, lam * summed / same.sum(dim=1), scores[:, w])
+            if vocab**k <= TUPLE_SUM_LIMIT:
+                out = _outflow_by_tuples(rule, p_ext, q_ext, k, rho, vocab)[:, :vocab]
+            else:
+                out = _outflow(rule, p_ext, q_ext, k, rho)[:, :vocab]
+            flows[:, v] = torch.where(live[:, None], lam[:, None] * out, flows[:, v])
+    node = torch.full((batch,), -1, dtype=torch.long, device=p.device)
+    y = torch.zeros(batch, dtype=torch.long, device=p.device)
+    for level in reversed(levels):
+        open_ = node < 0
+        if not bool(open_.any()):
+            break
+        weights = [torch.clamp(scores[:, v] - _total(flows[:, v]), min=0) for v in level]
+        level_mass = zero
+        for v in level:
+            level_mass = level_mass + scores[:, v]
+        weights = torch.stack(weights + [torch.clamp(1 - level_mass, min=0)], dim=1)
+        has_mass = _total(weights) > 0
+        draw = open_ & has_mass
+        choice = _categorical(torch.where(has_mass[:, None], weights, torch.ones_like(weights)), stream.take(draw))
+        if level[0] == 0:
+            choice = torch.where(has_mass, choice, torch.zeros_like(choice))
+            picked = open_
+        else:
+            picked = draw & (choice < len(level))
+        v = torch.tensor(level, device=p.device)[choice.clamp(max=len(level) - 1)]
+        a = scores[rows, v]
+        res = _residual(q[rows, v], flows[rows, v], a)
+        token = _categorical(res, stream.take(picked))
+        node, y = torch.where(picked, v, node), torch.where(picked, token, y)
     return node, y
 
 
