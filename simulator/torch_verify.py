@@ -11,8 +11,9 @@ scan may round differently in the last bit, so a decision can differ only where 
 rounding of its threshold. In float32 the probabilities themselves round differently: decisions differ only
 where a uniform lies within about 1e-6 of a threshold (:func:`near_threshold` counts such uniforms).
 
-Supported: token verification with SpS, RRS, RRSw and deterministic RRS (``tv-sps``, ``tv-rrs``,
-``tv-rrsw``, ``dyspec``, ``tv-det``), sample-and-match (``match``), block verification (``bv``, chains) and
+Supported: token verification with SpS, RRS, RRSw, deterministic RRS and K-SEQ (``tv-sps``, ``tv-rrs``,
+``tv-rrsw``, ``dyspec``, ``tv-det``, ``tv-kseq``), sample-and-match (``match``), block verification (``bv``
+and ``greedy-bv``, chains; greedy BV's distribution modification of later tokens is the caller's) and
 Traversal Verification (``trv-iid``; ``trv`` on trees without duplicate siblings — it merges duplicates, which
 would give every tree of the batch its own shape, so a batch holding one is refused) and Layer Verification
 lifting SpS, RRS and K-SEQ under the i.i.d. tuple law (``lv-sps``, ``lv-rrs``, ``lv-kseq``). LV's outgoing
@@ -31,11 +32,11 @@ import torch
 from .errors import InvalidParameterError
 from .trees import check_parents
 
-TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "match", "bv", "trv", "trv-iid",
-                   "lv-sps", "lv-rrs", "lv-kseq")
+TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "tv-kseq", "match", "bv", "greedy-bv",
+                   "trv", "trv-iid", "lv-sps", "lv-rrs", "lv-kseq")
 KSEQ_BISECTION_STEPS = 60  # as simulator.verifiers.single_step
 TUPLE_SUM_LIMIT = 4096  # LV's outflow: summed tuple by tuple (as the shared rule) up to this many tuples
-_PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det"}
+_PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det", "tv-kseq": "kseq"}
 
 
 def _total(w: torch.Tensor) -> torch.Tensor:
@@ -114,8 +115,8 @@ def torch_verify(name: str, parents: Sequence[int], tokens: torch.Tensor, p: tor
         raise InvalidParameterError("verifier", f"no torch path for {name!r}; choose from {TORCH_VERIFIERS}")
     parents = _check(parents, tokens, p, q, uniforms)
     stream = _Stream(uniforms)
-    if name == "bv":
-        return _block(parents, tokens, p, q, stream)
+    if name in ("bv", "greedy-bv"):
+        return _block(parents, tokens, p, q, stream, greedy=name == "greedy-bv")
     if name.startswith("lv-"):
         return _layer(name[3:], parents, tokens, p, q, stream)
     if name in ("trv", "trv-iid"):
@@ -182,6 +183,7 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
     open_ = active & (used > 0)  # still trying candidates at this node
     fallback = torch.zeros(batch, dtype=torch.bool, device=p.device)  # det: all mass accepted, residual q
     seen = torch.zeros_like(q, dtype=torch.bool)
+    rho = _kseq_rho(p, q, used.clamp(min=1)) if plan == "kseq" else None
     for i in range(kids.shape[1]):
         here = open_ & (i < used)
         if not bool(here.any()):
@@ -190,6 +192,8 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
         if plan == "det":
             here = here & ~seen[rows, x]
             prob = _ratio(target[rows, x], torch.ones_like(target[rows, x]))
+        elif plan == "kseq":
+            prob = _ratio(q[rows, x], rho * p[rows, x])
         else:
             prob = _ratio(target[rows, x], draft[rows, x])
         hit = here & _bernoulli(prob, stream.take(here))
@@ -206,6 +210,8 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
             normed = zeroed / torch.where(empty, torch.ones_like(empty, dtype=q.dtype), _total(zeroed))[:, None]
             target = torch.where((miss & ~empty)[:, None], normed, target)
             continue
+        if plan == "kseq":
+            continue
         new_target = _residual(target, draft)
         target = torch.where(miss[:, None], new_target, target)
         if plan == "rrsw":
@@ -217,29 +223,50 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
             draft = torch.where((miss & ~empty)[:, None], normed, torch.where(empty[:, None], zeroed, draft))
     if plan == "sps":
         return accepted, _residual(q, p)
+    if plan == "kseq":  # norm((q − γ min(p, q/ρ*))_+), γ = p_acc/β; q where β = 0 or nothing is left
+        capped = torch.minimum(p, q / rho[:, None])
+        beta = _total(capped)
+        safe = torch.where(beta == 0, torch.ones_like(beta), beta)
+        gamma = (1 - _ipow(1 - beta, used.clamp(min=1))) / safe
+        rest = q - gamma[:, None] * capped
+        rest = torch.where(rest > 0, rest, torch.zeros_like(rest))
+        mass = _total(rest)
+        normed = rest / torch.where(mass > 0, mass, torch.ones_like(mass))[:, None]
+        return accepted, torch.where(((beta == 0) | ~(mass > 0))[:, None], q, normed)
     return accepted, torch.where(fallback[:, None], q, target)
 
 
 def _block(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-           stream: _Stream) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block verification (:func:`simulator.verifiers.block.block_verify`) on the chain ``0, 1, …, γ``."""
+           stream: _Stream, greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification on the chain ``0, 1, …, γ``: Alg. 2 (:func:`simulator.verifiers.block.block_verify`)
+    or, with ``greedy``, Alg. 4 (:func:`simulator.verifiers.block.greedy_block_decision`)."""
     if any(parents[i] != i - 1 for i in range(1, len(parents))):
-        raise InvalidParameterError("parents", "bv verifies a chain draft (one child per node)")
+        raise InvalidParameterError("parents", "block verification takes a chain draft (one child per node)")
     batch, gamma = p.shape[0], len(parents) - 1
     rows = torch.arange(batch, device=p.device)
     everyone = torch.ones(batch, dtype=torch.bool, device=p.device)
     weights = [torch.ones(batch, dtype=p.dtype, device=p.device)]
     tau = torch.zeros(batch, dtype=torch.long, device=p.device)
+    positive = lambda t: torch.where(t > 0, t, torch.zeros_like(t))  # noqa: E731
     for i in range(1, gamma + 1):
         x = tokens[:, i]
-        weights.append(_ratio(weights[i - 1] * q[rows, i - 1, x], p[rows, i - 1, x]))
-        if i < gamma:
-            diff = weights[i][:, None] * q[:, i] - p[:, i]
-            slack = _total(torch.where(diff > 0, diff, torch.zeros_like(diff)))
+        if greedy:
+            if bool((p[rows, i - 1, x] == 0).any()):
+                raise InvalidParameterError(f"tokens[:, {i}]", "greedy-bv needs drafted tokens of positive draft "
+                                                               "probability")
+            weights.append(weights[i - 1] * q[rows, i - 1, x] / p[rows, i - 1, x])
+        else:
+            weights.append(_ratio(weights[i - 1] * q[rows, i - 1, x], p[rows, i - 1, x]))
+        if i < gamma and greedy:
+            over = _total(positive(weights[i][:, None] * q[:, i] - p[:, i]))
+            under = _total(positive(p[:, i] - weights[i][:, None] * q[:, i]))
+            h = torch.where(over > 0, _ratio(over, under), torch.zeros_like(over))
+        elif i < gamma:
+            slack = _total(positive(weights[i][:, None] * q[:, i] - p[:, i]))
             safe = torch.where(slack > 0, slack + (1 - weights[i]), torch.ones_like(slack))
             h = torch.where(slack > 0, slack / safe, torch.zeros_like(slack))
         else:
-            h = weights[gamma]
+            h = _ratio(weights[gamma], torch.ones_like(weights[gamma])) if greedy else weights[gamma]
         tau = torch.where(_bernoulli(h, stream.take(everyone)), torch.full_like(tau, i), tau)
     scale = torch.stack(weights, dim=1)[rows, tau]
     last = tau == gamma
@@ -328,24 +355,25 @@ def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
     return node, y
 
 
-def _ipow(x: torch.Tensor, k: int) -> torch.Tensor:
+def _ipow(x: torch.Tensor, k: int | torch.Tensor) -> torch.Tensor:
+    """:func:`simulator.numeric.ipow`: repeated multiplication, ``k`` a number or one per row."""
+    k = torch.as_tensor(k, device=x.device).expand(x.shape)
     out = x
-    for _ in range(k - 1):
-        out = out * x
+    for j in range(2, int(k.max()) + 1 if k.numel() else 1):
+        out = torch.where(k >= j, out * x, out)
     return out
 
 
-def _kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
-    """:func:`simulator.verifiers.single_step.kseq_rho` row by row (same bisection, same float steps)."""
+def _kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int | torch.Tensor) -> torch.Tensor:
+    """:func:`simulator.verifiers.single_step.kseq_rho` row by row (same bisection, same float steps);
+    ``k`` a number or one per row."""
     def f(rho: torch.Tensor) -> torch.Tensor:
         beta = _total(torch.minimum(p, q / rho[:, None]))
         return 1 - _ipow(1 - beta, k) - rho * beta
 
     lo = torch.ones(p.shape[0], dtype=p.dtype, device=p.device)
-    hi = torch.full_like(lo, float(k))
-    if k == 1:
-        return lo
-    at_one = f(lo) <= 0
+    hi = torch.as_tensor(k, device=p.device).expand(lo.shape).to(p.dtype)
+    at_one = (hi == 1) | (f(lo) <= 0)
     for _ in range(KSEQ_BISECTION_STEPS):
         mid = (lo + hi) / 2
         low_side = f(mid) <= 0

@@ -34,7 +34,7 @@ def _rows(rng: np.random.Generator, shape: tuple[int, ...], zeros: float) -> np.
 
 def _batch(rng: np.random.Generator, name: str, size: int):
     vocab = int(rng.integers(2, 6))
-    if name == "bv":
+    if name in ("bv", "greedy-bv"):
         topology = make_topology("chain", int(rng.integers(1, 5)))
     else:
         topology = random_shape(rng, ("complete", "tapered", "multi-chain", "explicit")[int(rng.integers(4))], 7)
@@ -46,7 +46,8 @@ def _batch(rng: np.random.Generator, name: str, size: int):
     for v in range(1, n):  # from the parent's draft row, one in ten arbitrary (zero draft mass included)
         cumulative = np.cumsum(p[:, parents[v]], axis=1)
         drawn = (rng.random(size)[:, None] * cumulative[:, -1:] < cumulative).argmax(axis=1)
-        tokens[:, v] = np.where(rng.random(size) < 0.1, rng.integers(0, vocab, size), drawn)
+        tokens[:, v] = drawn if name == "greedy-bv" else np.where(rng.random(size) < 0.1,
+                                                                  rng.integers(0, vocab, size), drawn)
     if name == "trv":  # siblings drawn without replacement: a random permutation per parent
         for u in range(n):
             kids = [v for v in range(1, n) if parents[v] == u]
