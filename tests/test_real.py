@@ -1,0 +1,117 @@
+"""Real causal-LM pairs: one-pass tree attention against per-path forward passes, and the exact end-to-end law
+on tiny Llama pairs (random weights, vocabulary 4, two layers, saved and loaded through the loading code).
+
+The exact engine enumerates every draft tree; the draft rows come from the draft model, the target rows from
+one tree-scoring pass of the target per tree (as generation gets them), and the completed law of the first
+``H+1`` tokens is compared with the target's joint from plain forward passes of every prefix.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from exact import certify  # noqa: E402
+from simulator.drafting import FixedShape  # noqa: E402
+from simulator.errors import InvalidParameterError  # noqa: E402
+from simulator.real import CausalLMPair, Processing, TreeScored, load_causal_lm, score_tree  # noqa: E402
+from simulator.trees import DraftTree, make_topology  # noqa: E402
+
+VOCAB = 4
+
+
+def _save_tiny_llama(path, seed: int) -> str:
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():  # sharper logits than the default init, so draft and target really differ
+        model.lm_head.weight.mul_(40)
+    model.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llama")
+    draft = load_causal_lm(_save_tiny_llama(root / "draft", 1))
+    target = load_causal_lm(_save_tiny_llama(root / "target", 2))
+    return draft, target
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_tree_attention_equals_each_path_run_alone(tiny_pair, dtype, tolerance):
+    target = tiny_pair[1].to(dtype)
+    prompt = [1, 3, 0]
+    tree = DraftTree([-1, 0, 0, 1, 1, 2, 3], [None, 2, 0, 1, 3, 3, 0], VOCAB)
+    processing = Processing(temperature=0.8, top_k=3)
+    rows = score_tree(target, prompt, tree, processing)
+    worst = 0.0
+    with torch.no_grad():
+        for v in range(len(tree)):
+            ids = torch.tensor([prompt + list(tree.path(v))])
+            alone = processing(target(input_ids=ids).logits[0, -1])
+            worst = max(worst, float((rows[v] - alone).abs().max()))
+    tiny_pair[1].to(torch.float64)
+    assert worst <= tolerance
+
+
+@pytest.mark.parametrize("name,shape,depth,branching,drafting", [
+    ("tv-rrsw", "complete", 2, 2, "without-replacement"),
+    ("bv", "chain", 2, 1, "iid"),
+    ("trv", "complete", 2, 2, "iid"),
+    ("lv-rrs", "tapered", 2, 2, "iid"),
+])
+def test_exact_end_to_end_law_on_a_tiny_llama_pair(tiny_pair, name, shape, depth, branching, drafting):
+    draft, target = tiny_pair
+    pair = CausalLMPair(draft, target, [1, 2], Processing(temperature=1.0), Processing(temperature=1.0))
+    drafter = TreeScored(FixedShape(make_topology(shape, depth, branching), drafting), pair)
+    cert = certify(pair, drafter, name, "float")
+    assert cert.tvd <= 1e-9, cert.tvd
+    assert 0 < cert.expected_accepted < depth  # a real draft: sometimes accepted, not always
+
+
+def test_mismatched_draft_temperature_is_flagged_by_the_same_check(tiny_pair):
+    draft, target = tiny_pair
+    pair = CausalLMPair(draft, target, [1, 2])
+    # Tokens are sampled at temperature 1, but verification reads draft rows processed at 0.7.
+    drafter = TreeScored(FixedShape(make_topology("complete", 2, 2), "without-replacement"), pair,
+                         verify_draft=Processing(temperature=0.7))
+    cert = certify(pair, drafter, "tv-rrsw", "float")
+    assert cert.tvd > 1e-4 and cert.counterexample is not None
+
+
+def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, monkeypatch):
+    """A common deployment bug: numbering the tree's tokens 0..L−1 instead of by depth."""
+    import simulator.real as real
+    original = real.tree_attention
+
+    def sequential(prompt_len, parents, dtype):
+        mask, positions = original(prompt_len, parents, dtype)
+        return mask, torch.arange(positions.shape[1])[None]
+
+    monkeypatch.setattr(real, "tree_attention", sequential)
+    draft, target = tiny_pair
+    pair = CausalLMPair(draft, target, [1, 2])
+    drafter = TreeScored(FixedShape(make_topology("complete", 2, 2), "without-replacement"), pair)
+    assert certify(pair, drafter, "tv-rrsw", "float").tvd > 1e-6
+
+
+def test_processing_is_checked_and_keeps_the_top_tokens():
+    probs = Processing(top_k=2)(torch.tensor([0.0, 2.0, 1.0, -1.0]))
+    assert float(probs[1] + probs[2]) == pytest.approx(1.0) and float(probs[0]) == 0.0
+    nucleus = Processing(top_p=0.5)(torch.log(torch.tensor([0.1, 0.6, 0.3])))
+    assert nucleus.tolist() == pytest.approx([0.0, 1.0, 0.0])
+    for field, kwargs in (("temperature", dict(temperature=0.0)), ("top_k", dict(top_k=-1)),
+                          ("top_p", dict(top_p=1.5))):
+        with pytest.raises(InvalidParameterError) as err:
+            Processing(**kwargs)
+        assert err.value.field == field
+
+
+def test_loading_a_missing_directory_names_the_field(tmp_path):
+    with pytest.raises(InvalidParameterError) as err:
+        load_causal_lm(str(tmp_path / "nowhere"))
+    assert err.value.field == "model"
