@@ -1,5 +1,5 @@
-"""The ``specproof`` command line: ``list``, ``law``, ``certify``, ``mc``, ``generate``, ``dynamic``, ``theorems``
-and ``report``.
+"""The ``specproof`` command line: ``list``, ``law``, ``certify``, ``mc``, ``generate``, ``dynamic``, ``real``,
+``theorems`` and ``report``.
 
 Exit status: 0 on success (``certify``: lossless), 1 when ``certify`` finds the verifier lossy or
 ``report``, ``theorems`` or ``dynamic`` finds a verdict that contradicts its expectation (``generate --exact``: lossy),
@@ -24,7 +24,7 @@ from exact.theorems import CHECKS, run_checks, theorems_markdown
 from .case import load_case
 from .aded import AdedConfig
 from .drafters import DRAFTERS, DrafterOptions, make_drafter
-from .drafting import DRAFTING
+from .drafting import DRAFTING, FixedShape
 from .montecarlo import monte_carlo
 from .study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
 from .study_report import write_study_report
@@ -362,6 +362,52 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
     if json_out:
         Path(json_out).write_text(json.dumps(out, indent=1) + "\n")
     sys.exit(0 if not exact_law or result.lossless else 1)
+
+
+@main.command()
+@click.option("--draft", "draft_dir", required=True, type=click.Path(file_okay=False), help="draft model directory")
+@click.option("--target", "target_dir", required=True, type=click.Path(file_okay=False),
+              help="target model directory (its tokenizer is used)")
+@click.option("--questions", required=True, type=click.Path(dir_okay=False), help="Spec-Bench question.jsonl")
+@click.option("--answers", required=True, type=click.Path(dir_okay=False), help="answers .jsonl to write")
+@click.option("--verifier", required=True, help="a verifier with a torch path (simulator.torch_verify)")
+@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True)
+@click.option("--depth", type=int, default=3, show_default=True)
+@click.option("--branching", type=int, default=2, show_default=True)
+@click.option("--parents", help="explicit parent list (implies --topology explicit)")
+@click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True)
+@click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option("--temperature", type=float, default=1.0, show_default=True)
+@click.option("--top-k", type=int, default=0, show_default=True)
+@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, branching, parents, drafting,
+         max_new_tokens, temperature, top_k, top_p, seed) -> None:
+    """Spec-Bench-compatible run on a local draft/target pair: answers in Spec-Bench's format, block efficiency
+    and tokens/s against target-only decoding."""
+    from transformers import AutoTokenizer
+
+    from .real import Processing, load_causal_lm
+    from .spec_bench import read_questions, run_spec_bench
+
+    if max_new_tokens < 1:
+        raise SpecproofError("max_new_tokens", f"must be at least 1, got {max_new_tokens}")
+    _, shape = _build_shape(topology, depth, branching, parents)
+    processing = Processing(temperature, top_k, top_p)
+    draft, target = load_causal_lm(draft_dir), load_causal_lm(target_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise SpecproofError("target", f"no tokenizer in {target_dir}: {err}") from None
+    summary = run_spec_bench(draft, target, tokenizer, read_questions(questions), verifier,
+                             FixedShape(shape, drafting), answers, max_new_tokens, processing, processing, seed,
+                             f"specproof-{verifier}")
+    click.echo(f"{verifier} on {topology} {list(shape.parents)}, drafting {drafting}: {summary.questions} questions, "
+               f"{summary.tokens} tokens")
+    click.echo(f"  block efficiency {summary.block_efficiency:.3f} tokens per target pass; "
+               f"{summary.tokens_per_s:.1f} tokens/s vs target-only {summary.baseline_tokens_per_s:.1f} "
+               f"(x{summary.speedup:.2f})")
+    click.echo(f"  answers written to {answers}")
 
 
 @main.command()

@@ -115,3 +115,53 @@ def test_loading_a_missing_directory_names_the_field(tmp_path):
     with pytest.raises(InvalidParameterError) as err:
         load_causal_lm(str(tmp_path / "nowhere"))
     assert err.value.field == "model"
+
+
+def _save_pair_with_tokenizer(root) -> tuple[str, str]:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    symbols = ["[UNK]", *"abcdefgh ijklmno"[:15]]
+    tok = Tokenizer(models.WordLevel({c: i for i, c in enumerate(symbols)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    dirs = []
+    for name, seed in (("draft", 3), ("target", 4)):
+        torch.manual_seed(seed)
+        config = transformers.LlamaConfig(vocab_size=len(symbols), hidden_size=16, intermediate_size=32,
+                                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                          max_position_embeddings=256)
+        transformers.LlamaForCausalLM(config).save_pretrained(root / name)
+        transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(root / name)
+        dirs.append(str(root / name))
+    return dirs[0], dirs[1]
+
+
+def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    draft, target = _save_pair_with_tokenizer(tmp_path)
+    questions = tmp_path / "question.jsonl"
+    questions.write_text("\n".join(json.dumps({"question_id": i, "category": "writing", "turns": turns})
+                                   for i, turns in enumerate([["abc def"], ["hello", "again"]])) + "\n")
+    answers = tmp_path / "answers.jsonl"
+    exe = shutil.which("specproof")
+    cmd = ([exe] if exe else [sys.executable, "-m", "simulator.cli"]) + [
+        "real", "--draft", draft, "--target", target, "--questions", str(questions), "--answers", str(answers),
+        "--verifier", "tv-rrs", "--topology", "complete", "--depth", "2", "--branching", "2",
+        "--max-new-tokens", "12"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "block efficiency" in result.stdout and "tokens/s" in result.stdout
+    lines = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [a["question_id"] for a in lines] == [0, 1]
+    for answer, turns in zip(lines, (1, 2)):
+        assert {"question_id", "answer_id", "model_id", "choices", "tstamp"} <= set(answer)
+        choice = answer["choices"][0]
+        assert choice["index"] == 0 and len(choice["turns"]) == turns and all(isinstance(t, str) for t in choice["turns"])
+        for new, steps, accepts, wall in zip(choice["new_tokens"], choice["idxs"], choice["accept_lengths"],
+                                             choice["wall_time"]):
+            assert new == 12 and steps == len(accepts) and wall > 0
+            assert all(1 <= a <= 3 for a in accepts) and sum(accepts) >= 12  # depth 2: 1–3 tokens per step
