@@ -20,11 +20,16 @@ lifting SpS, RRS and K-SEQ under the i.i.d. tuple law (``lv-sps``, ``lv-rrs``, `
 flow is summed over every candidate tuple, in the shared rule's order, while ``V^k ≤`` :data:`TUPLE_SUM_LIMIT`;
 beyond (a real vocabulary) in closed form (as :mod:`simulator.batched`), which agrees to rounding — a
 decision can then differ only where a weight the shared rule rounds to 0 meets a uniform of exactly 0.
+Controls: ``bug-residual-q``, ``bug-accept-all``, ``bug-dyspec-printed`` (its normal CDF by ``torch.erf``),
+``bug-match-per-row``, ``bug-greedy-bv-nomod`` (greedy BV's decisions; the bug is in the later tokens) and
+``bug-trv-insertion-order``. Not here: the flow-defined rules (OPT, GR and their LV lifts), which solve a
+flow problem per node, and GBV.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Sequence
 
 import torch
@@ -33,10 +38,12 @@ from .errors import InvalidParameterError
 from .trees import check_parents
 
 TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "tv-kseq", "match", "bv", "greedy-bv",
-                   "trv", "trv-iid", "lv-sps", "lv-rrs", "lv-kseq")
+                   "trv", "trv-iid", "lv-sps", "lv-rrs", "lv-kseq", "bug-residual-q", "bug-accept-all",
+                   "bug-dyspec-printed", "bug-match-per-row", "bug-greedy-bv-nomod", "bug-trv-insertion-order")
 KSEQ_BISECTION_STEPS = 60  # as simulator.verifiers.single_step
-TUPLE_SUM_LIMIT = 4096  # LV's outflow: summed tuple by tuple (as the shared rule) up to this many tuples
-_PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det", "tv-kseq": "kseq"}
+TUPLE_SUM_LIMIT = 256  # LV's outflow: summed tuple by tuple (as the shared rule) up to this many tuples
+_PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det", "tv-kseq": "kseq",
+          "bug-residual-q": "sps-q", "bug-accept-all": "first", "bug-dyspec-printed": "rrsw-phi"}
 
 
 def _total(w: torch.Tensor) -> torch.Tensor:
@@ -115,14 +122,15 @@ def torch_verify(name: str, parents: Sequence[int], tokens: torch.Tensor, p: tor
         raise InvalidParameterError("verifier", f"no torch path for {name!r}; choose from {TORCH_VERIFIERS}")
     parents = _check(parents, tokens, p, q, uniforms)
     stream = _Stream(uniforms)
-    if name in ("bv", "greedy-bv"):
-        return _block(parents, tokens, p, q, stream, greedy=name == "greedy-bv")
+    if name in ("bv", "greedy-bv", "bug-greedy-bv-nomod"):
+        return _block(parents, tokens, p, q, stream, greedy=name != "bv")
     if name.startswith("lv-"):
         return _layer(name[3:], parents, tokens, p, q, stream)
-    if name in ("trv", "trv-iid"):
-        if name == "trv":
+    if name in ("trv", "trv-iid", "bug-trv-insertion-order"):
+        if name != "trv-iid":
             _refuse_duplicates(parents, tokens)
-        return _traversal(parents, tokens, p, q, stream, zero_draft=name == "trv")
+        return _traversal(parents, tokens, p, q, stream, zero_draft=name != "trv-iid",
+                          post_order=name != "bug-trv-insertion-order")
     return _walk(name, parents, tokens, p, q, stream)
 
 
@@ -150,6 +158,9 @@ def _walk(name: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Te
     while not bool(done.all()):
         active = ~done
         pv, qv = p[rows, v], q[rows, v]
+        if name == "bug-match-per-row":
+            node, y, done, v = _match_per_row_step(kids, count, tokens, v, qv, active, stream, node, y, done)
+            continue
         if name == "match":
             draw = _categorical(qv, stream.take(active))
             child_tokens = torch.where(kids[v] >= 0, tokens[rows[:, None], kids[v].clamp(min=0)], -1)
@@ -171,13 +182,35 @@ def _walk(name: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Te
     return node, y
 
 
+def _match_per_row_step(kids, count, tokens, v, qv, active, stream, node, y, done):
+    """The control: one target draw per child (row), in order; move to the first child whose own draw matches;
+    else emit the last draw (at a leaf: one draw)."""
+    rows = torch.arange(v.shape[0], device=v.device)
+    open_ = active.clone()
+    moved_to = torch.full_like(v, -1)
+    last = torch.zeros_like(v)
+    for i in range(max(kids.shape[1], 1)):
+        here = open_ & ((i < count[v]) | ((i == 0) & (count[v] == 0)))
+        if not bool(here.any()):
+            break
+        draw = _categorical(qv, stream.take(here))
+        last = torch.where(here, draw, last)
+        child = kids[v, i] if kids.shape[1] > i else torch.full_like(v, -1)
+        hit = here & (child >= 0) & (tokens[rows, child.clamp(min=0)] == draw)
+        moved_to = torch.where(hit, child, moved_to)
+        open_ = open_ & ~hit
+    stop = active & (moved_to < 0)
+    return (torch.where(stop, v, node), torch.where(stop, last, y), done | stop,
+            torch.where(moved_to >= 0, moved_to, v))
+
+
 def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor,
                q: torch.Tensor, active: torch.Tensor, stream: _Stream) -> tuple[torch.Tensor, torch.Tensor]:
     """One node's plan (:mod:`simulator.verifiers.single_step`): the accepted child position (−1: none) and
     the residual to draw from when none is accepted (rows at a leaf: unused)."""
     batch = p.shape[0]
     rows = torch.arange(batch, device=p.device)
-    used = count.clamp(max=1) if plan == "sps" else count
+    used = count.clamp(max=1) if plan in ("sps", "sps-q", "first") else count
     accepted = torch.full((batch,), -1, dtype=torch.long, device=p.device)
     target, draft = q.clone(), p.clone()
     open_ = active & (used > 0)  # still trying candidates at this node
@@ -194,6 +227,13 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
             prob = _ratio(target[rows, x], torch.ones_like(target[rows, x]))
         elif plan == "kseq":
             prob = _ratio(q[rows, x], rho * p[rows, x])
+        elif plan == "first":
+            prob = torch.ones_like(q[rows, x])
+        elif plan == "rrsw-phi":  # DySpec Alg. 3 as printed: c ~ N(0, 1), accept if c ≤ R/D
+            num, den = target[rows, x], draft[rows, x]
+            z = num / torch.where(den == 0, torch.ones_like(den), den)
+            phi = 0.5 * (1 + torch.erf(z / math.sqrt(2)))
+            prob = torch.where(den == 0, torch.where(num > 0, torch.ones_like(num), torch.full_like(num, 0.5)), phi)
         else:
             prob = _ratio(target[rows, x], draft[rows, x])
         hit = here & _bernoulli(prob, stream.take(here))
@@ -210,11 +250,11 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
             normed = zeroed / torch.where(empty, torch.ones_like(empty, dtype=q.dtype), _total(zeroed))[:, None]
             target = torch.where((miss & ~empty)[:, None], normed, target)
             continue
-        if plan == "kseq":
+        if plan in ("kseq", "sps-q", "first"):
             continue
         new_target = _residual(target, draft)
         target = torch.where(miss[:, None], new_target, target)
-        if plan == "rrsw":
+        if plan in ("rrsw", "rrsw-phi"):
             zeroed = draft.clone()
             zeroed[rows, x] = torch.where(miss, torch.zeros_like(zeroed[rows, x]), zeroed[rows, x])
             empty = miss & ~(_total(zeroed) > 0)
@@ -223,6 +263,8 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
             draft = torch.where((miss & ~empty)[:, None], normed, torch.where(empty[:, None], zeroed, draft))
     if plan == "sps":
         return accepted, _residual(q, p)
+    if plan in ("sps-q", "first"):  # the controls' residual: q itself
+        return accepted, q
     if plan == "kseq":  # norm((q − γ min(p, q/ρ*))_+), γ = p_acc/β; q where β = 0 or nothing is left
         capped = torch.minimum(p, q / rho[:, None])
         beta = _total(capped)
@@ -285,7 +327,7 @@ def _refuse_duplicates(parents: tuple[int, ...], tokens: torch.Tensor) -> None:
 
 
 def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, stream: _Stream,
-               zero_draft: bool) -> tuple[torch.Tensor, torch.Tensor]:
+               zero_draft: bool, post_order: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Alg. 3 (:func:`simulator.verifiers.traversal.traversal_verify` without merging): leaves in DFS
     post-order, one Bernoulli each; a rejection updates the parent (Eqs. 1–3) and refreshes the rates of its
     remaining subtree (line 13), in BFS order so each node sees its parent's new rate."""
@@ -316,12 +358,17 @@ def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
     while not bool(done.all()):
         active = ~done
         leaf = torch.zeros(batch, dtype=torch.long, device=p.device)
-        for _ in range(n):  # root → first alive child → … → a leaf
-            options = kids[leaf]
-            live = (options >= 0) & alive[rows[:, None], options.clamp(min=0)]
-            has = live.any(dim=1)
-            first = options.gather(1, torch.argmax(live.to(torch.int8), dim=1)[:, None])[:, 0]
-            leaf = torch.where(has, first, leaf)
+        if post_order:
+            for _ in range(n):  # root → first alive child → … → a leaf
+                options = kids[leaf]
+                live = (options >= 0) & alive[rows[:, None], options.clamp(min=0)]
+                has = live.any(dim=1)
+                first = options.gather(1, torch.argmax(live.to(torch.int8), dim=1)[:, None])[:, 0]
+                leaf = torch.where(has, first, leaf)
+        else:  # the control: the alive leaf of smallest index (insertion order)
+            live_kids = (kids[None] >= 0) & alive[:, kids.clamp(min=0)]
+            is_leaf = alive & ~live_kids.any(dim=2)
+            leaf = torch.argmax(is_leaf.to(torch.int8), dim=1)
         accept = active & _bernoulli(rate[rows, leaf], stream.take(active))
         at_root = active & ~accept & (leaf == 0)
         finish = accept | at_root

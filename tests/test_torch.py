@@ -34,21 +34,22 @@ def _rows(rng: np.random.Generator, shape: tuple[int, ...], zeros: float) -> np.
 
 def _batch(rng: np.random.Generator, name: str, size: int):
     vocab = int(rng.integers(2, 6))
-    if name in ("bv", "greedy-bv"):
+    if name in ("bv", "greedy-bv", "bug-greedy-bv-nomod"):
         topology = make_topology("chain", int(rng.integers(1, 5)))
     else:
         topology = random_shape(rng, ("complete", "tapered", "multi-chain", "explicit")[int(rng.integers(4))], 7)
     parents, n = topology.parents, len(topology.parents)
-    if name == "trv":  # trv's torch path takes trees without duplicate siblings: room for distinct tokens
+    distinct = name in ("trv", "bug-trv-insertion-order")
+    if distinct:  # trv's torch path takes trees without duplicate siblings: room for distinct tokens
         vocab = max(vocab, max(parents[1:].count(v) for v in range(n)))
     p, q = _rows(rng, (size, n, vocab), 0.2), _rows(rng, (size, n, vocab), 0.2)
     tokens = np.zeros((size, n), dtype=np.int64)
     for v in range(1, n):  # from the parent's draft row, one in ten arbitrary (zero draft mass included)
         cumulative = np.cumsum(p[:, parents[v]], axis=1)
         drawn = (rng.random(size)[:, None] * cumulative[:, -1:] < cumulative).argmax(axis=1)
-        tokens[:, v] = drawn if name == "greedy-bv" else np.where(rng.random(size) < 0.1,
+        tokens[:, v] = drawn if "greedy-bv" in name else np.where(rng.random(size) < 0.1,
                                                                   rng.integers(0, vocab, size), drawn)
-    if name == "trv":  # siblings drawn without replacement: a random permutation per parent
+    if distinct:  # siblings drawn without replacement: a random permutation per parent
         for u in range(n):
             kids = [v for v in range(1, n) if parents[v] == u]
             if kids:

@@ -1,0 +1,94 @@
+"""Verifier-trials per second of the torch path's batched verifiers, per verifier and batch size.
+
+Usage: ``python3 benchmarks/torch_throughput.py [--device cpu|cuda] [--batches 1000,10000,100000]
+[--vocab 32] [--dtype float64|float32] [--out reports/torch_throughput.md]``.
+
+Each verifier runs on random rows (``p``, ``q`` from a Dirichlet-like draw), tokens and uniforms for a
+``complete(b=2, H=3)`` tree (15 nodes; chains of depth 3 for the block verifiers); the time covers
+``torch_verify`` alone (inputs already on the device), after one warm-up call, synchronised on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from simulator.torch_verify import TORCH_VERIFIERS, torch_verify
+from simulator.trees import make_topology
+
+CHAINS = ("bv", "greedy-bv", "bug-greedy-bv-nomod")
+DISTINCT = ("trv", "bug-trv-insertion-order")
+
+
+def inputs(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    topology = make_topology("chain", 3) if name in CHAINS else make_topology("complete", 3, 2)
+    n = len(topology.parents)
+    p = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64) ** 4
+    q = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64) ** 4
+    p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    if name in DISTINCT:  # distinct siblings: a permutation prefix per node
+        tokens = torch.argsort(torch.rand((batch, vocab), generator=gen), dim=1)[:, :n]
+        tokens = tokens[:, [0] + [1 + (v - 1) % 2 for v in range(1, n)]]
+    else:
+        tokens = torch.randint(0, vocab, (batch, n), generator=gen)
+    uniforms = torch.rand((batch, 2 * n + 2), generator=gen, dtype=torch.float64)
+    return (topology.parents, tokens.to(device), p.to(dtype).to(device), q.to(dtype).to(device),
+            uniforms.to(dtype).to(device))
+
+
+def measure(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str) -> float:
+    args = inputs(name, batch, vocab, dtype, device)
+    torch_verify(name, *args)  # warm-up
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    torch_verify(name, *args)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return batch / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batches", default="1000,10000,100000")
+    parser.add_argument("--vocab", type=int, default=32)
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    parser.add_argument("--out", default="reports/torch_throughput.md")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    dtype = getattr(torch, args.dtype)
+    rows = []
+    for name in TORCH_VERIFIERS:
+        rates = {b: measure(name, b, args.vocab, dtype, args.device) for b in batches}
+        rows.append({"verifier": name, "rates": rates})
+        print(json.dumps({"verifier": name, **{str(b): r for b, r in rates.items()}}), file=sys.stderr)
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
+    command = "python3 benchmarks/torch_throughput.py " + " ".join(sys.argv[1:])
+    lines = ["# Torch path: verifier-trials per second", "",
+             f"Command: `{command}`. Device: {device}; {platform.machine()}, {platform.platform()}, "
+             f"Python {platform.python_version()}, torch {torch.__version__}; {args.dtype}, V = {args.vocab}, "
+             "complete(b=2, H=3) trees (chains of depth 3 for block verification).", "",
+             "| verifier | " + " | ".join(f"B = {b:,}" for b in batches) + " |",
+             "|---|" + "---|" * len(batches)]
+    for r in rows:
+        lines.append(f"| `{r['verifier']}` | " + " | ".join(f"{r['rates'][b]:,.0f}" for b in batches) + " |")
+    lines += ["", "**GPU:** no GPU session has happened yet — the sessions so far were not lent a GPU machine "
+              "(`device` status: not drawn). These are CPU numbers; rerun this script with `--device cuda "
+              "--batches 1000,10000,100000,1000000` where a GPU is lent, and the parity tests "
+              "(`tests/test_torch.py`) there.", ""]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
