@@ -22,8 +22,8 @@ beyond (a real vocabulary) in closed form (as :mod:`simulator.batched`), which a
 decision can then differ only where a weight the shared rule rounds to 0 meets a uniform of exactly 0.
 Controls: ``bug-residual-q``, ``bug-accept-all``, ``bug-dyspec-printed`` (its normal CDF by ``torch.erf``),
 ``bug-match-per-row``, ``bug-greedy-bv-nomod`` (greedy BV's decisions; the bug is in the later tokens) and
-``bug-trv-insertion-order``. Not here: the flow-defined rules (OPT, GR and their LV lifts), which solve a
-flow problem per node, and GBV.
+``bug-trv-insertion-order``; GBV on multi-chains (``gbv``) and its ``bug-gbv-clipped`` control. Not here: the
+flow-defined rules (OPT, GR and their LV lifts), which solve a flow problem per node.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from .trees import check_parents
 
 TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "tv-kseq", "match", "bv", "greedy-bv",
                    "trv", "trv-iid", "lv-sps", "lv-rrs", "lv-kseq", "bug-residual-q", "bug-accept-all",
-                   "bug-dyspec-printed", "bug-match-per-row", "bug-greedy-bv-nomod", "bug-trv-insertion-order")
+                   "bug-dyspec-printed", "bug-match-per-row", "bug-greedy-bv-nomod", "bug-trv-insertion-order",
+                   "gbv", "bug-gbv-clipped")
 KSEQ_BISECTION_STEPS = 60  # as simulator.verifiers.single_step
 TUPLE_SUM_LIMIT = 256  # LV's outflow: summed tuple by tuple (as the shared rule) up to this many tuples
 _PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det", "tv-kseq": "kseq",
@@ -126,6 +127,8 @@ def torch_verify(name: str, parents: Sequence[int], tokens: torch.Tensor, p: tor
         return _block(parents, tokens, p, q, stream, greedy=name != "bv")
     if name.startswith("lv-"):
         return _layer(name[3:], parents, tokens, p, q, stream)
+    if name in ("gbv", "bug-gbv-clipped"):
+        return _multipath(parents, tokens, p, q, stream, clipped=name == "bug-gbv-clipped")
     if name in ("trv", "trv-iid", "bug-trv-insertion-order"):
         if name != "trv-iid":
             _refuse_duplicates(parents, tokens)
@@ -552,6 +555,71 @@ def _layer(rule: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.T
         token = _categorical(res, stream.take(picked))
         node, y = torch.where(picked, v, node), torch.where(picked, token, y)
     return node, y
+
+
+def _ranks(p: torch.Tensor, q: torch.Tensor, clipped: bool) -> torch.Tensor:
+    """Each token's place in :func:`simulator.verifiers.multipath.ranking` (0 best): ``q/p`` descending
+    (``p = 0`` first; clipped: ``min(1, q/p)``), ties by token id."""
+    ratio = q / torch.where(p == 0, torch.ones_like(p), p)
+    score = torch.where(p == 0, torch.full_like(p, math.inf), ratio)
+    if clipped:
+        score = torch.where((p == 0) | (q >= p), torch.ones_like(p), ratio)
+    order = torch.argsort(-score, dim=-1, stable=True)
+    places = torch.arange(p.shape[-1], device=p.device).expand_as(order)
+    return torch.empty_like(order).scatter(-1, order, places)
+
+
+def _multipath(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, stream: _Stream,
+               clipped: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """GBV (:func:`simulator.verifiers.multipath.greedy_multipath_verify`): the lexicographically best of the
+    ``K`` chains (by the clipped ratio for the control), then block verification along it with ``p̃``."""
+    n = len(parents)
+    kids = [[c for c in range(1, n) if parents[c] == v] for v in range(n)]
+    chains = []
+    for head in kids[0]:
+        chain = [0, head]
+        while kids[chain[-1]]:
+            if len(kids[chain[-1]]) != 1:
+                raise InvalidParameterError("parents", "gbv verifies multi-chain drafts (one child below the root)")
+            chain.append(kids[chain[-1]][0])
+        chains.append(chain)
+    batch = p.shape[0]
+    rows = torch.arange(batch, device=p.device)
+    if not chains:
+        everyone = torch.ones(batch, dtype=torch.bool, device=p.device)
+        return torch.zeros(batch, dtype=torch.long, device=p.device), _categorical(q[:, 0], stream.take(everyone))
+    height, k = len(chains[0]) - 1, len(chains)
+    if any(len(c) != height + 1 for c in chains):
+        raise InvalidParameterError("parents", "gbv needs chains of equal depth")
+    keys = torch.stack([torch.stack([_ranks(p[:, c[i]], q[:, c[i]], clipped)[rows, tokens[:, c[i + 1]]]
+                                     for i in range(height)], dim=1) for c in chains], dim=1)  # [B, K, H]
+    best = torch.zeros(batch, dtype=torch.long, device=p.device)
+    for j in range(1, k):
+        diff = keys[:, j] != keys[rows, best]
+        first = torch.argmax(diff.to(torch.int8), dim=1)
+        better = diff.any(dim=1) & (keys[rows, j, first] < keys[rows, best, first])
+        best = torch.where(better, torch.full_like(best, j), best)
+    nodes = torch.tensor(chains, device=p.device)[best]  # [B, H+1]
+    zero = torch.zeros(batch, dtype=p.dtype, device=p.device)
+    below, mass = zero, zero + 1
+    law = torch.zeros((batch, height + 1, p.shape[-1]), dtype=p.dtype, device=p.device)
+    for i in range(height):
+        pv, qv = p[rows, nodes[:, i]], q[rows, nodes[:, i]]
+        order = torch.argsort(-torch.where(pv == 0, torch.full_like(pv, math.inf),
+                                           qv / torch.where(pv == 0, torch.ones_like(pv), pv)), dim=-1, stable=True)
+        worst_first = order.flip(-1)
+        ranked = pv.gather(-1, worst_first)
+        running = torch.cumsum(ranked, dim=-1) - ranked  # mass ranked below, summed from the worst up
+        lower = torch.empty_like(pv).scatter(-1, worst_first, running)
+        norm = _ipow(below + mass, k) - _ipow(below, k)
+        start = below[:, None] + mass[:, None] * lower
+        law[:, i] = (_ipow(start + mass[:, None] * pv, k) - _ipow(start, k)) / norm[:, None]
+        x = tokens[rows, nodes[:, i + 1]]
+        below, mass = below + mass * lower[rows, x], mass * pv[rows, x]
+    path_q = q[rows[:, None], nodes]
+    path_tokens = tokens[rows[:, None], nodes]
+    tau, y = _block(tuple(range(-1, height)), path_tokens, law, path_q, stream, greedy=False)
+    return nodes[rows, tau], y
 
 
 def near_threshold(uniforms: torch.Tensor, tolerance: float = 1e-6) -> int:

@@ -36,6 +36,8 @@ def _batch(rng: np.random.Generator, name: str, size: int):
     vocab = int(rng.integers(2, 6))
     if name in ("bv", "greedy-bv", "bug-greedy-bv-nomod"):
         topology = make_topology("chain", int(rng.integers(1, 5)))
+    elif name in ("gbv", "bug-gbv-clipped"):
+        topology = make_topology("multi-chain", int(rng.integers(0, 4)), int(rng.integers(1, 4)))
     else:
         topology = random_shape(rng, ("complete", "tapered", "multi-chain", "explicit")[int(rng.integers(4))], 7)
     parents, n = topology.parents, len(topology.parents)
@@ -47,7 +49,7 @@ def _batch(rng: np.random.Generator, name: str, size: int):
     for v in range(1, n):  # from the parent's draft row, one in ten arbitrary (zero draft mass included)
         cumulative = np.cumsum(p[:, parents[v]], axis=1)
         drawn = (rng.random(size)[:, None] * cumulative[:, -1:] < cumulative).argmax(axis=1)
-        tokens[:, v] = drawn if "greedy-bv" in name else np.where(rng.random(size) < 0.1,
+        tokens[:, v] = drawn if "greedy-bv" in name or "gbv" in name else np.where(rng.random(size) < 0.1,
                                                                   rng.integers(0, vocab, size), drawn)
     if distinct:  # siblings drawn without replacement: a random permutation per parent
         for u in range(n):
