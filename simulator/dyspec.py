@@ -44,19 +44,34 @@ def _sample_slot(residual: Sequence[Number], rng: Randomness) -> tuple[int, Numb
     return y, share, normalise(rest) if total(rest) > 0 else None
 
 
-def _bfs_draft(parents: list[int], tokens: list[int | None], view: ModelView) -> Draft:
-    """The nodes (added in any order, each after its parent) renumbered in BFS order, children in the order
-    they were sampled, with their rows."""
-    children: list[list[int]] = [[] for _ in parents]
-    for node in range(1, len(parents)):
-        children[parents[node]].append(node)
-    order = [0]
-    for node in order:
-        order.extend(children[node])
-    new_id = {old: new for new, old in enumerate(order)}
-    tree = DraftTree([-1] + [new_id[parents[old]] for old in order[1:]], [None] + [tokens[old] for old in order[1:]],
-                     view.vocab)
-    return Draft.of(tree, view)
+class _Growing:
+    """A tree grown node by node (each after its parent, in any order); :meth:`draft` renumbers it in BFS
+    order, children in the order they were sampled, with the rows of ``view``."""
+
+    def __init__(self, view: ModelView) -> None:
+        self.view = view
+        self.parents: list[int] = [-1]
+        self.tokens: list[int | None] = [None]
+        self.paths: list[Context] = [()]
+        self.one: Number = Fraction(1) if view.arithmetic == "fraction" else 1.0
+
+    def add(self, parent: int, token: int) -> int:
+        self.parents.append(parent)
+        self.tokens.append(token)
+        self.paths.append(self.paths[parent] + (token,))
+        return len(self.parents) - 1
+
+    def draft(self) -> Draft:
+        children: list[list[int]] = [[] for _ in self.parents]
+        for node in range(1, len(self.parents)):
+            children[self.parents[node]].append(node)
+        order = [0]
+        for node in order:
+            order.extend(children[node])
+        new_id = {old: new for new, old in enumerate(order)}
+        tree = DraftTree([-1] + [new_id[self.parents[old]] for old in order[1:]],
+                         [None] + [self.tokens[old] for old in order[1:]], self.view.vocab)
+        return Draft.of(tree, self.view)
 
 
 def _check_int(value: object, field: str, minimum: int) -> int:
@@ -80,24 +95,19 @@ class DySpecBudget:
         return self.budget
 
     def draft(self, view: ModelView, rng: Randomness) -> Draft:
-        parents: list[int] = [-1]
-        tokens: list[int | None] = [None]
-        paths: list[Context] = [()]
-        one: Number = Fraction(1) if view.arithmetic == "fraction" else 1.0
+        tree = _Growing(view)
         # Slots: (−value, opening order, node, residual); the order breaks ties first-opened first.
-        heap = [(-one, 0, 0, view.p(()))]
+        heap = [(-tree.one, 0, 0, view.p(()))]
         opened = 1
-        while len(parents) - 1 < self.budget and heap:
+        while len(tree.parents) - 1 < self.budget and heap:
             neg_value, _, node, residual = heapq.heappop(heap)
             y, share, rest = _sample_slot(residual, rng)
-            parents.append(node)
-            tokens.append(y)
-            paths.append(paths[node] + (y,))
+            new = tree.add(node, y)
             if rest is not None:
                 heapq.heappush(heap, (neg_value * (1 - share), opened, node, rest))
-            heapq.heappush(heap, (neg_value * share, opened + 1, len(parents) - 1, view.p(paths[-1])))
+            heapq.heappush(heap, (neg_value * share, opened + 1, new, view.p(tree.paths[new])))
             opened += 2
-        return _bfs_draft(parents, tokens, view)
+        return tree.draft()
 
     def advance(self, generated: Context) -> "DySpecBudget":
         return self
@@ -125,23 +135,18 @@ class DySpecThreshold:
         return self.max_depth
 
     def draft(self, view: ModelView, rng: Randomness) -> Draft:
-        parents: list[int] = [-1]
-        tokens: list[int | None] = [None]
-        paths: list[Context] = [()]
-        layer: list[tuple[int, Number]] = [(0, Fraction(1) if view.arithmetic == "fraction" else 1.0)]
+        tree = _Growing(view)
+        layer: list[tuple[int, Number]] = [(0, tree.one)]
         for _ in range(self.max_depth):
             next_layer = []
             for node, value in layer:
-                residual: tuple[Number, ...] | None = view.p(paths[node])
+                residual: tuple[Number, ...] | None = view.p(tree.paths[node])
                 while residual is not None and value >= self.threshold:
                     y, share, residual = _sample_slot(residual, rng)
-                    parents.append(node)
-                    tokens.append(y)
-                    paths.append(paths[node] + (y,))
-                    next_layer.append((len(parents) - 1, value * share))
+                    next_layer.append((tree.add(node, y), value * share))
                     value = value * (1 - share)
             layer = next_layer
-        return _bfs_draft(parents, tokens, view)
+        return tree.draft()
 
     def advance(self, generated: Context) -> "DySpecThreshold":
         return self
