@@ -173,7 +173,7 @@ def mcts_candidates(table: TrigramTable, context: Context, config: AdedConfig) -
             weights = np.array([float(s) for _, s in row])
             pick = int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), side="right"))
             state.append(row[min(pick, len(row) - 1)][0])
-        score = 1.0 + sum(float(table.score(*state[i - 2:i + 1])) for i in range(3, len(state)))
+        score = 1.0 + sum(float(table.score(*state[i - 2:i + 1])) for i in range(2, len(state)))
         while node is not None:  # backpropagation
             node.visits += 1
             node.total += score

@@ -134,6 +134,13 @@ def test_mcts_candidates_follow_the_table_and_merge_into_a_trie():
     assert tree.parents == (-1, 0, 0, 1, 1) and tree.tokens == (None, 2, 1, 0, 1)
 
 
+def test_mcts_ranks_sentences_by_their_tri_gram_score():
+    # After (0, 1) the corpus continues with 3 twice and 2 once: scores 1 + 2/3 and 1 + 1/3 (Alg. 1 line 37
+    # counts every generated token, the first included), so (3,) ranks first.
+    table = TrigramTable.from_corpus([[0, 1, 3], [0, 1, 3], [0, 1, 2]], 4)
+    assert mcts_candidates(table, (0, 1), AdedConfig(iterations=10, length=1, candidates=2)) == [(3,), (2,)]
+
+
 def aded(model, length=2, candidates=3) -> Aded:
     return make_drafter("aded", model=model, options=DrafterOptions(
         aded=AdedConfig(iterations=15, length=length, candidates=candidates)))
