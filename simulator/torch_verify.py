@@ -22,8 +22,10 @@ beyond (a real vocabulary) in closed form (as :mod:`simulator.batched`), which a
 decision can then differ only where a weight the shared rule rounds to 0 meets a uniform of exactly 0.
 Controls: ``bug-residual-q``, ``bug-accept-all``, ``bug-dyspec-printed`` (its normal CDF by ``torch.erf``),
 ``bug-match-per-row``, ``bug-greedy-bv-nomod`` (greedy BV's decisions; the bug is in the later tokens) and
-``bug-trv-insertion-order``; GBV on multi-chains (``gbv``) and its ``bug-gbv-clipped`` control. Not here: the
-flow-defined rules (OPT, GR and their LV lifts), which solve a flow problem per node.
+``bug-trv-insertion-order``; GBV on multi-chains (``gbv``) and its ``bug-gbv-clipped`` control. The
+flow-defined rules (``tv-opt``, ``tv-gr``, ``lv-opt``, ``lv-gr``) solve their flow problem per tree and node
+with the shared solver (a max-flow or a convex dual: no batched form), cached by rows; their sampling and the
+rest of the walk are batched.
 """
 
 from __future__ import annotations
@@ -36,11 +38,15 @@ import torch
 
 from .errors import InvalidParameterError
 from .trees import check_parents
+from .numeric import total
+from .verifiers.flows import tuple_law
+from .verifiers.rules import GR, OPT
 
 TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "tv-kseq", "match", "bv", "greedy-bv",
                    "trv", "trv-iid", "lv-sps", "lv-rrs", "lv-kseq", "bug-residual-q", "bug-accept-all",
                    "bug-dyspec-printed", "bug-match-per-row", "bug-greedy-bv-nomod", "bug-trv-insertion-order",
-                   "gbv", "bug-gbv-clipped")
+                   "gbv", "bug-gbv-clipped", "tv-opt", "tv-gr", "lv-opt", "lv-gr")
+_FLOW_RULES = {"opt": OPT, "gr": GR}
 KSEQ_BISECTION_STEPS = 60  # as simulator.verifiers.single_step
 TUPLE_SUM_LIMIT = 256  # LV's outflow: summed tuple by tuple (as the shared rule) up to this many tuples
 _PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det", "tv-kseq": "kseq",
@@ -174,7 +180,10 @@ def _walk(name: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Te
             node, y = torch.where(stop, v, node), torch.where(stop, draw, y)
             done, v = done | stop, torch.where(moved, nxt, v)
             continue
-        accepted, residual = _plan_step(_PLANS[name], kids[v], count[v], tokens, pv, qv, active, stream)
+        if name in ("tv-opt", "tv-gr"):
+            accepted, residual = _flow_step(_FLOW_RULES[name[3:]], kids[v], count[v], tokens, pv, qv, active, stream)
+        else:
+            accepted, residual = _plan_step(_PLANS[name], kids[v], count[v], tokens, pv, qv, active, stream)
         leaf = active & (count[v] == 0)
         rejected = active & (accepted < 0)
         draw = _categorical(torch.where(leaf[:, None], qv, residual), stream.take(rejected))
@@ -205,6 +214,35 @@ def _match_per_row_step(kids, count, tokens, v, qv, active, stream, node, y, don
     stop = active & (moved_to < 0)
     return (torch.where(stop, v, node), torch.where(stop, last, y), done | stop,
             torch.where(moved_to >= 0, moved_to, v))
+
+
+def _flow_step(rule, kids: torch.Tensor, count: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+               active: torch.Tensor, stream: _Stream) -> tuple[torch.Tensor, torch.Tensor]:
+    """A flow-defined rule's step (:meth:`SingleStepRule.step`): one categorical over the flows to the distinct
+    candidate tokens (first appearance) and the reject weight ``P(X) − Σ flows``; the flows per tree from the
+    shared solver."""
+    batch, width = p.shape[0], kids.shape[1]
+    weights = torch.zeros((batch, width + 1), dtype=p.dtype, device=p.device)
+    first_position = torch.zeros((batch, width + 1), dtype=torch.long, device=p.device)
+    residual = q.clone()
+    has = active & (count > 0)
+    for b in torch.nonzero(has).flatten().tolist():
+        k = int(count[b])
+        cands = tuple(int(tokens[b, kids[b, i]]) for i in range(k))
+        pr, qr = tuple(p[b].tolist()), tuple(q[b].tolist())
+        solution = rule.solver(pr, qr, k, "iid")
+        per = solution.flows[cands]
+        distinct = list(dict.fromkeys(cands))
+        flows = [per.get(x, 0.0) for x in distinct]
+        prob_tuple = tuple_law(pr, k, "iid")[cands]
+        weights[b, : len(distinct)] = torch.tensor(flows, dtype=p.dtype)
+        weights[b, width] = max(prob_tuple - total(flows), 0.0)
+        first_position[b, : len(distinct)] = torch.tensor([cands.index(x) for x in distinct])
+        first_position[b, width] = -1
+        residual[b] = torch.tensor(solution.residual, dtype=p.dtype)
+    choice = _categorical(torch.where(has[:, None], weights, torch.ones_like(weights)), stream.take(has))
+    accepted = torch.where(has, first_position.gather(1, choice[:, None])[:, 0], torch.full_like(count, -1))
+    return accepted, residual
 
 
 def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor,
@@ -490,6 +528,21 @@ def _outflow_by_tuples(rule: str, p: torch.Tensor, q: torch.Tensor, k: int, rho:
     return out
 
 
+def _flow_scores(rule, kids: list[int], live: torch.Tensor, lam: torch.Tensor, tokens: torch.Tensor,
+                 p_ext: torch.Tensor, q_ext: torch.Tensor, scores: torch.Tensor, flows: torch.Tensor, v: int) -> None:
+    """Alg. 1 at node ``v`` for a flow-defined rule, tree by tree (:func:`simulator.verifiers.layer.score_nodes`)."""
+    vocab = flows.shape[-1]
+    for b in torch.nonzero(live).flatten().tolist():
+        pe, qe = tuple(p_ext[b].tolist()), tuple(q_ext[b].tolist())
+        cands = tuple(int(tokens[b, c]) for c in kids)
+        accept = rule.token_acceptance(cands, pe, qe, "iid")
+        lam_b = float(lam[b])
+        for w, x in zip(kids, cands):
+            scores[b, w] = lam_b * accept.get(x, 0.0) / cands.count(x)
+        flows[b, v] = torch.tensor([lam_b * f for f in rule.outflow(pe, qe, len(kids), "iid")[:vocab]],
+                                   dtype=flows.dtype)
+
+
 def _layer(rule: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
            stream: _Stream) -> tuple[torch.Tensor, torch.Tensor]:
     """Layer Verification (:mod:`simulator.verifiers.layer`): forward node scores, backward sampling."""
@@ -516,6 +569,9 @@ def _layer(rule: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.T
             p_ext = torch.cat([p[:, v], zero[:, None]], dim=1)
             q_ext = torch.cat([a[:, None] * q[:, v], (1 - a)[:, None]], dim=1)
             k = 1 if rule == "sps" else len(kids[v])
+            if rule in _FLOW_RULES:
+                _flow_scores(_FLOW_RULES[rule], kids[v], live, lam, tokens, p_ext, q_ext, scores, flows, v)
+                continue
             rho = _kseq_rho(p_ext, q_ext, k) if rule == "kseq" else None
             cands = tokens[:, kids[v][:k]]
             accept = _plan_acceptance(rule, cands, p_ext, q_ext, rho)

@@ -196,7 +196,8 @@ def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
         for x, f in per.items():
             inflow[x] += f
     for x in range(vocab):
-        if inflow[x] > q[x]:  # clip the optimiser's overshoot: capacities hold exactly
+        if inflow[x] > q[x] and inflow[x] > 0:  # clip the optimiser's overshoot: capacities hold exactly
+            # (a capacity a rounding below 0 — LV's dummy 1 − A_t in floats — with no inflow needs nothing)
             factor = q[x] / inflow[x]
             for per in flows.values():
                 if x in per:
