@@ -177,3 +177,7 @@ def test_bad_inputs_name_the_field():
     with pytest.raises(InvalidParameterError) as err:  # duplicate siblings: trv would merge them
         torch_verify("trv", parents, **good)
     assert err.value.field == "tokens"
+
+
+def test_every_registered_verifier_has_a_torch_path():
+    assert set(VERIFIERS) == set(TORCH_VERIFIERS)
