@@ -3,8 +3,9 @@
 Usage: ``python3 benchmarks/torch_throughput.py [--device cpu|cuda] [--batches 1000,10000,100000]
 [--vocab 32] [--dtype float64|float32] [--out reports/torch_throughput.md]``.
 
-Each verifier runs on random rows (``p``, ``q`` from a Dirichlet-like draw), tokens and uniforms for a
-``complete(b=2, H=3)`` tree (15 nodes; chains of depth 3 for the block verifiers); the time covers
+Each verifier runs on random rows (``p``, ``q`` positive, from powers of uniforms), tokens and uniforms for a
+``complete(b=2, H=3)`` tree (15 nodes; chains of depth 3 for the block verifiers, ``multi-chain(b=2, H=3)``
+for GBV); the flow-defined rules solve their flows per tree and node on the CPU. The time covers
 ``torch_verify`` alone (inputs already on the device), after one warm-up call, synchronised on a GPU.
 """
 
@@ -24,12 +25,20 @@ from simulator.torch_verify import TORCH_VERIFIERS, torch_verify
 from simulator.trees import make_topology
 
 CHAINS = ("bv", "greedy-bv", "bug-greedy-bv-nomod")
+MULTI_CHAINS = ("gbv", "bug-gbv-clipped")
+FLOWS = ("tv-opt", "tv-gr", "lv-opt", "lv-gr")  # a flow solve per tree and node: measured at B = 100 only
+FLOW_BATCH = 100
 DISTINCT = ("trv", "bug-trv-insertion-order")
 
 
 def inputs(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
-    topology = make_topology("chain", 3) if name in CHAINS else make_topology("complete", 3, 2)
+    if name in CHAINS:
+        topology = make_topology("chain", 3)
+    elif name in MULTI_CHAINS:
+        topology = make_topology("multi-chain", 3, 2)
+    else:
+        topology = make_topology("complete", 3, 2)
     n = len(topology.parents)
     p = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64) ** 4
     q = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64) ** 4
@@ -38,7 +47,7 @@ def inputs(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, s
         tokens = torch.argsort(torch.rand((batch, vocab), generator=gen), dim=1)[:, :n]
         tokens = tokens[:, [0] + [1 + (v - 1) % 2 for v in range(1, n)]]
     else:
-        tokens = torch.randint(0, vocab, (batch, n), generator=gen)
+        tokens = torch.randint(0, vocab, (batch, n), generator=gen)  # draft rows are positive: any token
     uniforms = torch.rand((batch, 2 * n + 2), generator=gen, dtype=torch.float64)
     return (topology.parents, tokens.to(device), p.to(dtype).to(device), q.to(dtype).to(device),
             uniforms.to(dtype).to(device))
@@ -68,7 +77,8 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     rows = []
     for name in TORCH_VERIFIERS:
-        rates = {b: measure(name, b, args.vocab, dtype, args.device) for b in batches}
+        sizes = [FLOW_BATCH] if name in FLOWS else batches
+        rates = {b: measure(name, b, args.vocab, dtype, args.device) for b in sizes}
         rows.append({"verifier": name, "rates": rates})
         print(json.dumps({"verifier": name, **{str(b): r for b, r in rates.items()}}), file=sys.stderr)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
@@ -76,11 +86,15 @@ def main() -> None:
     lines = ["# Torch path: verifier-trials per second", "",
              f"Command: `{command}`. Device: {device}; {platform.machine()}, {platform.platform()}, "
              f"Python {platform.python_version()}, torch {torch.__version__}; {args.dtype}, V = {args.vocab}, "
-             "complete(b=2, H=3) trees (chains of depth 3 for block verification).", "",
+             "complete(b=2, H=3) trees (chains of depth 3 for block verification, multi-chain(b=2, H=3) for GBV).",
+             "",
              "| verifier | " + " | ".join(f"B = {b:,}" for b in batches) + " |",
              "|---|" + "---|" * len(batches)]
     for r in rows:
-        lines.append(f"| `{r['verifier']}` | " + " | ".join(f"{r['rates'][b]:,.0f}" for b in batches) + " |")
+        cells = [f"{r['rates'][b]:,.0f}" if b in r["rates"] else "–" for b in batches]
+        if r["verifier"] in FLOWS:
+            cells[0] = f"{r['rates'][FLOW_BATCH]:,.0f} (B = {FLOW_BATCH})"
+        lines.append(f"| `{r['verifier']}` | " + " | ".join(cells) + " |")
     lines += ["", "**GPU:** no GPU session has happened yet — the sessions so far were not lent a GPU machine "
               "(`device` status: not drawn). These are CPU numbers; rerun this script with `--device cuda "
               "--batches 1000,10000,100000,1000000` where a GPU is lent, and the parity tests "
