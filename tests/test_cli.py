@@ -15,10 +15,10 @@ import pytest
 from simulator.verifiers import VERIFIERS
 
 
-def run(args, cwd=None):
+def run(args, cwd=None, timeout=300):
     exe = shutil.which("specproof")
     cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
-    return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
 def write_case(tmp_path: Path, **overrides) -> Path:
@@ -99,7 +99,7 @@ def test_list_names_everything():
 
 
 def test_report_writes_the_certification_table(tmp_path):
-    result = run(["report", "--out", str(tmp_path / "r"), "--seeds", "2", "--trials", "30", "--jobs", "1"])
+    result = run(["report", "--out", str(tmp_path / "r"), "--seeds", "2", "--trials", "30", "--jobs", "1"], timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads((tmp_path / "r" / "certification.json").read_text())
     assert {r["verifier"] for r in rows} == set(VERIFIERS)

@@ -101,7 +101,10 @@ def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name):
     checked, near, gr_moved = 0, 0, 0
     while checked < TREES:
         parents, tokens, p, q, uniforms = _batch(rng, name, BATCH)
-        for dtype in (torch.float64, torch.float32):
+        # float32 re-solves every flow problem (new inputs, no cache): the flow rules' float32 check covers
+        # their first 2,000 trees; float64 parity covers all 10,000
+        dtypes = (torch.float64,) if name in FLOW_RULES and checked >= 2000 else (torch.float64, torch.float32)
+        for dtype in dtypes:
             as_t = lambda a: torch.tensor(a, dtype=dtype)  # noqa: E731
             node, y = torch_verify(name, parents, torch.tensor(tokens), as_t(p), as_t(q), as_t(uniforms))
             for b in range(BATCH):
