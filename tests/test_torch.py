@@ -39,8 +39,11 @@ def _batch(rng: np.random.Generator, name: str, size: int):
         topology = make_topology("chain", int(rng.integers(1, 5)))
     elif name in ("gbv", "bug-gbv-clipped"):
         topology = make_topology("multi-chain", int(rng.integers(0, 4)), int(rng.integers(1, 4)))
-    else:
-        topology = random_shape(rng, ("complete", "tapered", "multi-chain", "explicit")[int(rng.integers(4))], 7)
+    else:  # flow rules solve per tree and node: smaller trees and vocabularies keep CI within its budget
+        small = name in FLOW_RULES
+        vocab = int(rng.integers(2, 4)) if small else vocab
+        shape = ("complete", "tapered", "multi-chain", "explicit")[int(rng.integers(4))]
+        topology = random_shape(rng, shape, 4 if small else 7)
     parents, n = topology.parents, len(topology.parents)
     distinct = name in ("trv", "bug-trv-insertion-order")
     if distinct:  # trv's torch path takes trees without duplicate siblings: room for distinct tokens
@@ -102,8 +105,9 @@ def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name):
     while checked < TREES:
         parents, tokens, p, q, uniforms = _batch(rng, name, BATCH)
         # float32 re-solves every flow problem (new inputs, no cache): the flow rules' float32 check covers
-        # their first 2,000 trees; float64 parity covers all 10,000
-        dtypes = (torch.float64,) if name in FLOW_RULES and checked >= 2000 else (torch.float64, torch.float32)
+        # their first 2,000 trees (GR's, 1,000); float64 parity covers all 10,000
+        dtypes = (torch.float64,) if name in FLOW_RULES and checked >= (1000 if name.endswith("-gr") else 2000) \
+            else (torch.float64, torch.float32)
         for dtype in dtypes:
             as_t = lambda a: torch.tensor(a, dtype=dtype)  # noqa: E731
             node, y = torch_verify(name, parents, torch.tensor(tokens), as_t(p), as_t(q), as_t(uniforms))
@@ -127,7 +131,7 @@ def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name):
         checked += BATCH
     print(f"{name}: {checked} trees identical in float64; float32 decisions within 1e-6 of a threshold: "
           f"{near - gr_moved}" + (f"; GR's float32 solutions moved {gr_moved} decisions" if gr_moved else ""))
-    assert gr_moved <= TREES // 100
+    assert gr_moved <= 50
 
 
 @pytest.mark.parametrize("name", ["lv-rrs", "lv-kseq"])
