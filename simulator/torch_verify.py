@@ -9,7 +9,7 @@ the Bernoulli ``u < a`` (a sure event never fails) and the categorical "first in
 ``u·Σw``". Row sums are ``cumsum`` (left to right on the CPU, as :func:`simulator.numeric.total`); on a GPU the
 scan may round differently in the last bit, so a decision can differ only where a uniform lies within
 rounding of its threshold. In float32 the probabilities themselves round differently: decisions differ only
-where a uniform lies within about 1e-6 of a threshold (:func:`near_threshold` counts such uniforms).
+where a uniform lies within about 1e-6 of a threshold (the tests count and explain each).
 
 Supported: token verification with SpS, RRS, RRSw, deterministic RRS and K-SEQ (``tv-sps``, ``tv-rrs``,
 ``tv-rrsw``, ``dyspec``, ``tv-det``, ``tv-kseq``), sample-and-match (``match``), block verification (``bv``
@@ -676,9 +676,3 @@ def _multipath(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
     path_tokens = tokens[rows[:, None], nodes]
     tau, y = _block(tuple(range(-1, height)), path_tokens, law, path_q, stream, greedy=False)
     return nodes[rows, tau], y
-
-
-def near_threshold(uniforms: torch.Tensor, tolerance: float = 1e-6) -> int:
-    """How many uniforms lie within ``tolerance`` of 0 or 1 — a float32 parity caveat for thresholds at the
-    ends; thresholds inside are checked by comparing float32 to float64 decisions (see the tests)."""
-    return int(((uniforms < tolerance) | (uniforms > 1 - tolerance)).sum())
