@@ -12,6 +12,7 @@ generated so far in this round (relative to the round's context).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from .models import Context, ModelView
 from .numeric import Number, normalise, positive_part, total
@@ -74,6 +75,11 @@ class CompletedView:
         self.base, self.rule, self.block = base, rule, tuple(block)
         self.model, self.vocab, self.arithmetic = base.model, base.vocab, base.arithmetic
         self.context = base.context + self.block
+
+    def prefetch(self, name: str, suffixes: Sequence[Context]) -> None:
+        """The base view's rows, computed together (the modified target is built from them)."""
+        for base_name in (("p", "q") if name == "q" else ("p",)):
+            self.base.prefetch(base_name, [self.block + tuple(s) for s in suffixes])
 
     def p(self, suffix: Context) -> tuple[Number, ...]:
         return self.base.p(self.block + tuple(suffix))

@@ -95,6 +95,9 @@ class Draft:
     def of(cls, tree: DraftTree, view: ModelView) -> "Draft":
         """``tree`` with its rows read from ``view``."""
         paths = [tree.path(v) for v in range(len(tree))]
+        inner = [v for v in range(len(tree)) if tree.children(v)]
+        view.prefetch("p", [paths[v] for v in inner])
+        view.prefetch("q", paths)  # a causal LM scores the whole tree in one pass
         return cls(tree, tuple(view.p(paths[v]) if tree.children(v) else None for v in range(len(tree))),
                    tuple(view.q(path) for path in paths))
 
@@ -107,16 +110,18 @@ def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness
         shape_children[par].append(node)
     realized: dict[int, int] = {0: 0}
     parents, tokens, paths = [-1], [None], [()]
-    for shape_node in range(len(topology.parents)):
-        v = realized.get(shape_node)
-        if v is None or not shape_children[shape_node]:
-            continue
-        kids = shape_children[shape_node]
-        for kid, token in zip(kids, sample_children(view.p(paths[v]), len(kids), rng)):
-            realized[kid] = len(parents)
-            parents.append(v)
-            tokens.append(token)
-            paths.append(paths[v] + (token,))
+    for level in topology.levels():
+        # Layer by layer: a causal LM computes the draft rows of a whole layer in one pass.
+        growing = [s for s in level if s in realized and shape_children[s]]
+        view.prefetch("p", [paths[realized[s]] for s in growing])
+        for shape_node in growing:
+            v = realized[shape_node]
+            kids = shape_children[shape_node]
+            for kid, token in zip(kids, sample_children(view.p(paths[v]), len(kids), rng)):
+                realized[kid] = len(parents)
+                parents.append(v)
+                tokens.append(token)
+                paths.append(paths[v] + (token,))
     # Realized nodes are numbered in the order the shape's BFS reaches them, so the rows line up with ids.
     return Draft.of(DraftTree(parents, tokens, view.vocab), view)
 

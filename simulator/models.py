@@ -242,6 +242,18 @@ class ModelView:
             self._cache[key] = row
         return row
 
+    def prefetch(self, name: str, suffixes: Sequence[Context]) -> None:
+        """Compute the ``name`` rows (``"p"`` or ``"q"``) of many suffixes together when the model can
+        (:meth:`simulator.real.CausalLMPair.batch_rows`: one tree-attention pass for a whole layer or tree); other
+        models are asked row by row when a row is read. Rows already in this view are not recomputed."""
+        batch = getattr(self.model, "batch_rows", None)
+        todo = [s for s in dict.fromkeys(tuple(s) for s in suffixes) if (name, s) not in self._cache]
+        if batch is None or not todo:
+            return
+        for suffix, raw in zip(todo, batch(name, [self.context + s for s in todo])):
+            self._cache[name, suffix] = as_distribution(raw, self.vocab, _row_field(name, self.context + suffix),
+                                                        self.arithmetic)
+
     def p(self, suffix: Context) -> tuple[Number, ...]:
         return self._get("p", tuple(suffix))
 

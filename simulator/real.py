@@ -4,17 +4,19 @@
   what drafting samples from and what verification reads (SPEC §6 lists a mismatch between the two as a bug).
 * :func:`load_causal_lm` — a model from a local directory (``local_files_only``: nothing is fetched).
 * :class:`CausalLMPair` — a :class:`simulator.models.ModelPair` over a prompt: ``p(c)``/``q(c)`` run the draft
-  and target model on ``prompt + c`` (cached), so the exact engine, Monte Carlo and the torch path can use a
-  real pair like any other.
-* :func:`tree_attention` and :func:`score_tree` — the whole draft tree in one forward pass: every node attends
-  to the prompt and to its own ancestors, at position ``len(prompt) − 1 + depth``.
-* :class:`TreeScored` — a drafter whose drafts carry the target rows of one tree-scoring pass (what a
-  deployment verifies with), optionally with draft rows processed differently from the ones sampled from
-  (the mismatched-temperature control).
+  and target model on ``prompt + c`` (cached), and :meth:`CausalLMPair.batch_rows` many contexts in one
+  tree-attention pass — drafting asks for a layer at a time and the target scores a drafted tree at once
+  (:meth:`simulator.models.ModelView.prefetch`) — so the exact engine, Monte Carlo and the torch path use a
+  real pair like any other, with the rows a deployment computes.
+* :func:`tree_attention` and :func:`score_tree` — a tree in one forward pass: every node attends to the
+  prompt and to its own ancestors, at position ``len(prompt) − 1 + depth``.
+* :class:`ReprocessedDraft` — the mismatched-processing negative control (draft rows verified under another
+  temperature than the tokens were sampled with).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -104,7 +106,11 @@ def score_tree(model, prompt: Sequence[int], tree: DraftTree, processing: Proces
 
 
 class CausalLMPair:
-    """A draft and a target causal LM after ``prompt``, as a model pair (rows from plain forward passes)."""
+    """A draft and a target causal LM after ``prompt``, as a model pair.
+
+    ``p(c)``/``q(c)`` run one plain forward pass on ``prompt + c`` (cached); :meth:`batch_rows` computes many contexts
+    in one tree-attention pass, which :meth:`simulator.models.ModelView.prefetch` uses, so drafting runs the
+    draft model once per layer of the tree and the target scores a whole drafted tree in one pass."""
 
     def __init__(self, draft, target, prompt: Sequence[int], draft_processing: Processing = Processing(),
                  target_processing: Processing = Processing()) -> None:
@@ -117,14 +123,18 @@ class CausalLMPair:
         self.draft_processing, self.target_processing = draft_processing, target_processing
         self.vocab = target.config.vocab_size
         self._rows: dict[tuple[str, Context], list[float]] = {}
+        self.passes = {"p": 0, "q": 0}  # forward passes run, per model (what a round costs)
+
+    def _model(self, name: str) -> tuple:
+        return (self.draft, self.draft_processing) if name == "p" else (self.target, self.target_processing)
 
     @torch.no_grad()
     def _row(self, name: str, context: Context) -> list[float]:
         key = (name, tuple(context))
         if key not in self._rows:
-            model, processing = ((self.draft, self.draft_processing) if name == "p"
-                                 else (self.target, self.target_processing))
+            model, processing = self._model(name)
             logits = model(input_ids=torch.tensor([list(self.prompt) + list(context)])).logits[0, -1]
+            self.passes[name] += 1
             self._rows[key] = processing(logits).tolist()
         return self._rows[key]
 
@@ -134,19 +144,36 @@ class CausalLMPair:
     def q(self, context: Context) -> list[float]:
         return self._row("q", context)
 
+    def batch_rows(self, name: str, contexts: Sequence[Context], processing: Processing | None = None) -> list[list[float]]:
+        """The ``name`` rows (``"p"``: draft, ``"q"``: target) of many contexts from one forward pass: their
+        longest common prefix extends the prompt and the rest, with every ancestor, is scored as a tree
+        (:func:`score_tree`); ``processing`` overrides the model's."""
+        if not contexts:
+            return []
+        model, own = self._model(name)
+        base = tuple(os.path.commonprefix([tuple(c) for c in contexts]))
+        keys = sorted({tuple(c[len(base):])[:d] for c in contexts for d in range(len(c) - len(base) + 1)},
+                      key=lambda k: (len(k), k))  # by depth, then lexicographic: a BFS-ordered trie
+        node = {k: i for i, k in enumerate(keys)}
+        tree = DraftTree([-1] + [node[k[:-1]] for k in keys[1:]], [None] + [k[-1] for k in keys[1:]], self.vocab)
+        scored = score_tree(model, self.prompt + base, tree, processing or own)
+        self.passes[name] += 1
+        return [scored[node[tuple(c[len(base):])]].tolist() for c in contexts]
+
     def describe(self) -> dict:
         return {"model": "causal-lm", "vocab": self.vocab, "prompt": list(self.prompt),
                 "draft_processing": vars(self.draft_processing), "target_processing": vars(self.target_processing)}
 
 
 @dataclass(frozen=True)
-class TreeScored:
-    """``inner``'s drafts with target rows from one tree-scoring pass of ``pair.target`` (and, given
-    ``verify_draft``, draft rows processed by it instead of the processing the tokens were sampled with)."""
+class ReprocessedDraft:
+    """A negative control: ``inner``'s drafts whose draft rows, as verification reads them, are the draft
+    model's processed by ``processing`` — not the processing the tokens were sampled with (SPEC §6's mismatch
+    between sampling and verification, e.g. a temperature applied to one and not the other)."""
 
     inner: Drafter
     pair: CausalLMPair
-    verify_draft: Processing | None = None
+    processing: Processing
 
     @property
     def scheme(self) -> str:
@@ -158,16 +185,14 @@ class TreeScored:
 
     def draft(self, view: ModelView, rng: Randomness) -> Draft:
         drafted = self.inner.draft(view, rng)
-        prompt = self.pair.prompt + tuple(view.context)
-        q = score_tree(self.pair.target, prompt, drafted.tree, self.pair.target_processing)
-        p_rows = drafted.p
-        if self.verify_draft is not None:
-            p = score_tree(self.pair.draft, prompt, drafted.tree, self.verify_draft)
-            p_rows = tuple(None if row is None else tuple(p[v].tolist()) for v, row in enumerate(drafted.p))
-        return Draft(drafted.tree, p_rows, tuple(tuple(row) for row in q.tolist()))
+        inner = [v for v, row in enumerate(drafted.p) if row is not None]
+        paths = [tuple(view.context) + drafted.tree.path(v) for v in inner]
+        rows = dict(zip(inner, self.pair.batch_rows("p", paths, self.processing)))
+        return Draft(drafted.tree, tuple(tuple(rows[v]) if v in rows else None for v in range(len(drafted.p))),
+                     drafted.q)
 
-    def advance(self, generated: Context) -> "TreeScored":
-        return TreeScored(self.inner.advance(generated), self.pair, self.verify_draft)
+    def advance(self, generated: Context) -> "ReprocessedDraft":
+        return ReprocessedDraft(self.inner.advance(generated), self.pair, self.processing)
 
     def describe(self) -> dict:
-        return {**self.inner.describe(), "target_rows": "one tree-scoring pass"}
+        return {**self.inner.describe(), "verified_draft_processing": vars(self.processing)}

@@ -1,9 +1,9 @@
 """Speculative generation on real model pairs and a Spec-Bench-compatible runner (``specproof real``).
 
-Each round drafts a tree with the draft model (the drafting scheme samples each node's children from the
-draft model's processed row, through the randomness interface), scores the whole tree with the target in one
-forward pass (:func:`simulator.real.score_tree`), and lets the batched torch verifier decide
-(:func:`simulator.torch_verify.torch_verify`, uniforms from the round's generator). Target-only decoding
+Each round drafts a tree layer by layer with the draft model (one tree-attention pass per layer gives the
+processed rows the scheme samples each node's children from, through the randomness interface), scores the
+whole tree with the target in one forward pass (:meth:`simulator.real.CausalLMPair.batch_rows`), and lets the
+batched torch verifier decide (:func:`simulator.torch_verify.torch_verify`, uniforms from the round's generator). Target-only decoding
 samples the same processed target rows token by token: the baseline for block efficiency and tokens/s.
 
 Spec-Bench (Xia et al. 2024) reads ``question.jsonl`` lines ``{"question_id", "category", "turns": [...]}``
@@ -28,7 +28,7 @@ from .drafting import FixedShape
 from .errors import InvalidParameterError
 from .models import ModelView
 from .randomness import SamplingRandomness
-from .real import CausalLMPair, Processing, TreeScored
+from .real import CausalLMPair, Processing
 from .torch_verify import TORCH_VERIFIERS, torch_verify
 
 
@@ -47,12 +47,11 @@ def speculative_generate(pair: CausalLMPair, drafter: FixedShape, verifier: str,
         raise InvalidParameterError("verifier", f"specproof real runs the torch path's verifiers whose later "
                                                 f"tokens follow the target: {[v for v in TORCH_VERIFIERS if v != 'greedy-bv']}")
     start = time.perf_counter()
-    scored = TreeScored(drafter, pair)
     rng, uniforms = SamplingRandomness([seed, 0]), np.random.default_rng([seed, 1])
     out = Generated([])
     view = ModelView(pair, "float")
     while len(out.tokens) < new_tokens:
-        draft = scored.draft(view, rng)
+        draft = drafter.draft(view, rng)  # a draft pass per layer, one target pass for the tree
         tree, n = draft.tree, len(draft.tree)
         zeros = (0.0,) * pair.vocab
         p = torch.tensor([[row if row is not None else zeros for row in draft.p]], dtype=torch.float64)

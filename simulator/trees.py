@@ -56,6 +56,13 @@ class Topology:
     def height(self) -> int:
         return _depths(self.parents)[-1] if len(self.parents) > 1 else 0
 
+    def levels(self) -> list[list[int]]:
+        """The node ids of each depth, shallowest first (BFS order makes each a run of consecutive ids)."""
+        out: list[list[int]] = [[] for _ in range(self.height + 1)]
+        for node, depth in enumerate(_depths(self.parents)):
+            out[depth].append(node)
+        return out
+
 
 def _depths(parents: Sequence[int]) -> list[int]:
     depths = [0] * len(parents)

@@ -13,10 +13,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from exact import certify  # noqa: E402
+import itertools  # noqa: E402
+
+from exact import round_law  # noqa: E402
 from simulator.drafting import FixedShape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
-from simulator.real import CausalLMPair, Processing, TreeScored, load_causal_lm, score_tree  # noqa: E402
+from simulator.models import ModelView  # noqa: E402
+from simulator.real import CausalLMPair, Processing, ReprocessedDraft, load_causal_lm, score_tree  # noqa: E402
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 
 VOCAB = 4
@@ -58,6 +61,48 @@ def test_tree_attention_equals_each_path_run_alone(tiny_pair, dtype, tolerance):
     assert worst <= tolerance
 
 
+def plain_joint(target, prompt: list[int], length: int) -> dict[tuple[int, ...], float]:
+    """The target's joint over ``Σ^length`` after ``prompt``, from a plain forward pass of every prefix."""
+    rows = {}
+    with torch.no_grad():
+        for n in range(length):
+            for prefix in itertools.product(range(VOCAB), repeat=n):
+                ids = torch.tensor([prompt + list(prefix)])
+                rows[prefix] = torch.softmax(target(input_ids=ids).logits[0, -1], dim=-1).tolist()
+    joint = {}
+    for seq in itertools.product(range(VOCAB), repeat=length):
+        prob = 1.0
+        for k, token in enumerate(seq):
+            prob *= rows[seq[:k]][token]
+        joint[seq] = prob
+    return joint
+
+
+def end_to_end_tvd(pair: CausalLMPair, drafter, name: str) -> tuple[float, float]:
+    """TVD of the exact law of the first ``H+1`` tokens (every draft tree enumerated; rows as generation
+    computes them: a draft pass per layer, one target pass per tree) to the plain-pass joint; and ``E[τ]``."""
+    law = round_law(pair, drafter, name, "float")
+    completed = law.completed()
+    joint = plain_joint(pair.target, list(pair.prompt), drafter.height + 1)
+    return 0.5 * sum(abs(completed.get(z, 0.0) - joint[z]) for z in joint), float(law.expected_accepted())
+
+
+def test_drafting_runs_one_draft_pass_per_layer_and_one_target_pass_per_tree(tiny_pair):
+    draft, target = tiny_pair
+    pair = CausalLMPair(draft, target, [1, 2], Processing(temperature=0.9))
+    view = ModelView(pair, "float")
+    from simulator.randomness import SamplingRandomness
+    drafted = FixedShape(make_topology("complete", 3, 2), "iid").draft(view, SamplingRandomness([5]))
+    assert pair.passes == {"p": 3, "q": 1}  # depth 3: layers 0, 1, 2 have children
+    worst = 0.0
+    for v in range(len(drafted.tree)):
+        path = drafted.tree.path(v)
+        worst = max(worst, max(abs(a - b) for a, b in zip(drafted.q[v], pair.q(path))))
+        if drafted.p[v] is not None:
+            worst = max(worst, max(abs(a - b) for a, b in zip(drafted.p[v], pair.p(path))))
+    assert worst <= 1e-10  # the batched rows are the plain passes' rows
+
+
 @pytest.mark.parametrize("name,shape,depth,branching,drafting", [
     ("tv-rrsw", "complete", 2, 2, "without-replacement"),
     ("bv", "chain", 2, 1, "iid"),
@@ -67,20 +112,18 @@ def test_tree_attention_equals_each_path_run_alone(tiny_pair, dtype, tolerance):
 def test_exact_end_to_end_law_on_a_tiny_llama_pair(tiny_pair, name, shape, depth, branching, drafting):
     draft, target = tiny_pair
     pair = CausalLMPair(draft, target, [1, 2], Processing(temperature=1.0), Processing(temperature=1.0))
-    drafter = TreeScored(FixedShape(make_topology(shape, depth, branching), drafting), pair)
-    cert = certify(pair, drafter, name, "float")
-    assert cert.tvd <= 1e-9, cert.tvd
-    assert 0 < cert.expected_accepted < depth  # a real draft: sometimes accepted, not always
+    tvd, accepted = end_to_end_tvd(pair, FixedShape(make_topology(shape, depth, branching), drafting), name)
+    assert tvd <= 1e-9, tvd
+    assert 0 < accepted < depth  # a real draft: sometimes accepted, not always
 
 
 def test_mismatched_draft_temperature_is_flagged_by_the_same_check(tiny_pair):
     draft, target = tiny_pair
     pair = CausalLMPair(draft, target, [1, 2])
     # Tokens are sampled at temperature 1, but verification reads draft rows processed at 0.7.
-    drafter = TreeScored(FixedShape(make_topology("complete", 2, 2), "without-replacement"), pair,
-                         verify_draft=Processing(temperature=0.7))
-    cert = certify(pair, drafter, "tv-rrsw", "float")
-    assert cert.tvd > 1e-4 and cert.counterexample is not None
+    drafter = ReprocessedDraft(FixedShape(make_topology("complete", 2, 2), "without-replacement"), pair,
+                               Processing(temperature=0.7))
+    assert end_to_end_tvd(pair, drafter, "tv-rrsw")[0] > 1e-4
 
 
 def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, monkeypatch):
@@ -95,8 +138,8 @@ def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, monkeypatc
     monkeypatch.setattr(real, "tree_attention", sequential)
     draft, target = tiny_pair
     pair = CausalLMPair(draft, target, [1, 2])
-    drafter = TreeScored(FixedShape(make_topology("complete", 2, 2), "without-replacement"), pair)
-    assert certify(pair, drafter, "tv-rrsw", "float").tvd > 1e-6
+    drafter = FixedShape(make_topology("complete", 2, 2), "without-replacement")
+    assert end_to_end_tvd(pair, drafter, "tv-rrsw")[0] > 1e-6
 
 
 def test_processing_is_checked_and_keeps_the_top_tokens():
