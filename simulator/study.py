@@ -104,21 +104,39 @@ def paper_cells(table: int, seeds: int = PAPER_SEEDS, trials: int | None = None)
                                       seeds, trials or PAPER_TRIALS[table])
 
 
+def model_key(cell: Cell, seed: int) -> tuple:
+    """What a cell's model rows depend on: cells with equal keys share :class:`ContextRows`."""
+    return cell.vocab, cell.rho, cell.tau_p, cell.tau_q, cell.depth, seed
+
+
 @lru_cache(maxsize=2)
 def _rows(vocab: int, rho: float, tau_p: float, tau_q: float, depth: int, seed: int) -> ContextRows:
     return ContextRows(SyntheticModel(vocab, rho, tau_p, tau_q, seed), depth)
 
 
+def exact_accept_len(cell: Cell, seed: int) -> float | None:
+    """The exact ``E[τ]`` of a token-verification cell for one model seed (:mod:`exact.dp`), else ``None``."""
+    from exact.dp import DP_RULES, tv_expected_accepted
+
+    if cell.verifier not in DP_RULES:
+        return None
+    shape = make_topology(cell.topology, cell.depth, cell.branching)
+    return tv_expected_accepted(cell.model(seed), shape, cell.verifier, _rows(*model_key(cell, seed)))
+
+
 def compute_seed(cell: Cell, seed: int) -> dict:
     """One model seed of a cell, as a store record (a top-level function so worker processes can run it); the
-    record keeps the wall time it took (``seconds``, set-up shared with earlier cells of the same model aside)."""
+    record keeps the wall time of its Monte Carlo (``seconds``, set-up shared with earlier cells of the same model
+    aside) and, for token verification, the exact ``E[τ]`` (``exact_accept_len``)."""
     start = time.perf_counter()
     shape = make_topology(cell.topology, cell.depth, cell.branching)
-    rows = _rows(cell.vocab, cell.rho, cell.tau_p, cell.tau_q, cell.depth, seed)
+    rows = _rows(*model_key(cell, seed))
     result = run_seed(cell.model(seed), FixedShape(shape), cell.verifier, VERIFIERS[cell.verifier].fn, seed,
                       cell.trials, rows=rows)
-    return {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result),
-            "seconds": time.perf_counter() - start}
+    seconds = time.perf_counter() - start
+    record = {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result), "seconds": seconds}
+    exact = exact_accept_len(cell, seed)
+    return record if exact is None else {**record, "exact_accept_len": exact}
 
 
 def _result_json(result: SeedResult) -> dict:
@@ -161,7 +179,7 @@ def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
     """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one."""
     todo = [(cell, s) for cell in dict.fromkeys(cells) for s in range(cell.seeds) if store.load(cell, s) is None]
     # Same model and seed next to each other, so a worker reuses the model's rows (see _rows).
-    todo.sort(key=lambda item: (item[0].vocab, item[0].rho, item[0].tau_p, item[0].tau_q, item[0].depth, item[1]))
+    todo.sort(key=lambda item: model_key(*item))
     if jobs <= 1:
         for cell, s in todo:
             store.save(compute_seed(cell, s), cell, s)

@@ -17,7 +17,8 @@ from scipy import stats
 from .drafting import FixedShape
 from .models import SyntheticModel
 from .montecarlo import target_table
-from .study import ABLATIONS, Cell, Store, paper_cells, paper_tables, summarise_cell
+from .study import (ABLATIONS, Cell, Store, exact_accept_len, model_key, paper_cells, paper_tables,
+                    summarise_cell)
 
 AGREEMENT_SIGMAS = 3.0
 
@@ -65,38 +66,35 @@ def collect(tables: list[int], store: Store, seeds: int, trials: dict[int, int])
             records = store.records(cell)
             ours = summarise_cell(cell, records).to_json() if records else None
             out.append(CellRow(t, columns[index], method, cell, spec[f"Table {t}"]["rows"][method][index], ours))
-    _add_exact(out)
+    _add_exact(out, store)
     return out
 
 
-def _add_exact(rows: list[CellRow]) -> None:
+def _add_exact(rows: list[CellRow], store: Store) -> None:
     """Exact E[τ] per run seed for token-verification cells (exact.dp), with the Monte Carlo's distance to it.
-    One model (and its rows over every context) at a time. GR's DP solves GR at every context (~20 s per
-    model seed at H = 4), so it runs for Table 1's single model only."""
-    from exact.dp import DP_RULES, tv_expected_accepted
 
-    from .batched import ContextRows
-    from .trees import make_topology
+    The value is kept in the seed's store record (``exact_accept_len``; :func:`simulator.study.compute_seed`
+    writes it for new records), so it is computed once: records without it are filled here, one model (and its
+    rows over every context) at a time."""
+    from exact.dp import DP_RULES
 
-    wanted: dict[tuple, list[tuple[CellRow, dict]]] = {}
+    missing: dict[tuple, list[tuple[Cell, dict]]] = {}
+    records: dict[int, list[dict]] = {}
     for r in rows:
-        if r.method in DP_RULES and r.ours is not None and (r.method != "tv-gr" or r.table == 1):
-            c = r.cell
-            for record in r.ours["per_seed"]:
-                wanted.setdefault((c.vocab, c.rho, c.tau_p, c.tau_q, c.depth, record["seed"]), []).append((r, record))
-    found: dict[int, list[tuple[float, float]]] = {}
-    for (vocab, rho, tau_p, tau_q, depth, seed), items in wanted.items():
-        model = SyntheticModel(vocab, rho, tau_p, tau_q, seed)
-        context_rows = ContextRows(model, depth)
-        for r, record in items:
-            c = r.cell
-            exact = tv_expected_accepted(model, make_topology(c.topology, c.depth, c.branching), r.method,
-                                         context_rows)
-            z = abs(record["accept_len_mean"] - exact) / record["accept_len_se"]
-            found.setdefault(id(r), []).append((exact, z))
+        if r.method not in DP_RULES or r.ours is None:
+            continue
+        records[id(r)] = store.records(r.cell)
+        for record in records[id(r)]:
+            if "exact_accept_len" not in record:
+                missing.setdefault(model_key(r.cell, record["seed"]), []).append((r.cell, record))
+    for items in missing.values():
+        for cell, record in items:
+            record["exact_accept_len"] = exact_accept_len(cell, record["seed"])
+            store.save(record, cell, record["seed"])
     for r in rows:
-        if id(r) in found:
-            values = found[id(r)]
+        if id(r) in records:
+            values = [(rec["exact_accept_len"], abs(rec["accept_len_mean"] - rec["exact_accept_len"])
+                       / rec["accept_len_se"]) for rec in records[id(r)]]
             r.exact, r.exact_z = float(np.mean([v for v, _ in values])), float(max(z for _, z in values))
 
 

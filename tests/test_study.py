@@ -104,3 +104,29 @@ def test_first_chain_law_is_the_target_for_the_correct_rule_and_hand_checked_for
     cert = certify(model, FixedShape(make_topology("chain", 2)), "bug-residual-q", "float")
     ours = 0.5 * np.abs(first_chain_law(rows, "residual-q") - target).sum()
     assert ours == pytest.approx(float(cert.tvd), abs=1e-12) and ours > 0.01
+
+
+def test_exact_columns_are_computed_once_and_kept_in_the_store(tmp_path, monkeypatch):
+    from exact.dp import tv_expected_accepted
+    from simulator import study_report
+    from simulator.study_report import CellRow
+    from simulator.trees import make_topology
+
+    cell = _cells()[0]  # tv-rrs: a token rule the DP covers
+    store = Store(tmp_path)
+    run_cells([cell], store)
+    expected = [tv_expected_accepted(cell.model(s), make_topology("complete", 2, 2), "tv-rrs") for s in range(3)]
+    assert [r["exact_accept_len"] for r in store.records(cell)] == pytest.approx(expected, abs=1e-12)
+    # A record written before the column existed is filled in once, then read back.
+    old = store.load(cell, 1)
+    del old["exact_accept_len"]
+    store.save(old, cell, 1)
+    summary = summarise_cell(cell, store.records(cell)).to_json()
+    row = CellRow(4, "$H = 2$", "tv-rrs", cell, {}, summary)
+    study_report._add_exact([row], store)
+    assert store.load(cell, 1)["exact_accept_len"] == pytest.approx(expected[1], abs=1e-12)
+    assert row.exact == pytest.approx(np.mean(expected), abs=1e-12)
+    monkeypatch.setattr(study_report, "exact_accept_len", lambda *a: pytest.fail("recomputed"))
+    again = CellRow(4, "$H = 2$", "tv-rrs", cell, {}, summary)
+    study_report._add_exact([again], store)
+    assert (again.exact, again.exact_z) == (row.exact, row.exact_z)
