@@ -25,7 +25,9 @@ Controls: ``bug-residual-q``, ``bug-accept-all``, ``bug-dyspec-printed`` (its no
 ``bug-trv-insertion-order``; GBV on multi-chains (``gbv``) and its ``bug-gbv-clipped`` control. The
 flow-defined rules (``tv-opt``, ``tv-gr``, ``lv-opt``, ``lv-gr``) solve their flow problem per tree and node
 with the shared solver (a max-flow or a convex dual: no batched form), cached by rows; their sampling and the
-rest of the walk are batched.
+rest of the walk are batched. They compute in float64 whatever the input dtype: the solver is a float64 CPU
+routine anyway, and GR's flows are not continuous in its inputs (its inner set ``H*`` jumps), so float32
+rounding of the rows Layer Verification feeds it could move a decision by far more than rounding.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "tv-kseq",
                    "bug-dyspec-printed", "bug-match-per-row", "bug-greedy-bv-nomod", "bug-trv-insertion-order",
                    "gbv", "bug-gbv-clipped", "tv-opt", "tv-gr", "lv-opt", "lv-gr")
 _FLOW_RULES = {"opt": OPT, "gr": GR}
+FLOW_DEFINED = ("tv-opt", "tv-gr", "lv-opt", "lv-gr")  # solved per tree and node, in float64
 KSEQ_BISECTION_STEPS = 60  # as simulator.verifiers.single_step
 TUPLE_SUM_LIMIT = 256  # LV's outflow: summed tuple by tuple (as the shared rule) up to this many tuples
 _PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det", "tv-kseq": "kseq",
@@ -128,6 +131,8 @@ def torch_verify(name: str, parents: Sequence[int], tokens: torch.Tensor, p: tor
     if name not in TORCH_VERIFIERS:
         raise InvalidParameterError("verifier", f"no torch path for {name!r}; choose from {TORCH_VERIFIERS}")
     parents = _check(parents, tokens, p, q, uniforms)
+    if name in FLOW_DEFINED and p.dtype != torch.float64:
+        return torch_verify(name, parents, tokens, p.double(), q.double(), uniforms.double())
     stream = _Stream(uniforms)
     if name in ("bv", "greedy-bv", "bug-greedy-bv-nomod"):
         return _block(parents, tokens, p, q, stream, greedy=name != "bv")
