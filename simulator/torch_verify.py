@@ -38,10 +38,10 @@ from typing import Sequence
 
 import torch
 
-from .errors import InvalidParameterError
+from .errors import InvalidParameterError, UnsupportedDraftError
 from .trees import check_parents
 from .numeric import total
-from .verifiers.flows import tuple_law
+from .verifiers.multipath import ZERO_DRAFT_GBV
 from .verifiers.rules import GR, OPT
 
 TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "tv-kseq", "match", "bv", "greedy-bv",
@@ -236,10 +236,10 @@ def _flow_step(rule, kids: torch.Tensor, count: torch.Tensor, tokens: torch.Tens
         cands = tuple(int(tokens[b, kids[b, i]]) for i in range(k))
         pr, qr = tuple(p[b].tolist()), tuple(q[b].tolist())
         solution = rule.solver(pr, qr, k, "iid")
+        prob_tuple = rule.tuple_probability(cands, pr, "iid")
         per = solution.flows[cands]
         distinct = list(dict.fromkeys(cands))
         flows = [per.get(x, 0.0) for x in distinct]
-        prob_tuple = tuple_law(pr, k, "iid")[cands]
         weights[b, : len(distinct)] = torch.tensor(flows, dtype=p.dtype)
         weights[b, width] = max(prob_tuple - total(flows), 0.0)
         first_position[b, : len(distinct)] = torch.tensor([cands.index(x) for x in distinct])
@@ -652,6 +652,13 @@ def _multipath(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
     height, k = len(chains[0]) - 1, len(chains)
     if any(len(c) != height + 1 for c in chains):
         raise InvalidParameterError("parents", "gbv needs chains of equal depth")
+    for c in chains:
+        for v, child in zip(c, c[1:]):
+            bad = torch.nonzero(p[rows, v, tokens[:, child]] <= 0).flatten()
+            if len(bad):
+                b = int(bad[0])
+                raise UnsupportedDraftError("tokens", f"tree {b}, node {child}: token {int(tokens[b, child])} has "
+                                                      f"zero draft probability; {ZERO_DRAFT_GBV}")
     keys = torch.stack([torch.stack([_ranks(p[:, c[i]], q[:, c[i]], clipped)[rows, tokens[:, c[i + 1]]]
                                      for i in range(height)], dim=1) for c in chains], dim=1)  # [B, K, H]
     best = torch.zeros(batch, dtype=torch.long, device=p.device)

@@ -81,6 +81,25 @@ def test_zero_draft_mass_and_ties_in_ratios():
         assert certify(model, FixedShape(CHAIN3), name).lossless
 
 
+@pytest.mark.parametrize("name,parents,tokens", [
+    ("tv-opt", [-1, 0, 0], [None, 1, 0]), ("tv-gr", [-1, 0, 0], [None, 0, 1]), ("lv-opt", [-1, 0, 0], [None, 1, 1]),
+    ("lv-gr", [-1, 0, 0], [None, 1, 0]), ("gbv", [-1, 0, 1], [None, 0, 1]), ("gbv", [-1, 0, 0], [None, 1, 0]),
+])
+@pytest.mark.parametrize("arithmetic", ["fraction", "float"])
+def test_a_drafted_token_of_zero_draft_mass_is_refused_where_the_rule_divides_by_it(name, parents, tokens, arithmetic):
+    """Flow-defined rules have flows only for tuples drafting can produce, and GBV's path law divides by the
+    path's draft mass: a hand-made tree holding a token of zero draft probability gets a typed error naming
+    the token (drafters never produce one), not a KeyError, a ZeroDivisionError or a NaN."""
+    conv = F if arithmetic == "fraction" else float
+    tree = DraftTree(parents, tokens, vocab=3)
+    row = (conv(1, 2), conv(0), conv(1, 2)) if arithmetic == "fraction" else (0.5, 0.0, 0.5)
+    p = [row if tree.children(v) else None for v in range(len(parents))]
+    q = [tuple(conv(x) for x in (F(1, 5), F(3, 10), F(1, 2)))] * len(parents)
+    with pytest.raises(UnsupportedDraftError, match="token 1 has zero draft probability") as err:
+        VERIFIERS[name].fn(tree, p, q, ReplayRandomness([0.5] * 12))
+    assert err.value.field == "tokens"
+
+
 def test_residual_with_zero_total_mass_returns_the_target_not_nan():
     q = (F(1, 2), F(1, 2))
     assert residual(q, q) == q

@@ -182,3 +182,13 @@ def test_bad_inputs_name_the_field():
 
 def test_every_registered_verifier_has_a_torch_path():
     assert set(VERIFIERS) == set(TORCH_VERIFIERS)
+
+
+@pytest.mark.parametrize("name,parents", [("gbv", [-1, 0, 1]), ("tv-gr", [-1, 0, 0]), ("lv-opt", [-1, 0, 0])])
+def test_a_drafted_token_of_zero_draft_mass_is_a_typed_error_not_a_nan(name, parents):
+    from simulator.errors import UnsupportedDraftError
+    p = torch.tensor([[[0.5, 0.0, 0.5]] * 3] * 2, dtype=torch.float64)
+    tokens = torch.tensor([[0, 0, 1], [0, 2, 2]])  # tree 0 drafts token 1, of zero draft mass
+    with pytest.raises(UnsupportedDraftError, match="token 1 has zero draft probability") as err:
+        torch_verify(name, parents, tokens, p, p.clone(), torch.rand((2, 8), dtype=torch.float64))
+    assert err.value.field == "tokens"

@@ -24,6 +24,8 @@ from ..trees import DraftTree
 from .block import block_verify
 
 Rows = Sequence[Optional[Sequence[Number]]]
+#: Why a drafted token of zero draft probability is refused: the selected path's law divides by its mass.
+ZERO_DRAFT_GBV = "GBV's path law is defined on the i.i.d. paths drafting produces (it divides by their mass)"
 Ranker = Callable[[Number, Number], Number]
 
 
@@ -80,6 +82,11 @@ def greedy_multipath_verify(tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
     depth = len(chains[0])
     if any(len(c) != depth for c in chains):
         raise UnsupportedDraftError("tree", "gbv needs chains of equal depth")
+    for chain in chains:
+        for v, c in zip(chain, chain[1:]):
+            if not p[v][tree.tokens[c]] > 0:
+                raise UnsupportedDraftError("tokens", f"node {c}: token {tree.tokens[c]} has zero draft probability; "
+                                                      f"{ZERO_DRAFT_GBV}")
 
     def key(chain: list[int]) -> list[int]:
         return [ranking(p[v], q[v], select_by).index(tree.tokens[c]) for v, c in zip(chain, chain[1:])]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from ..errors import UnsupportedDraftError
 from ..numeric import Number, row_cache, total
 from ..randomness import Randomness
 from . import flows as fl
@@ -35,9 +36,9 @@ class SingleStepRule:
         if self.plan is not None:
             return ss.run_plan(self.plan(cands, p, q), rng)
         solution = self.solver(tuple(p), tuple(q), len(cands), law)
+        prob_tuple = self.tuple_probability(cands, p, law)
         per = solution.flows[cands]
         tokens = list(dict.fromkeys(cands))  # distinct, in order of first appearance
-        prob_tuple = fl.tuple_law(tuple(p), len(cands), law)[cands]
         weights = [per.get(x, prob_tuple * 0) for x in tokens]
         # Exactly the flows of a tuple sum to at most P(X); in float64 the difference can be −1e-17.
         weights.append(max(prob_tuple - (total(weights) if weights else prob_tuple * 0), prob_tuple * 0))
@@ -55,8 +56,19 @@ class SingleStepRule:
                 out[x] = out.get(x, 0) + prob
             return out
         solution = self.solver(tuple(p), tuple(q), len(cands), law)
-        prob_tuple = fl.tuple_law(tuple(p), len(cands), law)[cands]
+        prob_tuple = self.tuple_probability(cands, p, law)
         return {x: f / prob_tuple for x, f in solution.flows[cands].items()}
+
+    def tuple_probability(self, cands: tuple[int, ...], p: Row, law: str) -> Number:
+        """``P(X)`` of the candidates; a flow-defined rule has flows only for tuples the drafting can produce."""
+        prob = fl.tuple_law(tuple(p), len(cands), law).get(cands)
+        if prob is None:
+            bad = [x for x in cands if not p[x] > 0]
+            why = (f"token {bad[0]} has zero draft probability" if bad
+                   else "a token repeats, which drafting without replacement never does")
+            raise UnsupportedDraftError("tokens", f"candidates {list(cands)}: {why}; the {self.name.upper()} "
+                                                  f"rule is defined by flows over the tuples drafting can produce")
+        return prob
 
     def outflow(self, p: Row, q: Row, k: int, law: str) -> Row:
         """``Σ_X f(X → x)`` under the tuple law, for every token ``x``."""
