@@ -18,11 +18,11 @@ from exact.theorems import (CHECKS, check_bv_optimal_on_chains, check_lv_beats_t
                             check_trv_lemma, lp_value, run_checks)
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
-from simulator.models import RandomRationalModel, TableModel
+from simulator.models import RandomRationalModel, SyntheticModel, TableModel
 from simulator.sampling import sample_rounds
 from simulator.verifiers import VERIFIERS
 from simulator.trees import DraftTree, make_topology
-from simulator.verifiers.flows import GR_TOLERANCE, alpha_star, tuple_law
+from simulator.verifiers.flows import GR_BOUND, GR_TOLERANCE, alpha_star, gr_dual, tuple_law
 from simulator.verifiers.rules import RULES
 from simulator.verifiers.single_step import kseq_rho
 from simulator.verifiers.traversal import reject_child, trv
@@ -202,8 +202,63 @@ def test_gr_reaches_alpha_star_when_outside_capacity_exceeds_outside_mass():
     assert alpha_star(p, q, 3, "iid") == (F(999, 1000), frozenset({1}))
     for row_p, row_q, rounding in ((p, q, 0), (tuple(map(float, p)), tuple(map(float, q)), 1e-15)):
         solution = RULES["gr"].solver(row_p, row_q, 3, "iid")
-        assert 0.999 - GR_TOLERANCE <= solution.acceptance <= 0.999 + rounding
+        assert 0.999 - GR_TOLERANCE <= solution.acceptance <= F(999, 1000) + rounding  # α* exactly
         assert all(o <= qx + rounding for o, qx in zip(solution.outflow, row_q))  # capacities hold
+
+
+def gr_test_rows(rng, i: int):
+    """Rows for the GR battery: exact rows with zeros, float rows with zeros, disjoint supports, p = q."""
+    vocab = int(rng.integers(2, 7))
+    if i % 4 == 0:
+        return random_rows(rng, vocab)
+    cut = int(rng.integers(1, vocab))
+    if i % 4 == 1:  # disjoint supports
+        return (tuple(np.r_[rng.dirichlet(np.ones(cut)), np.zeros(vocab - cut)].tolist()),
+                tuple(np.r_[np.zeros(cut), rng.dirichlet(np.ones(vocab - cut))].tolist()))
+    rows = []
+    for _ in range(2):
+        w = rng.dirichlet(np.ones(vocab)) * (rng.random(vocab) > 0.25)
+        w[rng.integers(vocab)] += 0.1
+        rows.append(tuple((w / w.sum()).tolist()))
+    return (rows[0], rows[0]) if i % 4 == 2 else tuple(rows)
+
+
+def test_gr_dual_meets_the_kkt_conditions_and_gr_reaches_alpha_star():
+    # gr_dual's θ against the dual's KKT conditions, with the network and its flows written out here from the
+    # tuple law and H*: an inner token is saturated unless θ sits at a bound (flow ≤ q at the upper bound,
+    # ≥ q at the lower); an outside token is within capacity, saturated where −30 < θ < 0. GR itself (gr_flow,
+    # clipping included) accepts at least α* − GR_TOLERANCE.
+    rng = np.random.default_rng(14)
+    model = SyntheticModel(15, 0.5, 1.0, 1.0, seed=14)
+    for i in range(300):
+        law = ("iid", "without-replacement")[i % 3 == 2]
+        if i % 10 == 9:
+            (p, q), k, law = (tuple(model.p((i,))), tuple(model.q((i,)))), 2, "iid"
+        else:
+            (p, q), k = gr_test_rows(rng, i), int(rng.integers(1, 4))
+        star, inner = alpha_star(p, q, k, law)
+        laws = tuple_law(p, k, law)
+        rows = [(float(prob), set(t) <= inner, sorted(set(t) if set(t) <= inner else set(t) - inner))
+                for t, prob in laws.items()]
+        member = np.zeros((len(rows), len(q)))
+        for r, (_, _, tokens) in enumerate(rows):
+            member[r, tokens] = 1.0
+        theta = gr_dual(np.array([prob for prob, _, _ in rows]), member,
+                        np.array([float(rejects) for _, rejects, _ in rows]), np.array([float(x) for x in q]),
+                        np.array([y in inner for y in range(len(q))]))
+        flow = [0.0] * len(q)
+        for prob, rejects, tokens in rows:
+            z = rejects + sum(np.exp(theta[y]) for y in tokens)
+            for y in tokens:
+                flow[y] += prob * np.exp(theta[y]) / z
+        for y, (f, cap) in enumerate(zip(flow, map(float, q))):
+            at_lower = theta[y] <= -GR_BOUND + 1e-9
+            at_upper = theta[y] >= (GR_BOUND if y in inner else 0.0) - 1e-9
+            context = (i, p, q, k, law, y, f, cap, theta[y])
+            assert at_lower or f <= cap + 1e-9, context
+            assert at_upper or f >= cap - 1e-9, context
+            assert y in inner or f <= cap + 1e-9, context
+        assert RULES["gr"].solver(p, q, k, law).acceptance >= star - GR_TOLERANCE, (i, p, q, k, law)
 
 
 def test_dynamic_program_equals_enumeration_for_token_verification():

@@ -15,11 +15,16 @@ are defined by their flows rather than by a sequential procedure:
   tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject weight 1),
   tuples with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens
   (no reject). ``θ`` minimises the convex ``Σ_X P(X) log Z_X(θ) − Σ_y q(y) θ_y`` over ``|θ| ≤ 30`` with
-  ``θ_y ≤ 0`` for outside tokens (L-BFGS-B); its gradient is expected flow minus ``q``, so at the optimum
+  ``θ_y ≤ 0`` for outside tokens; its gradient is expected flow minus ``q``, so at the optimum
   inside tokens are saturated and outside tokens are within capacity, saturated where ``θ_y < 0`` (without
-  the sign bound the outside part is unbounded below whenever outside capacity exceeds outside mass). Any residual overshoot is clipped (flows into an over-full token are
-  scaled down, the excess rejected), so capacities hold exactly and GR is lossless exactly; only its
-  acceptance is approximate. Stated tolerance: acceptance ≥ ``α* − 1e-6`` (checked in the tests).
+  the sign bound the outside part is unbounded below whenever outside capacity exceeds outside mass).
+  Solver (:func:`gr_dual`): projected Newton with the analytic Hessian, on tuples merged by token set,
+  to a projected gradient of 1e-12 in a handful of iterations. It replaced scipy's L-BFGS-B (still the
+  fallback should Newton stop short), which was several times slower — GR is solved at every node of a
+  Monte Carlo sweep — and stopped with projected gradients up to ~1e-6. Any residual overshoot is clipped
+  (flows into an over-full token are scaled down, the excess rejected), so capacities hold exactly and GR
+  is lossless exactly; only its acceptance is approximate. Stated tolerance: acceptance ≥ ``α* − 1e-6``
+  (checked in the tests).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Sequence
 
 import networkx as nx
 import numpy as np
+from scipy.linalg.lapack import dposv
 from scipy.optimize import minimize
 
 from ..errors import InvalidParameterError
@@ -43,6 +49,9 @@ Tuple_ = tuple[int, ...]
 TUPLE_LAWS = ("iid", "without-replacement")
 GR_BOUND = 30.0
 GR_TOLERANCE = 1e-6
+GR_NEWTON_TOLERANCE = 1e-12  # sup norm of the projected gradient (flow units) at which Newton stops
+GR_NEWTON_ITERATIONS = 100
+GR_LINE_SEARCH_STEPS = 60
 
 
 def _zero(row: Row) -> Number:
@@ -153,6 +162,144 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     return _solution(flows, q)
 
 
+def _merge_rows(member: np.ndarray, reject: np.ndarray,
+                probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tuples with equal rows (``member`` and ``reject``) merged into one, their probabilities added. The dual
+    sees a tuple only through its row, and i.i.d. tuples repeat rows (one per order): 225 rows become 120 at
+    V = 15, k = 2, and 3,375 become 680 at k = 3. Rows are sorted on exact binary codes of 52 columns each,
+    ``reject`` (0 or 1) as bit 52 of the first: codes stay below 2^53."""
+    keys = [member[:, i:i + 52] @ 2.0 ** np.arange(min(52, member.shape[1] - i))
+            for i in range(0, member.shape[1], 52)]
+    keys[0] = keys[0] + reject * 2.0 ** 52
+    order = np.lexsort(keys)
+    ordered = np.stack(keys)[:, order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (ordered[:, 1:] != ordered[:, :-1]).any(axis=0)
+    rows = order[first]
+    return member[rows], reject[rows], np.bincount(np.cumsum(first) - 1, weights=probs[order])
+
+
+def _projected_newton(probs: np.ndarray, member: np.ndarray, const: np.ndarray, q: np.ndarray,
+                      upper: np.ndarray) -> np.ndarray | None:
+    """``argmin Σ_r probs_r log(const_r + member_r·e^θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper``, from
+    ``θ = 0``; ``None`` if the projected gradient does not reach :data:`GR_NEWTON_TOLERANCE` within the
+    iteration cap.
+
+    Bertsekas' projected Newton. Coordinates within ``ε`` of a bound whose gradient points outwards take a
+    gradient step, the others a Newton step on the analytic Hessian ``diag(flow) − Σ_r probs_r v_r v_rᵀ/Z_r²``
+    (``v_r = member_r ∘ e^θ``) plus a relative Levenberg term: the Hessian is singular along some directions
+    (a constant added to all outside ``θ``; ``θ`` running off towards a bound). A free coordinate at a bound
+    that the Newton step pushes outwards is pinned and the step solved again. Armijo backtracking follows
+    the projected arc, trying the first breakpoint before halving; a full step that beats its quadratic model
+    (an exponential tail) is doubled while that pays. Changes of the objective are evaluated directly
+    (``expm1``, ``log1p``), not as differences of two sums of size ``log Z``, so that the line search still
+    resolves them near the tolerance.
+    """
+    size = len(q)
+    lower = -GR_BOUND
+    theta, weights = np.zeros(size), np.ones(size)
+    z = const + member.sum(axis=1)
+    member_t = np.ascontiguousarray(member.T)
+
+    def move(alpha: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """The point ``alpha`` along the projected arc, the step to it, and the objective's change."""
+        trial = np.minimum(np.maximum(theta + alpha * direction, lower), upper)
+        step = trial - theta
+        dz = member @ (weights * np.expm1(step))
+        return trial, step, float(probs @ np.log1p(dz / z) - q @ step)
+
+    for _ in range(GR_NEWTON_ITERATIONS):
+        share = probs / z
+        flow = weights * (member_t @ share)
+        grad = flow - q
+        gap = float(np.abs(np.minimum(np.maximum(theta - grad, lower), upper) - theta).max())
+        if gap <= GR_NEWTON_TOLERANCE:
+            return theta
+        hess = (member_t * (share / z)) @ member
+        hess *= -weights[:, None] * weights
+        hess.flat[::size + 1] += flow * (1 + 1e-12)  # diag(flow) and the Levenberg term
+        band = min(1e-3, gap)
+        near_lower, near_upper = theta <= lower + band, theta >= upper - band
+        pinned = (near_lower & (grad > 0)) | (near_upper & (grad < 0))
+        target = -grad
+        while True:
+            system = hess * np.outer(~pinned, ~pinned)
+            system.flat[::size + 1] += pinned
+            _, direction, info = dposv(system, target)
+            if info:
+                return None
+            out = ~pinned & ((near_lower & (direction < 0)) | (near_upper & (direction > 0)))
+            if not out.any():
+                break
+            pinned |= out
+            target[out] = 0.0
+        alpha = 1.0
+        for _ in range(GR_LINE_SEARCH_STEPS):
+            trial, step, change = move(alpha)
+            descent = float(grad @ step)
+            if change <= 1e-4 * descent:
+                break
+            if alpha == 1.0:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    reach = (np.where(direction > 0, upper, lower) - theta) / direction
+                first = float(reach[~pinned & (reach > 0)].min(initial=1.0))
+                alpha = first if first < 1 else 0.5
+            else:
+                alpha /= 2
+        else:
+            return None
+        if alpha == 1.0 and change < 0.6 * descent:
+            while alpha < 64:
+                longer, _, longer_change = move(2 * alpha)
+                if not longer_change < change:
+                    break
+                trial, change, alpha = longer, longer_change, 2 * alpha
+        theta = trial
+        weights = np.exp(theta)
+        z = const + member @ weights
+    return None
+
+
+def _lbfgsb_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,
+                 upper: np.ndarray) -> np.ndarray:
+    """The dual by scipy's L-BFGS-B from ``θ = 0``: :func:`gr_dual`'s fallback."""
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        weights = np.exp(theta)
+        z = reject + member @ weights
+        value = float(probs @ np.log(z) - q @ theta)
+        grad = (member * weights).T @ (probs / z) - q
+        return value, grad
+
+    bounds = [(-GR_BOUND, float(u)) for u in upper]
+    result = minimize(objective, np.zeros(len(q)), jac=True, method="L-BFGS-B", bounds=bounds,
+                      options={"gtol": 1e-13, "ftol": 1e-15, "maxiter": 20000})
+    return result.x
+
+
+def gr_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,
+            inner: np.ndarray) -> np.ndarray:
+    """GR's ``θ``: the minimiser of ``Σ_X P(X) log(reject_X + member_X·e^θ) − q·θ`` over ``|θ| ≤ GR_BOUND``
+    with ``θ ≤ 0`` off ``inner`` (one row per tuple: ``member`` 0/1, ``reject`` 1 inside ``H*``, else 0).
+
+    Coordinates the objective is monotone in are put at their bound: undrafted tokens (term ``−q_y θ_y``)
+    and drafted ones with ``q_y ≤ 0`` (gradient = flow − q > 0). :func:`_projected_newton` solves for the
+    others on merged rows; rows inside ``H*`` touch only inner tokens and the others only outside ones, so
+    its Hessian is block diagonal. Should Newton stop short, L-BFGS-B solves the whole problem instead.
+    """
+    upper = np.where(inner, GR_BOUND, 0.0)  # outside: the dual of "flow ≤ q" with no reject option, θ ≤ 0
+    member, reject, probs = _merge_rows(member, reject, probs)
+    drafted = member.any(axis=0)
+    theta = np.where(q > 0, upper, np.where(drafted | (q < 0), -GR_BOUND, 0.0))
+    free = drafted & (q > 0)
+    if free.any():
+        const = reject + member[:, ~free] @ np.exp(theta[~free])
+        solved = _projected_newton(probs, member[:, free], const, q[free], upper[free])
+        if solved is None:
+            return _lbfgsb_dual(probs, member, reject, q, upper)
+        theta[free] = solved
+    return theta
+
+
 @row_cache(2048)
 def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     """The GR reconstruction described in the module docstring."""
@@ -160,46 +307,34 @@ def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     laws = tuple_law(p, k, law)
     _, inner = alpha_star(p, q, k, law)
     vocab = len(q)
-    tuples = list(laws)
-    probs = np.array([float(laws[t]) for t in tuples])
-    member = np.zeros((len(tuples), vocab))
-    reject = np.zeros(len(tuples))
-    for r, tup in enumerate(tuples):
-        tokens = set(tup)
-        if tokens <= inner:
-            reject[r] = 1.0
-            member[r, list(tokens)] = 1.0
-        else:
-            member[r, list(tokens - inner)] = 1.0
-    qf = np.array([float(x) for x in q])
-
-    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        weights = np.exp(theta)
-        z = reject + member @ weights
-        value = float(probs @ np.log(z) - qf @ theta)
-        grad = (member * weights).T @ (probs / z) - qf
-        return value, grad
-
-    # Outside tokens carry the dual of "flow ≤ q" with no reject option: θ ≤ 0 (0 where unsaturated).
-    bounds = [(-GR_BOUND, GR_BOUND if y in inner else 0.0) for y in range(vocab)]
-    result = minimize(objective, np.zeros(vocab), jac=True, method="L-BFGS-B", bounds=bounds,
-                      options={"gtol": 1e-13, "ftol": 1e-15, "maxiter": 20000})
+    index = np.array(list(laws))
+    inside = np.zeros(vocab, dtype=bool)
+    inside[list(inner)] = True
+    member = np.zeros((len(index), vocab))
+    member[np.arange(len(index))[:, None], index] = 1.0
+    reject = inside[index].all(axis=1)
+    member[np.ix_(~reject, inside)] = 0.0  # a tuple with an outside token routes to those only
+    theta = gr_dual(np.array([float(pr) for pr in laws.values()]), member, reject.astype(float),
+                    np.array([float(x) for x in q]), inside)
     conv = Fraction if exact else float
-    weights = [conv(float(w)) for w in np.exp(result.x)]
+    weights = [conv(float(w)) for w in np.exp(theta)]
     flows: dict[Tuple_, dict[int, Number]] = {}
-    for r, tup in enumerate(tuples):
-        tokens = [x for x in sorted(set(tup)) if member[r, x]]
-        z = (conv(1) if reject[r] else conv(0)) + total([weights[x] for x in tokens] or [conv(0)])
-        flows[tup] = {x: laws[tup] * weights[x] / z for x in tokens}
+    for tup, prob in laws.items():
+        tokens = sorted(set(tup))
+        rejects = inner.issuperset(tokens)
+        if not rejects:
+            tokens = [x for x in tokens if x not in inner]
+        z = (conv(1) if rejects else conv(0)) + total([weights[x] for x in tokens])
+        flows[tup] = {x: prob * weights[x] / z for x in tokens}
     inflow = [conv(0)] * vocab
     for per in flows.values():
         for x, f in per.items():
             inflow[x] += f
-    for x in range(vocab):
-        if inflow[x] > q[x] and inflow[x] > 0:  # clip the optimiser's overshoot: capacities hold exactly
-            # (a capacity a rounding below 0 — LV's dummy 1 − A_t in floats — with no inflow needs nothing)
-            factor = q[x] / inflow[x]
-            for per in flows.values():
-                if x in per:
-                    per[x] = per[x] * factor
+    # Clip the optimiser's overshoot, so that capacities hold exactly (a capacity a rounding below 0 — LV's
+    # dummy 1 − A_t in floats — with no inflow needs nothing).
+    factors = {x: q[x] / inflow[x] for x in range(vocab) if inflow[x] > q[x] and inflow[x] > 0}
+    for per in flows.values():
+        for x in per:
+            if x in factors:
+                per[x] = per[x] * factors[x]
     return _solution(flows, q)
