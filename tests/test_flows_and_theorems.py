@@ -275,3 +275,20 @@ def test_dynamic_program_equals_enumeration_for_token_verification():
         for name in DP_RULES:
             exact = float(round_law(model, FixedShape(topology), name, "float").expected_accepted())
             assert abs(tv_expected_accepted(model, topology, name) - exact) < 1e-12, (name, topology.parents)
+
+
+def test_opt_flow_does_not_depend_on_string_hashing():
+    """A maximum flow is not unique and OPT's law depends on which one it is: the choice must not follow
+    Python's per-process string hashing (networkx iterates sets of node labels)."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import numpy as np\nfrom fractions import Fraction\n"
+              "from simulator.verifiers.flows import opt_flow\nrng = np.random.default_rng(3)\n"
+              "for i in range(40):\n    w = rng.integers(1, 5, size=(2, 3 + i % 3))\n"
+              "    p, q = (tuple(Fraction(int(x), int(r.sum())) for x in r) for r in w)\n"
+              "    print(sorted(opt_flow(p, q, 2 + i % 2, ('iid', 'without-replacement')[i % 2]).flows.items()))\n")
+    outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (0, 1, 2)}
+    assert len(outputs) == 1

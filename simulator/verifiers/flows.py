@@ -37,6 +37,7 @@ from functools import reduce
 from typing import Sequence
 
 import networkx as nx
+from networkx.algorithms.flow import edmonds_karp
 import numpy as np
 from scipy.linalg.lapack import dposv
 from scipy.optimize import minimize
@@ -141,24 +142,36 @@ def _lcm(values: Sequence[int]) -> int:
 
 @row_cache(2048)
 def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
-    """An exact maximum flow of the tuple → token network (networkx preflow-push on integer capacities)."""
+    """An exact maximum flow of the tuple → token network on integer capacities (rationals, or floats as the
+    binary fractions they are, scaled by a common denominator).
+
+    A maximum flow is not unique and the rule's law depends on which one it is, so the choice is pinned:
+    Edmonds–Karp (shortest augmenting paths, found in a fixed node order) on integer node labels, whose
+    iteration order does not depend on Python's string hashing. Its choices follow which residual capacities
+    are positive and their minima, so a float instance takes the path its exact twin takes wherever no
+    rounding-level residual appears, and such a residual carries a rounding-level flow."""
     exact = isinstance(p[0], Fraction)
     laws = tuple_law(p, k, law)
     caps = {tup: Fraction(pr) for tup, pr in laws.items()}
     qcap = [Fraction(x) for x in q]
     scale = _lcm([c.denominator for c in caps.values()] + [c.denominator for c in qcap])
+    tuples = list(caps)
+    source, sink = 0, 1
+    token_node = {x: 2 + len(tuples) + x for x in range(len(q))}  # tuple i is node 2 + i
     graph = nx.DiGraph()
-    for tup, cap in caps.items():
-        graph.add_edge("s", ("X", tup), capacity=int(cap * scale))
+    graph.add_nodes_from(range(2 + len(tuples) + len(q)))
+    for i, tup in enumerate(tuples):
+        cap = int(caps[tup] * scale)
+        graph.add_edge(source, 2 + i, capacity=cap)
         for x in sorted(set(tup)):
-            graph.add_edge(("X", tup), ("y", x), capacity=int(cap * scale))
+            graph.add_edge(2 + i, token_node[x], capacity=cap)
     for x, cap in enumerate(qcap):
         if cap > 0:
-            graph.add_edge(("y", x), "t", capacity=int(cap * scale))
-    graph.add_node("t")
-    _, flow = nx.maximum_flow(graph, "s", "t")
+            graph.add_edge(token_node[x], sink, capacity=int(cap * scale))
+    _, flow = nx.maximum_flow(graph, source, sink, flow_func=edmonds_karp)
     conv = (lambda v: Fraction(v, scale)) if exact else (lambda v: v / scale)
-    flows = {tup: {y: conv(f) for (_, y), f in flow[("X", tup)].items() if f > 0} for tup in laws}
+    flows = {tup: {x: conv(flow[2 + i][token_node[x]]) for x in sorted(set(tup)) if flow[2 + i][token_node[x]] > 0}
+             for i, tup in enumerate(tuples)}
     return _solution(flows, q)
 
 
