@@ -66,11 +66,9 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
 
 def _gr_value(rows: ContextRows, ids: np.ndarray, below: list[np.ndarray], k: int) -> np.ndarray:
     vocab = rows.vocab
-    codes = np.arange(vocab**k)
-    tuples = np.array(np.unravel_index(codes, (vocab,) * k)).T  # [tuple, position] tokens
-    # [context, tuple, position (+ reject)]: every tuple at every context of the level
-    weights = rows.gr_step(k, np.repeat(ids, len(codes)), np.tile(codes, len(ids)))[0].reshape(len(ids), len(codes), -1)
+    tuples = np.array(np.unravel_index(np.arange(vocab**k), (vocab,) * k)).T  # [tuple, position] tokens
     out = np.zeros(len(ids))
-    for i in range(k):
-        out = out + (weights[:, :, i] * below[i][:, tuples[:, i]]).sum(axis=1)
+    for j, context in enumerate(ids.tolist()):  # [tuple, position (+ reject)] at each context of the level
+        weights = rows.gr_table(k, context)[0]
+        out[j] = sum((weights[:, i] * below[i][j, tuples[:, i]]).sum() for i in range(k))
     return out

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from .batched import has_batched_path
 from .drafting import FixedShape
 from .models import SyntheticModel
 from .montecarlo import target_table
@@ -253,6 +254,12 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
         "The paper's numbers are transcribed from layer_verification.txt (`simulator/data/"
         "layer_verification_toy.json`, with source lines). Cells marked *not run* have no record in the store "
         "yet: re-running the same command resumes the sweep.", ""]
+    unbatched = sorted({r.method for r in rows if not has_batched_path(r.method, "iid", r.cell.vocab)})
+    if unbatched:
+        header += [f"Methods without a batched Monte Carlo path ({', '.join(unbatched)}) run trial by trial on the "
+                   "reference path (Layer Verification over GR needs a GR solve per trial and node, on rows that "
+                   "depend on the path); `reports/benchmarks.md` gives their rate and the projected time of their "
+                   "cells, which is why they are not run at the paper's scale.", ""]
     crosscheck, crosscheck_data = exact_crosscheck_markdown()
     small, small_data = detection_markdown(SyntheticModel(3, seed=0), 2, 2)
     large, large_data = paper_scale_detection_markdown()

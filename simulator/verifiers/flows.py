@@ -313,7 +313,7 @@ def gr_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.nda
     return theta
 
 
-@row_cache(2048)
+@row_cache(256)  # a k = 3 solution holds V^3 tuples: a larger cache costs gigabytes
 def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     """The GR reconstruction described in the module docstring."""
     exact = isinstance(p[0], Fraction)
