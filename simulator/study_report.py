@@ -20,6 +20,7 @@ from .models import SyntheticModel
 from .montecarlo import target_table
 from .study import (ABLATIONS, Cell, Store, exact_accept_len, model_key, paper_cells, paper_tables,
                     summarise_cell)
+from .trees import make_topology
 
 AGREEMENT_SIGMAS = 3.0
 
@@ -254,7 +255,8 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
         "The paper's numbers are transcribed from layer_verification.txt (`simulator/data/"
         "layer_verification_toy.json`, with source lines). Cells marked *not run* have no record in the store "
         "yet: re-running the same command resumes the sweep.", ""]
-    unbatched = sorted({r.method for r in rows if not has_batched_path(r.method, "iid", r.cell.vocab)})
+    unbatched = sorted({r.method for r in rows if not has_batched_path(
+        r.method, "iid", r.cell.vocab, make_topology(r.cell.topology, r.cell.depth, r.cell.branching))})
     if unbatched:
         header += [f"Methods without a batched Monte Carlo path ({', '.join(unbatched)}) run trial by trial on the "
                    "reference path (Layer Verification over GR needs a GR solve per trial and node, on rows that "
@@ -311,7 +313,6 @@ def detection_markdown(model, depth: int, branching: int, n: int = 10**6) -> tup
     out, data = [], []
     for r in rows:
         spec_name = r.verifier
-        from .trees import make_topology
         from .verifiers import VERIFIERS
         spec = VERIFIERS[spec_name]
         topology = (make_topology("explicit", parents=spec.demo[0]) if spec.demo else
@@ -439,7 +440,6 @@ def exact_crosscheck_markdown(trials: int = 20_000, seeds: int = 2) -> tuple[str
     from exact import round_law
 
     from .montecarlo import monte_carlo
-    from .trees import make_topology
     from .verifiers import VERIFIERS
 
     data, lines = [], []
