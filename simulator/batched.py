@@ -7,12 +7,14 @@ float64 operations in the same order (row sums left to right) — so for every t
 supported verifier and topology.
 
 Supported: i.i.d. drafting on any topology; token verification lifting SpS, RRS, K-SEQ and GR (``tv-sps``,
-``tv-rrs``, ``tv-kseq``, ``tv-gr``), Layer Verification lifting SpS, RRS and K-SEQ (``lv-sps``, ``lv-rrs``,
-``lv-kseq``), Traversal (``trv``, ``trv-iid``), and GBV on chains and multi-chains. Everything else (``lv-gr``,
-whose target needs a fresh GR solve per node and trial; the ``bug-*`` controls) runs on the reference path.
-One computation differs in form: LV's outgoing flow is summed in closed form here (see
-:func:`_outflow`) where the reference sums over every candidate tuple; the two agree to rounding (~1e-16), so a
-decision could differ only if a uniform fell that close to its threshold — never observed in the tests.
+``tv-rrs``, ``tv-kseq``, ``tv-gr``), Layer Verification lifting SpS, RRS, K-SEQ and GR (``lv-sps``, ``lv-rrs``,
+``lv-kseq``, ``lv-gr``), Traversal (``trv``, ``trv-iid``), and GBV on chains and multi-chains. Everything else
+(the ``bug-*`` controls, other drafting schemes) runs on the reference path.
+Two computations differ in form: LV's outgoing flow is summed in closed form here (see :func:`_outflow`) where
+the reference sums over every candidate tuple, and LV over GR solves its per-node GR problems as one stack
+(:mod:`simulator.batched_gr`) on rows in another order; each agrees with the reference to rounding (~1e-16
+for the sums; GR's ``θ`` to its solver's tolerance), so a decision could differ only if a uniform fell that
+close to its threshold — never observed in the tests.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from .numeric import total
 from .verifiers.flows import tuple_law
 from .verifiers.rules import GR
 from .verifiers.single_step import KSEQ_BISECTION_STEPS
+from .batched_gr import lv_gr_node
 
-BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr", "lv-sps", "lv-rrs", "lv-kseq", "trv", "trv-iid", "gbv")
+BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr", "lv-sps", "lv-rrs", "lv-kseq", "lv-gr", "trv", "trv-iid", "gbv")
 
 
 def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | None = None) -> bool:
@@ -420,16 +423,23 @@ def _layer_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
             q_ext = np.concatenate([a[:, None] * rows.q[c], (1 - a)[:, None]], axis=1)
             kids = shape.kids[v]
             k = 1 if rule == "sps" else len(kids)
-            rho = _kseq_rho(p_ext, q_ext, np.full(len(live), k)) if rule == "kseq" else None
             cands = tokens[np.ix_(live, kids[:k])]
-            accept = _plan_acceptance(rule, cands, p_ext, q_ext, rho)
+            if rule == "gr":
+                token_accept, outflow = lv_gr_node(p_ext, q_ext, cands)
+            else:
+                rho = _kseq_rho(p_ext, q_ext, np.full(len(live), k)) if rule == "kseq" else None
+                accept = _plan_acceptance(rule, cands, p_ext, q_ext, rho)
+                outflow = _outflow(rule, p_ext, q_ext, k, rho)
             for i, w in enumerate(kids[:k]):
                 same = cands == cands[:, [i]]
-                total_accept = np.where(same[:, 0], accept[:, 0], 0.0)
-                for j in range(1, k):  # the dict of token_acceptance: first occurrence, then in order
-                    total_accept = np.where(same[:, j], total_accept + accept[:, j], total_accept)
+                if rule == "gr":
+                    total_accept = token_accept[:, i]
+                else:
+                    total_accept = np.where(same[:, 0], accept[:, 0], 0.0)
+                    for j in range(1, k):  # the dict of token_acceptance: first occurrence, then in order
+                        total_accept = np.where(same[:, j], total_accept + accept[:, j], total_accept)
                 scores[live, w] = lam * total_accept / same.sum(axis=1)
-            flows[live, v] = lam[:, None] * _outflow(rule, p_ext, q_ext, k, rho)[:, :vocab]
+            flows[live, v] = lam[:, None] * outflow[:, :vocab]
     node = np.full(batch, -1, dtype=np.int64)
     final_ctx = np.zeros(batch, dtype=np.int64)
     for level in reversed(levels):

@@ -50,8 +50,9 @@ def test_batched_path_returns_the_reference_outcome_of_every_trial(name, vocab, 
     model = SyntheticModel(vocab, rho=0.3, seed=vocab)
     topology = (make_topology("explicit", parents=[-1, 0, 0, 0, 1, 3, 3, 4]) if shape == "explicit"
                 else make_topology(shape, depth, branching))
-    accepted, sequences = run_trials(model, FixedShape(topology), VERIFIERS[name].fn, 11, range(1500))
-    batched_accepted, codes = batched_rounds(model, topology, "iid", name, 11, np.arange(1500))
+    trials = 300 if name == "lv-gr" else 1500  # lv-gr's reference path solves GR per node and trial
+    accepted, sequences = run_trials(model, FixedShape(topology), VERIFIERS[name].fn, 11, range(trials))
+    batched_accepted, codes = batched_rounds(model, topology, "iid", name, 11, np.arange(trials))
     assert np.array_equal(batched_accepted, accepted)
     assert np.array_equal(codes, encode(sequences, vocab))
 
@@ -77,14 +78,41 @@ def test_batched_gr_solves_lazily_where_a_dense_table_would_not_fit():
     assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, 9))
 
 
-def test_batched_path_does_not_depend_on_batch_size():
+@pytest.mark.parametrize("name", ["tv-rrs", "lv-gr"])
+def test_batched_path_does_not_depend_on_batch_size(name):
     model, topology = SyntheticModel(5, seed=2), make_topology("complete", 3, 2)
     rows = ContextRows(model, 3)
-    whole = batched_rounds(model, topology, "iid", "tv-rrs", 4, np.arange(3000), rows)
-    parts = [batched_rounds(model, topology, "iid", "tv-rrs", 4, np.arange(a, b), rows)
+    whole = batched_rounds(model, topology, "iid", name, 4, np.arange(3000), rows)
+    parts = [batched_rounds(model, topology, "iid", name, 4, np.arange(a, b), rows)
              for a, b in ((0, 7), (7, 1234), (1234, 3000))]
     assert np.array_equal(whole[0], np.concatenate([p[0] for p in parts]))
     assert np.array_equal(whole[1], np.concatenate([p[1] for p in parts]))
+
+
+def test_gr_solver_gives_an_instance_the_same_theta_in_any_stack():
+    # LV's transformed GR problems at random masses, solved as one stack and one by one: equal bit for bit.
+    from simulator.batched_gr import token_sets
+    from simulator.verifiers.flows import alpha_star
+    from simulator.verifiers.gr_solver import gr_dual_batch
+    rng = np.random.default_rng(5)
+    rows, _, _ = token_sets(7, 2)
+    probs, reject, q, inner = [], [], [], []
+    for _ in range(40):
+        p = np.r_[rng.dirichlet(np.ones(6)), 0.0]
+        mass = rng.uniform(0.2, 1.0)
+        q_ext = np.r_[mass * rng.dirichlet(np.ones(6)), 1 - mass]
+        _, star = alpha_star(tuple(p), tuple(q_ext), 2)
+        inside = np.isin(np.arange(7), sorted(star))
+        # P(set X = {a}) = p_a², P(set X = {a, b}) = 2 p_a p_b for two i.i.d. draws.
+        probs.append([p[m > 0][0] ** 2 if m.sum() == 1 else 2 * p[m > 0].prod() for m in rows.member])
+        reject.append((rows.member <= inside).all(axis=1))
+        q.append(q_ext)
+        inner.append(inside)
+    probs, reject, q, inner = map(np.array, (probs, reject, q, inner))
+    stacked = gr_dual_batch(rows, probs, reject, q, inner)
+    for m in range(len(q)):
+        alone = gr_dual_batch(rows, probs[m:m + 1], reject[m:m + 1], q[m:m + 1], inner[m:m + 1])
+        assert np.array_equal(alone[0], stacked[m])
 
 
 def test_no_batched_path_is_a_typed_error():

@@ -18,7 +18,7 @@ are defined by their flows rather than by a sequential procedure:
   ``θ_y ≤ 0`` for outside tokens; its gradient is expected flow minus ``q``, so at the optimum
   inside tokens are saturated and outside tokens are within capacity, saturated where ``θ_y < 0`` (without
   the sign bound the outside part is unbounded below whenever outside capacity exceeds outside mass).
-  Solver (:func:`gr_dual`): projected Newton with the analytic Hessian, on tuples merged by token set,
+  Solver (:func:`.gr_solver.gr_dual`): projected Newton with the analytic Hessian, on tuples merged by token set,
   to a projected gradient of 1e-12 in a handful of iterations. It replaced scipy's L-BFGS-B (still the
   fallback should Newton stop short), which was several times slower — GR is solved at every node of a
   Monte Carlo sweep — and stopped with projected gradients up to ~1e-6. Any residual overshoot is clipped
@@ -39,20 +39,15 @@ from typing import Sequence
 import networkx as nx
 from networkx.algorithms.flow import edmonds_karp
 import numpy as np
-from scipy.linalg.lapack import dposv
-from scipy.optimize import minimize
 
 from ..errors import InvalidParameterError
 from ..numeric import Number, row_cache, normalise, positive_part, total
+from .gr_solver import GR_BOUND, gr_dual  # noqa: F401  (GR_BOUND: part of GR's definition)
 
 Row = tuple[Number, ...]
 Tuple_ = tuple[int, ...]
 TUPLE_LAWS = ("iid", "without-replacement")
-GR_BOUND = 30.0
 GR_TOLERANCE = 1e-6
-GR_NEWTON_TOLERANCE = 1e-12  # sup norm of the projected gradient (flow units) at which Newton stops
-GR_NEWTON_ITERATIONS = 100
-GR_LINE_SEARCH_STEPS = 60
 
 
 def _zero(row: Row) -> Number:
@@ -173,144 +168,6 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     flows = {tup: {x: conv(flow[2 + i][token_node[x]]) for x in sorted(set(tup)) if flow[2 + i][token_node[x]] > 0}
              for i, tup in enumerate(tuples)}
     return _solution(flows, q)
-
-
-def _merge_rows(member: np.ndarray, reject: np.ndarray,
-                probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Tuples with equal rows (``member`` and ``reject``) merged into one, their probabilities added. The dual
-    sees a tuple only through its row, and i.i.d. tuples repeat rows (one per order): 225 rows become 120 at
-    V = 15, k = 2, and 3,375 become 680 at k = 3. Rows are sorted on exact binary codes of 52 columns each,
-    ``reject`` (0 or 1) as bit 52 of the first: codes stay below 2^53."""
-    keys = [member[:, i:i + 52] @ 2.0 ** np.arange(min(52, member.shape[1] - i))
-            for i in range(0, member.shape[1], 52)]
-    keys[0] = keys[0] + reject * 2.0 ** 52
-    order = np.lexsort(keys)
-    ordered = np.stack(keys)[:, order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (ordered[:, 1:] != ordered[:, :-1]).any(axis=0)
-    rows = order[first]
-    return member[rows], reject[rows], np.bincount(np.cumsum(first) - 1, weights=probs[order])
-
-
-def _projected_newton(probs: np.ndarray, member: np.ndarray, const: np.ndarray, q: np.ndarray,
-                      upper: np.ndarray) -> np.ndarray | None:
-    """``argmin Σ_r probs_r log(const_r + member_r·e^θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper``, from
-    ``θ = 0``; ``None`` if the projected gradient does not reach :data:`GR_NEWTON_TOLERANCE` within the
-    iteration cap.
-
-    Bertsekas' projected Newton. Coordinates within ``ε`` of a bound whose gradient points outwards take a
-    gradient step, the others a Newton step on the analytic Hessian ``diag(flow) − Σ_r probs_r v_r v_rᵀ/Z_r²``
-    (``v_r = member_r ∘ e^θ``) plus a relative Levenberg term: the Hessian is singular along some directions
-    (a constant added to all outside ``θ``; ``θ`` running off towards a bound). A free coordinate at a bound
-    that the Newton step pushes outwards is pinned and the step solved again. Armijo backtracking follows
-    the projected arc, trying the first breakpoint before halving; a full step that beats its quadratic model
-    (an exponential tail) is doubled while that pays. Changes of the objective are evaluated directly
-    (``expm1``, ``log1p``), not as differences of two sums of size ``log Z``, so that the line search still
-    resolves them near the tolerance.
-    """
-    size = len(q)
-    lower = -GR_BOUND
-    theta, weights = np.zeros(size), np.ones(size)
-    z = const + member.sum(axis=1)
-    member_t = np.ascontiguousarray(member.T)
-
-    def move(alpha: float) -> tuple[np.ndarray, np.ndarray, float]:
-        """The point ``alpha`` along the projected arc, the step to it, and the objective's change."""
-        trial = np.minimum(np.maximum(theta + alpha * direction, lower), upper)
-        step = trial - theta
-        dz = member @ (weights * np.expm1(step))
-        return trial, step, float(probs @ np.log1p(dz / z) - q @ step)
-
-    for _ in range(GR_NEWTON_ITERATIONS):
-        share = probs / z
-        flow = weights * (member_t @ share)
-        grad = flow - q
-        gap = float(np.abs(np.minimum(np.maximum(theta - grad, lower), upper) - theta).max())
-        if gap <= GR_NEWTON_TOLERANCE:
-            return theta
-        hess = (member_t * (share / z)) @ member
-        hess *= -weights[:, None] * weights
-        hess.flat[::size + 1] += flow * (1 + 1e-12)  # diag(flow) and the Levenberg term
-        band = min(1e-3, gap)
-        near_lower, near_upper = theta <= lower + band, theta >= upper - band
-        pinned = (near_lower & (grad > 0)) | (near_upper & (grad < 0))
-        target = -grad
-        while True:
-            system = hess * np.outer(~pinned, ~pinned)
-            system.flat[::size + 1] += pinned
-            _, direction, info = dposv(system, target)
-            if info:
-                return None
-            out = ~pinned & ((near_lower & (direction < 0)) | (near_upper & (direction > 0)))
-            if not out.any():
-                break
-            pinned |= out
-            target[out] = 0.0
-        alpha = 1.0
-        for _ in range(GR_LINE_SEARCH_STEPS):
-            trial, step, change = move(alpha)
-            descent = float(grad @ step)
-            if change <= 1e-4 * descent:
-                break
-            if alpha == 1.0:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    reach = (np.where(direction > 0, upper, lower) - theta) / direction
-                first = float(reach[~pinned & (reach > 0)].min(initial=1.0))
-                alpha = first if first < 1 else 0.5
-            else:
-                alpha /= 2
-        else:
-            return None
-        if alpha == 1.0 and change < 0.6 * descent:
-            while alpha < 64:
-                longer, _, longer_change = move(2 * alpha)
-                if not longer_change < change:
-                    break
-                trial, change, alpha = longer, longer_change, 2 * alpha
-        theta = trial
-        weights = np.exp(theta)
-        z = const + member @ weights
-    return None
-
-
-def _lbfgsb_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,
-                 upper: np.ndarray) -> np.ndarray:
-    """The dual by scipy's L-BFGS-B from ``θ = 0``: :func:`gr_dual`'s fallback."""
-    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        weights = np.exp(theta)
-        z = reject + member @ weights
-        value = float(probs @ np.log(z) - q @ theta)
-        grad = (member * weights).T @ (probs / z) - q
-        return value, grad
-
-    bounds = [(-GR_BOUND, float(u)) for u in upper]
-    result = minimize(objective, np.zeros(len(q)), jac=True, method="L-BFGS-B", bounds=bounds,
-                      options={"gtol": 1e-13, "ftol": 1e-15, "maxiter": 20000})
-    return result.x
-
-
-def gr_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,
-            inner: np.ndarray) -> np.ndarray:
-    """GR's ``θ``: the minimiser of ``Σ_X P(X) log(reject_X + member_X·e^θ) − q·θ`` over ``|θ| ≤ GR_BOUND``
-    with ``θ ≤ 0`` off ``inner`` (one row per tuple: ``member`` 0/1, ``reject`` 1 inside ``H*``, else 0).
-
-    Coordinates the objective is monotone in are put at their bound: undrafted tokens (term ``−q_y θ_y``)
-    and drafted ones with ``q_y ≤ 0`` (gradient = flow − q > 0). :func:`_projected_newton` solves for the
-    others on merged rows; rows inside ``H*`` touch only inner tokens and the others only outside ones, so
-    its Hessian is block diagonal. Should Newton stop short, L-BFGS-B solves the whole problem instead.
-    """
-    upper = np.where(inner, GR_BOUND, 0.0)  # outside: the dual of "flow ≤ q" with no reject option, θ ≤ 0
-    member, reject, probs = _merge_rows(member, reject, probs)
-    drafted = member.any(axis=0)
-    theta = np.where(q > 0, upper, np.where(drafted | (q < 0), -GR_BOUND, 0.0))
-    free = drafted & (q > 0)
-    if free.any():
-        const = reject + member[:, ~free] @ np.exp(theta[~free])
-        solved = _projected_newton(probs, member[:, free], const, q[free], upper[free])
-        if solved is None:
-            return _lbfgsb_dual(probs, member, reject, q, upper)
-        theta[free] = solved
-    return theta
 
 
 @row_cache(256)  # a k = 3 solution holds V^3 tuples: a larger cache costs gigabytes

@@ -1,0 +1,110 @@
+"""Layer Verification over GR, batched: the GR problems of many nodes solved as one stack.
+
+LV hands each non-leaf node a transformed problem — draft ``(p_v, 0)``, target ``(A_t q_v, 1 − A_t)`` with
+``A_t`` the score mass of the node's depth (:mod:`simulator.verifiers.layer`) — and ``A_t`` depends on the whole
+drafted tree, so every node of every trial brings a GR problem of its own. The reference path builds GR's
+flow dictionaries over all ``V^k`` tuples per problem (:func:`simulator.verifiers.flows.gr_flow`); here the
+problems of one node across a batch of trials are stacked and solved by the same dual solver
+(:func:`simulator.verifiers.gr_solver.gr_dual_batch`), and LV reads off the two things it needs in closed
+form: the acceptance of the drafted tuple's tokens and the outgoing flow.
+
+Each problem is GR's as :func:`~simulator.verifiers.flows.gr_flow` states it — ``H*`` from the same
+sequential scan as :func:`~simulator.verifiers.flows.alpha_star`, tuples merged by token set (``P(set X = S)``;
+the reference merges the same rows), over-full tokens clipped — so a trial's outcome equals the reference
+path's to rounding (the solver sees rows in another order and sums differ in their last bits).
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+
+from .verifiers.gr_solver import Rows, gr_dual_batch
+
+#: Elements of one ``[M, R, V+1]`` array per solver call; bounds the stack's memory (~64 MB an array).
+STACK_ELEMENTS = 8_000_000
+
+
+@lru_cache(maxsize=8)
+def token_sets(vocab: int, k: int) -> tuple[Rows, np.ndarray, np.ndarray]:
+    """The token sets of ``k`` i.i.d. draws from ``vocab`` tokens as solver rows, the tuples ``[V^k, k]`` in
+    product order sorted by set, and where each set's run of tuples starts (for ``np.add.reduceat``)."""
+    sets = sorted({tuple(sorted(set(t))) for t in itertools.product(range(vocab), repeat=k)},
+                  key=lambda s: (len(s), s))
+    index = {s: i for i, s in enumerate(sets)}
+    tuples = np.array(list(itertools.product(range(vocab), repeat=k)), dtype=np.int64)
+    owner = np.array([index[tuple(sorted(set(t)))] for t in tuples.tolist()])
+    order = np.argsort(owner, kind="stable")
+    member = np.zeros((len(sets), vocab))
+    for i, s in enumerate(sets):
+        member[i, list(s)] = 1.0
+    return Rows.of(member), tuples[order], np.searchsorted(owner[order], np.arange(len(sets)))
+
+
+def _inner_sets(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    """``H*`` of each problem as a mask: :func:`~simulator.verifiers.flows.alpha_star`'s i.i.d. scan (tokens by
+    ``p/q`` descending, ``q = 0 < p`` first, undrafted last, ties by id; the first prefix minimising
+    ``q(H) + 1 − p(H)^k``, if it beats ``H = ∅``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        key = np.where(p > 0, np.where(q == 0, -np.inf, -(p / q)), 1.0)
+    ids = np.broadcast_to(np.arange(p.shape[1]), p.shape)
+    order = np.lexsort((ids, key), axis=1)
+    qh = np.cumsum(np.take_along_axis(q, order, axis=1), axis=1)
+    ph = np.cumsum(np.take_along_axis(p, order, axis=1), axis=1)
+    value = qh + 1 - ph**k
+    best = np.argmin(value, axis=1)
+    length = np.where(value[np.arange(len(p)), best] < 1, best + 1, 0)
+    inner = np.zeros(p.shape, dtype=bool)
+    np.put_along_axis(inner, order, np.arange(p.shape[1])[None, :] < length[:, None], axis=1)
+    return inner
+
+
+def _solve(p: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """GR for each problem ``(p[m], q[m])`` with ``k`` i.i.d. candidates: ``e^θ``, ``H*``, the outgoing flow and
+    the clipping factors per token (``q/inflow`` where the inflow overshoots ``q``, else 1)."""
+    count, size = p.shape
+    rows, tuples, starts = token_sets(size, k)
+    chance = p[:, tuples[:, 0]]
+    for i in range(1, k):
+        chance = chance * p[:, tuples[:, i]]
+    probs = np.add.reduceat(chance, starts, axis=1)  # P(set X = S)
+    inner = _inner_sets(p, q, k)
+    reject = (rows.member[None] <= inner[:, None, :]).all(axis=2)  # S ⊆ H*
+    theta = np.empty((count, size))
+    chunk = max(1, STACK_ELEMENTS // (len(rows.member) * size))
+    for start in range(0, count, chunk):
+        at = slice(start, start + chunk)
+        theta[at] = gr_dual_batch(rows, probs[at], reject[at], q[at], inner[at])
+    weights = np.exp(theta)
+    z = np.where(reject, 1 + rows.row_sums(weights), rows.row_sums(np.where(inner, 0.0, weights)))
+    share = probs / z
+    inflow = weights * np.where(inner, rows.token_sums(np.where(reject, share, 0.0)), rows.token_sums(share))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where((inflow > q) & (inflow > 0), q / inflow, 1.0)
+    return weights, inner, factor * inflow, factor
+
+
+def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GR at one LV node for a batch of trials: the transformed draft rows ``p`` ``[m, V+1]`` and target rows
+    ``q`` (:func:`simulator.verifiers.layer.score_nodes`) and the drafted candidates ``[m, k]``. Returns, per
+    candidate position, GR's acceptance of its token given the tuple (``f(X → x)/P(X)``; 0 for a token GR does
+    not route to) and the outgoing flow ``Σ_X f(X → x)`` ``[m, V+1]``."""
+    count, k = cands.shape
+    # Trials whose node has the same rows share a problem (every trial at the root).
+    unique, inverse = np.unique(np.concatenate([p, q], axis=1), axis=0, return_inverse=True)
+    size = p.shape[1]
+    weights, inner, outflow, factor = _solve(unique[:, :size], unique[:, size:], k)
+    inverse = inverse.reshape(-1)
+    weights, inner, factor = weights[inverse], inner[inverse], factor[inverse]
+    b = np.arange(count)[:, None]
+    inside = inner[b, cands].all(axis=1)
+    routed = inside[:, None] | ~inner[b, cands]  # the tokens the tuple routes to
+    first = np.ones((count, k), dtype=bool)  # the first position of each distinct token
+    for i in range(1, k):
+        first[:, i] = (cands[:, :i] != cands[:, [i]]).all(axis=1)
+    w = weights[b, cands]
+    z = inside + (np.where(routed & first, w, 0.0)).sum(axis=1)
+    accept = np.where(routed, w / z[:, None] * factor[b, cands], 0.0)
+    return accept, outflow[inverse]

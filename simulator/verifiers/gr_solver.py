@@ -1,0 +1,299 @@
+"""GR's dual problem, solved for one instance or for many at once (:mod:`.flows` holds GR itself).
+
+GR's ``θ`` minimises ``Σ_r probs_r log(reject_r + member_r·e^θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper``, one
+row ``r`` per candidate tuple (``member`` its 0/1 token row, ``reject`` 1 where it has a reject option). The
+solver is written once, for a stack of ``M`` instances (``[M, R]`` and ``[M, R, F]`` arrays): every instance
+runs its own iterations (converged instances stop, the others go on) and every operation on an instance reads
+only that instance's slice, so an instance's ``θ`` does not depend on what else is in the stack — the
+reference path solves one instance at a time, Layer Verification's batched Monte Carlo path
+(:mod:`simulator.batched_gr`) thousands, and the two get the same ``θ`` (the tests check it bit for bit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+
+GR_BOUND = 30.0
+GR_NEWTON_TOLERANCE = 1e-12  # sup norm of the projected gradient (flow units) at which Newton stops
+GR_NEWTON_ITERATIONS = 100
+GR_LINE_SEARCH_STEPS = 60
+ARMIJO = 1e-4
+LEVENBERG = 1e-12
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a[m] · b[m]`` for every instance ``m`` (a row-wise sum: the same for an instance in any stack)."""
+    return (a * b).sum(axis=1)
+
+
+def merge_rows(member: np.ndarray, reject: np.ndarray,
+               probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tuples with equal rows (``member`` and ``reject``) merged into one, their probabilities added. The dual
+    sees a tuple only through its row, and i.i.d. tuples repeat rows (one per order and repetition): 225 rows
+    become 120 at V = 15, k = 2, and 3,375 become 575 at k = 3. Rows are sorted on exact binary codes of 52
+    columns each, ``reject`` (0 or 1) as bit 52 of the first: codes stay below 2^53."""
+    keys = [member[:, i:i + 52] @ 2.0 ** np.arange(min(52, member.shape[1] - i))
+            for i in range(0, member.shape[1], 52)]
+    keys[0] = keys[0] + reject * 2.0 ** 52
+    order = np.lexsort(keys)
+    ordered = np.stack(keys)[:, order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (ordered[:, 1:] != ordered[:, :-1]).any(axis=0)
+    rows = order[first]
+    return member[rows], reject[rows], np.bincount(np.cumsum(first) - 1, weights=probs[order])
+
+
+def _solve(system: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``system[m]⁻¹ target[m]`` per instance and whether it is finite (a singular system gives ``False``)."""
+    try:
+        out = np.linalg.solve(system, target[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:
+        out = np.full_like(target, np.nan)
+        for m in range(len(system)):
+            try:
+                out[m] = np.linalg.solve(system[m: m + 1], target[m: m + 1, :, None])[0, :, 0]
+            except np.linalg.LinAlgError:
+                pass
+    return out, np.isfinite(out).all(axis=1)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The tuple rows shared by every instance of a stack, as index lists (rows hold at most a few tokens, so
+    gathers beat dense products, and a gather's sums do not depend on the stack's size as BLAS's may):
+    ``tokens[r]`` the tokens of row ``r`` (padded with ``F``), ``containing[a]`` the rows holding token ``a`` and
+    ``pairs[a, b]`` the rows holding both ``a ≠ b`` (padded with ``R``)."""
+
+    tokens: np.ndarray
+    containing: np.ndarray
+    pairs: np.ndarray
+    member: np.ndarray
+
+    @classmethod
+    def of(cls, member: np.ndarray) -> "Rows":
+        """From the 0/1 matrix ``member`` ``[R, F]``."""
+        count, size = member.shape
+        held = member > 0
+
+        def listing(mask: np.ndarray, pad: int) -> np.ndarray:
+            width = max(1, int(mask.sum(axis=-1).max(initial=0)))
+            order = np.argsort(~mask, axis=-1, kind="stable")[..., :width]
+            return np.where(np.take_along_axis(mask, order, axis=-1), order, pad)
+
+        both = held.T[:, None, :] & held.T[None, :, :] & ~np.eye(size, dtype=bool)[:, :, None]
+        return cls(listing(held, size), listing(held.T, count), listing(both, count), member)
+
+    def row_sums(self, x: np.ndarray) -> np.ndarray:
+        """``member @ x[m]`` per instance: ``[M, F]`` → ``[M, R]``."""
+        return np.concatenate([x, np.zeros((len(x), 1))], axis=1)[:, self.tokens].sum(axis=2)
+
+    def token_sums(self, y: np.ndarray) -> np.ndarray:
+        """``memberᵀ @ y[m]`` per instance: ``[M, R]`` → ``[M, F]``."""
+        return np.concatenate([y, np.zeros((len(y), 1))], axis=1)[:, self.containing].sum(axis=2)
+
+    def pair_sums(self, y: np.ndarray) -> np.ndarray:
+        """``memberᵀ diag(y[m]) member`` per instance: ``[M, R]`` → ``[M, F, F]``."""
+        padded = np.concatenate([y, np.zeros((len(y), 1))], axis=1)
+        out = padded[:, self.pairs].sum(axis=3)
+        diagonal = np.arange(out.shape[1])
+        out[:, diagonal, diagonal] = padded[:, self.containing].sum(axis=2)
+        return out
+
+
+def _routed_sums(rows: Rows, x: np.ndarray, reject: np.ndarray, inner: np.ndarray, constant: float) -> np.ndarray:
+    """Per instance and row, ``constant`` (rows with a reject option) plus the sum of ``x`` over the tokens the
+    row routes to."""
+    return np.where(reject, constant + rows.row_sums(x), rows.row_sums(np.where(inner, 0.0, x)))
+
+
+class _Stack:
+    """The instances still iterating, sliced together. A row with a reject option holds inner tokens only, and
+    routes to all its tokens; a row without routes to its outside tokens only (GR's structure)."""
+
+    def __init__(self, rows: Rows, probs, reject, inner, q, upper, fixed, theta) -> None:
+        self.rows = rows
+        self.probs, self.reject, self.inner, self.q, self.upper, self.fixed = probs, reject, inner, q, upper, fixed
+        self.set_theta(theta)
+
+    def set_theta(self, theta: np.ndarray) -> None:
+        self.theta = theta
+        self.weights = np.exp(theta)
+        self.z = _routed_sums(self.rows, self.weights, self.reject, self.inner, 1.0)
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep instances ``rows`` (sorted indices) only."""
+        if len(rows) == len(self.q):
+            return
+        for name in ("probs", "reject", "inner", "q", "upper", "fixed", "theta", "weights", "z"):
+            setattr(self, name, getattr(self, name)[rows])
+
+    def flow_and_hessian(self) -> tuple[np.ndarray, np.ndarray]:
+        """Expected flow per token (the gradient plus ``q``) and the Hessian ``diag(flow) − Σ_r probs_r v_r v_rᵀ/Z_r²``
+        (``v_r`` = ``e^θ`` on the tokens row ``r`` routes to), without the Levenberg term."""
+        share = self.probs / self.z
+        inside = self.rows.token_sums(np.where(self.reject, share, 0.0))
+        flow = self.weights * np.where(self.inner, inside, self.rows.token_sums(share))
+        curve = share / self.z
+        both_in = self.inner[:, :, None] & self.inner[:, None, :]
+        both_out = ~self.inner[:, :, None] & ~self.inner[:, None, :]
+        pairs = np.where(both_in, self.rows.pair_sums(np.where(self.reject, curve, 0.0)),
+                         np.where(both_out, self.rows.pair_sums(curve), 0.0))
+        hess = -(self.weights[:, :, None] * self.weights[:, None, :]) * pairs
+        return flow, hess
+
+    def move(self, rows: np.ndarray, alpha: np.ndarray,
+             direction: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For instances ``rows``: the point ``alpha`` along the projected arc, the step to it, and the
+        objective's change — evaluated directly (``expm1``, ``log1p``), not as a difference of two sums of size
+        ``log Z``, so that the line search still resolves it near the tolerance."""
+        theta = self.theta[rows]
+        trial = np.minimum(np.maximum(theta + alpha[:, None] * direction, -GR_BOUND), self.upper[rows])
+        step = trial - theta
+        grow = self.weights[rows] * np.expm1(step)
+        dz = _routed_sums(self.rows, grow, self.reject[rows], self.inner[rows], 0.0)
+        change = _dot(self.probs[rows], np.log1p(dz / self.z[rows])) - _dot(self.q[rows], step)
+        return trial, step, change
+
+
+def projected_newton(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: np.ndarray, q: np.ndarray,
+                     upper: np.ndarray, fixed: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``argmin Σ_r probs_r log Z_r(θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper`` for each instance (``Z_r`` as
+    :class:`_Stack` routes row ``r``), from ``theta``; coordinates marked ``fixed`` stay where they start.
+    Returns ``θ`` ``[M, F]`` and whether each instance's projected gradient reached
+    :data:`GR_NEWTON_TOLERANCE` within the iteration cap.
+
+    Bertsekas' projected Newton. Coordinates within ``ε`` of a bound whose gradient points outwards take a
+    gradient step, the others a Newton step on the analytic Hessian plus a relative Levenberg term: the
+    Hessian is singular along some directions (a constant added to all outside ``θ``; ``θ`` running off
+    towards a bound). A free coordinate at a bound that the Newton step pushes outwards is pinned and the step
+    solved again. Armijo backtracking follows the projected arc, trying the first breakpoint before halving;
+    a full step that beats its quadratic model (an exponential tail) is doubled while that pays.
+    """
+    count, size = q.shape
+    theta_out = theta.copy()
+    converged = np.zeros(count, dtype=bool)
+    ids = np.arange(count)
+    s = _Stack(rows, probs, reject, inner, q, upper, fixed, theta)
+    diagonal = np.arange(size)
+    for _ in range(GR_NEWTON_ITERATIONS):
+        flow, hess = s.flow_and_hessian()
+        grad = flow - s.q
+        moved = np.minimum(np.maximum(s.theta - grad, -GR_BOUND), s.upper) - s.theta
+        gap = np.where(s.fixed, 0.0, np.abs(moved)).max(axis=1)
+        done = gap <= GR_NEWTON_TOLERANCE
+        theta_out[ids[done]], converged[ids[done]] = s.theta[done], True
+        go = np.flatnonzero(~done)
+        if len(go) == 0:
+            break
+        ids, flow, hess, grad, gap = ids[go], flow[go], hess[go], grad[go], gap[go]
+        s.keep(go)
+        hess[:, diagonal, diagonal] += flow * (1 + LEVENBERG)
+        band = np.minimum(1e-3, gap)[:, None]
+        near_lower, near_upper = s.theta <= -GR_BOUND + band, s.theta >= s.upper - band
+        pinned = s.fixed | (near_lower & (grad > 0)) | (near_upper & (grad < 0))
+        target = np.where(s.fixed, 0.0, -grad)
+        direction = np.zeros_like(target)
+        usable = np.ones(len(ids), dtype=bool)
+        solving = np.arange(len(ids))
+        while len(solving):
+            free = ~pinned[solving]
+            system = hess[solving] * (free[:, :, None] & free[:, None, :])
+            system[:, diagonal, diagonal] += pinned[solving]
+            step, finite = _solve(system, target[solving])
+            usable[solving[~finite]] = False
+            step = np.where(finite[:, None], step, 0.0)
+            direction[solving] = step
+            out = free & ((near_lower[solving] & (step < 0)) | (near_upper[solving] & (step > 0)))
+            again = out.any(axis=1) & finite
+            pinned[solving[again]] |= out[again]
+            target[solving[again]] = np.where(out[again], 0.0, target[solving[again]])
+            solving = solving[again]
+        alpha = np.ones(len(ids))
+        trial, change, descent = np.empty_like(s.theta), np.empty(len(ids)), np.empty(len(ids))
+        searching = np.flatnonzero(usable)
+        for _ in range(GR_LINE_SEARCH_STEPS):
+            if len(searching) == 0:
+                break
+            point, step, delta = s.move(searching, alpha[searching], direction[searching])
+            slope = _dot(grad[searching], step)
+            ok = delta <= ARMIJO * slope
+            at = searching[ok]
+            trial[at], change[at], descent[at] = point[ok], delta[ok], slope[ok]
+            searching = searching[~ok]
+            first_try = alpha[searching] == 1.0
+            if first_try.any():
+                rows = searching[first_try]
+                d = direction[rows]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    reach = (np.where(d > 0, s.upper[rows], -GR_BOUND) - s.theta[rows]) / d
+                reach = np.where(~pinned[rows] & (reach > 0), reach, np.inf)
+                first = np.minimum(reach.min(axis=1), 1.0)
+                alpha[rows] = np.where(first < 1, first, 0.5)
+            alpha[searching[~first_try]] /= 2
+        usable[searching] = False
+        longer = np.flatnonzero(usable & (alpha == 1.0) & (change < 0.6 * descent))
+        while len(longer):
+            point, _, delta = s.move(longer, 2 * alpha[longer], direction[longer])
+            better = delta < change[longer]
+            at = longer[better]
+            trial[at], change[at], alpha[at] = point[better], delta[better], 2 * alpha[at]
+            longer = at[alpha[at] < 64]
+        keep = np.flatnonzero(usable)
+        ids = ids[keep]
+        s.keep(keep)
+        s.set_theta(trial[keep])
+        if len(ids) == 0:
+            break
+    return theta_out, converged
+
+
+def _lbfgsb_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,
+                 upper: np.ndarray) -> np.ndarray:
+    """One instance's dual by scipy's L-BFGS-B from ``θ = 0``: the fallback should Newton stop short."""
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        weights = np.exp(theta)
+        z = reject + member @ weights
+        value = float(probs @ np.log(z) - q @ theta)
+        grad = (member * weights).T @ (probs / z) - q
+        return value, grad
+
+    bounds = [(-GR_BOUND, float(u)) for u in upper]
+    result = minimize(objective, np.zeros(len(q)), jac=True, method="L-BFGS-B", bounds=bounds,
+                      options={"gtol": 1e-13, "ftol": 1e-15, "maxiter": 20000})
+    return result.x
+
+
+def gr_dual_batch(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarray,
+                  inner: np.ndarray) -> np.ndarray:
+    """GR's ``θ`` ``[M, V]`` for a stack of instances on shared tuple rows: ``probs`` ``[M, R]`` (0 allowed),
+    ``reject`` ``[M, R]`` (the row lies in ``H*``), capacities ``q`` ``[M, V]``, ``inner`` ``[M, V]`` (``H*``). A row
+    with a reject option routes to all its tokens, a row without to its outside tokens only.
+
+    ``θ ≤ 0`` off ``inner`` (the dual of "flow ≤ q" with no reject option). Coordinates the objective is
+    monotone in are put at their bound: undrafted tokens (term ``−q_y θ_y``) and drafted ones with ``q_y ≤ 0``
+    (gradient = flow − q > 0). :func:`projected_newton` solves for the others from ``θ = 0``; rows inside
+    ``H*`` touch only inner tokens and the others only outside ones, so its Hessian is block diagonal. An
+    instance Newton stops short on is solved again by L-BFGS-B.
+    """
+    reject = reject.astype(bool)
+    upper = np.where(inner, GR_BOUND, 0.0)
+    drafted = rows.token_sums((probs > 0).astype(float)) > 0
+    free = drafted & (q > 0)
+    start = np.where(free, 0.0, np.where(q > 0, upper, np.where(drafted | (q < 0), -GR_BOUND, 0.0)))
+    theta, converged = projected_newton(rows, probs, reject, inner, q, upper, ~free, start)
+    for m in np.flatnonzero(~converged):
+        routed = rows.member * (reject[m][:, None] | ~inner[m][None, :])
+        theta[m] = np.where(free[m], _lbfgsb_dual(probs[m], routed, reject[m].astype(float), q[m], upper[m]),
+                            start[m])
+    return theta
+
+
+def gr_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,
+            inner: np.ndarray) -> np.ndarray:
+    """GR's ``θ`` for one instance, one row per tuple (``member`` 0/1, ``reject`` 1 for a row inside ``H*``), on
+    its rows merged (:func:`merge_rows`)."""
+    member, reject, probs = merge_rows(member, reject, probs)
+    return gr_dual_batch(Rows.of(member), probs[None], reject[None], q[None], inner[None])[0]
