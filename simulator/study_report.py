@@ -147,7 +147,12 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
                     cells.append("–")
                     continue
                 o = r.ours
-                ours = "not run" if o is None else f"{o['accept_len_mean']:.3f} ± {o['accept_len_se']:.3f}"
+                if o is None:
+                    ours = "not run"
+                elif o["seeds"] == 1:  # no SE across seeds from one seed
+                    ours = f"{o['accept_len_mean']:.3f}"
+                else:
+                    ours = f"{o['accept_len_mean']:.3f} ± {o['accept_len_se']:.3f}"
                 if o is not None and o["seeds"] < seeds:
                     ours += f" ({o['seeds']}/{seeds} seeds)"
                 sig = "" if r.sigmas is None else f" / {r.sigmas:+.1f}σ"
@@ -259,9 +264,14 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
         r.method, "iid", r.cell.vocab, make_topology(r.cell.topology, r.cell.depth, r.cell.branching))})
     if unbatched:
         header += [f"Methods without a batched Monte Carlo path ({', '.join(unbatched)}) run trial by trial on the "
-                   "reference path (Layer Verification over GR needs a GR solve per trial and node, on rows that "
-                   "depend on the path); `reports/benchmarks.md` gives their rate and the projected time of their "
-                   "cells, which is why they are not run at the paper's scale.", ""]
+                   "reference path; `reports/benchmarks.md` gives their rate and the projected time of their "
+                   "cells.", ""]
+    partial = sorted({r.method for r in rows if r.ours is not None and r.ours["seeds"] < seeds})
+    if partial:
+        header += [f"Some cells of {', '.join(partial)} hold fewer model seeds than {seeds} so far (marked with their "
+                   "count; one seed gives no SE across seeds, so such a cell is left out of the agreement count): "
+                   "their time is in `reports/ablation_time.md` and `reports/benchmarks.md`, and re-running the "
+                   "command adds the missing seeds.", ""]
     crosscheck, crosscheck_data = exact_crosscheck_markdown()
     small, small_data = detection_markdown(SyntheticModel(3, seed=0), 2, 2)
     large, large_data = paper_scale_detection_markdown()
