@@ -6,8 +6,8 @@ Usage: ``python3 benchmarks/ablation_time.py [--out reports/ablation_time.md] [-
 Every ablation cell (20 seeds × 10^5 trials at full scale) is timed on model seed 0 exactly as the sweep runs
 it (:func:`simulator.study.compute_seed`, the model's rows built once per model and shared, as a sweep's
 worker shares them): per model configuration the set-up (rows of every context up to ``H``), per cell the
-Monte Carlo of one seed. With ``--store``, a cell whose seed-0 record is in the sweep's store takes the time the
-sweep measured for it (the record's ``seconds``: the same computation) instead of being run again. With
+Monte Carlo of one seed. With ``--store``, a cell whose seed-0 record in the sweep's store holds the time the
+sweep measured for it takes that time (the record's ``seconds``: the same computation) instead of being run again. With
 ``--verifiers``, only those methods' cells are timed; the other methods' rows are kept from the JSON at
 ``--out``. The suite's projected time on ``--jobs`` cores is ``20 × (Σ_models set-up + Σ_cells seed time) /
 jobs``. The paper reports 30 hours on 128 cores. Run it on an otherwise idle machine.
@@ -34,7 +34,7 @@ def time_cell(cell: study.Cell, store: Store | None) -> dict:
     """Seed 0 of ``cell`` as the sweep runs it, or as the sweep measured it (its record in ``store``)."""
     out = {"verifier": cell.verifier, "topology": cell.topology, "key": cell.key()}
     record = store.load(cell, 0) if store is not None else None
-    if record is not None:
+    if record is not None and "seconds" in record:  # records older than the field do not hold it
         out["source"], out["seed_s"] = "store record", record["seconds"]
     else:
         out["source"], out["seed_s"] = "timed", compute_seed(cell, 0)["seconds"]
@@ -50,13 +50,13 @@ def main() -> None:
     args = parser.parse_args()
     wanted = set(args.verifiers.split(",")) if args.verifiers else None
     store = Store(args.store) if args.store else None
-    kept = []
+    kept, setups = [], {}  # setups: seconds per model configuration
     if wanted is not None:
         previous = json.loads(Path(args.out).with_suffix(".json").read_text())
         kept = [r for r in previous["cells"] if r["verifier"] not in wanted]
+        setups = {tuple(s["model"]): s["seconds"] for s in previous["setups"]}
     cells = list(dict.fromkeys(c for t in ABLATIONS for _, _, c in paper_cells(t)))
     cells.sort(key=lambda c: model_key(c, 0))
-    setups: dict[tuple, float] = {}
     timed = {}
     for cell in cells:
         if wanted is not None and cell.verifier not in wanted:
@@ -67,10 +67,9 @@ def main() -> None:
             start = time.perf_counter()
             study._rows(*key)
             setups[key] = time.perf_counter() - start
+        study._rows(*key)  # built (untimed) where its set-up was measured before: the cell's time is its own
         timed[cell.key()] = time_cell(replace(cell, seeds=1), store)
         print(json.dumps(timed[cell.key()]), file=sys.stderr)
-    if wanted is not None:
-        setups = {tuple(s["model"]): s["seconds"] for s in previous["setups"]}
     rows = kept + list(timed.values())
     order = {c.key(): i for i, c in enumerate(cells)}
     rows.sort(key=lambda r: order[r["key"]])
