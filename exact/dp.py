@@ -68,6 +68,7 @@ def _gr_value(rows: ContextRows, ids: np.ndarray, below: list[np.ndarray], k: in
     vocab = rows.vocab
     tuples = np.array(np.unravel_index(np.arange(vocab**k), (vocab,) * k)).T  # [tuple, position] tokens
     out = np.zeros(len(ids))
+    rows.gr_tables(k, ids)  # the level's contexts solved as stacks
     for j, context in enumerate(ids.tolist()):  # [tuple, position (+ reject)] at each context of the level
         weights = rows.gr_table(k, context)[0]
         out[j] = sum((weights[:, i] * below[i][j, tuples[:, i]]).sum() for i in range(k))

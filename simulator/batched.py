@@ -11,10 +11,10 @@ Supported: i.i.d. drafting on any topology; token verification lifting SpS, RRS,
 ``lv-kseq``, ``lv-gr``), Traversal (``trv``, ``trv-iid``), and GBV on chains and multi-chains. Everything else
 (the ``bug-*`` controls, other drafting schemes) runs on the reference path.
 Two computations differ in form: LV's outgoing flow is summed in closed form here (see :func:`_outflow`) where
-the reference sums over every candidate tuple, and LV over GR solves its per-node GR problems as one stack
-(:mod:`simulator.batched_gr`) on rows in another order; each agrees with the reference to rounding (~1e-16
-for the sums; GR's ``θ`` to its solver's tolerance), so a decision could differ only if a uniform fell that
-close to its threshold — never observed in the tests.
+the reference sums over every candidate tuple, and GR's problems (per context for ``tv-gr``, per node and trial
+for ``lv-gr``) are solved as stacks (:mod:`simulator.batched_gr`) on rows in another order; each agrees with
+the reference to rounding (~1e-16 for the sums; GR's ``θ`` to its solver's tolerance), so a decision could
+differ only if a uniform fell that close to its threshold — never observed in the tests.
 """
 
 from __future__ import annotations
@@ -27,12 +27,10 @@ from .errors import InvalidParameterError
 from .models import ModelPair, ModelView
 from .randomness import counter_uniforms
 from .trees import Topology
-from .numeric import total
-from .verifiers.flows import tuple_law
-from .verifiers.rules import GR
 from .verifiers.single_step import KSEQ_BISECTION_STEPS
-from .batched_gr import lv_gr_node
+from .batched_gr import lv_gr_node, tv_gr_tables
 
+GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
 BATCHED = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr", "lv-sps", "lv-rrs", "lv-kseq", "lv-gr", "trv", "trv-iid", "gbv")
 
 
@@ -98,9 +96,10 @@ class ContextRows:
     def gr_step(self, k: int, ctx: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """GR's step for ``k`` i.i.d. candidates at contexts ``ctx`` whose candidate tuples have base-``V`` codes
         ``code``: ``weights[m, :]`` — the flow to each candidate position's token where it first appears (0 for
-        a repeat), then the reject weight, exactly as :meth:`SingleStepRule.step` builds them — and the
-        residual ``[m, V]``. GR is solved lazily, once per context reached (a solve costs about a millisecond,
-        and ``V^k`` tuples per context rule out solving every context up front at ``k = 3``)."""
+        a repeat), then the reject weight, as :meth:`SingleStepRule.step` builds them — and the residual
+        ``[m, V]``. GR is solved lazily, once per context reached (``V^k`` tuples per context rule out tables
+        for every context up front at ``k = 3``)."""
+        self.gr_tables(k, ctx)
         weights = np.empty((len(ctx), k + 1))
         residual = np.empty((len(ctx), self.vocab))
         unique, inverse = np.unique(ctx, return_inverse=True)
@@ -108,29 +107,24 @@ class ContextRows:
         bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
         for i, context in enumerate(unique.tolist()):
             at = order[bounds[i]: bounds[i + 1]]
-            table, residual[at] = self.gr_table(k, context)
+            table, residual[at] = self._gr[k, context]
             weights[at] = table[code[at]]
         return weights, residual
 
+    def gr_tables(self, k: int, contexts: np.ndarray) -> None:
+        """GR's step tables (:func:`simulator.batched_gr.tv_gr_tables`) for the ``contexts`` not yet solved, as
+        one stack; kept per context. Dense arrays, not the reference solver's dictionaries: 108 KB per context
+        at ``V = 15, k = 3``, a tenth of those."""
+        missing = [c for c in np.unique(contexts).tolist() if (k, c) not in self._gr]
+        for start in range(0, len(missing), GR_TABLE_CHUNK):
+            chunk = missing[start: start + GR_TABLE_CHUNK]
+            tables, residuals = tv_gr_tables(self.p[chunk], self.q[chunk], k)
+            for context, table, residual in zip(chunk, tables, residuals):
+                self._gr[k, context] = (table, residual)
+
     def gr_table(self, k: int, context: int) -> tuple[np.ndarray, np.ndarray]:
-        """GR at one context as arrays: ``[V^k, k + 1]`` step weights per tuple code (zeros for a tuple holding
-        a token of zero draft mass: never drafted) and the residual ``[V]``; built once per context. Dense
-        arrays, not the solver's dictionaries: 108 KB per context at ``V = 15, k = 3``, a tenth of those."""
-        if (k, context) not in self._gr:
-            p, q = tuple(self.p[context].tolist()), tuple(self.q[context].tolist())
-            solution, laws = GR.solver(p, q, k, "iid"), tuple_law(p, k, "iid")
-            table = np.zeros((self.vocab**k, k + 1))
-            place = self.vocab ** np.arange(k - 1, -1, -1)
-            for cands, prob in laws.items():
-                per = solution.flows[cands]
-                row = table[int(np.dot(cands, place))]
-                seen: list[int] = []
-                for i, x in enumerate(cands):
-                    if x not in seen:
-                        seen.append(x)
-                        row[i] = per.get(x, 0.0)
-                row[k] = max(prob - total([per.get(x, 0.0) for x in seen]), 0.0)
-            self._gr[k, context] = (table, np.array(solution.residual))
+        """GR's step table ``[V^k, k + 1]`` and residual ``[V]`` at one context (see :meth:`gr_tables`)."""
+        self.gr_tables(k, np.array([context]))
         return self._gr[k, context]
 
 

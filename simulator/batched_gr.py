@@ -101,10 +101,46 @@ def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray) -> tuple[np.ndar
     b = np.arange(count)[:, None]
     inside = inner[b, cands].all(axis=1)
     routed = inside[:, None] | ~inner[b, cands]  # the tokens the tuple routes to
-    first = np.ones((count, k), dtype=bool)  # the first position of each distinct token
-    for i in range(1, k):
-        first[:, i] = (cands[:, :i] != cands[:, [i]]).all(axis=1)
+    first = _first_positions(k, cands)
     w = weights[b, cands]
     z = inside + (np.where(routed & first, w, 0.0)).sum(axis=1)
     accept = np.where(routed, w / z[:, None] * factor[b, cands], 0.0)
     return accept, outflow[inverse]
+
+
+def _first_positions(k: int, tuples: np.ndarray) -> np.ndarray:
+    """``[T, k]``: whether each position holds the first occurrence of its token in the tuple."""
+    first = np.ones(tuples.shape, dtype=bool)
+    for i in range(1, k):
+        first[:, i] = (tuples[:, :i] != tuples[:, [i]]).all(axis=1)
+    return first
+
+
+def tv_gr_tables(p: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """GR's step at each context ``(p[m], q[m])`` for ``k`` i.i.d. candidates, as token verification samples it
+    (:meth:`simulator.verifiers.rules.SingleStepRule.step`): ``[M, V^k, k + 1]`` weights per tuple code — the
+    flow ``f(X → x)`` at the position where each token first appears (0 for a repeat, and for a token the tuple
+    does not route to), then the reject weight ``P(X) − Σ flows`` — and the residual ``norm((q − outflow)_+)``
+    ``[M, V]`` (``q`` where that has no mass). The contexts are solved as one stack."""
+    count, vocab = p.shape
+    weights, inner, outflow, factor = _solve(p, q, k)
+    tuples = np.array(list(itertools.product(range(vocab), repeat=k)), dtype=np.int64)  # code order
+    first = _first_positions(k, tuples)
+    table = np.empty((count, len(tuples), k + 1))
+    for start in range(0, count, max(1, STACK_ELEMENTS // (len(tuples) * k))):
+        at = slice(start, start + max(1, STACK_ELEMENTS // (len(tuples) * k)))
+        w, held, scale = weights[at][:, tuples], inner[at][:, tuples], factor[at][:, tuples]
+        chance = p[at][:, tuples[:, 0]]
+        for i in range(1, k):
+            chance = chance * p[at][:, tuples[:, i]]
+        inside = held.all(axis=2)
+        routed = (inside[:, :, None] | ~held) & first
+        z = inside + np.where(routed, w, 0.0).sum(axis=2)
+        flow = np.where(routed, chance[:, :, None] * w / z[:, :, None] * scale, 0.0)
+        table[at, :, :k] = flow
+        table[at, :, k] = np.maximum(chance - flow.sum(axis=2), 0.0)
+    rest = np.maximum(q - outflow, 0.0)
+    mass = rest.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        residual = np.where(mass > 0, rest / mass, q)
+    return table, residual
