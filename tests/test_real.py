@@ -44,7 +44,11 @@ def tiny_pair(tmp_path_factory):
     return draft, target
 
 
-@pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+# transformers' LlamaRMSNorm normalises in float32 whatever the model's dtype, so a float64 model run on two
+# attention layouts (one tree pass, one pass per path: sums in other orders) agrees only to float32 rounding:
+# a 1e-16 difference before a cast can flip a float32 rounding (~6e-8 relative). Seen: 1.3e-7 (transformers
+# 5.23); a wrong mask or wrong positions moves rows by 1e-2 or more (the tests below).
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-6), (torch.float32, 1e-5)])
 def test_tree_attention_equals_each_path_run_alone(tiny_pair, dtype, tolerance):
     target = tiny_pair[1].to(dtype)
     prompt = [1, 3, 0]
@@ -113,7 +117,7 @@ def test_exact_end_to_end_law_on_a_tiny_llama_pair(tiny_pair, name, shape, depth
     draft, target = tiny_pair
     pair = CausalLMPair(draft, target, [1, 2], Processing(temperature=1.0), Processing(temperature=1.0))
     tvd, accepted = end_to_end_tvd(pair, FixedShape(make_topology(shape, depth, branching), drafting), name)
-    assert tvd <= 1e-9, tvd
+    assert tvd <= 1e-6, tvd  # rows agree to float32 rounding (see above); the controls below exceed 1e-4
     assert 0 < accepted < depth  # a real draft: sometimes accepted, not always
 
 
@@ -139,7 +143,7 @@ def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, monkeypatc
     draft, target = tiny_pair
     pair = CausalLMPair(draft, target, [1, 2])
     drafter = FixedShape(make_topology("complete", 2, 2), "without-replacement")
-    assert end_to_end_tvd(pair, drafter, "tv-rrsw")[0] > 1e-6
+    assert end_to_end_tvd(pair, drafter, "tv-rrsw")[0] > 1e-4  # measured 3.8e-4
 
 
 def test_processing_is_checked_and_keeps_the_top_tokens():
