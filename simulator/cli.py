@@ -230,9 +230,6 @@ def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no
            seed,
            arithmetic) -> None:
     """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ok = _certification_report(out, vocab, depth, branching, seed, arithmetic)
     chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
     for field, value, minimum in (("seeds", study_seeds, 1), ("trials", study_trials, 2), ("jobs", jobs, 1)):
         if value is not None and value < minimum:
@@ -247,6 +244,9 @@ def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no
         if unknown:
             raise SpecproofError("verifiers", f"no cells for {sorted(unknown)} in tables {list(chosen)}")
         cells = [c for c in cells if c.verifier in wanted]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ok = _certification_report(out, vocab, depth, branching, seed, arithmetic)
     store = Store(store_dir or out / "store")
     unique = list(dict.fromkeys(cells))
     total = sum(c.seeds * c.trials for c in unique)

@@ -199,6 +199,7 @@ def test_theorems_prints_and_writes_the_table(tmp_path):
 def test_report_rejects_bad_study_options_naming_the_field(tmp_path, args, field):
     result = run(["report", "--out", str(tmp_path / "r"), *args])
     assert result.returncode == 2 and field in result.stderr, result.stderr
+    assert not (tmp_path / "r").exists()  # rejected before any work
 
 
 def test_generate_exact_and_monte_carlo(tmp_path):
