@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .verifiers.gr_solver import Rows, gr_dual_batch
+from .verifiers.gr_solver import Rows, gr_dual_batch, routed_flow, routed_sums
 
 #: Elements of one ``[M, R, V+1]`` array per solver call; bounds the stack's memory (~64 MB an array).
 STACK_ELEMENTS = 8_000_000
@@ -78,9 +78,7 @@ def _solve(p: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
         at = slice(start, start + chunk)
         theta[at] = gr_dual_batch(rows, probs[at], reject[at], q[at], inner[at])
     weights = np.exp(theta)
-    z = np.where(reject, 1 + rows.row_sums(weights), rows.row_sums(np.where(inner, 0.0, weights)))
-    share = probs / z
-    inflow = weights * np.where(inner, rows.token_sums(np.where(reject, share, 0.0)), rows.token_sums(share))
+    inflow = routed_flow(rows, probs / routed_sums(rows, weights, reject, inner, 1.0), weights, reject, inner)
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where((inflow > q) & (inflow > 0), q / inflow, 1.0)
     return weights, inner, factor * inflow, factor

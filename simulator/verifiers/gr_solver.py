@@ -103,10 +103,18 @@ class Rows:
         return out
 
 
-def _routed_sums(rows: Rows, x: np.ndarray, reject: np.ndarray, inner: np.ndarray, constant: float) -> np.ndarray:
+def routed_sums(rows: Rows, x: np.ndarray, reject: np.ndarray, inner: np.ndarray, constant: float) -> np.ndarray:
     """Per instance and row, ``constant`` (rows with a reject option) plus the sum of ``x`` over the tokens the
     row routes to."""
     return np.where(reject, constant + rows.row_sums(x), rows.row_sums(np.where(inner, 0.0, x)))
+
+
+def routed_flow(rows: Rows, share: np.ndarray, weights: np.ndarray, reject: np.ndarray,
+                inner: np.ndarray) -> np.ndarray:
+    """Expected flow per token, ``e^θ_a Σ_{r routes to a} probs_r/Z_r``, from ``share = probs/Z`` ``[M, R]``: an
+    inner token takes flow from the rows with a reject option, an outside token from the rows holding it."""
+    inside = rows.token_sums(np.where(reject, share, 0.0))
+    return weights * np.where(inner, inside, rows.token_sums(share))
 
 
 class _Stack:
@@ -121,7 +129,7 @@ class _Stack:
     def set_theta(self, theta: np.ndarray) -> None:
         self.theta = theta
         self.weights = np.exp(theta)
-        self.z = _routed_sums(self.rows, self.weights, self.reject, self.inner, 1.0)
+        self.z = routed_sums(self.rows, self.weights, self.reject, self.inner, 1.0)
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep instances ``rows`` (sorted indices) only."""
@@ -134,8 +142,7 @@ class _Stack:
         """Expected flow per token (the gradient plus ``q``) and the Hessian ``diag(flow) − Σ_r probs_r v_r v_rᵀ/Z_r²``
         (``v_r`` = ``e^θ`` on the tokens row ``r`` routes to), without the Levenberg term."""
         share = self.probs / self.z
-        inside = self.rows.token_sums(np.where(self.reject, share, 0.0))
-        flow = self.weights * np.where(self.inner, inside, self.rows.token_sums(share))
+        flow = routed_flow(self.rows, share, self.weights, self.reject, self.inner)
         curve = share / self.z
         both_in = self.inner[:, :, None] & self.inner[:, None, :]
         both_out = ~self.inner[:, :, None] & ~self.inner[:, None, :]
@@ -153,7 +160,7 @@ class _Stack:
         trial = np.minimum(np.maximum(theta + alpha[:, None] * direction, -GR_BOUND), self.upper[rows])
         step = trial - theta
         grow = self.weights[rows] * np.expm1(step)
-        dz = _routed_sums(self.rows, grow, self.reject[rows], self.inner[rows], 0.0)
+        dz = routed_sums(self.rows, grow, self.reject[rows], self.inner[rows], 0.0)
         change = _dot(self.probs[rows], np.log1p(dz / self.z[rows])) - _dot(self.q[rows], step)
         return trial, step, change
 
