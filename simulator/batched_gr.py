@@ -66,12 +66,12 @@ def _solve(p: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
     the clipping factors per token (``q/inflow`` where the inflow overshoots ``q``, else 1)."""
     count, size = p.shape
     rows, tuples, starts = token_sets(size, k)
-    chance = p[:, tuples[:, 0]]
+    chance = np.take(p, tuples[:, 0], axis=1)
     for i in range(1, k):
-        chance = chance * p[:, tuples[:, i]]
+        chance = chance * np.take(p, tuples[:, i], axis=1)
     probs = np.add.reduceat(chance, starts, axis=1)  # P(set X = S)
     inner = _inner_sets(p, q, k)
-    reject = (rows.member[None] <= inner[:, None, :]).all(axis=2)  # S ⊆ H*
+    reject = rows.row_sums((~inner).astype(float)) == 0  # S ⊆ H*: no token outside H*
     theta = np.empty((count, size))
     chunk = max(1, STACK_ELEMENTS // (len(rows.member) * size))
     for start in range(0, count, chunk):
