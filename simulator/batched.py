@@ -138,8 +138,12 @@ def _ipow(x: np.ndarray, k: np.ndarray | int) -> np.ndarray:
 
 
 def _row_sum(rows: np.ndarray) -> np.ndarray:
-    """Left-to-right row sums (:func:`simulator.numeric.total`)."""
-    return np.cumsum(rows, axis=1)[:, -1]
+    """Left-to-right row sums (:func:`simulator.numeric.total`), a column at a time (numpy's ``sum`` adds in
+    pairs, so it rounds otherwise; this is ~4x faster than the last column of ``cumsum``)."""
+    out = rows[:, 0].copy()
+    for j in range(1, rows.shape[1]):
+        out += rows[:, j]
+    return out
 
 
 def categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -168,9 +172,16 @@ def _normalised_positive(diff: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 
 
 def _kseq_rho(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """:func:`simulator.verifiers.single_step.kseq_rho`, vectorised (same bisection, same float steps)."""
+    """:func:`simulator.verifiers.single_step.kseq_rho`, vectorised (same bisection, same float steps). The rows
+    are held token-major (``[V, m]``), so each of the 60 evaluations of ``β`` is a few passes over contiguous
+    memory and its sum over tokens, left to right, is ``V`` vector additions."""
+    p_t, q_t = np.ascontiguousarray(p.T), np.ascontiguousarray(q.T)
+
     def f(rho: np.ndarray) -> np.ndarray:
-        beta = _row_sum(np.minimum(p, q / rho[:, None]))
+        capped = np.minimum(p_t, q_t / rho)
+        beta = capped[0].copy()
+        for row in capped[1:]:
+            beta += row
         return 1 - _ipow(1 - beta, k) - rho * beta
 
     lo, hi = np.ones(len(p)), k.astype(float)
