@@ -495,6 +495,20 @@ def _merge(shape: _Shape, tokens: np.ndarray, merge: bool) -> np.ndarray:
     return rep
 
 
+class _RowStore:
+    """Rows written as they are first needed, next to each other (writes into a dense ``[B, n, V]`` array would
+    touch a fresh page almost every time). ``capacity`` rows are reserved, untouched until written."""
+
+    def __init__(self, vocab: int, capacity: int) -> None:
+        self.target, self.draft = np.empty((capacity, vocab)), np.empty((capacity, vocab))
+        self.used = 0
+
+    def allocate(self, count: int) -> np.ndarray:
+        """Indices of ``count`` new rows."""
+        self.used += count
+        return np.arange(self.used - count, self.used)
+
+
 def _traversal_verify(merge: bool, shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.ndarray,
                       ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Traversal Verification (``simulator.verifiers.traversal``, DFS post-order), duplicates merged (``trv``)
@@ -506,13 +520,18 @@ def _traversal_verify(merge: bool, shape: _Shape, rows: ContextRows, stream: _St
     tparent = np.where(alive, rep[:, np.maximum(parents, 0)], -1)  # the trie parent (a representative)
     tparent[:, 0] = -1
     everyone = np.arange(batch)
-    target = rows.q[ctx].copy()  # [B, n, V]
     # A merged node's rows are its first member's with children; members share the path, hence the rows.
-    inner = shape.depth < rows.height
-    draft = np.zeros((batch, n, vocab))
-    draft[:, inner] = rows.p[ctx[:, inner]]
+    # A node's target and draft rows are the model's until a child of it is rejected; they are copied then into
+    # a compact store (``slot[b, u]`` its row there, −1 before), so most nodes are read only an entry at a time.
+    slot = np.full((batch, n), -1, dtype=np.int64)
+    stored = _RowStore(vocab, batch * max(1, int((shape.kid_count > 0).sum())))  # a row per trial and parent
     rate = np.zeros((batch, n))
     rate[:, 0] = 1.0
+
+    def current(b: np.ndarray, u: np.ndarray, store: np.ndarray, model: np.ndarray) -> np.ndarray:
+        """The target (``stored.target``, ``rows.q``) or draft rows of nodes ``u`` of trials ``b``: ``[m, V]``."""
+        at = slot[b, u]
+        return np.where((at >= 0)[:, None], store[at], model[ctx[b, u]])
 
     def refresh(todo: np.ndarray, below: np.ndarray) -> None:
         """Rates of the strict descendants (``below[b]``'s subtree) of the trials in ``todo``, parents first."""
@@ -524,7 +543,10 @@ def _traversal_verify(merge: bool, shape: _Shape, rows: ContextRows, stream: _St
             at = np.flatnonzero(inside[:, w])
             if len(at):
                 b, u, x = todo[at], par[at], tokens[todo[at], w]
-                rate[b, w] = _ratio(rate[b, u] * target[b, u, x], draft[b, u, x])
+                row, c = slot[b, u], ctx[b, u]
+                q_x = np.where(row >= 0, stored.target[row, x], rows.q[c, x])
+                p_x = np.where(row >= 0, stored.draft[row, x], rows.p[c, x])
+                rate[b, w] = _ratio(rate[b, u] * q_x, p_x)
 
     refresh(everyone, np.zeros(batch, dtype=np.int64))
     node = np.full(batch, -1, dtype=np.int64)
@@ -543,23 +565,27 @@ def _traversal_verify(merge: bool, shape: _Shape, rows: ContextRows, stream: _St
         finish = ok | (parent < 0)
         if finish.any():
             b, v = live[finish], leaf[finish]
-            y = categorical(target[b, v], stream.take(b))
+            y = categorical(current(b, v, stored.target, rows.q), stream.take(b))
             node[b] = v
             final_ctx[b] = ctx[b, v] * vocab + y + 1
         go = ~finish
         b, v, p_ = live[go], leaf[go], parent[go]
         alive[b, v] = False
-        r, t, d = rate[b, p_], target[b, p_], draft[b, p_]
+        r = rate[b, p_]
+        t, d = current(b, p_, stored.target, rows.q), current(b, p_, stored.draft, rows.p)
         slack = r[:, None] * t - d
         slack = np.where(slack > 0, slack, 0.0)
         mass = _row_sum(slack)
         with np.errstate(divide="ignore", invalid="ignore"):
-            target[b, p_] = np.where((mass > 0)[:, None], slack / mass[:, None], t)
+            t = np.where((mass > 0)[:, None], slack / mass[:, None], t)
             if merge:
-                d = d.copy()
                 d[np.arange(len(b)), tokens[b, v]] = 0.0
                 left = _row_sum(d)
-                draft[b, p_] = np.where((left > 0)[:, None], d / left[:, None], d)
+                d = np.where((left > 0)[:, None], d / left[:, None], d)
+            fresh = slot[b, p_] < 0
+            slot[b[fresh], p_[fresh]] = stored.allocate(int(fresh.sum()))
+            at = slot[b, p_]
+            stored.target[at], stored.draft[at] = t, d
             rate[b, p_] = np.where(mass > 0, mass / (mass + (1 - r)), mass)
         if len(b):
             refresh(b, p_)
