@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import InvalidParameterError
 from .models import ModelPair, ModelView
-from .randomness import counter_uniforms
+from .randomness import counter_uniform
 from .trees import Topology
 from .verifiers.single_step import KSEQ_BISECTION_STEPS
 from .batched_gr import lv_gr_node, tv_gr_tables
@@ -64,6 +64,18 @@ class ContextRows:
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._gr: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._ranks: tuple[np.ndarray, np.ndarray] | None = None
+        self._running: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def sample(self, which: str, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """:func:`categorical` over the ``p`` or ``q`` row (``which``) of each context ``ctx`` with uniforms ``u``,
+        from running sums computed once per table."""
+        if which not in self._running:
+            table = getattr(self, which)
+            self._running[which] = (np.cumsum(table, axis=1), _last_positive(table))
+        running, last = self._running[which]
+        index, over = _inverse_cdf(running[ctx], u)
+        index[over] = last[ctx[over]]
+        return index
 
     def ranks(self) -> tuple[np.ndarray, np.ndarray]:
         """GBV's ranking at every non-leaf context (``multipath.ranking``: ``q/p`` descending, ``p = 0`` first,
@@ -148,10 +160,21 @@ def _row_sum(rows: np.ndarray) -> np.ndarray:
 
 def categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     """:func:`simulator.randomness.categorical_from_uniform` row by row."""
-    running = np.cumsum(weights, axis=1)
-    hit = (weights > 0) & (running > (u * running[:, -1])[:, None])
-    last_positive = weights.shape[1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
-    return np.where(hit.any(axis=1), np.argmax(hit, axis=1), last_positive)
+    index, over = _inverse_cdf(np.cumsum(weights, axis=1), u)
+    if len(over):
+        index[over] = _last_positive(weights[over])
+    return index
+
+
+def _inverse_cdf(running: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first index whose running sum exceeds ``u·Σw`` (it has a positive weight: a sum of non-negative weights
+    never decreases), and the rows where none does (``u = 1``), which take the last positive weight instead."""
+    above = running > (u * running[:, -1])[:, None]
+    return np.argmax(above, axis=1), np.flatnonzero(~above[:, -1])
+
+
+def _last_positive(weights: np.ndarray) -> np.ndarray:
+    return weights.shape[1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -195,16 +218,16 @@ def _kseq_rho(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 
 class _Stream:
-    """Each trial's uniforms, read at a per-trial position."""
+    """Each trial's uniforms, read at a per-trial position and computed as they are read."""
 
-    def __init__(self, seed: int, trials: np.ndarray, count: int) -> None:
-        self.u = counter_uniforms(seed, trials, 0, count)
-        self.pos = np.zeros(len(trials), dtype=np.int64)
+    def __init__(self, seed: int, trials: np.ndarray) -> None:
+        self.seed, self.trials = seed, np.asarray(trials, dtype=np.uint64)
+        self.pos = np.zeros(len(trials), dtype=np.uint64)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """The next uniform of each trial in ``rows`` (indices into the batch)."""
-        out = self.u[rows, self.pos[rows]]
-        self.pos[rows] += 1
+        out = counter_uniform(self.seed, self.trials[rows], self.pos[rows])
+        self.pos[rows] += np.uint64(1)
         return out
 
 
@@ -226,7 +249,7 @@ def _draft_iid(topology: Topology, rows: ContextRows, stream: _Stream) -> tuple[
     ctx = np.zeros((batch, n), dtype=np.int64)
     for v in range(1, n):
         par = topology.parents[v]
-        tokens[:, v] = categorical(rows.p[ctx[:, par]], stream.take(everyone))
+        tokens[:, v] = rows.sample("p", ctx[:, par], stream.take(everyone))
         ctx[:, v] = ctx[:, par] * rows.vocab + tokens[:, v] + 1
     return tokens, ctx
 
@@ -319,7 +342,7 @@ def _token_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
         leaf = count == 0
         if leaf.any():
             at = idx[leaf]
-            y = categorical(rows.q[c[leaf]], stream.take(at))
+            y = rows.sample("q", c[leaf], stream.take(at))
             final_ctx[at] = c[leaf] * vocab + y + 1
             pending[at] = False
         inner = idx[~leaf]
@@ -661,7 +684,7 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
     rule = name.split("-", 1)[-1]
     rows = rows or ContextRows(model, topology.height)
     vocab, height, n = model.vocab, topology.height, len(topology.parents)
-    stream = _Stream(seed, trials, 2 * n + 2 * height + 4)
+    stream = _Stream(seed, trials)
     tokens, ctx = _draft_iid(topology, rows, stream)
     shape = _Shape.of(topology)
     if name == "gbv":
@@ -679,7 +702,7 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
         grow = np.flatnonzero(length < height + 1)
         if len(grow) == 0:
             break
-        x = categorical(rows.q[ids[grow]], stream.take(grow))
+        x = rows.sample("q", ids[grow], stream.take(grow))
         ids[grow] = ids[grow] * vocab + x + 1
         length[grow] += 1
     return accepted_len, ids - rows.offsets[height + 1]

@@ -126,21 +126,26 @@ def _splitmix(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def counter_uniforms(seed: int, trials: np.ndarray, start: int, count: int) -> np.ndarray:
-    """Uniforms ``start..start+count−1`` of each trial's counter stream: ``[len(trials), count]`` in ``[0, 1)``.
-
-    Uniform ``i`` of trial ``t`` under ``seed`` is a SplitMix64 hash of ``(seed, t, i)`` — a pure function, so
-    any batch of trials, in any order or size, sees the same numbers, and generating them costs a few
-    vectorised integer operations (no per-trial generator). 53 random bits per uniform.
-    """
-    if start < 0 or start + count > MAX_UNIFORMS_PER_TRIAL:
+def counter_uniform(seed: int, trials: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Uniform ``index`` of trial ``trials``'s counter stream under ``seed``, elementwise (the arrays broadcast):
+    a SplitMix64 hash of ``(seed, trial, index)``, 53 random bits, in ``[0, 1)``. A pure function, so any batch
+    of trials, in any order or size, sees the same numbers, and a batched engine can compute the uniforms a
+    trial actually reads, when it reads them."""
+    index = np.asarray(index, dtype=np.uint64)
+    if index.size and int(index.max()) >= MAX_UNIFORMS_PER_TRIAL:
         raise RandomnessError("uniforms", f"a trial may draw at most {MAX_UNIFORMS_PER_TRIAL} uniforms")
     with np.errstate(over="ignore"):
         key = _splitmix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + _GOLDEN)
-        t = np.asarray(trials, dtype=np.uint64)[:, None]
-        i = np.arange(start, start + count, dtype=np.uint64)[None, :]
-        z = _splitmix(_splitmix((t << np.uint64(20)) | i) + key)
+        z = _splitmix(_splitmix((np.asarray(trials, dtype=np.uint64) << np.uint64(20)) | index) + key)
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+def counter_uniforms(seed: int, trials: np.ndarray, start: int, count: int) -> np.ndarray:
+    """Uniforms ``start..start+count−1`` of each trial's counter stream (:func:`counter_uniform`):
+    ``[len(trials), count]``."""
+    if start < 0 or start + count > MAX_UNIFORMS_PER_TRIAL:
+        raise RandomnessError("uniforms", f"a trial may draw at most {MAX_UNIFORMS_PER_TRIAL} uniforms")
+    return counter_uniform(seed, np.asarray(trials)[:, None], np.arange(start, start + count)[None, :])
 
 
 class CounterRandomness(_UniformHandler):
