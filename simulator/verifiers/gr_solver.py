@@ -295,6 +295,17 @@ def _lbfgsb_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: n
     return result.x
 
 
+def _first_guess(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Where Newton starts: for an inner token ``a``, the ``θ_a`` that would saturate it if the other tokens of its
+    rows had no weight, ``e^θ_a = q_a/(M_a − q_a)`` with ``M_a`` the mass of the rows with a reject option
+    holding ``a``; 0 where that has no solution and for outside tokens. A token that must take nearly all of
+    its rows' mass needs a large ``θ``, which Newton in ``θ`` would reach about one unit per iteration."""
+    mass = rows.token_sums(np.where(reject, probs, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        guess = np.log(q) - np.log(mass - q)
+    return np.where(inner & (mass > q) & (q > 0), np.clip(guess, -GR_BOUND, GR_BOUND), 0.0)
+
+
 def gr_dual_batch(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarray,
                   inner: np.ndarray) -> np.ndarray:
     """GR's ``θ`` ``[M, V]`` for a stack of instances on shared tuple rows: ``probs`` ``[M, R]`` (0 allowed),
@@ -311,7 +322,8 @@ def gr_dual_batch(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarr
     upper = np.where(inner, GR_BOUND, 0.0)
     drafted = rows.token_sums((probs > 0).astype(float)) > 0
     free = drafted & (q > 0)
-    start = np.where(free, 0.0, np.where(q > 0, upper, np.where(drafted | (q < 0), -GR_BOUND, 0.0)))
+    start = np.where(free, _first_guess(rows, probs, reject, inner, q),
+                     np.where(q > 0, upper, np.where(drafted | (q < 0), -GR_BOUND, 0.0)))
     theta, converged = projected_newton(rows, probs, reject, inner, q, upper, ~free, start)
     for m in np.flatnonzero(~converged):
         routed = rows.member * (reject[m][:, None] | ~inner[m][None, :])
