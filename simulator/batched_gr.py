@@ -91,10 +91,16 @@ def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray) -> tuple[np.ndar
     candidate position, GR's acceptance of its token given the tuple (``f(X → x)/P(X)``; 0 for a token GR does
     not route to) and the outgoing flow ``Σ_X f(X → x)`` ``[m, V+1]``."""
     count, k = cands.shape
+    # A token no trial can draft (LV's dummy Δ) has no rows and no flow: GR is solved without it, on V^k rather
+    # than (V+1)^k tuples (its θ would sit at its bound and its outflow is 0).
+    drafted = np.flatnonzero((p > 0).any(axis=0))
     # Trials whose node has the same rows share a problem (every trial at the root).
-    unique, inverse = np.unique(np.concatenate([p, q], axis=1), axis=0, return_inverse=True)
-    size = p.shape[1]
-    weights, inner, outflow, factor = _solve(unique[:, :size], unique[:, size:], k)
+    unique, inverse = np.unique(np.concatenate([p[:, drafted], q[:, drafted]], axis=1), axis=0, return_inverse=True)
+    size = len(drafted)
+    solved = _solve(unique[:, :size], unique[:, size:], k)
+    weights, inner, outflow, factor = (np.zeros((len(unique), p.shape[1]), dtype=a.dtype) for a in solved)
+    for full, part in zip((weights, inner, outflow, factor), solved):
+        full[:, drafted] = part
     inverse = inverse.reshape(-1)
     weights, inner, factor = weights[inverse], inner[inverse], factor[inverse]
     b = np.arange(count)[:, None]
