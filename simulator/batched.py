@@ -1,8 +1,9 @@
 """Batched Monte Carlo rounds in numpy: many trials of one configuration at once.
 
 Each batched path reproduces the shared implementation step for step — the same uniforms (each trial's
-counter stream, :func:`simulator.randomness.counter_uniforms`), consumed in the same order, through the same
-float64 operations in the same order (row sums left to right) — so for every trial it returns exactly what
+counter stream, :func:`simulator.randomness.counter_uniform`, computed as the trial reads them), consumed in
+the same order, through the same float64 operations in the same order (row sums left to right; a draw is the
+first running sum above ``u·Σw``) — so for every trial it returns exactly what
 :func:`simulator.montecarlo.run_trials` returns on the reference path; the tests check this on every
 supported verifier and topology.
 

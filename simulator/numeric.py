@@ -82,7 +82,8 @@ def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic
 
 def total(values: Sequence[Number]) -> Number:
     """Left-to-right sum (one rounding per term in float64, on every Python version: builtin ``sum``
-    compensates from 3.12 on), which the batched engines reproduce with ``cumsum``."""
+    compensates from 3.12 on), which the batched engines reproduce term by term (``cumsum``, or a column
+    at a time)."""
     out = values[0] * 0 if values else 0
     for v in values:
         out = out + v

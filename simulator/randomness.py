@@ -70,7 +70,7 @@ def bernoulli_from_uniform(u: float, prob: Number) -> bool:
 
 def categorical_from_uniform(u: float, weights: Sequence[Number]) -> int:
     """SPEC §10's categorical: the first index whose running sum exceeds ``u·Σw``."""
-    threshold = u * total(weights)  # left to right, as the batched engines' cumsum
+    threshold = u * total(weights)  # left to right, as the batched engines' running sums
     running = 0
     last_positive = 0
     for i, w in enumerate(weights):

@@ -115,6 +115,31 @@ def test_gr_solver_gives_an_instance_the_same_theta_in_any_stack():
         assert np.array_equal(alone[0], stacked[m])
 
 
+def test_batched_categorical_is_the_shared_rule_at_every_boundary():
+    """Batched draws (weights given, or the model's rows by their running sums) pick what
+    categorical_from_uniform picks, including zero weights, u = 0, u = 1 (the last positive weight) and u
+    exactly at a running sum."""
+    from simulator.batched import categorical
+    from simulator.randomness import categorical_from_uniform
+    rng = np.random.default_rng(9)
+    weights = rng.random((4000, 6)) * (rng.random((4000, 6)) < 0.6)
+    weights[:, 0] += (weights.sum(axis=1) == 0)  # some mass in every row
+    running = np.cumsum(weights, axis=1)
+    u = rng.random(4000)
+    u[:400], u[400:800] = 0.0, 1.0
+    u[800:1200] = running[800:1200, 2] / running[800:1200, -1]  # a threshold on a running sum
+    expected = [categorical_from_uniform(float(x), list(w)) for x, w in zip(u, weights)]
+    assert categorical(weights, u).tolist() == expected
+    model = SyntheticModel(4, rho=0.2, seed=1)
+    rows = ContextRows(model, 2)
+    ctx = rng.integers(0, len(rows.p), 4000)
+    assert rows.sample("p", ctx, u).tolist() == [categorical_from_uniform(float(x), list(rows.p[c]))
+                                                 for x, c in zip(u, ctx)]
+    streams = [CounterRandomness(3, t) for t in (5, 9)]  # the reference path's reads, in order
+    assert counter_uniforms(3, np.array([5, 9]), 2, 4).tolist() == [
+        [s._next_uniform() for _ in range(6)][2:] for s in streams]
+
+
 def test_no_batched_path_is_a_typed_error():
     with pytest.raises(InvalidParameterError) as err:
         batched_rounds(SyntheticModel(3), make_topology("chain", 2), "iid", "bv", 0, np.arange(3))
