@@ -426,6 +426,25 @@ def _outflow(rule: str, p: np.ndarray, q: np.ndarray, k: int, rho: np.ndarray | 
     return out
 
 
+def _node_acceptance(rule: str, p: np.ndarray, q: np.ndarray, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The single-step rule at LV nodes with transformed rows ``p``, ``q`` and candidates ``cands`` ``[m, k]``:
+    per candidate position, the rule's acceptance of its token (summed over the positions holding it, as
+    ``token_acceptance``'s dict: first occurrence, then in order), and the outgoing flow ``[m, V+1]``."""
+    k = cands.shape[1]
+    if rule == "gr":
+        return lv_gr_node(p, q, cands)
+    rho = _kseq_rho(p, q, np.full(len(p), k)) if rule == "kseq" else None
+    accept = _plan_acceptance(rule, cands, p, q, rho)
+    total_accept = np.empty_like(accept)
+    for i in range(k):
+        same = cands == cands[:, [i]]
+        total = np.where(same[:, 0], accept[:, 0], 0.0)
+        for j in range(1, k):
+            total = np.where(same[:, j], total + accept[:, j], total)
+        total_accept[:, i] = total
+    return total_accept, _outflow(rule, p, q, k, rho)
+
+
 def _layer_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.ndarray,
                   ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Layer Verification (``simulator.verifiers.layer``): forward scores, backward sampling."""
@@ -441,34 +460,31 @@ def _layer_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
         mass = np.zeros(batch)
         for v in inner:
             mass = mass + scores[:, v]
-        for v in inner:
-            live = np.flatnonzero((mass > 0) & (scores[:, v] != 0))
-            if len(live) == 0:
-                continue
+        # The level's nodes with the same number of candidates are solved together: one stack per level and k
+        # (for GR, a node's problem may then be merged with a sibling's drafted with the same token).
+        jobs = [(v, np.flatnonzero((mass > 0) & (scores[:, v] != 0)), shape.kids[v][:1 if rule == "sps" else None])
+                for v in inner]
+        jobs = [job for job in jobs if len(job[1])]
+        for k in sorted({len(kids) for _, _, kids in jobs}):
+            group = [job for job in jobs if len(job[2]) == k]
+            live = np.concatenate([at for _, at, _ in group])
+            node = np.concatenate([np.full(len(at), v) for v, at, _ in group])
             a = mass[live]
-            lam = scores[live, v] / a
-            c = ctx[live, v]
+            lam = scores[live, node] / a
+            c = ctx[live, node]
             p_ext = np.concatenate([rows.p[c], np.zeros((len(live), 1))], axis=1)
             q_ext = np.concatenate([a[:, None] * rows.q[c], (1 - a)[:, None]], axis=1)
-            kids = shape.kids[v]
-            k = 1 if rule == "sps" else len(kids)
-            cands = tokens[np.ix_(live, kids[:k])]
-            if rule == "gr":
-                token_accept, outflow = lv_gr_node(p_ext, q_ext, cands)
-            else:
-                rho = _kseq_rho(p_ext, q_ext, np.full(len(live), k)) if rule == "kseq" else None
-                accept = _plan_acceptance(rule, cands, p_ext, q_ext, rho)
-                outflow = _outflow(rule, p_ext, q_ext, k, rho)
-            for i, w in enumerate(kids[:k]):
-                same = cands == cands[:, [i]]
-                if rule == "gr":
-                    total_accept = token_accept[:, i]
-                else:
-                    total_accept = np.where(same[:, 0], accept[:, 0], 0.0)
-                    for j in range(1, k):  # the dict of token_acceptance: first occurrence, then in order
-                        total_accept = np.where(same[:, j], total_accept + accept[:, j], total_accept)
-                scores[live, w] = lam * total_accept / same.sum(axis=1)
-            flows[live, v] = lam[:, None] * outflow[:, :vocab]
+            cands = np.concatenate([tokens[np.ix_(at, kids)] for _, at, kids in group])
+            total_accept, outflow = _node_acceptance(rule, p_ext, q_ext, cands)
+            same = cands[:, :, None] == cands[:, None, :]
+            share = lam[:, None] * total_accept / same.sum(axis=2)  # a duplicated token's acceptance, split
+            start = 0
+            for v, at, kids in group:
+                part = slice(start, start + len(at))
+                for i, w in enumerate(kids):
+                    scores[at, w] = share[part, i]
+                flows[at, v] = lam[part, None] * outflow[part, :vocab]
+                start += len(at)
     node = np.full(batch, -1, dtype=np.int64)
     final_ctx = np.zeros(batch, dtype=np.int64)
     for level in reversed(levels):
