@@ -1,13 +1,14 @@
 """The time of the toy study's whole ablation suite (Tables 4–15) at full scale, measured cell by cell.
 
 Usage: ``python3 benchmarks/ablation_time.py [--out reports/ablation_time.md] [--jobs 2] [--verifiers lv-gr]
-[--store reports/store]``.
+[--store reports/store] [--seed 0]``.
 
-Every ablation cell (20 seeds × 10^5 trials at full scale) is timed on model seed 0 exactly as the sweep runs
-it (:func:`simulator.study.compute_seed`, the model's rows built once per model and shared, as a sweep's
-worker shares them): per model configuration the set-up (rows of every context up to ``H``), per cell the
-Monte Carlo of one seed. With ``--store``, a cell whose seed-0 record in the sweep's store holds the time the
-sweep measured for it takes that time (the record's ``seconds``: the same computation) instead of being run again. With
+Every ablation cell (20 seeds × 10^5 trials at full scale) is timed on one model seed (``--seed``, default 0)
+exactly as the sweep runs it (:func:`simulator.study.compute_seed`, the model's rows built once per model and
+shared, as a sweep's worker shares them): per model configuration the set-up (rows of every context up to
+``H``), per cell the Monte Carlo of one seed. With ``--store``, a cell whose record of that seed in the sweep's
+store holds the time the sweep measured for it takes that time (the record's ``seconds``: the same
+computation) instead of being run again; pick a seed the current code computed. With
 ``--verifiers``, only those methods' cells are timed; the other methods' rows are kept from the JSON at
 ``--out``. The suite's projected time on ``--jobs`` cores is ``20 × (Σ_models set-up + Σ_cells seed time) /
 jobs``. The paper reports 30 hours on 128 cores. Run it on an otherwise idle machine.
@@ -30,14 +31,14 @@ from simulator import study
 from simulator.study import ABLATIONS, PAPER_SEEDS, Store, compute_seed, model_key, paper_cells
 
 
-def time_cell(cell: study.Cell, store: Store | None) -> dict:
-    """Seed 0 of ``cell`` as the sweep runs it, or as the sweep measured it (its record in ``store``)."""
-    out = {"verifier": cell.verifier, "topology": cell.topology, "key": cell.key()}
-    record = store.load(cell, 0) if store is not None else None
+def time_cell(cell: study.Cell, seed: int, store: Store | None) -> dict:
+    """``seed`` of ``cell`` as the sweep runs it, or as the sweep measured it (its record in ``store``)."""
+    out = {"verifier": cell.verifier, "topology": cell.topology, "key": cell.key(), "seed": seed}
+    record = store.load(cell, seed) if store is not None else None
     if record is not None and "seconds" in record:  # records older than the field do not hold it
         out["source"], out["seed_s"] = "store record", record["seconds"]
     else:
-        out["source"], out["seed_s"] = "timed", compute_seed(cell, 0)["seconds"]
+        out["source"], out["seed_s"] = "timed", compute_seed(cell, seed)["seconds"]
     return out
 
 
@@ -46,7 +47,8 @@ def main() -> None:
     parser.add_argument("--out", default="reports/ablation_time.md")
     parser.add_argument("--jobs", type=int, default=2, help="cores the projection assumes")
     parser.add_argument("--verifiers", default=None, help="comma-separated: time only these methods' cells")
-    parser.add_argument("--store", default=None, help="take seed 0's time from the sweep's records here")
+    parser.add_argument("--store", default=None, help="take the seed's time from the sweep's records here")
+    parser.add_argument("--seed", type=int, default=0, help="the model seed timed (or read from --store)")
     args = parser.parse_args()
     wanted = set(args.verifiers.split(",")) if args.verifiers else None
     store = Store(args.store) if args.store else None
@@ -61,14 +63,14 @@ def main() -> None:
     for cell in cells:
         if wanted is not None and cell.verifier not in wanted:
             continue
-        key = model_key(cell, 0)
+        key, rows_key = model_key(cell, 0), model_key(cell, args.seed)  # set-ups per configuration, any seed
         if key not in setups:
             study._rows.cache_clear()
             start = time.perf_counter()
-            study._rows(*key)
+            study._rows(*rows_key)
             setups[key] = time.perf_counter() - start
-        study._rows(*key)  # built (untimed) where its set-up was measured before: the cell's time is its own
-        timed[cell.key()] = time_cell(replace(cell, seeds=1), store)
+        study._rows(*rows_key)  # built (untimed) where its set-up was measured before: the cell's time is its own
+        timed[cell.key()] = time_cell(replace(cell, seeds=args.seed + 1), args.seed, store)
         print(json.dumps(timed[cell.key()]), file=sys.stderr)
     rows = kept + list(timed.values())
     order = {c.key(): i for i, c in enumerate(cells)}
@@ -84,7 +86,8 @@ def main() -> None:
              f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, "
              f"Python {platform.python_version()}, numpy {np.__version__}.", "",
              f"{len(cells)} ablation cells (each 20 model seeds × 10^5 trials), {len(setups)} model configurations. "
-             "Each cell's seed 0 timed as the sweep runs it; set-up (the model's rows of every context) once per "
+             f"Each cell's seed {args.seed} timed as the sweep runs it (or read from the sweep's record of it where the "
+             "source says so); set-up (the model's rows of every context) once per "
              f"model configuration and seed. Projected on {args.jobs} cores:", "",
              "| method | cells | projected time |", "|---|---|---|"]
     for method, seconds in per_method.items():
@@ -93,7 +96,7 @@ def main() -> None:
     lines += [f"| set-up (rows per model and seed) | {len(setups)} models | {setup_total / 3600:.2f} h |", "",
               f"Whole ablation suite: **{total / 3600:.1f} h** on {args.jobs} cores; **{without / 3600:.1f} h** "
               "without `lv-gr` (the paper: 30 hours on 128 cores). Every method runs on its batched path.", "",
-              "| cell | seed 0 (s) | source |", "|---|---|---|"]
+              f"| cell | seed {args.seed} (s) | source |", "|---|---|---|"]
     lines += [f"| {r['key']} | {r['seed_s']:.1f} | {r.get('source', 'timed')} |" for r in rows]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
