@@ -17,6 +17,7 @@ path's to rounding (the solver sees rows in another order and sums differ in the
 from __future__ import annotations
 
 import itertools
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -29,19 +30,44 @@ STACK_ELEMENTS = 2_000_000
 
 
 @lru_cache(maxsize=8)
-def token_sets(vocab: int, k: int) -> tuple[Rows, np.ndarray, np.ndarray]:
-    """The token sets of ``k`` i.i.d. draws from ``vocab`` tokens as solver rows, the tuples ``[V^k, k]`` in
-    product order sorted by set, and where each set's run of tuples starts (for ``np.add.reduceat``)."""
+def token_sets(vocab: int, k: int) -> tuple[Rows, tuple[tuple[np.ndarray, tuple], ...]]:
+    """The token sets of ``k`` i.i.d. draws from ``vocab`` tokens as solver rows (by size, then tokens), and per
+    set size ``m`` a block: the sets' tokens ``[R_m, m]`` and the terms of ``P(set X = S)`` — the draws hit the
+    ``m`` tokens ``c_1..c_m ≥ 1`` times, ``Σ_c k!/Π c_j! · Π p_j^{c_j}`` over the compositions ``c`` of ``k``
+    (:func:`set_probabilities`)."""
     sets = sorted({tuple(sorted(set(t))) for t in itertools.product(range(vocab), repeat=k)},
                   key=lambda s: (len(s), s))
-    index = {s: i for i, s in enumerate(sets)}
-    tuples = np.array(list(itertools.product(range(vocab), repeat=k)), dtype=np.int64)
-    owner = np.array([index[tuple(sorted(set(t)))] for t in tuples.tolist()])
-    order = np.argsort(owner, kind="stable")
     member = np.zeros((len(sets), vocab))
     for i, s in enumerate(sets):
         member[i, list(s)] = 1.0
-    return Rows.of(member), tuples[order], np.searchsorted(owner[order], np.arange(len(sets)))
+    blocks = []
+    for size in sorted({len(s) for s in sets}):
+        tokens = np.array([s for s in sets if len(s) == size], dtype=np.int64)
+        terms = tuple((math.factorial(k) // math.prod(math.factorial(c) for c in counts), counts)
+                      for counts in itertools.product(range(1, k + 1), repeat=size) if sum(counts) == k)
+        blocks.append((tokens, terms))
+    return Rows.of(member), tuple(blocks)
+
+
+def set_probabilities(p: np.ndarray, k: int) -> np.ndarray:
+    """``P(set X = S)`` for ``k`` i.i.d. draws from each row of ``p`` ``[M, V]``, per row of
+    :func:`token_sets` ``[M, R]``: a few products per set (the sum over the ``V^k`` tuples, which the reference
+    merges, costs ``V^k`` per instance and agrees to rounding)."""
+    rows, blocks = token_sets(p.shape[1], k)
+    out = np.empty((len(p), len(rows.member)))
+    start = 0
+    for tokens, terms in blocks:
+        factors = [np.take(p, tokens[:, j], axis=1) for j in range(tokens.shape[1])]
+        total = None
+        for coefficient, counts in terms:
+            term = np.full(factors[0].shape, float(coefficient))
+            for factor, count in zip(factors, counts):
+                for _ in range(count):
+                    term = term * factor
+            total = term if total is None else total + term
+        out[:, start: start + len(tokens)] = total
+        start += len(tokens)
+    return out
 
 
 def _inner_sets(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
@@ -66,20 +92,17 @@ def _solve(p: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
     """GR for each problem ``(p[m], q[m])`` with ``k`` i.i.d. candidates: ``e^θ``, ``H*``, the outgoing flow and
     the clipping factors per token (``q/inflow`` where the inflow overshoots ``q``, else 1)."""
     count, size = p.shape
-    rows, tuples, starts = token_sets(size, k)
-    chance = np.take(p, tuples[:, 0], axis=1)
-    for i in range(1, k):
-        chance = chance * np.take(p, tuples[:, i], axis=1)
-    probs = np.add.reduceat(chance, starts, axis=1)  # P(set X = S)
-    inner = _inner_sets(p, q, k)
-    reject = rows.row_sums((~inner).astype(float)) == 0  # S ⊆ H*: no token outside H*
-    theta = np.empty((count, size))
+    rows, _ = token_sets(size, k)
+    weights, inner, inflow = np.empty((count, size)), np.empty((count, size), dtype=bool), np.empty((count, size))
     chunk = max(1, STACK_ELEMENTS // (len(rows.member) * size))
-    for start in range(0, count, chunk):
+    for start in range(0, count, chunk):  # everything [M, R] a chunk at a time: the stack stays in cache
         at = slice(start, start + chunk)
-        theta[at] = gr_dual_batch(rows, probs[at], reject[at], q[at], inner[at])
-    weights = np.exp(theta)
-    inflow = routed_flow(rows, probs / routed_sums(rows, weights, reject, inner, 1.0), weights, reject, inner)
+        probs = set_probabilities(p[at], k)
+        inner[at] = _inner_sets(p[at], q[at], k)
+        reject = rows.row_sums((~inner[at]).astype(float)) == 0  # S ⊆ H*: no token outside H*
+        weights[at] = np.exp(gr_dual_batch(rows, probs, reject, q[at], inner[at]))
+        share = probs / routed_sums(rows, weights[at], reject, inner[at], 1.0)
+        inflow[at] = routed_flow(rows, share, weights[at], reject, inner[at])
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where((inflow > q) & (inflow > 0), q / inflow, 1.0)
     return weights, inner, factor * inflow, factor

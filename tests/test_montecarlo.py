@@ -89,13 +89,30 @@ def test_batched_path_does_not_depend_on_batch_size(name):
     assert np.array_equal(whole[1], np.concatenate([p[1] for p in parts]))
 
 
+def test_set_probabilities_equal_the_sum_over_tuples():
+    """P(set X = S) for k i.i.d. draws, by its closed form per set, against the sum over all V^k tuples."""
+    import itertools
+    from simulator.batched_gr import set_probabilities, token_sets
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.ones(4), size=5) * (rng.random((5, 4)) > 0.2)
+    p /= p.sum(axis=1, keepdims=True)
+    for k in range(1, 5):
+        rows, _ = token_sets(4, k)
+        brute = np.zeros((5, len(rows.member)))
+        index = {tuple(np.flatnonzero(m)): r for r, m in enumerate(rows.member)}
+        for t in itertools.product(range(4), repeat=k):
+            brute[:, index[tuple(sorted(set(t)))]] += np.prod(p[:, list(t)], axis=1)
+        assert np.allclose(set_probabilities(p, k), brute, rtol=1e-14, atol=0), k
+        assert np.allclose(set_probabilities(p, k).sum(axis=1), 1.0, rtol=1e-14)
+
+
 def test_gr_solver_gives_an_instance_the_same_theta_in_any_stack():
     # LV's transformed GR problems at random masses, solved as one stack and one by one: equal bit for bit.
     from simulator.batched_gr import token_sets
     from simulator.verifiers.flows import alpha_star
     from simulator.verifiers.gr_solver import gr_dual_batch
     rng = np.random.default_rng(5)
-    rows, _, _ = token_sets(7, 2)
+    rows, _ = token_sets(7, 2)
     probs, reject, q, inner = [], [], [], []
     for _ in range(40):
         p = np.r_[rng.dirichlet(np.ones(6)), 0.0]
