@@ -4,14 +4,15 @@ LV hands each non-leaf node a transformed problem — draft ``(p_v, 0)``, target
 ``A_t`` the score mass of the node's depth (:mod:`simulator.verifiers.layer`) — and ``A_t`` depends on the whole
 drafted tree, so every node of every trial brings a GR problem of its own. The reference path builds GR's
 flow dictionaries over all ``V^k`` tuples per problem (:func:`simulator.verifiers.flows.gr_flow`); here the
-problems of one node across a batch of trials are stacked and solved by the same dual solver
+problems of a level's nodes across a batch of trials are stacked and solved by the same dual solver
 (:func:`simulator.verifiers.gr_solver.gr_dual_batch`), and LV reads off the two things it needs in closed
 form: the acceptance of the drafted tuple's tokens and the outgoing flow.
 
 Each problem is GR's as :func:`~simulator.verifiers.flows.gr_flow` states it — ``H*`` from the same
-sequential scan as :func:`~simulator.verifiers.flows.alpha_star`, tuples merged by token set (``P(set X = S)``;
-the reference merges the same rows), over-full tokens clipped — so a trial's outcome equals the reference
-path's to rounding (the solver sees rows in another order and sums differ in their last bits).
+sequential scan as :func:`~simulator.verifiers.flows.alpha_star`, tuples merged by token set (``P(set X = S)``,
+here in closed form per set; the reference sums the tuples of a set), over-full tokens clipped — so a trial's
+outcome equals the reference path's to rounding (the solver sees rows in another order and sums differ in
+their last bits).
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 
 GR's ``θ`` minimises ``Σ_r probs_r log(reject_r + member_r·e^θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper``, one
 row ``r`` per candidate tuple (``member`` its 0/1 token row, ``reject`` 1 where it has a reject option). The
-solver is written once, for a stack of ``M`` instances (``[M, R]`` and ``[M, R, F]`` arrays): every instance
+solver is written once, for a stack of ``M`` instances (``[M, R]`` and ``[M, F, F]`` arrays): every instance
 runs its own iterations (converged instances stop, the others go on) and every operation on an instance reads
-only that instance's slice, so an instance's ``θ`` does not depend on what else is in the stack — the
-reference path solves one instance at a time, Layer Verification's batched Monte Carlo path
-(:mod:`simulator.batched_gr`) thousands, and the two get the same ``θ`` (the tests check it bit for bit).
+only that instance's slice — its sums over rows and tokens are BLAS matrix products with the shared 0/1 row
+matrix, which sum each entry in the same order whatever the number of instances (:func:`_product`) — so an
+instance's ``θ`` does not depend on what else is in the stack: the reference path solves one instance at a
+time, Layer Verification's batched Monte Carlo path (:mod:`simulator.batched_gr`) thousands, and an instance
+solved alone and in a stack gets the same ``θ`` (the tests check it bit for bit).
 """
 
 from __future__ import annotations
