@@ -178,8 +178,9 @@ def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
               progress: Callable[[Cell, int, int], None] | None = None) -> None:
     """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one."""
     todo = [(cell, s) for cell in dict.fromkeys(cells) for s in range(cell.seeds) if store.load(cell, s) is None]
-    # Same model and seed next to each other, so a worker reuses the model's rows (see _rows).
-    todo.sort(key=lambda item: model_key(*item))
+    # Seed by seed, so that a sweep stopped early leaves every cell with about as many seeds; within a seed the
+    # same model next to each other, so a worker reuses the model's rows (see _rows).
+    todo.sort(key=lambda item: (item[1], model_key(*item)))
     if jobs <= 1:
         for cell, s in todo:
             store.save(compute_seed(cell, s), cell, s)
