@@ -16,9 +16,11 @@ import os
 import re
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -174,6 +176,28 @@ class Store:
         return [r for r in (self.load(cell, s) for s in range(cell.seeds)) if r is not None]
 
 
+#: Environment variables that set the BLAS and OpenMP thread pools of a process as its numpy loads.
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def _one_thread_each() -> Iterator[None]:
+    """Worker processes started inside get one BLAS thread each (unless the user set otherwise): the workers
+    already keep every core busy, and a BLAS pool per worker would oversubscribe them (GR's solver multiplies
+    matrices of a thousand instances at a time). The workers are spawned, so they read this as numpy loads."""
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
               progress: Callable[[Cell, int, int], None] | None = None) -> None:
     """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one."""
@@ -187,7 +211,7 @@ def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
             if progress is not None:
                 progress(cell, s, cell.trials)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         futures = {pool.submit(compute_seed, cell, s): (cell, s) for cell, s in todo}
         for future in as_completed(futures):
             cell, s = futures[future]
