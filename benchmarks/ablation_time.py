@@ -86,7 +86,7 @@ def main() -> None:
              f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, "
              f"Python {platform.python_version()}, numpy {np.__version__}.", "",
              f"{len(cells)} ablation cells (each 20 model seeds × 10^5 trials), {len(setups)} model configurations. "
-             f"Each cell's seed {args.seed} timed as the sweep runs it (or read from the sweep's record of it where the "
+             "Each cell's seed (below) timed as the sweep runs it (or read from the sweep's record of it where the "
              "source says so); set-up (the model's rows of every context) once per "
              f"model configuration and seed. Projected on {args.jobs} cores:", "",
              "| method | cells | projected time |", "|---|---|---|"]
@@ -96,8 +96,8 @@ def main() -> None:
     lines += [f"| set-up (rows per model and seed) | {len(setups)} models | {setup_total / 3600:.2f} h |", "",
               f"Whole ablation suite: **{total / 3600:.1f} h** on {args.jobs} cores; **{without / 3600:.1f} h** "
               "without `lv-gr` (the paper: 30 hours on 128 cores). Every method runs on its batched path.", "",
-              f"| cell | seed {args.seed} (s) | source |", "|---|---|---|"]
-    lines += [f"| {r['key']} | {r['seed_s']:.1f} | {r.get('source', 'timed')} |" for r in rows]
+              "| cell | seed | time (s) | source |", "|---|---|---|---|"]
+    lines += [f"| {r['key']} | {r.get('seed', 0)} | {r['seed_s']:.1f} | {r.get('source', 'timed')} |" for r in rows]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     Path(args.out).with_suffix(".json").write_text(json.dumps(
