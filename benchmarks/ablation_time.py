@@ -52,11 +52,13 @@ def main() -> None:
     args = parser.parse_args()
     wanted = set(args.verifiers.split(",")) if args.verifiers else None
     store = Store(args.store) if args.store else None
-    kept, setups = [], {}  # setups: seconds per model configuration
+    command = "python3 benchmarks/ablation_time.py " + " ".join(sys.argv[1:])
+    kept, setups, commands = [], {}, [command]  # setups: seconds per model configuration
     if wanted is not None:
         previous = json.loads(Path(args.out).with_suffix(".json").read_text())
         kept = [r for r in previous["cells"] if r["verifier"] not in wanted]
         setups = {tuple(s["model"]): s["seconds"] for s in previous["setups"]}
+        commands = previous.get("commands", [previous["command"]]) + commands  # the kept rows' commands too
     cells = list(dict.fromkeys(c for t in ABLATIONS for _, _, c in paper_cells(t)))
     cells.sort(key=lambda c: model_key(c, 0))
     timed = {}
@@ -81,9 +83,8 @@ def main() -> None:
     setup_total = PAPER_SEEDS * sum(setups.values()) / args.jobs
     total = setup_total + sum(per_method.values())
     without = setup_total + sum(v for m, v in per_method.items() if m != "lv-gr")
-    command = "python3 benchmarks/ablation_time.py " + " ".join(sys.argv[1:])
     lines = ["# Benchmark: the ablation suite (Tables 4–15) at full scale", "",
-             f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, "
+             "Commands, in order: " + "; ".join(f"`{c}`" for c in commands) + f". Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, "
              f"Python {platform.python_version()}, numpy {np.__version__}.", "",
              f"{len(cells)} ablation cells (each 20 model seeds × 10^5 trials), {len(setups)} model configurations. "
              "Each cell's seed (below) timed as the sweep runs it (or read from the sweep's record of it where the "
@@ -101,7 +102,7 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     Path(args.out).with_suffix(".json").write_text(json.dumps(
-        {"command": command, "setups": [{"model": list(k), "seconds": v} for k, v in setups.items()],
+        {"commands": commands, "setups": [{"model": list(k), "seconds": v} for k, v in setups.items()],
          "cells": rows, "total_s": total, "without_lv_gr_s": without}, indent=1) + "\n")
     print("\n".join(lines[:12 + len(per_method)]))
 
