@@ -25,7 +25,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
+# One BLAS thread, as a sweep's workers have (simulator.study.run_cells); read as numpy loads.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402
 
 from simulator import study
 from simulator.study import ABLATIONS, PAPER_SEEDS, Store, compute_seed, model_key, paper_cells
