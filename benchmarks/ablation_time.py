@@ -57,12 +57,11 @@ def main() -> None:
     wanted = set(args.verifiers.split(",")) if args.verifiers else None
     store = Store(args.store) if args.store else None
     command = "python3 benchmarks/ablation_time.py " + " ".join(sys.argv[1:])
-    kept, setups, commands = [], {}, [command]  # setups: seconds per model configuration
+    kept, setups = [], {}  # setups: seconds per model configuration
     if wanted is not None:
         previous = json.loads(Path(args.out).with_suffix(".json").read_text())
         kept = [r for r in previous["cells"] if r["verifier"] not in wanted]
         setups = {tuple(s["model"]): s["seconds"] for s in previous["setups"]}
-        commands = previous.get("commands", [previous["command"]]) + commands  # the kept rows' commands too
     cells = list(dict.fromkeys(c for t in ABLATIONS for _, _, c in paper_cells(t)))
     cells.sort(key=lambda c: model_key(c, 0))
     timed = {}
@@ -76,11 +75,12 @@ def main() -> None:
             study._rows(*rows_key)
             setups[key] = time.perf_counter() - start
         study._rows(*rows_key)  # built (untimed) where its set-up was measured before: the cell's time is its own
-        timed[cell.key()] = time_cell(replace(cell, seeds=args.seed + 1), args.seed, store)
+        timed[cell.key()] = time_cell(replace(cell, seeds=args.seed + 1), args.seed, store) | {"command": command}
         print(json.dumps(timed[cell.key()]), file=sys.stderr)
     rows = kept + list(timed.values())
     order = {c.key(): i for i, c in enumerate(cells)}
     rows.sort(key=lambda r: order[r["key"]])
+    commands = list(dict.fromkeys(r["command"] for r in rows))  # each row names the command that timed it
     per_method: dict[str, float] = {}
     for r in rows:
         per_method[r["verifier"]] = per_method.get(r["verifier"], 0.0) + PAPER_SEEDS * r["seed_s"] / args.jobs
