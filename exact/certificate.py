@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Sequence
 
+from simulator.limits import computation
 from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import Number, check_arithmetic, to_json_number
 from simulator.speculation import decide
@@ -40,20 +41,27 @@ def round_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arit
 
 def view_law(view: ModelView, drafter: Drafter, verifier: Verifier) -> OutputLaw:
     """:func:`round_law` on a given view (its context and arithmetic)."""
+    with computation() as scope:
+        return _view_law(view, drafter, verifier, scope.advance)
+
+
+def _view_law(view: ModelView, drafter: Drafter, verifier: Verifier, advance) -> OutputLaw:
     exact = view.arithmetic == "fraction"
-    return _checked(OutputLaw(_round_outcomes(view, drafter, verifier, exact), drafter.height, view, exact))
+    return _checked(OutputLaw(_round_outcomes(view, drafter, verifier, exact, advance), drafter.height, view, exact))
 
 
-def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool):
+def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool, advance):
     """:func:`simulator.speculation.speculate`'s outcomes, enumerated in its two stages.
 
     ``speculate`` drafts, then verifies, on one stream of choices; enumerating the drafting choices first
     and the verifier's choices per draft walks the same choice tree while drafting each tree only once.
+    ``advance(mass)`` hears of each draft tree's probability once the tree is done (progress).
     """
     for draft, p_draft in enumerate_outcomes(lambda rng: drafter.draft(view, rng), exact):
         for outcome, p_verify in enumerate_outcomes(
                 lambda rng: decide(draft.tree, draft.p, draft.q, fn, rng, view.vocab), exact):
             yield outcome, p_draft * p_verify
+        advance(float(p_draft))
 
 
 def fixed_tree_law(tree: DraftTree, p: Sequence, q: Sequence, verifier: str | Verifier, vocab: int,
@@ -65,8 +73,12 @@ def fixed_tree_law(tree: DraftTree, p: Sequence, q: Sequence, verifier: str | Ve
     """
     exact = check_arithmetic(arithmetic) == "fraction"
     _, fn = _resolve(verifier)
-    outcomes = enumerate_outcomes(lambda rng: decide(tree, p, q, fn, rng, vocab), exact)
-    return _checked(OutputLaw(outcomes, tree.height if height is None else height, view, exact))
+    with computation() as scope:
+        def outcomes():
+            for outcome, prob in enumerate_outcomes(lambda rng: decide(tree, p, q, fn, rng, vocab), exact):
+                scope.advance(float(prob))
+                yield outcome, prob
+        return _checked(OutputLaw(outcomes(), tree.height if height is None else height, view, exact))
 
 
 def _checked(law: OutputLaw) -> OutputLaw:
@@ -110,8 +122,9 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
             context: Context = (), config: dict | None = None) -> Certificate:
     """Certify ``verifier``: exact TVD of its completed output law to ``q^(H+1)``, ``E[τ]``, counterexample."""
     name, fn = _resolve(verifier)
-    law = round_law(model, drafter, fn, arithmetic, context)
-    tvd, counterexample = law.discrepancies()
+    with computation() as scope:  # the round's law and its completion count together
+        law = _view_law(ModelView(model, check_arithmetic(arithmetic), context), drafter, fn, scope.advance)
+        tvd, counterexample = law.discrepancies()
     tolerance: Number = Fraction(0) if law.exact else FLOAT_TOLERANCE
     lossless = tvd <= tolerance
     return Certificate(name, arithmetic, lossless, tvd, tolerance, law.expected_accepted(), law.profile(),

@@ -5,7 +5,9 @@ The program is ordinary code that makes every random choice through the randomne
 given prefix of branch indices, takes branch 0 beyond it and records how many branches each choice had.
 :func:`enumerate_outcomes` walks the tree of choices depth first by replaying prefixes (the shape of
 Hypothesis's ``ChoiceTree``), yielding each complete execution's result with its exact probability.
-Zero-probability branches are pruned, so a rule is never run on an impossible state.
+Zero-probability branches are pruned, so a rule is never run on an impossible state. Every execution is
+charged to the exact computation in progress (:mod:`simulator.limits`), and one execution may make at most
+:data:`~simulator.limits.MAX_CHOICES_PER_EXECUTION` choices (:class:`~simulator.errors.ChoiceLimitError`).
 
 Branch lists of a categorical are cached per weight vector for the duration of one enumeration: the same
 rows recur in thousands of executions and validating and dividing them again dominated the run time.
@@ -16,7 +18,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from simulator.errors import ExactnessError
+from simulator.errors import ChoiceLimitError, ExactnessError
+from simulator.limits import MAX_CHOICES_PER_EXECUTION, active_count
 from simulator.numeric import Number
 from simulator.randomness import check_bernoulli, check_weights
 
@@ -37,11 +40,15 @@ class EnumeratingChooser:
 
     def _check_exact(self, value: object, field: str) -> None:
         if self._exact and isinstance(value, float):
-            raise ExactnessError(field, f"a float ({value!r}) reached the randomness interface under fraction "
-                                        "arithmetic; use Fraction (or int) probabilities")
+            raise ExactnessError("arithmetic", f"a float ({value!r}, as {field}) reached the randomness interface "
+                                               "under fraction arithmetic: this code computes in floats; pass "
+                                               "--arithmetic float (or compute with Fractions)")
 
     def _choose(self, branches: list[tuple[object, Number]]) -> object:
         k = len(self.taken)
+        if k >= MAX_CHOICES_PER_EXECUTION:
+            raise ChoiceLimitError("rng", f"one execution made more than {MAX_CHOICES_PER_EXECUTION:,} random "
+                                          "choices (an endless loop of rng calls?)")
         index = self._prefix[k] if k < len(self._prefix) else 0
         self.taken.append(index)
         self.widths.append(len(branches))
@@ -73,12 +80,14 @@ class EnumeratingChooser:
 def enumerate_outcomes(program: Callable[[EnumeratingChooser], T], exact: bool = True
                        ) -> Iterator[tuple[T, Number]]:
     """Every execution of ``program`` with its probability. The probabilities sum to 1."""
+    count = active_count()
     stack: list[tuple[int, ...]] = [()]
     cache: dict[tuple, list[tuple[int, Number]]] = {}
     while stack:
         prefix = stack.pop()
         chooser = EnumeratingChooser(prefix, exact, cache)
         result = program(chooser)
+        count.execution()
         yield result, chooser.prob
         for depth in range(len(prefix), len(chooser.taken)):
             head = tuple(chooser.taken[:depth])

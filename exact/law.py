@@ -12,6 +12,7 @@ from fractions import Fraction
 from typing import Iterable
 
 from simulator.completion import TARGET
+from simulator.limits import Count, active_count
 from simulator.models import ModelView
 from simulator.numeric import Number
 from simulator.speculation import RoundOutcome
@@ -71,29 +72,31 @@ class OutputLaw:
             raise ValueError("this law has no model to complete with (a fixed tree without a model)")
         return self.view
 
-    def _extend(self, out: dict[Sequence_, Number], block: Sequence_, prob: Number, rule) -> None:
+    def _extend(self, out: dict[Sequence_, Number], block: Sequence_, prob: Number, rule, count: Count) -> None:
         if len(block) == self.height + 1:
+            count.sequence()
             out[block] = out.get(block, self._zero) + prob
             return
         row = rule.next_row(block, self.view)
         for x, px in enumerate(row):
             if px > 0:
-                self._extend(out, block + (x,), prob * px, rule)
+                self._extend(out, block + (x,), prob * px, rule, count)
 
     def completed(self) -> dict[Sequence_, Number]:
         """The completed law over ``Σ^(H+1)`` (zero cells omitted)."""
         self._require_view()
         out: dict[Sequence_, Number] = {}
+        count = active_count()
         for o, prob in self.outcomes.items():
             if prob > 0:
-                self._extend(out, o.path + (o.y,), prob, o.completion)
+                self._extend(out, o.path + (o.y,), prob, o.completion, count)
         return out
 
     def target(self) -> dict[Sequence_, Number]:
         """The target's joint ``q^(H+1)`` over ``Σ^(H+1)`` (zero cells omitted)."""
         self._require_view()
         out: dict[Sequence_, Number] = {}
-        self._extend(out, (), Fraction(1) if self.exact else 1.0, TARGET)
+        self._extend(out, (), Fraction(1) if self.exact else 1.0, TARGET, active_count())
         return out
 
     def discrepancies(self) -> tuple[Number, Counterexample | None]:

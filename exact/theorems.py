@@ -90,10 +90,17 @@ def _rows(rng: np.random.Generator, vocab: int, zero_prob: float = 0.3) -> tuple
     return tuple(rows)
 
 
-def _models(count: int, seed: int, vocab_range=(2, 5)) -> Iterator[tuple[RandomRationalModel, np.random.Generator]]:
+def _nothing() -> None:
+    pass
+
+
+def _models(count: int, seed: int, vocab_range=(2, 5),
+            tick: Callable[[], None] = _nothing) -> Iterator[tuple[RandomRationalModel, np.random.Generator]]:
+    """``count`` random rational models; ``tick()`` once the caller is done with each."""
     rng = np.random.default_rng(seed)
     for _ in range(count):
         yield RandomRationalModel(int(rng.integers(*vocab_range)), int(rng.integers(2**31)), zero_prob=0.3), rng
+        tick()
 
 
 # ---- block verification and chains ------------------------------------------------------------------------
@@ -106,13 +113,14 @@ def _chain_scheme(name: str) -> str:
     return "iid" if "iid" in schemes else schemes[0]
 
 
-def check_bv_optimal_on_chains(count: int, seed: int, rivals: Sequence[str] = CHAIN_RIVALS) -> list[Check]:
+def check_bv_optimal_on_chains(count: int, seed: int, rivals: Sequence[str] = CHAIN_RIVALS,
+                               tick: Callable[[], None] = _nothing) -> list[Check]:
     """block_verification.txt Thm. 2: BV maximises E[τ] among lossless chain verifiers (``rivals``); Thm. 3 /
     Lemma 9: greedy BV (which changes later rounds) reaches the coupling bound; TRV = BV = LV-SpS on chains."""
     from .bounds import chain_coupling_bound
 
     best, greedy, equal = _Worst(), _Worst(), _Worst()
-    for model, rng in _models(count, seed):
+    for model, rng in _models(count, seed, tick=tick):
         chain = make_topology("chain", int(rng.integers(1, 5)))
         where = f"vocab={model.vocab} seed={model.seed} H={chain.height}"
         bv = round_law(model, FixedShape(chain), "bv")
@@ -153,7 +161,7 @@ def lp_value(p, q, k: int, law: str) -> float:
     return -result.fun
 
 
-def check_single_step(count: int, seed: int) -> list[Check]:
+def check_single_step(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
     rng = np.random.default_rng(seed)
     below, opt_eq, lp_eq, kseq, gr, k1 = (_Worst() for _ in range(6))
     for _ in range(count):
@@ -175,6 +183,7 @@ def check_single_step(count: int, seed: int) -> list[Check]:
             other = RULES[rule].outflow(p, q, 1, "iid")
             tol = GR_TOLERANCE if rule == "gr" else 0
             k1.see(tol - max(abs(a - b) for a, b in zip(sps, other)), f"{where} {rule}")
+        tick()
     return [below.check("acceptance of every rule ≤ α* (its tuple law; GR within its tolerance)", "SPEC §4"),
             opt_eq.check("OPT = α* exactly (rationals)", "SPEC §4"),
             lp_eq.check("LP max-flow (scipy HiGHS) = α*", "SPEC §4", tolerance=1e-9),
@@ -190,10 +199,10 @@ def _drafts(model, topology, scheme: str):
         yield draft
 
 
-def check_lv_assumption(count: int, seed: int) -> list[Check]:
+def check_lv_assumption(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
     """layer_verification.txt Assumption 4.2: ``flow_v(x) ≤ q_v(x)·a_v`` at every node LV scores."""
     worst = _Worst()
-    for model, rng in _models(count, seed, (2, 4)):
+    for model, rng in _models(count, seed, (2, 4), tick):
         shape = TREE_SHAPES[int(rng.integers(len(TREE_SHAPES)))]
         topology = random_shape(rng, shape, 5)
         for draft in _drafts(model, topology, "iid"):
@@ -205,10 +214,10 @@ def check_lv_assumption(count: int, seed: int) -> list[Check]:
     return [worst.check("LV Assumption 4.2: flow_v(x) ≤ q_v(x)·a_v at every scored node", "layer Asm. 4.2")]
 
 
-def check_lv_beats_tv(count: int, seed: int) -> list[Check]:
+def check_lv_beats_tv(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
     """The paper's experimental claim that LV-lifting accepts at least as much as TV-lifting."""
     worst = _Worst()
-    for model, rng in _models(count, seed, (2, 4)):
+    for model, rng in _models(count, seed, (2, 4), tick):
         shape = TREE_SHAPES[int(rng.integers(len(TREE_SHAPES)))]
         topology = random_shape(rng, shape, 5)
         for rule in LIFTED:
@@ -220,12 +229,13 @@ def check_lv_beats_tv(count: int, seed: int) -> list[Check]:
 
 
 # ---- Traversal Verification -------------------------------------------------------------------------------
-def check_trv_lemma(count: int, seed: int, verifier: Verifier = trv) -> list[Check]:
+def check_trv_lemma(count: int, seed: int, verifier: Verifier = trv,
+                    tick: Callable[[], None] = _nothing) -> list[Check]:
     """traversal_verification.txt Lemma A.2: for the completed output ``Z`` and the first chain ``α`` (first
     children from the root), ``P(Z^ℓ = α^ℓ) = p^ini(α_ℓ)`` given the first chain's tokens up to depth ``ℓ``
     (the rest of the tree, below and beside, drafted as usual)."""
     worst = _Worst()
-    for model, rng in _models(count, seed, (2, 4)):
+    for model, rng in _models(count, seed, (2, 4), tick):
         shape = TREE_SHAPES[int(rng.integers(len(TREE_SHAPES)))]
         topology = random_shape(rng, shape, 5)
         view = ModelView(model, "fraction")
@@ -251,13 +261,13 @@ def check_trv_lemma(count: int, seed: int, verifier: Verifier = trv) -> list[Che
 
 #: every check by name, with its default instance count (``specproof theorems --scale 1``)
 # ---- DySpec ---------------------------------------------------------------------------------------------------
-def check_dyspec_greedy(count: int, seed: int) -> list[Check]:
+def check_dyspec_greedy(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
     """dyspec App. D.1: the greedy tree of ``N`` nodes has the largest weight of any rooted subtree of ``N``
     nodes (weights: path products of the draft model), against exhaustive enumeration, N = 2..6."""
     from .greedy_tree import best_subtree_weight, greedy_subtree
 
     worst = _Worst()
-    for model, rng in _models(count, seed, (2, 4)):
+    for model, rng in _models(count, seed, (2, 4), tick):
         view = ModelView(model, "fraction")
         size = int(rng.integers(2, 7))
         _, greedy = greedy_subtree(view, size)
@@ -276,19 +286,20 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
 
 
 def run_checks(scale: float = 1.0, seed: int = 0, only: Iterable[str] | None = None,
-               progress: Callable[[str], None] | None = None) -> list[Check]:
-    """Run the checks (all, or those named in ``only``); ``scale`` multiplies the default instance counts."""
+               tick: Callable[[str, int], None] | None = None) -> list[Check]:
+    """Run the checks (all, or those named in ``only``); ``scale`` multiplies the default instance counts;
+    ``tick(check, instances)`` after each instance, for a progress bar."""
     names = list(CHECKS) if only is None else list(only)
     for name in names:
         if name not in CHECKS:
             raise InvalidParameterError("check", f"unknown check {name!r}; choose from {', '.join(CHECKS)}")
     out: list[Check] = []
     for name in names:
-        if progress is not None:
-            progress(name)
         start = time.perf_counter()
         fn, default = CHECKS[name]
-        found = fn(max(1, round(default * scale)), seed + list(CHECKS).index(name) + 1)
+        count = max(1, round(default * scale))
+        step = (lambda name=name, count=count: tick(name, count)) if tick is not None else _nothing
+        found = fn(count, seed + list(CHECKS).index(name) + 1, tick=step)
         seconds = time.perf_counter() - start
         out.extend(replace(c, group=name, seconds=seconds) for c in found)
     return out

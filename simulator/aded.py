@@ -37,7 +37,7 @@ from .errors import InvalidParameterError
 from .models import Context, ModelPair, ModelView
 from .numeric import Number, normalise
 from .randomness import SamplingRandomness
-from .trees import DraftTree
+from .trees import MAX_TREE_NODES, DraftTree
 
 START = -1  # the start marker padding each corpus sequence and a short prompt
 Key = tuple[int, int]
@@ -115,6 +115,9 @@ class AdedConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidParameterError(name, f"must be an integer ≥ 1, got {value!r}")
+        if self.candidates * self.length >= MAX_TREE_NODES:
+            raise InvalidParameterError("candidates", f"{self.candidates} candidates of {self.length} tokens: a draft "
+                                                      f"tree may have at most {MAX_TREE_NODES:,} nodes")
         for name in ("c1", "c2"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -216,6 +219,11 @@ class Aded:
     table: TrigramTable
     config: AdedConfig = AdedConfig()
     scheme: str = "aded"
+    size_options = ("candidates", "candidate-length")
+
+    def log10_trees(self, vocab: int) -> float:
+        """One tree per context: the candidates come from the table, not from the randomness interface."""
+        return 0.0
 
     @property
     def height(self) -> int:

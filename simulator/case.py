@@ -3,7 +3,12 @@
 Fields: ``vocab``; ``parents`` (root first, ``-1``; BFS order); ``tokens`` (``null`` for the root);
 ``p`` and ``q``, objects from node index (a string) to a row of probabilities (numbers, or exact
 ``"3/10"`` strings) — ``p`` for every non-leaf node, ``q`` for every node; ``verifier`` (a built-in name
-or ``module:function``).
+or ``module:function``); optionally ``draft``: ``"sampled"`` (the default) or ``"deterministic"``.
+
+A sampled draft never holds a token its parent's draft row gives probability zero (no drafting scheme
+proposes one), so such a case is refused with an error naming the node and token. ``"deterministic"``
+declares point-mass candidates (ADED's, REST's, EAGLE's top-k) whose tokens need not be supported by ``p``;
+only the rules that never read ``p`` at a drafted token are defined there (``tv-det``, ``match``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ class Case:
     p: tuple[tuple[Number, ...] | None, ...]
     q: tuple[tuple[Number, ...], ...]
     verifier: str
+    draft: str = "sampled"
+
+
+DRAFTS = ("sampled", "deterministic")
 
 
 def _rows(data: dict, name: str, n: int, vocab: int, needed: list[bool], arithmetic: str) -> list:
@@ -68,7 +77,17 @@ def parse_case(data: object, arithmetic: str) -> Case:
     q = _rows(data, "q", n, vocab, [True] * n, arithmetic)
     if not isinstance(data["verifier"], str):
         raise InvalidParameterError("verifier", "must be a name or module:function")
-    return Case(vocab, tree, tuple(p), tuple(q), data["verifier"])
+    draft = data.get("draft", "sampled")
+    if draft not in DRAFTS:
+        raise InvalidParameterError("draft", f"must be one of {DRAFTS}, got {draft!r}")
+    if draft == "sampled":
+        for v in range(1, n):
+            parent, token = tree.parents[v], tree.tokens[v]
+            if p[parent][token] == 0:
+                raise InvalidTreeError(f"tokens[{v}]", f"node {v} drafts token {token}, which p[\"{parent}\"] gives "
+                                                       "probability 0: no sampled draft holds it (mark point-mass "
+                                                       "candidates with \"draft\": \"deterministic\")")
+    return Case(vocab, tree, tuple(p), tuple(q), data["verifier"], draft)
 
 
 def load_case(path: str | Path, arithmetic: str) -> Case:

@@ -1,23 +1,30 @@
 """The ``specproof`` command line: ``list``, ``law``, ``certify``, ``mc``, ``generate``, ``dynamic``, ``real``,
-``theorems`` and ``report``.
+``theorems`` and ``report`` (docs/cli.md).
 
-Exit status: 0 on success (``certify``: lossless), 1 when ``certify`` finds the verifier lossy or
-``report``, ``theorems`` or ``dynamic`` finds a verdict that contradicts its expectation (``generate --exact``: lossy),
-2 on bad input (a typed error naming the field).
+Exit status: 0 on success (``certify``: lossless); 1 for a finding: ``certify`` or ``generate --exact`` finds the
+verifier lossy, ``mc``'s test rejects the target, ``report``, ``theorems`` or ``dynamic`` finds a verdict that
+contradicts its expectation; 2 when the run cannot give a verdict: bad input (a typed error naming the field), a
+verifier that raised, a size or time limit; 3 for an internal error of specproof itself (with its traceback).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
+import traceback
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import Iterator
 
 import click
 from tqdm import tqdm
 
-from exact import certify as certify_exact
 from exact import fixed_tree_law
-from exact.table import certification_table, table_markdown
+from exact.pairs import certify_pairs
+from exact.size import SizeEstimate, estimate_generation, estimate_round
+from exact.table import Planned, certification_table, estimate_table, plan_table, table_markdown
 from exact.generation import generation_law
 from exact.theorems import CHECKS, run_checks, theorems_markdown
 
@@ -30,14 +37,15 @@ from .study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
 from .study_report import write_study_report
 from .dynamic_report import write_dynamic_report
 from .generation import run_generations
-from .errors import SpecproofError
+from .errors import InvalidParameterError, SpecproofError
+from .limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, limits, progress_note, time_limit
 from .models import RandomRationalModel, SyntheticModel, TableModel
-from .numeric import ARITHMETICS, to_json_number
+from .numeric import ARITHMETICS, human_number, to_json_number
 from .trees import TOPOLOGIES, make_topology
 from .verifiers import VERIFIERS
 from .verifiers import load_verifier
-from .verifiers.registry import check_pairing
-from .jsonfile import read_json
+from .verifiers.registry import check_arithmetic_for, check_pairing
+from .jsonfile import read_json, write_json
 
 MODELS = {
     "synthetic": "correlated Gaussian logits (SPEC §2): --vocab --rho --tau-p --tau-q --seed",
@@ -47,7 +55,8 @@ MODELS = {
 
 
 class SpecproofGroup(click.Group):
-    """Turns every typed input error into exit status 2 with the offending field named."""
+    """Exit status 2 for every typed error (the field named), 3 with a traceback for anything unforeseen: no
+    error can pass for a verdict (1)."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -55,6 +64,81 @@ class SpecproofGroup(click.Group):
         except SpecproofError as err:
             click.echo(f"error: {err.field}: {err.message}", err=True)
             sys.exit(2)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception:  # a bug of specproof's own: never exit 1, which means LOSSY
+            click.echo("internal error (a bug in specproof, not a verdict):\n" + traceback.format_exc(), err=True)
+            sys.exit(3)
+
+
+def _command(ctx: click.Context) -> str:
+    """The command line that re-runs this command: its name and every option's value (defaults included)."""
+    words = ["specproof", ctx.info_name or ""]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if not isinstance(param, click.Option) or value is None or value is False:
+            continue
+        flag = max(param.opts, key=len)
+        for item in (value if param.multiple else [value]):
+            words += [flag] if param.is_flag else [flag, str(item)]
+    return shlex.join(words)
+
+
+def _bar(total: float, desc: str, unit: str = "it") -> tqdm:
+    """A progress bar with an ETA on standard error, shown once a run passes two seconds (and only on a
+    terminal)."""
+    return tqdm(total=total, desc=desc, unit=unit, disable=None, file=sys.stderr, delay=2, dynamic_ncols=True)
+
+
+def _mass_bar(pairs: int, desc: str) -> tqdm:
+    """Progress of exact computations, in probability mass enumerated (1 per computation)."""
+    return tqdm(total=pairs, desc=desc, disable=None, file=sys.stderr, delay=2, dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
+
+
+class _StageBars:
+    """``tick(stage, total)``: one more unit of ``stage``; a bar per stage, opened on its first tick."""
+
+    def __init__(self) -> None:
+        self.stage: str | None = None
+        self.bar: tqdm | None = None
+
+    def __call__(self, stage: str, total: int) -> None:
+        if stage != self.stage:
+            self.close()
+            self.stage, self.bar = stage, _bar(total, stage)
+        self.bar.update(1)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _limit_options(fn):
+    options = [
+        click.option("--max-executions", type=int, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
+                     help="most executions one exact computation may enumerate (estimated up front; 0: no limit)"),
+        click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
+                     help="wall-clock limit of the run in seconds (0: none)"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@contextmanager
+def _limited(max_executions: int, timeout: float, progress=None) -> Iterator[int | None]:
+    """The run under ``--max-executions`` and ``--timeout``; yields the execution limit (``None``: none)."""
+    if max_executions < 0:
+        raise InvalidParameterError("max_executions", f"must be ≥ 0 (0: no limit), got {max_executions}")
+    cap = max_executions or None
+    with time_limit(timeout, progress_note), limits(cap, progress):
+        yield cap
+
+
+def _write_json(path: str | None, data: object) -> None:
+    if path:
+        write_json(path, data)
 
 
 @click.group(cls=SpecproofGroup)
@@ -73,21 +157,26 @@ def list_cmd() -> None:
     for name, text in DRAFTERS.items():
         click.echo(f"drafting   {name:22s} {text}")
     for spec in VERIFIERS.values():
-        where = ", ".join(spec.lossless_under) if spec.lossless_under else "lossy by design"
-        click.echo(f"verifier   {spec.name:22s} {spec.description} [lossless under: {where}]")
+        where = (f"lossless under: {', '.join(spec.lossless_under)}" if spec.lossless_under
+                 else f"lossy on: {spec.lossy_on}")
+        click.echo(f"verifier   {spec.name:22s} {spec.description} [{where}]")
+    click.echo("reference: docs/ in the specproof repository (docs/rules.md: each rule and its paper)")
 
 
 @main.command()
 @click.option("--case", "case_path", required=True, type=click.Path(dir_okay=False), help="CASE.json")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
-def law(case_path: str, arithmetic: str) -> None:
+@_limit_options
+def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) -> None:
     """The exact output law of a verifier on one fixed tree (CASE.json), as JSON."""
     case = load_case(case_path, arithmetic)
-    result = fixed_tree_law(case.tree, case.p, case.q, case.verifier, case.vocab, arithmetic)
-    out = {"law": [{"path": list(path), "y": y, "prob": to_json_number(prob, arithmetic)}
-                   for (path, y), prob in result.law().items()],
-           "expected_accepted": to_json_number(result.expected_accepted(), arithmetic)}
-    click.echo(json.dumps(out, indent=1))
+    check_arithmetic_for(case.verifier, arithmetic)
+    with _mass_bar(1, "law") as bar, _limited(max_executions, timeout, bar.update):
+        result = fixed_tree_law(case.tree, case.p, case.q, case.verifier, case.vocab, arithmetic)
+    entries = [json.dumps({"path": list(path), "y": y, "prob": to_json_number(prob, arithmetic)})
+               for (path, y), prob in result.law().items()]
+    expected = json.dumps(to_json_number(result.expected_accepted(), arithmetic))
+    click.echo('{"law": [\n  ' + ",\n  ".join(entries) + f'\n ],\n "expected_accepted": {expected}}}')  # a row a line
 
 
 def _model_options(fn):
@@ -176,33 +265,70 @@ def _build_drafter(model, tree: dict):
     return drafter, config
 
 
+def _model_for(model_kind: str, table_path: str | None, vocab: int, rho: float, tau_p: float, tau_q: float,
+               zero_prob: float):
+    """The model of each seed (one table model for every seed)."""
+    return lambda s: build_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q, zero_prob)
+
+
+def _check_count(field: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise InvalidParameterError(field, f"must be at least {minimum}, got {value}")
+
+
+def _certificate_lines(cert, indent: str = "  ") -> list[str]:
+    lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}",
+             f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; block efficiency "
+             f"{human_number(cert.expected_accepted + 1)}"]
+    if cert.counterexample is not None:
+        ce = cert.counterexample
+        lines.append(f"{indent}counterexample: sequence {list(ce.sequence)} has probability "
+                     f"{human_number(ce.verifier_prob)} under the verifier, {human_number(ce.target_prob)} under "
+                     "the target")
+    lines.append(f"{indent}{cert.executions:,} executions enumerated")
+    return lines
+
+
 @main.command()
 @_model_options
+@click.option("--seeds", "pairs", type=int, default=1, show_default=True,
+              help="certify model seeds --seed … --seed+K−1, stopping at the first lossy pair")
 @_tree_options
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
-def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, arithmetic, json_out, **tree) -> None:
+@_limit_options
+def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, pairs, arithmetic, json_out,
+            max_executions, timeout, **tree) -> None:
     """Certify a verifier exactly: TVD of its completed output law to q^(H+1). Exit 0 lossless, 1 lossy."""
-    model = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob)
+    _check_count("seeds", pairs, 1)
+    if model_kind == "table" and pairs > 1:
+        raise InvalidParameterError("seeds", "a table model has no seed: --seeds K needs a synthetic or "
+                                             "random-rational model")
+    name, fn = load_verifier(tree["verifier"])
+    check_arithmetic_for(name, arithmetic)
+    model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
+
+    def pair(s: int):  # the drafter is built per model: ADED's corpus comes from the draft model
+        model = model_for(s)
+        return model, _build_drafter(model, tree)[0]
+
+    model = model_for(seed)
     drafter, drafting = _build_drafter(model, tree)
-    config = {**model.describe(), **drafting}
-    cert = certify_exact(model, drafter, tree["verifier"], arithmetic, config=config)
-    verdict = "LOSSLESS" if cert.lossless else "LOSSY"
+    with _mass_bar(pairs, f"certify {name}") as bar, _limited(max_executions, timeout, bar.update) as cap:
+        estimate_round(model, drafter, fn, arithmetic).check(cap)
+        result = certify_pairs(pair, range(seed, seed + pairs), fn, arithmetic,
+                               config=lambda s: {**model_for(s).describe(), **drafting})
+    cert = result.deciding
+    verdict = "LOSSLESS" if result.lossless else "LOSSY"
     exactness = "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
-    click.echo(f"{cert.verifier}: {verdict} ({exactness})")
-    click.echo(f"  model {config['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()))
-    click.echo(f"  TVD to q^(H+1) = {cert.tvd} ({float(cert.tvd):.6g})")
-    click.echo(f"  E[accepted] = {cert.expected_accepted} ({float(cert.expected_accepted):.6g}); "
-               f"block efficiency {float(cert.expected_accepted) + 1:.6g}")
-    if cert.counterexample is not None:
-        ce = cert.counterexample
-        click.echo(f"  counterexample: sequence {list(ce.sequence)} has probability {ce.verifier_prob} "
-                   f"({float(ce.verifier_prob):.6g}) under the verifier, {ce.target_prob} "
-                   f"({float(ce.target_prob):.6g}) under the target")
-    click.echo(f"  {cert.executions} executions enumerated")
-    if json_out:
-        Path(json_out).write_text(json.dumps(cert.to_json(), indent=1) + "\n")
-    sys.exit(0 if cert.lossless else 1)
+    click.echo(f"{name}: {verdict} ({exactness})")
+    click.echo(f"  model {cert.config['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items())
+               + (f"; shown for model seed {result.deciding_seed}" if pairs > 1 else ""))
+    for line in _certificate_lines(cert):
+        click.echo(line)
+    click.echo(f"  covers: {result.coverage()}")
+    _write_json(json_out, {**result.to_json(), "verifier": name})
+    sys.exit(0 if result.lossless else 1)
 
 
 QUICK_TABLES = (1,)
@@ -214,26 +340,29 @@ QUICK_SEEDS, QUICK_TRIALS = 3, 1000
               help="folder for the reports (the committed ones are made with --full --out reports)")
 @click.option("--full", is_flag=True, help="the paper's scale: 20 seeds, Table 1 at 1e6 and ablations at 1e5 trials")
 @click.option("--tables", default=None, help="comma-separated paper tables (1,4-15); quick default: 1; --full: all")
-@click.option("--seeds", "study_seeds", type=int, default=None, help="override the model seeds per cell")
-@click.option("--trials", "study_trials", type=int, default=None, help="override the trials per seed")
+@click.option("--seeds", "study_seeds", type=int, default=None, help="study: model seeds per cell")
+@click.option("--trials", "study_trials", type=int, default=None, help="study: trials per seed")
 @click.option("--verifiers", default=None, help="comma-separated: run only these methods' cells (others: not run)")
 @click.option("--jobs", type=int, default=2, show_default=True, help="worker processes for the study")
-@click.option("--no-run", is_flag=True, help="write the reports from what the store holds, computing nothing")
+@click.option("--no-run", is_flag=True, help="write the reports from what the store holds, computing nothing new")
 @click.option("--store", "store_dir", type=click.Path(file_okay=False), default=None,
               help="resumable cell store (default OUT/store)")
-@click.option("--vocab", type=int, default=3, show_default=True, help="certification table: vocabulary")
-@click.option("--depth", type=int, default=2, show_default=True, help="certification table: depth")
-@click.option("--branching", type=int, default=2, show_default=True, help="certification table: branching")
-@click.option("--seed", type=int, default=0, show_default=True, help="certification table: model seed")
-@click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
-def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no_run, store_dir, vocab, depth, branching,
-           seed,
-           arithmetic) -> None:
+@click.option("--cert-vocab", type=int, default=3, show_default=True, help="certification table: vocabulary")
+@click.option("--cert-depth", type=int, default=2, show_default=True, help="certification table: depth")
+@click.option("--cert-branching", type=int, default=2, show_default=True, help="certification table: branching")
+@click.option("--cert-seed", type=int, default=0, show_default=True, help="certification table: model seed")
+@click.option("--cert-arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
+              help="certification table: arithmetic")
+@click.option("--max-executions", type=int, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
+              help="most executions one certificate of the table may enumerate (0: no limit)")
+@click.pass_context
+def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no_run, store_dir, cert_vocab,
+           cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
     """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
     chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
     for field, value, minimum in (("seeds", study_seeds, 1), ("trials", study_trials, 2), ("jobs", jobs, 1)):
-        if value is not None and value < minimum:
-            raise SpecproofError(field, f"must be at least {minimum}, got {value}")
+        if value is not None:
+            _check_count(field, value, minimum)
     seeds = study_seeds if study_seeds is not None else (PAPER_SEEDS if full else QUICK_SEEDS)
     trials = {t: study_trials if study_trials is not None else (PAPER_TRIALS[t] if full else QUICK_TRIALS)
               for t in chosen}
@@ -245,21 +374,30 @@ def report(out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no
             raise SpecproofError("verifiers", f"no cells for {sorted(unknown)} in tables {list(chosen)}")
         cells = [c for c in cells if c.verifier in wanted]
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ok = _certification_report(out, vocab, depth, branching, seed, arithmetic)
     store = Store(store_dir or out / "store")
+    with _limited(max_executions, 0) as cap:
+        model = SyntheticModel(vocab=cert_vocab, seed=cert_seed)
+        plans = plan_table(model, cert_depth, cert_branching, cert_arithmetic)
+        for estimate in estimate_table(model, plans):  # refused before anything is written
+            _cert_options(estimate).check(cap)
+        out.mkdir(parents=True, exist_ok=True)
+        ok = _certification_report(out, store, model, plans, cert_depth, cert_branching, cert_arithmetic, cap)
     unique = list(dict.fromkeys(cells))
     total = sum(c.seeds * c.trials for c in unique)
-    with tqdm(total=len(unique) * seeds, unit="seed", desc="cells x seeds", disable=None, file=sys.stderr) as bar, \
-            tqdm(total=total, unit="trial", desc="trials", disable=None, file=sys.stderr) as trial_bar:
+    with _bar(len(unique) * seeds, "cells x seeds", "seed") as bar, _bar(total, "trials", "trial") as trial_bar:
         done = sum(1 for c in unique for s in range(c.seeds) if store.load(c, s) is not None)
         bar.update(done)
         if not no_run:
             run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)))
-    command = "specproof report " + ("--full " if full else "") + f"--out {out_dir}"
-    write_study_report(out, chosen, store, seeds, trials, command)
+    write_study_report(out, chosen, store, seeds, trials, _command(ctx))
     click.echo(f"written to {out}/")
     sys.exit(0 if ok else 1)
+
+
+def _cert_options(estimate: SizeEstimate) -> SizeEstimate:
+    """The options of the report's certification table (``--cert-…``; its dynamic drafters' settings are fixed)."""
+    return replace(estimate, options=tuple(f"cert-{o}" for o in estimate.options
+                                           if o in ("vocab", "depth", "branching")))
 
 
 def _parse_tables(text: str) -> tuple[int, ...]:
@@ -276,36 +414,53 @@ def _parse_tables(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _certification_report(out: Path, vocab: int, depth: int, branching: int, seed: int, arithmetic: str) -> bool:
-    model = SyntheticModel(vocab=vocab, seed=seed)
-    title = (f"Certification table: synthetic model (V={vocab}, rho=0.5, tau_p=tau_q=1, seed={seed}), "
+def _certification_report(out: Path, store: Store, model: SyntheticModel, plans: list[Planned], depth: int,
+                          branching: int, arithmetic: str, cap: int | None) -> bool:
+    """``certification.md/.json``, computed once per configuration and code version (the store's cache)."""
+    title = (f"Certification table: synthetic model (V={model.vocab}, rho=0.5, tau_p=tau_q=1, seed={model.seed}), "
              f"depth {depth}, branching {branching}, {arithmetic} arithmetic")
-    rows = certification_table(model, depth, branching, arithmetic)
-    text = table_markdown(rows, title)
-    (out / "certification.md").write_text(text)
-    (out / "certification.json").write_text(json.dumps(
-        [{"verifier": r.verifier, "topology": r.topology, "drafting": r.drafting,
-          "expected_lossless": r.expected_lossless, **r.certificate.to_json()} for r in rows], indent=1) + "\n")
-    click.echo(text)
-    return all(r.as_expected for r in rows)
+
+    def compute() -> dict:
+        ticks = _StageBars()
+        try:
+            rows = certification_table(model, depth, branching, arithmetic, tick=ticks)
+        finally:
+            ticks.close()
+        return {"markdown": table_markdown(rows, title), "ok": all(r.as_expected for r in rows),
+                "rows": [{"verifier": r.verifier, "topology": r.topology, "drafting": r.drafting,
+                          "expected_lossless": r.expected_lossless, "verdict": r.verdict.replace("*", ""),
+                          **r.certificate.to_json()} for r in rows]}
+
+    params = {"model": model.describe(), "depth": depth, "branching": branching, "arithmetic": arithmetic,
+              "max_executions": cap}
+    table = store.cached("certification", params, compute)
+    (out / "certification.md").write_text(table["markdown"])
+    write_json(out / "certification.json", table["rows"])
+    click.echo(table["markdown"])
+    return table["ok"]
 
 
 @main.command()
 @_model_options
 @_tree_options
-@click.option("--seeds", type=int, default=5, show_default=True, help="model seeds 0..K-1 (--seed is ignored)")
+@click.option("--seeds", type=int, default=5, show_default=True, help="model seeds --seed … --seed+K−1")
 @click.option("--trials", type=int, default=10_000, show_default=True, help="rounds per model seed")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary here")
-def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds, trials, json_out, **tree) -> None:
-    """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test."""
+@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
+              help="wall-clock limit of the run in seconds (0: none)")
+def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds, trials, json_out, timeout,
+       **tree) -> None:
+    """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test.
+    Exit 1 when the test rejects the target."""
     name, fn = load_verifier(tree["verifier"])
-    model = build_model(model_kind, table_path, vocab, 0, rho, tau_p, tau_q, zero_prob)  # validate once, up front
-    drafter, drafting = _build_drafter(model, tree)
-    with tqdm(total=seeds * trials, unit="trial", disable=None, file=sys.stderr) as bar:
-        summary = monte_carlo(lambda s: build_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q, zero_prob),
-                              drafter, name, fn, seeds, trials, bar.update)
-    click.echo(f"{name}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()) + f": {seeds} seeds x {trials} trials")
-    click.echo(f"  accepted length {summary.accept_len_mean:.4f} (SE {summary.accept_len_se:.4f})")
+    model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
+    drafter, drafting = _build_drafter(model_for(seed), tree)  # validates the options once, up front
+    with _bar(seeds * trials, f"mc {name}", "trial") as bar, time_limit(timeout):
+        summary = monte_carlo(model_for, drafter, name, fn, seeds, trials, bar.update, first_seed=seed)
+    which = f"model seeds {seed}–{seed + seeds - 1}" if seeds > 1 else f"model seed {seed}"
+    click.echo(f"{name}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()) + f": {which} x {trials} trials")
+    se_kind = "across model seeds" if seeds > 1 else "within the one seed"
+    click.echo(f"  accepted length {summary.accept_len_mean:.4f} (SE {summary.accept_len_se:.4f}, {se_kind})")
     click.echo(f"  TVD of completed samples to q^(H+1) {summary.tvd:.4f}; direct target samples "
                f"{summary.baseline_tvd:.4f}")
     verdict = "REJECTS" if summary.test_rejects else "does not reject"
@@ -313,8 +468,8 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
                f"alpha {summary.test_alpha:g} over all seeds: {verdict} the target "
                f"(min p {summary.test_min_p_value:.3g}); "
                f"detects any TVD >= {summary.detectable_tvd:.4f} on that law with power 0.9")
-    if json_out:
-        Path(json_out).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+    _write_json(json_out, summary.to_json())
+    sys.exit(1 if summary.test_rejects else 0)
 
 
 @main.command()
@@ -324,43 +479,51 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
 @click.option("--exact", "exact_law", is_flag=True, help="the exact law of the first N tokens (small models only)")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
               help="--exact: arithmetic")
-@click.option("--seeds", type=int, default=5, show_default=True, help="Monte Carlo: model seeds 0..K-1")
+@click.option("--seeds", type=int, default=5, show_default=True, help="Monte Carlo: model seeds --seed … --seed+K−1")
 @click.option("--trials", type=int, default=1000, show_default=True, help="Monte Carlo: generations per seed")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
+@_limit_options
 def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, tokens, exact_law, arithmetic, seeds,
-             trials, json_out, **tree) -> None:
+             trials, json_out, max_executions, timeout, **tree) -> None:
     """Several draft-verify rounds until N tokens exist, drafter state carried across rounds: the exact law of
     the first N tokens against the target's (--exact; exit 1 when lossy), or Monte Carlo accepted per round."""
     name, fn = load_verifier(tree["verifier"])
-    model = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob)
+    model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
+    model = model_for(seed)
     drafter, drafting = _build_drafter(model, tree)
     label = ", ".join(f"{k} {v}" for k, v in drafting.items())
     if exact_law:
-        result = generation_law(model, drafter, fn, tokens, arithmetic)
+        check_arithmetic_for(name, arithmetic)
+        _check_count("tokens", tokens, 1)
+        with _mass_bar(1, f"generate {name}") as bar, _limited(max_executions, timeout, bar.update) as cap:
+            estimate_generation(model, drafter, fn, tokens, arithmetic).check(cap)
+            result = generation_law(model, drafter, fn, tokens, arithmetic)
         verdict = "LOSSLESS" if result.lossless else "LOSSY"
-        click.echo(f"{name}: {verdict} over the first {tokens} tokens ({label}; model {model.describe()['model']})")
-        click.echo(f"  TVD to q^{tokens} = {result.tvd} ({float(result.tvd):.6g}); E[rounds] = "
-                   f"{float(result.expected_rounds):.6g}; "
-                   f"E[accepted draft tokens] = {float(result.expected_accepted):.6g}")
+        click.echo(f"{name}: {verdict} over the first {tokens} tokens ({label}; model {model.describe()['model']}, "
+                   f"seed {seed})")
+        click.echo(f"  TVD to q^{tokens} = {human_number(result.tvd)}; E[rounds] = "
+                   f"{human_number(result.expected_rounds)}; "
+                   f"E[accepted draft tokens] = {human_number(result.expected_accepted)}")
         if result.counterexample is not None:
             ce = result.counterexample
-            click.echo(f"  counterexample: {list(ce.sequence)} has {float(ce.verifier_prob):.6g} vs target "
-                       f"{float(ce.target_prob):.6g}")
+            click.echo(f"  counterexample: {list(ce.sequence)} has {human_number(ce.verifier_prob)} vs target "
+                       f"{human_number(ce.target_prob)}")
+        click.echo(f"  covers: this model pair (seed {seed}), not every pair")
         out = {"verifier": name, "tokens": tokens, "lossless": result.lossless,
                "tvd": to_json_number(result.tvd, arithmetic),
                "expected_rounds": to_json_number(result.expected_rounds, arithmetic),
-               "expected_accepted": to_json_number(result.expected_accepted, arithmetic), **drafting}
+               "expected_accepted": to_json_number(result.expected_accepted, arithmetic),
+               "model": model.describe(), **drafting}
     else:
-        with tqdm(total=seeds * trials, unit="generation", disable=None, file=sys.stderr) as bar:
-            summary = run_generations(lambda s: build_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q,
-                                                            zero_prob), drafter, name, fn, seeds, trials, tokens,
-                                      bar.update)
-        click.echo(f"{name}, {label}: {seeds} seeds x {trials} generations of {tokens} tokens")
-        click.echo(f"  accepted per round {summary.accepted_per_round:.4f} (SE {summary.accepted_per_round_se:.4f}); "
-                   f"rounds {summary.rounds_mean:.3f}")
+        with _bar(seeds * trials, f"generate {name}", "generation") as bar, time_limit(timeout):
+            summary = run_generations(model_for, drafter, name, fn, seeds, trials, tokens, bar.update,
+                                      first_seed=seed)
+        click.echo(f"{name}, {label}: model seeds {seed}–{seed + seeds - 1} x {trials} generations of {tokens} tokens")
+        se = ("SE " + f"{summary.accepted_per_round_se:.4f}" if summary.accepted_per_round_se is not None
+              else f"no SE: {summary.se_note}")
+        click.echo(f"  accepted per round {summary.accepted_per_round:.4f} ({se}); rounds {summary.rounds_mean:.3f}")
         out = {**summary.to_json(), **drafting}
-    if json_out:
-        Path(json_out).write_text(json.dumps(out, indent=1) + "\n")
+    _write_json(json_out, out)
     sys.exit(0 if not exact_law or result.lossless else 1)
 
 
@@ -390,11 +553,10 @@ def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, b
     from .real import Processing, load_causal_lm
     from .spec_bench import read_questions, run_spec_bench
 
-    if max_new_tokens < 1:
-        raise SpecproofError("max_new_tokens", f"must be at least 1, got {max_new_tokens}")
+    _check_count("max_new_tokens", max_new_tokens, 1)
     _, shape = _build_shape(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
-    draft, target = load_causal_lm(draft_dir), load_causal_lm(target_dir)
+    draft, target = load_causal_lm(draft_dir, field="draft"), load_causal_lm(target_dir, field="target")
     try:
         tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)
     except (OSError, ValueError) as err:
@@ -417,16 +579,18 @@ def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, b
 @click.option("--trials", type=int, default=200, show_default=True, help="generations per model seed")
 @click.option("--tokens", type=int, default=10, show_default=True, help="tokens per generation")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random instances")
-def dynamic(out_dir: str, instances: int, seeds: int, trials: int, tokens: int, seed: int) -> None:
-    """DySpec's and ADED's drafters: exact certificates, D.1 greedy check, accepted tokens per round vs fixed trees."""
+@click.pass_context
+def dynamic(ctx, out_dir: str, instances: int, seeds: int, trials: int, tokens: int, seed: int) -> None:
+    """DySpec's and ADED's drafters: exact certificates, D.1 greedy check, accepted tokens per round vs fixed trees.
+    Exit 1 when a rule expected lossless is lossy on some instance."""
     for field, value, minimum in (("instances", instances, 1), ("seeds", seeds, 2), ("trials", trials, 1),
                                   ("tokens", tokens, 1)):
-        if value < minimum:
-            raise SpecproofError(field, f"must be at least {minimum}, got {value}")
-    command = (f"specproof dynamic --out {out_dir} --instances {instances} --seeds {seeds} --trials {trials} "
-               f"--tokens {tokens} --seed {seed}")
-    ok = write_dynamic_report(Path(out_dir), instances, seeds, trials, tokens, seed, command,
-                              lambda text: click.echo(f"{text} ...", err=True))
+        _check_count(field, value, minimum)
+    ticks = _StageBars()
+    try:
+        ok = write_dynamic_report(Path(out_dir), instances, seeds, trials, tokens, seed, _command(ctx), ticks)
+    finally:
+        ticks.close()
     click.echo(f"written to {out_dir}/dynamic.md")
     sys.exit(0 if ok else 1)
 
@@ -437,13 +601,17 @@ def dynamic(out_dir: str, instances: int, seeds: int, trials: int, tokens: int, 
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--check", "only", multiple=True, type=click.Choice(list(CHECKS)), help="run only these (repeatable)")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the Markdown report here")
-def theorems(scale: float, seed: int, only: tuple[str, ...], out_path: str | None) -> None:
+@click.pass_context
+def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str | None) -> None:
     """Check the papers' claims on random exact instances: claim, instances, worst margin, verdict."""
     if not scale > 0:
         raise SpecproofError("scale", f"must be positive, got {scale}")
-    checks = run_checks(scale, seed, only or None, progress=lambda name: click.echo(f"checking {name} ...", err=True))
-    argv = ["specproof theorems", f"--scale {scale:g}", f"--seed {seed}", *(f"--check {o}" for o in only)]
-    text = theorems_markdown(checks, " ".join(argv) + (f" --out {out_path}" if out_path else ""))
+    ticks = _StageBars()
+    try:
+        checks = run_checks(scale, seed, only or None, tick=ticks)
+    finally:
+        ticks.close()
+    text = theorems_markdown(checks, _command(ctx))
     click.echo(text)
     if out_path:
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)

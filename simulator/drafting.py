@@ -16,6 +16,7 @@ are dropped and the surviving nodes keep BFS order.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
@@ -76,6 +77,16 @@ _SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], list[int]]] = 
 }
 
 
+#: log10 of the number of distinct ordered child-token lists a scheme can draft for ``c`` children from ``V``
+#: tokens (an upper bound: zeros in ``p`` only lower it).
+_LOG10_CHOICES: dict[str, Callable[[int, int], float]] = {
+    "iid": lambda c, V: c * math.log10(V),
+    "without-replacement": lambda c, V: sum(math.log10(V - i) for i in range(min(c, V))),
+    "almost-greedy": lambda c, V: math.log10(max(V - (c - 1), 1)),
+    "top-k": lambda c, V: 0.0,
+}
+
+
 def check_drafting(scheme: str) -> str:
     if scheme not in _SCHEMES:
         raise InvalidParameterError("drafting", f"unknown drafting scheme {scheme!r}; choose from {sorted(_SCHEMES)}")
@@ -132,6 +143,10 @@ class Drafter(Protocol):
     ``scheme`` names the drafting for the registry's ``lossless_under``; ``height`` bounds the depth of every
     draft (a round's output is completed to ``height + 1`` tokens); ``advance(generated)`` returns the drafter
     for the next round given every token generated so far (a stateless drafter returns itself).
+
+    Optional, and present on every built-in drafter: ``log10_trees(vocab)``, log10 of an upper bound on the
+    number of distinct trees one round can draft, and ``size_options``, the options the trees grow with as the
+    command line names them (without ``--``); the exact engine's size estimate (:mod:`exact.size`) reads them.
     """
 
     scheme: str
@@ -161,6 +176,17 @@ class FixedShape:
 
     def advance(self, generated: Context) -> "FixedShape":
         return self
+
+    @property
+    def size_options(self) -> tuple[str, ...]:
+        return ("parents",) if self.topology.name == "explicit" else ("depth", "branching")
+
+    def log10_trees(self, vocab: int) -> float:
+        counts: dict[int, int] = {}
+        for par in self.topology.parents[1:]:
+            counts[par] = counts.get(par, 0) + 1
+        choices = _LOG10_CHOICES[self.scheme]
+        return sum(choices(c, vocab) for c in counts.values())
 
     def describe(self) -> dict:
         return {"topology": self.topology.name, "parents": list(self.topology.parents),

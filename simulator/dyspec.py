@@ -24,6 +24,7 @@ Layer Verification, which needs one fixed tuple law per node, is undefined on th
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
@@ -33,7 +34,7 @@ from .errors import InvalidParameterError
 from .models import Context, ModelView
 from .numeric import Number, normalise, total
 from .randomness import Randomness
-from .trees import DraftTree
+from .trees import MAX_TREE_NODES, DraftTree
 
 
 def _sample_slot(residual: Sequence[Number], rng: Randomness) -> tuple[int, Number, tuple[Number, ...] | None]:
@@ -86,9 +87,17 @@ class DySpecBudget:
 
     budget: int
     scheme: str = "dyspec"
+    size_options = ("budget",)
 
     def __post_init__(self) -> None:
         _check_int(self.budget, "budget", 1)
+        if self.budget >= MAX_TREE_NODES:
+            raise InvalidParameterError("budget", f"{self.budget:,} draft tokens: a draft tree may have at most "
+                                                  f"{MAX_TREE_NODES:,} nodes")
+
+    def log10_trees(self, vocab: int) -> float:
+        """Each of the ``budget`` draft tokens is one categorical choice among at most ``V`` tokens."""
+        return self.budget * math.log10(vocab)
 
     @property
     def height(self) -> int:
@@ -123,12 +132,26 @@ class DySpecThreshold:
     threshold: float
     max_depth: int
     scheme: str = "dyspec-threshold"
+    size_options = ("threshold", "max-depth")
 
     def __post_init__(self) -> None:
         t = self.threshold
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
             raise InvalidParameterError("threshold", f"must lie in (0, 1], got {t!r}")
         _check_int(self.max_depth, "max_depth", 1)
+        if self.max_depth >= MAX_TREE_NODES:
+            raise InvalidParameterError("max_depth", f"{self.max_depth:,} layers: a draft tree may have at most "
+                                                     f"{MAX_TREE_NODES:,} nodes")
+
+    def log10_trees(self, vocab: int) -> float:
+        """A layer's values sum to at most 1, so at most ``⌊1/t⌋`` of its nodes sample; a sampling node draws a
+        sequence of distinct tokens, one of at most ``Σ_c V!/(V−c)! ≤ e·V!``."""
+        cap = math.floor(1 / self.threshold)
+        sampling = total = 1  # the root samples
+        for _ in range(self.max_depth - 1):
+            sampling = min(sampling * vocab, cap)
+            total += sampling
+        return total * (math.lgamma(vocab + 1) / math.log(10) + math.log10(math.e))
 
     @property
     def height(self) -> int:

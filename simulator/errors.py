@@ -42,3 +42,39 @@ class VerifierOutputError(SpecproofError):
 
 class ExactnessError(SpecproofError):
     """A float entered a computation that was asked to be exact (``--arithmetic fraction``)."""
+
+
+class ChoiceLimitError(RandomnessError):
+    """One enumerated execution made more random choices than :data:`simulator.limits.MAX_CHOICES_PER_EXECUTION`
+    (an endless loop of ``rng`` calls, say)."""
+
+
+class VerifierFailure(SpecproofError):
+    """A verifier raised: its exception's type and message and the verifier's source line, on field ``verifier``.
+
+    Raised instead of letting the exception through, so that a broken verifier never looks like a verdict.
+    """
+
+    def __init__(self, name: str, error: BaseException, location: str) -> None:
+        self.name, self.error, self.location = name, error, location
+        super().__init__("verifier", f"{name} raised {type(error).__name__}: {error} ({location})")
+
+
+class StoreError(SpecproofError):
+    """A record of the results store is unreadable or incomplete; the message names the file."""
+
+
+class LimitError(SpecproofError):
+    """A run was refused or stopped by a limit (size, executions, time), not by anything the verifier did."""
+
+
+class SizeLimitError(LimitError):
+    """A computation was refused up front: its estimated size passes a limit (the field names the option)."""
+
+
+class ExecutionLimitError(LimitError):
+    """An exact computation enumerated more executions than ``--max-executions`` allows."""
+
+
+class TimeLimitError(LimitError):
+    """A run passed its wall-clock limit (``--timeout``)."""

@@ -76,40 +76,46 @@ def generate(view: ModelView, drafter: Drafter, verifier: Verifier, length: int,
 @dataclass(frozen=True)
 class GenerationSummary:
     """Monte Carlo over model seeds: accepted draft tokens per round (pooled within a seed: total accepted
-    over total rounds), its standard error across seeds, and the mean number of rounds."""
+    over total rounds), its standard error across seeds (``None`` from one seed, with the reason in
+    ``se_note``), and the mean number of rounds."""
 
     verifier: str
     seeds: int
     trials: int
     tokens: int
     accepted_per_round: float
-    accepted_per_round_se: float
+    accepted_per_round_se: float | None
     rounds_mean: float
     per_seed: list[dict]
+    se_note: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def run_generations(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, name: str, verifier: Verifier,
-                    seeds: int, trials: int, length: int,
-                    progress: Callable[[int], None] | None = None) -> GenerationSummary:
-    """``trials`` generations of ``length`` tokens per model seed; trial ``t`` of seed ``s`` uses the counter
-    stream ``(s, t)``, so results do not depend on order or batching."""
+                    seeds: int, trials: int, length: int, progress: Callable[[int], None] | None = None,
+                    first_seed: int = 0) -> GenerationSummary:
+    """``trials`` generations of ``length`` tokens for each model seed ``first_seed … first_seed + seeds − 1``;
+    trial ``t`` of seed ``s`` uses the counter stream ``(s, t)``, so results do not depend on order or batching.
+    ``progress(1)`` after each generation."""
     check_length(length)
-    for field, value, low in (("seeds", seeds, 1), ("trials", trials, 1)):
+    for field, value, low in (("seeds", seeds, 1), ("trials", trials, 1), ("seed", first_seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameterError(field, f"must be an integer ≥ {low}, got {value!r}")
     per_seed = []
-    for s in range(seeds):
+    for s in range(first_seed, first_seed + seeds):
         view = ModelView(model_for_seed(s), "float")
-        runs = [generate(view, drafter, verifier, length, CounterRandomness(s, t)) for t in range(trials)]
-        accepted = sum(sum(r.accepted) for r in runs)
-        rounds = sum(r.rounds for r in runs)
+        accepted = rounds = 0
+        for t in range(trials):
+            run = generate(view, drafter, verifier, length, CounterRandomness(s, t))
+            accepted += sum(run.accepted)
+            rounds += run.rounds
+            if progress is not None:
+                progress(1)
         per_seed.append({"seed": s, "accepted_per_round": accepted / rounds, "rounds_mean": rounds / trials})
-        if progress is not None:
-            progress(trials)
     values = np.array([r["accepted_per_round"] for r in per_seed])
-    se = float(values.std(ddof=1) / math.sqrt(seeds)) if seeds > 1 else math.nan
+    se, note = (float(values.std(ddof=1) / math.sqrt(seeds)), None) if seeds > 1 else (
+        None, "one model seed: the standard error is across model seeds, so it needs at least two (--seeds 2)")
     return GenerationSummary(name, seeds, trials, length, float(values.mean()), se,
-                             float(np.mean([r["rounds_mean"] for r in per_seed])), per_seed)
+                             float(np.mean([r["rounds_mean"] for r in per_seed])), per_seed, note)

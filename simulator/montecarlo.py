@@ -13,6 +13,13 @@ Pearson's chi-square of the completed samples' first ``m`` tokens against the ex
 ``m`` is the largest with ``V^m ≤ N/20`` (so cells are well filled; see :mod:`simulator.statistics` for the
 power bound). Across seeds: means, the standard error of the mean accepted length across model seeds (the
 paper's SE), and a Bonferroni combination of the per-seed tests.
+
+Memory stays bounded: trials run in chunks (sized to the tree, :func:`batch_size`), and what a seed keeps of them
+is a histogram of accepted lengths and one of the completed sequences' cells (at most ``min(N, V^(H+1))``
+entries), not one record per trial. The tables a seed needs — the rows of every context up to depth ``H`` and
+the target's joint over ``V^(H+1)`` cells — are sized before they are built (:func:`check_tables`), and
+:func:`monte_carlo` refuses a run whose test could not detect even a total variation of 1 before its trials run
+(:func:`check_power`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .errors import InvalidParameterError
+from fractions import Fraction
+
+from .errors import InvalidParameterError, SizeLimitError
 from .models import ModelPair, ModelView
 from .batched import ContextRows, batched_rounds, has_batched_path
 from .randomness import CounterRandomness
@@ -33,11 +42,36 @@ from .drafting import Drafter, FixedShape
 from .verifiers.registry import Verifier
 
 BASELINE_KEY = 2**32 - 2  # the baseline sampler's stream: default_rng([seed, BASELINE_KEY])
-BATCH = 20_000  # trials per batched call (memory: about 2n + 2H uniforms per trial)
+BATCH = 20_000  # the most trials per chunk
+REFERENCE_CHUNK = 1000  # trials per chunk of the reference path (which reports progress per chunk)
+BATCH_BYTES = 512 * 2**20  # a chunk's working arrays: about four [trials, nodes, V + 4] float64 arrays at most
+TABLE_BYTES = 2 * 2**30  # the most a seed's tables (context rows, their running sums, the target joint) may take
 ALPHA = 1e-3  # false-alarm rate of the combined test (Bonferroni over seeds)
 POWER = 0.9  # the power at which the detectable TVD is stated
-MAX_CELLS = 10**8  # the largest Σ^(H+1) a TVD table is built for (8 bytes a cell)
 
+
+def batch_size(nodes: int, vocab: int) -> int:
+    """Trials per chunk: :data:`BATCH`, fewer for trees whose per-trial arrays would pass :data:`BATCH_BYTES`.
+    Results never depend on it (each trial reads its own counter stream)."""
+    return max(1, min(BATCH, BATCH_BYTES // (4 * 8 * nodes * (vocab + 4))))
+
+
+def table_bytes(vocab: int, height: int) -> int:
+    """Bytes of a seed's tables: ``p`` and ``q`` rows of every context up to depth ``H`` with their running
+    sums (:class:`ContextRows`), and the target's joint over ``V^(H+1)`` cells."""
+    contexts = sum(vocab**j for j in range(height + 1))
+    return 8 * vocab * 2 * (2 * contexts - vocab**height) + 8 * vocab ** (height + 1)
+
+
+def check_tables(vocab: int, height: int, options: tuple[str, ...] = ("vocab", "depth")) -> None:
+    """Refuse (:class:`SizeLimitError` on ``options[0]``) tables that would pass :data:`TABLE_BYTES`."""
+    need = table_bytes(vocab, height) if height * math.log10(max(vocab, 2)) < 15 else math.inf
+    if need > TABLE_BYTES:
+        size = f"{need / 2**30:,.1f} GiB" if math.isfinite(need) else f"about 10^{(height + 1) * math.log10(vocab):.0f} cells"
+        names = ", ".join(f"--{o}" for o in options)
+        raise SizeLimitError(options[0], f"Monte Carlo needs the rows of every context up to depth {height} and the "
+                                         f"target's joint over V^(H+1) = {vocab}^{height + 1} sequences: {size}, over "
+                                         f"the limit of {TABLE_BYTES / 2**30:g} GiB; reduce {names}")
 
 
 
@@ -48,19 +82,16 @@ def encode(sequences: np.ndarray, vocab: int) -> np.ndarray:
 
 
 def run_trials(model: ModelPair, drafter: Drafter, verifier: Verifier, seed: int, trials: Iterable[int],
-               progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Accepted lengths and completed sequences (rows of ``H+1`` tokens) of the given trials."""
-    view = ModelView(model, "float")
+               view: ModelView | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Accepted lengths and completed sequences (rows of ``H+1`` tokens) of the given trials (``view``: the
+    model's float view, to share its row cache between calls)."""
+    view = view or ModelView(model, "float")
     accepted, sequences = [], []
-    for i, t in enumerate(trials):
+    for t in trials:
         rng = CounterRandomness(seed, t)
         outcome = speculate(view, drafter, verifier, rng)
         accepted.append(outcome.accepted)
         sequences.append(complete(outcome, view, drafter.height, rng))
-        if progress is not None and (i + 1) % 1000 == 0:
-            progress(1000)
-    if progress is not None:
-        progress(len(accepted) % 1000)
     return np.array(accepted, dtype=np.int64), np.array(sequences, dtype=np.int64).reshape(len(accepted), -1)
 
 
@@ -68,8 +99,7 @@ def target_table(model: ModelPair, height: int, rows: ContextRows | None = None)
     """``q^(H+1)`` over every cell of ``Σ^(H+1)`` (index as :func:`encode`), built level by level from the
     target rows of every context (``rows``, built here if not given)."""
     vocab = model.vocab
-    if vocab ** (height + 1) > 5 * 10**7:
-        raise InvalidParameterError("depth", f"V^(H+1) = {vocab}^{height + 1} cells is too many for a table")
+    check_tables(vocab, height)
     rows = rows or ContextRows(model, height)
     table = np.ones(1)
     for level in range(height + 1):
@@ -78,18 +108,64 @@ def target_table(model: ModelPair, height: int, rows: ContextRows | None = None)
     return table
 
 
-def empirical_tvd(codes: np.ndarray, table: np.ndarray) -> float:
+class Histogram:
+    """Counts of the cells observed so far (sorted cell codes and their counts), merged chunk by chunk: memory
+    grows with the distinct cells seen, not with the trials."""
+
+    def __init__(self) -> None:
+        self.cells = np.zeros(0, dtype=np.int64)
+        self.counts = np.zeros(0, dtype=np.int64)
+
+    @classmethod
+    def of(cls, codes: np.ndarray) -> "Histogram":
+        out = cls()
+        out.add(codes)
+        return out
+
+    def add(self, codes: np.ndarray) -> None:
+        cells, counts = np.unique(np.asarray(codes, dtype=np.int64), return_counts=True)
+        merged, inverse = np.unique(np.concatenate([self.cells, cells]), return_inverse=True)
+        total = np.zeros(len(merged), dtype=np.int64)
+        np.add.at(total, inverse, np.concatenate([self.counts, counts]))
+        self.cells, self.counts = merged, total
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def prefix_counts(self, tail: int, cells: int) -> np.ndarray:
+        """Counts per leading block: cell ``z`` falls in ``z // tail`` (the first ``m`` tokens)."""
+        return np.bincount(self.cells // tail, weights=self.counts, minlength=cells).astype(np.int64)
+
+
+def empirical_tvd(observed: Histogram, table: np.ndarray) -> float:
     """``½ Σ_z |N_z/N − q(z)|`` over every cell (unobserved cells contribute ``q(z)``)."""
-    cells, counts = np.unique(codes, return_counts=True)
-    freq = counts / len(codes)
-    return float(0.5 * (np.abs(freq - table[cells]).sum() + 1.0 - table[cells].sum()))
+    freq = observed.counts / observed.total
+    at = table[observed.cells]
+    return float(0.5 * (np.abs(freq - at).sum() + 1.0 - at.sum()))
 
 
-def direct_target_codes(table: np.ndarray, seed: int, n: int) -> np.ndarray:
-    """``n`` sequences drawn directly from ``q^(H+1)`` (the paper's baseline sampler)."""
-    uniforms = np.random.default_rng([seed, BASELINE_KEY]).random(n)
+def direct_target_sample(table: np.ndarray, seed: int, n: int) -> Histogram:
+    """``n`` sequences drawn directly from ``q^(H+1)`` (the paper's baseline sampler), in chunks of one stream."""
+    generator = np.random.default_rng([seed, BASELINE_KEY])
     cumulative = np.cumsum(table)
-    return np.minimum(np.searchsorted(cumulative, uniforms * cumulative[-1], side="right"), len(table) - 1)
+    out = Histogram()
+    for start in range(0, n, BATCH):
+        uniforms = generator.random(min(BATCH, n - start))
+        out.add(np.minimum(np.searchsorted(cumulative, uniforms * cumulative[-1], side="right"), len(table) - 1))
+    return out
+
+
+def check_power(marginal: np.ndarray, trials: int, alpha: float) -> None:
+    """Refuse a test that could not detect even a total variation of 1 at power :data:`POWER`: after pooling
+    cells expected below 5 (:func:`simulator.statistics.chi_square`) it would have too few cells or samples."""
+    expected = marginal * trials
+    small = expected < 5
+    cells = int((~small).sum()) + int(expected[small].sum() > 0)
+    if not detectable_tvd(trials, cells, alpha, POWER) < 1:
+        raise InvalidParameterError("trials", f"{trials:,} trials give the chi-square test {cells} usable cell(s) "
+                                              f"after pooling, too few to detect even a total variation of 1 at power "
+                                              f"{POWER:g}: this test has no power; run more trials")
 
 
 def tested_prefix(vocab: int, height: int, trials: int) -> int:
@@ -111,35 +187,55 @@ class SeedResult:
     test: ChiSquare
 
 
+def mean_and_se(counts: np.ndarray) -> tuple[float, float]:
+    """Mean of the values ``0, 1, …`` with these counts, and its standard error ``s/√N`` (``s`` with ``N − 1``),
+    computed exactly in integers and rounded once: the same numbers whatever the order or chunking of the trials.
+    ``N ≥ 2``."""
+    values = np.arange(len(counts), dtype=object)
+    n, s1, s2 = int(counts.sum()), int((values * counts).sum()), int((values * values * counts).sum())
+    variance = Fraction(n * s2 - s1 * s1, n * (n - 1))
+    return float(Fraction(s1, n)), math.sqrt(float(variance) / n)
+
+
 def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, seed: int, trials: int,
-             progress: Callable[[int], None] | None = None, rows: ContextRows | None = None) -> SeedResult:
-    """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers."""
+             progress: Callable[[int], None] | None = None, rows: ContextRows | None = None,
+             power_alpha: float | None = None) -> SeedResult:
+    """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers. With
+    ``power_alpha`` (the seed's share of the false-alarm rate) a test without power is refused before the trials
+    run (:func:`check_power`); the toy study, which reports accepted lengths, runs without it."""
     height = drafter.height
-    if model.vocab ** (height + 1) > MAX_CELLS:
-        raise InvalidParameterError("depth", f"V^(H+1) = {model.vocab}^{height + 1} cells: over the {MAX_CELLS:.0e} "
-                                             f"a TVD table can hold (the drafter's trees reach depth {height})")
+    check_tables(model.vocab, height, ("vocab", *getattr(drafter, "size_options", ("depth",))))
     rows = rows or ContextRows(model, height)
-    if isinstance(drafter, FixedShape) and has_batched_path(name, drafter.scheme, model.vocab, drafter.topology):
-        parts = []
-        for start in range(0, trials, BATCH):
-            parts.append(batched_rounds(model, drafter.topology, drafter.scheme, name, seed,
-                                        np.arange(start, min(start + BATCH, trials)), rows))
-            if progress is not None:
-                progress(len(parts[-1][0]))
-        accepted = np.concatenate([a for a, _ in parts])
-        codes = np.concatenate([c for _, c in parts])
-    else:
-        accepted, sequences = run_trials(model, drafter, verifier, seed, range(trials), progress)
-        codes = encode(sequences, model.vocab)
     table = target_table(model, height, rows)
     m = tested_prefix(model.vocab, height, trials)
     tail = model.vocab ** (height + 1 - m)
     marginal = table.reshape(-1, tail).sum(axis=1)
-    observed = np.bincount(codes // tail, minlength=len(marginal))
-    return SeedResult(seed, trials, float(accepted.mean()), float(accepted.std(ddof=1) / math.sqrt(trials))
-                      if trials > 1 else math.nan, empirical_tvd(codes, table),
-                      empirical_tvd(direct_target_codes(table, seed, trials), table),
-                      chi_square(observed, marginal, ALPHA))
+    if power_alpha is not None:
+        check_power(marginal, trials, power_alpha)
+    accepted_counts = np.zeros(height + 1, dtype=np.int64)
+    observed = Histogram()
+    batched = isinstance(drafter, FixedShape) and has_batched_path(name, drafter.scheme, model.vocab,
+                                                                    drafter.topology)
+    chunk = batch_size(len(drafter.topology.parents) if isinstance(drafter, FixedShape) else height + 1, model.vocab)
+    view = None if batched else ModelView(model, "float")
+    if not batched:
+        chunk = min(chunk, REFERENCE_CHUNK)
+    for start in range(0, trials, chunk):
+        span = range(start, min(start + chunk, trials))
+        if batched:
+            accepted, codes = batched_rounds(model, drafter.topology, drafter.scheme, name, seed, np.arange(
+                span.start, span.stop), rows)
+        else:
+            accepted, sequences = run_trials(model, drafter, verifier, seed, span, view)
+            codes = encode(sequences, model.vocab)
+        accepted_counts += np.bincount(accepted, minlength=height + 1)
+        observed.add(codes)
+        if progress is not None:
+            progress(len(span))
+    mean, se = mean_and_se(accepted_counts)
+    return SeedResult(seed, trials, mean, se, empirical_tvd(observed, table),
+                      empirical_tvd(direct_target_sample(table, seed, trials), table),
+                      chi_square(observed.prefix_counts(tail, len(marginal)), marginal, ALPHA))
 
 
 @dataclass(frozen=True)
@@ -183,12 +279,16 @@ def summarise(name: str, results: list[SeedResult], vocab: int, height: int) -> 
 
 
 def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, name: str, verifier: Verifier,
-                seeds: int, trials: int,
-                progress: Callable[[int], None] | None = None) -> MCSummary:
-    """Run ``trials`` rounds for each model seed ``0..seeds−1`` and summarise."""
+                seeds: int, trials: int, progress: Callable[[int], None] | None = None,
+                first_seed: int = 0) -> MCSummary:
+    """Run ``trials`` rounds for each model seed ``first_seed … first_seed + seeds − 1`` and summarise."""
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise InvalidParameterError("seeds", f"must be an integer ≥ 1, got {seeds!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
         raise InvalidParameterError("trials", f"must be an integer ≥ 2, got {trials!r}")
-    results = [run_seed(model_for_seed(s), drafter, name, verifier, s, trials, progress) for s in range(seeds)]
-    return summarise(name, results, model_for_seed(0).vocab, drafter.height)
+    if isinstance(first_seed, bool) or not isinstance(first_seed, int) or first_seed < 0:
+        raise InvalidParameterError("seed", f"must be an integer ≥ 0, got {first_seed!r}")
+    span = range(first_seed, first_seed + seeds)
+    results = [run_seed(model_for_seed(s), drafter, name, verifier, s, trials, progress, power_alpha=ALPHA / seeds)
+               for s in span]
+    return summarise(name, results, model_for_seed(first_seed).vocab, drafter.height)

@@ -7,6 +7,7 @@ code runs under both, which is what lets the exact engine certify the very funct
 from __future__ import annotations
 
 import math
+from decimal import Context as DecimalContext, Decimal
 from fractions import Fraction
 from functools import lru_cache, wraps
 from typing import Iterable, Literal, Sequence, Union
@@ -39,8 +40,8 @@ def parse_probability(value: object, field: str) -> Number:
         try:
             return Fraction(value.strip())
         except (ValueError, ZeroDivisionError):
-            raise InvalidDistributionError(field, f"cannot read {value!r} as a probability") from None
-    raise InvalidDistributionError(field, f"expected a number or a 'num/den' string, got {value!r}")
+            raise InvalidDistributionError(field, f"cannot read {quoted(value)} as a probability") from None
+    raise InvalidDistributionError(field, f"expected a number or a 'num/den' string, got {quoted(value)}")
 
 
 def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic: str) -> tuple[Number, ...]:
@@ -57,13 +58,13 @@ def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic
     exact_input = True
     for i, v in enumerate(row):
         if isinstance(v, bool) or not isinstance(v, (int, float, Fraction)):
-            raise InvalidDistributionError(f"{field}[{i}]", f"not a number: {v!r}")
+            raise InvalidDistributionError(f"{field}[{i}]", f"not a number: {quoted(v)}")
         if isinstance(v, float):
             exact_input = False
             if not math.isfinite(v):
                 raise InvalidDistributionError(f"{field}[{i}]", f"not finite: {v!r}")
         if v < 0:
-            raise InvalidDistributionError(f"{field}[{i}]", f"negative probability {v!r}")
+            raise InvalidDistributionError(f"{field}[{i}]", f"negative probability {decimal_text(v)}")
     if not exact_input and arithmetic == "float":  # the correctly rounded sum suffices for the check
         mass = math.fsum(float(v) for v in row)
         if abs(mass - 1.0) > SUM_TOLERANCE:
@@ -71,7 +72,8 @@ def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic
         return tuple(float(v) for v in row)
     total = sum(Fraction(v) for v in row)
     if exact_input and total != 1:
-        raise InvalidDistributionError(field, f"sums to {total}, not 1")
+        off = total - 1
+        raise InvalidDistributionError(field, f"sums to 1 {'+' if off > 0 else '-'} {decimal_text(abs(off))}, not 1")
     if not exact_input and abs(float(total) - 1.0) > SUM_TOLERANCE:
         raise InvalidDistributionError(field, f"sums to {float(total)!r}, not 1 (tolerance {SUM_TOLERANCE})")
     if arithmetic == "fraction":
@@ -132,6 +134,37 @@ def ratio(numerator: Number, denominator: Number) -> Number:
         return 1 if numerator > 0 else 0
     r = numerator / denominator
     return r if r < 1 else 1
+
+
+#: A fraction printed for people is written out when numerator and denominator together have at most this many
+#: digits; a longer one is shown as a decimal, with its size (the JSON keeps it exact).
+SHORT_FRACTION_DIGITS = 16
+
+
+def decimal_text(value: Number, digits: int = 6) -> str:
+    """``value`` to ``digits`` significant digits, without float underflow or overflow (``1e-400`` stays itself)."""
+    if isinstance(value, Fraction) and value != 0 and not 1e-300 < abs(value) < 1e300:
+        ctx = DecimalContext(prec=digits + 2, Emin=-10**9, Emax=10**9)
+        exact = ctx.divide(Decimal(value.numerator), Decimal(value.denominator))
+        return f"{exact:.{digits}g}"
+    return f"{float(value):.{digits}g}"
+
+
+def human_number(value: Number, digits: int = 6) -> str:
+    """How a number is shown to a person: a short fraction as ``11/9 (1.22222)``, a long one as a decimal with
+    its size (``0.0123457, exactly a fraction of 312/315 digits``), a float to ``digits`` digits."""
+    if not isinstance(value, Fraction):
+        return decimal_text(value, digits)
+    num, den = len(str(abs(value.numerator))), len(str(value.denominator))
+    if num + den <= SHORT_FRACTION_DIGITS:
+        return str(value) if value.denominator == 1 else f"{value} ({decimal_text(value, digits)})"
+    return f"{decimal_text(value, digits)}, exactly a fraction of {num}/{den} digits"
+
+
+def quoted(value: object, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages that quote what a user wrote."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def to_json_number(value: Number, arithmetic: str) -> object:

@@ -34,14 +34,27 @@ class Randomness(Protocol):
     def categorical(self, weights: Sequence[Number]) -> int: ...
 
 
+#: A float Bernoulli parameter within this much of [0, 1] is taken as the end point: float rounding of a
+#: probability computed as a ratio or a sum (``0.1 + 0.2 + 0.7 = 1.0000000000000002``) stays far inside it.
+#: Exact parameters get no tolerance.
+BERNOULLI_FLOAT_SLACK = 1e-12
+
+
 def check_bernoulli(prob: object) -> Number:
-    """Validate a Bernoulli parameter; raise :class:`RandomnessError` naming ``prob``."""
+    """Validate a Bernoulli parameter; raise :class:`RandomnessError` naming ``prob``. A float within
+    :data:`BERNOULLI_FLOAT_SLACK` outside [0, 1] is returned as 0 or 1."""
     if isinstance(prob, bool) or not isinstance(prob, (int, float, Fraction)):
         raise RandomnessError("prob", f"bernoulli needs a number, got {prob!r}")
-    if isinstance(prob, float) and math.isnan(prob):
-        raise RandomnessError("prob", "bernoulli probability is NaN")
+    if isinstance(prob, float):
+        if math.isnan(prob):
+            raise RandomnessError("prob", "bernoulli probability is NaN")
+        if -BERNOULLI_FLOAT_SLACK <= prob < 0:
+            return 0.0
+        if 1 < prob <= 1 + BERNOULLI_FLOAT_SLACK:
+            return 1.0
     if not 0 <= prob <= 1:
-        raise RandomnessError("prob", f"bernoulli probability must lie in [0, 1], got {prob!r}")
+        slack = f" (floats get a slack of {BERNOULLI_FLOAT_SLACK:g})" if isinstance(prob, float) else ""
+        raise RandomnessError("prob", f"bernoulli probability must lie in [0, 1]{slack}, got {prob!r}")
     return prob
 
 

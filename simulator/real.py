@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -61,15 +62,23 @@ class Processing:
         return kept / kept.sum(dim=-1, keepdim=True)
 
 
-def load_causal_lm(path: str, dtype: torch.dtype = torch.float64):
-    """A causal LM from a local directory, in evaluation mode (eager attention: it takes 4-D tree masks)."""
+def load_causal_lm(path: str, dtype: torch.dtype = torch.float64, field: str = "model"):
+    """A causal LM from a local directory, in evaluation mode (eager attention: it takes 4-D tree masks).
+    A directory that is missing, holds no ``config.json``, or that transformers cannot load raises
+    :class:`InvalidParameterError` on ``field`` naming the directory."""
     from transformers import AutoModelForCausalLM
 
+    folder = Path(path)
+    if not folder.is_dir():
+        raise InvalidParameterError(field, f"{path} is not a directory")
+    if not (folder / "config.json").is_file():
+        raise InvalidParameterError(field, f"{path} holds no config.json: not a saved causal LM "
+                                           "(save one with model.save_pretrained(DIR))")
     try:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype,
                                                      attn_implementation="eager")
-    except OSError as err:
-        raise InvalidParameterError("model", f"cannot load a causal LM from {path}: {err}") from None
+    except (OSError, ValueError) as err:
+        raise InvalidParameterError(field, f"cannot load a causal LM from {path}: {err}") from None
     return model.eval()
 
 

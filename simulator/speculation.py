@@ -6,16 +6,18 @@ handler, replay under a given array of uniforms: the same code in every case (SP
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 from .completion import TARGET, GreedyBlockCompletion, TargetCompletion
 from .drafting import Drafter
-from .errors import VerifierOutputError
+from .errors import LimitError, SpecproofError, VerifierFailure, VerifierOutputError
 from .models import ModelView
 from .randomness import Randomness
 from .trees import DraftTree
-from .verifiers.registry import Verifier
+from .verifiers.registry import Verifier, is_builtin, verifier_name
 
 Completion = TargetCompletion | GreedyBlockCompletion
 
@@ -35,8 +37,22 @@ class RoundOutcome:
 
 def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: Randomness,
            vocab: int) -> RoundOutcome:
-    """Run ``verifier`` on a fixed tree and check its answer."""
-    out = verifier(tree, p, q, rng)
+    """Run ``verifier`` on a fixed tree and check its answer.
+
+    An exception from the verifier never passes as a verdict: a typed error keeps its type and field (a built-in
+    rule's refusal of a draft it is not defined on, say), with the verifier's name and source line added for a
+    user's verifier; anything else becomes :class:`VerifierFailure`. Limits pass through untouched."""
+    try:
+        out = verifier(tree, p, q, rng)
+    except (LimitError, VerifierFailure):
+        raise
+    except SpecproofError as err:
+        if is_builtin(verifier):
+            raise
+        raise type(err)(err.field, f"{err.message} (in verifier {verifier_name(verifier)}, {source_line(err)})") \
+            from err
+    except Exception as err:
+        raise VerifierFailure(verifier_name(verifier), err, source_line(err)) from err
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         raise VerifierOutputError("verifier", f"must return (node, y) or (node, y, completion), got {out!r}")
     node, y = out[0], out[1]
@@ -48,6 +64,22 @@ def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: R
     if not hasattr(completion, "next_row"):
         raise VerifierOutputError("completion", f"a completion rule needs next_row(block, view), got {completion!r}")
     return RoundOutcome(tree.path(node), y, completion)
+
+
+_OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package in ("simulator", "exact"))
+
+
+def source_line(err: BaseException) -> str:
+    """Where ``err`` was raised, as ``file:line in function: code``: the innermost frame outside specproof's own
+    packages (the user's code; a call into the randomness interface is reported at the caller), or the innermost
+    frame when every frame is specproof's."""
+    frames = traceback.extract_tb(err.__traceback__)[1:] or traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return "no traceback"
+    theirs = [f for f in frames if not str(Path(f.filename).resolve()).startswith(_OWN_CODE)]
+    frame = (theirs or frames)[-1]
+    code = f": {frame.line.strip()}" if frame.line else ""
+    return f"{frame.filename}:{frame.lineno} in {frame.name}{code}"
 
 
 def speculate(view: ModelView, drafter: Drafter, verifier: Verifier, rng: Randomness) -> RoundOutcome:

@@ -24,8 +24,9 @@ def power_lower_bound(samples: int, cells: int, tvd: float, alpha: float) -> flo
 
 
 def detectable_tvd(samples: int, cells: int, alpha: float, power: float) -> float:
-    """The smallest TVD at which :func:`power_lower_bound` reaches ``power``."""
-    if cells < 2:
+    """The smallest TVD at which :func:`power_lower_bound` reaches ``power`` (``inf`` when not even a TVD of 1
+    reaches it)."""
+    if cells < 2 or power_lower_bound(samples, cells, 1.0, alpha) < power:
         return math.inf
     return float(optimize.brentq(lambda d: power_lower_bound(samples, cells, d, alpha) - power, 1e-9, 1.0))
 

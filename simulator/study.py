@@ -11,6 +11,7 @@ same numbers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,10 +23,11 @@ from functools import lru_cache
 from importlib import resources
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from .batched import ContextRows
 from .drafting import FixedShape
+from .errors import StoreError
 from .models import SyntheticModel
 from .montecarlo import MCSummary, SeedResult, run_seed, summarise
 from .statistics import ChiSquare
@@ -152,8 +154,34 @@ def summarise_cell(cell: Cell, records: list[dict]) -> MCSummary:
     return summarise(cell.verifier, results, cell.vocab, cell.depth)
 
 
+#: The fields a seed record must hold for a summary (:func:`summarise_cell`); a record without one is incomplete.
+RECORD_FIELDS = ("cell", *SeedResult.__dataclass_fields__)
+T = TypeVar("T")
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of specproof's own source and data files: cached results are valid for this code only."""
+    digest = hashlib.sha256()
+    base = Path(__file__).resolve().parents[1]
+    for package in ("simulator", "exact"):
+        for path in sorted((base / package).rglob("*")):
+            if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(base)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # atomic: a killed sweep never leaves half a record
+
+
 class Store:
-    """One JSON file per (cell, seed) under ``root/<cell key>/seed-<s>.json``."""
+    """One JSON file per (cell, seed) under ``root/<cell key>/seed-<s>.json``; report sections computed once per
+    configuration and code version under ``root/cache/``."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -162,15 +190,41 @@ class Store:
         return self.root / cell.key() / f"seed-{seed}.json"
 
     def load(self, cell: Cell, seed: int) -> dict | None:
+        """The record of (cell, seed), ``None`` if there is none; :class:`StoreError` naming the file when it is
+        unreadable or incomplete."""
         path = self.path(cell, seed)
-        return json.loads(path.read_text()) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise StoreError("store", f"{path} is unreadable ({err}); delete it and re-run the same command: the "
+                                      "sweep recomputes that record") from None
+        missing = [f for f in RECORD_FIELDS if not isinstance(record, dict) or f not in record]
+        if not missing and not isinstance(record["test"], dict):
+            missing = ["test"]
+        elif not missing:
+            missing = [f"test.{f}" for f in ChiSquare.__dataclass_fields__ if f not in record["test"]]
+        if missing:
+            raise StoreError("store", f"{path} is incomplete (no {', '.join(missing)}); delete it and re-run the same "
+                                      "command: the sweep recomputes that record")
+        return record
 
     def save(self, record: dict, cell: Cell, seed: int) -> None:
-        path = self.path(cell, seed)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        os.replace(tmp, path)  # atomic: a killed sweep never leaves half a record
+        _atomic_write(self.path(cell, seed), json.dumps(record, indent=1, allow_nan=False) + "\n")
+
+    def cached(self, name: str, params: dict, compute: Callable[[], T]) -> T:
+        """``compute()`` (JSON data) once per ``name``, ``params`` and code version; later calls read it back."""
+        key = hashlib.sha256(json.dumps([name, params, code_fingerprint()], sort_keys=True).encode()).hexdigest()[:16]
+        path = self.root / "cache" / f"{name}-{key}.json"
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except ValueError:
+                pass  # a damaged cache entry is recomputed
+        value = compute()
+        _atomic_write(path, json.dumps(value, indent=1, allow_nan=False) + "\n")
+        return value
 
     def records(self, cell: Cell) -> list[dict]:
         return [r for r in (self.load(cell, s) for s in range(cell.seeds)) if r is not None]

@@ -123,6 +123,17 @@ def baseline_sizes(tables: list[int], seeds: int, candidates=(10**5, 10**6)) -> 
     return out
 
 
+def cached_baseline_sizes(store: Store, tables: list[int], seeds: int) -> dict[tuple[int, str], dict]:
+    """:func:`baseline_sizes`, kept in the store's cache (JSON, so its keys are rebuilt here)."""
+    def compute() -> list:
+        return [[t, column, {**b, "expected": list(b["expected"].items()), "bound": list(b["bound"].items())}]
+                for (t, column), b in baseline_sizes(tables, seeds).items()]
+
+    return {(t, column): {**b, "expected": {int(n): v for n, v in b["expected"]},
+                          "bound": {int(n): v for n, v in b["bound"]}}
+            for t, column, b in store.cached("baselines", {"tables": tables, "seeds": seeds}, compute)}
+
+
 def _fmt(value, digits=2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -174,9 +185,9 @@ def agreement_markdown(rows: list[CellRow]) -> tuple[str, dict]:
     done = [r for r in rows if r.sigmas is not None]
     within = [r for r in done if abs(r.sigmas) <= AGREEMENT_SIGMAS]
     outside = [r for r in done if abs(r.sigmas) > AGREEMENT_SIGMAS]
-    share = len(within) / len(done) if done else float("nan")
+    share = f" ({len(within) / len(done):.1%})" if done else ""
     lines = ["## Agreement of accepted lengths", "",
-             f"{len(within)} of {len(done)} cells run ({share:.1%}) satisfy |ours − paper| ≤ "
+             f"{len(within)} of {len(done)} cells run{share} satisfy |ours − paper| ≤ "
              f"{AGREEMENT_SIGMAS:g}·sqrt(SE_ours² + SE_paper²); {len(rows) - len(done)} cells not run.", ""]
     if outside:
         lines += ["| table | column | method | σ | likely cause |", "|---|---|---|---|---|"]
@@ -203,13 +214,45 @@ def baseline_markdown(baselines: dict) -> str:
     return "\n".join(lines)
 
 
-def plots(rows: list[CellRow], out_dir) -> list[str]:
-    """Accepted length against each ablated factor, one PNG per factor (a panel per structure)."""
+def plots(rows: list[CellRow], out_dir) -> tuple[list[str], list[str]]:
+    """Accepted length per method and structure for Table 1 (ours beside the paper's), and against each ablated
+    factor (one PNG per factor, a panel per structure). Returns the files written and, for each plot not
+    written, why."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
+    written, missing = [], []
+    table1 = [r for r in rows if r.table == 1 and r.ours is not None]
+    if table1:
+        structures = list(dict.fromkeys(r.column for r in table1))
+        methods = list(dict.fromkeys(r.method for r in table1))
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(methods)), 4))
+        width = 0.8 / (2 * len(structures))
+        for j, structure in enumerate(structures):
+            for k, source in enumerate(("paper", "ours")):
+                xs, ys, es = [], [], []
+                for i, method in enumerate(methods):
+                    r = next((x for x in table1 if x.method == method and x.column == structure), None)
+                    if r is None:
+                        continue
+                    value = r.paper if source == "paper" else r.ours
+                    xs.append(i + (2 * j + k - len(structures) + 0.5) * width)
+                    ys.append(value["accept_len"] if source == "paper" else value["accept_len_mean"])
+                    es.append(value["se"] if source == "paper" else value["accept_len_se"])
+                ax.bar(xs, ys, width, yerr=es, capsize=2, label=f"{structure} ({source})",
+                       hatch="//" if source == "paper" else None, alpha=0.6 if source == "paper" else 0.9)
+        ax.set_xticks(range(len(methods)), methods, rotation=30, fontsize=8)
+        ax.set_ylabel("accepted length E[τ]")
+        ax.set_title("Table 1: ours beside the paper's (± SE across model seeds)")
+        ax.legend(fontsize=7, ncol=len(structures))
+        fig.tight_layout()
+        path = f"{out_dir}/accept_len_table1.png"
+        fig.savefig(path, dpi=110)
+        written.append(path)
+        plt.close(fig)
+    else:
+        missing.append("accepted length per method (Table 1): no Table 1 cell was run")
     factors = {}
     for t, (structure, factor) in ABLATIONS.items():
         factors.setdefault(factor, []).append((t, structure))
@@ -234,8 +277,12 @@ def plots(rows: list[CellRow], out_dir) -> list[str]:
             fig.tight_layout()
             fig.savefig(path, dpi=110)
             written.append(path)
+        else:
+            tables = ", ".join(str(t) for t, _ in entries)
+            missing.append(f"accepted length against {factor}: needs Tables {tables} (`--tables {tables.replace(', ', ',')}` "
+                           "or `--full`), none of whose cells was run")
         plt.close(fig)
-    return written
+    return written, missing
 
 
 def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: int, trials: dict[int, int],
@@ -248,9 +295,9 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = collect(list(tables), store, seeds, trials)
-    baselines = baseline_sizes(list(tables), min(seeds, 5))
+    baselines = cached_baseline_sizes(store, list(tables), min(seeds, 5))
     agreement, counts = agreement_markdown(rows)
-    pngs = plots(rows, out)
+    pngs, no_plot = plots(rows, out)
     header = [
         "# The Layer Verification toy study, reproduced", "",
         f"Generated by `{command}` on {platform.machine()} / Python {platform.python_version()}. Synthetic "
@@ -272,14 +319,16 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
                    "count; one seed gives no SE across seeds, so such a cell is left out of the agreement count): "
                    "their time is in `reports/ablation_time.md` and `reports/benchmarks.md`, and re-running the "
                    "command adds the missing seeds.", ""]
-    crosscheck, crosscheck_data = exact_crosscheck_markdown()
-    small, small_data = detection_markdown(SyntheticModel(3, seed=0), 2, 2)
-    large, large_data = paper_scale_detection_markdown()
+    # Computed once per code version and kept in the store (``--no-run`` then computes nothing it has seen).
+    crosscheck, crosscheck_data = store.cached("exact-crosscheck", {}, exact_crosscheck_markdown)
+    small, small_data = store.cached("detection-small", {}, lambda: detection_markdown(SyntheticModel(3, seed=0), 2, 2))
+    large, large_data = store.cached("detection-paper-scale", {}, paper_scale_detection_markdown)
     text = "\n".join(header) + agreement + "\n" + baseline_markdown(baselines) + "\n" + crosscheck + "\n" + \
         small + large + \
         "\n## Tables\n\n" + tables_markdown(rows, baselines, seeds, trials)
-    if pngs:
-        text += "\n## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({Path(p).name})" for p in pngs) + "\n"
+    text += "\n## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({Path(p).name})" for p in pngs) + "\n"
+    if no_plot:
+        text += "\nNot plotted in this run: " + "; ".join(no_plot) + ".\n"
     (out / "toy_study.md").write_text(text)
     data = {"command": command, "agreement": counts,
             "cells": [{"table": r.table, "column": r.column, "method": r.method, "config": r.cell.__dict__,
@@ -288,7 +337,7 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
             "baselines": [{"table": t, "column": c, **b} for (t, c), b in baselines.items()],
             "detection": {"small_instance": small_data, "paper_scale": large_data},
             "exact_crosscheck": crosscheck_data}
-    (out / "toy_study.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+    (out / "toy_study.json").write_text(json.dumps(data, indent=1, default=str, allow_nan=False) + "\n")
 
 
 def _expected_abs(n: int, prob: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -461,14 +510,16 @@ def exact_crosscheck_markdown(trials: int = 20_000, seeds: int = 2) -> tuple[str
             exact = float(round_law(SyntheticModel(3, 0.5, 1.0, 1.0, record["seed"]), FixedShape(topology), method,
                                     "float").expected_accepted())
             gap = record["accept_len_mean"] - exact
-            # A constant sample (SE 0) is consistent when the exact law puts less than 1/(100 N) elsewhere.
+            # A constant sample (SE 0) is consistent when the exact law puts less than 1/(100 N) elsewhere; one
+            # that is not has no finite z (None in the JSON, ∞ in the table).
             z = gap / record["accept_len_se"] if record["accept_len_se"] > 0 else (
-                0.0 if abs(gap) * trials < 0.01 else math.inf)
+                0.0 if abs(gap) * trials < 0.01 else None)
             data.append({"method": method, "structure": cell.topology, "seed": record["seed"], "exact": exact,
                          "mc": record["accept_len_mean"], "se": record["accept_len_se"], "z": z})
             lines.append(f"| {method} | {cell.topology} | {record['seed']} | {exact:.5f} | "
-                         f"{record['accept_len_mean']:.5f} ± {record['accept_len_se']:.5f} | {z:+.2f} |")
-    worst = max(abs(d["z"]) for d in data)
+                         f"{record['accept_len_mean']:.5f} ± {record['accept_len_se']:.5f} | "
+                         f"{'∞' if z is None else f'{z:+.2f}'} |")
+    worst = max(math.inf if d["z"] is None else abs(d["z"]) for d in data)
     head = ["## Monte Carlo against the exact engine", "",
             f"Every Table 1 method on its structures at V=3, H=2, b=2 (where the exact engine enumerates every "
             f"draft tree and choice), {trials:,} trials per seed: the Monte Carlo mean against the exact E[τ], in "

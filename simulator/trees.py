@@ -16,6 +16,10 @@ from typing import Callable, Sequence
 
 from .errors import InvalidParameterError, InvalidTreeError
 
+#: The most nodes a draft tree may have (EAGLE-style trees hold 10–100; DySpec's budgets reach a few hundred):
+#: a shape beyond it is refused before it is built, since every engine allocates per node.
+MAX_TREE_NODES = 100_000
+
 TOPOLOGIES: dict[str, str] = {
     "chain": "a single path of H draft tokens",
     "multi-chain": "the root has b children, each continuing as a chain to depth H",
@@ -100,6 +104,12 @@ def make_topology(name: str, depth: int = 2, branching: int = 2,
     if isinstance(branching, bool) or not isinstance(branching, int) or branching < 1:
         raise InvalidParameterError("branching", f"must be an integer ≥ 1, got {branching!r}")
     b = 2 if name == "binary" else branching
+    size = shape_size(name, depth, b)
+    if size > MAX_TREE_NODES:
+        at_least = "at least " if name == "tapered" else ""
+        raise InvalidParameterError("depth", f"{name}(b={b}, H={depth}) has {at_least}{_count(size)} nodes, over the "
+                                             f"limit of {MAX_TREE_NODES:,} a draft tree may have: reduce --depth or "
+                                             "--branching")
     rules: dict[str, Callable[[int, int, int], int]] = {
         "chain": lambda d, i, s: 1,
         "multi-chain": lambda d, i, s: b if d == 0 else 1,
@@ -108,6 +118,42 @@ def make_topology(name: str, depth: int = 2, branching: int = 2,
         "tapered": lambda d, i, s: b if d == 0 else max(s - i, 1),
     }
     return Topology(name, _grow(depth, rules[name]))
+
+
+def shape_size(name: str, depth: int, branching: int) -> int:
+    """The number of nodes of a named shape, computed without building it (``explicit`` has no closed form);
+    past :data:`MAX_TREE_NODES` a tapered shape's count may stop early at a lower bound."""
+    b = 2 if name == "binary" else branching
+    if name == "chain":
+        return depth + 1
+    if name == "multi-chain":
+        return 1 + b * depth
+    if name in ("complete", "binary"):
+        return depth + 1 if b == 1 else (b ** (depth + 1) - 1) // (b - 1)
+    if name == "tapered":
+        # Children form sibling groups: a group of s nodes has children groups of sizes s, s−1, …, 2 and then
+        # 1 for the last sibling (max(s − i, 1)); count groups by size, level by level. Counting stops once past
+        # MAX_TREE_NODES (the result is then a lower bound, still past the limit).
+        if depth > MAX_TREE_NODES or (depth > 0 and b > MAX_TREE_NODES):
+            return MAX_TREE_NODES + 1
+        groups = {b: 1} if depth > 0 else {}
+        nodes = 1
+        for _ in range(depth):
+            nodes += sum(s * n for s, n in groups.items())
+            if nodes > MAX_TREE_NODES:
+                return nodes
+            nxt: dict[int, int] = {}
+            for s, n in groups.items():
+                for child_group in range(s, 0, -1):
+                    nxt[child_group] = nxt.get(child_group, 0) + n
+            groups = nxt
+        return nodes
+    raise InvalidParameterError("topology", f"no closed-form size for {name!r}")
+
+
+def _count(n: int) -> str:
+    """A node count for a message: exact when short, else its power of ten."""
+    return f"{n:,}" if n < 10**12 else f"about 10^{len(str(n)) - 1}"
 
 
 class DraftTree:

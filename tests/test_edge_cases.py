@@ -187,7 +187,7 @@ def test_misuse_of_the_randomness_interface_and_bad_verifier_output():
         (lambda t, p, q, rng: (0, rng.categorical([1, 1]) if rng.bernoulli(F(3, 2)) else 0), RandomnessError, "prob"),
         (lambda t, p, q, rng: (0, rng.categorical([0, 0])), RandomnessError, "weights"),
         (lambda t, p, q, rng: (0, rng.categorical([-1, 2])), RandomnessError, "weights[0]"),
-        (lambda t, p, q, rng: (0, int(rng.bernoulli(0.5))), ExactnessError, "prob"),
+        (lambda t, p, q, rng: (0, int(rng.bernoulli(0.5))), ExactnessError, "arithmetic"),
         (lambda t, p, q, rng: (5, 0), VerifierOutputError, "node"),
         (lambda t, p, q, rng: (0, 2), VerifierOutputError, "y"),
         (lambda t, p, q, rng: 0, VerifierOutputError, "verifier"),

@@ -15,7 +15,7 @@ from simulator.batched import BATCHED, ContextRows, batched_rounds
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, SyntheticModel
-from simulator.montecarlo import (encode, empirical_tvd, monte_carlo, run_trials, target_table)
+from simulator.montecarlo import (Histogram, encode, empirical_tvd, monte_carlo, run_trials, target_table)
 from simulator.randomness import CounterRandomness, counter_uniforms
 from simulator.statistics import chi_square, detectable_tvd, power_lower_bound
 from simulator.trees import make_topology
@@ -174,7 +174,12 @@ def test_target_table_equals_brute_force_joint():
 def test_empirical_tvd_by_hand():
     table = np.array([0.5, 0.25, 0.25, 0.0])
     # Counts 2, 0, 1, 1 of 4: ½(|.5−.5| + |0−.25| + |.25−.25| + |.25−0|) = 0.25.
-    assert empirical_tvd(np.array([0, 0, 2, 3]), table) == pytest.approx(0.25)
+    assert empirical_tvd(Histogram.of(np.array([0, 0, 2, 3])), table) == pytest.approx(0.25)
+    # The same counts arriving in chunks, in another order, give the same histogram.
+    chunks = Histogram()
+    for part in (np.array([3]), np.array([0, 2]), np.array([0])):
+        chunks.add(part)
+    assert chunks.cells.tolist() == [0, 2, 3] and chunks.counts.tolist() == [2, 1, 1]
 
 
 @pytest.mark.parametrize("name,shape", [("tv-rrs", "complete"), ("tv-kseq", "tapered"), ("trv", "complete"),

@@ -38,6 +38,8 @@ class VerifierSpec:
     float_only: bool = False
     #: for a control: a tree (parent list) and drafting scheme on which its bug shows
     demo: tuple[tuple[int, ...], str] | None = None
+    #: for a control: the shapes where it is lossy, and those where it is lossless (its bug cannot show there)
+    lossy_on: str = ""
     #: Layer Verification: needs one fixed tuple law per node, which dynamic trees lack (SPEC §10)
     needs_tuple_law: bool = False
 
@@ -84,22 +86,38 @@ _SPECS = [
     VerifierSpec("match", matching.match, "sample-and-match: one target draw per node",
                  ALL_SCHEMES + DYNAMIC + ("aded",)),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
-                 "CONTROL: greedy BV completed with the unmodified target", (), ("chain",)),
-    VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", ()),
-    VerifierSpec("bug-accept-all", controls.bug_accept_all, "CONTROL: accepts every first-child token", ()),
+                 "CONTROL: greedy BV completed with the unmodified target", (), ("chain",),
+                 lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)"),
+    VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", (),
+                 lossy_on="every tree of depth ≥ 1"),
+    VerifierSpec("bug-accept-all", controls.bug_accept_all, "CONTROL: accepts every first-child token", (),
+                 lossy_on="every tree of depth ≥ 1"),
     VerifierSpec("bug-trv-insertion-order", traversal.bug_trv_insertion_order,
                  "CONTROL: TRV visiting leaves in insertion order", (), ("explicit",),
-                 demo=((-1, 0, 0, 1), "without-replacement")),
+                 demo=((-1, 0, 0, 1), "without-replacement"),
+                 lossy_on="trees whose leaves in index order are not in DFS post-order: explicit trees such as "
+                          "-1,0,0,1 and DySpec's dynamic trees (lossless on chains, multi-chains, complete and "
+                          "tapered trees, where every leaf is at depth H and the two orders agree)"),
     VerifierSpec("bug-gbv-clipped", multipath.bug_gbv_clipped,
-                 "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain")),
+                 "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain"),
+                 lossy_on="multi-chains with b ≥ 2 (lossless on a chain: one path, nothing to select)"),
     VerifierSpec("bug-match-per-row", matching.bug_match_per_row,
-                 "CONTROL: one target draw per candidate row", ()),
+                 "CONTROL: one target draw per candidate row", (),
+                 lossy_on="trees where a node has ≥ 2 children (lossless on chains: one row per node)"),
     VerifierSpec("bug-dyspec-printed", tv(DYSPEC_PRINTED, "without-replacement"),
                  "CONTROL: DySpec Alg. 3 as printed, c ~ N(0,1) (float only)", (), float_only=True,
-                 demo=((-1, 0, 0, 1, 1, 2, 2), "without-replacement")),
+                 demo=((-1, 0, 0, 1, 1, 2, 2), "without-replacement"), lossy_on="every tree of depth ≥ 1"),
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def check_arithmetic_for(name: str, arithmetic: str) -> None:
+    """Refuse exact arithmetic for a rule that needs irrational numbers (the normal CDF, say)."""
+    spec = VERIFIERS.get(name)
+    if spec is not None and spec.float_only and arithmetic == "fraction":
+        raise InvalidParameterError("arithmetic", f"{name} computes with irrational numbers (the normal CDF), which "
+                                                  "fraction arithmetic cannot hold: pass --arithmetic float")
 
 
 def check_pairing(name: str, scheme: str) -> None:
@@ -109,6 +127,18 @@ def check_pairing(name: str, scheme: str) -> None:
         raise InvalidParameterError("verifier", f"{name} is undefined on {scheme} trees: Layer Verification needs "
                                                 "one fixed tuple law per node, and a dynamic tree's sibling count "
                                                 "depends on the tokens drawn (SPEC §10)")
+
+
+def is_builtin(fn: Verifier) -> bool:
+    return any(spec.fn is fn for spec in _SPECS)
+
+
+def verifier_name(fn: Verifier) -> str:
+    """The public name of a verifier function: its registry name, else ``module:qualified name``."""
+    for spec in _SPECS:
+        if spec.fn is fn:
+            return spec.name
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def load_verifier(name: str) -> tuple[str, Verifier]:

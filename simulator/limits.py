@@ -1,0 +1,185 @@
+"""Limits that keep every run finite: executions per exact computation, and wall-clock time.
+
+An *exact computation* (a certificate, a fixed tree's law, the law of ``N`` generated tokens) enumerates
+executions — leaves of the choice tree of drafter and verifier — and completed sequences. It may enumerate at
+most ``max_executions`` of them together (default :data:`DEFAULT_MAX_EXECUTIONS`, about five minutes on one
+core of the CI machine); past that it stops with :class:`ExecutionLimitError`. The limit is ambient, set with
+:func:`limits` (the command line's ``--max-executions``), and each top-level computation counts afresh:
+:func:`computation` opens a count, and computations nested inside it (a round's law inside the law of a
+generation) join it. One execution may also make at most :data:`MAX_CHOICES_PER_EXECUTION` random choices
+(``exact.enumeration`` enforces it; a Monte Carlo trial's counter stream holds
+:data:`simulator.randomness.MAX_UNIFORMS_PER_TRIAL`).
+
+:func:`time_limit` stops a whole run after ``seconds`` of wall-clock time with :class:`TimeLimitError`, also
+inside code that never returns to the engine (a plugin looping without calling ``rng``). It uses ``SIGALRM``,
+so it acts in the main thread of a POSIX process only; elsewhere it does nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from .errors import ExecutionLimitError, InvalidParameterError, TimeLimitError
+
+#: Executions (choice-tree leaves plus completed sequences) one exact computation may enumerate by default:
+#: 2,000–6,000 a second per core for the token-level rules, so about 3–8 minutes (reports/limits.md).
+DEFAULT_MAX_EXECUTIONS = 1_000_000
+#: Random choices one enumerated execution may make. An execution that makes more could not be enumerated to the
+#: end anyway (each choice with two branches doubles the executions), so this only stops endless loops of rng
+#: calls, within a couple of seconds.
+MAX_CHOICES_PER_EXECUTION = 100_000
+#: The command line's default wall-clock limit per run, in seconds (``--timeout``; 0 disables it).
+DEFAULT_TIMEOUT = 1800.0
+_PROGRESS_EVERY = 0.25  # seconds between progress reports
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The ambient limits: ``max_executions`` (``None``: unlimited) and a progress hook that receives the
+    probability mass each outermost computation has finished, as it goes (its total is 1 per computation)."""
+
+    max_executions: int | None = DEFAULT_MAX_EXECUTIONS
+    progress: Callable[[float], None] | None = None
+
+    def __post_init__(self) -> None:
+        m = self.max_executions
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise InvalidParameterError("max_executions", f"must be a positive integer, got {m!r}")
+
+
+_LIMITS: ContextVar[Limits] = ContextVar("specproof_limits", default=Limits())
+_ACTIVE: ContextVar["Count | None"] = ContextVar("specproof_count", default=None)
+
+
+@contextmanager
+def limits(max_executions: int | None = DEFAULT_MAX_EXECUTIONS,
+           progress: Callable[[float], None] | None = None) -> Iterator[Limits]:
+    """Set the limits of the exact computations started inside the block."""
+    token = _LIMITS.set(Limits(max_executions, progress))
+    try:
+        yield _LIMITS.get()
+    finally:
+        _LIMITS.reset(token)
+
+
+def current_limits() -> Limits:
+    return _LIMITS.get()
+
+
+class Count:
+    """The executions of one exact computation, checked against its limit as they are enumerated."""
+
+    def __init__(self, limit: Limits) -> None:
+        self.limit = limit
+        self.executions = 0  # choice-tree leaves (drafting and verification)
+        self.sequences = 0  # completed sequences of the output and target laws
+        self.mass = 0.0  # probability mass finished (progress)
+        self._reported = 0.0
+        self._last_report = time.monotonic()
+
+    @property
+    def total(self) -> int:
+        return self.executions + self.sequences
+
+    def _check(self) -> None:
+        m = self.limit.max_executions
+        if m is not None and self.executions + self.sequences > m:
+            raise ExecutionLimitError(
+                "max_executions", f"stopped after {m:,} executions ({self.executions:,} choice-tree leaves, "
+                                  f"{self.sequences:,} completed sequences; {self.mass:.1%} of the probability mass "
+                                  "done): raise --max-executions, or reduce the model or tree")
+
+    def execution(self) -> None:
+        self.executions += 1
+        self._check()
+
+    def sequence(self) -> None:
+        self.sequences += 1
+        self._check()
+
+    def advance(self, mass: float) -> None:
+        """``mass`` more of the computation's probability is done (reported at most every quarter second)."""
+        self.mass += mass
+        hook = self.limit.progress
+        if hook is not None and (self.mass >= 1 or time.monotonic() - self._last_report > _PROGRESS_EVERY):
+            hook(self.mass - self._reported)
+            self._reported, self._last_report = self.mass, time.monotonic()
+
+
+@dataclass
+class Scope:
+    """A computation's view of its count: ``outermost`` is False for a computation nested in another, whose
+    progress is the outer one's to report."""
+
+    count: Count
+    outermost: bool
+
+    def execution(self) -> None:
+        self.count.execution()
+
+    def sequence(self) -> None:
+        self.count.sequence()
+
+    def advance(self, mass: float) -> None:
+        if self.outermost:
+            self.count.advance(mass)
+
+
+@contextmanager
+def computation() -> Iterator[Scope]:
+    """One exact computation: a fresh :class:`Count` under the ambient limits, or the enclosing one's."""
+    active = _ACTIVE.get()
+    if active is not None:
+        yield Scope(active, outermost=False)
+        return
+    count = Count(_LIMITS.get())
+    token = _ACTIVE.set(count)
+    try:
+        yield Scope(count, outermost=True)
+    finally:
+        _ACTIVE.reset(token)
+
+
+def progress_note() -> str:
+    """How far the exact computation in progress got, for a message ("" when none is running)."""
+    count = _ACTIVE.get()
+    if count is None:
+        return ""
+    return (f"{count.executions:,} executions and {count.sequences:,} completed sequences enumerated, "
+            f"{count.mass:.1%} of the probability mass done")
+
+
+def active_count() -> Count:
+    """The count of the computation in progress, or a fresh one (for an engine called on its own)."""
+    return _ACTIVE.get() or Count(_LIMITS.get())
+
+
+@contextmanager
+def time_limit(seconds: float | None, describe: Callable[[], str] | None = None) -> Iterator[None]:
+    """Raise :class:`TimeLimitError` in the block after ``seconds`` of wall-clock time (``None`` or 0: no limit).
+    ``describe()`` says how far the run got, for the message."""
+    if seconds is not None and (isinstance(seconds, bool) or not seconds >= 0):
+        raise InvalidParameterError("timeout", f"must be a number of seconds ≥ 0, got {seconds!r}")
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not seconds or not usable:
+        yield
+        return
+
+    def fire(signum, frame):
+        where = f" ({describe()})" if describe is not None else ""
+        raise TimeLimitError("timeout", f"the run passed its wall-clock limit of {seconds:g} s{where}: raise "
+                                        "--timeout (0 for none), or make the run smaller")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
