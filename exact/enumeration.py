@@ -1,4 +1,4 @@
-"""Exhaustive enumeration of a randomised program's choices (SPEC §7, engine 1).
+"""Exhaustive enumeration of a randomised program's choices (docs/engines.md).
 
 The program is ordinary code that makes every random choice through the randomness interface.
 :class:`EnumeratingChooser` is a handler of that interface which, instead of drawing a uniform, follows a

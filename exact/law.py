@@ -1,4 +1,4 @@
-"""Output laws (SPEC §1): ``L(path, y)``, its completion to ``Σ^(H+1)``, and its distance to ``q^(H+1)``.
+"""Output laws (docs/notation.md): ``L(path, y)``, its completion to ``Σ^(H+1)``, and its distance to ``q^(H+1)``.
 
 An :class:`OutputLaw` holds the probability of every round outcome ``(path, y, completion rule)``.
 Completion extends ``path + (y,)`` to ``H+1`` tokens with the outcome's completion rule (the target ``q``,

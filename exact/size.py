@@ -52,6 +52,7 @@ class SizeEstimate:
     options: tuple[str, ...]
     rounds_log10: float = 0.0  # log10 of the rounds solved (several for the law of N tokens)
     counted: bool = False  # the trees were counted, not bounded
+    at_least: bool = False  # the count stopped early: there are at least that many trees
 
     @property
     def log10_executions(self) -> float:
@@ -61,8 +62,8 @@ class SizeEstimate:
     def describe(self) -> str:
         per_tree = "" if self.per_tree is None else f" × (1 + {self.per_tree:,} verifier executions, measured on one tree)"
         rounds = "" if self.rounds_log10 == 0 else f"{_amount(self.rounds_log10)} rounds × "
-        trees = f"{_amount(self.log10_trees)} draft tree(s)" if self.counted else \
-            f"at most {_amount(self.log10_trees)} draft tree(s)"
+        qualifier = "more than " if self.at_least else "" if self.counted else "at most "
+        trees = f"{qualifier}{_amount(self.log10_trees)} draft tree(s)"
         return (f"{_amount(self.log10_executions)} executions: {rounds}{trees}{per_tree} + "
                 f"{_amount(self.log10_sequences)} completed sequences")
 
@@ -98,7 +99,8 @@ def probe(view: ModelView, drafter: Drafter, verifier: Verifier, max_executions:
 
 
 def count_trees(view: ModelView, drafter: Drafter, limit: int | None) -> int:
-    """The distinct draft trees of one round, counted by enumerating the drafter alone (up to ``limit + 1``)."""
+    """The distinct draft trees of one round, counted by enumerating the drafter alone (up to ``limit + 1``: past
+    it the count stops)."""
     count = 0
     for _ in enumerate_outcomes(lambda rng: drafter.draft(view, rng), view.arithmetic == "fraction"):
         count += 1
@@ -127,12 +129,14 @@ def estimate_round(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
         except ExecutionLimitError:  # drafting the probe tree alone passed the limit
             return replace(estimate, per_tree=limit)
     if limit is not None and estimate.log10_executions > math.log10(limit):
+        affordable = limit // (1 + estimate.per_tree)  # more trees than this pass the limit whatever the count
         with computation():
             try:
-                trees = count_trees(view, drafter, limit)
+                trees = count_trees(view, drafter, affordable)
             except ExecutionLimitError:
-                trees = limit + 1
-        estimate = replace(estimate, log10_trees=math.log10(trees), counted=True)
+                trees = affordable + 1
+        estimate = replace(estimate, log10_trees=math.log10(max(trees, 1)), counted=True,
+                           at_least=trees > affordable)
     return estimate
 
 

@@ -1,6 +1,6 @@
 """The certification table: every built-in verifier certified exactly on one small synthetic instance.
 
-Each verifier is certified under every drafting scheme it is lossless under (SPEC §10) and, for controls,
+Each verifier is certified under every drafting scheme it is lossless under (docs/rules.md) and, for controls,
 under i.i.d. drafting; chain-only rules run on a chain of the same depth; the dynamic drafters run with
 :data:`TABLE_DRAFTERS` (small enough to enumerate in seconds). A row passes when the verdict
 matches the expectation: a lossless rule certified. A control certified lossless on this one instance is
@@ -11,7 +11,7 @@ instance can miss its bug (a control's ``lossy_on`` names the shapes where it sh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from simulator.aded import AdedConfig
 from simulator.drafters import DRAFTING, DrafterOptions, make_drafter
@@ -80,9 +80,11 @@ def plan_table(model: ModelPair, depth: int = 2, branching: int = 2, arithmetic:
     return plans
 
 
-def estimate_table(model: ModelPair, plans: list[Planned]) -> list[SizeEstimate]:
-    """Each row's size (:func:`exact.size.estimate_round`), in order."""
-    return [estimate_round(model, plan.drafter, plan.verifier, plan.arithmetic) for plan in plans]
+def estimate_table(model: ModelPair, plans: list[Planned]) -> Iterator[SizeEstimate]:
+    """Each row's size (:func:`exact.size.estimate_round`), in order, computed as it is asked for (a caller that
+    refuses at the first row too large does no more work)."""
+    for plan in plans:
+        yield estimate_round(model, plan.drafter, plan.verifier, plan.arithmetic)
 
 
 def certification_table(model: ModelPair, depth: int = 2, branching: int = 2, arithmetic: str = "fraction",

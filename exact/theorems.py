@@ -184,12 +184,12 @@ def check_single_step(count: int, seed: int, tick: Callable[[], None] = _nothing
             tol = GR_TOLERANCE if rule == "gr" else 0
             k1.see(tol - max(abs(a - b) for a, b in zip(sps, other)), f"{where} {rule}")
         tick()
-    return [below.check("acceptance of every rule ≤ α* (its tuple law; GR within its tolerance)", "SPEC §4"),
-            opt_eq.check("OPT = α* exactly (rationals)", "SPEC §4"),
-            lp_eq.check("LP max-flow (scipy HiGHS) = α*", "SPEC §4", tolerance=1e-9),
+    return [below.check("acceptance of every rule ≤ α* (its tuple law; GR within its tolerance)", "docs/rules.md"),
+            opt_eq.check("OPT = α* exactly (rationals)", "docs/rules.md"),
+            lp_eq.check("LP max-flow (scipy HiGHS) = α*", "docs/rules.md", tolerance=1e-9),
             kseq.check("K-SEQ ≥ (1 − 1/e)·α*", "SpecTr"),
             gr.check("GR ≥ α* − tolerance", "GR (reconstruction)", tolerance=GR_TOLERANCE),
-            k1.check("k = 1: K-SEQ, RRS, OPT, GR flows = SpS flows", "SPEC §4")]
+            k1.check("k = 1: K-SEQ, RRS, OPT, GR flows = SpS flows", "docs/rules.md")]
 
 
 # ---- Layer Verification -----------------------------------------------------------------------------------

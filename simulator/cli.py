@@ -48,7 +48,7 @@ from .verifiers.registry import check_arithmetic_for, check_pairing
 from .jsonfile import read_json, write_json
 
 MODELS = {
-    "synthetic": "correlated Gaussian logits (SPEC §2): --vocab --rho --tau-p --tau-q --seed",
+    "synthetic": "correlated Gaussian logits (docs/models.md): --vocab --rho --tau-p --tau-q --seed",
     "table": "explicit rows per context from --table FILE (floats or 'num/den' strings)",
     "random-rational": "small-integer weights per context, exact rationals with zeros: --vocab --seed",
 }
@@ -376,8 +376,14 @@ def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, job
     out = Path(out_dir)
     store = Store(store_dir or out / "store")
     with _limited(max_executions, 0) as cap:
-        model = SyntheticModel(vocab=cert_vocab, seed=cert_seed)
-        plans = plan_table(model, cert_depth, cert_branching, cert_arithmetic)
+        try:
+            model = SyntheticModel(vocab=cert_vocab, seed=cert_seed)
+            plans = plan_table(model, cert_depth, cert_branching, cert_arithmetic)
+        except InvalidParameterError as err:  # the table's options are --cert-…
+            message = err.message
+            for option in ("vocab", "depth", "branching", "seed"):
+                message = message.replace(f"--{option}", f"--cert-{option}")
+            raise InvalidParameterError(f"cert_{err.field}", message) from None
         for estimate in estimate_table(model, plans):  # refused before anything is written
             _cert_options(estimate).check(cap)
         out.mkdir(parents=True, exist_ok=True)
@@ -479,7 +485,8 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
 @click.option("--exact", "exact_law", is_flag=True, help="the exact law of the first N tokens (small models only)")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
               help="--exact: arithmetic")
-@click.option("--seeds", type=int, default=5, show_default=True, help="Monte Carlo: model seeds --seed … --seed+K−1")
+@click.option("--seeds", type=int, default=5, show_default=True,
+              help="Monte Carlo: model seeds --seed … --seed+K−1")
 @click.option("--trials", type=int, default=1000, show_default=True, help="Monte Carlo: generations per seed")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
 @_limit_options
@@ -518,7 +525,8 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
         with _bar(seeds * trials, f"generate {name}", "generation") as bar, time_limit(timeout):
             summary = run_generations(model_for, drafter, name, fn, seeds, trials, tokens, bar.update,
                                       first_seed=seed)
-        click.echo(f"{name}, {label}: model seeds {seed}–{seed + seeds - 1} x {trials} generations of {tokens} tokens")
+        click.echo(f"{name}, {label}: model seeds {seed}–{seed + seeds - 1} x {trials} generations of {tokens} "
+                   "tokens")
         se = ("SE " + f"{summary.accepted_per_round_se:.4f}" if summary.accepted_per_round_se is not None
               else f"no SE: {summary.se_note}")
         click.echo(f"  accepted per round {summary.accepted_per_round:.4f} ({se}); rounds {summary.rounds_mean:.3f}")

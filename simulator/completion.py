@@ -1,4 +1,4 @@
-"""Completion rules: how a round's output ``path + (y,)`` is extended to ``H+1`` tokens (SPEC §1).
+"""Completion rules: how a round's output ``path + (y,)`` is extended to ``H+1`` tokens (docs/notation.md).
 
 A verifier that leaves later rounds alone is completed with the target ``q`` (both seeds' Lemma A.1 /
 Lemma 2). Greedy block verification is lossless only if the tokens after its output are drawn from a

@@ -1,4 +1,4 @@
-"""Drafting schemes (SPEC §3; layer_verification.txt App. D.1): how the children of a node get their tokens.
+"""Drafting schemes (docs/drafting.md; layer_verification.txt App. D.1): how a node's children get their tokens.
 
 Every scheme draws through the randomness interface, node by node in BFS order and child by child, so the
 exact engine enumerates the draft trees with their probabilities from this very code.

@@ -33,7 +33,7 @@ from .randomness import CounterRandomness
 from .trees import make_topology
 from .verifiers import VERIFIERS
 
-#: verifier → arithmetic, for DySpec's trees: the SPEC §10 lossless pairings, then rules expected to fail
+#: verifier → arithmetic, for DySpec's trees: the docs/rules.md lossless pairings, then rules expected to fail
 DYSPEC_LOSSLESS = ("tv-rrsw", "dyspec", "trv", "tv-sps", "tv-det", "match")
 DYSPEC_LOSSY = ("tv-rrs", "tv-kseq", "bug-dyspec-printed")
 ADED_RULES = ("match", "tv-det", "bug-match-per-row")
@@ -198,7 +198,7 @@ def write_dynamic_report(out: Path, instances: int, seeds: int, trials: int, tok
         f"Random rational models (vocabulary 2–4; every other one with 25% zero weights), {instances} per "
         "drafter: Alg. 1 with budgets "
         f"cycling 1–{BUDGET} (1–4 at vocabulary 4), Alg. 2 with thresholds in [0.25, 0.5] and depth 2. Expected "
-        "(SPEC §10): RRS without replacement (TV-RRSw, DySpec's own Alg. 3 with U(0,1)), TRV, SpS on the first "
+        "(docs/rules.md): RRS without replacement (TV-RRSw, DySpec's own Alg. 3 with U(0,1)), TRV, SpS on the first "
         "child, deterministic RRS and sample-and-match are lossless; RRS and K-SEQ, which assume i.i.d. siblings, "
         "and the printed Alg. 3 are not. Layer Verification is refused with a typed error: it needs one fixed "
         "tuple law per node, and on these trees the number of siblings depends on the tokens drawn.", "",

@@ -1,4 +1,4 @@
-"""DySpec's dynamic token trees (dyspec_dynamic_token_tree.txt, Alg. 1 and Alg. 2, with SPEC §10's corrections).
+"""DySpec's dynamic token trees (dyspec_dynamic_token_tree.txt, Algs. 1–2; corrections in docs/corrections.md).
 
 Both drafters grow the tree from the draft model's own probabilities: every *sampling slot* has an
 estimated value ``v`` (the chance, were the draft model the target, that verification reaches and accepts
@@ -17,7 +17,7 @@ residual ``p`` of the new node.
 Every sample goes through the randomness interface, so the exact engine enumerates tree shapes and
 tokens together. The tree's shape depends on the sampled tokens; the siblings at a node are a
 without-replacement sequence from ``p`` whose length is decided before the next sibling is drawn, which is
-why RRSw (DySpec's Alg. 3), TRV, deterministic RRS and sample-and-match stay lossless (SPEC §10) while
+why RRSw (DySpec's Alg. 3), TRV, deterministic RRS and sample-and-match stay lossless (docs/rules.md) while
 Layer Verification, which needs one fixed tuple law per node, is undefined on these trees.
 """
 

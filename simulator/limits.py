@@ -2,8 +2,8 @@
 
 An *exact computation* (a certificate, a fixed tree's law, the law of ``N`` generated tokens) enumerates
 executions — leaves of the choice tree of drafter and verifier — and completed sequences. It may enumerate at
-most ``max_executions`` of them together (default :data:`DEFAULT_MAX_EXECUTIONS`, about five minutes on one
-core of the CI machine); past that it stops with :class:`ExecutionLimitError`. The limit is ambient, set with
+most ``max_executions`` of them together (default :data:`DEFAULT_MAX_EXECUTIONS`, at most about five minutes
+on one core of the CI machine); past that it stops with :class:`ExecutionLimitError`. The limit is ambient, set with
 :func:`limits` (the command line's ``--max-executions``), and each top-level computation counts afresh:
 :func:`computation` opens a count, and computations nested inside it (a round's law inside the law of a
 generation) join it. One execution may also make at most :data:`MAX_CHOICES_PER_EXECUTION` random choices
@@ -27,9 +27,10 @@ from typing import Callable, Iterator
 
 from .errors import ExecutionLimitError, InvalidParameterError, TimeLimitError
 
-#: Executions (choice-tree leaves plus completed sequences) one exact computation may enumerate by default:
-#: 2,000–6,000 a second per core for the token-level rules, so about 3–8 minutes (reports/limits.md).
-DEFAULT_MAX_EXECUTIONS = 1_000_000
+#: Executions (choice-tree leaves plus completed sequences) one exact computation may enumerate by default. The
+#: engine runs 1,700–50,000 a second on one core of the CI machine, Layer Verification lifting K-SEQ the slowest
+#: (reports/exact_rate.md): every built-in rule finishes this many within about five minutes.
+DEFAULT_MAX_EXECUTIONS = 500_000
 #: Random choices one enumerated execution may make. An execution that makes more could not be enumerated to the
 #: end anyway (each choice with two branches doubles the executions), so this only stops endless loops of rng
 #: calls, within a couple of seconds.

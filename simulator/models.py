@@ -3,7 +3,7 @@
 A context is the whole token prefix as a tuple of ints. Every model here is lazy and deterministic per
 context: the rows of a context depend only on the model's parameters and the context, never on query order.
 
-* :class:`SyntheticModel` — SPEC §2 (layer_verification.txt App. G): correlated Gaussian logits.
+* :class:`SyntheticModel` — docs/models.md (layer_verification.txt App. G): correlated Gaussian logits.
 * :class:`TableModel` — explicit rows per context (floats or exact ``Fraction``s), prefix-dependent.
 * :class:`RandomRationalModel` — small-integer weights per context (optional zeros), for exact tests.
 
@@ -65,7 +65,7 @@ def _softmax(logits: np.ndarray) -> list[float]:
 
 
 class SyntheticModel:
-    """SPEC §2: ``ℓ^p = ρu + (1−ρ)ε^p``, ``ℓ^q = ρu + (1−ρ)ε^q``, ``p = softmax(ℓ^p/τ_p)``, ``q = softmax(ℓ^q/τ_q)``.
+    """``ℓ^p = ρu + (1−ρ)ε^p``, ``ℓ^q = ρu + (1−ρ)ε^q``, ``p = softmax(ℓ^p/τ_p)``, ``q = softmax(ℓ^q/τ_q)``.
 
     ``u, ε^p, ε^q ~ N(0, I_V)`` are drawn per context from a generator keyed by ``(seed, context)``.
     The paper's base configuration is ``vocab=15, rho=0.5, tau_p=tau_q=1``.

@@ -1,4 +1,4 @@
-"""The Monte Carlo engine (SPEC §7.2): layer_verification.txt's toy methodology, with real statistics beside it.
+"""The Monte Carlo engine (docs/engines.md): layer_verification.txt's toy methodology, with real statistics.
 
 For model seed ``s`` (the model pair built with seed ``s``) and trial ``t``, one round is drafted, verified and
 completed to ``H+1`` tokens (with the outcome's completion rule) on trial ``t``'s counter stream under seed
@@ -67,7 +67,8 @@ def check_tables(vocab: int, height: int, options: tuple[str, ...] = ("vocab", "
     """Refuse (:class:`SizeLimitError` on ``options[0]``) tables that would pass :data:`TABLE_BYTES`."""
     need = table_bytes(vocab, height) if height * math.log10(max(vocab, 2)) < 15 else math.inf
     if need > TABLE_BYTES:
-        size = f"{need / 2**30:,.1f} GiB" if math.isfinite(need) else f"about 10^{(height + 1) * math.log10(vocab):.0f} cells"
+        size = (f"{need / 2**30:,.1f} GiB" if math.isfinite(need)
+                else f"about 10^{(height + 1) * math.log10(vocab):.0f} cells")
         names = ", ".join(f"--{o}" for o in options)
         raise SizeLimitError(options[0], f"Monte Carlo needs the rows of every context up to depth {height} and the "
                                          f"target's joint over V^(H+1) = {vocab}^{height + 1} sequences: {size}, over "
@@ -159,13 +160,19 @@ def direct_target_sample(table: np.ndarray, seed: int, n: int) -> Histogram:
 def check_power(marginal: np.ndarray, trials: int, alpha: float) -> None:
     """Refuse a test that could not detect even a total variation of 1 at power :data:`POWER`: after pooling
     cells expected below 5 (:func:`simulator.statistics.chi_square`) it would have too few cells or samples."""
-    expected = marginal * trials
-    small = expected < 5
-    cells = int((~small).sum()) + int(expected[small].sum() > 0)
-    if not detectable_tvd(trials, cells, alpha, POWER) < 1:
-        raise InvalidParameterError("trials", f"{trials:,} trials give the chi-square test {cells} usable cell(s) "
-                                              f"after pooling, too few to detect even a total variation of 1 at power "
-                                              f"{POWER:g}: this test has no power; run more trials")
+    def usable(n: int) -> int:
+        expected = marginal * n
+        small = expected < 5
+        return int((~small).sum()) + int(expected[small].sum() > 0)
+
+    if not detectable_tvd(trials, usable(trials), alpha, POWER) < 1:
+        enough = trials
+        while not detectable_tvd(enough, usable(enough), alpha, POWER) < 1 and enough < 2**40:
+            enough *= 2
+        raise InvalidParameterError("trials", f"{trials:,} trials give the chi-square test {usable(trials)} usable "
+                                              f"cell(s) after pooling, too few to detect even a total variation of 1 "
+                                              f"at power {POWER:g}: this test has no power; run more trials "
+                                              f"({enough:,} suffice here)")
 
 
 def tested_prefix(vocab: int, height: int, trials: int) -> int:

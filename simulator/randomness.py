@@ -1,6 +1,6 @@
 """The one randomness interface. Drafters and verifiers make every random choice through it.
 
-Two calls, each consuming exactly one uniform ``u`` in ``[0, 1]`` (SPEC §10):
+Two calls, each consuming exactly one uniform ``u`` in ``[0, 1]`` (docs/randomness.md):
 
 * ``bernoulli(prob) -> bool`` is ``u < prob``; ``prob == 1`` is always true (so ``u = 1``, possible only in
   replay, cannot fail a sure event);
@@ -77,12 +77,12 @@ def check_weights(weights: Sequence[object]) -> Sequence[Number]:
 
 
 def bernoulli_from_uniform(u: float, prob: Number) -> bool:
-    """SPEC §10's Bernoulli: ``u < prob``, and a sure event never fails."""
+    """The Bernoulli of docs/randomness.md: ``u < prob``, and a sure event never fails."""
     return prob == 1 or u < prob
 
 
 def categorical_from_uniform(u: float, weights: Sequence[Number]) -> int:
-    """SPEC §10's categorical: the first index whose running sum exceeds ``u·Σw``."""
+    """The categorical of docs/randomness.md: the first index whose running sum exceeds ``u·Σw``."""
     threshold = u * total(weights)  # left to right, as the batched engines' running sums
     running = 0
     last_positive = 0

@@ -1,7 +1,7 @@
 """Real causal-LM pairs (transformers) for every engine: processed next-token rows and one-pass tree scoring.
 
 * :class:`Processing` — temperature, top-k and top-p applied once to a model's logits; the processed rows are
-  what drafting samples from and what verification reads (SPEC §6 lists a mismatch between the two as a bug).
+  what drafting samples from and what verification reads (docs/controls.md lists a mismatch between the two as a bug).
 * :func:`load_causal_lm` — a model from a local directory (``local_files_only``: nothing is fetched).
 * :class:`CausalLMPair` — a :class:`simulator.models.ModelPair` over a prompt: ``p(c)``/``q(c)`` run the draft
   and target model on ``prompt + c`` (cached), and :meth:`CausalLMPair.batch_rows` many contexts in one
@@ -177,7 +177,7 @@ class CausalLMPair:
 @dataclass(frozen=True)
 class ReprocessedDraft:
     """A negative control: ``inner``'s drafts whose draft rows, as verification reads them, are the draft
-    model's processed by ``processing`` — not the processing the tokens were sampled with (SPEC §6's mismatch
+    model's processed by ``processing`` — not the processing the tokens were sampled with (a mismatch
     between sampling and verification, e.g. a temperature applied to one and not the other)."""
 
     inner: Drafter

@@ -1,7 +1,7 @@
 """One draft–verify round, the unit every engine runs: draft a tree, verify it, normalise the decision.
 
 The exact engine runs :func:`speculate` under its enumerating chooser, Monte Carlo under a seeded
-handler, replay under a given array of uniforms: the same code in every case (SPEC §7).
+handler, replay under a given array of uniforms: the same code in every case (docs/engines.md).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def speculate(view: ModelView, drafter: Drafter, verifier: Verifier, rng: Random
 
 def complete(outcome: RoundOutcome, view: ModelView, height: int, rng: Randomness) -> tuple[int, ...]:
     """Extend ``path + (y,)`` to ``height + 1`` tokens with the outcome's completion rule, drawing from ``rng``
-    (SPEC §1; the exact engine's :meth:`exact.law.OutputLaw.completed` is the same rule, enumerated)."""
+    (docs/notation.md; the exact engine's :meth:`exact.law.OutputLaw.completed` is the same rule, enumerated)."""
     block = outcome.path + (outcome.y,)
     while len(block) < height + 1:
         block = block + (rng.categorical(outcome.completion.next_row(block, view)),)

@@ -34,7 +34,7 @@ from .statistics import ChiSquare
 from .trees import make_topology
 from .verifiers import VERIFIERS
 
-#: The paper's base configuration (SPEC §2) and its structures.
+#: The paper's base configuration (docs/models.md) and its structures.
 BASE = {"vocab": 15, "depth": 4, "branching": 2, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0}
 STRUCTURES = {"Multi-Chain": "multi-chain", "Tapered-Tree": "tapered", "Complete-Tree": "complete"}
 #: Ablation tables: the structure and the factor each varies (layer_verification.txt App. G).

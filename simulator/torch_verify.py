@@ -1,4 +1,4 @@
-"""Batched verifiers in torch (SPEC §7, engine 3): a batch of trees of one topology, on any device.
+"""Batched verifiers in torch (docs/engines.md): a batch of trees of one topology, on any device.
 
 Inputs are tensors — ``p[B, n, V]`` and ``q[B, n, V]`` (the rows of every node; a leaf's ``p`` is never read),
 ``tokens[B, n]`` (``tokens[:, 0]`` is ignored) — and the random numbers, passed in: ``uniforms[B, U]``, read

@@ -1,4 +1,4 @@
-"""Draft-tree shapes (SPEC §3) and the :class:`DraftTree` a verifier sees.
+"""Draft-tree shapes (docs/drafting.md) and the :class:`DraftTree` a verifier sees.
 
 A tree is a parent list in BFS order: node 0 is the root (the prefix, parent ``-1``), every other node's
 parent has a smaller index and parents are non-decreasing, so children of a node are contiguous and ordered.

@@ -11,7 +11,9 @@ from fractions import Fraction as F
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from simulator import cli, study_report
 from simulator.verifiers import VERIFIERS
 
 
@@ -98,12 +100,31 @@ def test_list_names_everything():
         assert f" {name} " in out
 
 
-def test_report_writes_the_certification_table(tmp_path):
-    result = run(["report", "--out", str(tmp_path / "r"), "--seeds", "2", "--trials", "30", "--jobs", "1"], timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
-    rows = json.loads((tmp_path / "r" / "certification.json").read_text())
+def test_report_writes_the_certification_table_plots_records_its_command_and_recomputes_nothing(
+        tmp_path, monkeypatch):
+    out = tmp_path / "r"
+    args = ["report", "--out", str(out), "--seeds", "2", "--trials", "30", "--jobs", "1", "--verifiers", "tv-rrs"]
+    first = CliRunner().invoke(cli.main, args)
+    assert first.exit_code == 0, first.output
+    rows = json.loads((out / "certification.json").read_text())
     assert {r["verifier"] for r in rows} == set(VERIFIERS)
     assert all(r["lossless"] == r["expected_lossless"] for r in rows)
+    text = (out / "toy_study.md").read_text()
+    assert (out / "accept_len_table1.png").stat().st_size > 1000
+    assert "![accept_len_table1](accept_len_table1.png)" in text
+    assert "Not plotted in this run: accepted length against depth: needs Tables 4, 5, 6" in text
+    assert f"`specproof report --out {out} --seeds 2 --trials 30 --verifiers tv-rrs --jobs 1 --cert-vocab 3" in text
+    # --no-run now computes nothing it has computed before: every section comes from the store's cache.
+    monkeypatch.setattr(cli, "certification_table", _forbidden)
+    for name in ("exact_crosscheck_markdown", "detection_markdown", "paper_scale_detection_markdown", "baseline_sizes"):
+        monkeypatch.setattr(study_report, name, _forbidden)
+    again = CliRunner().invoke(cli.main, [*args, "--no-run"])
+    assert again.exit_code == 0, again.output
+    assert (out / "certification.md").read_text().startswith("# Certification table")
+
+
+def _forbidden(*args, **kwargs):
+    raise AssertionError("recomputed a report section that the store holds")
 
 
 USER_VERIFIER = '''
@@ -177,7 +198,7 @@ def test_dyspec_printed_needs_float_and_says_so():
 
 
 def test_law_runs_traversal_on_the_papers_tree(tmp_path):
-    # traversal_verification.txt §3.2 (SPEC §8): X1 = a is accepted together with X3 = b w.p. 2/3.
+    # traversal_verification.txt §3.2 (docs/rules.md): X1 = a is accepted together with X3 = b w.p. 2/3.
     p, q = ["6/10", "3/10", "1/10"], ["3/10", "4/10", "3/10"]
     case = write_case(tmp_path, vocab=3, parents=[-1, 0, 0, 1, 1, 2], tokens=[None, 0, 2, 1, 2, 0],
                       verifier="trv", p={str(v): p for v in range(3)}, q={str(v): q for v in range(6)})

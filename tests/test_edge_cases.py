@@ -1,4 +1,4 @@
-"""SPEC §9: every edge case, each a test. Expected values are derived by hand in the comments."""
+"""The edge cases of docs/rules.md: each a test. Expected values are derived by hand in the comments."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_duplicate_siblings():
     star = make_topology("complete", 1, 3)
     assert certify(model, FixedShape(star), "tv-rrs").lossless
     assert certify(model, FixedShape(star), "tv-det").lossless
-    lossy = certify(model, FixedShape(star), "tv-rrsw")  # SPEC §10: RRSw is lossy with duplicates
+    lossy = certify(model, FixedShape(star), "tv-rrsw")  # docs/rules.md: RRSw is lossy with duplicates
     assert not lossy.lossless and lossy.counterexample is not None
 
 

@@ -1,6 +1,6 @@
 """Single-step rules, flows and the theorem checks (issue 3), against independent numbers.
 
-SPEC §8's worked examples are hand-derived in the papers; α* is cross-checked against a brute-force minimum
+The worked examples of docs/rules.md are hand-derived in the papers; α* is cross-checked against a brute-force minimum
 over every token subset written here, and OPT against scipy's LP. Every theorem check is run on a small
 battery and its verdict asserted; the checks that can be fed a broken ingredient are shown to fail on it.
 """
@@ -27,7 +27,7 @@ from simulator.verifiers.rules import RULES
 from simulator.verifiers.single_step import kseq_rho
 from simulator.verifiers.traversal import reject_child, trv
 
-P8, Q8 = (F(5, 10), F(3, 10), F(2, 10)), (F(2, 10), F(3, 10), F(5, 10))  # SPEC §8: draft p, target q, k = 2
+P8, Q8 = (F(5, 10), F(3, 10), F(2, 10)), (F(2, 10), F(3, 10), F(5, 10))  # worked example (docs/rules.md): p, q, k = 2
 
 
 def acceptance(rule: str, p, q, k: int, law: str):

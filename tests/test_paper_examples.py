@@ -1,4 +1,4 @@
-"""The papers' worked examples (SPEC §8), reproduced exactly with rationals."""
+"""The papers' worked examples (docs/rules.md, worked examples), reproduced exactly with rationals."""
 
 from fractions import Fraction as F
 
@@ -49,7 +49,7 @@ def test_greedy_bv_without_modification_gives_ba_one_third(block_example):
 
 
 def test_rrs_and_rrsw_single_step_acceptance():
-    # SPEC §8: p = [.5,.3,.2], q = [.2,.3,.5], k = 2: RRS with replacement 0.76, without replacement 0.82.
+    # docs/rules.md: p = [.5,.3,.2], q = [.2,.3,.5], k = 2: RRS with replacement 0.76, without replacement 0.82.
     p, q = [F(5, 10), F(3, 10), F(2, 10)], [F(2, 10), F(3, 10), F(5, 10)]
     model = TableModel(3, {None: p}, {None: q})
     star = make_topology("complete", 1, 2)

@@ -2,7 +2,7 @@
 
 * ``bv`` — Algorithm 2 with Eqs. 4–5: ``p_0 = 1``, ``p_i = min(1, p_{i−1} q(X_i)/p(X_i))``,
   ``h_i = S_i / (S_i + 1 − p_i)`` with ``S_i = Σ_x (p_i q_i(x) − p_i^draft(x))_+`` (``h_i = 0`` when
-  ``S_i = 0``, SPEC §5), ``h_γ = p_γ``; ``τ`` is the *last* ``i`` whose Bernoulli(``h_i``) succeeds (0 if none);
+  ``S_i = 0``), ``h_γ = p_γ``; ``τ`` is the *last* ``i`` whose Bernoulli(``h_i``) succeeds (0 if none);
   the correction is drawn from ``norm((p_τ q_τ − p_τ^draft)_+)``, or from ``q_γ`` when ``τ = γ``.
 * ``greedy-bv`` — Appendix C, Algorithm 4: ``p_i = p_{i−1} q/p`` without the ``min``,
   ``h_i = Σ(p_i q − p)_+ / Σ(p − p_i q)_+`` (Bernoulli of ``min(1, h_i)``), the last level accepted with

@@ -1,4 +1,4 @@
-"""Negative controls: verifiers known to be lossy (SPEC §6). Each must be flagged with a counterexample.
+"""Negative controls: verifiers known to be lossy (docs/controls.md). Each must be flagged with a counterexample.
 
 * ``bug-greedy-bv-nomod`` — greedy block verification whose later tokens come from the plain target:
   block_verification.txt's ``BA`` example gives 1/3 instead of 2/9.

@@ -1,4 +1,4 @@
-"""Single-step rules as flow networks (SPEC §4; layer_verification.txt §3, App. C, E.2).
+"""Single-step rules as flow networks (docs/rules.md; layer_verification.txt §3, App. C, E.2).
 
 At one node with ``k`` candidates the network is source → tuple ``X`` (capacity ``P(X)``, the tuple law of the
 drafting scheme) → token ``x ∈ set(X)`` → sink (capacity ``q(x)``). A rule's *flow* ``f(X → x)`` is
@@ -11,7 +11,7 @@ are defined by their flows rather than by a sequential procedure:
 * OPT — an exact maximum flow (networkx; rational capacities are scaled to integers, so rationals in give
   rationals out). Its acceptance equals ``α*``.
 * GR (Global Resolution, Thomas & Pal, ICLR 2026) — a *reconstruction*: the paper is not in papers/ and its
-  code is not public. Following the structure SPEC §4 records, ``H*`` is the smallest minimiser of ``α*``;
+  code is not public. Following the structure docs/rules.md records, ``H*`` is the smallest minimiser of ``α*``;
   tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject weight 1),
   tuples with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens
   (no reject). ``θ`` minimises the convex ``Σ_X P(X) log Z_X(θ) − Σ_y q(y) θ_y`` over ``|θ| ≤ 30`` with
@@ -57,7 +57,7 @@ def _zero(row: Row) -> Number:
 @row_cache(4096)
 def tuple_law(p: Row, k: int, law: str) -> dict[Tuple_, Number]:
     """``P(X)`` for every candidate tuple of positive probability. Without replacement, a node whose draft
-    supports fewer than ``k`` tokens gets that many candidates (the short-support rule of SPEC §3)."""
+    supports fewer than ``k`` tokens gets that many candidates (the short-support rule of docs/drafting.md)."""
     support = [x for x in range(len(p)) if p[x] > 0]
     if law == "iid":
         out = {}

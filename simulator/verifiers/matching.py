@@ -1,4 +1,4 @@
-"""Sample-and-match for deterministic drafts (SPEC §5; ADED's greedy mode, REST, EAGLE top-k point masses).
+"""Sample-and-match for deterministic drafts (docs/rules.md; ADED's greedy mode, REST, EAGLE top-k point masses).
 
 At each node one token ``y ~ q_v`` is drawn; if a child holds ``y`` verification moves there, else ``y`` is
 emitted. The output is then exactly a target sample, whatever the draft — lossless under every scheme.

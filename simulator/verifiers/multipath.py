@@ -1,4 +1,4 @@
-"""Greedy multi-path block verification (GBV; Thomas & Pal 2026, as specified in SPEC §5) for multi-chain
+"""Greedy multi-path block verification (GBV; Thomas & Pal 2026, as specified in docs/rules.md) for multi-chain
 drafts of ``K`` i.i.d. paths.
 
 At each prefix ``c`` tokens are ranked by the unclipped ratio ``r_c(x) = q(x|c)/p(x|c)`` (higher first; ties by
@@ -9,7 +9,7 @@ drafted paths is selected. Its law: with ``F_c(x)`` the draft mass ranked below 
 runs on the selected path with ``p̃`` in place of ``p``.
 
 ``bug-gbv-clipped`` selects by the clipped ratio ``min(1, q/p)`` but keeps the unclipped law — the tie-break
-mismatch between selection and its probability law of SPEC §6.
+mismatch between selection and its probability law of docs/controls.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A verifier is a plain function ``verify(tree, p, q, rng)`` returning ``(node, y)`` — or
 ``(node, y, completion)`` when later tokens must follow a modified target (greedy BV). ``lossless_under``
-lists the drafting schemes under which the rule is lossless (SPEC §10); a control lists none. ``shapes``
+lists the drafting schemes under which the rule is lossless (docs/rules.md); a control lists none. ``shapes``
 lists the topologies a rule is defined on; ``float_only`` marks rules that need irrational arithmetic.
 """
 
@@ -40,7 +40,7 @@ class VerifierSpec:
     demo: tuple[tuple[int, ...], str] | None = None
     #: for a control: the shapes where it is lossy, and those where it is lossless (its bug cannot show there)
     lossy_on: str = ""
-    #: Layer Verification: needs one fixed tuple law per node, which dynamic trees lack (SPEC §10)
+    #: Layer Verification: needs one fixed tuple law per node, which dynamic trees lack (docs/rules.md)
     needs_tuple_law: bool = False
 
     @property
@@ -121,12 +121,12 @@ def check_arithmetic_for(name: str, arithmetic: str) -> None:
 
 
 def check_pairing(name: str, scheme: str) -> None:
-    """Refuse Layer Verification on dynamic trees: it needs one fixed tuple law per node (SPEC §10)."""
+    """Refuse Layer Verification on dynamic trees: it needs one fixed tuple law per node (docs/rules.md)."""
     spec = VERIFIERS.get(name)
     if spec is not None and spec.needs_tuple_law and scheme in DYNAMIC:
         raise InvalidParameterError("verifier", f"{name} is undefined on {scheme} trees: Layer Verification needs "
                                                 "one fixed tuple law per node, and a dynamic tree's sibling count "
-                                                "depends on the tokens drawn (SPEC §10)")
+                                                "depends on the tokens drawn (docs/rules.md)")
 
 
 def is_builtin(fn: Verifier) -> bool:

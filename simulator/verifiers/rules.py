@@ -1,4 +1,4 @@
-"""The single-step rules as objects every lift uses: sampling a step, and its flows (SPEC §4).
+"""The single-step rules as objects every lift uses: sampling a step, and its flows (docs/rules.md).
 
 A :class:`SingleStepRule` is either *sequential* (a plan from :mod:`.single_step`) or *flow-defined* (a
 feasible flow from :mod:`.flows`, sampled per tuple with one categorical over its flows and a reject

@@ -1,4 +1,4 @@
-"""Single-step rules at one node (SPEC §4): ``k`` candidate tokens, the node's draft row ``p`` and target
+"""Single-step rules at one node (docs/rules.md): ``k`` candidate tokens, the node's draft row ``p`` and target
 row ``q``.
 
 Sequential rules are written once as a *plan*: the acceptance probability of each candidate given that the

@@ -1,4 +1,4 @@
-"""Token verification (TV) on any tree (SPEC §5): a single-step rule applied top-down.
+"""Token verification (TV) on any tree (docs/rules.md): a single-step rule applied top-down.
 
 At node ``v`` the rule sees the tokens of ``v``'s children; if it accepts one, verification moves to that
 child; if it rejects, the correction ``y`` is drawn from the rule's residual; at a leaf ``y ~ q_v``.

@@ -8,7 +8,7 @@ does), and the rates of ``u``'s remaining subtree are recomputed, ``p(c) = min(1
 (line 13). When the root itself is accepted, ``y`` is drawn from its current target.
 
 Alg. 3's zeroing update (Eq. 2) is right for without-replacement trees and lossy on i.i.d. trees with
-duplicate siblings (SPEC §5, §10). Two lossless handlings of i.i.d. trees:
+duplicate siblings (docs/corrections.md). Two lossless handlings of i.i.d. trees:
 
 * ``trv`` — duplicate siblings are merged into one node, recursively (a trie of the drafted paths, the merged
   node's subtree the union of theirs), then Alg. 3 runs with the zeroing update;
