@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from simulator.drafting import Drafter
 from simulator.generation import GenerationState, check_length
+from simulator.limits import computation
 from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import Number, check_arithmetic
 from simulator.verifiers.registry import Verifier, load_verifier
@@ -51,7 +52,14 @@ def _target(view: ModelView, length: int, zero: Number) -> dict[tuple[int, ...],
 
 def generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier, length: int,
                    arithmetic: str = "fraction", context: Context = ()) -> GenerationLaw:
-    """Every execution of :func:`generate` for ``length`` tokens, with its probability."""
+    """Every execution of :func:`generate` for ``length`` tokens, with its probability: one exact computation
+    (its round laws count against the same limit; each generated sequence counts as one)."""
+    with computation() as scope:
+        return _generation_law(model, drafter, verifier, length, arithmetic, context, scope)
+
+
+def _generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier, length: int, arithmetic: str,
+                    context: Context, scope) -> GenerationLaw:
     exact = check_arithmetic(arithmetic) == "fraction"
     check_length(length)
     name, fn = (getattr(verifier, "__name__", "verifier"), verifier) if callable(verifier) else load_verifier(verifier)
@@ -66,6 +74,8 @@ def generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
     while stack:
         state, prob = stack.pop()
         if len(state.tokens) >= length:
+            scope.sequence()
+            scope.advance(float(prob))
             run = state.result(length)
             law[run.tokens] = law.get(run.tokens, zero) + prob
             rounds[run.rounds] = rounds.get(run.rounds, zero) + prob

@@ -107,10 +107,15 @@ class Count:
     def advance(self, mass: float) -> None:
         """``mass`` more of the computation's probability is done (reported at most every quarter second)."""
         self.mass += mass
+        if time.monotonic() - self._last_report > _PROGRESS_EVERY:
+            self.report()
+
+    def report(self) -> None:
+        """Hand the progress hook the mass done since its last report."""
         hook = self.limit.progress
-        if hook is not None and (self.mass >= 1 or time.monotonic() - self._last_report > _PROGRESS_EVERY):
+        if hook is not None and self.mass > self._reported:
             hook(self.mass - self._reported)
-            self._reported, self._last_report = self.mass, time.monotonic()
+        self._reported, self._last_report = self.mass, time.monotonic()
 
 
 @dataclass
@@ -143,6 +148,7 @@ def computation() -> Iterator[Scope]:
     token = _ACTIVE.set(count)
     try:
         yield Scope(count, outermost=True)
+        count.report()  # the rest of the mass, at the end
     finally:
         _ACTIVE.reset(token)
 

@@ -12,6 +12,8 @@ from fractions import Fraction
 from functools import lru_cache, wraps
 from typing import Iterable, Literal, Sequence, Union
 
+import numpy as np
+
 from .errors import InvalidDistributionError, InvalidParameterError
 
 Number = Union[float, Fraction]
@@ -55,6 +57,10 @@ def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic
     row = list(values)
     if len(row) != vocab:
         raise InvalidDistributionError(field, f"has {len(row)} entries, expected vocab = {vocab}")
+    if arithmetic == "float" and len(row) > 32 and all(type(v) is float for v in row):
+        floats = np.asarray(row)  # a model's float row: checked in bulk (entry by entry only to name an error)
+        if np.isfinite(floats).all() and (floats >= 0).all() and abs(math.fsum(row) - 1.0) <= SUM_TOLERANCE:
+            return tuple(row)
     exact_input = True
     for i, v in enumerate(row):
         if isinstance(v, bool) or not isinstance(v, (int, float, Fraction)):

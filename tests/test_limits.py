@@ -20,6 +20,7 @@ import pytest
 
 from exact import certify, fixed_tree_law
 from exact.enumeration import enumerate_outcomes
+from exact.generation import generation_law
 from exact.size import estimate_round
 from simulator.drafting import FixedShape
 from simulator.errors import ExecutionLimitError, InvalidParameterError, SizeLimitError
@@ -49,7 +50,7 @@ def run_capped(args, cwd=None, timeout=120):
     (["certify", "--verifier", "tv-sps", "--topology", "chain", "--depth", "50"], ["--max-executions", "--depth"]),
     (["certify", "--verifier", "tv-rrsw", "--drafting", "dyspec", "--budget", "1000"], ["--max-executions", "--budget"]),
     (["certify", "--verifier", "tv-rrs", "--vocab", "100000"], ["--max-executions", "--vocab"]),
-    (["certify", "--verifier", "tv-rrs", "--depth", "3"], ["--max-executions", "--depth"]),
+    (["certify", "--verifier", "tv-rrs", "--depth", "12"], ["--max-executions", "--depth"]),
     (["generate", "--verifier", "tv-rrs", "--exact", "--tokens", "30"], ["--max-executions", "--tokens"]),
     (["mc", "--verifier", "tv-rrs", "--depth", "50", "--branching", "10"], ["--depth", "--branching"]),
     (["mc", "--verifier", "tv-sps", "--topology", "chain", "--depth", "50"], ["--vocab", "--depth"]),
@@ -69,7 +70,7 @@ def test_a_refused_report_writes_nothing(tmp_path):
     result = run_capped(["report", "--out", str(out), "--cert-depth", "50", "--cert-branching", "10"], timeout=60)
     assert result.returncode == 2 and "--cert-depth" in result.stderr, result.stderr
     assert not out.exists()
-    result = run_capped(["report", "--out", str(out), "--cert-depth", "3"], timeout=60)
+    result = run_capped(["report", "--out", str(out), "--cert-depth", "12"], timeout=60)
     assert result.returncode == 2 and "--cert-depth" in result.stderr and "--max-executions" in result.stderr
     assert not out.exists()
 
@@ -138,7 +139,9 @@ def test_progress_reports_the_whole_probability_mass_once():
     with limits(progress=seen.append):
         certify(SyntheticModel(3), FixedShape(make_topology("complete", 2, 2)), "tv-rrs")
         certify(SyntheticModel(3, seed=1), FixedShape(make_topology("chain", 2)), "bv")
-    assert math.isclose(sum(seen), 2.0, rel_tol=1e-12) and all(x > 0 for x in seen)
+        # several rounds' laws inside one computation: the rounds report nothing, the generated sequences all
+        generation_law(SyntheticModel(3), FixedShape(make_topology("chain", 1)), "tv-sps", 4)
+    assert math.isclose(sum(seen), 3.0, rel_tol=1e-12) and all(x > 0 for x in seen)
 
 
 PLUGINS = '''

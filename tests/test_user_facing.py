@@ -203,19 +203,12 @@ def test_report_names_its_certification_seed_apart_from_the_study_seeds():
 
 # ---- verdicts a user can rely on ---------------------------------------------------------------------------
 RARE_BUG = '''
+from simulator.verifiers import VERIFIERS
+
+
 def rare(tree, p, q, rng):
-    """TV-SpS, except that when the root's draft row puts exactly 1/2 on token 0 the correction is drawn from q."""
-    v = 0
-    while tree.children(v):
-        child = tree.children(v)[0]
-        x = tree.tokens[child]
-        if rng.bernoulli(min(1, q[v][x] / p[v][x])):
-            v = child
-            continue
-        if v == 0 and p[0][0] * 2 == 1:
-            return v, rng.categorical(q[v])
-        return v, rng.categorical([max(a - b, 0) for a, b in zip(q[v], p[v])])
-    return v, rng.categorical(q[v])
+    """TV-SpS, but drawing the correction from q (bug-residual-q) when the root's draft row is (1/2, 1/2)."""
+    return VERIFIERS["bug-residual-q" if p[0][0] * 2 == 1 else "tv-sps"].fn(tree, p, q, rng)
 '''
 
 
