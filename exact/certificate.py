@@ -102,6 +102,9 @@ class Certificate:
     counterexample: Counterexample | None
     executions: int
     config: dict = field(default_factory=dict)
+    #: mass on sequences the target gives probability 0: any makes the verdict LOSSY, whatever the tolerance
+    off_support: Number = 0
+    tolerance_reason: str = ""
 
     def to_json(self) -> dict:
         num = lambda v: to_json_number(v, self.arithmetic)  # noqa: E731
@@ -111,7 +114,9 @@ class Certificate:
                   "verifier_prob": num(self.counterexample.verifier_prob),
                   "target_prob": num(self.counterexample.target_prob)}
         return {"verifier": self.verifier, "arithmetic": self.arithmetic, "lossless": self.lossless,
-                "tvd": num(self.tvd), "tolerance": num(self.tolerance),
+                "tvd": num(self.tvd), "tolerance": self.tolerance if isinstance(self.tolerance, float) else num(self.tolerance),
+                "tolerance_reason": self.tolerance_reason,
+                "off_support": num(self.off_support),
                 "expected_accepted": num(self.expected_accepted),
                 "block_efficiency": num(self.expected_accepted + 1),
                 "accept_profile": [num(v) for v in self.profile], "counterexample": ce,
@@ -120,12 +125,27 @@ class Certificate:
 
 def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
             context: Context = (), config: dict | None = None) -> Certificate:
-    """Certify ``verifier``: exact TVD of its completed output law to ``q^(H+1)``, ``E[τ]``, counterexample."""
+    """Certify ``verifier``: exact TVD of its completed output law to ``q^(H+1)``, ``E[τ]``, counterexample.
+
+    Lossless means TVD within the tolerance (0 under fractions, :data:`FLOAT_TOLERANCE` under floats, or what a
+    verifier that computes in floats states through ``float_tolerance()``: a torch kernel) and no mass on a
+    sequence of target probability 0."""
     name, fn = _resolve(verifier)
     with computation() as scope:  # the round's law and its completion count together
         law = _view_law(ModelView(model, check_arithmetic(arithmetic), context), drafter, fn, scope.advance)
-        tvd, counterexample = law.discrepancies()
-    tolerance: Number = Fraction(0) if law.exact else FLOAT_TOLERANCE
-    lossless = tvd <= tolerance
-    return Certificate(name, arithmetic, lossless, tvd, tolerance, law.expected_accepted(), law.profile(),
-                       None if lossless else counterexample, law.executions, dict(config or {}))
+        distance = law.distance()
+    tolerance, reason = _tolerance(fn, law.exact)
+    lossless = distance.tvd <= tolerance and distance.off_support == 0
+    return Certificate(name, arithmetic, lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
+                       None if lossless else distance.counterexample, law.executions, dict(config or {}),
+                       distance.off_support, reason)
+
+
+def _tolerance(fn: Verifier, exact: bool) -> tuple[Number, str]:
+    stated = getattr(fn, "float_tolerance", None)
+    if callable(stated):
+        return stated()
+    if exact:
+        return Fraction(0), "exact rationals: lossless means TVD = 0"
+    return FLOAT_TOLERANCE, ("float64 enumeration: rounding of a few hundred thousand products of a dozen factors "
+                             "stays below 1e-12")

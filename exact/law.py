@@ -101,15 +101,32 @@ class OutputLaw:
 
     def discrepancies(self) -> tuple[Number, Counterexample | None]:
         """``(TVD, counterexample)``; the counterexample is ``None`` when the laws agree exactly."""
+        distance = self.distance()
+        return distance.tvd, distance.counterexample
+
+    def distance(self) -> "Distance":
+        """TVD to the target, the worst sequence, and the mass on sequences the target gives probability 0."""
         mine, target = self.completed(), self.target()
         tvd = self._zero
+        off_support = self._zero
         worst: tuple[Number, Sequence_] | None = None
         for seq in sorted(set(mine) | set(target)):
             gap = abs(mine.get(seq, self._zero) - target.get(seq, self._zero))
             tvd += gap
+            if seq not in target:
+                off_support += mine[seq]
             if gap > 0 and (worst is None or gap > worst[0]):
                 worst = (gap, seq)
-        if worst is None:
-            return tvd / 2, None
-        seq = worst[1]
-        return tvd / 2, Counterexample(seq, mine.get(seq, self._zero), target.get(seq, self._zero))
+        ce = None if worst is None else Counterexample(worst[1], mine.get(worst[1], self._zero),
+                                                        target.get(worst[1], self._zero))
+        return Distance(tvd / 2, ce, off_support)
+
+
+@dataclass(frozen=True)
+class Distance:
+    """How a completed law differs from the target: TVD, the worst sequence, and the support violation (mass on
+    sequences of target probability 0, a loss whatever a float tolerance allows)."""
+
+    tvd: Number
+    counterexample: Counterexample | None
+    off_support: Number

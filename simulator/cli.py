@@ -219,7 +219,8 @@ def _parse_parents(text: str | None) -> list[int] | None:
 
 def _tree_options(fn):
     options = [
-        click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True),
+        click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=None,
+                     help="tree shape  [default: complete; chain with --adapter chain or flat-chain]"),
         click.option("--depth", type=int, default=2, show_default=True, help="draft depth H"),
         click.option("--branching", type=int, default=2, show_default=True, help="branching b"),
         click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)"),
@@ -233,14 +234,22 @@ def _tree_options(fn):
         click.option("--mcts-iterations", type=int, default=150, show_default=True, help="aded: MCTS iterations"),
         click.option("--candidates", type=int, default=24, show_default=True, help="aded: candidate sequences"),
         click.option("--candidate-length", type=int, default=4, show_default=True, help="aded: tokens per candidate"),
-        click.option("--verifier", required=True, help="built-in name (specproof list) or module:function"),
+        click.option("--verifier", help="built-in name (specproof list) or module:function"),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-def _build_shape(topology: str, depth: int, branching: int, parents: str | None):
+def _named_verifier(tree: dict):
+    """The ``--verifier`` of the tree options, required."""
+    if tree["verifier"] is None:
+        raise InvalidParameterError("verifier", "missing: pass --verifier NAME (specproof list) or module:function")
+    return load_verifier(tree["verifier"])
+
+
+def _build_shape(topology: str | None, depth: int, branching: int, parents: str | None):
+    topology = topology or "complete"
     parent_list = _parse_parents(parents)
     if parent_list is not None:
         topology = "explicit"
@@ -258,7 +267,8 @@ def _build_drafter(model, tree: dict):
                              AdedConfig(tree["mcts_iterations"], tree["candidate_length"], tree["candidates"]),
                              corpus)
     drafter = make_drafter(scheme, shape, model, options)
-    check_pairing(tree["verifier"], scheme)
+    if tree["verifier"] is not None:
+        check_pairing(tree["verifier"], scheme)
     config = drafter.describe()
     if scheme in DRAFTING and topology != "explicit":
         config["branching"] = tree["branching"]
@@ -280,6 +290,9 @@ def _certificate_lines(cert, indent: str = "  ") -> list[str]:
     lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}",
              f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; block efficiency "
              f"{human_number(cert.expected_accepted + 1)}"]
+    if cert.off_support:
+        lines.append(f"{indent}support violation: mass {human_number(cert.off_support)} on sequences the target "
+                     "gives probability 0 (LOSSY whatever the tolerance)")
     if cert.counterexample is not None:
         ce = cert.counterexample
         lines.append(f"{indent}counterexample: sequence {list(ce.sequence)} has probability "
@@ -289,22 +302,58 @@ def _certificate_lines(cert, indent: str = "  ") -> list[str]:
     return lines
 
 
+def _kernel_options(fn):
+    options = [
+        click.option("--kernel", help="an unmodified torch function module:function, certified through --adapter "
+                                      "(instead of --verifier; docs/kernels.md)"),
+        click.option("--adapter", default="tree", show_default=True,
+                     help="the kernel's calling convention: chain, flat-chain, tree, uniforms or module:function"),
+        click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
+                     help="the kernel's input dtype"),
+        click.option("--uniforms", type=click.Choice(["continuous", "grid"]), default="continuous",
+                     show_default=True, help="model of a torch uniform: U(0,1), or torch's float grid k·2^-b"),
+        click.option("--kernel-kwargs", help="fixed keyword arguments of the kernel, NAME=VALUE,..."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _certified(tree: dict, kernel: str | None, adapter: str, dtype: str, uniforms: str, kernel_kwargs: str | None):
+    """``(name, verifier, what to print about its arithmetic)`` for ``--verifier`` or ``--kernel``."""
+    if kernel is None:
+        for option, value, default in (("adapter", adapter, "tree"), ("dtype", dtype, "float64"),
+                                       ("uniforms", uniforms, "continuous"), ("kernel-kwargs", kernel_kwargs, None)):
+            if value != default:
+                raise InvalidParameterError(option, f"--{option} applies to --kernel only")
+        return (*_named_verifier(tree), None)
+    if tree["verifier"] is not None:
+        raise InvalidParameterError("kernel", "pass --verifier or --kernel, not both")
+    from .kernels import CHAIN_ADAPTERS, Kernel, parse_kwargs  # torch only when a kernel is certified
+    if tree["topology"] is None and tree["parents"] is None and adapter in CHAIN_ADAPTERS:
+        tree["topology"] = "chain"
+    verifier = Kernel(kernel, adapter, dtype, uniforms, parse_kwargs(kernel_kwargs))
+    return kernel, verifier, verifier
+
+
 @main.command()
 @_model_options
 @click.option("--seeds", "pairs", type=int, default=1, show_default=True,
               help="certify model seeds --seed … --seed+K−1, stopping at the first lossy pair")
 @_tree_options
+@_kernel_options
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
 @_limit_options
-def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, pairs, arithmetic, json_out,
-            max_executions, timeout, **tree) -> None:
-    """Certify a verifier exactly: TVD of its completed output law to q^(H+1). Exit 0 lossless, 1 lossy."""
+def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, pairs, kernel, adapter, dtype,
+            uniforms, kernel_kwargs, arithmetic, json_out, max_executions, timeout, **tree) -> None:
+    """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1).
+    Exit 0 lossless, 1 lossy."""
     _check_count("seeds", pairs, 1)
     if model_kind == "table" and pairs > 1:
         raise InvalidParameterError("seeds", "a table model has no seed: --seeds K needs a synthetic or "
                                              "random-rational model")
-    name, fn = load_verifier(tree["verifier"])
+    name, fn, kernel_spec = _certified(tree, kernel, adapter, dtype, uniforms, kernel_kwargs)
     check_arithmetic_for(name, arithmetic)
     model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
 
@@ -314,18 +363,25 @@ def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, p
 
     model = model_for(seed)
     drafter, drafting = _build_drafter(model, tree)
+    described = {} if kernel_spec is None else kernel_spec.describe()
     with _mass_bar(pairs, f"certify {name}") as bar, _limited(max_executions, timeout, bar.update) as cap:
         estimate_round(model, drafter, fn, arithmetic).check(cap)
         result = certify_pairs(pair, range(seed, seed + pairs), fn, arithmetic,
-                               config=lambda s: {**model_for(s).describe(), **drafting})
+                               config=lambda s: {**model_for(s).describe(), **drafting, **described})
     cert = result.deciding
     verdict = "LOSSLESS" if result.lossless else "LOSSY"
-    exactness = "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
+    if kernel_spec is not None:
+        exactness = (f"torch kernel through adapter {adapter}, {dtype}, {uniforms} uniforms; tolerance "
+                     f"{human_number(cert.tolerance)}")
+    else:
+        exactness = "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
     click.echo(f"{name}: {verdict} ({exactness})")
     click.echo(f"  model {cert.config['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items())
                + (f"; shown for model seed {result.deciding_seed}" if pairs > 1 else ""))
     for line in _certificate_lines(cert):
         click.echo(line)
+    if kernel_spec is not None:
+        click.echo(f"  tolerance: {cert.tolerance_reason}")
     click.echo(f"  covers: {result.coverage()}")
     _write_json(json_out, {**result.to_json(), "verifier": name})
     sys.exit(0 if result.lossless else 1)
@@ -458,7 +514,7 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
        **tree) -> None:
     """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test.
     Exit 1 when the test rejects the target."""
-    name, fn = load_verifier(tree["verifier"])
+    name, fn = _named_verifier(tree)
     model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     drafter, drafting = _build_drafter(model_for(seed), tree)  # validates the options once, up front
     with _bar(seeds * trials, f"mc {name}", "trial") as bar, time_limit(timeout):
@@ -494,7 +550,7 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
              trials, json_out, max_executions, timeout, **tree) -> None:
     """Several draft-verify rounds until N tokens exist, drafter state carried across rounds: the exact law of
     the first N tokens against the target's (--exact; exit 1 when lossy), or Monte Carlo accepted per round."""
-    name, fn = load_verifier(tree["verifier"])
+    name, fn = _named_verifier(tree)
     model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     model = model_for(seed)
     drafter, drafting = _build_drafter(model, tree)

@@ -60,6 +60,12 @@ class VerifierFailure(SpecproofError):
         super().__init__("verifier", f"{name} raised {type(error).__name__}: {error} ({location})")
 
 
+class KernelError(SpecproofError):
+    """A torch kernel did something specproof cannot resolve exactly (a random op it does not model, a random
+    value read directly) or returned an answer that is not a decision; the message names the op or output and
+    the kernel's source line."""
+
+
 class StoreError(SpecproofError):
     """A record of the results store is unreadable or incomplete; the message names the file."""
 

@@ -148,14 +148,21 @@ def load_verifier(name: str) -> tuple[str, Verifier]:
     if ":" not in name:
         raise InvalidParameterError("verifier", f"unknown verifier {name!r}: a built-in name "
                                                 f"(specproof list) or module:function")
-    module_name, _, attr = name.partition(":")
+    return name, load_callable(name, "verifier")
+
+
+def load_callable(spec: str, field: str):
+    """``module:function`` imported (the working directory is searched); errors name ``field``."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise InvalidParameterError(field, f"expected module:function, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise InvalidParameterError("verifier", f"cannot import module {module_name!r}: {err}") from None
+        raise InvalidParameterError(field, f"cannot import module {module_name!r}: {err}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise InvalidParameterError("verifier", f"{module_name!r} has no function {attr!r}")
-    return name, fn
+        raise InvalidParameterError(field, f"{module_name!r} has no function {attr!r}")
+    return fn

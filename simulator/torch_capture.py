@@ -1,0 +1,542 @@
+"""Torch randomness capture: an unmodified torch kernel's random ops, routed to the randomness interface.
+
+While :func:`capture` is active, a :class:`torch.overrides.TorchFunctionMode` sees every torch call the kernel
+makes and hands its random ops to the active handler (:mod:`simulator.randomness`: the exact enumerator,
+seeded sampling, replay) — the kernel's source is not touched (docs/kernels.md).
+
+* ``torch.multinomial`` (with or without replacement, any ``num_samples``), and so
+  ``torch.distributions.Categorical(...).sample()``: one categorical choice per draw on the tensor's own
+  weights, taken exactly (``Fraction(float)``); a zero weight is never drawn.
+* Uniform tensors (``torch.rand``, ``rand_like``, ``Tensor.uniform_``) are *symbolic*: each element is a random
+  variable with an interval of values still possible. Monotone maps with concrete operands (``+ − × ÷`` by a
+  tensor or number, negation, ``log``, ``exp``) are recorded, not computed. A comparison (``< <= > >=``) with a
+  concrete tensor is inverted through those maps to a threshold on the variable and becomes one Bernoulli choice
+  per element, with the exact probability of the sub-interval; the variable keeps the interval chosen, so a
+  later comparison of the same uniform is conditioned on the earlier one (a reused uniform shows as the loss
+  it causes). ``torch.bernoulli(p)`` is a fresh uniform compared ``u < p``.
+* Exponential races: ``Tensor.exponential_()`` makes symbolic Exp(1) variables, and ``-log(u)`` of a uniform is
+  one too. ``argmax`` of ``w / E`` (vLLM's ``probs.div_(q).argmax()``) or of ``l − log E`` (the Gumbel-max
+  trick, also ``l − log(−log u)``) — any common increasing function of ``w_i / E_i`` — is the race's exact law:
+  index ``i`` with probability ``w_i / Σ w``. The variables of a race cannot be used again.
+* Anything else that touches a random value (``==``, ``clamp``, a sum, ``item()``, a random op this module does
+  not model such as ``randn`` or the ones inside ``F.gumbel_softmax`` and dropout, which a
+  :class:`torch.utils._python_dispatch.TorchDispatchMode` guard catches at the ATen level) raises
+  :class:`~simulator.errors.KernelError` naming the op and the kernel's source line. Never an approximation
+  without a word: the tolerance a kernel's certificate states covers float thresholds of ``log``/``exp``.
+
+Two models of a uniform: ``continuous`` (default: ``U(0, 1)``) and ``grid`` — the values torch's CPU generator
+actually produces, ``k·2^−b`` for ``k < 2^b``, with ``b`` = 24 for float32, 53 for float64, 11 for float16 and
+8 for bfloat16 — under which ``u <= 0`` has probability ``2^−b``, not 0. Under ``grid`` a comparison of a
+transformed uniform is decided in real arithmetic on the grid value (the transform's own rounding is not
+modelled). Exponentials are continuous under both models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import traceback
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .errors import KernelError
+from .randomness import Randomness
+
+UNIFORM_MODELS = ("continuous", "grid")
+#: random bits of torch's CPU uniform by dtype (``at::uniform_real_distribution``)
+GRID_BITS = {torch.float32: 24, torch.float64: 53, torch.float16: 11, torch.bfloat16: 8}
+
+_CMP = {"lt": "lt", "__lt__": "lt", "less": "lt", "le": "le", "__le__": "le", "less_equal": "le",
+        "gt": "gt", "__gt__": "gt", "greater": "gt", "ge": "ge", "__ge__": "ge", "greater_equal": "ge"}
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+# elementwise monotone maps with one concrete operand: name -> (symbolic first, symbolic second)
+_BINARY = {"add": ("add", "add"), "__add__": ("add", "add"), "__radd__": ("add", "add"), "add_": ("add", "add"),
+           "sub": ("sub", "rsub"), "__sub__": ("sub", "rsub"), "sub_": ("sub", "rsub"), "__rsub__": ("rsub", None),
+           "rsub": ("rsub", "sub"),
+           "mul": ("mul", "mul"), "__mul__": ("mul", "mul"), "__rmul__": ("mul", "mul"), "mul_": ("mul", "mul"),
+           "div": ("div", "rdiv"), "__truediv__": ("div", "rdiv"), "true_divide": ("div", "rdiv"),
+           "div_": ("div", "rdiv"), "__rdiv__": ("rdiv", None), "__rtruediv__": ("rdiv", None)}
+_UNARY = {"neg": "neg", "__neg__": "neg", "negative": "neg", "neg_": "neg", "log": "log", "log_": "log",
+          "exp": "exp", "exp_": "exp", "reciprocal": "reciprocal", "reciprocal_": "reciprocal"}
+# ops that move elements around: applied to the variable ids and to every recorded operand alike
+_LAYOUT = {"__getitem__", "gather", "index_select", "squeeze", "unsqueeze", "view", "reshape", "expand",
+           "expand_as", "broadcast_to", "flatten", "permute", "transpose", "t", "clone", "contiguous", "flip",
+           "narrow", "select", "unbind", "chunk", "split", "repeat", "roll", "view_as", "reshape_as", "movedim",
+           "take_along_dim", "detach", "squeeze_", "unsqueeze_"}
+_DTYPE = {"to", "double", "float", "half", "bfloat16", "type", "type_as", "cpu", "cuda", "requires_grad_"}
+_METADATA = {"size", "dim", "numel", "is_floating_point", "is_contiguous", "element_size",
+             "__len__", "ndimension", "nelement", "stride", "storage_offset", "is_complex", "get_device"}
+_RANDOM_ATEN = ("uniform", "exponential", "bernoulli", "multinomial", "normal", "random", "rand", "randn",
+                "randint", "randperm", "geometric", "log_normal", "cauchy", "poisson", "dropout", "rrelu")
+
+
+@dataclass
+class Variable:
+    """One random element: its law (``uniform`` or ``exponential``), the interval still possible (grid uniforms:
+    integer cells ``lo..hi`` inclusive) and whether an argmax race consumed it."""
+
+    kind: str
+    lo: object
+    hi: object
+    bits: int | None = None
+    spent: bool = False
+    fresh: bool = True
+
+
+@dataclass
+class Symbolic:
+    """A tensor of random values: the variable of each element and the maps applied to it, in order; each
+    map's operand is a float64 tensor of the same shape (``None`` for a unary map)."""
+
+    ids: torch.Tensor
+    ops: list[tuple[str, torch.Tensor | None]] = field(default_factory=list)
+
+    def relaid(self, fn: Callable[[torch.Tensor], object]) -> object:
+        """``fn`` applied to the ids and to every operand; a tuple of results for ops that split a tensor."""
+        ids = fn(self.ids)
+        operands = [(name, None if c is None else fn(c)) for name, c in self.ops]
+        if isinstance(ids, torch.Tensor):
+            return Symbolic(ids, [(n, c) for n, c in operands])
+        return tuple(Symbolic(i, [(n, None if c is None else c[k]) for n, c in operands]) for k, i in enumerate(ids))
+
+    def broadcast(self, shape: torch.Size) -> "Symbolic":
+        return Symbolic(self.ids.broadcast_to(shape),
+                        [(n, None if c is None else c.broadcast_to(shape)) for n, c in self.ops])
+
+
+_OWN = (str(Path(__file__).resolve().parent), str(Path(torch.__file__).resolve().parent))
+
+
+def kernel_line() -> str:
+    """The innermost frame of the current stack outside specproof and torch: the kernel's line."""
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if not str(Path(frame.filename).resolve()).startswith(_OWN) and "contextlib" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
+    return "no kernel frame"
+
+
+def _fail(op: str, why: str) -> KernelError:
+    return KernelError("kernel", f"{op}: {why} ({kernel_line()})")
+
+
+def _exact(x: float) -> Fraction | float:
+    """A float taken exactly; infinities stay floats (Fraction has none)."""
+    if math.isnan(x):
+        raise _fail("comparison", "a threshold is NaN")
+    return x if math.isinf(x) else Fraction(x)
+
+
+class Capture(TorchFunctionMode):
+    """The mode: symbolic random tensors for one kernel call, decided through ``rng``."""
+
+    def __init__(self, rng: Randomness, uniforms: str = "continuous") -> None:
+        super().__init__()
+        if uniforms not in UNIFORM_MODELS:
+            raise KernelError("uniforms", f"must be one of {UNIFORM_MODELS}, got {uniforms!r}")
+        self.rng, self.grid = rng, uniforms == "grid"
+        self.variables: list[Variable] = []
+        self._symbolic: dict[int, tuple[torch.Tensor, Symbolic]] = {}
+        self.decisions = 0  # uniform comparisons decided by a choice (the grid model's error bound counts them)
+        self.grid_bits: int | None = None
+        self.guard = _RandomOpGuard()
+
+    # ---- bookkeeping ---------------------------------------------------------------------------------------
+    def symbolic(self, x: object) -> Symbolic | None:
+        entry = self._symbolic.get(id(x)) if isinstance(x, torch.Tensor) else None
+        return entry[1] if entry is not None and entry[0] is x else None
+
+    def _register(self, fake: torch.Tensor, sym: Symbolic) -> torch.Tensor:
+        with torch.no_grad():
+            fake.fill_(math.nan)  # a random value read past this module is NaN, never a plausible number
+        self._symbolic[id(fake)] = (fake, sym)
+        return fake
+
+    def _fresh(self, fake: torch.Tensor, kind: str) -> torch.Tensor:
+        bits = GRID_BITS.get(fake.dtype) if kind == "uniform" and self.grid else None
+        if kind == "uniform" and self.grid and bits is None:
+            raise _fail("uniform", f"no grid model for dtype {fake.dtype}")
+        start = len(self.variables)
+        for _ in range(fake.numel()):
+            if bits is not None:
+                self.variables.append(Variable(kind, 0, 2**bits - 1, bits))
+                self.grid_bits = bits if self.grid_bits is None else min(self.grid_bits, bits)
+            else:
+                self.variables.append(Variable(kind, Fraction(0), Fraction(1) if kind == "uniform" else math.inf))
+        ids = torch.arange(start, len(self.variables), dtype=torch.long).reshape(fake.shape)
+        return self._register(fake, Symbolic(ids))
+
+    def _real(self, func, args, kwargs):
+        """Run ``func`` for its shape and dtype (its random numbers are discarded)."""
+        with self.guard.allowed():
+            return func(*args, **kwargs)
+
+    # ---- the mode ------------------------------------------------------------------------------------------
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        if name in ("rand", "rand_like"):
+            return self._fresh(self._real(func, args, kwargs), "uniform")
+        if name in ("uniform_", "exponential_"):
+            return self._in_place_random(name, args, kwargs)
+        if name in ("multinomial", "bernoulli", "bernoulli_"):
+            return self._discrete(name, args, kwargs)
+        flat, _ = tree_flatten((args, kwargs))
+        symbolic = [x for x in flat if self.symbolic(x) is not None]
+        if not symbolic:
+            if name in ("gumbel_softmax", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                        "feature_alpha_dropout", "rrelu"):
+                raise _fail(name, "a random helper specproof does not model exactly")
+            return func(*args, **kwargs)
+        if name in _METADATA:
+            return func(*args, **kwargs)
+        if name == "__get__":  # a property: metadata, or a view such as .T, laid out like the ids
+            out = func(*args, **kwargs)
+            if isinstance(out, torch.Tensor):
+                return self._register(out, self.symbolic(args[0]).relaid(lambda t: func(t)))
+            return out
+        if name in _CMP:
+            return self._compare(_CMP[name], args)
+        if name in _BINARY:
+            return self._binary(name, args, kwargs)
+        if name in _UNARY:
+            return self._map(args[0], _UNARY[name], None, in_place=name.endswith("_"))
+        if name in _LAYOUT:
+            sym = self.symbolic(args[0])
+            if sym is None or any(self.symbolic(x) is not None for x in flat[1:]):
+                raise _fail(name, "random values mixed into a layout op")
+            fake = func(*args, **kwargs)
+            laid = sym.relaid(lambda t: func(t, *args[1:], **kwargs))
+            if isinstance(fake, torch.Tensor):
+                return self._register(fake, laid)
+            return type(fake)(self._register(f, s) for f, s in zip(fake, laid))
+        if name in _DTYPE:
+            sym = self.symbolic(args[0])
+            return self._register(func(*args, **kwargs), Symbolic(sym.ids, list(sym.ops)))
+        if name in ("argmax", "max") and self.symbolic(args[0]) is not None:
+            return self._race(name, args, kwargs)
+        raise _fail(name, "this op on a random value cannot be resolved exactly")
+
+    # ---- creating random values ----------------------------------------------------------------------------
+    def _in_place_random(self, name: str, args, kwargs):
+        target = args[0]
+        params = list(args[1:])
+        if name == "uniform_":
+            low = kwargs.get("from", params[0] if params else 0.0)
+            high = kwargs.get("to", params[1] if len(params) > 1 else 1.0)
+            self._fresh(target, "uniform")
+            if (low, high) != (0.0, 1.0):
+                self._map(target, "mul", high - low, in_place=True)
+                self._map(target, "add", low, in_place=True)
+            return target
+        rate = kwargs.get("lambd", params[0] if params else 1.0)
+        self._fresh(target, "exponential")
+        if rate != 1.0:
+            self._map(target, "div", rate, in_place=True)
+        return target
+
+    def _discrete(self, name: str, args, kwargs):
+        weights = args[0]
+        if self.symbolic(weights) is not None:
+            raise _fail(name, "its probabilities are random values")
+        if name == "multinomial":
+            count = kwargs.get("num_samples", args[1] if len(args) > 1 else None)
+            replacement = kwargs.get("replacement", args[2] if len(args) > 2 else False)
+            return self._multinomial(weights, int(count), bool(replacement))
+        prob = kwargs.get("p", args[1] if len(args) > 1 else None)
+        probs = weights if prob is None else torch.full_like(weights, float(prob))
+        out = torch.tensor([self._bernoulli(float(p)) for p in probs.reshape(-1).tolist()],
+                           dtype=weights.dtype, device=weights.device).reshape(weights.shape)
+        if name == "bernoulli_":
+            with torch.no_grad():
+                weights.copy_(out)
+            return weights
+        return out
+
+    def _multinomial(self, weights: torch.Tensor, count: int, replacement: bool) -> torch.Tensor:
+        if weights.dim() not in (1, 2):
+            raise _fail("multinomial", f"needs a 1-D or 2-D weight tensor, got shape {tuple(weights.shape)}")
+        rows = weights.reshape(-1, weights.shape[-1]).tolist()
+        out = []
+        for row in rows:
+            if not all(math.isfinite(w) and w >= 0 for w in row) or not any(w > 0 for w in row):
+                raise _fail("multinomial", f"weights must be finite, non-negative and not all zero, got {row}")
+            exact = [Fraction(w) for w in row]
+            if not replacement and count > sum(w > 0 for w in exact):
+                raise _fail("multinomial", f"{count} draws without replacement from {sum(w > 0 for w in exact)} "
+                                           "positive weights")
+            drawn = []
+            for _ in range(count):
+                i = self.rng.categorical(exact)
+                drawn.append(i)
+                if not replacement:
+                    exact[i] = Fraction(0)
+            out.append(drawn)
+        result = torch.tensor(out, dtype=torch.long, device=weights.device)
+        return result[0] if weights.dim() == 1 else result
+
+    def _bernoulli(self, prob: float) -> bool:
+        fake = torch.empty((), dtype=torch.float32)
+        self._fresh(fake, "uniform")
+        var = int(self.symbolic(fake).ids)
+        return self._decide(var, "lt", _exact(prob))
+
+    # ---- maps ---------------------------------------------------------------------------------------------
+    def _binary(self, name: str, args, kwargs):
+        a, b = args[0], args[1] if len(args) > 1 else kwargs.get("other")
+        first, second = _BINARY[name]
+        if "alpha" in kwargs or "rounding_mode" in kwargs:
+            raise _fail(name, "alpha= and rounding_mode= on a random value are not modelled")
+        sa, sb = self.symbolic(a), self.symbolic(b)
+        if sa is not None and sb is not None:
+            raise _fail(name, "an op on two random values cannot be resolved exactly")
+        in_place = name.endswith("_") and not name.startswith("__")
+        if sa is not None:
+            op, sym_arg, other = first, a, b
+        else:
+            op, sym_arg, other = second, b, a
+            if op is None:
+                raise _fail(name, "unexpected operand order")
+        if in_place and sa is None:  # concrete.div_(random): the concrete tensor becomes random
+            result = self._map(sym_arg, op, other, in_place=False)
+            self._register(a, self.symbolic(result))
+            return a
+        if op == "sub":
+            return self._map(sym_arg, "add", -_as_tensor(other), in_place)
+        if op == "rsub":
+            negated = self._map(sym_arg, "neg", None, in_place)
+            return self._map(negated, "add", other, in_place=True)
+        return self._map(sym_arg, op, other, in_place)
+
+    def _map(self, x: torch.Tensor, op: str, operand, in_place: bool) -> torch.Tensor:
+        sym = self.symbolic(x)
+        shape = x.shape
+        if operand is not None:
+            operand = _as_tensor(operand)
+            shape = torch.broadcast_shapes(shape, operand.shape)
+        base = sym.broadcast(shape)
+        ops = base.ops + [(op, None if operand is None else operand.to(torch.float64).broadcast_to(shape))]
+        if in_place:
+            if shape != x.shape:
+                raise _fail(op, "an in-place op that broadcasts a random tensor")
+            return self._register(x, Symbolic(base.ids, ops))
+        fake = torch.empty(shape, dtype=x.dtype, device=x.device)
+        return self._register(fake, Symbolic(base.ids, ops))
+
+    # ---- comparisons --------------------------------------------------------------------------------------
+    def _compare(self, cmp: str, args) -> torch.Tensor:
+        a, b = args[0], args[1]
+        sa, sb = self.symbolic(a), self.symbolic(b)
+        if sa is not None and sb is not None:
+            raise _fail(cmp, "a comparison of two random values cannot be resolved exactly")
+        x, other = (a, b) if sa is not None else (b, a)
+        if sa is None:
+            cmp = _FLIP[cmp]
+        other = _as_tensor(other)
+        shape = torch.broadcast_shapes(x.shape, other.shape)
+        sym = self.symbolic(x).broadcast(shape)
+        thresholds = other.to(torch.float64).broadcast_to(shape).reshape(-1).tolist()
+        ids = sym.ids.reshape(-1).tolist()
+        operands = [(n, None if c is None else c.reshape(-1).tolist()) for n, c in sym.ops]
+        out = [self._resolve(ids[e], [(n, None if c is None else c[e]) for n, c in operands], cmp, thresholds[e])
+               for e in range(len(ids))]
+        return torch.tensor(out, dtype=torch.bool, device=x.device).reshape(shape)
+
+    def _resolve(self, var: int, ops: list[tuple[str, float | None]], cmp: str, t: float) -> bool:
+        """``f(x) cmp t`` for the variable ``x`` and the recorded maps ``f``, inverted map by map."""
+        threshold: Fraction | float = _exact(t)
+        for op, c in reversed(ops):
+            if op == "add":
+                threshold = threshold - _exact(c)
+            elif op in ("mul", "div"):
+                c = _exact(c)
+                if c == 0:
+                    raise _fail(op, "a random value scaled by zero")
+                threshold = threshold / c if op == "mul" else threshold * c
+                if c < 0:
+                    cmp = _FLIP[cmp]
+            elif op == "neg":
+                threshold, cmp = -threshold, _FLIP[cmp]
+            elif op == "log":
+                threshold = _exact(math.exp(threshold)) if threshold < 709 else math.inf
+            elif op == "exp":
+                if threshold <= 0:  # exp(·) > 0 ≥ threshold
+                    return cmp in ("gt", "ge")
+                threshold = _exact(math.log(threshold))
+            else:
+                raise _fail(op, "a comparison through this map is not modelled")
+        return self._decide(var, cmp, threshold)
+
+    def _decide(self, var: int, cmp: str, t: Fraction | float) -> bool:
+        """``x cmp t`` for the variable itself: a choice with the exact conditional probability."""
+        v = self.variables[var]
+        if v.spent:
+            raise _fail(cmp, "a random value read again after an argmax race consumed it")
+        below = cmp in ("lt", "le")
+        if v.bits is not None:  # grid: cells k with k·2^-b cmp t
+            scaled = t * 2**v.bits if not math.isinf(t) else t
+            if math.isinf(scaled):
+                cut = v.hi + 1 if scaled > 0 else v.lo
+            elif cmp in ("lt", "ge"):
+                cut = math.ceil(scaled)  # x < t ⇔ k < ceil(t·2^b)
+            else:
+                cut = math.floor(scaled) + 1  # x <= t ⇔ k < floor(t·2^b) + 1
+            cut = min(max(cut, v.lo), v.hi + 1)
+            low_mass, mass = cut - v.lo, v.hi + 1 - v.lo
+            prob_below = Fraction(low_mass, mass)
+        else:
+            cut = min(max(t, v.lo), v.hi)
+            if v.kind == "uniform":
+                prob_below = (cut - v.lo) / (v.hi - v.lo)
+            else:  # exponential: P(E < cut | lo <= E < hi), in floats
+                lo, hi, c = float(v.lo), float(v.hi), float(cut)
+                prob_below = _exact((math.exp(-lo) - math.exp(-c)) / (math.exp(-lo) - (0.0 if math.isinf(hi)
+                                                                                         else math.exp(-hi))))
+        if prob_below == 0 or prob_below == 1:
+            went_below = prob_below == 1
+        else:
+            self.decisions += v.kind == "uniform"
+            went_below = self.rng.bernoulli(prob_below)
+        v.fresh = False
+        if v.bits is not None:
+            v.lo, v.hi = (v.lo, cut - 1) if went_below else (cut, v.hi)
+        else:
+            v.lo, v.hi = (v.lo, cut) if went_below else (cut, v.hi)
+        return went_below == below
+
+    # ---- exponential races ----------------------------------------------------------------------------------
+    def _race(self, name: str, args, kwargs):
+        x = args[0]
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+        if name == "max" and dim is None:
+            raise _fail("max", "max over a random tensor without dim= is not modelled")
+        sym = self.symbolic(x)
+        ids, ops = sym.ids, sym.ops
+        if dim is None:
+            ids, ops, dim = ids.reshape(-1), [(n, None if c is None else c.reshape(-1)) for n, c in ops], 0
+        ids = ids.movedim(dim, -1)
+        width = ids.shape[-1]
+        id_rows = ids.reshape(-1, width).tolist()
+        op_rows = [(n, None if c is None else c.movedim(dim, -1).reshape(-1, width).tolist()) for n, c in ops]
+        winners = []
+        for r, row in enumerate(id_rows):
+            if len(set(row)) != len(row):
+                raise _fail(name, "a race in which one random value appears twice")
+            forms = [self._race_form(row[e], [(n, None if c is None else c[r][e]) for n, c in op_rows])
+                     for e in range(width)]
+            if len({s for _, s in forms}) != 1:
+                raise _fail(name, "the race's keys are not one common increasing function of w/E")
+            weights = _race_weights([w for w, _ in forms])
+            winners.append(0 if weights is None else self.rng.categorical(weights))
+            for v in row:
+                self.variables[v].spent = True
+        shape = list(ids.shape[:-1])
+        index = torch.tensor(winners, dtype=torch.long, device=x.device).reshape(shape)
+        if keepdim:
+            index = index.unsqueeze(dim)
+        if name == "argmax":
+            return index
+        values = torch.empty(index.shape, dtype=x.dtype, device=x.device)
+        spent_ids = torch.gather(sym.ids, dim, index if keepdim else index.unsqueeze(dim))
+        spent = self._register(values, Symbolic(spent_ids if keepdim else spent_ids.squeeze(dim)))
+        return torch.return_types.max((spent, index))
+
+    def _race_form(self, var: int, ops: list[tuple[str, float | None]]) -> tuple[tuple[str, object], float]:
+        """The key ``G(w / E)`` of one element, as ``(("w", w) or ("log", log w), s)``: the race's weight and the
+        common exponent ``s`` of ``G``; :class:`KernelError` when the maps are not of that form."""
+        v = self.variables[var]
+        if not v.fresh or v.spent:
+            raise _fail("argmax", "a race on a random value already compared or raced")
+        state, scale, w, lw, s = ("U" if v.kind == "uniform" else "E"), Fraction(1), Fraction(1), 0.0, 1.0
+        for op, c in ops:
+            c = None if c is None else _exact(c)
+            if state == "U" and op == "log":
+                state = "logU"
+            elif state == "logU" and op == "neg":
+                state = "E"
+            elif state == "E" and op in ("mul", "div") and c > 0:
+                scale = scale * c if op == "mul" else scale / c
+            elif state == "E" and op in ("reciprocal", "rdiv") and (op == "reciprocal" or c >= 0):
+                state, w = "ratio", (Fraction(1) if op == "reciprocal" else c) / scale
+            elif state == "E" and op == "log":
+                state, lw = "logE", math.log(scale)
+            elif state == "logE" and op == "add":
+                lw += float(c)
+            elif state == "logE" and op == "neg":
+                state, lw = "log", -lw
+            elif state == "ratio" and op in ("mul", "div") and c >= 0 and (op == "mul" or c > 0):
+                w = w * c if op == "mul" else w / c
+            elif state == "ratio" and op == "log":
+                state, lw = "log", (math.log(w) if w > 0 else -math.inf)
+            elif state == "log" and op == "add":
+                lw += float(c) / s
+            elif state == "log" and op in ("mul", "div") and c > 0:
+                s = s * float(c) if op == "mul" else s / float(c)
+            elif state == "log" and op == "exp":
+                state, w = "ratio_s", lw
+            elif state == "ratio_s" and op in ("mul", "div") and c > 0:
+                w += (math.log(c) if op == "mul" else -math.log(c)) / s
+            elif state == "ratio_s" and op == "log":
+                state, lw = "log", w
+            else:
+                raise _fail("argmax", f"a race key through {op!r} is not of the form G(w/E)")
+        if state == "ratio":
+            return ("w", w), s
+        if state in ("log", "ratio_s"):
+            return ("log", lw if state == "log" else w), s
+        raise _fail("argmax", "an argmax of random values that is not an exponential race")
+
+
+def _race_weights(forms: list[tuple[str, object]]) -> list | None:
+    """Exact weights when every key kept its weight multiplicatively, else ``exp(log w − max)`` in floats;
+    ``None`` when every weight is zero (argmax of equal keys: index 0)."""
+    if all(kind == "w" for kind, _ in forms):
+        weights = [w for _, w in forms]
+        return weights if any(w > 0 for w in weights) else None
+    logs = [math.log(v) if kind == "w" and v > 0 else (-math.inf if kind == "w" else v) for kind, v in forms]
+    top = max(logs)
+    if math.isinf(top):
+        return None
+    return [_exact(math.exp(v - top)) if not math.isinf(v) else Fraction(0) for v in logs]
+
+
+def _as_tensor(x) -> torch.Tensor:
+    return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.float64)
+
+
+class _RandomOpGuard(TorchDispatchMode):
+    """Refuses any ATen random op that reached dispatch without passing :class:`Capture` (one called inside a
+    torch helper the function mode cannot see into)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._allowed = 0
+
+    @contextlib.contextmanager
+    def allowed(self) -> Iterator[None]:
+        self._allowed += 1
+        try:
+            yield
+        finally:
+            self._allowed -= 1
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        op = func.overloadpacket.__name__.strip("_")
+        if not self._allowed and any(op == r or op.startswith(r + "_") or op.endswith("_" + r) for r in _RANDOM_ATEN):
+            raise _fail(f"aten.{op}", "a random op inside a torch helper that specproof does not model exactly")
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def capture(rng: Randomness, uniforms: str = "continuous") -> Iterator[Capture]:
+    """Run torch code with its random ops decided by ``rng`` (module docstring)."""
+    mode = Capture(rng, uniforms)
+    with mode.guard, mode:
+        yield mode
