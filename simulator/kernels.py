@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -45,8 +46,12 @@ FLOAT32_TOLERANCE = 1e-5
 UNIFORMS_PER_NODE = 4  # the uniforms adapter's U: 4 per node, plus 16
 
 
-def _rows(rows: Sequence[Sequence], dtype: torch.dtype) -> torch.Tensor:
-    return torch.tensor([[float(x) for x in row] for row in rows], dtype=torch.float64).to(dtype)
+def _rows(rows: Sequence[Sequence | None], dtype: torch.dtype, vocab: int | None = None) -> torch.Tensor:
+    """Rows as a ``dtype`` tensor; a missing row (a leaf's draft row, never drafted from) is NaN, so a kernel
+    that reads it fails loudly instead of deciding on a made-up number."""
+    width = vocab if vocab is not None else len(next(r for r in rows if r is not None))
+    return torch.tensor([[float(x) for x in row] if row is not None else [math.nan] * width for row in rows],
+                        dtype=torch.float64).to(dtype)
 
 
 def _chain_nodes(tree: DraftTree, adapter: str) -> list[int]:
@@ -137,7 +142,7 @@ def flat_chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) ->
 
 def tree_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
     """Parents, tokens and per-node rows (module docstring)."""
-    out = kernel(torch.tensor(tree.parents), torch.tensor([-1, *tree.tokens[1:]]), _rows(p, dtype), _rows(q, dtype))
+    out = kernel(torch.tensor(tree.parents), torch.tensor([-1, *tree.tokens[1:]]), _rows(p, dtype, vocab), _rows(q, dtype))
     if not isinstance(out, tuple) or len(out) != 2:
         raise KernelError("kernel", f"returned {type(out).__name__}, expected (node, y)")
     node, y = _one(out[0], "node"), _one(out[1], "y")
@@ -150,7 +155,7 @@ def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dty
     """:func:`simulator.torch_verify.torch_verify`'s convention, the uniforms symbolic (module docstring)."""
     count = UNIFORMS_PER_NODE * len(tree) + 16
     out = kernel(parents=list(tree.parents), tokens=torch.tensor([[0, *tree.tokens[1:]]]),
-                 p=_rows(p, dtype)[None], q=_rows(q, dtype)[None], uniforms=torch.rand(1, count, dtype=dtype))
+                 p=_rows(p, dtype, vocab)[None], q=_rows(q, dtype)[None], uniforms=torch.rand(1, count, dtype=dtype))
     if not isinstance(out, tuple) or len(out) != 2:
         raise KernelError("kernel", f"returned {type(out).__name__}, expected (node [1], y [1])")
     node, y = _one(out[0], "node"), _one(out[1], "y")

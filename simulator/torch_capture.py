@@ -18,11 +18,12 @@ seeded sampling, replay) — the kernel's source is not touched (docs/kernels.md
   one too. ``argmax`` of ``w / E`` (vLLM's ``probs.div_(q).argmax()``) or of ``l − log E`` (the Gumbel-max
   trick, also ``l − log(−log u)``) — any common increasing function of ``w_i / E_i`` — is the race's exact law:
   index ``i`` with probability ``w_i / Σ w``. The variables of a race cannot be used again.
-* Anything else that touches a random value (``==``, ``clamp``, a sum, ``item()``, a random op this module does
-  not model such as ``randn`` or the ones inside ``F.gumbel_softmax`` and dropout, which a
-  :class:`torch.utils._python_dispatch.TorchDispatchMode` guard catches at the ATen level) raises
-  :class:`~simulator.errors.KernelError` naming the op and the kernel's source line. Never an approximation
-  without a word: the tolerance a kernel's certificate states covers float thresholds of ``log``/``exp``.
+* Anything else that touches a random value (``==``, ``clamp``, a sum, ``item()``) and every random op this
+  module does not model (``randn``, ``randint``, …; the ones inside torch helpers such as ``F.gumbel_softmax``
+  and dropout, which the function mode cannot see into, are caught because they advance torch's default
+  generator) raises :class:`~simulator.errors.KernelError` naming the op and the kernel's source line. Never
+  an approximation without a word: the tolerance a kernel's certificate states covers float thresholds of
+  ``log``/``exp``.
 
 Two models of a uniform: ``continuous`` (default: ``U(0, 1)``) and ``grid`` — the values torch's CPU generator
 actually produces, ``k·2^−b`` for ``k < 2^b``, with ``b`` = 24 for float32, 53 for float64, 11 for float16 and
@@ -43,7 +44,6 @@ from typing import Callable, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from .errors import KernelError
@@ -73,8 +73,9 @@ _LAYOUT = {"__getitem__", "gather", "index_select", "squeeze", "unsqueeze", "vie
 _DTYPE = {"to", "double", "float", "half", "bfloat16", "type", "type_as", "cpu", "cuda", "requires_grad_"}
 _METADATA = {"size", "dim", "numel", "is_floating_point", "is_contiguous", "element_size",
              "__len__", "ndimension", "nelement", "stride", "storage_offset", "is_complex", "get_device"}
-_RANDOM_ATEN = ("uniform", "exponential", "bernoulli", "multinomial", "normal", "random", "rand", "randn",
-                "randint", "randperm", "geometric", "log_normal", "cauchy", "poisson", "dropout", "rrelu")
+# torch's random ops not modelled here: refused by name (the generator watch misses one given its own generator)
+_RANDOM_NAMES = {"randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "random_",
+                 "poisson", "geometric_", "log_normal_", "cauchy_", "binomial", "_standard_gamma", "_sample_dirichlet"}
 
 
 @dataclass
@@ -145,7 +146,7 @@ class Capture(TorchFunctionMode):
         self._symbolic: dict[int, tuple[torch.Tensor, Symbolic]] = {}
         self.decisions = 0  # uniform comparisons decided by a choice (the grid model's error bound counts them)
         self.grid_bits: int | None = None
-        self.guard = _RandomOpGuard()
+        self.watch = _GeneratorWatch()
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
     def symbolic(self, x: object) -> Symbolic | None:
@@ -173,9 +174,31 @@ class Capture(TorchFunctionMode):
         return self._register(fake, Symbolic(ids))
 
     def _real(self, func, args, kwargs):
-        """Run ``func`` for its shape and dtype (its random numbers are discarded)."""
-        with self.guard.allowed():
-            return func(*args, **kwargs)
+        """Run ``func`` for its shape and dtype (its random numbers are discarded, the generator put back)."""
+        out = func(*args, **kwargs)
+        self.watch.drew()
+        return out
+
+    def _has_symbolic(self, args, kwargs) -> bool:
+        """Whether a random value is among the arguments (one level into lists and tuples: torch's own
+        signatures nest no deeper)."""
+        table = self._symbolic
+        for x in (*args, *kwargs.values()):
+            if isinstance(x, (list, tuple)):
+                if any(self.symbolic(y) is not None for y in x):
+                    return True
+            elif id(x) in table and table[id(x)][0] is x:
+                return True
+        return False
+
+    def _plain(self, name: str, func, args, kwargs):
+        """A call on concrete values, run as is; one that drew random numbers past this module is refused."""
+        if name in _RANDOM_NAMES:
+            raise _fail(name, "a random op specproof does not model exactly")
+        out = func(*args, **kwargs)
+        if self.watch.drew():
+            raise _fail(name, "drew random numbers inside a torch helper specproof does not model exactly")
+        return out
 
     # ---- the mode ------------------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -187,13 +210,9 @@ class Capture(TorchFunctionMode):
             return self._in_place_random(name, args, kwargs)
         if name in ("multinomial", "bernoulli", "bernoulli_"):
             return self._discrete(name, args, kwargs)
+        if not self._has_symbolic(args, kwargs):
+            return self._plain(name, func, args, kwargs)
         flat, _ = tree_flatten((args, kwargs))
-        symbolic = [x for x in flat if self.symbolic(x) is not None]
-        if not symbolic:
-            if name in ("gumbel_softmax", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-                        "feature_alpha_dropout", "rrelu"):
-                raise _fail(name, "a random helper specproof does not model exactly")
-            return func(*args, **kwargs)
         if name in _METADATA:
             return func(*args, **kwargs)
         if name == "__get__":  # a property: metadata, or a view such as .T, laid out like the ids
@@ -511,32 +530,28 @@ def _as_tensor(x) -> torch.Tensor:
     return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.float64)
 
 
-class _RandomOpGuard(TorchDispatchMode):
-    """Refuses any ATen random op that reached dispatch without passing :class:`Capture` (one called inside a
-    torch helper the function mode cannot see into)."""
+class _GeneratorWatch:
+    """Notices random numbers drawn past :class:`Capture`: a random op inside a torch helper the function mode
+    cannot see into (``F.gumbel_softmax``, dropout) advances torch's default generator, a routed op does not.
+    Cheaper by an order of magnitude than a dispatch mode on every ATen op, and it names the torch call."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self._allowed = 0
+        self.generator = torch.default_generator
+        self.state = self.generator.get_state()
+        self.fingerprint = self.state.numpy().tobytes()
 
-    @contextlib.contextmanager
-    def allowed(self) -> Iterator[None]:
-        self._allowed += 1
-        try:
-            yield
-        finally:
-            self._allowed -= 1
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        op = func.overloadpacket.__name__.strip("_")
-        if not self._allowed and any(op == r or op.startswith(r + "_") or op.endswith("_" + r) for r in _RANDOM_ATEN):
-            raise _fail(f"aten.{op}", "a random op inside a torch helper that specproof does not model exactly")
-        return func(*args, **(kwargs or {}))
+    def drew(self) -> bool:
+        """Whether the generator moved since the last look (then it is put back: a kernel under capture never
+        disturbs the caller's random stream)."""
+        if self.generator.get_state().numpy().tobytes() == self.fingerprint:
+            return False
+        self.generator.set_state(self.state)
+        return True
 
 
 @contextlib.contextmanager
 def capture(rng: Randomness, uniforms: str = "continuous") -> Iterator[Capture]:
     """Run torch code with its random ops decided by ``rng`` (module docstring)."""
     mode = Capture(rng, uniforms)
-    with mode.guard, mode:
+    with mode:
         yield mode
