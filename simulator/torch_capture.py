@@ -50,6 +50,9 @@ from .errors import KernelError
 from .randomness import Randomness
 
 UNIFORM_MODELS = ("continuous", "grid")
+#: torch calls one kernel call may make: a kernel looping without drawing is stopped here (a loop that draws
+#: meets the enumerator's limit on choices per execution first)
+MAX_TORCH_CALLS = 1_000_000
 #: random bits of torch's CPU uniform by dtype (``at::uniform_real_distribution``)
 GRID_BITS = {torch.float32: 24, torch.float64: 53, torch.float16: 11, torch.bfloat16: 8}
 
@@ -144,6 +147,7 @@ class Capture(TorchFunctionMode):
         self.rng, self.grid = rng, uniforms == "grid"
         self.variables: list[Variable] = []
         self._symbolic: dict[int, tuple[torch.Tensor, Symbolic]] = {}
+        self.calls = 0
         self.decisions = 0  # uniform comparisons decided by a choice (the grid model's error bound counts them)
         self.grid_bits: int | None = None
         self.watch = _GeneratorWatch()
@@ -204,6 +208,9 @@ class Capture(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", str(func))
+        self.calls += 1
+        if self.calls > MAX_TORCH_CALLS:
+            raise _fail(name, f"more than {MAX_TORCH_CALLS:,} torch calls in one kernel call (an endless loop?)")
         if name in ("rand", "rand_like"):
             return self._fresh(self._real(func, args, kwargs), "uniform")
         if name in ("uniform_", "exponential_"):

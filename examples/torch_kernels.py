@@ -1,0 +1,246 @@
+"""Verifiers as people ship them: plain torch functions that draw their own random numbers (``torch.rand``,
+``torch.multinomial``), each correct one beside a twin carrying one bug class that has reached production.
+
+specproof certifies them unmodified (docs/kernels.md)::
+
+    specproof certify --kernel examples.torch_kernels:sps_chain --adapter chain --depth 2 --model random-rational
+    specproof certify --kernel examples.torch_kernels:sps_chain_reused_uniform --adapter chain --depth 2 ...
+
+Conventions (the adapters of :mod:`simulator.kernels`):
+
+* ``chain`` — transformers' ``_speculative_sampling``: ``(candidate_input_ids [1, γ], candidate_logits
+  [1, γ, V], candidate_length, new_logits [1, γ+1, V]) -> (tokens [1, n+1], n_matches)``;
+* ``tree`` — ``(parents [n], tokens [n], p [n, V], q [n, V]) -> (node, y)``, ``tokens[0] = -1``;
+* ``examples.torch_kernels:tempered_adapter`` — a convention of our own, the worked example of a user adapter:
+  ``(drafts [γ], draft_logits [γ, V], target_logits [γ+1, V], temperature) -> tokens [n+1]``, both models
+  sampled at ``softmax(logits / temperature)``.
+
+Every kernel here is lossless or lossy by construction; which, and why, is in its docstring.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TEMPERATURE = 0.5  # the temperature tempered_adapter runs its kernels at
+
+
+# ---- helpers shared by correct and buggy kernels alike (none of them carries a bug) ----------------------------
+def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The first index whose running sum exceeds ``u`` times the total: a draw from ``weights`` by ``u``."""
+    running = weights.cumsum(0)
+    return (running > u * running[-1]).int().argmax()
+
+
+def _residual(target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    """``(target − draft)_+``, unnormalised (``_inverse_cdf`` normalises)."""
+    return (target - draft).clamp(min=0)
+
+
+def _emitted(drafts: torch.Tensor, n: int, token: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """transformers' answer: the ``n`` accepted drafts and one more token, with the match count."""
+    return torch.cat([drafts[:n], token.reshape(1)]).unsqueeze(0), n
+
+
+def _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    drafts = candidate_input_ids[0, -candidate_length:]
+    return drafts, candidate_logits[0].softmax(-1), new_logits[0].softmax(-1)
+
+
+# ---- chain kernels (adapter: chain) -----------------------------------------------------------------------------
+def sps_chain(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Speculative sampling, correct: accept draft ``x`` at position ``i`` when ``u < q_i(x)/p_i(x)`` for a
+    fresh uniform; at the first rejection emit a draw from ``(q_i − p_i)_+`` by another fresh uniform; after
+    ``γ`` acceptances a bonus from ``q_γ``. LOSSLESS; the twin of the four chain bugs below."""
+    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    for i, x in enumerate(drafts.tolist()):
+        if torch.rand(()) < target[i, x] / draft[i, x]:
+            continue
+        return _emitted(drafts, i, _inverse_cdf(_residual(target[i], draft[i]), torch.rand(())))
+    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+
+
+def sps_chain_reused_uniform(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Bug: the uniform that rejected the draft also draws the replacement. Given a rejection, ``u`` lies
+    above the acceptance ratio, so the replacement is biased toward the residual's last tokens. LOSSY."""
+    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    for i, x in enumerate(drafts.tolist()):
+        u = torch.rand(())
+        if u < target[i, x] / draft[i, x]:
+            continue
+        return _emitted(drafts, i, _inverse_cdf(_residual(target[i], draft[i]), u))  # BUG: u again
+    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+
+
+def sps_chain_previous_row(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Bug: position ``i`` is verified against the target row of position ``i − 1`` (an off-by-one between
+    "logits at t predict t+1" layouts). LOSSY."""
+    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    for i, x in enumerate(drafts.tolist()):
+        row = target[max(i - 1, 0)]  # BUG: the previous position's row
+        if torch.rand(()) < row[x] / draft[i, x]:
+            continue
+        return _emitted(drafts, i, _inverse_cdf(_residual(row, draft[i]), torch.rand(())))
+    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+
+
+def sps_chain_target_residual(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Bug: a rejected position emits a draw from the unmodified target ``q_i``, not from ``(q_i − p_i)_+``:
+    the tokens the draft over-proposes are emitted too often. LOSSY."""
+    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    for i, x in enumerate(drafts.tolist()):
+        if torch.rand(()) < target[i, x] / draft[i, x]:
+            continue
+        return _emitted(drafts, i, _inverse_cdf(target[i], torch.rand(())))  # BUG: the target, not the residual
+    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+
+
+def sps_chain_clipped(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Bug: the acceptance probability clipped to ``[0.1, 1]`` ("never reject outright"): a draft the target
+    gives probability 0 is accepted one time in ten. LOSSY, with a support violation."""
+    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    for i, x in enumerate(drafts.tolist()):
+        if torch.rand(()) < (target[i, x] / draft[i, x]).clamp(0.1, 1.0):  # BUG: clipped ratio
+            continue
+        return _emitted(drafts, i, _inverse_cdf(_residual(target[i], draft[i]), torch.rand(())))
+    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+
+
+def sps_chain_le(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Bug, visible only on torch's real float grid: accept when ``u <= ratio``. ``torch.rand`` returns 0 with
+    probability 2⁻²⁴ (float32) or 2⁻⁵³ (float64), so a draft of target probability 0 (ratio 0) is accepted
+    that often: LOSSLESS under ``--uniforms continuous`` (where ``u = 0`` has probability 0), LOSSY by a support
+    violation under ``--uniforms grid`` on any pair where the draft proposes a token the target excludes."""
+    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    for i, x in enumerate(drafts.tolist()):
+        if torch.rand(()) <= target[i, x] / draft[i, x]:  # BUG: <= accepts ratio 0 at u = 0
+            continue
+        return _emitted(drafts, i, _inverse_cdf(_residual(target[i], draft[i]), torch.rand(())))
+    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+
+
+# ---- tree kernels (adapter: tree) -------------------------------------------------------------------------------
+def _children_table(parents: torch.Tensor) -> torch.Tensor:
+    """``kids[v]``: the children of ``v`` in order, padded with ``-1`` to the widest node (a batched layout)."""
+    n = len(parents)
+    counts = torch.bincount(parents[1:], minlength=n)
+    kids = torch.full((n, max(int(counts.max()), 1)), -1, dtype=torch.long)
+    for c in range(1, n):
+        v = int(parents[c])
+        kids[v, int((kids[v] >= 0).sum())] = c
+    return kids
+
+
+def rrs_tree(parents, tokens, p, q):
+    """Recursive rejection sampling over a tree (SpecInfer), correct: at node ``v`` try the children in order,
+    accepting child token ``x`` when ``u < r(x)/p_v(x)`` with ``r`` the current residual (``q_v`` at first);
+    each rejection replaces ``r`` by ``norm((r − p_v)_+)``; when all are rejected emit a draw from the final
+    ``r``. Lossless for children drafted i.i.d. from ``p_v``. LOSSLESS; twin of ``rrs_tree_first_residual``."""
+    kids, v = _children_table(parents), 0
+    while True:
+        r = q[v]
+        for c in kids[v].tolist():
+            if c < 0:
+                break
+            x = int(tokens[c])
+            if torch.rand(()) < r[x] / p[v, x]:
+                break
+            rest = _residual(r, p[v])
+            r = rest / rest.sum() if rest.sum() > 0 else r  # (r − p)_+ has no mass only where r = p
+        else:
+            c = -1
+        if c < 0:
+            return v, _inverse_cdf(r, torch.rand(()))
+        v = c
+
+
+def rrs_tree_first_residual(parents, tokens, p, q):
+    """Bug: when every child of a node is rejected, the token is drawn from the residual left by the *first*
+    rejected sibling, not from the residual after all of them. Equal to ``rrs_tree`` on chains, LOSSY where a
+    node has two children."""
+    kids, v = _children_table(parents), 0
+    while True:
+        r, first = q[v], None
+        for c in kids[v].tolist():
+            if c < 0:
+                break
+            x = int(tokens[c])
+            if torch.rand(()) < r[x] / p[v, x]:
+                break
+            rest = _residual(r, p[v])
+            r = rest / rest.sum() if rest.sum() > 0 else r
+            first = r if first is None else first  # BUG: kept from the first rejection
+        else:
+            c = -1
+        if c < 0:
+            return v, _inverse_cdf(r if first is None else first, torch.rand(()))
+        v = c
+
+
+def match_tree(parents, tokens, p, q):
+    """Sample and match, correct: at node ``v`` draw ``y`` from ``q_v``; if a child carries ``y`` move there,
+    else emit ``y``. The target decides every token, so it is lossless on any tree. LOSSLESS; twin of
+    ``match_tree_placeholder``."""
+    kids, nodes, v = _children_table(parents), torch.arange(len(parents)), 0
+    for _ in range(len(parents)):
+        y = torch.multinomial(q[v], 1)[0]
+        slots = kids[v]
+        child_tokens = torch.where(slots >= 0, tokens[slots.clamp(min=0)], -1)
+        hit = (child_tokens == y) & (slots >= 0)
+        if not bool(hit.any()):
+            return v, y
+        v = int(nodes[slots[hit.int().argmax()]])
+    raise RuntimeError("a walk longer than the tree")
+
+
+def match_tree_placeholder(parents, tokens, p, q):
+    """Bug: the ``-1`` padding of the children table is read as a node. ``tokens[-1]`` is the *last node's*
+    token, so a draw equal to it "matches" a child that does not exist and the walk jumps to node ``-1`` (the
+    last node, of another branch), emitting a path the target never produced. LOSSY."""
+    kids, nodes, v = _children_table(parents), torch.arange(len(parents)), 0
+    for _ in range(len(parents)):
+        y = torch.multinomial(q[v], 1)[0]
+        slots = kids[v]
+        hit = tokens[slots] == y  # BUG: slot -1 reads tokens[-1]
+        if not bool(hit.any()):
+            return v, y
+        v = int(nodes[slots[hit.int().argmax()]])  # and nodes[-1] is the last node
+    return v, y
+
+
+# ---- the tempered convention (adapter: examples.torch_kernels:tempered_adapter) ---------------------------------
+def tempered_adapter(kernel, tree, p, q, vocab, dtype):
+    """A user adapter (docs/kernels.md): the chain as logits at :data:`TEMPERATURE`, chosen so that
+    ``softmax(logits / T)`` is the row itself; the answer ``tokens [n+1]`` mapped back to ``(node, y)``."""
+    nodes = tree.chain_nodes()
+    drafts = [tree.tokens[v] for v in nodes[1:]]
+
+    def logits(rows):
+        return TEMPERATURE * torch.tensor([[float(x) for x in row] for row in rows], dtype=dtype).log()
+
+    out = kernel(torch.tensor(drafts), logits([p[v] for v in nodes[:-1]]), logits([q[v] for v in nodes]),
+                 TEMPERATURE).tolist()
+    return nodes[len(out) - 1], out[-1]
+
+
+def tempered_chain(drafts, draft_logits, target_logits, temperature):
+    """Speculative sampling at a temperature, correct: the rows verified and the rows sampled are both
+    ``softmax(logits / temperature)``. LOSSLESS; twin of ``tempered_chain_unscaled_verify``."""
+    draft, target = (draft_logits / temperature).softmax(-1), (target_logits / temperature).softmax(-1)
+    for i, x in enumerate(drafts.tolist()):
+        if torch.rand(()) < target[i, x] / draft[i, x]:
+            continue
+        return torch.cat([drafts[:i], _inverse_cdf(_residual(target[i], draft[i]), torch.rand(())).reshape(1)])
+    return torch.cat([drafts, torch.multinomial(target[-1], 1)])
+
+
+def tempered_chain_unscaled_verify(drafts, draft_logits, target_logits, temperature):
+    """Bug: the temperature is applied to the rows that are sampled (the residual, the bonus) but not to the
+    rows the acceptance ratio is computed from. LOSSY unless the temperature is 1."""
+    draft, target = (draft_logits / temperature).softmax(-1), (target_logits / temperature).softmax(-1)
+    plain_draft, plain_target = draft_logits.softmax(-1), target_logits.softmax(-1)
+    for i, x in enumerate(drafts.tolist()):
+        if torch.rand(()) < plain_target[i, x] / plain_draft[i, x]:  # BUG: untempered rows verified
+            continue
+        return torch.cat([drafts[:i], _inverse_cdf(_residual(target[i], draft[i]), torch.rand(())).reshape(1)])
+    return torch.cat([drafts, torch.multinomial(target[-1], 1)])
