@@ -10,6 +10,8 @@ Conventions (the adapters of :mod:`simulator.kernels`):
 
 * ``chain`` — transformers' ``_speculative_sampling``: ``(candidate_input_ids [1, γ], candidate_logits
   [1, γ, V], candidate_length, new_logits [1, γ+1, V]) -> (tokens [1, n+1], n_matches)``;
+* ``flat-chain`` — batched serving: ``(draft_token_ids [T], cu_num_draft_tokens [B], draft_probs [T, V],
+  target_probs [T, V], bonus_token_ids [B, 1]) -> output [B, γ+1]`` padded with ``-1``;
 * ``tree`` — ``(parents [n], tokens [n], p [n, V], q [n, V]) -> (node, y)``, ``tokens[0] = -1``;
 * ``examples.torch_kernels:tempered_adapter`` — a convention of our own, the worked example of a user adapter:
   ``(drafts [γ], draft_logits [γ, V], target_logits [γ+1, V], temperature) -> tokens [n+1]``, both models
@@ -21,6 +23,8 @@ Every kernel here is lossless or lossy by construction; which, and why, is in it
 from __future__ import annotations
 
 import torch
+
+from simulator.kernels import chain_nodes
 
 TEMPERATURE = 0.5  # the temperature tempered_adapter runs its kernels at
 
@@ -119,6 +123,28 @@ def sps_chain_le(candidate_input_ids, candidate_logits, candidate_length, new_lo
     return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
 
 
+# ---- a batched serving kernel (adapter: flat-chain) -------------------------------------------------------------
+def flat_chain_sps(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids):
+    """Speculative sampling in the batched serving layout (vLLM's rejection sampler), correct: requests'
+    drafts flattened, ``cu_num_draft_tokens`` their running counts; a rejected position's replacement drawn by
+    an exponential race, ``argmax((q − p)_+ / E)``; output padded with ``-1``. LOSSLESS."""
+    counts = torch.diff(cu_num_draft_tokens, prepend=cu_num_draft_tokens.new_zeros(1))
+    out = torch.full((len(counts), int(counts.max()) + 1), -1, dtype=torch.long)
+    for b, end in enumerate(cu_num_draft_tokens.tolist()):
+        start = end - int(counts[b])
+        for i, pos in enumerate(range(start, end)):
+            x = int(draft_token_ids[pos])
+            if torch.rand(()) < target_probs[pos, x] / draft_probs[pos, x]:
+                out[b, i] = x
+                continue
+            residual = _residual(target_probs[pos], draft_probs[pos])
+            out[b, i] = (residual / torch.empty_like(residual).exponential_()).argmax()
+            break
+        else:
+            out[b, end - start] = bonus_token_ids[b, 0]
+    return out
+
+
 # ---- tree kernels (adapter: tree) -------------------------------------------------------------------------------
 def _children_table(parents: torch.Tensor) -> torch.Tensor:
     """``kids[v]``: the children of ``v`` in order, padded with ``-1`` to the widest node (a batched layout)."""
@@ -212,7 +238,7 @@ def match_tree_placeholder(parents, tokens, p, q):
 def tempered_adapter(kernel, tree, p, q, vocab, dtype):
     """A user adapter (docs/kernels.md): the chain as logits at :data:`TEMPERATURE`, chosen so that
     ``softmax(logits / T)`` is the row itself; the answer ``tokens [n+1]`` mapped back to ``(node, y)``."""
-    nodes = tree.chain_nodes()
+    nodes = chain_nodes(tree, "tempered")  # refuses a tree that is not a chain
     drafts = [tree.tokens[v] for v in nodes[1:]]
 
     def logits(rows):

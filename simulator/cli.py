@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import os
 import sys
 import traceback
 from contextlib import contextmanager
@@ -66,6 +67,9 @@ class SpecproofGroup(click.Group):
             sys.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # the reader went away (``| head``): not an error of ours; stdout is closed
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         except Exception:  # a bug of specproof's own: never exit 1, which means LOSSY
             click.echo("internal error (a bug in specproof, not a verdict):\n" + traceback.format_exc(), err=True)
             sys.exit(3)
@@ -656,6 +660,24 @@ def dynamic(ctx, out_dir: str, instances: int, seeds: int, trials: int, tokens: 
     finally:
         ticks.close()
     click.echo(f"written to {out_dir}/dynamic.md")
+    sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.pass_context
+def kernels(ctx, out_dir: str) -> None:
+    """Certify every torch kernel specproof knows, unmodified: transformers' sampler, the torch path's kernels
+    black-box, the example kernels with their bugs. Writes kernels.md/json; exit 1 on a verdict against its
+    expectation (docs/kernels.md)."""
+    from .kernel_report import write_kernel_report  # torch only here
+
+    ticks = _StageBars()
+    try:
+        ok = write_kernel_report(Path(out_dir), _command(ctx), ticks)
+    finally:
+        ticks.close()
+    click.echo(f"written to {out_dir}/kernels.md")
     sys.exit(0 if ok else 1)
 
 

@@ -54,7 +54,9 @@ def _rows(rows: Sequence[Sequence | None], dtype: torch.dtype, vocab: int | None
                         dtype=torch.float64).to(dtype)
 
 
-def _chain_nodes(tree: DraftTree, adapter: str) -> list[int]:
+def chain_nodes(tree: DraftTree, adapter: str) -> list[int]:
+    """The chain's nodes from the root down, for an adapter of a chain convention; a tree that is not a chain of
+    at least one draft is refused (:class:`UnsupportedDraftError` on ``topology``, exit 2)."""
     if not tree.is_chain() or len(tree) < 2:
         raise UnsupportedDraftError("topology", f"the {adapter} adapter verifies a chain of at least one draft "
                                                 "token (pass --topology chain)")
@@ -102,7 +104,7 @@ def _accepted(emitted: list[int], drafted: list[int], vocab: int) -> int:
 
 def chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
     """transformers' convention (module docstring)."""
-    nodes = _chain_nodes(tree, "chain")
+    nodes = chain_nodes(tree, "chain")
     drafted = [tree.tokens[v] for v in nodes[1:]]
     gamma = len(drafted)
     out = kernel(torch.tensor([drafted]), _rows([p[v] for v in nodes[:-1]], dtype).log()[None], gamma,
@@ -121,7 +123,7 @@ def chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tupl
 
 def flat_chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
     """Batched serving's convention (module docstring); the bonus token is drawn here, before the kernel runs."""
-    nodes = _chain_nodes(tree, "flat-chain")
+    nodes = chain_nodes(tree, "flat-chain")
     drafted = [tree.tokens[v] for v in nodes[1:]]
     gamma = len(drafted)
     bonus = torch.multinomial(_rows([q[nodes[-1]]], dtype), 1)

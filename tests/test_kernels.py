@@ -26,12 +26,13 @@ from simulator import cli  # noqa: E402
 from simulator import torch_capture  # noqa: E402
 from simulator.drafters import DrafterOptions, make_drafter  # noqa: E402
 from simulator.errors import ChoiceLimitError, KernelError, LimitError, SpecproofError  # noqa: E402
+from simulator.kernel_report import parity, random_instance  # noqa: E402
 from simulator.kernels import Kernel  # noqa: E402
 from simulator.limits import limits  # noqa: E402
 from simulator.models import RandomRationalModel, SyntheticModel  # noqa: E402
 from simulator.torch_capture import capture  # noqa: E402
 from simulator.torch_verify import TORCH_VERIFIERS  # noqa: E402
-from simulator.trees import DraftTree, make_topology  # noqa: E402
+from simulator.trees import make_topology  # noqa: E402
 from simulator.verifiers import VERIFIERS  # noqa: E402
 from test_controls import MODELS as CONTROL_MODELS, SHAPES as CONTROL_SHAPES  # noqa: E402
 
@@ -191,51 +192,21 @@ def test_transformers_sampler_on_the_grid_accepts_a_zero_probability_draft(hf_sa
 
 
 # ---- the torch path black-box -----------------------------------------------------------------------------------
-def _battery(name: str) -> list[tuple[tuple[int, ...], int]]:
-    """Small trees of every kind the rule takes: (parents, vocabulary)."""
-    if name in ("bv", "greedy-bv", "bug-greedy-bv-nomod"):
-        return [((-1, 0, 1), 3), ((-1, 0, 1, 2), 2), ((-1, 0, 1, 2), 4)]
-    if name in ("gbv", "bug-gbv-clipped"):
-        return [((-1, 0, 0, 1, 2), 3), ((-1, 0, 0, 0, 1, 2, 3), 2)]
-    return [((-1, 0, 0), 3), ((-1, 0, 1), 3), ((-1, 0, 0, 1), 2), ((-1, 0, 0, 1, 1, 2, 2), 3),
-            ((-1, 0, 0, 0, 1, 2), 4)]
-
-
-def _random_instance(name: str, parents, vocab: int, seed: int):
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    n = len(parents)
-    w = rng.gamma(0.7, size=(2, n, vocab))
-    w[rng.random(w.shape) < 0.2] = 0
-    w[..., 0] += w.sum(-1) == 0
-    p, q = w / w.sum(-1, keepdims=True)
-    tokens = [None]
-    for v in range(1, n):  # from the parent's draft row; distinct siblings where the rule asks for them
-        weights = p[parents[v]].copy()
-        if name in ("trv", "bug-trv-insertion-order"):
-            siblings = [tokens[c] for c in range(1, v) if parents[c] == parents[v]]
-            weights[siblings] = 0
-            if weights.sum() == 0:
-                weights = np.ones(vocab)
-                weights[siblings] = 0
-        tokens.append(int(rng.choice(vocab, p=weights / weights.sum())))
-    tree = DraftTree(list(parents), tokens, vocab)
-    rows_p = [tuple(p[v]) if tree.children(v) else None for v in range(n)]
-    return tree, rows_p, [tuple(q[v]) for v in range(n)]
-
-
 @pytest.mark.parametrize("name", TORCH_VERIFIERS)
 def test_every_torch_verify_kernel_has_its_shared_rules_law(name):
     """Black-box: the kernel's own code, its uniforms symbolic, against the shared rule's exact law (float64,
-    TVD ≤ 1e-12: rounding of a dozen float64 operations per decision is ~1e-15)."""
-    kernel = Kernel("simulator.torch_verify:torch_verify", "uniforms", kwargs={"name": name})
-    for parents, vocab in _battery(name):
-        for seed in range(2):
-            tree, p, q = _random_instance(name, parents, vocab, seed)
-            ours = fixed_tree_law(tree, p, q, kernel, vocab, "float").law()
-            shared = fixed_tree_law(tree, p, q, VERIFIERS[name].fn, vocab, "float").law()
-            tvd = sum(abs(ours.get(k, 0) - shared.get(k, 0)) for k in set(ours) | set(shared)) / 2
-            assert tvd <= 1e-12, (parents, vocab, seed, tvd)
+    TVD ≤ 1e-12: rounding of a dozen float64 operations per decision is ~1e-15), on small trees of every kind
+    the rule takes. A second check that the comparison can fail: the law of a control differs from that of
+    the rule it breaks (:func:`test_parity_can_fail`)."""
+    assert parity(name) <= 1e-12
+
+
+def test_parity_can_fail():
+    tree, p, q = random_instance((-1, 0, 0), 3, 0, distinct=False)
+    kernel = Kernel("simulator.torch_verify:torch_verify", "uniforms", kwargs={"name": "bug-residual-q"})
+    ours = fixed_tree_law(tree, p, q, kernel, 3, "float").law()
+    sps = fixed_tree_law(tree, p, q, VERIFIERS["tv-sps"].fn, 3, "float").law()
+    assert sum(abs(ours.get(k, 0) - sps.get(k, 0)) for k in set(ours) | set(sps)) / 2 > 1e-3
 
 
 @pytest.mark.parametrize("name", sorted(set(CONTROL_SHAPES) & set(TORCH_VERIFIERS) - {"bug-greedy-bv-nomod"}))
@@ -290,6 +261,13 @@ def test_each_correct_twin_is_lossless_under_both_uniform_models(twin, uniforms)
     _, adapter, shape, _ = next(v for v in BUGS.values() if v[0] == twin)
     for cert in _zoo_certificates(twin, adapter, shape, uniforms):
         assert cert.lossless and cert.off_support == 0, (twin, uniforms, cert.tvd, cert.tolerance_reason)
+
+
+@pytest.mark.parametrize("uniforms", ["continuous", "grid"])
+def test_a_serving_kernel_with_an_exponential_race_is_lossless(uniforms):
+    """flat_chain_sps: the flat-chain adapter, -1 padding and vLLM's race for the replacement token."""
+    for cert in _zoo_certificates("flat_chain_sps", "flat-chain", CHAIN, uniforms):
+        assert cert.lossless and cert.off_support == 0, (cert.tvd, cert.tolerance_reason)
 
 
 def test_a_bug_hidden_on_chains_shows_only_where_a_node_has_two_children():
