@@ -72,7 +72,7 @@ class Row:
 
     @property
     def as_expected(self) -> bool:
-        return self.lossless == self.expected_lossless and (self.parity_tvd is None or self.parity_tvd <= 1e-12)
+        return bool(self.lossless == self.expected_lossless and (self.parity_tvd is None or self.parity_tvd <= 1e-12))
 
 
 def certify_row(row: Row, kernel: Kernel, shape: Shape) -> Row:
@@ -84,7 +84,7 @@ def certify_row(row: Row, kernel: Kernel, shape: Shape) -> Row:
     for model in pairs():
         cert = certify(model, drafter, kernel)
         row.pairs += 1
-        row.lossless &= cert.lossless
+        row.lossless = row.lossless and bool(cert.lossless)
         row.worst_tvd = max(row.worst_tvd, float(cert.tvd))
         row.support_violation = max(row.support_violation, float(cert.off_support))
         accepted.append(float(cert.expected_accepted))
@@ -144,7 +144,7 @@ def parity(name: str, seeds: int = 2) -> float:
             ours = fixed_tree_law(tree, p, q, kernel, vocab, "float").law()
             shared = fixed_tree_law(tree, p, q, VERIFIERS[name].fn, vocab, "float").law()
             worst = max(worst, sum(abs(ours.get(k, 0) - shared.get(k, 0)) for k in set(ours) | set(shared)) / 2)
-    return worst
+    return float(worst)
 
 
 def _registry_shape(name: str) -> Shape:

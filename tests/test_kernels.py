@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import json
 import math
 from fractions import Fraction
 
@@ -273,6 +274,24 @@ def test_a_serving_kernel_with_an_exponential_race_is_lossless(uniforms):
 def test_a_bug_hidden_on_chains_shows_only_where_a_node_has_two_children():
     """rrs_tree_first_residual differs from rrs_tree only when a second sibling is rejected."""
     assert all(c.lossless for c in _zoo_certificates("rrs_tree_first_residual", "tree", CHAIN, "continuous"))
+
+
+def test_the_kernel_report_writes_its_rows(tmp_path, monkeypatch):
+    """``specproof kernels`` on two of its rows (the whole table runs from the CLI): Markdown and JSON written,
+    an unexpected verdict marked and turned into exit 1."""
+    from simulator import kernel_report
+
+    chosen = [r for r in kernel_report._example_rows() if r[0].kernel.endswith((":sps_chain", ":sps_chain_clipped"))
+              and r[0].uniforms == "continuous"]
+    chosen[1][0].expected_lossless = True  # pretend the clipped kernel were expected lossless
+    monkeypatch.setattr(kernel_report, "_hf_rows", lambda: ([], "transformers skipped here"))
+    monkeypatch.setattr(kernel_report, "_torch_verify_rows", lambda: [])
+    monkeypatch.setattr(kernel_report, "_example_rows", lambda: chosen)
+    assert not kernel_report.write_kernel_report(tmp_path, "test")
+    text = (tmp_path / "kernels.md").read_text()
+    assert "LOSSY **UNEXPECTED**" in text and "1 of 2 rows as expected" in text
+    rows = json.loads((tmp_path / "kernels.json").read_text())["rows"]
+    assert [r["as_expected"] for r in rows] == [True, False] and rows[1]["counterexample"]
 
 
 # ---- bad kernels ------------------------------------------------------------------------------------------------
