@@ -157,27 +157,32 @@ def _children_table(parents: torch.Tensor) -> torch.Tensor:
     return kids
 
 
+def _try_children(v: int, kids: torch.Tensor, tokens, p, q) -> tuple[int, list[torch.Tensor]]:
+    """Recursive rejection sampling at node ``v``: try the children in order, accepting child token ``x`` when
+    ``u < r(x)/p_v(x)`` with ``r`` the current residual (``q_v`` at first); each rejection replaces ``r`` by
+    ``norm((r − p_v)_+)``. Returns the accepted child (``-1``: none) and every residual, ``q_v`` first."""
+    residuals = [q[v]]
+    for c in kids[v].tolist():
+        if c < 0:
+            break
+        x = int(tokens[c])
+        if torch.rand(()) < residuals[-1][x] / p[v, x]:
+            return c, residuals
+        rest = _residual(residuals[-1], p[v])
+        residuals.append(rest / rest.sum() if rest.sum() > 0 else residuals[-1])  # no mass only where r = p
+    return -1, residuals
+
+
 def rrs_tree(parents, tokens, p, q):
-    """Recursive rejection sampling over a tree (SpecInfer), correct: at node ``v`` try the children in order,
-    accepting child token ``x`` when ``u < r(x)/p_v(x)`` with ``r`` the current residual (``q_v`` at first);
-    each rejection replaces ``r`` by ``norm((r − p_v)_+)``; when all are rejected emit a draw from the final
-    ``r``. Lossless for children drafted i.i.d. from ``p_v``. LOSSLESS; twin of ``rrs_tree_first_residual``."""
+    """Recursive rejection sampling over a tree (SpecInfer), correct: :func:`_try_children` at each node on the
+    path; when every child is rejected, emit a draw from the last residual. Lossless for children drafted
+    i.i.d. from ``p_v``. LOSSLESS; twin of ``rrs_tree_first_residual``."""
     kids, v = _children_table(parents), 0
     while True:
-        r = q[v]
-        for c in kids[v].tolist():
-            if c < 0:
-                break
-            x = int(tokens[c])
-            if torch.rand(()) < r[x] / p[v, x]:
-                break
-            rest = _residual(r, p[v])
-            r = rest / rest.sum() if rest.sum() > 0 else r  # (r − p)_+ has no mass only where r = p
-        else:
-            c = -1
-        if c < 0:
-            return v, _inverse_cdf(r, torch.rand(()))
-        v = c
+        child, residuals = _try_children(v, kids, tokens, p, q)
+        if child < 0:
+            return v, _inverse_cdf(residuals[-1], torch.rand(()))
+        v = child
 
 
 def rrs_tree_first_residual(parents, tokens, p, q):
@@ -186,21 +191,10 @@ def rrs_tree_first_residual(parents, tokens, p, q):
     node has two children."""
     kids, v = _children_table(parents), 0
     while True:
-        r, first = q[v], None
-        for c in kids[v].tolist():
-            if c < 0:
-                break
-            x = int(tokens[c])
-            if torch.rand(()) < r[x] / p[v, x]:
-                break
-            rest = _residual(r, p[v])
-            r = rest / rest.sum() if rest.sum() > 0 else r
-            first = r if first is None else first  # BUG: kept from the first rejection
-        else:
-            c = -1
-        if c < 0:
-            return v, _inverse_cdf(r if first is None else first, torch.rand(()))
-        v = c
+        child, residuals = _try_children(v, kids, tokens, p, q)
+        if child < 0:
+            return v, _inverse_cdf(residuals[min(1, len(residuals) - 1)], torch.rand(()))  # BUG: the first
+        v = child
 
 
 def match_tree(parents, tokens, p, q):

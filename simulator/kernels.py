@@ -142,15 +142,21 @@ def flat_chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) ->
     return nodes[n], row[n]
 
 
-def tree_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
-    """Parents, tokens and per-node rows (module docstring)."""
-    out = kernel(torch.tensor(tree.parents), torch.tensor([-1, *tree.tokens[1:]]), _rows(p, dtype, vocab), _rows(q, dtype))
+def _node_and_token(out: object, tree: DraftTree, vocab: int, expected: str) -> tuple[int, int]:
+    """A ``(node, y)`` answer checked: a pair of one-element integer tensors, a node of the tree, a token."""
     if not isinstance(out, tuple) or len(out) != 2:
-        raise KernelError("kernel", f"returned {type(out).__name__}, expected (node, y)")
+        raise KernelError("kernel", f"returned {type(out).__name__}, expected {expected}")
     node, y = _one(out[0], "node"), _one(out[1], "y")
     if not 0 <= node < len(tree):
         raise KernelError("kernel", f"returned node {node}, not a node of the tree (0..{len(tree) - 1})")
     return node, _token(y, "y", vocab)
+
+
+def tree_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+    """Parents, tokens and per-node rows (module docstring)."""
+    out = kernel(torch.tensor(tree.parents), torch.tensor([-1, *tree.tokens[1:]]), _rows(p, dtype, vocab),
+                 _rows(q, dtype))
+    return _node_and_token(out, tree, vocab, "(node, y)")
 
 
 def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
@@ -158,12 +164,7 @@ def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dty
     count = UNIFORMS_PER_NODE * len(tree) + 16
     out = kernel(parents=list(tree.parents), tokens=torch.tensor([[0, *tree.tokens[1:]]]),
                  p=_rows(p, dtype, vocab)[None], q=_rows(q, dtype)[None], uniforms=torch.rand(1, count, dtype=dtype))
-    if not isinstance(out, tuple) or len(out) != 2:
-        raise KernelError("kernel", f"returned {type(out).__name__}, expected (node [1], y [1])")
-    node, y = _one(out[0], "node"), _one(out[1], "y")
-    if not 0 <= node < len(tree):
-        raise KernelError("kernel", f"returned node {node}, not a node of the tree (0..{len(tree) - 1})")
-    return node, _token(y, "y", vocab)
+    return _node_and_token(out, tree, vocab, "(node [1], y [1])")
 
 
 ADAPTERS: dict[str, Adapter] = {"chain": chain, "flat-chain": flat_chain, "tree": tree_adapter,

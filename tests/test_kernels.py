@@ -183,6 +183,8 @@ def test_transformers_sampler_on_the_grid_accepts_a_zero_probability_draft(hf_sa
     """Found, not fixed: ``r_i <= ratio`` with ``r_i = torch.rand_like`` (float64: 0 with probability 2^-53)
     accepts a draft the target excludes (ratio 0). Depth 1: the mass on such sequences is exactly
     ``2^-53 · Σ_{x: q(x) = 0} p(x)`` at the root."""
+    if "r_i <= probability_ratio" not in inspect.getsource(Kernel(hf_sampler, "chain").fn):
+        pytest.skip("this transformers no longer accepts by r_i <= probability_ratio: the finding does not apply")
     model = next(m for m in (RandomRationalModel(3, seed=s) for s in range(50))
                  if any(p > 0 and q == 0 for p, q in zip(m.p(()), m.q(()))))
     excluded = sum(p for p, q in zip(model.p(()), model.q(())) if p > 0 and q == 0)
