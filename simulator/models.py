@@ -159,6 +159,10 @@ class TableModel:
     def q(self, context: Context) -> Sequence[Number]:
         return self._row("q", context)
 
+    def rows(self, name: str) -> dict[Context | None, Sequence[Number]]:
+        """Every ``name`` row (``"p"`` or ``"q"``) by context, ``None`` for the default row."""
+        return dict(self._rows[name])
+
     @classmethod
     def from_json(cls, data: object, source: str = "table") -> "TableModel":
         """Read ``{"vocab": V, "p": {CTX: row}, "q": {CTX: row}}``; CTX is ``""`` (empty prefix),

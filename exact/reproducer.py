@@ -1,0 +1,189 @@
+"""Reproducer files: a model pair as a table, a tree shape, a drafting scheme and the subject, certified whole.
+
+A loss is a property of the output law averaged over every draft tree the drafter can produce, so a reproducer
+keeps the drafting (not one fixed tree): ``specproof certify --case FILE`` enumerates it again and certifies
+the subject LOSSY. The JSON object::
+
+    {"specproof": "reproducer", "vocab": 2,
+     "p": {"": ["1/2", "1/2"]}, "q": {"": ["1", "0"], "0": ["1/2", "1/2"], "1": ["0", "1"]},
+     "parents": [-1, 0], "drafting": "iid",
+     "subject": {"verifier": "bug-residual-q"}, "arithmetic": "fraction"}
+
+``p``/``q`` hold the rows of every context the certification reads (keys as in ``--table``: ``""`` the round's
+empty prefix, ``"0,1"`` a context); ``parents`` is the fixed shape (absent for DySpec's dynamic trees, which take
+``options``: ``budget``, or ``threshold`` and ``max_depth``). ``found`` (informative) records the TVD and size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Sequence
+
+from simulator.drafters import DRAFTERS, DrafterOptions, make_drafter
+from simulator.drafting import Drafter, FixedShape
+from simulator.dyspec import DySpecBudget, DySpecThreshold
+from simulator.errors import InvalidParameterError
+from simulator.jsonfile import read_json, write_json
+from simulator.models import Context, ModelPair, TableModel
+from simulator.numeric import Number, check_arithmetic, to_json_number
+from simulator.trees import check_parents, make_topology
+
+from .certificate import Certificate, certify
+from .subject import Subject, subject
+
+Rows = dict[Context, tuple[Number, ...]]
+
+
+class RecordingModel:
+    """A model pair that remembers every context whose rows were read (a reproducer keeps exactly those)."""
+
+    def __init__(self, model: ModelPair) -> None:
+        self.model, self.vocab = model, model.vocab
+        self.read: dict[str, dict[Context, Sequence[Number]]] = {"p": {}, "q": {}}
+
+    def _row(self, name: str, context: Context):
+        row = getattr(self.model, name)(context)
+        self.read[name][tuple(context)] = row
+        return row
+
+    def p(self, context: Context):
+        return self._row("p", context)
+
+    def q(self, context: Context):
+        return self._row("q", context)
+
+
+@dataclass(frozen=True)
+class Reproducer:
+    """A model table, a drafting configuration and a subject description (module docstring)."""
+
+    vocab: int
+    p: Rows
+    q: Rows
+    drafting: str
+    subject: dict
+    parents: tuple[int, ...] | None = None  # fixed shapes
+    options: dict = field(default_factory=dict)  # DySpec: budget, threshold, max_depth
+    arithmetic: str = "fraction"
+
+    def model(self) -> TableModel:
+        return TableModel(self.vocab, self.p, self.q)
+
+    def drafter(self) -> Drafter:
+        if self.parents is not None:
+            return FixedShape(make_topology("explicit", parents=self.parents), self.drafting)
+        return make_drafter(self.drafting, options=DrafterOptions(**self.options))
+
+    def certify(self, verifier: Subject | None = None) -> Certificate:
+        """Certify the subject (or ``verifier`` in its place: a fix checked on the same case)."""
+        checked = verifier or subject(self.subject, "case.subject")
+        return certify(self.model(), self.drafter(), checked.fn, self.arithmetic,
+                       config={"model": "table (reproducer)", "vocab": self.vocab, **self.shape_json()})
+
+    @property
+    def nodes(self) -> int:
+        """Draft nodes of the fixed shape (DySpec: its budget)."""
+        return len(self.parents) - 1 if self.parents is not None else int(self.options.get("budget", 0))
+
+    def size(self) -> tuple:
+        """The shrinker's order: fewest nodes, then vocabulary, depth, branching, then the simplest rows (most
+        zeros, then smallest denominators)."""
+        rows = [*self.p.values(), *self.q.values()]
+        nonzero = sum(1 for row in rows for v in row if v != 0)
+        denominators = sum(Fraction(v).denominator for row in rows for v in row)
+        return (self.nodes, self.vocab, self.depth, self.branching, nonzero, denominators)
+
+    @property
+    def depth(self) -> int:
+        if self.parents is None:
+            return int(self.options.get("max_depth", self.options.get("budget", 0)))
+        return make_topology("explicit", parents=self.parents).height
+
+    @property
+    def branching(self) -> int:
+        if self.parents is None:
+            return 0
+        return max([self.parents[1:].count(v) for v in range(len(self.parents))], default=0)
+
+    def shape_json(self) -> dict:
+        return ({"parents": list(self.parents), "drafting": self.drafting} if self.parents is not None
+                else {"drafting": self.drafting, **self.options})
+
+    def to_json(self, cert: Certificate | None = None) -> dict:
+        num = lambda v: to_json_number(v, "fraction" if isinstance(v, Fraction) else "float")  # noqa: E731
+        rows = {name: {",".join(map(str, ctx)): [num(v) for v in row] for ctx, row in sorted(table.items())}
+                for name, table in (("p", self.p), ("q", self.q))}
+        out = {"specproof": "reproducer", "vocab": self.vocab, **rows, **self.shape_json(), "subject": self.subject,
+               "arithmetic": self.arithmetic,
+               "size": {"nodes": self.nodes, "vocab": self.vocab, "depth": self.depth, "branching": self.branching}}
+        if cert is not None:
+            out["found"] = {"lossless": cert.lossless, "tvd": cert.to_json()["tvd"],
+                            "off_support": cert.to_json()["off_support"]}
+        return out
+
+    def write(self, path: str | Path, cert: Certificate | None = None) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, self.to_json(cert))
+        return path
+
+
+def capture(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: str) -> Reproducer:
+    """The reproducer of one instance: the subject certified once on a recording model, and the rows it read."""
+    recording = RecordingModel(model)
+    certify(recording, drafter, what.fn, arithmetic)
+    table = {name: {ctx: tuple(row) for ctx, row in read.items()} for name, read in recording.read.items()}
+    parents, options = _shape(drafter)
+    return Reproducer(model.vocab, table["p"], table["q"], drafter.scheme, what.description, parents, options,
+                      arithmetic)
+
+
+def pruned(case: Reproducer) -> Reproducer:
+    """``case`` keeping only the rows its certification reads."""
+    return capture(case.model(), case.drafter(), subject(case.subject, "case.subject"), case.arithmetic)
+
+
+def _shape(drafter: Drafter) -> tuple[tuple[int, ...] | None, dict]:
+    if isinstance(drafter, FixedShape):
+        return drafter.topology.parents, {}
+    if isinstance(drafter, DySpecBudget):
+        return None, {"budget": drafter.budget}
+    if isinstance(drafter, DySpecThreshold):
+        return None, {"threshold": drafter.threshold, "max_depth": drafter.max_depth}
+    raise InvalidParameterError("drafting", f"a reproducer of {drafter.scheme!r} drafts is not supported (fixed "
+                                            "shapes and DySpec's trees are; ADED's table depends on its history)")
+
+
+def parse_reproducer(data: object, source: str = "case") -> Reproducer:
+    """Read a reproducer object; every problem is a typed error naming the field (``case.parents[2]``, say)."""
+    if not isinstance(data, dict):
+        raise InvalidParameterError(source, "must be a JSON object (a reproducer)")
+    for key in ("drafting", "subject"):
+        if key not in data:
+            raise InvalidParameterError(f"{source}.{key}", "missing from the reproducer")
+    table = TableModel.from_json({k: data[k] for k in ("vocab", "p", "q") if k in data}, source)
+    drafting = data["drafting"]
+    if drafting not in DRAFTERS:
+        raise InvalidParameterError(f"{source}.drafting", f"unknown drafting scheme {drafting!r}")
+    parents = None
+    options: dict = {}
+    if "parents" in data:
+        if not isinstance(data["parents"], list):
+            raise InvalidParameterError(f"{source}.parents", "must be a list")
+        parents = check_parents(data["parents"], f"{source}.parents")
+    elif drafting in ("dyspec", "dyspec-threshold"):
+        options = {k: data[k] for k in ("budget", "threshold", "max_depth") if k in data}
+    else:
+        raise InvalidParameterError(f"{source}.parents", f"missing: {drafting!r} drafting needs a fixed shape")
+    if not isinstance(data["subject"], dict):
+        raise InvalidParameterError(f"{source}.subject", 'must be an object such as {"verifier": "tv-sps"}')
+    arithmetic = check_arithmetic(data.get("arithmetic", "fraction"), f"{source}.arithmetic")
+    return Reproducer(table.vocab, table.rows("p"), table.rows("q"), drafting, data["subject"], parents, options,
+                      arithmetic)
+
+
+def load_reproducer(path: str | Path) -> Reproducer:
+    return parse_reproducer(read_json(path, "case"), "case")
+

@@ -1,0 +1,134 @@
+"""What a battery, a hunt or a gate checks: a built-in verifier, a ``module:function`` plugin, or a torch kernel
+through its adapter, with the tree shapes it is defined on and the drafting schemes it claims losslessness under.
+
+A subject is described by a small JSON object, the same in a gate config, a reproducer file and a certificate:
+``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
+"chain", "dtype": "float64", "uniforms": "continuous", "kernel_kwargs": {}}``. Built-ins bring their registry
+entry (shapes, schemes); a plugin runs on every shape under ``iid`` drafting unless told otherwise; a kernel with a
+chain adapter runs on chains only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from simulator.errors import InvalidParameterError
+from simulator.trees import make_topology
+from simulator.verifiers.registry import ALL_SHAPES, VERIFIERS, Verifier, load_verifier, verifier_name
+
+KERNEL_KEYS = ("kernel", "adapter", "dtype", "uniforms", "kernel_kwargs")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A verifier or kernel with its name, where it is defined and what it claims."""
+
+    name: str
+    fn: Verifier = field(compare=False)
+    description: dict  # the JSON object that rebuilds it (module docstring)
+    shapes: tuple[str, ...] = ALL_SHAPES
+    schemes: tuple[str, ...] = ("iid",)  # where it claims losslessness (a control: where its bug shows)
+    float_only: bool = False
+
+    def allows(self, parents: Sequence[int]) -> bool:
+        """Whether the subject is defined on a tree of this parent list."""
+        return bool(set(self.shapes) & shape_names(parents))
+
+
+def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] | None = None) -> Subject:
+    """A :class:`Subject` from a registry name, ``module:function``, a description object, a verifier function or
+    a :class:`simulator.kernels.Kernel`; ``schemes`` overrides the drafting schemes it is checked under."""
+    if isinstance(what, Subject):
+        return what
+    if isinstance(what, dict):
+        return _from_description(what, field_name, schemes)
+    if isinstance(what, str):
+        return _from_description({"verifier": what}, field_name, schemes)
+    if hasattr(what, "describe") and hasattr(what, "adapter"):  # a Kernel
+        desc = what.describe()
+        return _kernel_subject(what, desc, schemes)
+    if callable(what):
+        name = verifier_name(what)  # type: ignore[arg-type]
+        spec = VERIFIERS.get(name)
+        if spec is not None:
+            return _from_description({"verifier": name}, field_name, schemes)
+        return Subject(name, what, {"verifier": name}, schemes=tuple(schemes or ("iid",)))  # type: ignore[arg-type]
+    raise InvalidParameterError(field_name, f"expected a verifier name, module:function, a verifier function or a "
+                                            f"Kernel, got {type(what).__name__}")
+
+
+def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None) -> Subject:
+    unknown = set(desc) - {"verifier", *KERNEL_KEYS, "schemes"}
+    if unknown:
+        raise InvalidParameterError(f"{field_name}.{sorted(unknown)[0]}", "unknown key (expected verifier, or kernel "
+                                                                          "with adapter, dtype, uniforms, kernel_kwargs)")
+    if ("verifier" in desc) == ("kernel" in desc):
+        raise InvalidParameterError(field_name, "give exactly one of verifier or kernel")
+    if "schemes" in desc:
+        schemes = _strings(desc["schemes"], f"{field_name}.schemes")
+    if "verifier" in desc:
+        if not isinstance(desc["verifier"], str):
+            raise InvalidParameterError(f"{field_name}.verifier", "must be a name or module:function")
+        extra = set(desc) & set(KERNEL_KEYS[1:])
+        if extra:
+            raise InvalidParameterError(f"{field_name}.{sorted(extra)[0]}", "applies to a kernel only")
+        name, fn = load_verifier(desc["verifier"])
+        spec = VERIFIERS.get(name)
+        if spec is None:
+            return Subject(name, fn, {"verifier": name}, schemes=tuple(schemes or ("iid",)))
+        claimed = spec.lossless_under or ((spec.demo[1],) if spec.demo else ("iid",))
+        return Subject(name, fn, {"verifier": name}, spec.shapes, tuple(schemes or claimed), spec.float_only)
+    from simulator.kernels import Kernel  # torch only when a kernel is checked
+
+    kwargs = desc.get("kernel_kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise InvalidParameterError(f"{field_name}.kernel_kwargs", "must be a table of NAME = VALUE")
+    for key in ("kernel", "adapter", "dtype", "uniforms"):
+        if key in desc and not isinstance(desc[key], str):
+            raise InvalidParameterError(f"{field_name}.{key}", "must be a string")
+    kernel = Kernel(desc["kernel"], desc.get("adapter", "tree"), desc.get("dtype", "float64"),
+                    desc.get("uniforms", "continuous"), dict(kwargs))
+    return _kernel_subject(kernel, kernel.describe(), schemes)
+
+
+def _kernel_subject(kernel, desc: dict, schemes: Sequence[str] | None) -> Subject:
+    from simulator.kernels import CHAIN_ADAPTERS
+
+    shapes = ("chain",) if desc["adapter"] in CHAIN_ADAPTERS else ALL_SHAPES
+    return Subject(desc["kernel"], kernel, desc, shapes, tuple(schemes or ("iid",)))
+
+
+def _strings(value: object, field_name: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidParameterError(field_name, "must be a list of strings")
+    return tuple(value)
+
+
+def shape_names(parents: Sequence[int]) -> set[str]:
+    """Every topology name a parent list qualifies as (``explicit`` always; ``chain``, ``multi-chain`` with
+    equal-depth chains, and the named shapes it equals)."""
+    parents = tuple(parents)
+    names = {"explicit"}
+    kids = [0] * len(parents)
+    for par in parents[1:]:
+        kids[par] += 1
+    width = kids[0] if parents else 0
+    depth = 0
+    for i in range(1, len(parents)):
+        depth = max(depth, _depth(parents, i))
+    if all(k <= 1 for k in kids):
+        names.add("chain")
+    if all(k <= 1 for k in kids[1:]) and width >= 1 and parents == make_topology("multi-chain", depth, width).parents:
+        names.add("multi-chain")
+    for name in ("complete", "tapered", "binary"):
+        if width >= 1 and parents == make_topology(name, depth, width).parents:
+            names.add(name)
+    return names
+
+
+def _depth(parents: Sequence[int], v: int) -> int:
+    d = 0
+    while v > 0:
+        v, d = parents[v], d + 1
+    return d
