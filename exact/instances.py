@@ -69,10 +69,10 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
         topology = random_shape(rng, shapes[i % len(shapes)], nodes)
         model = RandomRationalModel(vocab=vocab, seed=int(rng.integers(2**31)), zero_prob=0.3)
         scheme = schemes[(i // len(shapes)) % len(schemes)]
-        yield Instance(model, topology, scheme, make_drafter(scheme, topology, model, _random_options(rng, nodes)))
+        yield Instance(model, topology, scheme, make_drafter(scheme, topology, model, random_options(rng, nodes)))
 
 
-def _random_options(rng: np.random.Generator, nodes: int) -> DrafterOptions:
+def random_options(rng: np.random.Generator, nodes: int) -> DrafterOptions:
     """Dynamic drafters of at most ``nodes`` draft tokens (DySpec's threshold tree: at most ``nodes`` per
     layer is not guaranteed, so its depth stays at 2 and its threshold at 1/4 or more)."""
     return DrafterOptions(budget=int(rng.integers(1, nodes + 1)), threshold=float(rng.uniform(0.25, 0.6)),

@@ -5,8 +5,10 @@ kept only when the subject is still certified LOSSY on the result, and the passe
 the time is up. Smaller means (:meth:`Reproducer.size`) fewer draft nodes, then a smaller vocabulary, depth and
 branching, then simpler rows: more zeros, then smaller denominators. The moves, in order:
 
-1. drop the tree's deepest level or one leaf (where the subject is still defined), or lower DySpec's budget or
-   depth — first with the case's rows, then with each of :data:`RESEEDS` row sets of the battery generator;
+1. drop the tree's deepest level or one leaf (where the subject is still defined) with the case's rows; then
+   every smaller shape, fewest nodes first, at each vocabulary from 2 to the case's, with each of
+   :data:`RESEEDS` row sets of the battery generator (:class:`RandomRationalModel`); DySpec: a lower budget or
+   depth;
 2. remove a token from the vocabulary (its entries dropped and each row renormalised; contexts holding it
    dropped), then the smaller vocabulary with the generator's row sets;
 3. simplify one row: zero an entry, make the row uniform on its support, or round it to ``k/d`` for a small
@@ -24,8 +26,10 @@ from fractions import Fraction
 from typing import Iterator
 
 from simulator.errors import SpecproofError
+from simulator.limits import until
 from simulator.models import Context, RandomRationalModel
 from simulator.numeric import Number
+from simulator.trees import node_depths
 
 from .certificate import Certificate
 from .reproducer import Reproducer, pruned
@@ -54,7 +58,7 @@ def shrink(case: Reproducer, time_limit: float = 10.0, what: Subject | None = No
     what = what or subject(case.subject, "case.subject")
     deadline = time.monotonic() + time_limit
     best = pruned(case)
-    cert = _lossy(best, what)
+    cert = _lossy(best, what, deadline + time_limit)  # the case given is certified whole, however long
     if cert is None:
         raise ValueError("shrink needs a lossy case: this one certifies lossless")
     kept = tried = 0
@@ -71,7 +75,7 @@ def shrink(case: Reproducer, time_limit: float = 10.0, what: Subject | None = No
                     if candidate.size() >= best.size():
                         continue
                     tried += 1
-                    found = _lossy(candidate, what)
+                    found = _lossy(candidate, what, deadline)
                     if found is not None:
                         best, cert, kept, progress, improved = pruned(candidate), found, kept + 1, True, True
                         break
@@ -81,9 +85,12 @@ def shrink(case: Reproducer, time_limit: float = 10.0, what: Subject | None = No
     return Shrunk(best, cert, kept, tried, complete)
 
 
-def _lossy(case: Reproducer, what: Subject) -> Certificate | None:
+def _lossy(case: Reproducer, what: Subject, deadline: float) -> Certificate | None:
+    """The certificate of a lossy ``case``; ``None`` when it is lossless, cannot be certified, or its
+    certification runs past ``deadline``."""
     try:
-        cert = case.certify(what)
+        with until(deadline):
+            cert = case.certify(what)
     except SpecproofError:
         return None
     return None if cert.lossless else cert
@@ -97,18 +104,19 @@ def _fewer_nodes(case: Reproducer, what: Subject) -> Iterator[Reproducer]:
                 yield smaller
                 yield from _reseeded(smaller)
         return
-    shapes = [shape for shape in _smaller_shapes(case.parents) if what.allows(shape)]
-    for shape in shapes:
-        yield replace(case, parents=shape)
-    for shape in shapes:
-        yield from _reseeded(replace(case, parents=shape))
+    for shape in _subtrees(case.parents):
+        if what.allows(shape):
+            yield replace(case, parents=shape)
+    for nodes in range(1, len(case.parents) - 1):  # every smaller shape, fewest nodes first
+        for shape in bfs_shapes(nodes):
+            if what.allows(shape):
+                for vocab in range(2, case.vocab + 1):
+                    yield from _reseeded(replace(case, parents=shape, vocab=vocab))
 
 
-def _smaller_shapes(parents: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """The tree without its deepest level, then without each one leaf (last first)."""
-    depths = [0] * len(parents)
-    for v in range(1, len(parents)):
-        depths[v] = depths[parents[v]] + 1
+def _subtrees(parents: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The tree without its deepest level, then without each one leaf (last first): the case's rows still fit."""
+    depths = node_depths(parents)
     out = []
     if max(depths) > 1:
         out.append(tuple(par for v, par in enumerate(parents) if depths[v] < max(depths)))
@@ -116,6 +124,20 @@ def _smaller_shapes(parents: tuple[int, ...]) -> list[tuple[int, ...]]:
         if leaf not in parents[1:]:
             out.append(tuple(par if par < leaf else par - 1 for v, par in enumerate(parents) if v != leaf))
     return [shape for shape in out if len(shape) > 1]
+
+
+def bfs_shapes(nodes: int) -> Iterator[tuple[int, ...]]:
+    """Every BFS-ordered parent list with ``nodes`` draft nodes (parents non-decreasing, each an earlier node),
+    shallowest first."""
+    def grow(parents: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        if len(parents) == nodes + 1:
+            yield parents
+            return
+        low = parents[-1] if len(parents) > 1 else 0
+        for par in range(low, len(parents)):
+            yield from grow(parents + (par,))
+
+    yield from sorted(grow((-1,)), key=lambda ps: (max(node_depths(ps)), ps))
 
 
 def _smaller_vocab(case: Reproducer, what: Subject) -> Iterator[Reproducer]:

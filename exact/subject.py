@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from simulator.errors import InvalidParameterError
-from simulator.trees import make_topology
+from simulator.trees import make_topology, node_depths
 from simulator.verifiers.registry import ALL_SHAPES, VERIFIERS, Verifier, load_verifier, verifier_name
 
 KERNEL_KEYS = ("kernel", "adapter", "dtype", "uniforms", "kernel_kwargs")
@@ -114,9 +114,7 @@ def shape_names(parents: Sequence[int]) -> set[str]:
     for par in parents[1:]:
         kids[par] += 1
     width = kids[0] if parents else 0
-    depth = 0
-    for i in range(1, len(parents)):
-        depth = max(depth, _depth(parents, i))
+    depth = max(node_depths(parents))
     if all(k <= 1 for k in kids):
         names.add("chain")
     if all(k <= 1 for k in kids[1:]) and width >= 1 and parents == make_topology("multi-chain", depth, width).parents:
@@ -126,9 +124,3 @@ def shape_names(parents: Sequence[int]) -> set[str]:
             names.add(name)
     return names
 
-
-def _depth(parents: Sequence[int], v: int) -> int:
-    d = 0
-    while v > 0:
-        v, d = parents[v], d + 1
-    return d

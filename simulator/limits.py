@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, ContextManager, Iterator
 
 from .errors import ExecutionLimitError, InvalidParameterError, TimeLimitError
 
@@ -190,3 +190,8 @@ def time_limit(seconds: float | None, describe: Callable[[], str] | None = None)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def until(deadline: float) -> ContextManager[None]:
+    """:func:`time_limit` up to ``deadline`` (a ``time.monotonic()`` instant); one already past fires at once."""
+    return time_limit(max(deadline - time.monotonic(), 1e-3))

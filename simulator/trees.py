@@ -58,17 +58,18 @@ class Topology:
 
     @cached_property
     def height(self) -> int:
-        return _depths(self.parents)[-1] if len(self.parents) > 1 else 0
+        return node_depths(self.parents)[-1] if len(self.parents) > 1 else 0
 
     def levels(self) -> list[list[int]]:
         """The node ids of each depth, shallowest first (BFS order makes each a run of consecutive ids)."""
         out: list[list[int]] = [[] for _ in range(self.height + 1)]
-        for node, depth in enumerate(_depths(self.parents)):
+        for node, depth in enumerate(node_depths(self.parents)):
             out[depth].append(node)
         return out
 
 
-def _depths(parents: Sequence[int]) -> list[int]:
+def node_depths(parents: Sequence[int]) -> list[int]:
+    """The depth of every node of a BFS-ordered parent list (the root: 0)."""
     depths = [0] * len(parents)
     for i in range(1, len(parents)):
         depths[i] = depths[parents[i]] + 1
@@ -178,7 +179,7 @@ class DraftTree:
         self._children: list[list[int]] = [[] for _ in self.parents]
         for v, par in enumerate(self.parents[1:], start=1):
             self._children[par].append(v)
-        self._depths = _depths(self.parents)
+        self._depths = node_depths(self.parents)
         self._paths: list[tuple[int, ...]] = [()]
         for v in range(1, len(self.parents)):
             self._paths.append(self._paths[self.parents[v]] + (self.tokens[v],))  # type: ignore[operator]
