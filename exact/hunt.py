@@ -23,7 +23,7 @@ import numpy as np
 from simulator.drafters import DrafterOptions, make_drafter
 from simulator.errors import InvalidDistributionError, InvalidParameterError, TimeLimitError
 from simulator.limits import until
-from simulator.models import RandomRationalModel, SyntheticModel
+from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
 from simulator.trees import Topology, make_topology
 
 from .certificate import Certificate
@@ -44,6 +44,7 @@ class Fixed:
     """The options held fixed (``None``: searched)."""
 
     model: str | None = None
+    table: ModelPair | None = None  # --model table: these rows, every pair
     seed: int | None = None
     vocab: int | None = None
     topology: Topology | None = None
@@ -133,10 +134,13 @@ def hunt(what: Subject, time_limit: float, fixed: Fixed = Fixed(), seed: int = 0
 
 def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: list[str],
                 arithmetic: str) -> tuple[Reproducer, dict[str, object]]:
-    vocab = fixed.vocab or int(rng.integers(2, 5))
+    vocab = fixed.table.vocab if fixed.table is not None else fixed.vocab or int(rng.integers(2, 5))
     kind = fixed.model or MODEL_KINDS[int(rng.random() < 0.25)]
     seed = fixed.seed if fixed.seed is not None else int(rng.integers(2**31))
-    if kind == "synthetic":
+    model: ModelPair
+    if fixed.table is not None:
+        model = fixed.table
+    elif kind == "synthetic":
         model = SyntheticModel(vocab, fixed.rho if fixed.rho is not None else float(rng.uniform(0, 1)),
                                fixed.tau_p or float(rng.uniform(0.3, 2)), fixed.tau_q or float(rng.uniform(0.3, 2)),
                                seed)

@@ -27,6 +27,9 @@ from exact.pairs import certify_pairs
 from exact.size import SizeEstimate, estimate_generation, estimate_round
 from exact.table import Planned, certification_table, estimate_table, plan_table, table_markdown
 from exact.generation import generation_law
+from exact.reproducer import capture, load_reproducer
+from exact.shrink import shrink as shrink_case
+from exact.subject import subject
 from exact.theorems import CHECKS, run_checks, theorems_markdown
 
 from .case import load_case
@@ -340,20 +343,47 @@ def _certified(tree: dict, kernel: str | None, adapter: str, dtype: str, uniform
     return kernel, verifier, verifier
 
 
+def _case_options(fn):
+    options = [
+        click.option("--case", "case_path", type=click.Path(dir_okay=False),
+                     help="a reproducer (hunt, gate, --shrink): its model table, shape, drafting and subject; "
+                          "--verifier or --kernel certify another subject on it"),
+        click.option("--shrink", is_flag=True, help="on a lossy verdict, shrink it to a small reproducer, written to "
+                                                    "--case-out and into --json"),
+        click.option("--shrink-time", type=float, default=10.0, show_default=True, help="seconds the shrinker may take"),
+        click.option("--case-out", type=click.Path(dir_okay=False), default="specproof-case.json", show_default=True,
+                     help="--shrink: where the reproducer goes"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _given(ctx: click.Context, names) -> list[str]:
+    """The options among ``names`` given on the command line (not left at their defaults)."""
+    return [n for n in names if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+
+
 @main.command()
 @_model_options
 @click.option("--seeds", "pairs", type=int, default=1, show_default=True,
               help="certify model seeds --seed … --seed+K−1, stopping at the first lossy pair")
 @_tree_options
 @_kernel_options
+@_case_options
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
 @_limit_options
-def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, pairs, kernel, adapter, dtype,
-            uniforms, kernel_kwargs, arithmetic, json_out, max_executions, timeout, **tree) -> None:
+@click.pass_context
+def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, pairs, kernel, adapter, dtype,
+            uniforms, kernel_kwargs, case_path, shrink, shrink_time, case_out, arithmetic, json_out, max_executions,
+            timeout, **tree) -> None:
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1).
     Exit 0 lossless, 1 lossy."""
     _check_count("seeds", pairs, 1)
+    if case_path is not None:
+        return _certify_case(ctx, case_path, tree, kernel, adapter, dtype, uniforms, kernel_kwargs, shrink,
+                             shrink_time, case_out, json_out, max_executions, timeout)
     if model_kind == "table" and pairs > 1:
         raise InvalidParameterError("seeds", "a table model has no seed: --seeds K needs a synthetic or "
                                              "random-rational model")
@@ -373,13 +403,7 @@ def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, p
         result = certify_pairs(pair, range(seed, seed + pairs), fn, arithmetic,
                                config=lambda s: {**model_for(s).describe(), **drafting, **described})
     cert = result.deciding
-    verdict = "LOSSLESS" if result.lossless else "LOSSY"
-    if kernel_spec is not None:
-        exactness = (f"torch kernel through adapter {adapter}, {dtype}, {uniforms} uniforms; tolerance "
-                     f"{human_number(cert.tolerance)}")
-    else:
-        exactness = "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
-    click.echo(f"{name}: {verdict} ({exactness})")
+    click.echo(f"{name}: {'LOSSLESS' if result.lossless else 'LOSSY'} ({_exactness(cert, kernel_spec, arithmetic)})")
     click.echo(f"  model {cert.config['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items())
                + (f"; shown for model seed {result.deciding_seed}" if pairs > 1 else ""))
     for line in _certificate_lines(cert):
@@ -387,8 +411,65 @@ def certify(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, p
     if kernel_spec is not None:
         click.echo(f"  tolerance: {cert.tolerance_reason}")
     click.echo(f"  covers: {result.coverage()}")
-    _write_json(json_out, {**result.to_json(), "verifier": name})
+    out = {**result.to_json(), "verifier": name}
+    if shrink and not result.lossless:
+        what = subject(described or name)
+        out["reproducer"] = _shrunk(capture(*pair(result.deciding_seed), what, arithmetic), what, shrink_time,
+                                    case_out)
+    _write_json(json_out, out)
     sys.exit(0 if result.lossless else 1)
+
+
+def _exactness(cert, kernel_spec, arithmetic: str) -> str:
+    if kernel_spec is not None:
+        return (f"torch kernel through adapter {kernel_spec.adapter}, {kernel_spec.dtype}, {kernel_spec.uniforms} "
+                f"uniforms; tolerance {human_number(cert.tolerance)}")
+    return "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
+
+
+def _shrunk(case, what, seconds: float, case_out: str) -> dict:
+    """Shrink a lossy case, write the reproducer, say so; its JSON for the certificate."""
+    found = shrink_case(case, seconds, what)
+    small = found.case
+    path = small.write(case_out, found.certificate)
+    ended = "complete" if found.complete else f"stopped at the {seconds:g} s bound"
+    click.echo(f"  reproducer: {small.nodes} draft node(s), vocab {small.vocab}, depth {small.depth} "
+               f"({found.kept} shrinking steps, {ended}), TVD {human_number(found.certificate.tvd)}; "
+               f"written to {path} (specproof certify --case {path})")
+    return small.to_json(found.certificate)
+
+
+def _certify_case(ctx, case_path, tree, kernel, adapter, dtype, uniforms, kernel_kwargs, shrink, shrink_time,
+                  case_out, json_out, max_executions, timeout) -> None:
+    """``certify --case``: the reproducer's subject (or --verifier/--kernel) on its table, shape and drafting."""
+    held = _given(ctx, ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs",
+                        "topology", "depth", "branching", "parents", "drafting", "budget", "threshold", "max_depth",
+                        "corpus_path", "arithmetic"))
+    if held:
+        raise InvalidParameterError("case", f"the case holds the model, tree, drafting and arithmetic: drop "
+                                            f"--{held[0].replace('_path', '').replace('_', '-')}")
+    case = load_reproducer(case_path)
+    if tree["verifier"] is not None or kernel is not None:
+        name, _, kernel_spec = _certified(tree, kernel, adapter, dtype, uniforms, kernel_kwargs)
+        what = subject(kernel_spec.describe() if kernel_spec is not None else name)
+    else:
+        what, kernel_spec = subject(case.subject, "case.subject"), None
+    check_arithmetic_for(what.name, case.arithmetic)
+    with _mass_bar(1, f"certify {what.name}") as bar, _limited(max_executions, timeout, bar.update):
+        cert = case.certify(what)
+    kernel_obj = what.fn if "kernel" in what.description else None
+    click.echo(f"{what.name}: {'LOSSLESS' if cert.lossless else 'LOSSY'} "
+               f"({_exactness(cert, kernel_obj, case.arithmetic)})")
+    click.echo(f"  case {case_path}: table model, vocab {case.vocab}, " +
+               ", ".join(f"{k} {v}" for k, v in case.shape_json().items()))
+    for line in _certificate_lines(cert):
+        click.echo(line)
+    click.echo("  covers: this case's model pair, not every pair")
+    out = {**cert.to_json(), "verifier": what.name, "case": str(case_path)}
+    if shrink and not cert.lossless:
+        out["reproducer"] = _shrunk(case, what, shrink_time, case_out)
+    _write_json(json_out, out)
+    sys.exit(0 if cert.lossless else 1)
 
 
 QUICK_TABLES = (1,)
@@ -704,6 +785,8 @@ def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str 
         Path(out_path).write_text(text)
     sys.exit(0 if all(c.as_expected for c in checks) else 1)
 
+
+from . import cli_checks  # noqa: E402,F401  (registers hunt, gate and zoo on main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

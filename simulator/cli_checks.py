@@ -1,0 +1,77 @@
+"""The commands that search and gate: ``hunt`` (instance search to the first loss), ``gate`` (a battery against
+committed baselines, for CI) and ``zoo`` (the mutation zoo report). Registered on :func:`simulator.cli.main`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from exact.hunt import Fixed, hunt as run_hunt
+from exact.subject import subject
+from simulator.drafters import DrafterOptions
+
+from .aded import AdedConfig
+from .cli import (_bar, _build_shape, _certificate_lines, _certified, _given, _kernel_options, _model_options,
+                  _shrunk, _tree_options, _write_json, build_model, main)
+from .errors import InvalidParameterError
+from .numeric import ARITHMETICS, human_number
+from .verifiers.registry import check_arithmetic_for
+
+
+@main.command()
+@_model_options
+@_tree_options
+@_kernel_options
+@click.option("--time-limit", type=float, default=60.0, show_default=True, help="seconds to search")
+@click.option("--hunt-seed", type=int, default=0, show_default=True, help="seed of the search itself")
+@click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
+@click.option("--shrink-time", type=float, default=10.0, show_default=True, help="seconds the shrinker may take")
+@click.option("--case-out", type=click.Path(dir_okay=False), default="specproof-case.json", show_default=True,
+              help="where the shrunk reproducer goes")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
+@click.pass_context
+def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, kernel, adapter, dtype, uniforms,
+         kernel_kwargs, time_limit, hunt_seed, arithmetic, shrink_time, case_out, json_out, **tree) -> None:
+    """Search model pairs, vocabularies, shapes and drafting schemes (then local moves on rows) for a pair on which
+    the verifier or kernel is lossy. Options given are held fixed, the others searched. Exit 1 on a loss (shrunk
+    reproducer written), 0 when the time limit ends without one."""
+    if not time_limit > 0:
+        raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
+    name, _, kernel_spec = _certified(tree, kernel, adapter, dtype, uniforms, kernel_kwargs)
+    what = subject(kernel_spec.describe() if kernel_spec is not None else name)
+    check_arithmetic_for(what.name, arithmetic)
+    fixed = _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree)
+    with _bar(None, f"hunt {what.name}", "pair") as bar:
+        result = run_hunt(what, time_limit, fixed, hunt_seed, arithmetic, shrink_time, lambda n: bar.update(1))
+    out = {"verifier": what.name, "subject": what.description, **result.to_json()}
+    if result.found is None:
+        click.echo(f"{what.name}: no loss found")
+        click.echo(f"  covers: {result.coverage()} — these pairs only, not every pair")
+        _write_json(json_out, out)
+        sys.exit(0)
+    cert = result.found_certificate
+    click.echo(f"{what.name}: LOSSY on pair {result.pairs} of the hunt ({result.seconds:.1f} s)")
+    for line in _certificate_lines(cert):
+        click.echo(line)
+    click.echo(f"  covers: {result.coverage()}")
+    out["reproducer"] = _shrunk(result.found, what, shrink_time, case_out)
+    _write_json(json_out, out)
+    sys.exit(1)
+
+
+def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) -> Fixed:
+    """The hunt's fixed options: those given on the command line."""
+    given = set(_given(ctx, ("model_kind", "vocab", "seed", "rho", "tau_p", "tau_q", "topology", "depth", "branching",
+                             "parents", "drafting", "budget", "threshold", "max_depth")))
+    table = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q) if model_kind == "table" else None
+    topology = None
+    if given & {"topology", "depth", "branching", "parents"}:
+        topology = _build_shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])[1]
+    options = None
+    if given & {"budget", "threshold", "max_depth"}:
+        options = DrafterOptions(tree["budget"], tree["threshold"], tree["max_depth"], AdedConfig())
+    pick = lambda key, value: value if key in given else None  # noqa: E731
+    return Fixed(pick("model_kind", model_kind), table, pick("seed", seed), pick("vocab", vocab), topology,
+                 pick("drafting", tree["drafting"]), options, pick("rho", rho), pick("tau_p", tau_p),
+                 pick("tau_q", tau_q))
