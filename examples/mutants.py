@@ -35,9 +35,10 @@ from examples.torch_kernels import _chain_rows, _children_table, _emitted, _inve
 def sps_chain_stub_uniform(candidate_input_ids, candidate_logits, candidate_length, new_logits):
     """A stub uniform shipped: the acceptance test compares ``torch.zeros(())`` where ``torch.rand(())`` belongs.
 
-    Every draft of positive ratio is accepted, so the output follows the draft wherever the target gives the
-    draft token any mass: LOSSY on any pair where ``p`` and ``q`` differ on a shared support. A class seen where
-    samplers carry a deterministic-testing hook (a fixed or zero uniform) that stays switched on outside tests.
+    Every draft of positive ratio is accepted, so a token the draft over-proposes (``0 < q(x) < p(x)``) is
+    emitted with the draft's probability ``p(x)``: LOSSY on any pair with such a token (exact only where
+    ``p ≤ q`` on the target's support). A class seen where samplers carry a deterministic-testing hook (a fixed
+    or zero uniform) that stays switched on outside tests.
     """
     drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):

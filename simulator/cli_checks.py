@@ -3,7 +3,9 @@ committed baselines, for CI) and ``zoo`` (the mutation zoo report). Registered o
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -12,7 +14,7 @@ from exact.subject import subject
 from simulator.drafters import DrafterOptions
 
 from .aded import AdedConfig
-from .cli import (_bar, _build_shape, _certificate_lines, _certified, _given, _kernel_options, _model_options,
+from .cli import (_bar, _build_shape, _certificate_lines, _certified, _command, _given, _kernel_options, _model_options,
                   _shrunk, _tree_options, _write_json, build_model, main)
 from .errors import InvalidParameterError
 from .numeric import ARITHMETICS, human_number
@@ -75,3 +77,47 @@ def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) ->
     return Fixed(pick("model_kind", model_kind), table, pick("seed", seed), pick("vocab", vocab), topology,
                  pick("drafting", tree["drafting"]), options, pick("rho", rho), pick("tau_p", tau_p),
                  pick("tau_q", tau_q))
+
+
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="specproof.toml: what is checked, the battery, the expected verdicts (docs/gate.md)")
+@click.option("--jobs", type=int, default=1, show_default=True, help="worker processes certifying instances")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="write JUnit XML here")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False),
+              help="write the Markdown summary here  [default: $GITHUB_STEP_SUMMARY when set]")
+@click.option("--update-baselines", is_flag=True, help="rewrite the baselines file with the E[τ] of this run")
+@click.option("--fresh", is_flag=True, help="certify everything again, ignoring results kept in the state folder")
+@click.pass_context
+def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fresh) -> None:
+    """The regression gate: certify every check of the config on its battery, compare exact E[τ] with the
+    baselines, hunt. Exit 0 when every check holds, 1 on a regression, 2 on a bad config."""
+    import time
+
+    from .gate import load_config, run_gate, write_baselines
+    from .gate_report import junit, markdown
+
+    if jobs < 1:
+        raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
+    start = time.monotonic()
+    config = load_config(config_path)
+    with _bar(None, "gate", "instance") as bar:
+        def total(n: int) -> None:
+            bar.total = n
+            bar.refresh()
+        outcomes = run_gate(config, jobs, fresh, bar.update, total)
+    if update_baselines:
+        write_baselines(config.resolve("baselines"), outcomes)
+        for outcome in outcomes:
+            for case in outcome.cases:
+                case.baseline, case.moved = case.result["expected_accepted"], False
+    text = markdown(outcomes, _command(ctx))
+    click.echo(text)
+    summary_path = summary_path or os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        Path(summary_path).write_text(text)
+    if junit_path:
+        Path(junit_path).write_text(junit(outcomes, time.monotonic() - start))
+    if update_baselines:
+        click.echo(f"baselines written to {config.resolve('baselines')}")
+    sys.exit(1 if any(o.failures for o in outcomes) else 0)
