@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import itertools
 import json
 import re
 import sys
@@ -26,19 +25,15 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
+from exact.battery import battery, build, instance_key, instances, merged
 from exact.certificate import certify
 from exact.hunt import hunt
 from exact.reproducer import capture
 from exact.shrink import shrink
 from exact.subject import Subject, subject
 
-from .aded import AdedConfig
-from .drafters import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
 from .errors import InvalidParameterError, SpecproofError
 from .jsonfile import read_json, write_json
-from .models import RandomRationalModel, SyntheticModel
-from .numeric import ARITHMETICS
-from .trees import TOPOLOGIES, make_topology
 from .verifiers.registry import check_arithmetic_for
 
 if sys.version_info >= (3, 11):
@@ -47,14 +42,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 EXPECT = ("lossless", "lossy")
-BATTERY_DEFAULTS: dict[str, object] = {
-    "models": ["random-rational"], "seeds": [0, 1, 2], "vocab": [2, 3], "topologies": ["chain", "complete"],
-    "depth": 2, "branching": 2, "drafting": [], "arithmetic": "fraction", "budget": 4, "threshold": 0.2,
-    "max_depth": 2, "zero_prob": 0.25, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0,
-}
 GATE_DEFAULTS: dict[str, object] = {"baselines": "specproof-baselines.json", "state": ".specproof-gate",
                                     "hunt_seconds": 5.0, "shrink_seconds": 10.0, "tolerance": 1e-9}
-MODEL_KINDS = ("random-rational", "synthetic")
 
 
 @dataclass(frozen=True)
@@ -89,30 +78,21 @@ def load_config(path: str | Path) -> Config:
     unknown = set(data) - {"gate", "battery", "check"}
     if unknown:
         raise InvalidParameterError(f"config.{sorted(unknown)[0]}", "unknown table (expected gate, battery, check)")
-    gate = _merged(GATE_DEFAULTS, data.get("gate", {}), "config.gate")
+    gate = merged(GATE_DEFAULTS, data.get("gate", {}), "config.gate")
     for key in ("hunt_seconds", "shrink_seconds", "tolerance"):
         _number(gate[key], f"config.gate.{key}")
-    battery = _battery(_merged(BATTERY_DEFAULTS, data.get("battery", {}), "config.battery"), "config.battery")
+    shared = battery(data.get("battery", {}), "config.battery")
     raw = data.get("check")
     if not isinstance(raw, list) or not raw:
         raise InvalidParameterError("config.check", "missing: add at least one [[check]] table")
     checks, names = [], set()
     for i, entry in enumerate(raw):
-        check = _check(entry, battery, f"config.check[{i}]")
+        check = _check(entry, shared, f"config.check[{i}]")
         if check.name in names:
             raise InvalidParameterError(f"config.check[{i}].name", f"{check.name!r} is used twice: name the checks")
         names.add(check.name)
         checks.append(check)
     return Config(path, gate, tuple(checks))
-
-
-def _merged(defaults: dict, given: object, where: str) -> dict:
-    if not isinstance(given, dict):
-        raise InvalidParameterError(where, "must be a table")
-    unknown = set(given) - set(defaults)
-    if unknown:
-        raise InvalidParameterError(f"{where}.{sorted(unknown)[0]}", f"unknown key (known: {', '.join(defaults)})")
-    return {**defaults, **given}
 
 
 def _number(value: object, where: str) -> float:
@@ -121,24 +101,7 @@ def _number(value: object, where: str) -> float:
     return float(value)
 
 
-def _battery(b: dict, where: str) -> dict:
-    def names(key: str, allowed) -> None:
-        if not isinstance(b[key], list) or any(v not in allowed for v in b[key]):
-            raise InvalidParameterError(f"{where}.{key}", f"must be a list drawn from {sorted(allowed)}, got {b[key]!r}")
-
-    names("models", MODEL_KINDS)
-    names("topologies", TOPOLOGIES)
-    names("drafting", set(DRAFTERS) - {"aded"})
-    for key in ("seeds", "vocab"):
-        if not isinstance(b[key], list) or not b[key] or any(isinstance(v, bool) or not isinstance(v, int) or v < 0
-                                                             for v in b[key]):
-            raise InvalidParameterError(f"{where}.{key}", f"must be a non-empty list of integers ≥ 0, got {b[key]!r}")
-    if b["arithmetic"] not in ARITHMETICS:
-        raise InvalidParameterError(f"{where}.arithmetic", f"must be one of {ARITHMETICS}, got {b['arithmetic']!r}")
-    return b
-
-
-def _check(entry: object, battery: dict, where: str) -> Check:
+def _check(entry: object, shared: dict, where: str) -> Check:
     if not isinstance(entry, dict):
         raise InvalidParameterError(where, "must be a table")
     entry = dict(entry)
@@ -146,7 +109,7 @@ def _check(entry: object, battery: dict, where: str) -> Check:
     if expect not in EXPECT:
         raise InvalidParameterError(f"{where}.expect", f"must be one of {EXPECT}, got {expect!r}")
     name = entry.pop("name", None)
-    own = _battery(_merged(battery, entry.pop("battery", {}), f"{where}.battery"), f"{where}.battery")
+    own = battery(entry.pop("battery", {}), f"{where}.battery", shared)
     what = subject(entry, where)  # imports the plugin or kernel now: a bad name is a config error
     check_arithmetic_for(what.name, own["arithmetic"])
     if name is None:
@@ -156,46 +119,12 @@ def _check(entry: object, battery: dict, where: str) -> Check:
     return Check(name, entry, expect, own)
 
 
-# ---- instances ---------------------------------------------------------------------------------------------------
-def instances(check: Check, what: Subject) -> list[dict]:
-    """The battery of one check: models × seeds × vocabularies × (shapes the subject is defined on, or DySpec's
-    dynamic trees) × drafting schemes (the battery's, else those the subject claims)."""
-    b = check.battery
-    schemes = b["drafting"] or [s for s in what.schemes if s in DRAFTERS and s != "aded"] or ["iid"]
-    out = []
-    for kind, seed, vocab, scheme in itertools.product(b["models"], b["seeds"], b["vocab"], schemes):
-        if scheme in DYNAMIC:
-            out.append({"model": kind, "seed": seed, "vocab": vocab, "drafting": scheme})
-            continue
-        for topology in b["topologies"]:
-            if what.allows(make_topology(topology, b["depth"], b["branching"]).parents):
-                out.append({"model": kind, "seed": seed, "vocab": vocab, "topology": topology, "drafting": scheme})
-    return out
-
-
-def instance_key(inst: dict) -> str:
-    shape = inst.get("topology", "dynamic")
-    return f"{inst['model']} seed={inst['seed']} V={inst['vocab']} {shape} {inst['drafting']}"
-
-
-def build(inst: dict, battery: dict):
-    """The model and drafter of one instance."""
-    if inst["model"] == "synthetic":
-        model = SyntheticModel(inst["vocab"], battery["rho"], battery["tau_p"], battery["tau_q"], inst["seed"])
-    else:
-        model = RandomRationalModel(inst["vocab"], inst["seed"], zero_prob=battery["zero_prob"])
-    topology = (make_topology(inst["topology"], battery["depth"], battery["branching"]) if "topology" in inst
-                else None)
-    options = DrafterOptions(battery["budget"], battery["threshold"], battery["max_depth"], AdedConfig())
-    return model, make_drafter(inst["drafting"], topology, model, options)
-
-
 def run_instance(task: tuple[dict, dict, dict]) -> dict:
     """Certify one instance (a worker's job): the verdict, TVD and ``E[τ]`` as JSON."""
-    description, battery, inst = task
+    description, b, inst = task
     what = subject(description)
-    model, drafter = build(inst, battery)
-    cert = certify(model, drafter, what.fn, battery["arithmetic"])
+    model, drafter = build(inst, b)
+    cert = certify(model, drafter, what.fn, b["arithmetic"])
     js = cert.to_json()
     return {"lossless": cert.lossless, "tvd": js["tvd"], "off_support": js["off_support"],
             "expected_accepted": js["expected_accepted"], "arithmetic": cert.arithmetic}
@@ -300,7 +229,7 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
     for check in config.checks:
         what = subject(check.description)
         outcome = CheckOutcome(check, what)
-        for inst in instances(check, what):
+        for inst in instances(check.battery, what):
             key = fingerprint(check, what, inst)
             outcome.cases.append(Case(instance_key(inst), state.load(key) or {}))
             if not outcome.cases[-1].result:
@@ -360,7 +289,7 @@ def _reproduce(outcome: CheckOutcome, config: Config) -> None:
     folder = config.resolve("state") / "cases"
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", outcome.check.name) + ".json")
     if outcome.lossy_cases:
-        inst = next(i for i in instances(outcome.check, outcome.subject)
+        inst = next(i for i in instances(outcome.check.battery, outcome.subject)
                     if instance_key(i) == outcome.lossy_cases[0].key)
         model, drafter = build(inst, outcome.check.battery)
         try:
