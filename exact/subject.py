@@ -5,7 +5,8 @@ A subject is described by a small JSON object, the same in a gate config, a repr
 ``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
 "chain", "dtype": "float64", "uniforms": "continuous", "kernel_kwargs": {}}``. Built-ins bring their registry
 entry (shapes, schemes); a plugin runs on every shape under ``iid`` drafting unless told otherwise; a kernel with a
-chain adapter runs on chains only.
+chain adapter runs on chains only. ``"shapes"`` (topology names) and ``"schemes"`` (drafting schemes) override
+where a subject is defined and what it claims.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] |
 
 
 def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None) -> Subject:
-    unknown = set(desc) - {"verifier", *KERNEL_KEYS, "schemes"}
+    unknown = set(desc) - {"verifier", *KERNEL_KEYS, "schemes", "shapes"}
     if unknown:
         raise InvalidParameterError(f"{field_name}.{sorted(unknown)[0]}", "unknown key (expected verifier, or kernel "
                                                                           "with adapter, dtype, uniforms, kernel_kwargs)")
@@ -67,6 +68,9 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
         raise InvalidParameterError(field_name, "give exactly one of verifier or kernel")
     if "schemes" in desc:
         schemes = _strings(desc["schemes"], f"{field_name}.schemes")
+    shapes = _strings(desc["shapes"], f"{field_name}.shapes") if "shapes" in desc else None
+    if shapes is not None and not set(shapes) <= set(ALL_SHAPES):
+        raise InvalidParameterError(f"{field_name}.shapes", f"must be drawn from {ALL_SHAPES}, got {list(shapes)}")
     if "verifier" in desc:
         if not isinstance(desc["verifier"], str):
             raise InvalidParameterError(f"{field_name}.verifier", "must be a name or module:function")
@@ -76,9 +80,9 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
         name, fn = load_verifier(desc["verifier"])
         spec = VERIFIERS.get(name)
         if spec is None:
-            return Subject(name, fn, {"verifier": name}, schemes=tuple(schemes or ("iid",)))
+            return Subject(name, fn, desc, shapes or ALL_SHAPES, tuple(schemes or ("iid",)))
         claimed = spec.lossless_under or ((spec.demo[1],) if spec.demo else ("iid",))
-        return Subject(name, fn, {"verifier": name}, spec.shapes, tuple(schemes or claimed), spec.float_only)
+        return Subject(name, fn, desc, shapes or spec.shapes, tuple(schemes or claimed), spec.float_only)
     from simulator.kernels import Kernel  # torch only when a kernel is checked
 
     kwargs = desc.get("kernel_kwargs", {})
@@ -89,14 +93,15 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
             raise InvalidParameterError(f"{field_name}.{key}", "must be a string")
     kernel = Kernel(desc["kernel"], desc.get("adapter", "tree"), desc.get("dtype", "float64"),
                     desc.get("uniforms", "continuous"), dict(kwargs))
-    return _kernel_subject(kernel, kernel.describe(), schemes)
+    return _kernel_subject(kernel, {**kernel.describe(), **{k: desc[k] for k in ("schemes", "shapes") if k in desc}},
+                           schemes, shapes)
 
 
-def _kernel_subject(kernel, desc: dict, schemes: Sequence[str] | None) -> Subject:
+def _kernel_subject(kernel, desc: dict, schemes: Sequence[str] | None, shapes: Sequence[str] | None = None) -> Subject:
     from simulator.kernels import CHAIN_ADAPTERS
 
-    shapes = ("chain",) if desc["adapter"] in CHAIN_ADAPTERS else ALL_SHAPES
-    return Subject(desc["kernel"], kernel, desc, shapes, tuple(schemes or ("iid",)))
+    shapes = shapes or (("chain",) if desc["adapter"] in CHAIN_ADAPTERS else ALL_SHAPES)
+    return Subject(desc["kernel"], kernel, desc, tuple(shapes), tuple(schemes or ("iid",)))
 
 
 def _strings(value: object, field_name: str) -> tuple[str, ...]:

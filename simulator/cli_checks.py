@@ -121,3 +121,25 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
     if update_baselines:
         click.echo(f"baselines written to {config.resolve('baselines')}")
     sys.exit(1 if any(o.failures for o in outcomes) else 0)
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True,
+              help="folder for mutation_zoo.md/json (the committed ones: --out reports)")
+@click.option("--jobs", type=int, default=1, show_default=True, help="worker processes for the gate's battery")
+@click.pass_context
+def zoo(ctx, out_dir: str, jobs: int) -> None:
+    """The mutation zoo: every mutant through the gate, with exact TVD, default-pair share, hunt time, shrunk
+    size and the pass probability of three Monte Carlo test designs. Exit 1 when the gate misses a mutant."""
+    from .cli import _StageBars
+    from .zoo import write_zoo_report
+
+    if jobs < 1:
+        raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
+    ticks = _StageBars()
+    try:
+        ok = write_zoo_report(Path(out_dir), _command(ctx), jobs, ticks)
+    finally:
+        ticks.close()
+    click.echo(f"written to {out_dir}/mutation_zoo.md")
+    sys.exit(0 if ok else 1)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import traceback
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -58,6 +59,7 @@ GRID_BITS = {torch.float32: 24, torch.float64: 53, torch.float16: 11, torch.bflo
 
 _CMP = {"lt": "lt", "__lt__": "lt", "less": "lt", "le": "le", "__le__": "le", "less_equal": "le",
         "gt": "gt", "__gt__": "gt", "greater": "gt", "ge": "ge", "__ge__": "ge", "greater_equal": "ge"}
+_HOLDS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 # elementwise monotone maps with one concrete operand: name -> (symbolic first, symbolic second)
 _BINARY = {"add": ("add", "add"), "__add__": ("add", "add"), "__radd__": ("add", "add"), "add_": ("add", "add"),
@@ -382,8 +384,10 @@ class Capture(TorchFunctionMode):
                 threshold = threshold - _exact(c)
             elif op in ("mul", "div"):
                 c = _exact(c)
+                if c == 0 and op == "mul":  # x·0 = 0 for every value x takes: decided without a choice
+                    return _HOLDS[cmp](0, threshold)
                 if c == 0:
-                    raise _fail(op, "a random value scaled by zero")
+                    raise _fail(op, "a random value divided by zero")
                 threshold = threshold / c if op == "mul" else threshold * c
                 if c < 0:
                     cmp = _FLIP[cmp]

@@ -71,6 +71,13 @@ def test_monotone_maps_are_inverted_exactly():
     assert law == {(True, True): Fraction(1, 8), (True, False): Fraction(3, 8), (False, False): Fraction(1, 2)}
 
 
+def test_a_uniform_scaled_by_zero_is_decided_without_a_choice():
+    # u·0 = 0 for every u: an inverse-CDF walk over an all-zero residual compares running sums with 0
+    law = _law(lambda: tuple((torch.rand(()) * torch.tensor([0.0, 1.0]) < 0.5).tolist()))
+    assert law == {(True, True): Fraction(1, 2), (True, False): Fraction(1, 2)}
+    assert _law(lambda: bool(torch.rand(()) * 0.0 > 0.0)) == {False: 1}
+
+
 def test_multinomial_with_and_without_replacement():
     w = torch.tensor([1.0, 0.0, 3.0])
     with_r = _law(lambda: tuple(torch.multinomial(w, 2, replacement=True).tolist()))

@@ -1,0 +1,157 @@
+"""Three Monte Carlo test designs of the field, and the probability that each *passes* a verifier, computed from
+the verifier's exact completed law (never by re-running the verifier).
+
+``law`` and ``target`` are the completed output law and ``q^(H+1)``, as probability vectors over the
+``V^(H+1)`` sequences in lexicographic order (:func:`cells`).
+
+* **Serving-engine style** (:func:`serving_pass`): ``n = 10^5`` completed sequences; at each position ``j`` the
+  empirical frequency of every token is compared with the target's marginal ``q_j(x)``; the test passes when
+  every ``|f_j(x) − q_j(x)| ≤ 0.01`` (an absolute tolerance, as in ``torch.testing``-style checks). Each cell's
+  count is Binomial(n, law_j(x)), so each cell's pass probability is exact (``scipy.stats.binom``); the joint
+  pass probability lies between the Bonferroni bound ``1 − Σ P(cell fails)`` and the least cell's pass
+  probability: both bounds are exact, and reported as an interval.
+* **Layer Verification's TVD-to-baseline** (:func:`tvd_baseline_pass`; the paper's toy methodology): ``N =
+  10^6`` completed sequences from the verifier and ``N`` drawn directly from the target; each gives an empirical
+  TVD to ``q^(H+1)``; the paper calls a verifier lossless when its TVD matches the baseline's (it reports them
+  to three decimals), so the test passes when ``|TVD_verifier − TVD_baseline| < 0.001``. Each empirical TVD is
+  ``½ Σ_z |K_z/N − q_z|`` with ``K_z ~ Binomial(N, π_z)``: its mean is computed per cell exactly (a sum over the
+  binomial's pmf), its variance as the sum of the cells' variances (Poissonization: the multinomial's covariance
+  is dropped), and the difference of the two TVDs is taken as normal. That normal approximation is the error
+  of this column; ``benchmarks/mc_designs_check.py`` measures it against 4,000 replications drawn from the exact
+  laws (reports/mutation_zoo.md states the largest gap).
+* **specproof's chi-square** (:func:`chi_square_pass`; ``specproof mc`` on one seed): ``n = 10^4`` completed
+  sequences, Pearson's test of the first ``m`` tokens' law (:func:`simulator.montecarlo.tested_prefix`) with cells
+  expected below 5 pooled, at ``α = 10^-3``; any sample on a sequence the target excludes rejects. Pass
+  probability: ``(1 − off-support mass)^n`` (exact) times ``P(χ²_df(λ) ≤ crit)`` with the noncentral
+  chi-square's ``λ = n Σ_c (π_c − q_c)²/q_c`` over the pooled cells — Pearson's statistic under an alternative,
+  to first order. Same check of its error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from .montecarlo import ALPHA, tested_prefix
+
+SERVING_SAMPLES, SERVING_TOLERANCE = 100_000, 0.01
+LV_SAMPLES, LV_TOLERANCE = 1_000_000, 1e-3
+CHI_SAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        if self.high - self.low < 5e-4:
+            return f"{self.low:.3f}"
+        return f"[{self.low:.3f}, {self.high:.3f}]"
+
+
+def cells(law: Mapping[Sequence[int], object], vocab: int, length: int) -> np.ndarray:
+    """A law over sequences of ``length`` tokens as a float vector over the ``vocab**length`` sequences."""
+    out = np.zeros(vocab**length)
+    for seq, prob in law.items():
+        index = 0
+        for token in seq:
+            index = index * vocab + token
+        out[index] += float(prob)
+    return out
+
+
+def _marginals(vector: np.ndarray, vocab: int, length: int) -> np.ndarray:
+    """``[length, vocab]``: the law of each position."""
+    shaped = vector.reshape((vocab,) * length)
+    return np.array([shaped.sum(axis=tuple(a for a in range(length) if a != j)) for j in range(length)])
+
+
+def serving_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, n: int = SERVING_SAMPLES,
+                 tolerance: float = SERVING_TOLERANCE) -> Interval:
+    """Exact bounds on the serving-style test's pass probability (module docstring)."""
+    ours, theirs = _marginals(law, vocab, length).ravel(), _marginals(target, vocab, length).ravel()
+    high_count = np.floor(n * (theirs + tolerance) + 1e-9)
+    low_count = np.ceil(n * (theirs - tolerance) - 1e-9)
+    cell_pass = stats.binom.cdf(high_count, n, ours) - stats.binom.cdf(low_count - 1, n, ours)
+    cell_pass = np.clip(cell_pass, 0.0, 1.0)
+    return Interval(max(0.0, 1.0 - float((1.0 - cell_pass).sum())), float(cell_pass.min()))
+
+
+def _abs_deviation_moments(n: int, prob: float, center: float) -> tuple[float, float]:
+    """Mean and variance of ``|K/n − center|`` for ``K ~ Binomial(n, prob)``, summed over the pmf where it is not
+    negligible (12 standard deviations, or all of it)."""
+    if prob <= 0.0:
+        return center, 0.0
+    sd = np.sqrt(n * prob * (1 - prob))
+    lo, hi = max(0, int(n * prob - 12 * sd) - 1), min(n, int(n * prob + 12 * sd) + 2)
+    k = np.arange(lo, hi + 1)
+    pmf = stats.binom.pmf(k, n, prob)
+    dev = np.abs(k / n - center)
+    mean = float((pmf * dev).sum())
+    return mean, max(float((pmf * dev**2).sum()) - mean**2, 0.0)
+
+
+def _tvd_moments(law: np.ndarray, target: np.ndarray, n: int) -> tuple[float, float]:
+    means, variances = zip(*(_abs_deviation_moments(n, float(p), float(q)) for p, q in zip(law, target)))
+    return 0.5 * sum(means), 0.25 * sum(variances)
+
+
+def tvd_baseline_pass(law: np.ndarray, target: np.ndarray, n: int = LV_SAMPLES,
+                      tolerance: float = LV_TOLERANCE) -> float:
+    """The TVD-to-baseline test's pass probability, by the normal approximation of the module docstring."""
+    mean_v, var_v = _tvd_moments(law, target, n)
+    mean_b, var_b = _tvd_moments(target, target, n)
+    sd = np.sqrt(var_v + var_b)
+    shift = mean_v - mean_b
+    if sd == 0:
+        return float(abs(shift) < tolerance)
+    return float(stats.norm.cdf((tolerance - shift) / sd) - stats.norm.cdf((-tolerance - shift) / sd))
+
+
+def chi_square_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, n: int = CHI_SAMPLES,
+                    alpha: float = ALPHA) -> float:
+    """specproof's chi-square test's pass probability (module docstring)."""
+    m = tested_prefix(vocab, length - 1, n)
+    tail = vocab ** (length - m)
+    ours, theirs = law.reshape(-1, tail).sum(axis=1), target.reshape(-1, tail).sum(axis=1)
+    supported = theirs > 0
+    no_impossible = (1.0 - float(ours[~supported].sum())) ** n
+    expected = theirs * n
+    small = expected < 5
+    pooled_q = np.append(theirs[~small], theirs[small].sum())
+    pooled_p = np.append(ours[~small], ours[small & supported].sum())
+    keep = pooled_q > 0
+    pooled_q, pooled_p = pooled_q[keep], pooled_p[keep]
+    pooled_p = pooled_p / pooled_p.sum()  # given no impossible sample
+    df = max(len(pooled_q) - 1, 1)
+    crit = stats.chi2.isf(alpha, df)
+    noncentrality = n * float(((pooled_p - pooled_q) ** 2 / pooled_q).sum())
+    return no_impossible * float(stats.ncx2.cdf(crit, df, noncentrality) if noncentrality > 0
+                                 else stats.chi2.cdf(crit, df))
+
+
+def simulated_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, replications: int,
+                   rng: np.random.Generator) -> list[float]:
+    """The three designs run ``replications`` times on samples drawn from the exact ``law`` (multinomial counts
+    over its cells): the pass frequencies ``[serving, TVD-to-baseline, chi-square]``, the second method that
+    measures the error of the analytic columns."""
+    from .statistics import chi_square
+
+    law = law / law.sum()
+    counts = rng.multinomial(SERVING_SAMPLES, law, size=replications)
+    freq = np.stack([_marginals(c, vocab, length).ravel() for c in counts]) / SERVING_SAMPLES
+    serving = float((np.abs(freq - _marginals(target, vocab, length).ravel()) <= SERVING_TOLERANCE).all(1).mean())
+    ours = rng.multinomial(LV_SAMPLES, law, size=replications) / LV_SAMPLES
+    theirs = rng.multinomial(LV_SAMPLES, target, size=replications) / LV_SAMPLES
+    gap = 0.5 * np.abs(ours - target).sum(1) - 0.5 * np.abs(theirs - target).sum(1)
+    lv = float((np.abs(gap) < LV_TOLERANCE).mean())
+    m = tested_prefix(vocab, length - 1, CHI_SAMPLES)
+    tail = vocab ** (length - m)
+    prefix = target.reshape(-1, tail).sum(axis=1)
+    samples = rng.multinomial(CHI_SAMPLES, law.reshape(-1, tail).sum(axis=1), size=replications)
+    chi = float(np.mean([not chi_square(s, prefix, ALPHA).rejects for s in samples]))
+    return [serving, lv, chi]
