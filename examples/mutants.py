@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from examples.torch_kernels import _chain_rows, _children_table, _emitted, _inverse_cdf, _residual
+from examples.torch_kernels import _chain_rows, _children_table, _emitted, _inverse_cdf, _residual, flat_requests
 
 
 # ---- chain mutants (adapter: chain) -----------------------------------------------------------------------------
@@ -136,11 +136,9 @@ def flat_chain_off_by_one(draft_token_ids, cu_num_draft_tokens, draft_probs, tar
     ``i``, is emitted as position ``i + 1``: the output follows the draft one token too long. LOSSY. A class seen
     in batched rejection samplers, where accepted counts and output slots are indexed from different origins.
     """
-    counts = torch.diff(cu_num_draft_tokens, prepend=cu_num_draft_tokens.new_zeros(1))
-    out = torch.full((len(counts), int(counts.max()) + 1), -1, dtype=torch.long)
-    for b, end in enumerate(cu_num_draft_tokens.tolist()):
-        start = end - int(counts[b])
-        for i, pos in enumerate(range(start, end)):
+    out, requests = flat_requests(cu_num_draft_tokens)
+    for b, positions in requests:
+        for i, pos in enumerate(positions):
             x = int(draft_token_ids[pos])
             out[b, i] = x  # BUG: written before the test, so a rejected draft stays committed
             if torch.rand(()) < target_probs[pos, x] / draft_probs[pos, x]:
@@ -149,7 +147,7 @@ def flat_chain_off_by_one(draft_token_ids, cu_num_draft_tokens, draft_probs, tar
             out[b, i + 1] = (residual / torch.empty_like(residual).exponential_()).argmax()  # BUG: one slot late
             break
         else:
-            out[b, end - start] = bonus_token_ids[b, 0]
+            out[b, len(positions)] = bonus_token_ids[b, 0]
     return out
 
 

@@ -124,15 +124,22 @@ def sps_chain_le(candidate_input_ids, candidate_logits, candidate_length, new_lo
 
 
 # ---- a batched serving kernel (adapter: flat-chain) -------------------------------------------------------------
+def flat_requests(cu_num_draft_tokens: torch.Tensor) -> tuple[torch.Tensor, list[tuple[int, range]]]:
+    """The batched layout: an output ``[B, γ_max + 1]`` of ``-1`` placeholders, and each request's index with the
+    flat positions of its drafts."""
+    counts = torch.diff(cu_num_draft_tokens, prepend=cu_num_draft_tokens.new_zeros(1))
+    out = torch.full((len(counts), int(counts.max()) + 1), -1, dtype=torch.long)
+    ends = cu_num_draft_tokens.tolist()
+    return out, [(b, range(end - int(counts[b]), end)) for b, end in enumerate(ends)]
+
+
 def flat_chain_sps(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids):
     """Speculative sampling in the batched serving layout (vLLM's rejection sampler), correct: requests'
     drafts flattened, ``cu_num_draft_tokens`` their running counts; a rejected position's replacement drawn by
     an exponential race, ``argmax((q − p)_+ / E)``; output padded with ``-1``. LOSSLESS."""
-    counts = torch.diff(cu_num_draft_tokens, prepend=cu_num_draft_tokens.new_zeros(1))
-    out = torch.full((len(counts), int(counts.max()) + 1), -1, dtype=torch.long)
-    for b, end in enumerate(cu_num_draft_tokens.tolist()):
-        start = end - int(counts[b])
-        for i, pos in enumerate(range(start, end)):
+    out, requests = flat_requests(cu_num_draft_tokens)
+    for b, positions in requests:
+        for i, pos in enumerate(positions):
             x = int(draft_token_ids[pos])
             if torch.rand(()) < target_probs[pos, x] / draft_probs[pos, x]:
                 out[b, i] = x
@@ -141,7 +148,7 @@ def flat_chain_sps(draft_token_ids, cu_num_draft_tokens, draft_probs, target_pro
             out[b, i] = (residual / torch.empty_like(residual).exponential_()).argmax()
             break
         else:
-            out[b, end - start] = bonus_token_ids[b, 0]
+            out[b, len(positions)] = bonus_token_ids[b, 0]
     return out
 
 

@@ -20,7 +20,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
@@ -137,8 +137,15 @@ def fingerprint(check: Check, what: Subject, inst: dict | str) -> str:
         source = Path(inspect.getsourcefile(getattr(what.fn, "fn", None) or what.fn) or "").read_bytes()
     except (TypeError, OSError):
         source = b""
-    text = json.dumps([check.description, check.battery, inst, version("specproof")], sort_keys=True, default=str)
+    text = json.dumps([check.description, check.battery, inst, _version()], sort_keys=True, default=str)
     return hashlib.sha256(text.encode() + hashlib.sha256(source).digest()).hexdigest()[:32]
+
+
+def _version() -> str:
+    try:
+        return version("specproof")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "source"
 
 
 class State:

@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 from fractions import Fraction as F
 from pathlib import Path
 
@@ -127,46 +126,16 @@ def _forbidden(*args, **kwargs):
     raise AssertionError("recomputed a report section that the store holds")
 
 
-USER_VERIFIER = '''
-"""A user's verifier: token verification along the first child, written against the public API only."""
-from fractions import Fraction
-
-
-def my_tv(tree, p, q, rng):
-    v = 0
-    while tree.children(v):
-        child = tree.children(v)[0]
-        x = tree.tokens[child]
-        if rng.bernoulli(min(1, q[v][x] / p[v][x])):
-            v = child
-            continue
-        residual = [max(qx - px, 0) for qx, px in zip(q[v], p[v])]
-        return v, rng.categorical(residual)
-    return v, rng.categorical(q[v])
-
-
-def my_broken(tree, p, q, rng):
-    v = 0
-    while tree.children(v):
-        child = tree.children(v)[0]
-        x = tree.tokens[child]
-        if rng.bernoulli(min(1, q[v][x] / p[v][x])):
-            v = child
-            continue
-        return v, rng.categorical(q[v])
-    return v, rng.categorical(q[v])
-'''
-
-
 def test_user_verifier_defined_outside_the_project(tmp_path):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "mod.py").write_text(textwrap.dedent(USER_VERIFIER))
+    # a user's module, outside the project: the plugin example's text, which imports nothing of specproof
+    (pkg / "mod.py").write_text((Path(__file__).resolve().parents[1] / "examples" / "plugin_verifier.py").read_text())
     good = run(["certify", "--verifier", "mypkg.mod:my_tv", "--topology", "chain", "--depth", "3",
                 "--model", "random-rational", "--vocab", "3", "--seed", "4"], cwd=tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
-    broken = run(["certify", "--verifier", "mypkg.mod:my_broken", "--topology", "chain", "--depth", "3",
+    broken = run(["certify", "--verifier", "mypkg.mod:my_tv_root_residual", "--topology", "chain", "--depth", "3",
                   "--model", "random-rational", "--vocab", "3", "--seed", "4"], cwd=tmp_path)
     assert broken.returncode == 1 and "counterexample" in broken.stdout
     case = write_case(tmp_path, verifier="mypkg.mod:my_tv")

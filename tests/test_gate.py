@@ -59,22 +59,19 @@ def write_config(folder: Path, text: str) -> Path:
     return path
 
 
-SMALL = """hunt_seconds = 1
+def config_text(checks: str, hunt_seconds: float, seeds: list[int], vocab: list[int], shrink_seconds: float = 10) -> str:
+    return (f"hunt_seconds = {hunt_seconds}\nshrink_seconds = {shrink_seconds}\n\n[battery]\nseeds = {seeds}\n"
+            f"vocab = {vocab}\ntopologies = [\"chain\", \"complete\"]\ndrafting = [\"iid\"]\n\n{checks}")
 
-[battery]
-seeds = [0, 1]
-vocab = [2]
-topologies = ["chain", "complete"]
-drafting = ["iid"]
 
-[[check]]
+SMALL = config_text("""[[check]]
 verifier = "tv-sps"
 expect = "lossless"
 
 [[check]]
 verifier = "bug-residual-q"
 expect = "lossy"
-"""
+""", 1, [0, 1], [2])
 
 
 def test_shipped_config_passes_and_its_junit_parses(tmp_path):
@@ -119,20 +116,11 @@ def test_gate_counts_by_hand_resumes_and_catches_a_moved_acceptance(tmp_path):
 
 
 def test_a_plugin_with_a_deliberate_bug_fails_the_gate_with_a_minimal_reproducer(tmp_path):
-    config = write_config(tmp_path, f"""hunt_seconds = 0
-shrink_seconds = 20
-
-[battery]
-seeds = [0, 1, 2]
-vocab = [3]
-topologies = ["chain", "complete"]
-drafting = ["iid"]
-
-[[check]]
+    config = write_config(tmp_path, config_text(f"""[[check]]
 name = "buggy plugin"
 verifier = "{BUG}"
 expect = "lossless"
-""")
+""", 0, [0, 1, 2], [3], shrink_seconds=20))
     junit = tmp_path / "out.xml"
     out = run(["gate", "--config", str(config), "--junit", str(junit)])
     assert out.returncode == 1, out.stdout + out.stderr
