@@ -3,8 +3,8 @@
 (docs/cli.md).
 
 Exit status: 0 on success (``certify``: lossless); 1 for a finding: ``certify``, ``hunt`` or ``generate --exact``
-finds the verifier lossy, ``gate`` a regression, ``mc``'s test rejects the target, ``report``, ``theorems`` or ``dynamic`` finds a verdict that
-contradicts its expectation; 2 when the run cannot give a verdict: bad input (a typed error naming the field), a
+finds the verifier lossy, ``gate`` a regression, ``mc``'s test rejects the target, ``report``, ``theorems`` or
+``dynamic`` finds a verdict that contradicts its expectation; 2 when the run cannot give a verdict: bad input (a typed error naming the field), a
 verifier that raised, a size or time limit; 3 for an internal error of specproof itself (with its traceback).
 """
 
