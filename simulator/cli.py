@@ -486,6 +486,8 @@ QUICK_SEEDS, QUICK_TRIALS = 3, 1000
 @click.option("--trials", "study_trials", type=int, default=None, help="study: trials per seed")
 @click.option("--verifiers", default=None, help="comma-separated: run only these methods' cells (others: not run)")
 @click.option("--jobs", type=int, default=2, show_default=True, help="worker processes for the study")
+@click.option("--scheduler", default=None,
+              help="run the study's cells on Dask: 'local' (a LocalCluster of --jobs workers) or a scheduler address")
 @click.option("--no-run", is_flag=True, help="write the reports from what the store holds, computing nothing new")
 @click.option("--store", "store_dir", type=click.Path(file_okay=False), default=None,
               help="resumable cell store (default OUT/store)")
@@ -498,8 +500,8 @@ QUICK_SEEDS, QUICK_TRIALS = 3, 1000
 @click.option("--max-executions", type=int, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
               help="most executions one certificate of the table may enumerate (0: no limit)")
 @click.pass_context
-def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, no_run, store_dir, cert_vocab,
-           cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
+def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, scheduler, no_run, store_dir,
+           cert_vocab, cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
     """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
     chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
     for field, value, minimum in (("seeds", study_seeds, 1), ("trials", study_trials, 2), ("jobs", jobs, 1)):
@@ -536,7 +538,7 @@ def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, job
         done = sum(1 for c in unique for s in range(c.seeds) if store.load(c, s) is not None)
         bar.update(done)
         if not no_run:
-            run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)))
+            run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)), scheduler)
     write_study_report(out, chosen, store, seeds, trials, _command(ctx))
     click.echo(f"written to {out}/")
     sys.exit(0 if ok else 1)

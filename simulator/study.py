@@ -3,10 +3,10 @@
 A :class:`Cell` is one configuration (verifier, tree, synthetic model parameters, model seeds, trials per seed).
 The paper's tables (Table 1 and the ablations of Tables 4–15, transcribed with their source lines in
 ``data/layer_verification_toy.json``) map to cells by :func:`paper_cells`; equal configurations in different
-tables share their cell. :class:`Store` keeps one JSON record per (cell, model seed), written atomically when
-that seed finishes, so an interrupted sweep resumes where it stopped and a finished seed is never recomputed;
-records depend only on the cell and the seed (their wall time ``seconds`` aside), so a resumed sweep gives the
-same numbers.
+tables share their cell. :class:`Store` keeps one record per (cell, model seed), a line appended to its method's
+JSON Lines file when that seed finishes, so an interrupted sweep resumes where it stopped and a finished seed is
+never recomputed; records depend only on the cell and the seed (their wall time ``seconds`` aside), so a resumed
+sweep — in local processes or on a Dask cluster (:func:`run_cells`) — gives the same numbers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import re
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
@@ -27,7 +27,7 @@ from typing import Callable, Iterator, TypeVar
 
 from .batched import ContextRows
 from .drafting import FixedShape
-from .errors import StoreError
+from .errors import InvalidParameterError, StoreError
 from .models import SyntheticModel
 from .montecarlo import MCSummary, SeedResult, run_seed, summarise
 from .statistics import ChiSquare
@@ -176,42 +176,75 @@ def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(text)
-    os.replace(tmp, path)  # atomic: a killed sweep never leaves half a record
+    os.replace(tmp, path)  # atomic: a killed run never leaves half a cache entry
 
 
 class Store:
-    """One JSON file per (cell, seed) under ``root/<cell key>/seed-<s>.json``; report sections computed once per
-    configuration and code version under ``root/cache/``."""
+    """The sweep's records: one append-only JSON Lines file per method, ``root/<verifier>.jsonl``, a line per
+    (cell, model seed); report sections computed once per configuration and code version under ``root/cache/``.
+
+    A record is appended in one ``write`` on a file opened for appending, when its seed finishes, by the process
+    that runs the sweep (workers hand records back). A sweep killed mid-append leaves at most a partial last
+    line: it is not a record, and the next append cuts it off. When a (cell, seed) has several lines the last one
+    holds (a record rewritten with a new field). A store in the earlier layout (``root/<cell>/seed-<s>.json``,
+    a file per record) is converted on first use, every record kept as it was.
+    """
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._index: dict[tuple[str, int], tuple[dict, str]] | None = None
 
-    def path(self, cell: Cell, seed: int) -> Path:
-        return self.root / cell.key() / f"seed-{seed}.json"
+    def file(self, cell: Cell) -> Path:
+        return self.root / f"{cell.verifier}.jsonl"
+
+    def _records(self) -> dict[tuple[str, int], tuple[dict, str]]:
+        """``(cell key, seed) -> (record, where)``, read once (``where``: ``file:line`` for messages)."""
+        if self._index is None:
+            self._convert_legacy()
+            self._index = {}
+            for path in sorted(self.root.glob("*.jsonl")):
+                lines = path.read_text().split("\n")
+                for number, line in enumerate(lines[:-1], start=1):  # lines[-1]: "" or a cut-off append
+                    where = f"{path}:{number}"
+                    try:
+                        record = json.loads(line)
+                        key = (Cell(**{**record["cell"], "seeds": 0}).key(), int(record["seed"]))
+                    except (ValueError, TypeError, KeyError) as err:
+                        raise StoreError("store", f"{where} is unreadable ({err}); delete that line and re-run "
+                                                  "the same command: the sweep recomputes that record") from None
+                    self._index[key] = (record, where)
+        return self._index
 
     def load(self, cell: Cell, seed: int) -> dict | None:
-        """The record of (cell, seed), ``None`` if there is none; :class:`StoreError` naming the file when it is
-        unreadable or incomplete."""
-        path = self.path(cell, seed)
-        if not path.exists():
+        """The record of (cell, seed), ``None`` if there is none; :class:`StoreError` naming the file and line when
+        it is unreadable or incomplete."""
+        found = self._records().get((cell.key(), seed))
+        if found is None:
             return None
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise StoreError("store", f"{path} is unreadable ({err}); delete it and re-run the same command: the "
-                                      "sweep recomputes that record") from None
-        missing = [f for f in RECORD_FIELDS if not isinstance(record, dict) or f not in record]
+        record, where = found
+        missing = [f for f in RECORD_FIELDS if f not in record]
         if not missing and not isinstance(record["test"], dict):
             missing = ["test"]
         elif not missing:
             missing = [f"test.{f}" for f in ChiSquare.__dataclass_fields__ if f not in record["test"]]
         if missing:
-            raise StoreError("store", f"{path} is incomplete (no {', '.join(missing)}); delete it and re-run the same "
-                                      "command: the sweep recomputes that record")
+            raise StoreError("store", f"{where} is incomplete (no {', '.join(missing)}); delete that line and re-run "
+                                      "the same command: the sweep recomputes that record")
         return record
 
     def save(self, record: dict, cell: Cell, seed: int) -> None:
-        _atomic_write(self.path(cell, seed), json.dumps(record, indent=1, allow_nan=False) + "\n")
+        """Append ``record`` for (cell, seed) (it must carry its ``cell`` and ``seed``)."""
+        path = self.file(cell)
+        line = json.dumps(record, allow_nan=False) + "\n"
+        self._records()  # read before appending: a cut-off last line is dropped, not glued to this one
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _cut_partial_line(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+        self._records()[(cell.key(), seed)] = (record, f"{path}:end")
 
     def cached(self, name: str, params: dict, compute: Callable[[], T]) -> T:
         """``compute()`` (JSON data) once per ``name``, ``params`` and code version; later calls read it back."""
@@ -228,6 +261,36 @@ class Store:
 
     def records(self, cell: Cell) -> list[dict]:
         return [r for r in (self.load(cell, s) for s in range(cell.seeds)) if r is not None]
+
+    def _convert_legacy(self) -> None:
+        """Append the records of the earlier layout (a JSON file per record) in cell and seed order, then remove
+        their files; a record file that does not parse is left where it is, for the user to see."""
+        legacy = sorted(self.root.glob("*/seed-*.json"), key=lambda p: (p.parent.name, int(p.stem[5:])))
+        for path in legacy:
+            try:
+                record = json.loads(path.read_text())
+                cell = Cell(**{**record["cell"], "seeds": 0})
+            except (ValueError, TypeError, KeyError):
+                continue
+            _cut_partial_line(self.file(cell))
+            with open(self.file(cell), "a") as out:
+                out.write(json.dumps(record, allow_nan=False) + "\n")
+            path.unlink()
+        for folder in {p.parent for p in legacy}:
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
+
+
+def _cut_partial_line(path: Path) -> None:
+    """Drop a cut-off last line (a sweep killed mid-append) so that the next record starts on its own line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        data = f.seek(0) or f.read()
+        f.truncate(data.rfind(b"\n") + 1)
 
 
 #: Environment variables that set the BLAS and OpenMP thread pools of a process as its numpy loads.
@@ -253,23 +316,54 @@ def _one_thread_each() -> Iterator[None]:
 
 
 def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
-              progress: Callable[[Cell, int, int], None] | None = None) -> None:
-    """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one."""
+              progress: Callable[[Cell, int, int], None] | None = None, scheduler: str | None = None) -> None:
+    """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one.
+
+    ``jobs`` local worker processes, or with ``scheduler`` a Dask cluster: ``"local"`` starts a
+    ``dask.distributed`` LocalCluster of ``jobs`` single-threaded worker processes, anything else is the address
+    of a running scheduler (``tcp://host:8786``). Records depend only on the cell and the seed, so every way of
+    running gives the same numbers; this process writes them all to the store as they come back.
+    """
     todo = [(cell, s) for cell in dict.fromkeys(cells) for s in range(cell.seeds) if store.load(cell, s) is None]
     # Seed by seed, so that a sweep stopped early leaves every cell with about as many seeds; within a seed the
     # same model next to each other, so a worker reuses the model's rows (see _rows).
     todo.sort(key=lambda item: (item[1], model_key(*item)))
+
+    def done(cell: Cell, s: int, record: dict) -> None:
+        store.save(record, cell, s)
+        if progress is not None:
+            progress(cell, s, cell.trials)
+
+    if scheduler is not None:
+        return _run_on_dask(todo, scheduler, jobs, done)
     if jobs <= 1:
         for cell, s in todo:
-            store.save(compute_seed(cell, s), cell, s)
-            if progress is not None:
-                progress(cell, s, cell.trials)
+            done(cell, s, compute_seed(cell, s))
         return
     with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         futures = {pool.submit(compute_seed, cell, s): (cell, s) for cell, s in todo}
         for future in as_completed(futures):
-            cell, s = futures[future]
-            store.save(future.result(), cell, s)
-            if progress is not None:
-                progress(cell, s, cell.trials)
+            done(*futures[future], future.result())
 
+
+def _run_on_dask(todo: list[tuple[Cell, int]], scheduler: str, jobs: int,
+                 done: Callable[[Cell, int, dict], None]) -> None:
+    try:
+        from distributed import Client, LocalCluster, as_completed as dask_completed
+    except ImportError:
+        raise InvalidParameterError("scheduler", "needs dask.distributed: pip install 'dask[distributed]'") from None
+    with _one_thread_each(), ExitStack() as stack:
+        if scheduler == "local":
+            cluster = stack.enter_context(LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        else:
+            try:
+                client = stack.enter_context(Client(scheduler))  # dask config: distributed.comm.timeouts.connect
+            except (OSError, TimeoutError) as err:
+                raise InvalidParameterError("scheduler", f"cannot reach a Dask scheduler at {scheduler!r}: {err}") \
+                    from None
+        # pure=False: a seed is computed once per submission, never deduplicated against another sweep's key
+        futures = {client.submit(compute_seed, cell, s, pure=False): (cell, s) for cell, s in todo}
+        for future in dask_completed(futures):
+            done(*futures[future], future.result())

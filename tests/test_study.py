@@ -9,6 +9,7 @@ import pytest
 
 from simulator import study
 from simulator.drafting import FixedShape
+from simulator.errors import InvalidParameterError
 from simulator.study import Cell, Store, paper_cells, paper_tables, run_cells, summarise_cell
 from simulator.study_report import expected_sample_tvd, tvd_upper_bound
 
@@ -44,22 +45,39 @@ def test_interrupted_sweep_resumes_without_recomputing_and_gives_the_same_number
     cells = _cells()
     whole = Store(tmp_path / "whole")
     run_cells(cells, whole)
-    # An interrupted sweep: some records written, one half-written temporary file left behind.
+    # An interrupted sweep: the first cell's records appended, then an append cut off mid-line by the kill.
     part = Store(tmp_path / "part")
     run_cells(cells[:1], part)
-    (part.path(cells[1], 0).parent).mkdir(parents=True, exist_ok=True)
-    part.path(cells[1], 0).with_suffix(".tmp123").write_text("{trunc")
-    done_before = {p: p.stat().st_mtime_ns for p in (tmp_path / "part").rglob("seed-*.json")}
+    finished = part.file(cells[0]).read_bytes()
+    with open(part.file(cells[1]), "w") as f:
+        f.write('{"cell": {"verifier": "trv", "topo')
     computed = []
     original = study.compute_seed
     monkeypatch.setattr(study, "compute_seed", lambda cell, s: computed.append((cell.verifier, s)) or original(cell, s))
+    part = Store(tmp_path / "part")  # a new run reads the store afresh
     run_cells(cells, part)
     assert computed == [("trv", 0), ("trv", 1), ("trv", 2)]  # finished seeds are never recomputed
-    assert all(p.stat().st_mtime_ns == t for p, t in done_before.items())
+    assert part.file(cells[0]).read_bytes() == finished  # append-only: what was written stays as it was
+    assert part.file(cells[1]).read_text().count("\n") == 3  # the cut-off line is gone, three whole records
     for cell in cells:
-        assert numbers(part.records(cell)) == numbers(whole.records(cell))
+        assert numbers(Store(tmp_path / "part").records(cell)) == numbers(whole.records(cell))
         assert summarise_cell(cell, part.records(cell)) == summarise_cell(cell, whole.records(cell))
-    assert json.loads(part.path(cells[0], 1).read_text())["seed"] == 1
+    assert part.load(cells[0], 1)["seed"] == 1
+
+
+def test_a_store_in_the_file_per_record_layout_is_converted_keeping_every_record(tmp_path):
+    cells = _cells()
+    new = Store(tmp_path / "new")
+    run_cells(cells, new)
+    old = tmp_path / "old"
+    for cell in cells:  # the earlier layout: root/<cell key>/seed-<s>.json, one indented JSON file per record
+        for record in new.records(cell):
+            path = old / cell.key() / f"seed-{record['seed']}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record, indent=1) + "\n")
+    converted = Store(old)
+    assert all(converted.records(c) == new.records(c) for c in cells)
+    assert sorted(p.name for p in old.iterdir()) == ["trv.jsonl", "tv-rrs.jsonl"]
 
 
 def test_parallel_workers_give_the_same_records(tmp_path):
@@ -68,6 +86,21 @@ def test_parallel_workers_give_the_same_records(tmp_path):
     run_cells(cells, serial, jobs=1)
     run_cells(cells, parallel, jobs=2)
     assert all(numbers(serial.records(c)) == numbers(parallel.records(c)) for c in cells)
+
+
+def test_a_dask_local_cluster_sweep_equals_the_local_process_sweep_record_for_record(tmp_path):
+    pytest.importorskip("distributed")
+    cells = _cells()
+    local, dask = Store(tmp_path / "local"), Store(tmp_path / "dask")
+    run_cells(cells, local, jobs=2)
+    run_cells(cells, dask, jobs=2, scheduler="local")
+    for cell in cells:
+        assert numbers(dask.records(cell)) == numbers(local.records(cell)) and len(local.records(cell)) == 3
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
+            pytest.raises(InvalidParameterError, match="scheduler"):
+        run_cells(cells, Store(tmp_path / "none"), scheduler="tcp://127.0.0.1:9")
 
 
 def test_expected_sample_tvd_against_simulation_and_the_bound():

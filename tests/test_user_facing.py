@@ -165,16 +165,20 @@ def test_real_with_an_empty_model_directory_names_the_directory(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("content,words", [("{not json", "unreadable"), ('{"seed": 0}', "incomplete")])
+CELL = {"verifier": "tv-sps", "topology": "chain", "vocab": 3, "depth": 1, "branching": 1, "rho": 0.5, "tau_p": 1.0,
+        "tau_q": 1.0, "seeds": 0, "trials": 100}
+
+
+@pytest.mark.parametrize("content,words", [("{not json", "unreadable"),
+                                           (json.dumps({"cell": CELL, "seed": 0}), "incomplete")])
 def test_a_damaged_store_record_names_the_file_and_how_to_recover(tmp_path, content, words):
     cell = Cell("tv-sps", "chain", 3, 1, 1, 0.5, 1.0, 1.0, 1, 100)
     store = Store(tmp_path)
-    path = store.path(cell, 0)
-    path.parent.mkdir(parents=True)
-    path.write_text(content)
+    store.file(cell).write_text(content + "\n")
     with pytest.raises(StoreError) as err:
         store.load(cell, 0)
-    assert str(path) in err.value.message and words in err.value.message and "delete it" in err.value.message
+    assert f"{store.file(cell)}:1" in err.value.message and words in err.value.message
+    assert "delete that line" in err.value.message
 
 
 def test_a_float_only_rule_under_fractions_says_to_pass_arithmetic_float():
