@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import Protocol, Sequence
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from .errors import RandomnessError
 from .numeric import Number, total
@@ -125,32 +126,53 @@ class SamplingRandomness(_UniformHandler):
         return self._buffer.pop()
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+def _signed(constant: int) -> int:
+    """A 64-bit constant as the int64 with the same bits."""
+    return constant - 2**64 if constant >= 2**63 else constant
+
+
+_GOLDEN = _signed(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
 #: uniforms a trial may draw from its counter stream (the index is packed into the low 20 bits)
 MAX_UNIFORMS_PER_TRIAL = 2**20
 
 
-def _splitmix(z: np.ndarray) -> np.ndarray:
-    z = z ^ (z >> np.uint64(30))
+def _shift_right(z, bits: int):
+    """Logical right shift of int64 bit patterns. Torch has no uint64 arithmetic on CPU: an arithmetic shift with
+    the copied sign bits masked off. A numpy array is shifted as the uint64 view of the same bits (no copy, five
+    times faster than the mask); both give the same bits."""
+    if isinstance(z, np.ndarray):
+        return (z.view(np.uint64) >> np.uint64(bits)).view(np.int64)
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix(z):
+    """SplitMix64's finaliser on int64 bit patterns (products and sums wrap modulo 2^64 in both libraries)."""
+    z = z ^ _shift_right(z, 30)
     z = z * _MIX1
-    z = z ^ (z >> np.uint64(27))
+    z = z ^ _shift_right(z, 27)
     z = z * _MIX2
-    return z ^ (z >> np.uint64(31))
+    return z ^ _shift_right(z, 31)
 
 
-def counter_uniform(seed: int, trials: np.ndarray, index: np.ndarray) -> np.ndarray:
+def counter_uniform(seed: int, trials, index):
     """Uniform ``index`` of trial ``trials``'s counter stream under ``seed``, elementwise (the arrays broadcast):
     a SplitMix64 hash of ``(seed, trial, index)``, 53 random bits, in ``[0, 1)``. A pure function, so any batch
     of trials, in any order or size, sees the same numbers, and a batched engine can compute the uniforms a
-    trial actually reads, when it reads them."""
-    index = np.asarray(index, dtype=np.uint64)
-    if index.size and int(index.max()) >= MAX_UNIFORMS_PER_TRIAL:
+    trial actually reads, when it reads them.
+
+    One implementation for numpy and torch (any device): ``trials`` and ``index`` are integer arrays of either
+    library (``array-api-compat`` picks the namespace), the result a float64 array of the same library, bit for
+    bit the same numbers. The hash runs on int64 bit patterns with masked shifts (module ``_splitmix``)."""
+    xp = array_namespace(trials, index) if not isinstance(trials, int) else array_namespace(index)
+    index = xp.asarray(index, dtype=xp.int64)
+    trials = xp.asarray(trials, dtype=xp.int64)
+    if index.shape != (0,) and int(xp.max(index)) >= MAX_UNIFORMS_PER_TRIAL:
         raise RandomnessError("uniforms", f"a trial may draw at most {MAX_UNIFORMS_PER_TRIAL} uniforms")
     with np.errstate(over="ignore"):
-        key = _splitmix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + _GOLDEN)
-        z = _splitmix(_splitmix((np.asarray(trials, dtype=np.uint64) << np.uint64(20)) | index) + key)
-    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+        key = _splitmix(xp.asarray(_signed(seed & 0xFFFFFFFFFFFFFFFF), dtype=xp.int64) * _GOLDEN + _GOLDEN)
+        z = _splitmix(_splitmix((trials << 20) | index) + key)
+    return xp.astype(_shift_right(z, 11), xp.float64) * (1.0 / 2**53)
 
 
 def counter_uniforms(seed: int, trials: np.ndarray, start: int, count: int) -> np.ndarray:
@@ -158,7 +180,9 @@ def counter_uniforms(seed: int, trials: np.ndarray, start: int, count: int) -> n
     ``[len(trials), count]``."""
     if start < 0 or start + count > MAX_UNIFORMS_PER_TRIAL:
         raise RandomnessError("uniforms", f"a trial may draw at most {MAX_UNIFORMS_PER_TRIAL} uniforms")
-    return counter_uniform(seed, np.asarray(trials)[:, None], np.arange(start, start + count)[None, :])
+    xp = array_namespace(trials)
+    trials = xp.asarray(trials)
+    return counter_uniform(seed, trials[:, None], xp.arange(start, start + count, dtype=xp.int64)[None, :])
 
 
 class CounterRandomness(_UniformHandler):

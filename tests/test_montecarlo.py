@@ -16,12 +16,40 @@ from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, SyntheticModel
 from simulator.montecarlo import (Histogram, encode, empirical_tvd, monte_carlo, run_trials, target_table)
-from simulator.randomness import CounterRandomness, counter_uniforms
+from simulator.randomness import CounterRandomness, counter_uniform, counter_uniforms
 from simulator.statistics import chi_square, detectable_tvd, power_lower_bound
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
 from oracles import target_joint
+
+
+def _splitmix64_uint64(seed: int, trials: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The counter stream written directly in numpy's uint64 (the oracle of the int64 implementation)."""
+    golden = np.uint64(0x9E3779B97F4A7C15)
+
+    def mix(z):
+        z = z ^ (z >> np.uint64(30))
+        z = z * np.uint64(0xBF58476D1CE4E5B9)
+        z = z ^ (z >> np.uint64(27))
+        z = z * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+    with np.errstate(over="ignore"):
+        key = mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * golden + golden)
+        z = mix(mix((trials.astype(np.uint64) << np.uint64(20)) | index.astype(np.uint64)) + key)
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+def test_counter_stream_is_bit_identical_on_numpy_and_torch_and_equal_to_uint64_splitmix():
+    rng = np.random.default_rng(3)
+    trials, index = rng.integers(0, 2**43, 5000), rng.integers(0, 2**20, 5000)
+    for seed in (0, 5, 2**40 + 3, 2**63 + 7, 2**64 - 1):
+        expected = _splitmix64_uint64(seed, trials, index)
+        assert np.array_equal(counter_uniform(seed, trials, index), expected)
+        torch = pytest.importorskip("torch")
+        got = counter_uniform(seed, torch.from_numpy(trials), torch.from_numpy(index))
+        assert got.dtype == torch.float64 and np.array_equal(got.numpy(), expected)
 
 
 def test_counter_streams_are_uniform_independent_and_batch_free():
