@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.batched import ContextRows, _normalised_positive, _ratio
+from simulator.array_ops import positive_residual, ratio
+from simulator.batched import ContextRows
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair
 from simulator.trees import Topology
@@ -55,11 +56,11 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
         target = q
         rho = rows.kseq(k)[0][ids] if verifier == "tv-kseq" else None
         for i in range(k):
-            accept = _ratio(q, rho * p) if rho is not None else _ratio(target, p)
+            accept = ratio(q, rho * p) if rho is not None else ratio(target, p)
             total = total + reach * (p * accept * below[i]).sum(axis=1)
             reach = reach * (p * (1 - accept)).sum(axis=1)
             if verifier == "tv-rrs":
-                target = _normalised_positive(target - p, target)
+                target = positive_residual(target - p, target)
         value[v] = total
     return float(value[0][0])
 

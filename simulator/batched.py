@@ -26,9 +26,9 @@ import numpy as np
 
 from .errors import InvalidParameterError
 from .models import ModelPair, ModelView
+from .array_ops import categorical, inverse_cdf, ipow, kseq_rho, last_positive, positive_residual, ratio, row_sum
 from .randomness import counter_uniform
 from .trees import Topology
-from .verifiers.single_step import KSEQ_BISECTION_STEPS
 from .batched_gr import lv_gr_node, tv_gr_tables
 
 GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
@@ -72,10 +72,10 @@ class ContextRows:
         from running sums computed once per table."""
         if which not in self._running:
             table = getattr(self, which)
-            self._running[which] = (np.cumsum(table, axis=1), _last_positive(table))
+            self._running[which] = (np.cumsum(table, axis=1), last_positive(table))
         running, last = self._running[which]
-        index, over = _inverse_cdf(running[ctx], u)
-        index[over] = last[ctx[over]]
+        index, none = inverse_cdf(running[ctx], u)
+        index[none] = last[ctx[none]]
         return index
 
     def ranks(self) -> tuple[np.ndarray, np.ndarray]:
@@ -141,83 +141,6 @@ class ContextRows:
         return self._gr[k, context]
 
 
-def _ipow(x: np.ndarray, k: np.ndarray | int) -> np.ndarray:
-    """:func:`simulator.numeric.ipow` per element, ``k`` per row (repeated multiplication, same roundings)."""
-    k = np.broadcast_to(np.asarray(k), np.shape(x))
-    out = x
-    for j in range(2, int(k.max()) + 1 if k.size else 1):
-        out = np.where(k >= j, out * x, out)
-    return out
-
-
-def _row_sum(rows: np.ndarray) -> np.ndarray:
-    """Left-to-right row sums (:func:`simulator.numeric.total`), a column at a time (numpy's ``sum`` adds in
-    pairs, so it rounds otherwise; this is ~4x faster than the last column of ``cumsum``)."""
-    out = rows[:, 0].copy()
-    for j in range(1, rows.shape[1]):
-        out += rows[:, j]
-    return out
-
-
-def categorical(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """:func:`simulator.randomness.categorical_from_uniform` row by row."""
-    index, over = _inverse_cdf(np.cumsum(weights, axis=1), u)
-    if len(over):
-        index[over] = _last_positive(weights[over])
-    return index
-
-
-def _inverse_cdf(running: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The first index whose running sum exceeds ``u·Σw`` (it has a positive weight: a sum of non-negative weights
-    never decreases), and the rows where none does (``u = 1``), which take the last positive weight instead."""
-    above = running > (u * running[:, -1])[:, None]
-    return np.argmax(above, axis=1), np.flatnonzero(~above[:, -1])
-
-
-def _last_positive(weights: np.ndarray) -> np.ndarray:
-    return weights.shape[1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
-
-
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """:func:`simulator.numeric.ratio`: ``min(1, num/den)``, ``x/0 = 1`` for ``x > 0``, ``0/0 = 0``."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = num / den
-    r = np.where(r < 1, r, 1.0)
-    return np.where(den == 0, np.where(num > 0, 1.0, 0.0), r)
-
-
-def _normalised_positive(diff: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    """``norm(diff_+)``, or ``fallback`` where the positive part has no mass (:func:`numeric.residual`)."""
-    diff = np.where(diff > 0, diff, 0.0)
-    mass = _row_sum(diff)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        normed = diff / mass[:, None]
-    return np.where((mass > 0)[:, None], normed, fallback)
-
-
-def _kseq_rho(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """:func:`simulator.verifiers.single_step.kseq_rho`, vectorised (same bisection, same float steps). The rows
-    are held token-major (``[V, m]``), so each of the 60 evaluations of ``β`` is a few passes over contiguous
-    memory and its sum over tokens, left to right, is ``V`` vector additions."""
-    p_t, q_t = np.ascontiguousarray(p.T), np.ascontiguousarray(q.T)
-
-    def f(rho: np.ndarray) -> np.ndarray:
-        capped = np.minimum(p_t, q_t / rho)
-        beta = capped[0].copy()
-        for row in capped[1:]:
-            beta += row
-        return 1 - _ipow(1 - beta, k) - rho * beta
-
-    lo, hi = np.ones(len(p)), k.astype(float)
-    at_one = (k == 1) | (f(lo) <= 0)
-    for _ in range(KSEQ_BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        low_side = f(mid) <= 0
-        hi = np.where(low_side, mid, hi)
-        lo = np.where(low_side, lo, mid)
-    return np.where(at_one, 1.0, hi)
-
-
 class _Stream:
     """Each trial's uniforms, read at a per-trial position and computed as they are read."""
 
@@ -257,12 +180,12 @@ def _draft_iid(topology: Topology, rows: ContextRows, stream: _Stream) -> tuple[
 
 def kseq_tables(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """K-SEQ's ``ρ*`` (as a column) and residual ``norm((q − γ min(p, q/ρ*))_+)`` for each row pair."""
-    rho = _kseq_rho(p, q, k)
+    rho = kseq_rho(p, q, k)
     capped = np.minimum(p, q / rho[:, None])
-    beta = _row_sum(capped)
+    beta = row_sum(capped)
     with np.errstate(divide="ignore", invalid="ignore"):
-        gamma = (1 - _ipow(1 - beta, k)) / beta
-    residual = _normalised_positive(q - gamma[:, None] * capped, q)
+        gamma = (1 - ipow(1 - beta, k)) / beta
+    residual = positive_residual(q - gamma[:, None] * capped, q)
     return rho[:, None], np.where((beta == 0)[:, None], q, residual)
 
 
@@ -287,17 +210,17 @@ def _tv_step(rule: str, cands: np.ndarray, ncand: np.ndarray, p: np.ndarray, q: 
         idx = np.flatnonzero(live)
         x = cands[idx, i]
         if rule == "kseq":
-            prob = _ratio(q[idx, x], rho[idx] * p[idx, x])
+            prob = ratio(q[idx, x], rho[idx] * p[idx, x])
         else:
-            prob = _ratio(target[idx, x], p[idx, x])
+            prob = ratio(target[idx, x], p[idx, x])
         u = stream.take(rows[idx])
         ok = (prob == 1) | (u < prob)
         accepted[idx[ok]] = i
         if rule == "rrs":
             rej = idx[~ok]
-            target[rej] = _normalised_positive(target[rej] - p[rej], target[rej])
+            target[rej] = positive_residual(target[rej] - p[rej], target[rej])
     if rule == "sps":
-        target = _normalised_positive(q - p, q)
+        target = positive_residual(q - p, q)
     elif rule == "kseq":
         target = residual
     return accepted, target
@@ -395,10 +318,10 @@ def _plan_acceptance(rule: str, cands: np.ndarray, p: np.ndarray, q: np.ndarray,
     for i in range(k):
         x = cands[:, i]
         if rule == "kseq":
-            prob = _ratio(q[rows_, x], rho * p[rows_, x])
+            prob = ratio(q[rows_, x], rho * p[rows_, x])
         else:
-            prob = _ratio(target[rows_, x], p[rows_, x])
-            target = _normalised_positive(target - p, target)
+            prob = ratio(target[rows_, x], p[rows_, x])
+            target = positive_residual(target - p, target)
         out[:, i] = prob if i == 0 else reach * prob
         reach = (1 - prob) if i == 0 else reach * (1 - prob)
     return out
@@ -411,7 +334,7 @@ def _outflow(rule: str, p: np.ndarray, q: np.ndarray, k: int, rho: np.ndarray | 
     out = np.zeros_like(q)
     if rule == "kseq":
         capped = np.minimum(p, q / rho[:, None])
-        miss = 1 - _row_sum(capped)
+        miss = 1 - row_sum(capped)
         reach = np.ones(len(p))
         for _ in range(k):
             out = out + reach[:, None] * capped
@@ -421,8 +344,8 @@ def _outflow(rule: str, p: np.ndarray, q: np.ndarray, k: int, rho: np.ndarray | 
     for _ in range(k):
         capped = np.minimum(p, target)
         out = out + reach[:, None] * capped
-        reach = reach * (1 - _row_sum(capped))
-        target = _normalised_positive(target - p, target)
+        reach = reach * (1 - row_sum(capped))
+        target = positive_residual(target - p, target)
     return out
 
 
@@ -433,7 +356,7 @@ def _node_acceptance(rule: str, p: np.ndarray, q: np.ndarray, cands: np.ndarray)
     k = cands.shape[1]
     if rule == "gr":
         return lv_gr_node(p, q, cands)
-    rho = _kseq_rho(p, q, np.full(len(p), k)) if rule == "kseq" else None
+    rho = kseq_rho(p, q, np.full(len(p), k)) if rule == "kseq" else None
     accept = _plan_acceptance(rule, cands, p, q, rho)
     total_accept = np.empty_like(accept)
     for i in range(k):
@@ -493,12 +416,12 @@ def _layer_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
             break
         weights = np.empty((len(open_), len(level) + 1))
         for j, v in enumerate(level):
-            weights[:, j] = np.maximum(scores[open_, v] - _row_sum(flows[open_, v]), 0.0)
+            weights[:, j] = np.maximum(scores[open_, v] - row_sum(flows[open_, v]), 0.0)
         level_mass = np.zeros(len(open_))
         for v in level:
             level_mass = level_mass + scores[open_, v]
         weights[:, -1] = np.maximum(1 - level_mass, 0.0)
-        has_mass = _row_sum(weights) > 0
+        has_mass = row_sum(weights) > 0
         if level[0] != 0:
             open_, weights = open_[has_mass], weights[has_mass]
             choice = categorical(weights, stream.take(open_))
@@ -511,7 +434,7 @@ def _layer_verify(rule: str, shape: _Shape, rows: ContextRows, stream: _Stream, 
         v = np.array(level)[choice[picked]]
         c = ctx[at, v]
         a = scores[at, v]
-        res = _normalised_positive(a[:, None] * rows.q[c] - flows[at, v], rows.q[c])
+        res = positive_residual(a[:, None] * rows.q[c] - flows[at, v], rows.q[c])
         y = categorical(res, stream.take(at))
         node[at] = v
         final_ctx[at] = c * vocab + y + 1
@@ -586,7 +509,7 @@ def _traversal_verify(merge: bool, shape: _Shape, rows: ContextRows, stream: _St
                 row, c = slot[b, u], ctx[b, u]
                 q_x = np.where(row >= 0, stored.target[row, x], rows.q[c, x])
                 p_x = np.where(row >= 0, stored.draft[row, x], rows.p[c, x])
-                rate[b, w] = _ratio(rate[b, u] * q_x, p_x)
+                rate[b, w] = ratio(rate[b, u] * q_x, p_x)
 
     refresh(everyone, np.zeros(batch, dtype=np.int64))
     node = np.full(batch, -1, dtype=np.int64)
@@ -615,12 +538,12 @@ def _traversal_verify(merge: bool, shape: _Shape, rows: ContextRows, stream: _St
         t, d = current(b, p_, stored.target, rows.q), current(b, p_, stored.draft, rows.p)
         slack = r[:, None] * t - d
         slack = np.where(slack > 0, slack, 0.0)
-        mass = _row_sum(slack)
+        mass = row_sum(slack)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where((mass > 0)[:, None], slack / mass[:, None], t)
             if merge:
                 d[np.arange(len(b)), tokens[b, v]] = 0.0
-                left = _row_sum(d)
+                left = row_sum(d)
                 d = np.where((left > 0)[:, None], d / left[:, None], d)
             fresh = slot[b, p_] < 0
             slot[b[fresh], p_[fresh]] = stored.allocate(int(fresh.sum()))
@@ -661,9 +584,9 @@ def _gbv_verify(shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.nd
     for i in range(height):
         c = ctx[b_, nodes[:, i]]
         low, p = lower_table[c], rows.p[c]
-        norm = _ipow(below + mass, k) - _ipow(below, k)
+        norm = ipow(below + mass, k) - ipow(below, k)
         start = below[:, None] + mass[:, None] * low
-        law[:, i] = (_ipow(start + mass[:, None] * p, k) - _ipow(start, k)) / norm[:, None]
+        law[:, i] = (ipow(start + mass[:, None] * p, k) - ipow(start, k)) / norm[:, None]
         x = tokens[b_, nodes[:, i + 1]]
         below, mass = below + mass * low[b_, x], mass * p[b_, x]
     weight = np.ones(batch)
@@ -672,11 +595,11 @@ def _gbv_verify(shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.nd
     for i in range(1, height + 1):
         x = tokens[b_, nodes[:, i]]
         q_parent = rows.q[ctx[b_, nodes[:, i - 1]]]
-        weight = _ratio(weight * q_parent[b_, x], law[b_, i - 1, x])
+        weight = ratio(weight * q_parent[b_, x], law[b_, i - 1, x])
         weights.append(weight)
         if i < height:
             slack = weight[:, None] * rows.q[ctx[b_, nodes[:, i]]] - law[:, i]
-            slack = _row_sum(np.where(slack > 0, slack, 0.0))
+            slack = row_sum(np.where(slack > 0, slack, 0.0))
             with np.errstate(divide="ignore", invalid="ignore"):
                 h = np.where(slack > 0, slack / (slack + (1 - weight)), 0.0)
         else:
@@ -688,7 +611,7 @@ def _gbv_verify(shape: _Shape, rows: ContextRows, stream: _Stream, tokens: np.nd
     q_node = rows.q[c]
     scale = np.stack(weights, axis=1)[b_, tau]
     law_at = law[b_, np.minimum(tau, height - 1)]
-    residual = _normalised_positive(scale[:, None] * q_node - law_at, q_node)
+    residual = positive_residual(scale[:, None] * q_node - law_at, q_node)
     y = categorical(np.where((tau == height)[:, None], q_node, residual), stream.take(b_))
     return node, c * vocab + y + 1
 

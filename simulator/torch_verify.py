@@ -38,6 +38,7 @@ from typing import Sequence
 
 import torch
 
+from .array_ops import categorical, ipow, kseq_rho, positive_residual, ratio, row_sum
 from .errors import InvalidParameterError, UnsupportedDraftError
 from .trees import check_parents
 from .numeric import total
@@ -50,44 +51,18 @@ TORCH_VERIFIERS = ("tv-sps", "tv-rrs", "tv-rrsw", "dyspec", "tv-det", "tv-kseq",
                    "gbv", "bug-gbv-clipped", "tv-opt", "tv-gr", "lv-opt", "lv-gr")
 _FLOW_RULES = {"opt": OPT, "gr": GR}
 FLOW_DEFINED = ("tv-opt", "tv-gr", "lv-opt", "lv-gr")  # solved per tree and node, in float64
-KSEQ_BISECTION_STEPS = 60  # as simulator.verifiers.single_step
 TUPLE_SUM_LIMIT = 256  # LV's outflow: summed tuple by tuple (as the shared rule) up to this many tuples
 _PLANS = {"tv-sps": "sps", "tv-rrs": "rrs", "tv-rrsw": "rrsw", "dyspec": "rrsw", "tv-det": "det", "tv-kseq": "kseq",
           "bug-residual-q": "sps-q", "bug-accept-all": "first", "bug-dyspec-printed": "rrsw-phi"}
 
 
-def _total(w: torch.Tensor) -> torch.Tensor:
-    return torch.cumsum(w, dim=-1)[..., -1]
-
-
-def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """``min(1, num/den)`` with ``x/0 = 1`` for ``x > 0`` and ``0/0 = 0`` (:func:`simulator.numeric.ratio`)."""
-    r = num / torch.where(den == 0, torch.ones_like(den), den)
-    r = torch.where(r < 1, r, torch.ones_like(r))
-    return torch.where(den == 0, (num > 0).to(num.dtype), r)
-
-
 def _normalise(w: torch.Tensor) -> torch.Tensor:
-    return w / _total(w)[..., None]
+    return w / row_sum(w)[..., None]
 
 
 def _residual(target: torch.Tensor, draft: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     """``norm((scale·target − draft)_+)``, or ``target`` where that has no mass (:func:`numeric.residual`)."""
-    diff = (target if scale is None else scale[:, None] * target) - draft
-    diff = torch.where(diff > 0, diff, torch.zeros_like(diff))
-    mass = _total(diff)
-    safe = torch.where(mass > 0, mass, torch.ones_like(mass))
-    return torch.where((mass > 0)[:, None], diff / safe[:, None], target)
-
-
-def _categorical(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """:func:`simulator.randomness.categorical_from_uniform` row by row."""
-    running = torch.cumsum(w, dim=-1)
-    hit = (w > 0) & (running > (u * running[:, -1])[:, None])
-    positive = w > 0
-    last = w.shape[1] - 1 - torch.argmax(positive.flip(1).to(torch.int8), dim=1)
-    first = torch.argmax(hit.to(torch.int8), dim=1)
-    return torch.where(hit.any(dim=1), first, last)
+    return positive_residual((target if scale is None else scale[:, None] * target) - draft, target)
 
 
 def _bernoulli(prob: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -176,7 +151,7 @@ def _walk(name: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Te
             node, y, done, v = _match_per_row_step(kids, count, tokens, v, qv, active, stream, node, y, done)
             continue
         if name == "match":
-            draw = _categorical(qv, stream.take(active))
+            draw = categorical(qv, stream.take(active))
             child_tokens = torch.where(kids[v] >= 0, tokens[rows[:, None], kids[v].clamp(min=0)], -1)
             hit = child_tokens == draw[:, None]
             moved = active & hit.any(dim=1)
@@ -191,7 +166,7 @@ def _walk(name: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Te
             accepted, residual = _plan_step(_PLANS[name], kids[v], count[v], tokens, pv, qv, active, stream)
         leaf = active & (count[v] == 0)
         rejected = active & (accepted < 0)
-        draw = _categorical(torch.where(leaf[:, None], qv, residual), stream.take(rejected))
+        draw = categorical(torch.where(leaf[:, None], qv, residual), stream.take(rejected))
         node, y = torch.where(rejected, v, node), torch.where(rejected, draw, y)
         done = done | rejected
         moved = active & (accepted >= 0)
@@ -210,7 +185,7 @@ def _match_per_row_step(kids, count, tokens, v, qv, active, stream, node, y, don
         here = open_ & ((i < count[v]) | ((i == 0) & (count[v] == 0)))
         if not bool(here.any()):
             break
-        draw = _categorical(qv, stream.take(here))
+        draw = categorical(qv, stream.take(here))
         last = torch.where(here, draw, last)
         child = kids[v, i] if kids.shape[1] > i else torch.full_like(v, -1)
         hit = here & (child >= 0) & (tokens[rows, child.clamp(min=0)] == draw)
@@ -245,7 +220,7 @@ def _flow_step(rule, kids: torch.Tensor, count: torch.Tensor, tokens: torch.Tens
         first_position[b, : len(distinct)] = torch.tensor([cands.index(x) for x in distinct])
         first_position[b, width] = -1
         residual[b] = torch.tensor(solution.residual, dtype=p.dtype)
-    choice = _categorical(torch.where(has[:, None], weights, torch.ones_like(weights)), stream.take(has))
+    choice = categorical(torch.where(has[:, None], weights, torch.ones_like(weights)), stream.take(has))
     accepted = torch.where(has, first_position.gather(1, choice[:, None])[:, 0], torch.full_like(count, -1))
     return accepted, residual
 
@@ -262,7 +237,7 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
     open_ = active & (used > 0)  # still trying candidates at this node
     fallback = torch.zeros(batch, dtype=torch.bool, device=p.device)  # det: all mass accepted, residual q
     seen = torch.zeros_like(q, dtype=torch.bool)
-    rho = _kseq_rho(p, q, used.clamp(min=1)) if plan == "kseq" else None
+    rho = kseq_rho(p, q, used.clamp(min=1)) if plan == "kseq" else None
     for i in range(kids.shape[1]):
         here = open_ & (i < used)
         if not bool(here.any()):
@@ -270,9 +245,9 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
         x = tokens[rows, kids[:, i].clamp(min=0)]
         if plan == "det":
             here = here & ~seen[rows, x]
-            prob = _ratio(target[rows, x], torch.ones_like(target[rows, x]))
+            prob = ratio(target[rows, x], torch.ones_like(target[rows, x]))
         elif plan == "kseq":
-            prob = _ratio(q[rows, x], rho * p[rows, x])
+            prob = ratio(q[rows, x], rho * p[rows, x])
         elif plan == "first":
             prob = torch.ones_like(q[rows, x])
         elif plan == "rrsw-phi":  # DySpec Alg. 3 as printed: c ~ N(0, 1), accept if c ≤ R/D
@@ -281,7 +256,7 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
             phi = 0.5 * (1 + torch.erf(z / math.sqrt(2)))
             prob = torch.where(den == 0, torch.where(num > 0, torch.ones_like(num), torch.full_like(num, 0.5)), phi)
         else:
-            prob = _ratio(target[rows, x], draft[rows, x])
+            prob = ratio(target[rows, x], draft[rows, x])
         hit = here & _bernoulli(prob, stream.take(here))
         accepted = torch.where(hit, torch.full_like(accepted, i), accepted)
         open_ = open_ & ~hit
@@ -290,10 +265,10 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
             seen[rows, x] = seen[rows, x] | miss
             zeroed = target.clone()
             zeroed[rows, x] = torch.where(miss, torch.zeros_like(zeroed[rows, x]), zeroed[rows, x])
-            empty = miss & ~(_total(zeroed) > 0)
+            empty = miss & ~(row_sum(zeroed) > 0)
             fallback = fallback | empty
             open_ = open_ & ~empty
-            normed = zeroed / torch.where(empty, torch.ones_like(empty, dtype=q.dtype), _total(zeroed))[:, None]
+            normed = zeroed / torch.where(empty, torch.ones_like(empty, dtype=q.dtype), row_sum(zeroed))[:, None]
             target = torch.where((miss & ~empty)[:, None], normed, target)
             continue
         if plan in ("kseq", "sps-q", "first"):
@@ -303,9 +278,9 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
         if plan in ("rrsw", "rrsw-phi"):
             zeroed = draft.clone()
             zeroed[rows, x] = torch.where(miss, torch.zeros_like(zeroed[rows, x]), zeroed[rows, x])
-            empty = miss & ~(_total(zeroed) > 0)
+            empty = miss & ~(row_sum(zeroed) > 0)
             open_ = open_ & ~empty
-            normed = zeroed / torch.where(empty, torch.ones_like(empty, dtype=p.dtype), _total(zeroed))[:, None]
+            normed = zeroed / torch.where(empty, torch.ones_like(empty, dtype=p.dtype), row_sum(zeroed))[:, None]
             draft = torch.where((miss & ~empty)[:, None], normed, torch.where(empty[:, None], zeroed, draft))
     if plan == "sps":
         return accepted, _residual(q, p)
@@ -313,12 +288,12 @@ def _plan_step(plan: str, kids: torch.Tensor, count: torch.Tensor, tokens: torch
         return accepted, q
     if plan == "kseq":  # norm((q − γ min(p, q/ρ*))_+), γ = p_acc/β; q where β = 0 or nothing is left
         capped = torch.minimum(p, q / rho[:, None])
-        beta = _total(capped)
+        beta = row_sum(capped)
         safe = torch.where(beta == 0, torch.ones_like(beta), beta)
-        gamma = (1 - _ipow(1 - beta, used.clamp(min=1))) / safe
+        gamma = (1 - ipow(1 - beta, used.clamp(min=1))) / safe
         rest = q - gamma[:, None] * capped
         rest = torch.where(rest > 0, rest, torch.zeros_like(rest))
-        mass = _total(rest)
+        mass = row_sum(rest)
         normed = rest / torch.where(mass > 0, mass, torch.ones_like(mass))[:, None]
         return accepted, torch.where(((beta == 0) | ~(mass > 0))[:, None], q, normed)
     return accepted, torch.where(fallback[:, None], q, target)
@@ -344,22 +319,22 @@ def _block(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, q: t
                                                                "probability")
             weights.append(weights[i - 1] * q[rows, i - 1, x] / p[rows, i - 1, x])
         else:
-            weights.append(_ratio(weights[i - 1] * q[rows, i - 1, x], p[rows, i - 1, x]))
+            weights.append(ratio(weights[i - 1] * q[rows, i - 1, x], p[rows, i - 1, x]))
         if i < gamma and greedy:
-            over = _total(positive(weights[i][:, None] * q[:, i] - p[:, i]))
-            under = _total(positive(p[:, i] - weights[i][:, None] * q[:, i]))
-            h = torch.where(over > 0, _ratio(over, under), torch.zeros_like(over))
+            over = row_sum(positive(weights[i][:, None] * q[:, i] - p[:, i]))
+            under = row_sum(positive(p[:, i] - weights[i][:, None] * q[:, i]))
+            h = torch.where(over > 0, ratio(over, under), torch.zeros_like(over))
         elif i < gamma:
-            slack = _total(positive(weights[i][:, None] * q[:, i] - p[:, i]))
+            slack = row_sum(positive(weights[i][:, None] * q[:, i] - p[:, i]))
             safe = torch.where(slack > 0, slack + (1 - weights[i]), torch.ones_like(slack))
             h = torch.where(slack > 0, slack / safe, torch.zeros_like(slack))
         else:
-            h = _ratio(weights[gamma], torch.ones_like(weights[gamma])) if greedy else weights[gamma]
+            h = ratio(weights[gamma], torch.ones_like(weights[gamma])) if greedy else weights[gamma]
         tau = torch.where(_bernoulli(h, stream.take(everyone)), torch.full_like(tau, i), tau)
     scale = torch.stack(weights, dim=1)[rows, tau]
     last = tau == gamma
     residual = _residual(q[rows, tau], p[rows, tau], scale)
-    y = _categorical(torch.where(last[:, None], q[rows, tau], residual), stream.take(everyone))
+    y = categorical(torch.where(last[:, None], q[rows, tau], residual), stream.take(everyone))
     return tau, y
 
 
@@ -394,7 +369,7 @@ def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
     def refresh(under: torch.Tensor) -> None:  # under[b, c]: recompute c's rate in row b
         for c in range(1, n):
             u, x = parents[c], tokens[:, c]
-            fresh = _ratio(rate[:, u] * target[rows, u, x], draft[rows, u, x])
+            fresh = ratio(rate[:, u] * target[rows, u, x], draft[rows, u, x])
             rate[:, c] = torch.where(under[:, c], fresh, rate[:, c])
 
     refresh(torch.ones((batch, n), dtype=torch.bool, device=p.device))
@@ -418,7 +393,7 @@ def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
         accept = active & _bernoulli(rate[rows, leaf], stream.take(active))
         at_root = active & ~accept & (leaf == 0)
         finish = accept | at_root
-        draw = _categorical(target[rows, leaf], stream.take(finish))
+        draw = categorical(target[rows, leaf], stream.take(finish))
         node, y = torch.where(finish, leaf, node), torch.where(finish, draw, y)
         done = done | finish
         rejected = active & ~finish
@@ -428,14 +403,14 @@ def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
         r_u, t_u, d_u, x = rate[rows, u], target[rows, u], draft[rows, u], tokens[rows, leaf]
         slack = r_u[:, None] * t_u - d_u
         slack = torch.where(slack > 0, slack, torch.zeros_like(slack))
-        mass = _total(slack)
+        mass = row_sum(slack)
         safe = torch.where(mass > 0, mass, torch.ones_like(mass))
         new_target = torch.where((mass > 0)[:, None], slack / safe[:, None], t_u)
         new_draft = d_u
         if zero_draft:
             zeroed = d_u.clone()
             zeroed[rows, x] = 0
-            zmass = _total(zeroed)
+            zmass = row_sum(zeroed)
             new_draft = torch.where((zmass > 0)[:, None], zeroed / torch.where(zmass > 0, zmass,
                                                                                torch.ones_like(zmass))[:, None], zeroed)
         new_rate = torch.where(mass > 0, mass / torch.where(mass > 0, mass + (1 - r_u), torch.ones_like(mass)), mass)
@@ -448,32 +423,6 @@ def _traversal(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
     return node, y
 
 
-def _ipow(x: torch.Tensor, k: int | torch.Tensor) -> torch.Tensor:
-    """:func:`simulator.numeric.ipow`: repeated multiplication, ``k`` a number or one per row."""
-    k = torch.as_tensor(k, device=x.device).expand(x.shape)
-    out = x
-    for j in range(2, int(k.max()) + 1 if k.numel() else 1):
-        out = torch.where(k >= j, out * x, out)
-    return out
-
-
-def _kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int | torch.Tensor) -> torch.Tensor:
-    """:func:`simulator.verifiers.single_step.kseq_rho` row by row (same bisection, same float steps);
-    ``k`` a number or one per row."""
-    def f(rho: torch.Tensor) -> torch.Tensor:
-        beta = _total(torch.minimum(p, q / rho[:, None]))
-        return 1 - _ipow(1 - beta, k) - rho * beta
-
-    lo = torch.ones(p.shape[0], dtype=p.dtype, device=p.device)
-    hi = torch.as_tensor(k, device=p.device).expand(lo.shape).to(p.dtype)
-    at_one = (hi == 1) | (f(lo) <= 0)
-    for _ in range(KSEQ_BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        low_side = f(mid) <= 0
-        hi, lo = torch.where(low_side, mid, hi), torch.where(low_side, lo, mid)
-    return torch.where(at_one, lo, hi)
-
-
 def _plan_acceptance(rule: str, cands: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
                      rho: torch.Tensor | None) -> torch.Tensor:
     """``P(accept position i | X)`` of the SpS, RRS or K-SEQ plan (``single_step.plan_acceptance``)."""
@@ -482,9 +431,9 @@ def _plan_acceptance(rule: str, cands: torch.Tensor, p: torch.Tensor, q: torch.T
     for i in range(cands.shape[1]):
         x = cands[:, i]
         if rule == "kseq":
-            prob = _ratio(q[rows, x], rho * p[rows, x])
+            prob = ratio(q[rows, x], rho * p[rows, x])
         else:
-            prob = _ratio(target[rows, x], p[rows, x])
+            prob = ratio(target[rows, x], p[rows, x])
             target = _residual(target, p)
         out.append(prob if reach is None else reach * prob)
         reach = (1 - prob) if reach is None else reach * (1 - prob)
@@ -497,7 +446,7 @@ def _outflow(rule: str, p: torch.Tensor, q: torch.Tensor, k: int, rho: torch.Ten
     reach = torch.ones(p.shape[0], dtype=p.dtype, device=p.device)
     if rule == "kseq":
         capped = torch.minimum(p, q / rho[:, None])
-        miss = 1 - _total(capped)
+        miss = 1 - row_sum(capped)
         for _ in range(k):
             out = out + reach[:, None] * capped
             reach = reach * miss
@@ -506,7 +455,7 @@ def _outflow(rule: str, p: torch.Tensor, q: torch.Tensor, k: int, rho: torch.Ten
     for _ in range(k):
         capped = torch.minimum(p, target)
         out = out + reach[:, None] * capped
-        reach = reach * (1 - _total(capped))
+        reach = reach * (1 - row_sum(capped))
         target = _residual(target, p)
     return out
 
@@ -577,7 +526,7 @@ def _layer(rule: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.T
             if rule in _FLOW_RULES:
                 _flow_scores(_FLOW_RULES[rule], kids[v], live, lam, tokens, p_ext, q_ext, scores, flows, v)
                 continue
-            rho = _kseq_rho(p_ext, q_ext, k) if rule == "kseq" else None
+            rho = kseq_rho(p_ext, q_ext, k) if rule == "kseq" else None
             cands = tokens[:, kids[v][:k]]
             accept = _plan_acceptance(rule, cands, p_ext, q_ext, rho)
             for i, w in enumerate(kids[v][:k]):
@@ -597,14 +546,14 @@ def _layer(rule: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.T
         open_ = node < 0
         if not bool(open_.any()):
             break
-        weights = [torch.clamp(scores[:, v] - _total(flows[:, v]), min=0) for v in level]
+        weights = [torch.clamp(scores[:, v] - row_sum(flows[:, v]), min=0) for v in level]
         level_mass = zero
         for v in level:
             level_mass = level_mass + scores[:, v]
         weights = torch.stack(weights + [torch.clamp(1 - level_mass, min=0)], dim=1)
-        has_mass = _total(weights) > 0
+        has_mass = row_sum(weights) > 0
         draw = open_ & has_mass
-        choice = _categorical(torch.where(has_mass[:, None], weights, torch.ones_like(weights)), stream.take(draw))
+        choice = categorical(torch.where(has_mass[:, None], weights, torch.ones_like(weights)), stream.take(draw))
         if level[0] == 0:
             choice = torch.where(has_mass, choice, torch.zeros_like(choice))
             picked = open_
@@ -613,7 +562,7 @@ def _layer(rule: str, parents: tuple[int, ...], tokens: torch.Tensor, p: torch.T
         v = torch.tensor(level, device=p.device)[choice.clamp(max=len(level) - 1)]
         a = scores[rows, v]
         res = _residual(q[rows, v], flows[rows, v], a)
-        token = _categorical(res, stream.take(picked))
+        token = categorical(res, stream.take(picked))
         node, y = torch.where(picked, v, node), torch.where(picked, token, y)
     return node, y
 
@@ -648,7 +597,7 @@ def _multipath(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
     rows = torch.arange(batch, device=p.device)
     if not chains:
         everyone = torch.ones(batch, dtype=torch.bool, device=p.device)
-        return torch.zeros(batch, dtype=torch.long, device=p.device), _categorical(q[:, 0], stream.take(everyone))
+        return torch.zeros(batch, dtype=torch.long, device=p.device), categorical(q[:, 0], stream.take(everyone))
     height, k = len(chains[0]) - 1, len(chains)
     if any(len(c) != height + 1 for c in chains):
         raise InvalidParameterError("parents", "gbv needs chains of equal depth")
@@ -679,9 +628,9 @@ def _multipath(parents: tuple[int, ...], tokens: torch.Tensor, p: torch.Tensor, 
         ranked = pv.gather(-1, worst_first)
         running = torch.cumsum(ranked, dim=-1) - ranked  # mass ranked below, summed from the worst up
         lower = torch.empty_like(pv).scatter(-1, worst_first, running)
-        norm = _ipow(below + mass, k) - _ipow(below, k)
+        norm = ipow(below + mass, k) - ipow(below, k)
         start = below[:, None] + mass[:, None] * lower
-        law[:, i] = (_ipow(start + mass[:, None] * pv, k) - _ipow(start, k)) / norm[:, None]
+        law[:, i] = (ipow(start + mass[:, None] * pv, k) - ipow(start, k)) / norm[:, None]
         x = tokens[rows, nodes[:, i + 1]]
         below, mass = below + mass * lower[rows, x], mass * pv[rows, x]
     path_q = q[rows[:, None], nodes]

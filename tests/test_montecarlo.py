@@ -164,7 +164,7 @@ def test_batched_categorical_is_the_shared_rule_at_every_boundary():
     """Batched draws (weights given, or the model's rows by their running sums) pick what
     categorical_from_uniform picks, including zero weights, u = 0, u = 1 (the last positive weight) and u
     exactly at a running sum."""
-    from simulator.batched import categorical
+    from simulator.array_ops import categorical
     from simulator.randomness import categorical_from_uniform
     rng = np.random.default_rng(9)
     weights = rng.random((4000, 6)) * (rng.random((4000, 6)) < 0.6)

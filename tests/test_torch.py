@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 from exact.instances import random_shape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
 from simulator.randomness import ReplayRandomness  # noqa: E402
+from simulator.array_ops import kseq_rho  # noqa: E402
 from simulator.torch_verify import FLOW_DEFINED, TORCH_VERIFIERS, torch_verify  # noqa: E402
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 from simulator.verifiers import VERIFIERS  # noqa: E402
@@ -151,7 +152,7 @@ def test_layer_verification_closed_form_outflow_agrees_with_the_tuple_sum(name, 
     assert explained <= 10
     x = _rows(rng, (BATCH, 6), 0.2)
     target = _rows(rng, (BATCH, 6), 0.2)
-    rho = tv._kseq_rho(torch.tensor(x), torch.tensor(target), 3) if name == "lv-kseq" else None
+    rho = kseq_rho(torch.tensor(x), torch.tensor(target), 3) if name == "lv-kseq" else None
     rule = name[3:]
     closed = tv._outflow(rule, torch.tensor(x), torch.tensor(target), 3, rho)
     summed = tv._outflow_by_tuples(rule, torch.tensor(x), torch.tensor(target), 3, rho, 6)

@@ -1,0 +1,102 @@
+"""The arithmetic every batched rule shares, once, for numpy and torch alike (the array API through
+``array-api-compat``): row sums, the clipped ratio, the residual, the categorical draw from a uniform, integer
+powers and K-SEQ's ``ρ``. Each is the array version of a scalar function of :mod:`simulator.numeric`,
+:mod:`simulator.randomness` or :mod:`simulator.verifiers.single_step`, with the same float operations in the
+same order, so a batched rule decides exactly as its reference on the same uniforms (float64 on the CPU).
+
+Shapes: a row batch is ``[m, V]`` (one row per trial or node), per-row scalars are ``[m]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from array_api_compat import array_namespace, device
+
+from .verifiers.single_step import KSEQ_BISECTION_STEPS
+
+
+def row_sum(w):
+    """``[m, V] -> [m]``: left-to-right sums (:func:`simulator.numeric.total`). numpy adds a column at a time (its
+    ``sum`` adds in pairs and rounds otherwise; the column loop is ~4x faster than ``cumsum`` on the toy study's
+    narrow rows); other libraries take the last column of the running sum (sequential on the CPU; a GPU scan may
+    round the last bit differently)."""
+    if isinstance(w, np.ndarray):
+        out = w[:, 0].copy()
+        for j in range(1, w.shape[1]):
+            out += w[:, j]
+        return out
+    xp = array_namespace(w)
+    return xp.cumulative_sum(w, axis=-1)[..., -1]
+
+
+def ratio(num, den):
+    """:func:`simulator.numeric.ratio`: ``min(1, num/den)``, ``x/0 = 1`` for ``x > 0``, ``0/0 = 0``."""
+    xp = array_namespace(num, den)
+    zero = den == 0
+    r = num / xp.where(zero, xp.ones_like(den), den)
+    r = xp.where(r < 1, r, xp.ones_like(r))
+    return xp.where(zero, xp.astype(num > 0, r.dtype), r)
+
+
+def positive_residual(diff, fallback):
+    """``[m, V]``: ``norm(diff_+)`` row by row, or ``fallback``'s row where the positive part has no mass
+    (:func:`simulator.numeric.residual`)."""
+    xp = array_namespace(diff, fallback)
+    diff = xp.where(diff > 0, diff, xp.zeros_like(diff))
+    mass = row_sum(diff)
+    has = mass > 0
+    return xp.where(has[:, None], diff / xp.where(has, mass, xp.ones_like(mass))[:, None], fallback)
+
+
+def inverse_cdf(running, u):
+    """``(index [m], none [m])``: per row the first index whose running sum exceeds ``u·Σw`` (it carries a positive
+    weight, since a running sum of non-negative weights only rises there), and whether no index does (``u = 1``,
+    or rounding at the top)."""
+    xp = array_namespace(running, u)
+    above = running > (u * running[:, -1])[:, None]
+    return xp.argmax(xp.astype(above, xp.int8), axis=1), ~above[:, -1]
+
+
+def last_positive(weights):
+    """``[m]``: the last index of a positive weight per row (where :func:`inverse_cdf` finds none)."""
+    xp = array_namespace(weights)
+    positive = xp.astype(xp.flip(weights, axis=1) > 0, xp.int8)
+    return weights.shape[1] - 1 - xp.argmax(positive, axis=1)
+
+
+def categorical(weights, u):
+    """``[m]``: :func:`simulator.randomness.categorical_from_uniform` row by row."""
+    xp = array_namespace(weights, u)
+    index, none = inverse_cdf(xp.cumulative_sum(weights, axis=1), u)
+    return xp.where(none, last_positive(weights), index)
+
+
+def ipow(x, k):
+    """:func:`simulator.numeric.ipow` per element: repeated multiplication, ``k`` a number or one per element."""
+    xp = array_namespace(x)
+    if isinstance(k, int):
+        k = xp.full(x.shape, k, dtype=xp.int64, device=device(x))
+    k = xp.broadcast_to(xp.asarray(k, device=device(x)), x.shape)
+    out = x
+    for j in range(2, int(xp.max(k)) + 1 if 0 not in k.shape else 1):
+        out = xp.where(k >= j, out * x, out)
+    return out
+
+
+def kseq_rho(p, q, k):
+    """``[m]``: :func:`simulator.verifiers.single_step.kseq_rho` row by row (the same bisection, the same float
+    steps); ``k`` a number or one per row."""
+    xp = array_namespace(p, q)
+
+    def f(rho):
+        beta = row_sum(xp.minimum(p, q / rho[:, None]))
+        return 1 - ipow(1 - beta, k) - rho * beta
+
+    one = xp.ones(p.shape[0], dtype=p.dtype, device=device(p))
+    lo, hi = one, xp.astype(xp.broadcast_to(xp.asarray(k, device=device(p)), one.shape), p.dtype)
+    at_one = (hi == 1) | (f(lo) <= 0)
+    for _ in range(KSEQ_BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        low_side = f(mid) <= 0
+        hi, lo = xp.where(low_side, mid, hi), xp.where(low_side, lo, mid)
+    return xp.where(at_one, one, hi)
