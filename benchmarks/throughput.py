@@ -35,7 +35,8 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from simulator import study
-from simulator.batched import ContextRows, batched_rounds, has_batched_path
+from simulator.batched import batched_rounds, has_batched_path
+from simulator.context_rows import ContextRows
 from simulator.drafting import FixedShape
 from simulator.models import SyntheticModel
 from simulator.montecarlo import run_trials

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.array_ops import positive_residual, ratio
-from simulator.batched import ContextRows
+from simulator.context_rows import ContextRows
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair
 from simulator.trees import Topology

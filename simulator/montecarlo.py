@@ -34,7 +34,8 @@ from fractions import Fraction
 
 from .errors import InvalidParameterError, SizeLimitError
 from .models import ModelPair, ModelView
-from .batched import ContextRows, batched_rounds, has_batched_path
+from .batched import batched_rounds, has_batched_path
+from .context_rows import ContextRows
 from .randomness import CounterRandomness
 from .speculation import complete, speculate
 from .statistics import ChiSquare, chi_square, detectable_tvd

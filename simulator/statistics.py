@@ -69,3 +69,18 @@ def chi_square(observed: np.ndarray, expected_prob: np.ndarray, alpha: float, mi
     statistic = float(((obs - exp) ** 2 / exp).sum())
     df = max(len(exp) - 1, 1)
     return ChiSquare(statistic, len(exp), float(stats.chi2.sf(statistic, df)), alpha, impossible)
+
+
+def expected_sample_tvd(table: np.ndarray, n: int) -> float:
+    """``E[TVD]`` of the empirical law of ``n`` draws from ``table`` to ``table`` itself:
+    ``½ Σ_z E|X_z − n q_z| / n`` with ``X_z ~ Bin(n, q_z)`` and de Moivre's
+    ``E|X − nq| = 2 (m+1)(1−q) P(X = m+1)``, ``m = ⌊nq⌋``."""
+    q = table[table > 0]
+    m = np.floor(n * q)
+    mad = 2 * (m + 1) * (1 - q) * stats.binom.pmf(m + 1, n, q)
+    return float(0.5 * mad.sum() / n)
+
+
+def tvd_upper_bound(cells: int, n: int) -> float:
+    """``½ sqrt(K/N)``: Jensen then Cauchy–Schwarz bound every ``E[TVD]`` of ``N`` samples over ``K`` cells."""
+    return 0.5 * math.sqrt(cells / n)

@@ -25,7 +25,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
-from .batched import ContextRows
+from .context_rows import ContextRows
 from .drafting import FixedShape
 from .errors import InvalidParameterError, StoreError
 from .models import SyntheticModel

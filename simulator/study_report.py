@@ -8,36 +8,31 @@ absolute deviation of a binomial), which pins down the ``N`` behind each of the 
 
 from __future__ import annotations
 
+import json
 import math
+import platform
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
+from exact import round_law
+from exact.dp import DP_RULES
+from exact.table import certification_table
+
 from .batched import has_batched_path
+from .context_rows import ContextRows
 from .drafting import FixedShape
 from .models import SyntheticModel
-from .montecarlo import target_table
+from .montecarlo import ALPHA, POWER, monte_carlo, target_table, tested_prefix
+from .statistics import detectable_tvd, expected_sample_tvd, tvd_upper_bound
 from .study import (ABLATIONS, Cell, Store, exact_accept_len, model_key, paper_cells, paper_tables,
                     summarise_cell)
 from .trees import make_topology
+from .verifiers import VERIFIERS
 
 AGREEMENT_SIGMAS = 3.0
-
-
-def expected_sample_tvd(table: np.ndarray, n: int) -> float:
-    """``E[TVD]`` of the empirical law of ``n`` draws from ``table`` to ``table`` itself:
-    ``½ Σ_z E|X_z − n q_z| / n`` with ``X_z ~ Bin(n, q_z)`` and de Moivre's
-    ``E|X − nq| = 2 (m+1)(1−q) P(X = m+1)``, ``m = ⌊nq⌋``."""
-    q = table[table > 0]
-    m = np.floor(n * q)
-    mad = 2 * (m + 1) * (1 - q) * stats.binom.pmf(m + 1, n, q)
-    return float(0.5 * mad.sum() / n)
-
-
-def tvd_upper_bound(cells: int, n: int) -> float:
-    """``½ sqrt(K/N)``: Jensen then Cauchy–Schwarz bound every ``E[TVD]`` of ``N`` samples over ``K`` cells."""
-    return 0.5 * math.sqrt(cells / n)
 
 
 @dataclass
@@ -78,7 +73,6 @@ def _add_exact(rows: list[CellRow], store: Store) -> None:
     The value is kept in the seed's store record (``exact_accept_len``; :func:`simulator.study.compute_seed`
     writes it for new records), so it is computed once: records without it are filled here, one model (and its
     rows over every context) at a time."""
-    from exact.dp import DP_RULES
 
     missing: dict[tuple, list[tuple[Cell, dict]]] = {}
     records: dict[int, list[dict]] = {}
@@ -289,10 +283,6 @@ def plots(rows: list[CellRow], out_dir) -> tuple[list[str], list[str]]:
 def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: int, trials: dict[int, int],
                        command: str) -> None:
     """``toy_study.md``, ``toy_study.json`` and the plots, from whatever the store holds."""
-    import json
-    import platform
-    from pathlib import Path
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = collect(list(tables), store, seeds, trials)
@@ -363,17 +353,12 @@ def paper_method_tvd(law: np.ndarray, target: np.ndarray, n: int) -> tuple[float
 def detection_markdown(model, depth: int, branching: int, n: int = 10**6) -> tuple[str, list[dict]]:
     """For each negative control on a small exact instance: its exact TVD, what the paper's Monte Carlo method
     (TVD of ``n`` samples against the baseline's) would show, and whether our chi-square detects it."""
-    from exact import round_law
-    from exact.table import certification_table
 
-    from .montecarlo import ALPHA, POWER
-    from .statistics import detectable_tvd
 
     rows = [r for r in certification_table(model, depth, branching, "float") if not r.expected_lossless]
     out, data = [], []
     for r in rows:
         spec_name = r.verifier
-        from .verifiers import VERIFIERS
         spec = VERIFIERS[spec_name]
         topology = (make_topology("explicit", parents=spec.demo[0]) if spec.demo else
                     make_topology(spec.default_shape, depth, branching))
@@ -434,9 +419,6 @@ def first_chain_law(rows, bug: str) -> np.ndarray:
 def paper_scale_detection_markdown(seeds: int = 3, n: int = 10**6) -> tuple[str, list[dict]]:
     """The same question at the paper's scale (V=15, H=4, K = 15^5 cells) for the two controls whose exact
     law is reachable there by a level recursion (:func:`first_chain_law`)."""
-    from .batched import ContextRows
-    from .montecarlo import ALPHA, POWER, tested_prefix
-    from .statistics import detectable_tvd
 
     data = []
     for seed in range(seeds):
@@ -497,11 +479,6 @@ def paper_scale_detection_markdown(seeds: int = 3, n: int = 10**6) -> tuple[str,
 def exact_crosscheck_markdown(trials: int = 20_000, seeds: int = 2) -> tuple[str, list[dict]]:
     """Monte Carlo means against the exact engine's ``E[τ]`` on configurations both reach: every method of
     Table 1 on its structures at V=3, H=2, b=2 (ρ=0.5, τ=1), model seeds ``0..seeds−1``."""
-    from exact import round_law
-
-    from .montecarlo import monte_carlo
-    from .verifiers import VERIFIERS
-
     data, lines = [], []
     for method, _, cell in paper_cells(1):
         topology = make_topology(cell.topology, 2, 2)

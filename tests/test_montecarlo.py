@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from exact import round_law
-from simulator.batched import BATCHED, ContextRows, batched_rounds
+from simulator.batched import BATCHED, batched_rounds
+from simulator.context_rows import ContextRows
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, SyntheticModel

@@ -11,7 +11,7 @@ from simulator import study
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.study import Cell, Store, paper_cells, paper_tables, run_cells, summarise_cell
-from simulator.study_report import expected_sample_tvd, tvd_upper_bound
+from simulator.statistics import expected_sample_tvd, tvd_upper_bound
 
 
 def test_paper_tables_map_to_the_configurations_they_name():
@@ -117,7 +117,7 @@ def test_expected_sample_tvd_against_simulation_and_the_bound():
 
 
 def test_first_chain_law_is_the_target_for_the_correct_rule_and_hand_checked_for_accept_all():
-    from simulator.batched import ContextRows
+    from simulator.context_rows import ContextRows
     from simulator.models import RandomRationalModel
     from simulator.montecarlo import target_table
     from simulator.study_report import first_chain_law

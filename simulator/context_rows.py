@@ -1,0 +1,126 @@
+"""The rows of a model pair as arrays: ``p`` and ``q`` at every context of length ≤ ``H``, and the per-context tables
+the batched rules read (running sums for sampling, K-SEQ's ``ρ*`` and residual, GR's step tables, GBV's ranking),
+each computed once. Shared by the Monte Carlo engine (:mod:`simulator.batched`), the toy study and the exact
+dynamic programme (:mod:`exact.dp`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .array_ops import inverse_cdf, ipow, kseq_rho, last_positive, positive_residual, row_sum
+from .batched_gr import tv_gr_tables
+from .models import ModelPair, ModelView
+
+GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
+
+
+class ContextRows:
+    """``p`` and ``q`` rows of every context of length ≤ ``H``, from the model view the reference path uses.
+
+    The context ``c`` of length ``ℓ`` with base-``V`` code ``k`` has id ``(V^ℓ − 1)/(V − 1) + k``; the child of
+    id ``i`` by token ``x`` has id ``i·V + x + 1``.
+    """
+
+    def __init__(self, model: ModelPair, height: int) -> None:
+        view = ModelView(model, "float")
+        vocab = self.vocab = model.vocab
+        self.height = height
+        self.offsets = [sum(vocab**j for j in range(level)) for level in range(height + 2)]
+        self.q = np.empty((self.offsets[height + 1], vocab))
+        self.p = np.empty((self.offsets[height], vocab))
+        for level in range(height + 1):
+            for code in range(vocab**level):
+                context = tuple(int(d) for d in np.unravel_index(code, (vocab,) * level)) if level else ()
+                index = self.offsets[level] + code
+                self.q[index] = view.q(context)
+                if level < height:
+                    self.p[index] = view.p(context)
+        self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._gr: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._ranks: tuple[np.ndarray, np.ndarray] | None = None
+        self._running: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def sample(self, which: str, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """:func:`categorical` over the ``p`` or ``q`` row (``which``) of each context ``ctx`` with uniforms ``u``,
+        from running sums computed once per table."""
+        if which not in self._running:
+            table = getattr(self, which)
+            self._running[which] = (np.cumsum(table, axis=1), last_positive(table))
+        running, last = self._running[which]
+        index, none = inverse_cdf(running[ctx], u)
+        index[none] = last[ctx[none]]
+        return index
+
+    def ranks(self) -> tuple[np.ndarray, np.ndarray]:
+        """GBV's ranking at every non-leaf context (``multipath.ranking``: ``q/p`` descending, ``p = 0`` first,
+        ties by token id) as ``rank[c, x]``, and ``lower[c, x]``, the draft mass ranked below ``x`` (summed
+        from the worst token up, as ``multipath.selected_law`` does)."""
+        if self._ranks is None:
+            p, q = self.p, self.q[: len(self.p)]
+            with np.errstate(divide="ignore"):
+                score = np.where(p == 0, np.inf, q / np.where(p == 0, 1.0, p))
+            ids = np.broadcast_to(np.arange(self.vocab), p.shape)
+            order = np.lexsort((ids, -score), axis=1)
+            rank = np.empty_like(order)
+            np.put_along_axis(rank, order, np.arange(self.vocab)[None, :].repeat(len(p), 0), axis=1)
+            worst_first = order[:, ::-1]
+            mass = np.take_along_axis(p, worst_first, axis=1)
+            running = np.concatenate([np.zeros((len(p), 1)), np.cumsum(mass, axis=1)[:, :-1]], axis=1)
+            lower = np.empty_like(p)
+            np.put_along_axis(lower, worst_first, running, axis=1)
+            self._ranks = (rank, lower)
+        return self._ranks
+
+    def kseq(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """K-SEQ's ``ρ*`` and residual for ``k`` candidates at every non-leaf context (computed once)."""
+        if k not in self._kseq:
+            q = self.q[: len(self.p)]
+            self._kseq[k] = kseq_tables(self.p, q, np.full(len(self.p), k))
+        return self._kseq[k]
+
+
+    def gr_step(self, k: int, ctx: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """GR's step for ``k`` i.i.d. candidates at contexts ``ctx`` whose candidate tuples have base-``V`` codes
+        ``code``: ``weights[m, :]`` — the flow to each candidate position's token where it first appears (0 for
+        a repeat), then the reject weight, as :meth:`SingleStepRule.step` builds them — and the residual
+        ``[m, V]``. GR is solved lazily, once per context reached (``V^k`` tuples per context rule out tables
+        for every context up front at ``k = 3``)."""
+        self.gr_tables(k, ctx)
+        weights = np.empty((len(ctx), k + 1))
+        residual = np.empty((len(ctx), self.vocab))
+        unique, inverse = np.unique(ctx, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
+        for i, context in enumerate(unique.tolist()):
+            at = order[bounds[i]: bounds[i + 1]]
+            table, residual[at] = self._gr[k, context]
+            weights[at] = table[code[at]]
+        return weights, residual
+
+    def gr_tables(self, k: int, contexts: np.ndarray) -> None:
+        """GR's step tables (:func:`simulator.batched_gr.tv_gr_tables`) for the ``contexts`` not yet solved, as
+        one stack; kept per context. Dense arrays, not the reference solver's dictionaries: 108 KB per context
+        at ``V = 15, k = 3``, a tenth of those."""
+        missing = [c for c in np.unique(contexts).tolist() if (k, c) not in self._gr]
+        for start in range(0, len(missing), GR_TABLE_CHUNK):
+            chunk = missing[start: start + GR_TABLE_CHUNK]
+            tables, residuals = tv_gr_tables(self.p[chunk], self.q[chunk], k)
+            for context, table, residual in zip(chunk, tables, residuals):
+                self._gr[k, context] = (table, residual)
+
+    def gr_table(self, k: int, context: int) -> tuple[np.ndarray, np.ndarray]:
+        """GR's step table ``[V^k, k + 1]`` and residual ``[V]`` at one context (see :meth:`gr_tables`)."""
+        self.gr_tables(k, np.array([context]))
+        return self._gr[k, context]
+
+
+def kseq_tables(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """K-SEQ's ``ρ*`` (as a column) and residual ``norm((q − γ min(p, q/ρ*))_+)`` for each row pair."""
+    rho = kseq_rho(p, q, k)
+    capped = np.minimum(p, q / rho[:, None])
+    beta = row_sum(capped)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gamma = (1 - ipow(1 - beta, k)) / beta
+    residual = positive_residual(q - gamma[:, None] * capped, q)
+    return rho[:, None], np.where((beta == 0)[:, None], q, residual)
