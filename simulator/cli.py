@@ -44,19 +44,14 @@ from .dynamic_report import write_dynamic_report
 from .generation import run_generations
 from .errors import InvalidParameterError, SpecproofError
 from .limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, limits, progress_note, time_limit
-from .models import RandomRationalModel, SyntheticModel, TableModel
+from .models import MODELS, SyntheticModel, make_model
 from .numeric import ARITHMETICS, human_number, to_json_number
-from .trees import TOPOLOGIES, make_topology
+from .trees import TOPOLOGIES, shape_from_options
 from .verifiers import VERIFIERS
 from .verifiers import load_verifier
 from .verifiers.registry import check_arithmetic_for, check_pairing
 from .jsonfile import read_json, write_json
 
-MODELS = {
-    "synthetic": "correlated Gaussian logits (docs/models.md): --vocab --rho --tau-p --tau-q --seed",
-    "table": "explicit rows per context from --table FILE (floats or 'num/den' strings)",
-    "random-rational": "small-integer weights per context, exact rationals with zeros: --vocab --seed",
-}
 
 
 class SpecproofGroup(click.Group):
@@ -205,26 +200,6 @@ def _model_options(fn):
     return fn
 
 
-def build_model(model_kind: str, table_path: str | None, vocab: int, seed: int, rho: float, tau_p: float,
-                tau_q: float, zero_prob: float = 0.25):
-    if model_kind == "synthetic":
-        return SyntheticModel(vocab, rho, tau_p, tau_q, seed)
-    if model_kind == "random-rational":
-        return RandomRationalModel(vocab, seed, zero_prob=zero_prob)
-    if table_path is None:
-        raise SpecproofError("table", "--model table needs --table FILE")
-    return TableModel.from_file(table_path)
-
-
-def _parse_parents(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t != ""]
-    except ValueError:
-        raise SpecproofError("parents", f"expected comma-separated integers, got {text!r}") from None
-
-
 def _tree_options(fn):
     options = [
         click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=None,
@@ -256,18 +231,10 @@ def _named_verifier(tree: dict):
     return load_verifier(tree["verifier"])
 
 
-def _build_shape(topology: str | None, depth: int, branching: int, parents: str | None):
-    topology = topology or "complete"
-    parent_list = _parse_parents(parents)
-    if parent_list is not None:
-        topology = "explicit"
-    return topology, make_topology(topology, depth, branching, parent_list)
-
-
 def _build_drafter(model, tree: dict):
     """The drafter of the tree options, with the configuration to print and store."""
     scheme = tree["drafting"]
-    topology, shape = _build_shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])
+    topology, shape = shape_from_options(tree["topology"], tree["depth"], tree["branching"], tree["parents"])
     corpus = read_json(tree["corpus_path"], "corpus") if tree["corpus_path"] else None
     if corpus is not None and not (isinstance(corpus, list) and all(isinstance(c, list) for c in corpus)):
         raise SpecproofError("corpus", "must be a JSON list of token-id lists")
@@ -286,7 +253,7 @@ def _build_drafter(model, tree: dict):
 def _model_for(model_kind: str, table_path: str | None, vocab: int, rho: float, tau_p: float, tau_q: float,
                zero_prob: float):
     """The model of each seed (one table model for every seed)."""
-    return lambda s: build_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q, zero_prob)
+    return lambda s: make_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q, zero_prob)
 
 
 def _check_count(field: str, value: int, minimum: int) -> None:
@@ -706,7 +673,7 @@ def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, b
     from .spec_bench import read_questions, run_spec_bench
 
     _check_count("max_new_tokens", max_new_tokens, 1)
-    _, shape = _build_shape(topology, depth, branching, parents)
+    _, shape = shape_from_options(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
     draft, target = load_causal_lm(draft_dir, field="draft"), load_causal_lm(target_dir, field="target")
     try:

@@ -14,10 +14,12 @@ from exact.subject import subject
 from simulator.drafters import DrafterOptions
 
 from .aded import AdedConfig
-from .cli import (_bar, _build_shape, _certificate_lines, _certified, _command, _given, _kernel_options, _model_options,
-                  _shrunk, _tree_options, _write_json, build_model, main)
+from .cli import (_bar, _certificate_lines, _certified, _command, _given, _kernel_options, _model_options, _shrunk,
+                  _tree_options, _write_json, main)
 from .errors import InvalidParameterError
+from .models import make_model
 from .numeric import ARITHMETICS, human_number
+from .trees import shape_from_options
 from .verifiers.registry import check_arithmetic_for
 
 
@@ -66,10 +68,10 @@ def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) ->
     """The hunt's fixed options: those given on the command line."""
     given = set(_given(ctx, ("model_kind", "vocab", "seed", "rho", "tau_p", "tau_q", "topology", "depth", "branching",
                              "parents", "drafting", "budget", "threshold", "max_depth")))
-    table = build_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q) if model_kind == "table" else None
+    table = make_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q) if model_kind == "table" else None
     topology = None
     if given & {"topology", "depth", "branching", "parents"}:
-        topology = _build_shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])[1]
+        topology = shape_from_options(tree["topology"], tree["depth"], tree["branching"], tree["parents"])[1]
     options = None
     if given & {"budget", "threshold", "max_depth"}:
         options = DrafterOptions(tree["budget"], tree["threshold"], tree["max_depth"], AdedConfig())

@@ -272,3 +272,25 @@ class ModelView:
     def advanced(self, block: Context) -> "ModelView":
         """The view of the next round, after ``block`` was generated."""
         return ModelView(self.model, self.arithmetic, self.context + tuple(block))
+
+
+#: Model kinds by name (``make_model``; the command line's ``--model``).
+MODELS: dict[str, str] = {
+    "synthetic": "correlated Gaussian logits (docs/models.md): --vocab --rho --tau-p --tau-q --seed",
+    "table": "explicit rows per context from --table FILE (floats or 'num/den' strings)",
+    "random-rational": "small-integer weights per context, exact rationals with zeros: --vocab --seed",
+}
+
+
+def make_model(model_kind: str, table_path: str | Path | None, vocab: int, seed: int, rho: float = 0.5,
+               tau_p: float = 1.0, tau_q: float = 1.0, zero_prob: float = 0.25) -> ModelPair:
+    """A model pair by kind (:data:`MODELS`), as ``--model`` builds it: typed errors name the field."""
+    if model_kind == "synthetic":
+        return SyntheticModel(vocab, rho, tau_p, tau_q, seed)
+    if model_kind == "random-rational":
+        return RandomRationalModel(vocab, seed, zero_prob=zero_prob)
+    if model_kind != "table":
+        raise InvalidParameterError("model", f"unknown model kind {model_kind!r}; choose from {sorted(MODELS)}")
+    if table_path is None:
+        raise InvalidParameterError("table", "--model table needs --table FILE")
+    return TableModel.from_file(table_path)

@@ -121,6 +121,25 @@ def make_topology(name: str, depth: int = 2, branching: int = 2,
     return Topology(name, _grow(depth, rules[name]))
 
 
+def parse_parents(text: str | None) -> list[int] | None:
+    """``"-1,0,0,1"`` as a parent list (``None`` stays ``None``); a typed error on ``parents`` otherwise."""
+    if text is None:
+        return None
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise InvalidTreeError("parents", f"expected comma-separated integers, got {text!r}") from None
+
+
+def shape_from_options(topology: str | None, depth: int, branching: int,
+                       parents: str | None) -> tuple[str, Topology]:
+    """The shape the command line's ``--topology``, ``--depth``, ``--branching`` and ``--parents`` name:
+    ``complete`` by default, ``explicit`` whenever a parent list is given."""
+    parent_list = parse_parents(parents)
+    name = "explicit" if parent_list is not None else topology or "complete"
+    return name, make_topology(name, depth, branching, parent_list)
+
+
 def shape_size(name: str, depth: int, branching: int) -> int:
     """The number of nodes of a named shape, computed without building it (``explicit`` has no closed form);
     past :data:`MAX_TREE_NODES` a tapered shape's count may stop early at a lower bound."""
