@@ -26,6 +26,7 @@ from simulator.limits import until
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
 from simulator.trees import Topology, make_topology
 
+from .battery import MODEL_KINDS
 from .certificate import Certificate
 from .instances import random_options, random_shape
 from .reproducer import Reproducer, capture
@@ -35,7 +36,6 @@ from .subject import Subject
 LOCAL_MOVES = 3
 #: a fresh pair's enumeration is kept small: vocab ** draft nodes stays below this
 MAX_OUTCOMES = 3000
-MODEL_KINDS = ("random-rational", "synthetic")
 SEARCHED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "dyspec", "dyspec-threshold")
 
 

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from ..drafters import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
 from . import block, controls, matching, multipath, traversal
 from .layer import lv
@@ -23,7 +24,6 @@ from .token_tree import tv
 Verifier = Callable[..., tuple]
 
 ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
-DYNAMIC = ("dyspec", "dyspec-threshold")  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
 IID, WOR = ("iid",), ("without-replacement",)
 
