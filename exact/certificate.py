@@ -18,7 +18,7 @@ from simulator.numeric import Number, check_arithmetic, to_json_number
 from simulator.speculation import decide
 from simulator.trees import DraftTree
 from simulator.drafting import Drafter
-from simulator.verifiers.registry import Verifier, load_verifier
+from simulator.verifiers.registry import Verifier, check_pairing, load_verifier, verifier_name
 
 from .enumeration import enumerate_outcomes
 from .law import Counterexample, OutputLaw
@@ -46,6 +46,7 @@ def view_law(view: ModelView, drafter: Drafter, verifier: Verifier) -> OutputLaw
 
 
 def _view_law(view: ModelView, drafter: Drafter, verifier: Verifier, advance) -> OutputLaw:
+    check_pairing(verifier_name(verifier), drafter.scheme)  # every library caller gets the command line's check
     exact = view.arithmetic == "fraction"
     return _checked(OutputLaw(_round_outcomes(view, drafter, verifier, exact, advance), drafter.height, view, exact))
 

@@ -22,7 +22,7 @@ from .errors import InvalidParameterError
 from .models import ModelPair, ModelView
 from .randomness import CounterRandomness, Randomness
 from .speculation import RoundOutcome, speculate
-from .verifiers.registry import Verifier
+from .verifiers.registry import Verifier, check_pairing
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,7 @@ def run_generations(model_for_seed: Callable[[int], ModelPair], drafter: Drafter
     trial ``t`` of seed ``s`` uses the counter stream ``(s, t)``, so results do not depend on order or batching.
     ``progress(1)`` after each generation."""
     check_length(length)
+    check_pairing(name, drafter.scheme)
     for field, value, low in (("seeds", seeds, 1), ("trials", trials, 1), ("seed", first_seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameterError(field, f"must be an integer ≥ {low}, got {value!r}")

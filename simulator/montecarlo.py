@@ -40,7 +40,7 @@ from .randomness import CounterRandomness
 from .speculation import complete, speculate
 from .statistics import ChiSquare, chi_square, detectable_tvd
 from .drafting import Drafter, FixedShape
-from .verifiers.registry import Verifier
+from .verifiers.registry import Verifier, check_pairing
 
 BASELINE_KEY = 2**32 - 2  # the baseline sampler's stream: default_rng([seed, BASELINE_KEY])
 BATCH = 20_000  # the most trials per chunk
@@ -296,6 +296,7 @@ def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, na
         raise InvalidParameterError("trials", f"must be an integer ≥ 2, got {trials!r}")
     if isinstance(first_seed, bool) or not isinstance(first_seed, int) or first_seed < 0:
         raise InvalidParameterError("seed", f"must be an integer ≥ 0, got {first_seed!r}")
+    check_pairing(name, drafter.scheme)
     span = range(first_seed, first_seed + seeds)
     results = [run_seed(model_for_seed(s), drafter, name, verifier, s, trials, progress, power_alpha=ALPHA / seeds)
                for s in span]

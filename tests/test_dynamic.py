@@ -22,6 +22,7 @@ from simulator.drafting import FixedShape
 from simulator.dyspec import DySpecBudget, DySpecThreshold
 from simulator.errors import InvalidParameterError
 from simulator.generation import run_generations
+from simulator.montecarlo import monte_carlo
 from simulator.models import ModelView, RandomRationalModel, SyntheticModel, TableModel
 from simulator.randomness import ReplayRandomness
 from simulator.trees import make_topology
@@ -89,6 +90,14 @@ def test_layer_verification_is_refused_on_dynamic_trees():
         check_pairing("lv-rrs", "dyspec")
     assert err.value.field == "verifier" and "tuple law" in err.value.message
     check_pairing("lv-rrs", "iid")  # a fixed shape is fine
+    # library callers get the same refusal as the command line, from every engine
+    model = RandomRationalModel(3, seed=0)
+    for run in (lambda: certify(model, DySpecBudget(3), "lv-kseq"),
+                lambda: monte_carlo(lambda s: model, DySpecBudget(3), "lv-rrs", VERIFIERS["lv-rrs"].fn, 1, 10),
+                lambda: run_generations(lambda s: model, DySpecBudget(3), "lv-rrs", VERIFIERS["lv-rrs"].fn, 1, 2, 3)):
+        with pytest.raises(InvalidParameterError, match="tuple law"):
+            run()
+    assert certify(model, DySpecBudget(3), "tv-rrsw").lossless  # the control: a rule defined there certifies
 
 
 def test_greedy_tree_is_maximum_weight_and_the_check_rejects_a_non_greedy_tree():
