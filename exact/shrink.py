@@ -28,7 +28,7 @@ from typing import Iterator
 from simulator.errors import SpecproofError
 from simulator.limits import until
 from simulator.models import Context, RandomRationalModel
-from simulator.numeric import Number
+from simulator.numeric import Number, normalise
 from simulator.trees import node_depths
 
 from .certificate import Certificate
@@ -172,13 +172,8 @@ def _without_token(table: dict[Context, tuple[Number, ...]], token: int) -> dict
         rest = row[:token] + row[token + 1:]
         if sum(rest) == 0:
             return None
-        out[tuple(t - (t > token) for t in ctx)] = _normalised(rest)
+        out[tuple(t - (t > token) for t in ctx)] = normalise(rest)
     return out
-
-
-def _normalised(row: tuple[Number, ...]) -> tuple[Number, ...]:
-    s = sum(row)
-    return tuple(v / s for v in row)
 
 
 def _simpler_rows(case: Reproducer, what: Subject) -> Iterator[Reproducer]:
@@ -196,7 +191,7 @@ def _simpler(row: tuple[Number, ...]) -> Iterator[tuple[Number, ...]]:
     for x, v in enumerate(row):
         rest = row[:x] + (v * 0,) + row[x + 1:]
         if v != 0 and sum(rest) != 0:
-            yield _normalised(rest)
+            yield normalise(rest)
     support = [v != 0 for v in row]
     yield tuple(Fraction(int(s), sum(support)) for s in support)
     for d in DENOMINATORS:

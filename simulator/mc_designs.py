@@ -77,7 +77,7 @@ def serving_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, n
     high_count = np.floor(n * (theirs + tolerance) + 1e-9)
     low_count = np.ceil(n * (theirs - tolerance) - 1e-9)
     cell_pass = stats.binom.cdf(high_count, n, ours) - stats.binom.cdf(low_count - 1, n, ours)
-    cell_pass = np.clip(cell_pass, 0.0, 1.0)
+    cell_pass = np.clip(cell_pass, 0.0, 1.0)  # a difference of two CDFs may round a hair below 0 or above 1
     return Interval(max(0.0, 1.0 - float((1.0 - cell_pass).sum())), float(cell_pass.min()))
 
 
@@ -126,6 +126,8 @@ def chi_square_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int
     pooled_p = np.append(ours[~small], ours[small & supported].sum())
     keep = pooled_q > 0
     pooled_q, pooled_p = pooled_q[keep], pooled_p[keep]
+    if no_impossible == 0 or pooled_p.sum() == 0:  # every draw lands where the target excludes it: always rejected
+        return 0.0
     pooled_p = pooled_p / pooled_p.sum()  # given no impossible sample
     df = max(len(pooled_q) - 1, 1)
     crit = stats.chi2.isf(alpha, df)

@@ -38,6 +38,7 @@ def test_chi_square_pass_of_the_target_itself_is_one_minus_alpha_and_off_support
     q = np.array([0.5, 0.5, 0.0, 0.0])
     leaky = np.array([0.5 - 5e-6, 0.5 - 5e-6, 1e-5, 0.0])
     assert chi_square_pass(leaky, q, 2, 2) == pytest.approx((1 - 1e-5) ** 10_000 * (1 - ALPHA), rel=1e-6)
+    assert chi_square_pass(np.array([0.0, 0.0, 0.5, 0.5]), q, 2, 2) == 0.0  # all mass off support: never passes
 
 
 @pytest.mark.parametrize("shift", [0.0, 0.002, 0.01])
