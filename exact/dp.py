@@ -54,7 +54,7 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
         total = np.zeros(size)
         reach = np.ones(size)
         target = q
-        rho = rows.kseq(k)[0][ids] if verifier == "tv-kseq" else None
+        rho = rows.kseq_table(k)[0][ids][:, None] if verifier == "tv-kseq" else None
         for i in range(k):
             accept = ratio(q, rho * p) if rho is not None else ratio(target, p)
             total = total + reach * (p * accept * below[i]).sum(axis=1)

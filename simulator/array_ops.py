@@ -100,3 +100,42 @@ def kseq_rho(p, q, k):
         low_side = f(mid) <= 0
         hi, lo = xp.where(low_side, mid, hi), xp.where(low_side, lo, mid)
     return xp.where(at_one, one, hi)
+
+
+def kseq_residual(p, q, rho, k):
+    """``[m, V]``: K-SEQ's residual ``norm((q − γ min(p, q/ρ*))_+)``, ``γ = (1 − (1 − β)^k)/β``, ``β = Σ min(p,
+    q/ρ*)``; ``q`` where ``β = 0`` or nothing is left (:func:`simulator.verifiers.single_step.kseq_plan`)."""
+    xp = array_namespace(p, q)
+    capped = xp.minimum(p, q / rho[:, None])
+    beta = row_sum(capped)
+    empty = beta == 0
+    gamma = (1 - ipow(1 - beta, k)) / xp.where(empty, xp.ones_like(beta), beta)
+    return xp.where(empty[:, None], q, positive_residual(q - gamma[:, None] * capped, q))
+
+
+def ranking_tables(p, q, clipped: bool = False):
+    """GBV's ranking (:func:`simulator.verifiers.multipath.ranking`) per row: ``rank [m, V]``, each token's place
+    (0 best; ``q/p`` descending, ``p = 0`` first, ties by token id; ``clipped``: by ``min(1, q/p)``, the
+    control's), and ``lower [m, V]``, the draft mass ranked below each token in the unclipped order, summed from
+    the worst token up (:func:`~simulator.verifiers.multipath.selected_law`)."""
+    xp = array_namespace(p, q)
+    zero = p == 0
+    quotient = q / xp.where(zero, xp.ones_like(p), p)
+    score = xp.where(zero, xp.full_like(p, float("inf")), quotient)
+    order = xp.argsort(-score, axis=-1, stable=True)
+    if clipped:
+        rank_order = xp.argsort(-xp.where(zero | (q >= p), xp.ones_like(p), quotient), axis=-1, stable=True)
+    else:
+        rank_order = order
+    places = xp.broadcast_to(xp.arange(p.shape[-1], dtype=xp.int64, device=device(p)), p.shape)
+    rank = _scatter(xp, rank_order, places)
+    worst_first = xp.flip(order, axis=-1)
+    mass = xp.take_along_axis(p, worst_first, axis=-1)
+    running = xp.cumulative_sum(mass, axis=-1, include_initial=True)[..., :-1]
+    return rank, _scatter(xp, worst_first, running)
+
+
+def _scatter(xp, index, values):
+    """``out[i, index[i, j]] = values[i, j]`` for a permutation ``index`` per row (the inverse of a gather)."""
+    inverse = xp.argsort(index, axis=-1, stable=True)
+    return xp.take_along_axis(values, inverse, axis=-1)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .array_ops import inverse_cdf, ipow, kseq_rho, last_positive, positive_residual, row_sum
+from .array_ops import inverse_cdf, kseq_residual, kseq_rho, last_positive, ranking_tables
 from .batched_gr import tv_gr_tables
 from .models import ModelPair, ModelView
+from .verifiers.batched.frame import flow_step_rows
 
 GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
 
@@ -38,7 +39,7 @@ class ContextRows:
                     self.p[index] = view.p(context)
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._gr: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        self._ranks: tuple[np.ndarray, np.ndarray] | None = None
+        self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
         self._running: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def sample(self, which: str, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -52,33 +53,50 @@ class ContextRows:
         index[none] = last[ctx[none]]
         return index
 
-    def ranks(self) -> tuple[np.ndarray, np.ndarray]:
-        """GBV's ranking at every non-leaf context (``multipath.ranking``: ``q/p`` descending, ``p = 0`` first,
-        ties by token id) as ``rank[c, x]``, and ``lower[c, x]``, the draft mass ranked below ``x`` (summed
-        from the worst token up, as ``multipath.selected_law`` does)."""
-        if self._ranks is None:
-            p, q = self.p, self.q[: len(self.p)]
-            with np.errstate(divide="ignore"):
-                score = np.where(p == 0, np.inf, q / np.where(p == 0, 1.0, p))
-            ids = np.broadcast_to(np.arange(self.vocab), p.shape)
-            order = np.lexsort((ids, -score), axis=1)
-            rank = np.empty_like(order)
-            np.put_along_axis(rank, order, np.arange(self.vocab)[None, :].repeat(len(p), 0), axis=1)
-            worst_first = order[:, ::-1]
-            mass = np.take_along_axis(p, worst_first, axis=1)
-            running = np.concatenate([np.zeros((len(p), 1)), np.cumsum(mass, axis=1)[:, :-1]], axis=1)
-            lower = np.empty_like(p)
-            np.put_along_axis(lower, worst_first, running, axis=1)
-            self._ranks = (rank, lower)
-        return self._ranks
+    #: the Monte Carlo engine's sums (closed forms, stacked solves): see :class:`RowSource`
+    exact_order = False
 
-    def kseq(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """K-SEQ's ``ρ*`` and residual for ``k`` candidates at every non-leaf context (computed once)."""
+    def ranks(self, ids: np.ndarray, clipped: bool) -> tuple[np.ndarray, np.ndarray]:
+        """GBV's ranking places and the draft mass ranked below each token at contexts ``ids``
+        (:func:`simulator.array_ops.ranking_tables`, computed once for every non-leaf context)."""
+        if clipped not in self._ranks:
+            self._ranks[clipped] = ranking_tables(self.p, self.q[: len(self.p)], clipped)
+        rank, lower = self._ranks[clipped]
+        return rank[ids], lower[ids]
+
+    def kseq_table(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """K-SEQ's ``ρ*`` ``[C]`` and residual ``[C, V]`` for ``k`` candidates at every non-leaf context (computed
+        once)."""
         if k not in self._kseq:
-            q = self.q[: len(self.p)]
-            self._kseq[k] = kseq_tables(self.p, q, np.full(len(self.p), k))
+            q, count = self.q[: len(self.p)], np.full(len(self.p), k)
+            rho = kseq_rho(self.p, q, count)
+            self._kseq[k] = (rho, kseq_residual(self.p, q, rho, count))
         return self._kseq[k]
 
+    def kseq(self, ids: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """K-SEQ's ``ρ*`` ``[m]`` and residual ``[m, V]`` at contexts ``ids`` with ``k[i]`` candidates."""
+        rho, residual = np.empty(len(ids)), np.empty((len(ids), self.vocab))
+        for count in np.unique(k).tolist():
+            at = k == count
+            table_rho, table_residual = self.kseq_table(count)
+            rho[at], residual[at] = table_rho[ids[at]], table_residual[ids[at]]
+        return rho, residual
+
+    def flow_step(self, rule, ids: np.ndarray, cands: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A flow-defined rule's step (:meth:`RowSource.flow_step`): GR's from step tables built once per context
+        (:meth:`gr_step`), another rule's from its reference solver row by row."""
+        if rule.name != "gr":
+            return flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)
+        width = cands.shape[1]
+        weights, residual = np.zeros((len(ids), width + 1)), np.empty((len(ids), self.vocab))
+        for k in np.unique(count).tolist():
+            at = np.flatnonzero(count == k)
+            code = np.zeros(len(at), dtype=np.int64)
+            for i in range(k):
+                code = code * self.vocab + cands[at, i]
+            step, residual[at] = self.gr_step(k, ids[at], code)
+            weights[at, :k], weights[at, width] = step[:, :k], step[:, k]
+        return weights, residual
 
     def gr_step(self, k: int, ctx: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """GR's step for ``k`` i.i.d. candidates at contexts ``ctx`` whose candidate tuples have base-``V`` codes
@@ -113,14 +131,3 @@ class ContextRows:
         """GR's step table ``[V^k, k + 1]`` and residual ``[V]`` at one context (see :meth:`gr_tables`)."""
         self.gr_tables(k, np.array([context]))
         return self._gr[k, context]
-
-
-def kseq_tables(p: np.ndarray, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """K-SEQ's ``ρ*`` (as a column) and residual ``norm((q − γ min(p, q/ρ*))_+)`` for each row pair."""
-    rho = kseq_rho(p, q, k)
-    capped = np.minimum(p, q / rho[:, None])
-    beta = row_sum(capped)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gamma = (1 - ipow(1 - beta, k)) / beta
-    residual = positive_residual(q - gamma[:, None] * capped, q)
-    return rho[:, None], np.where((beta == 0)[:, None], q, residual)

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from exact import round_law
-from simulator.batched import BATCHED, batched_rounds
+from simulator.batched import BATCHED, batched_rounds, has_batched_path
 from simulator.context_rows import ContextRows
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
@@ -74,11 +74,11 @@ CONFIGS = [(4, "complete", 2, 2), (5, "tapered", 3, 3), (3, "multi-chain", 3, 2)
 @pytest.mark.parametrize("name", BATCHED)
 @pytest.mark.parametrize("vocab,shape,depth,branching", CONFIGS)
 def test_batched_path_returns_the_reference_outcome_of_every_trial(name, vocab, shape, depth, branching):
-    if name == "gbv" and shape not in ("multi-chain", "chain"):
-        pytest.skip("gbv verifies multi-chain drafts")
     model = SyntheticModel(vocab, rho=0.3, seed=vocab)
     topology = (make_topology("explicit", parents=[-1, 0, 0, 0, 1, 3, 3, 4]) if shape == "explicit"
                 else make_topology(shape, depth, branching))
+    if not has_batched_path(name, "iid", vocab, topology):
+        pytest.skip(f"{name} is not defined on {shape} drafts")
     trials = 300 if name == "lv-gr" else 1500  # lv-gr's reference path solves GR per node and trial
     accepted, sequences = run_trials(model, FixedShape(topology), VERIFIERS[name].fn, 11, range(trials))
     batched_accepted, codes = batched_rounds(model, topology, "iid", name, 11, np.arange(trials))
@@ -93,7 +93,7 @@ def test_batched_paths_match_the_reference_on_random_explicit_trees():
         vocab, topology = int(rng.integers(2, 5)), random_shape(rng, "explicit", 7)
         model = SyntheticModel(vocab, rho=float(rng.random()), tau_p=0.5 + float(rng.random()), seed=i)
         rows = ContextRows(model, topology.height)
-        for name in (n for n in BATCHED if n != "gbv"):
+        for name in (n for n in BATCHED if has_batched_path(n, "iid", vocab, topology)):
             accepted, sequences = run_trials(model, FixedShape(topology), VERIFIERS[name].fn, i, range(150))
             batched = batched_rounds(model, topology, "iid", name, i, np.arange(150), rows)
             assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, vocab))
@@ -188,7 +188,7 @@ def test_batched_categorical_is_the_shared_rule_at_every_boundary():
 
 def test_no_batched_path_is_a_typed_error():
     with pytest.raises(InvalidParameterError) as err:
-        batched_rounds(SyntheticModel(3), make_topology("chain", 2), "iid", "bv", 0, np.arange(3))
+        batched_rounds(SyntheticModel(3), make_topology("chain", 2), "iid", "greedy-bv", 0, np.arange(3))
     assert err.value.field == "verifier"
 
 

@@ -46,9 +46,6 @@ def _batch(rng: np.random.Generator, name: str, size: int):
         shape = ("complete", "tapered", "multi-chain", "explicit")[int(rng.integers(4))]
         topology = random_shape(rng, shape, 4 if small else 7)
     parents, n = topology.parents, len(topology.parents)
-    distinct = name in ("trv", "bug-trv-insertion-order")
-    if distinct:  # trv's torch path takes trees without duplicate siblings: room for distinct tokens
-        vocab = max(vocab, max(parents[1:].count(v) for v in range(n)))
     p, q = _rows(rng, (size, n, vocab), 0.2), _rows(rng, (size, n, vocab), 0.2)
     if name in FLOW_DEFINED:  # flows are solved per row (cached): rows from a pool of 40 pairs keep CI fast
         pick = rng.integers(0, 40, (size, n))
@@ -60,11 +57,6 @@ def _batch(rng: np.random.Generator, name: str, size: int):
         positive_only = "greedy-bv" in name or "gbv" in name or name in FLOW_DEFINED  # they need p(x) > 0
         tokens[:, v] = drawn if positive_only else np.where(rng.random(size) < 0.1,
                                                                   rng.integers(0, vocab, size), drawn)
-    if distinct:  # siblings drawn without replacement: a random permutation per parent
-        for u in range(n):
-            kids = [v for v in range(1, n) if parents[v] == u]
-            if kids:
-                tokens[:, kids] = np.argsort(rng.random((size, vocab)), axis=1)[:, :len(kids)]
     uniforms = rng.random((size, 2 * n + 2))
     uniforms[rng.random(uniforms.shape) < 0.01] = 0.0  # the edges of [0, 1] as well
     return parents, tokens, p, q, uniforms
@@ -134,7 +126,7 @@ def test_layer_verification_closed_form_outflow_agrees_with_the_tuple_sum(name, 
     """A real vocabulary rules out LV's tuple-by-tuple outflow; the closed form agrees to rounding (< 1e-15), so
     decisions differ from the shared rule's only at rounding-level thresholds: rare, and here only where the
     test injects uniforms of exactly 0 (a 53-bit uniform is 0 with probability 2^-53)."""
-    import simulator.torch_verify as tv
+    import simulator.verifiers.batched.layer as tv
     rng = np.random.default_rng(7)
     monkeypatch.setattr(tv, "TUPLE_SUM_LIMIT", 0)
     explained = 0
@@ -150,12 +142,12 @@ def test_layer_verification_closed_form_outflow_agrees_with_the_tuple_sum(name, 
                 assert (uniforms[b] == 0).any() or _near_threshold_explains(
                     name, parents, tokens[b], p[b], q[b], uniforms[b], decision, expected, torch.float64)
     assert explained <= 10
-    x = _rows(rng, (BATCH, 6), 0.2)
+    x = np.concatenate([_rows(rng, (BATCH, 5), 0.2), np.zeros((BATCH, 1))], axis=1)  # LV's dummy: never drafted
     target = _rows(rng, (BATCH, 6), 0.2)
     rho = kseq_rho(torch.tensor(x), torch.tensor(target), 3) if name == "lv-kseq" else None
     rule = name[3:]
     closed = tv._outflow(rule, torch.tensor(x), torch.tensor(target), 3, rho)
-    summed = tv._outflow_by_tuples(rule, torch.tensor(x), torch.tensor(target), 3, rho, 6)
+    summed = tv._outflow_by_tuples(rule, torch.tensor(x), torch.tensor(target), 3, rho)
     assert float((closed - summed).abs().max()) < 1e-15
 
 
@@ -176,9 +168,6 @@ def test_bad_inputs_name_the_field():
     with pytest.raises(InvalidParameterError) as err:
         torch_verify("bv", parents, **good)
     assert err.value.field == "parents"
-    with pytest.raises(InvalidParameterError) as err:  # duplicate siblings: trv would merge them
-        torch_verify("trv", parents, **good)
-    assert err.value.field == "tokens"
 
 
 def test_every_registered_verifier_has_a_torch_path():

@@ -3,7 +3,8 @@
 A verifier is a plain function ``verify(tree, p, q, rng)`` returning ``(node, y)`` — or
 ``(node, y, completion)`` when later tokens must follow a modified target (greedy BV). ``lossless_under``
 lists the drafting schemes under which the rule is lossless (docs/rules.md); a control lists none. ``shapes``
-lists the topologies a rule is defined on; ``float_only`` marks rules that need irrational arithmetic.
+lists the topologies a rule is defined on; ``float_only`` marks rules that need irrational arithmetic;
+``kernel`` names the rule's batched array kernel, which every batched engine looks up here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable
 from ..drafters import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
 from . import block, controls, matching, multipath, traversal
+from .batched.frame import KernelRef, kernel
 from .layer import lv
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
@@ -42,6 +44,8 @@ class VerifierSpec:
     lossy_on: str = ""
     #: Layer Verification: needs one fixed tuple law per node, which dynamic trees lack (docs/rules.md)
     needs_tuple_law: bool = False
+    #: the batched array kernel (numpy and torch) deciding as ``fn`` does, if any (simulator.verifiers.batched)
+    kernel: KernelRef | None = None
 
     @property
     def is_control(self) -> bool:
@@ -59,54 +63,80 @@ class VerifierSpec:
 
 _SPECS = [
     VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
-                 IID + WOR + DYNAMIC),
-    VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID),
+                 IID + WOR + DYNAMIC,
+                 kernel=kernel("token_tree:tv", plan="sps")),
+    VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID,
+                 kernel=kernel("token_tree:tv", plan="rrs")),
     VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement",
-                 WOR + DYNAMIC),
+                 WOR + DYNAMIC,
+                 kernel=kernel("token_tree:tv", plan="rrsw")),
     VerifierSpec("tv-det", tv(DETERMINISTIC), "token verification, deterministic RRS (EAGLE-2)",
-                 ALL_SCHEMES + DYNAMIC + ("aded",)),
-    VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID),
-    VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID),
-    VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID),
-    VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True),
-    VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID, needs_tuple_law=True),
-    VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True),
-    VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID, needs_tuple_law=True),
-    VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID, needs_tuple_law=True),
-    VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",)),
+                 ALL_SCHEMES + DYNAMIC + ("aded",),
+                 kernel=kernel("token_tree:tv", plan="det")),
+    VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID,
+                 kernel=kernel("token_tree:tv", plan="kseq")),
+    VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID,
+                 kernel=kernel("token_tree:tv", plan="flow:opt", float64=True)),
+    VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID,
+                 kernel=kernel("token_tree:tv", plan="flow:gr", float64=True)),
+    VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True,
+                 kernel=kernel("layer:lv", rule="sps")),
+    VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID, needs_tuple_law=True,
+                 kernel=kernel("layer:lv", rule="rrs")),
+    VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True,
+                 kernel=kernel("layer:lv", rule="kseq")),
+    VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID, needs_tuple_law=True,
+                 kernel=kernel("layer:lv", rule="opt", float64=True)),
+    VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID, needs_tuple_law=True,
+                 kernel=kernel("layer:lv", rule="gr", float64=True)),
+    VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",),
+                 kernel=kernel("block:bv")),
     VerifierSpec("greedy-bv", block.greedy_bv, "greedy block verification with distribution modification "
-                 "(App. C, Alg. 4-6)", IID + WOR, ("chain",)),
+                 "(App. C, Alg. 4-6)", IID + WOR, ("chain",),
+                 kernel=kernel("block:bv", greedy=True, target_completion=False)),
     VerifierSpec("trv", traversal.trv, "Traversal Verification (Alg. 3), duplicate siblings merged",
-                 IID + WOR + DYNAMIC),
-    VerifierSpec("trv-iid", traversal.trv_iid, "Traversal Verification, duplicates apart, draft unchanged", IID),
+                 IID + WOR + DYNAMIC,
+                 kernel=kernel("traversal:trv")),
+    VerifierSpec("trv-iid", traversal.trv_iid, "Traversal Verification, duplicates apart, draft unchanged", IID,
+                 kernel=kernel("traversal:trv", merge=False)),
     VerifierSpec("gbv", multipath.gbv, "greedy multi-path block verification (K i.i.d. paths)", IID,
-                 ("chain", "multi-chain")),
+                 ("chain", "multi-chain"),
+                 kernel=kernel("multipath:gbv")),
     VerifierSpec("dyspec", tv(RRSW, "without-replacement"), "DySpec's verification (Alg. 3 with U(0,1))",
-                 WOR + DYNAMIC),
+                 WOR + DYNAMIC,
+                 kernel=kernel("token_tree:tv", plan="rrsw")),
     VerifierSpec("match", matching.match, "sample-and-match: one target draw per node",
-                 ALL_SCHEMES + DYNAMIC + ("aded",)),
+                 ALL_SCHEMES + DYNAMIC + ("aded",),
+                 kernel=kernel("matching:match")),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
                  "CONTROL: greedy BV completed with the unmodified target", (), ("chain",),
-                 lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)"),
+                 lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)",
+                 kernel=kernel("block:bv", greedy=True)),
     VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", (),
-                 lossy_on="every tree of depth ≥ 1"),
+                 lossy_on="every tree of depth ≥ 1",
+                 kernel=kernel("token_tree:tv", plan="sps-q")),
     VerifierSpec("bug-accept-all", controls.bug_accept_all, "CONTROL: accepts every first-child token", (),
-                 lossy_on="every tree of depth ≥ 1"),
+                 lossy_on="every tree of depth ≥ 1",
+                 kernel=kernel("token_tree:tv", plan="first")),
     VerifierSpec("bug-trv-insertion-order", traversal.bug_trv_insertion_order,
                  "CONTROL: TRV visiting leaves in insertion order", (), ("explicit",),
                  demo=((-1, 0, 0, 1), "without-replacement"),
                  lossy_on="trees whose leaves in index order are not in DFS post-order: explicit trees such as "
                           "-1,0,0,1 and DySpec's dynamic trees (lossless on chains, multi-chains, complete and "
-                          "tapered trees, where every leaf is at depth H and the two orders agree)"),
+                          "tapered trees, where every leaf is at depth H and the two orders agree)",
+                 kernel=kernel("traversal:trv", post_order=False)),
     VerifierSpec("bug-gbv-clipped", multipath.bug_gbv_clipped,
                  "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain"),
-                 lossy_on="multi-chains with b ≥ 2 (lossless on a chain: one path, nothing to select)"),
+                 lossy_on="multi-chains with b ≥ 2 (lossless on a chain: one path, nothing to select)",
+                 kernel=kernel("multipath:gbv", clipped=True)),
     VerifierSpec("bug-match-per-row", matching.bug_match_per_row,
                  "CONTROL: one target draw per candidate row", (),
-                 lossy_on="trees where a node has ≥ 2 children (lossless on chains: one row per node)"),
+                 lossy_on="trees where a node has ≥ 2 children (lossless on chains: one row per node)",
+                 kernel=kernel("matching:match", per_row=True)),
     VerifierSpec("bug-dyspec-printed", tv(DYSPEC_PRINTED, "without-replacement"),
                  "CONTROL: DySpec Alg. 3 as printed, c ~ N(0,1) (float only)", (), float_only=True,
-                 demo=((-1, 0, 0, 1, 1, 2, 2), "without-replacement"), lossy_on="every tree of depth ≥ 1"),
+                 demo=((-1, 0, 0, 1, 1, 2, 2), "without-replacement"), lossy_on="every tree of depth ≥ 1",
+                 kernel=kernel("token_tree:tv", plan="rrsw-phi")),
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}

@@ -1,0 +1,206 @@
+"""What a batched kernel reads (package docstring): the tree as arrays, the rows, the uniform streams, and the
+registry's reference to a kernel.
+
+Shapes: ``B`` trees, ``n`` nodes (BFS order, node 0 the root), ``V`` tokens, ``W`` the most children of a node;
+``m`` the trees still open at a step (kernels work on the open trees only, as index arrays into the batch).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cached_property, partial
+from typing import Any, Callable, Protocol
+
+from array_api_compat import array_namespace, device as device_of
+
+from ...array_ops import kseq_residual, kseq_rho, ranking_tables
+from ...errors import InvalidParameterError
+from ...numeric import total
+from ...randomness import counter_uniform
+from ...trees import node_depths
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    """A rule's batched kernel in the registry: ``module:function`` (imported when first used, so a numpy-only
+    install never imports torch) and the keyword options that select the rule within a kernel family.
+
+    ``float64``: the kernel computes in float64 whatever its inputs (the flow-defined rules, whose solver is a
+    float64 CPU routine). ``target_completion``: the tokens after the emitted one follow the target (false for
+    greedy BV, whose later tokens follow a modified target the reference returns)."""
+
+    path: str
+    options: tuple[tuple[str, Any], ...] = ()
+    float64: bool = False
+    target_completion: bool = True
+
+    def resolve(self) -> Callable[["Batch"], tuple]:
+        module, _, name = self.path.partition(":")
+        return partial(getattr(importlib.import_module(module), name), **dict(self.options))
+
+
+def kernel(path: str, **options: Any) -> KernelRef:
+    """A :class:`KernelRef` of a function of this package, ``"module:function"`` relative to it."""
+    flags = {key: options.pop(key) for key in ("float64", "target_completion") if key in options}
+    return KernelRef(f"{__package__}.{path}", tuple(sorted(options.items())), **flags)
+
+
+class TreeShape:
+    """The static structure of a topology as arrays on one device: children padded with −1 (``kids [n, W]``),
+    child counts ``[n]``, parents and depths (lists), the levels (node ids per depth)."""
+
+    def __init__(self, parents: tuple[int, ...], xp: Any, device: Any) -> None:
+        n = len(parents)
+        self.parents, self.n = parents, n
+        self.children = [[w for w in range(1, n) if parents[w] == v] for v in range(n)]
+        self.width = max(1, max(len(c) for c in self.children))
+        self.depth = node_depths(parents)
+        self.height = max(self.depth)
+        self.levels = [[v for v in range(n) if self.depth[v] == t] for t in range(self.height + 1)]
+        padded = [c + [-1] * (self.width - len(c)) for c in self.children]
+        self.kids = xp.asarray(padded, dtype=xp.int64, device=device)
+        self.count = xp.asarray([len(c) for c in self.children], dtype=xp.int64, device=device)
+        self.depths = xp.asarray(self.depth, dtype=xp.int64, device=device)
+
+
+class Stream(Protocol):
+    def take(self, rows: Any) -> Any:
+        """The next uniform of each tree in ``rows`` (indices into the batch), ``[m]``; their positions advance."""
+
+
+class CounterStream:
+    """Each trial's counter stream (:func:`simulator.randomness.counter_uniform`), computed as it is read."""
+
+    def __init__(self, seed: int, trials: Any) -> None:
+        xp = array_namespace(trials)
+        self.seed, self.trials = seed, xp.asarray(trials, dtype=xp.int64)
+        self.pos = xp.zeros(trials.shape, dtype=xp.int64, device=device_of(trials))
+
+    def take(self, rows: Any) -> Any:
+        out = counter_uniform(self.seed, self.trials[rows], self.pos[rows])
+        self.pos[rows] += 1
+        return out
+
+
+class ReplayStream:
+    """Uniforms given as ``[B, U]``, each row read left to right (:class:`simulator.randomness.ReplayRandomness`)."""
+
+    def __init__(self, uniforms: Any) -> None:
+        xp = array_namespace(uniforms)
+        self.uniforms = uniforms
+        self.pos = xp.zeros(uniforms.shape[0], dtype=xp.int64, device=device_of(uniforms))
+
+    def take(self, rows: Any) -> Any:
+        at = self.pos[rows]
+        if at.shape[0] and int(array_namespace(at).max(at)) >= self.uniforms.shape[1]:
+            raise InvalidParameterError("uniforms", f"a row needs more than {self.uniforms.shape[1]} uniforms")
+        self.pos[rows] += 1
+        return self.uniforms[rows, at]
+
+
+class RowSource(Protocol):
+    """The rows a kernel reads, by row id: ``p [C, V]`` and ``q [C', V]`` tables and the per-row quantities of
+    the rules (computed per call, or looked up in tables computed once)."""
+
+    p: Any
+    q: Any
+    vocab: int
+    #: sums in the reference's order (LV's outflow tuple by tuple, flows from the reference solver): decisions
+    #: then match the reference even at ties, at a cost a real vocabulary cannot pay (docs/engines.md)
+    exact_order: bool
+
+    def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
+        """K-SEQ's ``ρ*`` ``[m]`` and residual ``[m, V]`` for ``k`` candidates (a number or one per row)."""
+
+    def ranks(self, ids: Any, clipped: bool) -> tuple[Any, Any]:
+        """GBV's ranking places and the draft mass ranked below each token, ``[m, V]`` each."""
+
+    def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
+        """A flow-defined rule's step weights ``[m, W + 1]`` and residual ``[m, V]`` (:func:`flow_step_rows`)."""
+
+
+@dataclass
+class DenseRows:
+    """The rows of each tree and node given as ``p [B, n, V]``, ``q [B, n, V]``; row id ``b·n + v``."""
+
+    p3: Any
+    q3: Any
+    exact_order: bool = True
+
+    def __post_init__(self) -> None:
+        batch, n, self.vocab = self.q3.shape
+        self.p, self.q = self.p3.reshape(batch * n, self.vocab), self.q3.reshape(batch * n, self.vocab)
+
+    def ids(self) -> Any:
+        xp = array_namespace(self.q)
+        batch, n = self.q3.shape[:2]
+        return xp.reshape(xp.arange(batch * n, dtype=xp.int64, device=device_of(self.q)), (batch, n))
+
+    def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
+        p, q = self.p[ids], self.q[ids]
+        rho = kseq_rho(p, q, k)
+        return rho, kseq_residual(p, q, rho, k)
+
+    def ranks(self, ids: Any, clipped: bool) -> tuple[Any, Any]:
+        return ranking_tables(self.p[ids], self.q[ids], clipped)
+
+    def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
+        return flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)
+
+
+def flow_step_rows(rule: Any, p: Any, q: Any, cands: Any, count: Any) -> tuple[Any, Any]:
+    """:meth:`SingleStepRule.step` of a flow-defined rule, row by row with its solver: the flow to each
+    candidate position's token where it first appears (0 for a repeat and past ``count``), then the reject
+    weight ``max(P(X) − Σ flows, 0)`` in the last column; and the residual. Zero weights change no categorical
+    draw, so the positions stand in for the reference's distinct tokens."""
+    xp = array_namespace(p, q)
+    m, width = cands.shape
+    weights = [[0.0] * (width + 1) for _ in range(m)]
+    residual = []
+    for i, (pr, qr, row, k) in enumerate(zip(p.tolist(), q.tolist(), cands.tolist(), count.tolist())):
+        used = tuple(row[:k])
+        prob_tuple = rule.tuple_probability(used, pr, "iid")  # refuses a tuple drafting cannot produce
+        solution = rule.solver(tuple(pr), tuple(qr), k, "iid")
+        per = solution.flows[used]
+        for j, x in enumerate(used):
+            if used.index(x) == j:
+                weights[i][j] = per.get(x, 0.0)
+        weights[i][width] = max(prob_tuple - total([per.get(x, 0.0) for x in dict.fromkeys(used)]), 0.0)
+        residual.append(solution.residual)
+    return (xp.asarray(weights, dtype=p.dtype, device=device_of(p)),
+            xp.asarray(residual, dtype=p.dtype, device=device_of(p)))
+
+
+@dataclass
+class Batch:
+    """One kernel call's input: ``tokens [B, n]`` (``tokens[:, 0]`` ignored), row ids ``ids [B, n]`` into
+    ``rows``, the tree's shape and the uniform stream."""
+
+    shape: TreeShape
+    tokens: Any
+    ids: Any
+    rows: Any
+    stream: Any
+
+    @cached_property
+    def xp(self) -> Any:
+        return array_namespace(self.tokens)
+
+    @property
+    def device(self) -> Any:
+        return device_of(self.tokens)
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
+
+    def arange(self, count: int) -> Any:
+        return self.xp.arange(count, dtype=self.xp.int64, device=self.device)
+
+    def full(self, count: int, value: Any, dtype: Any = None) -> Any:
+        return self.xp.full((count,), value, dtype=dtype or self.xp.int64, device=self.device)
+
+    def where_true(self, mask: Any) -> Any:
+        """The indices of the true entries of a boolean ``[m]``."""
+        return self.xp.nonzero(mask)[0]

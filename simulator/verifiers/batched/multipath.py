@@ -1,0 +1,68 @@
+"""Greedy multi-path block verification, batched (reference: :mod:`simulator.verifiers.multipath`): of the
+``K`` i.i.d. chains below the root select the lexicographically best by each token's ranking place (``q/p``
+descending; ``clipped``: by ``min(1, q/p)``, the control ``bug-gbv-clipped``), then block verification along
+it with the selected path's law ``p̃`` — the law of the best of ``K`` i.i.d. paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...array_ops import categorical, ipow
+from ...errors import InvalidParameterError, UnsupportedDraftError
+from ..multipath import ZERO_DRAFT_GBV
+from .block import block_rows
+from .frame import Batch
+
+
+def gbv(batch: Batch, clipped: bool = False) -> tuple[Any, Any]:
+    """The accepted node and emitted token of every multi-chain, ``([B], [B])``."""
+    xp, shape, rows = batch.xp, batch.shape, batch.rows
+    chains = []
+    for head in shape.children[0]:
+        chain = [0, head]
+        while shape.children[chain[-1]]:
+            if len(shape.children[chain[-1]]) != 1:
+                raise InvalidParameterError("parents", "gbv verifies multi-chain drafts (one child below the root)")
+            chain.append(shape.children[chain[-1]][0])
+        chains.append(chain)
+    every = batch.arange(batch.size)
+    if not chains:  # depth 0: nothing to verify
+        return batch.full(batch.size, 0), categorical(rows.q[batch.ids[:, 0]], batch.stream.take(every))
+    k, height = len(chains), len(chains[0]) - 1
+    if any(len(c) != height + 1 for c in chains):
+        raise InvalidParameterError("parents", "gbv needs chains of equal depth")
+    keys = []  # [K] of [B, H]: each chain's tokens' ranking places
+    for chain in chains:
+        places = []
+        for v, child in zip(chain, chain[1:]):
+            x = batch.tokens[:, child]
+            if bool(xp.any(~(rows.p[batch.ids[:, v], x] > 0))):
+                b = int(batch.where_true(~(rows.p[batch.ids[:, v], x] > 0))[0])
+                raise UnsupportedDraftError("tokens", f"tree {b}, node {child}: token {int(x[b])} has zero draft "
+                                                      f"probability; {ZERO_DRAFT_GBV}")
+            places.append(rows.ranks(batch.ids[:, v], clipped)[0][every, x])
+        keys.append(xp.stack(places, axis=1))
+    best = batch.full(batch.size, 0)
+    for j in range(1, k):  # the first chain among equal paths
+        incumbent = xp.stack(keys, axis=1)[every, best]
+        differ = keys[j] != incumbent
+        first = xp.argmax(xp.astype(differ, xp.int8), axis=1)
+        better = xp.any(differ, axis=1) & (keys[j][every, first] < incumbent[every, first])
+        best = xp.where(better, xp.full_like(best, j), best)
+    nodes = xp.asarray(chains, dtype=xp.int64, device=batch.device)[best]  # [B, H+1]
+    ids = xp.stack([batch.ids[every, nodes[:, i]] for i in range(height + 1)], axis=1)
+    zero = xp.zeros(batch.size, dtype=rows.q.dtype, device=batch.device)
+    below, mass = zero, zero + 1  # A(c), X(c) of selected_law
+    law = []
+    for i in range(height):
+        p = rows.p[ids[:, i]]
+        lower = rows.ranks(ids[:, i], False)[1]
+        norm = ipow(below + mass, k) - ipow(below, k)
+        start = below[:, None] + mass[:, None] * lower
+        law.append((ipow(start + mass[:, None] * p, k) - ipow(start, k)) / norm[:, None])
+        x = batch.tokens[every, nodes[:, i + 1]]
+        below, mass = below + mass * lower[every, x], mass * p[every, x]
+    path_tokens = xp.stack([batch.tokens[every, nodes[:, i]] for i in range(height + 1)], axis=1)
+    target = [rows.q[ids[:, i]] for i in range(height + 1)]
+    tau, y, _ = block_rows(batch, every, path_tokens, law, target, greedy=False)
+    return nodes[every, tau], y

@@ -1,0 +1,162 @@
+"""Traversal Verification, batched (reference: :func:`simulator.verifiers.traversal.traversal_verify`, Weng et
+al. 2025, Alg. 3, Eqs. 1–3).
+
+``merge`` (``trv``): duplicate siblings are merged into one node, recursively — each tree of the batch gets its
+own trie, held as ``rep [B, n]`` (the node standing for each node: the first in BFS order under the same
+merged parent with the same token) — and a rejected token is zeroed in its parent's draft (Eq. 2). Without it
+(``trv-iid``) every node stands for itself and the draft is left unchanged. ``post_order=False`` is the control
+``bug-trv-insertion-order`` (the alive leaf of smallest index instead of DFS post-order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...array_ops import categorical, ratio, row_sum
+from .frame import Batch
+
+
+def _trie(batch: Batch, merge: bool) -> tuple[Any, Any]:
+    """``rep [B, n]`` and ``source [B, n]``: the node whose rows a representative reads — the first member of
+    its group (BFS order) that has children in the drafted tree, else itself (a leaf carries no draft row)."""
+    xp, shape = batch.xp, batch.shape
+    n = shape.n
+    rep = xp.broadcast_to(batch.arange(n)[None, :], (batch.size, n))
+    rep = xp.asarray(rep, copy=True)
+    source = xp.asarray(rep, copy=True)
+    if not merge:
+        return rep, source
+    tokens = batch.tokens
+    for w in range(1, n):
+        pw = shape.parents[w]
+        for earlier in range(1, w):
+            same = ((rep[:, shape.parents[earlier]] == rep[:, pw]) & (tokens[:, earlier] == tokens[:, w])
+                    & (rep[:, earlier] == earlier) & (rep[:, w] == w))
+            rep[same, w] = earlier
+    for w in range(n - 1, 0, -1):  # the smallest member with children wins
+        if shape.children[w]:
+            source[batch.arange(batch.size), rep[:, w]] = w
+    return rep, source
+
+
+def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any, Any]:
+    """The accepted node and emitted token of every tree, ``([B], [B])``."""
+    xp, shape, rows, stream = batch.xp, batch.shape, batch.rows, batch.stream
+    size, n = batch.size, shape.n
+    everyone = batch.arange(size)
+    rep, source = _trie(batch, merge)
+    alive = rep == batch.arange(n)[None, :]  # only representatives take part
+    parents = xp.asarray([0] + list(shape.parents[1:]), dtype=xp.int64, device=batch.device)
+    tparent = xp.where(alive, rep[:, parents], xp.full_like(rep, -1))  # the trie parent (a representative)
+    tparent[:, 0] = -1
+    row_id = batch.ids[everyone[:, None], source]  # [B, n]
+    tokens = batch.tokens
+    # A node's target and draft rows are the source's until a child of it is rejected; they are copied then into
+    # a compact store (``slot[b, u]`` its row there, −1 before), so most nodes are read an entry at a time.
+    slot = xp.full((size, n), -1, dtype=xp.int64, device=batch.device)
+    capacity = size * max(1, sum(1 for c in shape.children if c))  # a row per tree and parent
+    store_q = xp.empty((capacity, rows.vocab), dtype=rows.q.dtype, device=batch.device)
+    store_p = xp.empty((capacity, rows.vocab), dtype=rows.q.dtype, device=batch.device)
+    used = 0
+    rate = xp.zeros((size, n), dtype=rows.q.dtype, device=batch.device)
+    rate[:, 0] = 1
+
+    def current(b: Any, u: Any, store: Any, model: Any) -> Any:
+        """The target or draft rows of nodes ``u`` of trees ``b``: ``[m, V]``."""
+        at = slot[b, u]
+        return xp.where((at >= 0)[:, None], store[xp.where(at >= 0, at, 0)], model[row_id[b, u]])
+
+    def refresh(todo: Any, below: Any) -> None:
+        """Rates (line 13) of the strict descendants of ``below[i]`` in tree ``todo[i]``, parents first."""
+        m = todo.shape[0]
+        inside = xp.zeros((m, n), dtype=xp.bool, device=batch.device)
+        for w in range(1, n):
+            par = tparent[todo, w]
+            ok = alive[todo, w] & (par >= 0)
+            inside[:, w] = ok & ((par == below) | inside[batch.arange(m), xp.where(par >= 0, par, 0)])
+            at = batch.where_true(inside[:, w])
+            if at.shape[0]:
+                b, u, x = todo[at], par[at], tokens[todo[at], w]
+                row = slot[b, u]
+                stored = row >= 0
+                safe = xp.where(stored, row, xp.zeros_like(row))
+                q_x = xp.where(stored, store_q[safe, x], rows.q[row_id[b, u], x])
+                p_x = xp.where(stored, store_p[safe, x], rows.p[row_id[b, u], x])
+                rate[b, w] = ratio(rate[b, u] * q_x, p_x)
+
+    refresh(everyone, batch.full(size, 0))
+    node, y = batch.full(size, 0), batch.full(size, 0)
+    order = None if post_order else _trie_order(batch, alive, tparent)
+    live = everyone
+    while live.shape[0]:
+        leaf = _next_leaf(batch, alive[live], tparent[live], None if order is None else order[live])
+        prob = rate[live, leaf]
+        u = stream.take(live)
+        ok = (prob == 1) | (u < prob)
+        parent = tparent[live, leaf]
+        finish = ok | (parent < 0)  # accepted, or the root rejected (probability 0 exactly)
+        b, v = live[finish], leaf[finish]
+        y[b] = categorical(current(b, v, store_q, rows.q), stream.take(b))
+        node[b] = rep[b, v]
+        go = ~finish
+        b, v, par = live[go], leaf[go], parent[go]
+        alive[b, v] = False
+        r = rate[b, par]
+        t, d = current(b, par, store_q, rows.q), current(b, par, store_p, rows.p)
+        slack = r[:, None] * t - d  # Eq. 1
+        slack = xp.where(slack > 0, slack, xp.zeros_like(slack))
+        mass = row_sum(slack)
+        has = mass > 0
+        safe = xp.where(has, mass, xp.ones_like(mass))
+        t = xp.where(has[:, None], slack / safe[:, None], t)
+        if merge:  # Eq. 2
+            d[batch.arange(b.shape[0]), tokens[b, v]] = 0
+            left = row_sum(d)
+            d = xp.where((left > 0)[:, None], d / xp.where(left > 0, left, xp.ones_like(left))[:, None], d)
+        fresh = batch.where_true(slot[b, par] < 0)
+        slot[b[fresh], par[fresh]] = batch.arange(fresh.shape[0]) + used
+        used += fresh.shape[0]
+        at = slot[b, par]
+        store_q[at], store_p[at] = t, d
+        rate[b, par] = xp.where(has, mass / xp.where(has, mass + (1 - r), xp.ones_like(mass)), mass)  # Eq. 3
+        if b.shape[0]:
+            refresh(b, par)
+        live = b
+    return node, y
+
+
+def _next_leaf(batch: Batch, alive: Any, tparent: Any, order: Any) -> Any:
+    """``[m]``: the next leaf to try — DFS post-order (root → first alive child → … → a leaf), or with
+    ``order`` (the control) the alive leaf first in ``order``."""
+    xp, m = batch.xp, alive.shape[0]
+    if order is None:
+        leaf = batch.full(m, 0)
+        for _ in range(batch.shape.height):
+            kids = alive & (tparent == leaf[:, None])
+            leaf = xp.where(xp.any(kids, axis=1), xp.argmax(xp.astype(kids, xp.int8), axis=1), leaf)
+        return leaf
+    inner = xp.zeros(alive.shape, dtype=xp.bool, device=batch.device)
+    every = batch.arange(m)
+    for w in range(1, batch.shape.n):
+        par = tparent[:, w]
+        has = alive[:, w] & (par >= 0)
+        inner[every[has], par[has]] = True
+    key = xp.where(alive & ~inner, order, xp.full_like(order, batch.shape.n))
+    return xp.argmin(key, axis=1)
+
+
+def _trie_order(batch: Batch, alive: Any, tparent: Any) -> Any:
+    """``[B, n]``: each representative's place in its trie's BFS numbering (the reference's node ids, which
+    the control visits in order): depth by depth, by the parent's place, then by node id."""
+    xp, shape = batch.xp, batch.shape
+    order = xp.zeros(alive.shape, dtype=xp.int64, device=batch.device)
+    start = 1
+    for level in shape.levels[1:]:
+        cols = xp.asarray(level, dtype=xp.int64, device=batch.device)
+        par = xp.where(tparent[:, cols] >= 0, tparent[:, cols], xp.zeros_like(tparent[:, cols]))
+        key = xp.where(alive[:, cols], order[batch.arange(batch.size)[:, None], par] * shape.n + cols[None, :],
+                       xp.full_like(par, shape.n * shape.n * shape.n))
+        places = xp.argsort(xp.argsort(key, axis=1, stable=True), axis=1, stable=True)
+        order[:, cols] = places + start
+        start += len(level)
+    return order
