@@ -30,6 +30,7 @@ from .models import ModelView
 from .randomness import SamplingRandomness
 from .real import CausalLMPair, Processing
 from .torch_verify import TORCH_VERIFIERS, torch_verify
+from .verifiers import VERIFIERS
 
 
 @dataclass
@@ -43,9 +44,10 @@ def speculative_generate(pair: CausalLMPair, drafter: FixedShape, verifier: str,
                          seed: int) -> Generated:
     """``new_tokens`` tokens after ``pair.prompt`` by draft–verify rounds (the last round may overshoot; it is
     cut)."""
-    if verifier not in TORCH_VERIFIERS or verifier == "greedy-bv":
+    usable = [v for v in TORCH_VERIFIERS if VERIFIERS[v].kernel.target_completion]
+    if verifier not in usable:
         raise InvalidParameterError("verifier", f"specproof real runs the torch path's verifiers whose later "
-                                                f"tokens follow the target: {[v for v in TORCH_VERIFIERS if v != 'greedy-bv']}")
+                                                f"tokens follow the target: {usable}")
     start = time.perf_counter()
     rng, uniforms = SamplingRandomness([seed, 0]), np.random.default_rng([seed, 1])
     out = Generated([])

@@ -1,4 +1,5 @@
-"""The torch path's batched verifiers against the shared rules, decision for decision (issue 6, first part).
+"""Each rule's batched kernel against its reference rule, decision for decision, on torch and on numpy (issues 6
+and 17): one kernel source, two array libraries, identical decisions in float64.
 
 Every batched verifier gets 10,000 random trees (random topologies, rows with zeros, tokens drawn from the
 draft rows and some arbitrary ones) and the same uniforms as the shared rule under ReplayRandomness; in
@@ -104,6 +105,9 @@ def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name):
         for dtype in dtypes:
             as_t = lambda a: torch.tensor(a, dtype=dtype)  # noqa: E731
             node, y = torch_verify(name, parents, torch.tensor(tokens), as_t(p), as_t(q), as_t(uniforms))
+            if dtype == torch.float64:  # the same kernel on numpy arrays: the same decisions
+                on_numpy = torch_verify(name, parents, tokens, p, q, uniforms)
+                assert np.array_equal(on_numpy[0], node.numpy()) and np.array_equal(on_numpy[1], y.numpy()), name
             for b in range(BATCH):
                 decision = (int(node[b]), int(y[b]))
                 if dtype == torch.float32:

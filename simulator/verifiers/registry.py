@@ -18,7 +18,7 @@ from typing import Callable
 from ..drafters import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
 from . import block, controls, matching, multipath, traversal
-from .batched.frame import KernelRef, kernel
+from .batched.ref import KernelRef, kernel
 from .layer import lv
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv

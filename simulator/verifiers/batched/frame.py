@@ -1,5 +1,4 @@
-"""What a batched kernel reads (package docstring): the tree as arrays, the rows, the uniform streams, and the
-registry's reference to a kernel.
+"""What a batched kernel reads (package docstring): the tree as arrays, the rows and the uniform streams.
 
 Shapes: ``B`` trees, ``n`` nodes (BFS order, node 0 the root), ``V`` tokens, ``W`` the most children of a node;
 ``m`` the trees still open at a step (kernels work on the open trees only, as index arrays into the batch).
@@ -7,10 +6,9 @@ Shapes: ``B`` trees, ``n`` nodes (BFS order, node 0 the root), ``V`` tokens, ``W
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from functools import cached_property, partial
-from typing import Any, Callable, Protocol
+from functools import cached_property
+from typing import Any, Protocol
 
 from array_api_compat import array_namespace, device as device_of
 
@@ -19,31 +17,6 @@ from ...errors import InvalidParameterError
 from ...numeric import total
 from ...randomness import counter_uniform
 from ...trees import node_depths
-
-
-@dataclass(frozen=True)
-class KernelRef:
-    """A rule's batched kernel in the registry: ``module:function`` (imported when first used, so a numpy-only
-    install never imports torch) and the keyword options that select the rule within a kernel family.
-
-    ``float64``: the kernel computes in float64 whatever its inputs (the flow-defined rules, whose solver is a
-    float64 CPU routine). ``target_completion``: the tokens after the emitted one follow the target (false for
-    greedy BV, whose later tokens follow a modified target the reference returns)."""
-
-    path: str
-    options: tuple[tuple[str, Any], ...] = ()
-    float64: bool = False
-    target_completion: bool = True
-
-    def resolve(self) -> Callable[["Batch"], tuple]:
-        module, _, name = self.path.partition(":")
-        return partial(getattr(importlib.import_module(module), name), **dict(self.options))
-
-
-def kernel(path: str, **options: Any) -> KernelRef:
-    """A :class:`KernelRef` of a function of this package, ``"module:function"`` relative to it."""
-    flags = {key: options.pop(key) for key in ("float64", "target_completion") if key in options}
-    return KernelRef(f"{__package__}.{path}", tuple(sorted(options.items())), **flags)
 
 
 class TreeShape:
