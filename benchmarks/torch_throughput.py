@@ -1,7 +1,11 @@
-"""Verifier-trials per second of the torch path's batched verifiers, per verifier and batch size.
+"""Verifier-trials per second of each rule's batched kernel on torch and on numpy, per verifier and batch size.
 
-Usage: ``python3 benchmarks/torch_throughput.py [--device cpu|cuda] [--batches 1000,10000,100000]
-[--vocab 32] [--dtype float64|float32] [--out reports/torch_throughput.md]``.
+Usage: ``python3 benchmarks/torch_throughput.py [--device cpu|cuda] [--batches 1000,10000,100000,1000000]
+[--vocab 16] [--dtype float64|float32] [--out reports/torch_throughput.md]``.
+
+The same kernel source runs on both libraries (issue 17): on the CPU the table puts torch's rate beside
+numpy's on the same inputs, with their ratio (numpy's time over torch's: above 1/1.5 ≈ 0.67 means torch is
+within 1.5× of numpy).
 
 Each verifier runs on random rows (``p``, ``q`` positive, from powers of uniforms), tokens and uniforms for a
 ``complete(b=2, H=3)`` tree (15 nodes; chains of depth 3 for the block verifiers, ``multi-chain(b=2, H=3)``
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -29,7 +34,6 @@ CHAINS = ("bv", "greedy-bv", "bug-greedy-bv-nomod")
 MULTI_CHAINS = ("gbv", "bug-gbv-clipped")
 FLOWS = ("tv-opt", "tv-gr", "lv-opt", "lv-gr")  # a flow solve per tree and node: measured at B = 100 only
 FLOW_BATCH = 100
-DISTINCT = ("trv", "bug-trv-insertion-order")
 
 
 def inputs(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, seed: int = 0):
@@ -44,18 +48,16 @@ def inputs(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, s
     p = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64) ** 4
     q = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64) ** 4
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
-    if name in DISTINCT:  # distinct siblings: a permutation prefix per node
-        tokens = torch.argsort(torch.rand((batch, vocab), generator=gen), dim=1)[:, :n]
-        tokens = tokens[:, [0] + [1 + (v - 1) % 2 for v in range(1, n)]]
-    else:
-        tokens = torch.randint(0, vocab, (batch, n), generator=gen)  # draft rows are positive: any token
+    tokens = torch.randint(0, vocab, (batch, n), generator=gen)  # draft rows are positive: any token
     uniforms = torch.rand((batch, 2 * n + 2), generator=gen, dtype=torch.float64)
     return (topology.parents, tokens.to(device), p.to(dtype).to(device), q.to(dtype).to(device),
             uniforms.to(dtype).to(device))
 
 
-def measure(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str) -> float:
+def measure(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, library: str = "torch") -> float:
     args = inputs(name, batch, vocab, dtype, device)
+    if library == "numpy":
+        args = (args[0],) + tuple(a.numpy() for a in args[1:])
     torch_verify(name, *args)  # warm-up
     for solver in (flows.gr_flow, flows.opt_flow, rules._outflow):  # time the flow solves, not the cache
         solver.cache_clear()
@@ -71,8 +73,8 @@ def measure(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batches", default="1000,10000,100000")
-    parser.add_argument("--vocab", type=int, default=32)
+    parser.add_argument("--batches", default="1000,10000,100000,1000000")
+    parser.add_argument("--vocab", type=int, default=16)
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--out", default="reports/torch_throughput.md")
     args = parser.parse_args()
@@ -82,23 +84,37 @@ def main() -> None:
     for name in TORCH_VERIFIERS:
         sizes = [FLOW_BATCH] if name in FLOWS else batches
         rates = {b: measure(name, b, args.vocab, dtype, args.device) for b in sizes}
-        rows.append({"verifier": name, "rates": rates})
-        print(json.dumps({"verifier": name, **{str(b): r for b, r in rates.items()}}), file=sys.stderr)
+        numpy_rates = ({b: measure(name, b, args.vocab, dtype, "cpu", "numpy") for b in sizes}
+                       if args.device == "cpu" else {})
+        rows.append({"verifier": name, "rates": rates, "numpy": numpy_rates})
+        print(json.dumps({"verifier": name, **{str(b): r for b, r in rates.items()},
+                          **{f"numpy {b}": r for b, r in numpy_rates.items()}}), file=sys.stderr)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
     command = "python3 benchmarks/torch_throughput.py " + " ".join(sys.argv[1:])
-    lines = ["# Torch path: verifier-trials per second", "",
+    lines = ["# Batched kernels: verifier-trials per second, torch and numpy", "",
              f"Command: `{command}`. Device: {device}; {platform.machine()}, {platform.platform()}, "
              f"Python {platform.python_version()}, torch {torch.__version__}; {args.dtype}, V = {args.vocab}, "
              "complete(b=2, H=3) trees (chains of depth 3 for block verification, multi-chain(b=2, H=3) for GBV). "
              "The flow-defined rules solve a max-flow or GR's dual per tree and node on the CPU (caches cleared "
              f"before timing): they are measured at B = {FLOW_BATCH}.", "",
+             "Each cell: torch's rate; on the CPU also numpy's (the same kernel on numpy arrays) and torch's speed "
+             "relative to numpy (numpy's time / torch's).", "",
              "| verifier | " + " | ".join(f"B = {b:,}" for b in batches) + " |",
              "|---|" + "---|" * len(batches)]
+    worst = math.inf
     for r in rows:
-        cells = [f"{r['rates'][b]:,.0f}" if b in r["rates"] else "–" for b in batches]
-        if r["verifier"] in FLOWS:
-            cells[0] = f"{r['rates'][FLOW_BATCH]:,.0f} (B = {FLOW_BATCH})"
+        cells = []
+        for b in (FLOW_BATCH,) if r["verifier"] in FLOWS else batches:
+            cell = f"{r['rates'][b]:,.0f}"
+            if b in r["numpy"]:
+                relative = r["rates"][b] / r["numpy"][b]
+                worst = min(worst, relative)
+                cell += f" / {r['numpy'][b]:,.0f} ({relative:.2f})"
+            cells.append(cell + (f" (B = {b})" if r["verifier"] in FLOWS else ""))
+        cells += ["–"] * (len(batches) - len(cells))
         lines.append(f"| `{r['verifier']}` | " + " | ".join(cells) + " |")
+    if worst < math.inf:
+        lines += ["", f"**Torch on the CPU relative to numpy, worst cell: {worst:.2f}** (1/1.5 = 0.67 is the bar)."]
     lines += ["", "**GPU:** no GPU session has happened yet — the sessions so far were not lent a GPU machine "
               "(`device` status: not drawn). These are CPU numbers; rerun this script with `--device cuda "
               "--batches 1000,10000,100000,1000000` where a GPU is lent, and the parity tests "
