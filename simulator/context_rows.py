@@ -56,13 +56,18 @@ class ContextRows:
     #: the Monte Carlo engine's sums (closed forms, stacked solves): see :class:`RowSource`
     exact_order = False
 
-    def ranks(self, ids: np.ndarray, clipped: bool) -> tuple[np.ndarray, np.ndarray]:
-        """GBV's ranking places and the draft mass ranked below each token at contexts ``ids``
-        (:func:`simulator.array_ops.ranking_tables`, computed once for every non-leaf context)."""
+    def rank_tables(self, clipped: bool) -> tuple[np.ndarray, np.ndarray]:
+        """GBV's ranking places and the draft mass ranked below each token at every non-leaf context
+        (:func:`simulator.array_ops.ranking_tables`, computed once)."""
         if clipped not in self._ranks:
             self._ranks[clipped] = ranking_tables(self.p, self.q[: len(self.p)], clipped)
-        rank, lower = self._ranks[clipped]
-        return rank[ids], lower[ids]
+        return self._ranks[clipped]
+
+    def ranks(self, ids: np.ndarray, clipped: bool) -> np.ndarray:
+        return self.rank_tables(clipped)[0][ids]
+
+    def lower(self, ids: np.ndarray) -> np.ndarray:
+        return self.rank_tables(False)[1][ids]
 
     def kseq_table(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """K-SEQ's ``ρ*`` ``[C]`` and residual ``[C, V]`` for ``k`` candidates at every non-leaf context (computed

@@ -17,25 +17,23 @@ def bv(batch: Batch, greedy: bool = False) -> tuple[Any, Any]:
     parents = batch.shape.parents
     if any(parents[i] != i - 1 for i in range(1, len(parents))):
         raise InvalidParameterError("parents", "block verification takes a chain draft (one child per node)")
-    everyone = batch.arange(batch.size)
-    draft = [batch.rows.p[batch.ids[:, i]] for i in range(len(parents) - 1)]
-    target = [batch.rows.q[batch.ids[:, i]] for i in range(len(parents))]
-    tau, y, _ = block_rows(batch, everyone, batch.tokens, draft, target, greedy)
+    draft = batch.rows.p[batch.ids[:, :-1]]  # [B, γ, V]
+    tau, y = block_rows(batch, batch.arange(batch.size), batch.tokens, draft, batch.ids, greedy)
     return tau, y
 
 
-def block_rows(batch: Batch, trees: Any, tokens: Any, draft: list, target: list, greedy: bool) -> tuple[Any, Any, Any]:
-    """Block verification of chains given as rows: ``tokens [m, γ+1]``, ``draft[i]`` and ``target[i]`` the
-    rows ``[m, V]`` at position ``i`` (``draft`` up to ``γ − 1``); ``trees`` the chains' places in the batch
-    (their uniform streams). Returns ``τ [m]``, ``y [m]`` and the weights ``p_i`` ``[m, γ+1]``."""
-    xp = batch.xp
+def block_rows(batch: Batch, trees: Any, tokens: Any, draft: Any, target_ids: Any, greedy: bool) -> tuple[Any, Any]:
+    """Block verification of chains: ``tokens [m, γ+1]``, the draft law at positions ``0..γ−1`` ``draft [m, γ,
+    V]``, the target rows' ids ``target_ids [m, γ+1]``; ``trees`` the chains' places in the batch (their uniform
+    streams). Returns ``τ [m]`` and ``y [m]``."""
+    xp, q = batch.xp, batch.rows.q
     m, gamma = tokens.shape[0], tokens.shape[1] - 1
     every = batch.arange(m)
-    weights = [xp.ones(m, dtype=target[0].dtype, device=batch.device)]
+    weights = [xp.ones(m, dtype=q.dtype, device=batch.device)]
     tau = batch.full(m, 0)
     for i in range(1, gamma + 1):
         x = tokens[:, i]
-        px, qx = draft[i - 1][every, x], target[i - 1][every, x]
+        px, qx = draft[every, i - 1, x], q[target_ids[:, i - 1], x]
         if greedy:  # Alg. 4 line 4: no min
             if bool(xp.any(px == 0)):
                 raise InvalidParameterError(f"tokens[:, {i}]", "greedy-bv needs drafted tokens of positive draft "
@@ -44,7 +42,7 @@ def block_rows(batch: Batch, trees: Any, tokens: Any, draft: list, target: list,
         else:  # Alg. 2 line 4
             weights.append(ratio(weights[i - 1] * qx, px))
         if i < gamma:
-            gap = weights[i][:, None] * target[i] - draft[i]
+            gap = weights[i][:, None] * q[target_ids[:, i]] - draft[:, i]
             over = row_sum(xp.where(gap > 0, gap, xp.zeros_like(gap)))
             if greedy:  # min(1, over/under), 0 where nothing is over
                 under = row_sum(xp.where(-gap > 0, -gap, xp.zeros_like(gap)))
@@ -56,10 +54,10 @@ def block_rows(batch: Batch, trees: Any, tokens: Any, draft: list, target: list,
             h = ratio(weights[gamma], xp.ones_like(weights[gamma])) if greedy else weights[gamma]
         u = batch.stream.take(trees)
         tau = xp.where((h == 1) | (u < h), xp.full_like(tau, i), tau)
-    stacked = xp.stack(weights, axis=1)  # [m, γ+1]
-    scale = stacked[every, tau]
-    q_tau = xp.stack(target, axis=1)[every, tau]
-    p_tau = xp.stack(draft + [target[gamma]], axis=1)[every, tau]  # the last level's draft is never read
+    q_tau = q[target_ids[every, tau]]
+    if gamma == 0:
+        return tau, categorical(q_tau, batch.stream.take(trees))
+    scale = xp.stack(weights, axis=1)[every, tau]
+    p_tau = draft[every, xp.minimum(tau, xp.full_like(tau, gamma - 1))]  # at τ = γ the target is drawn from
     residual = positive_residual(scale[:, None] * q_tau - p_tau, q_tau)  # Eq. 4 (Eq. 30 for greedy)
-    y = categorical(xp.where((tau == gamma)[:, None], q_tau, residual), batch.stream.take(trees))
-    return tau, y, stacked
+    return tau, categorical(xp.where((tau == gamma)[:, None], q_tau, residual), batch.stream.take(trees))

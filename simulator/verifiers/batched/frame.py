@@ -86,8 +86,11 @@ class RowSource(Protocol):
     def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
         """K-SEQ's ``ρ*`` ``[m]`` and residual ``[m, V]`` for ``k`` candidates (a number or one per row)."""
 
-    def ranks(self, ids: Any, clipped: bool) -> tuple[Any, Any]:
-        """GBV's ranking places and the draft mass ranked below each token, ``[m, V]`` each."""
+    def ranks(self, ids: Any, clipped: bool) -> Any:
+        """GBV's ranking places of the tokens ``[m, V]`` (0 best; ``clipped``: the control's ranking)."""
+
+    def lower(self, ids: Any) -> Any:
+        """The draft mass ranked below each token ``[m, V]`` (:func:`simulator.array_ops.ranking_tables`)."""
 
     def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
         """A flow-defined rule's step weights ``[m, W + 1]`` and residual ``[m, V]`` (:func:`flow_step_rows`)."""
@@ -115,8 +118,11 @@ class DenseRows:
         rho = kseq_rho(p, q, k)
         return rho, kseq_residual(p, q, rho, k)
 
-    def ranks(self, ids: Any, clipped: bool) -> tuple[Any, Any]:
-        return ranking_tables(self.p[ids], self.q[ids], clipped)
+    def ranks(self, ids: Any, clipped: bool) -> Any:
+        return ranking_tables(self.p[ids], self.q[ids], clipped)[0]
+
+    def lower(self, ids: Any) -> Any:
+        return ranking_tables(self.p[ids], self.q[ids])[1]
 
     def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
         return flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)

@@ -36,33 +36,34 @@ def gbv(batch: Batch, clipped: bool = False) -> tuple[Any, Any]:
         places = []
         for v, child in zip(chain, chain[1:]):
             x = batch.tokens[:, child]
-            if bool(xp.any(~(rows.p[batch.ids[:, v], x] > 0))):
-                b = int(batch.where_true(~(rows.p[batch.ids[:, v], x] > 0))[0])
+            zero = ~(rows.p[batch.ids[:, v], x] > 0)
+            if bool(xp.any(zero)):
+                b = int(batch.where_true(zero)[0])
                 raise UnsupportedDraftError("tokens", f"tree {b}, node {child}: token {int(x[b])} has zero draft "
                                                       f"probability; {ZERO_DRAFT_GBV}")
-            places.append(rows.ranks(batch.ids[:, v], clipped)[0][every, x])
+            places.append(rows.ranks(batch.ids[:, v], clipped)[every, x])
         keys.append(xp.stack(places, axis=1))
     best = batch.full(batch.size, 0)
+    incumbent = keys[0]
     for j in range(1, k):  # the first chain among equal paths
-        incumbent = xp.stack(keys, axis=1)[every, best]
         differ = keys[j] != incumbent
         first = xp.argmax(xp.astype(differ, xp.int8), axis=1)
         better = xp.any(differ, axis=1) & (keys[j][every, first] < incumbent[every, first])
         best = xp.where(better, xp.full_like(best, j), best)
+        incumbent = xp.where(better[:, None], keys[j], incumbent)
     nodes = xp.asarray(chains, dtype=xp.int64, device=batch.device)[best]  # [B, H+1]
-    ids = xp.stack([batch.ids[every, nodes[:, i]] for i in range(height + 1)], axis=1)
+    ids = batch.ids[every[:, None], nodes]
+    path_tokens = batch.tokens[every[:, None], nodes]
     zero = xp.zeros(batch.size, dtype=rows.q.dtype, device=batch.device)
     below, mass = zero, zero + 1  # A(c), X(c) of selected_law
-    law = []
+    law = xp.empty((batch.size, height, rows.vocab), dtype=rows.q.dtype, device=batch.device)  # p̃ at 0..H−1
     for i in range(height):
         p = rows.p[ids[:, i]]
-        lower = rows.ranks(ids[:, i], False)[1]
+        lower = rows.lower(ids[:, i])
         norm = ipow(below + mass, k) - ipow(below, k)
         start = below[:, None] + mass[:, None] * lower
-        law.append((ipow(start + mass[:, None] * p, k) - ipow(start, k)) / norm[:, None])
-        x = batch.tokens[every, nodes[:, i + 1]]
+        law[:, i] = (ipow(start + mass[:, None] * p, k) - ipow(start, k)) / norm[:, None]
+        x = path_tokens[:, i + 1]
         below, mass = below + mass * lower[every, x], mass * p[every, x]
-    path_tokens = xp.stack([batch.tokens[every, nodes[:, i]] for i in range(height + 1)], axis=1)
-    target = [rows.q[ids[:, i]] for i in range(height + 1)]
-    tau, y, _ = block_rows(batch, every, path_tokens, law, target, greedy=False)
+    tau, y = block_rows(batch, every, path_tokens, law, ids, greedy=False)
     return nodes[every, tau], y

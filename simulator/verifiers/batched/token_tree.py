@@ -42,7 +42,8 @@ def tv(batch: Batch, plan: str) -> tuple[Any, Any]:
         count = shape.count[v]
         leaf = count == 0
         done = open_[leaf]
-        y[done] = categorical(rows.q[ids[leaf]], stream.take(done))
+        if done.shape[0]:
+            y[done] = categorical(rows.q[ids[leaf]], stream.take(done))
         inner, v, ids, count = open_[~leaf], v[~leaf], ids[~leaf], count[~leaf]
         if inner.shape[0] == 0:
             break
@@ -69,10 +70,13 @@ def _plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, count:
     m = trees.shape[0]
     used = xp.minimum(count, xp.ones_like(count)) if plan in _FIRST_ONLY else count
     accepted = batch.full(m, -1)
-    target, draft = xp.asarray(q, copy=True), xp.asarray(p, copy=True)
+    # the rows a plan updates are copies (``q`` stays for the residual of det); the others are read as they are
+    target = xp.asarray(q, copy=True) if plan == "det" else q
+    draft = xp.asarray(p, copy=True) if plan in ("rrsw", "rrsw-phi") else p
     open_ = xp.ones(m, dtype=xp.bool, device=batch.device)
-    fallback = xp.zeros(m, dtype=xp.bool, device=batch.device)  # det: every token rejected, residual q
-    seen = xp.zeros(q.shape, dtype=xp.bool, device=batch.device)  # det: tokens already rejected
+    if plan == "det":
+        fallback = xp.zeros(m, dtype=xp.bool, device=batch.device)  # every token rejected: residual q
+        seen = xp.zeros(q.shape, dtype=xp.bool, device=batch.device)  # tokens already rejected
     if plan == "kseq":
         rho, kseq_residual = rows.kseq(ids, used)
     for i in range(cands.shape[1]):
@@ -121,7 +125,9 @@ def _plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, count:
         return accepted, q
     if plan == "kseq":
         return accepted, kseq_residual
-    return accepted, xp.where(fallback[:, None], q, target)
+    if plan == "det":
+        return accepted, xp.where(fallback[:, None], q, target)
+    return accepted, target
 
 
 def _printed_dyspec(xp: Any, num: Any, den: Any) -> Any:
