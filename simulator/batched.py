@@ -18,8 +18,9 @@ decision could differ only if a uniform fell that close to its threshold — nev
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace, to_device
 
-from .context_rows import ContextRows
+from .context_rows import ContextRows, DeviceRows
 from .errors import InvalidParameterError
 from .models import ModelPair
 from .trees import Topology
@@ -38,12 +39,13 @@ def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | 
             and (topology is None or topology.name in spec.shapes))
 
 
-def _draft_iid(parents: tuple[int, ...], rows: ContextRows, stream: CounterStream) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens and context ids of every node (``simulator.drafting`` order: children in BFS order)."""
-    batch, n = len(stream.pos), len(parents)
-    everyone = np.arange(batch)
-    tokens = np.zeros((batch, n), dtype=np.int64)
-    ctx = np.zeros((batch, n), dtype=np.int64)
+def _draft_iid(parents: tuple[int, ...], rows: ContextRows | DeviceRows, stream: CounterStream):
+    """Tokens and context ids ``[B, n]`` of every node (``simulator.drafting`` order: children in BFS order)."""
+    xp = array_namespace(stream.pos)
+    batch, n = stream.pos.shape[0], len(parents)
+    everyone = xp.arange(batch, device=stream.pos.device)
+    tokens = xp.zeros((batch, n), dtype=xp.int64, device=stream.pos.device)
+    ctx = xp.zeros((batch, n), dtype=xp.int64, device=stream.pos.device)
     for v in range(1, n):
         par = parents[v]
         tokens[:, v] = rows.sample("p", ctx[:, par], stream.take(everyone))
@@ -52,25 +54,29 @@ def _draft_iid(parents: tuple[int, ...], rows: ContextRows, stream: CounterStrea
 
 
 def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
-                   trials: np.ndarray, rows: ContextRows | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``."""
+                   trials: np.ndarray, rows: ContextRows | DeviceRows | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``, as
+    numpy arrays. With ``rows`` a :class:`~simulator.context_rows.DeviceRows` the rounds run on its torch
+    device (the same kernel, the same counter streams: the same numbers in float64)."""
     if not has_batched_path(name, drafting, model.vocab, topology):
         raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
     rows = rows or ContextRows(model, topology.height)
     vocab, height = model.vocab, topology.height
-    stream = CounterStream(seed, np.asarray(trials, dtype=np.int64))
+    xp = array_namespace(rows.q)
+    trials = xp.asarray(np.asarray(trials, dtype=np.int64), device=rows.q.device)
+    stream = CounterStream(seed, trials)
     tokens, ctx = _draft_iid(topology.parents, rows, stream)
-    shape = TreeShape(topology.parents, np, "cpu")
+    shape = TreeShape(topology.parents, xp, rows.q.device)
     node, y = VERIFIERS[name].kernel.resolve()(Batch(shape, tokens, ctx, rows, stream))
-    accepted_len = np.asarray(shape.depth)[node]
+    accepted_len = shape.depths[node]
     # Completion with the target up to H+1 tokens, from the id of path + (y,), of length τ+1.
-    ids = ctx[np.arange(len(node)), node] * vocab + y + 1
+    ids = ctx[xp.arange(node.shape[0], device=rows.q.device), node] * vocab + y + 1
     length = accepted_len + 1
     for _ in range(height):
-        grow = np.flatnonzero(length < height + 1)
-        if len(grow) == 0:
+        grow = xp.nonzero(length < height + 1)[0]
+        if grow.shape[0] == 0:
             break
         x = rows.sample("q", ids[grow], stream.take(grow))
         ids[grow] = ids[grow] * vocab + x + 1
         length[grow] += 1
-    return accepted_len, ids - rows.offsets[height + 1]
+    return (np.asarray(to_device(accepted_len, "cpu")), np.asarray(to_device(ids - rows.offsets[height + 1], "cpu")))

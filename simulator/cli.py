@@ -455,6 +455,8 @@ QUICK_SEEDS, QUICK_TRIALS = 3, 1000
 @click.option("--jobs", type=int, default=2, show_default=True, help="worker processes for the study")
 @click.option("--scheduler", default=None,
               help="run the study's cells on Dask: 'local' (a LocalCluster of --jobs workers) or a scheduler address")
+@click.option("--device", default=None, help="the study's batched rounds with torch on this device (cpu, cuda); "
+                                             "default: numpy. The same records either way")
 @click.option("--no-run", is_flag=True, help="write the reports from what the store holds, computing nothing new")
 @click.option("--store", "store_dir", type=click.Path(file_okay=False), default=None,
               help="resumable cell store (default OUT/store)")
@@ -467,7 +469,7 @@ QUICK_SEEDS, QUICK_TRIALS = 3, 1000
 @click.option("--max-executions", type=int, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
               help="most executions one certificate of the table may enumerate (0: no limit)")
 @click.pass_context
-def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, scheduler, no_run, store_dir,
+def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, scheduler, device, no_run, store_dir,
            cert_vocab, cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
     """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
     chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
@@ -505,7 +507,7 @@ def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, job
         done = sum(1 for c in unique for s in range(c.seeds) if store.load(c, s) is not None)
         bar.update(done)
         if not no_run:
-            run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)), scheduler)
+            run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)), scheduler, device)
     write_study_report(out, chosen, store, seeds, trials, _command(ctx))
     click.echo(f"written to {out}/")
     sys.exit(0 if ok else 1)
@@ -565,7 +567,9 @@ def _certification_report(out: Path, store: Store, model: SyntheticModel, plans:
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary here")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
               help="wall-clock limit of the run in seconds (0: none)")
-def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds, trials, json_out, timeout,
+@click.option("--device", default=None, help="run the batched rounds with torch on this device (cpu, cuda, "
+                                             "cuda:1); default: numpy. The same numbers either way")
+def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds, trials, json_out, timeout, device,
        **tree) -> None:
     """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test.
     Exit 1 when the test rejects the target."""
@@ -573,7 +577,7 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
     model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     drafter, drafting = _build_drafter(model_for(seed), tree)  # validates the options once, up front
     with _bar(seeds * trials, f"mc {name}", "trial") as bar, time_limit(timeout):
-        summary = monte_carlo(model_for, drafter, name, fn, seeds, trials, bar.update, first_seed=seed)
+        summary = monte_carlo(model_for, drafter, name, fn, seeds, trials, bar.update, first_seed=seed, device=device)
     which = f"model seeds {seed}–{seed + seeds - 1}" if seeds > 1 else f"model seed {seed}"
     click.echo(f"{name}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()) + f": {which} x {trials} trials")
     se_kind = "across model seeds" if seeds > 1 else "within the one seed"

@@ -136,3 +136,53 @@ class ContextRows:
         """GR's step table ``[V^k, k + 1]`` and residual ``[V]`` at one context (see :meth:`gr_tables`)."""
         self.gr_tables(k, np.array([context]))
         return self._gr[k, context]
+
+
+class DeviceRows:
+    """:class:`ContextRows` on a torch device (``specproof mc --device cuda``): the rows and the per-context tables
+    copied there once, each computed by the host object (so the numbers are the host's, bit for bit); GR's step
+    tables stay on the host (its solver is a numpy routine), their rows copied over per call."""
+
+    exact_order = False
+
+    def __init__(self, host: ContextRows, device: str) -> None:
+        import torch
+
+        self.host, self.device, self.torch = host, device, torch
+        self.vocab, self.height, self.offsets = host.vocab, host.height, host.offsets
+        self.p, self.q = self._put(host.p), self._put(host.q)
+        self._tables: dict[object, tuple] = {}
+
+    def _put(self, array: np.ndarray):
+        return self.torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    def _table(self, key: object, build) -> tuple:
+        if key not in self._tables:
+            self._tables[key] = tuple(self._put(a) for a in build())
+        return self._tables[key]
+
+    def sample(self, which: str, ctx, u):
+        """:meth:`ContextRows.sample` on the device."""
+        table = getattr(self.host, which)
+        running, last = self._table(("running", which), lambda: (np.cumsum(table, axis=1), last_positive(table)))
+        index, none = inverse_cdf(running[ctx], u)
+        return self.torch.where(none, last[ctx], index)
+
+    def kseq(self, ids, k):
+        rho = self.torch.empty(ids.shape, dtype=self.q.dtype, device=self.device)
+        residual = self.torch.empty((ids.shape[0], self.vocab), dtype=self.q.dtype, device=self.device)
+        for count in self.torch.unique(k).tolist():
+            at = k == count
+            table_rho, table_residual = self._table(("kseq", count), lambda: self.host.kseq_table(count))
+            rho[at], residual[at] = table_rho[ids[at]], table_residual[ids[at]]
+        return rho, residual
+
+    def ranks(self, ids, clipped: bool):
+        return self._table(("ranks", clipped), lambda: self.host.rank_tables(clipped))[0][ids]
+
+    def lower(self, ids):
+        return self._table(("ranks", False), lambda: self.host.rank_tables(False))[1][ids]
+
+    def flow_step(self, rule, ids, cands, count):
+        host = (a.cpu().numpy() for a in (ids, cands, count))
+        return tuple(self._put(a) for a in self.host.flow_step(rule, *host))

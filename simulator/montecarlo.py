@@ -35,7 +35,7 @@ from fractions import Fraction
 from .errors import InvalidParameterError, SizeLimitError
 from .models import ModelPair, ModelView
 from .batched import batched_rounds, has_batched_path
-from .context_rows import ContextRows
+from .context_rows import ContextRows, DeviceRows
 from .randomness import CounterRandomness
 from .speculation import complete, speculate
 from .statistics import ChiSquare, chi_square, detectable_tvd
@@ -207,10 +207,11 @@ def mean_and_se(counts: np.ndarray) -> tuple[float, float]:
 
 def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, seed: int, trials: int,
              progress: Callable[[int], None] | None = None, rows: ContextRows | None = None,
-             power_alpha: float | None = None) -> SeedResult:
+             power_alpha: float | None = None, device: str | None = None) -> SeedResult:
     """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers. With
     ``power_alpha`` (the seed's share of the false-alarm rate) a test without power is refused before the trials
-    run (:func:`check_power`); the toy study, which reports accepted lengths, runs without it."""
+    run (:func:`check_power`); the toy study, which reports accepted lengths, runs without it. With ``device`` (a
+    torch device) the batched rounds run there (:func:`torch_rows`): the same numbers as on numpy."""
     height = drafter.height
     check_tables(model.vocab, height, ("vocab", *getattr(drafter, "size_options", ("depth",))))
     rows = rows or ContextRows(model, height)
@@ -228,11 +229,12 @@ def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, 
     view = None if batched else ModelView(model, "float")
     if not batched:
         chunk = min(chunk, REFERENCE_CHUNK)
+    round_rows = torch_rows(rows, device) if batched and device is not None else rows
     for start in range(0, trials, chunk):
         span = range(start, min(start + chunk, trials))
         if batched:
             accepted, codes = batched_rounds(model, drafter.topology, drafter.scheme, name, seed, np.arange(
-                span.start, span.stop), rows)
+                span.start, span.stop), round_rows)
         else:
             accepted, sequences = run_trials(model, drafter, verifier, seed, span, view)
             codes = encode(sequences, model.vocab)
@@ -286,10 +288,25 @@ def summarise(name: str, results: list[SeedResult], vocab: int, height: int) -> 
           "baseline_tvd": r.baseline_tvd, "test_p_value": r.test.p_value} for r in results])
 
 
+def torch_rows(rows: ContextRows, device: str) -> DeviceRows:
+    """``rows`` on a torch device; an unknown or unavailable device is an error naming ``device``."""
+    try:
+        import torch
+    except ImportError:
+        raise InvalidParameterError("device", "running on a device needs torch (pip install 'specproof[torch]')") \
+            from None
+    try:
+        torch.zeros(1, device=device)
+    except (RuntimeError, AssertionError) as err:
+        raise InvalidParameterError("device", f"torch cannot use device {device!r}: {err}") from None
+    return DeviceRows(rows, device)
+
+
 def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, name: str, verifier: Verifier,
                 seeds: int, trials: int, progress: Callable[[int], None] | None = None,
-                first_seed: int = 0) -> MCSummary:
-    """Run ``trials`` rounds for each model seed ``first_seed … first_seed + seeds − 1`` and summarise."""
+                first_seed: int = 0, device: str | None = None) -> MCSummary:
+    """Run ``trials`` rounds for each model seed ``first_seed … first_seed + seeds − 1`` and summarise; with
+    ``device``, the batched rounds on that torch device."""
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise InvalidParameterError("seeds", f"must be an integer ≥ 1, got {seeds!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
@@ -298,6 +315,6 @@ def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, na
         raise InvalidParameterError("seed", f"must be an integer ≥ 0, got {first_seed!r}")
     check_pairing(name, drafter.scheme)
     span = range(first_seed, first_seed + seeds)
-    results = [run_seed(model_for_seed(s), drafter, name, verifier, s, trials, progress, power_alpha=ALPHA / seeds)
-               for s in span]
+    results = [run_seed(model_for_seed(s), drafter, name, verifier, s, trials, progress, power_alpha=ALPHA / seeds,
+                        device=device) for s in span]
     return summarise(name, results, model_for_seed(first_seed).vocab, drafter.height)

@@ -128,15 +128,16 @@ def exact_accept_len(cell: Cell, seed: int) -> float | None:
     return tv_expected_accepted(cell.model(seed), shape, cell.verifier, _rows(*model_key(cell, seed)))
 
 
-def compute_seed(cell: Cell, seed: int) -> dict:
+def compute_seed(cell: Cell, seed: int, device: str | None = None) -> dict:
     """One model seed of a cell, as a store record (a top-level function so worker processes can run it); the
     record keeps the wall time of its Monte Carlo (``seconds``, set-up shared with earlier cells of the same model
-    aside) and, for token verification, the exact ``E[τ]`` (``exact_accept_len``)."""
+    aside) and, for token verification, the exact ``E[τ]`` (``exact_accept_len``). ``device``: the batched rounds
+    on that torch device (the same numbers)."""
     start = time.perf_counter()
     shape = make_topology(cell.topology, cell.depth, cell.branching)
     rows = _rows(*model_key(cell, seed))
     result = run_seed(cell.model(seed), FixedShape(shape), cell.verifier, VERIFIERS[cell.verifier].fn, seed,
-                      cell.trials, rows=rows)
+                      cell.trials, rows=rows, device=device)
     seconds = time.perf_counter() - start
     record = {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result), "seconds": seconds}
     exact = exact_accept_len(cell, seed)
@@ -316,8 +317,10 @@ def _one_thread_each() -> Iterator[None]:
 
 
 def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
-              progress: Callable[[Cell, int, int], None] | None = None, scheduler: str | None = None) -> None:
-    """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one.
+              progress: Callable[[Cell, int, int], None] | None = None, scheduler: str | None = None,
+              device: str | None = None) -> None:
+    """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one; ``device``: a
+    torch device for the batched rounds (:func:`compute_seed`).
 
     ``jobs`` local worker processes, or with ``scheduler`` a Dask cluster: ``"local"`` starts a
     ``dask.distributed`` LocalCluster of ``jobs`` single-threaded worker processes, anything else is the address
@@ -335,19 +338,19 @@ def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
             progress(cell, s, cell.trials)
 
     if scheduler is not None:
-        return _run_on_dask(todo, scheduler, jobs, done)
+        return _run_on_dask(todo, scheduler, jobs, done, device)
     if jobs <= 1:
         for cell, s in todo:
-            done(cell, s, compute_seed(cell, s))
+            done(cell, s, compute_seed(cell, s, device))
         return
     with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(compute_seed, cell, s): (cell, s) for cell, s in todo}
+        futures = {pool.submit(compute_seed, cell, s, device): (cell, s) for cell, s in todo}
         for future in as_completed(futures):
             done(*futures[future], future.result())
 
 
 def _run_on_dask(todo: list[tuple[Cell, int]], scheduler: str, jobs: int,
-                 done: Callable[[Cell, int, dict], None]) -> None:
+                 done: Callable[[Cell, int, dict], None], device: str | None) -> None:
     try:
         from distributed import Client, LocalCluster, as_completed as dask_completed
     except ImportError:
@@ -364,6 +367,6 @@ def _run_on_dask(todo: list[tuple[Cell, int]], scheduler: str, jobs: int,
                 raise InvalidParameterError("scheduler", f"cannot reach a Dask scheduler at {scheduler!r}: {err}") \
                     from None
         # pure=False: a seed is computed once per submission, never deduplicated against another sweep's key
-        futures = {client.submit(compute_seed, cell, s, pure=False): (cell, s) for cell, s in todo}
+        futures = {client.submit(compute_seed, cell, s, device, pure=False): (cell, s) for cell, s in todo}
         for future in dask_completed(futures):
             done(*futures[future], future.result())

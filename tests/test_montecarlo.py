@@ -262,3 +262,24 @@ def test_mc_cli_writes_the_summary(tmp_path):
     for key in ("accept_len_mean", "accept_len_se", "tvd", "baseline_tvd"):
         assert math.isfinite(summary[key])
     assert run(["mc", "--verifier", "tv-rrs", "--seeds", "0"]).returncode == 2
+
+
+@pytest.mark.parametrize("name,shape", [("tv-kseq", "complete"), ("trv", "complete"), ("lv-gr", "tapered"),
+                                        ("gbv", "multi-chain"), ("tv-gr", "complete")])
+def test_monte_carlo_on_torch_gives_the_numpy_numbers(name, shape):
+    """`specproof mc --device`: the same kernels and counter streams on torch (here its CPU; `cuda` where a GPU is
+    lent), so every trial's outcome is the numpy run's, and the summaries are equal."""
+    pytest.importorskip("torch")
+    model = SyntheticModel(5, rho=0.4, seed=2)
+    drafter = FixedShape(make_topology(shape, 3, 2))
+    runs = [monte_carlo(lambda s: model, drafter, name, VERIFIERS[name].fn, 2, 3000, device=device)
+            for device in (None, "cpu")]
+    assert runs[0] == runs[1]
+
+
+def test_an_unusable_device_names_the_field():
+    pytest.importorskip("torch")
+    with pytest.raises(InvalidParameterError) as err:
+        monte_carlo(lambda s: SyntheticModel(3), FixedShape(make_topology("chain", 2)), "tv-rrs",
+                    VERIFIERS["tv-rrs"].fn, 1, 100, device="no-such-device")
+    assert err.value.field == "device"
