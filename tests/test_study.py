@@ -53,7 +53,8 @@ def test_interrupted_sweep_resumes_without_recomputing_and_gives_the_same_number
         f.write('{"cell": {"verifier": "trv", "topo')
     computed = []
     original = study.compute_seed
-    monkeypatch.setattr(study, "compute_seed", lambda cell, s: computed.append((cell.verifier, s)) or original(cell, s))
+    monkeypatch.setattr(study, "compute_seed",
+                        lambda cell, s, device=None: computed.append((cell.verifier, s)) or original(cell, s, device))
     part = Store(tmp_path / "part")  # a new run reads the store afresh
     run_cells(cells, part)
     assert computed == [("trv", 0), ("trv", 1), ("trv", 2)]  # finished seeds are never recomputed
