@@ -96,6 +96,23 @@ def lv_gr_breakdown(structure: str, trials: int) -> dict:
             "solver_share": count["solver_s"] / total, "us_per_problem": 1e6 * count["solver_s"] / count["problems"]}
 
 
+def _side_by_side(before: dict, results: list[dict], total: float) -> list[str]:
+    """The same cells measured at an earlier commit (``--before``): seed time and batched rate, with ratios
+    (above 1: faster now)."""
+    old = {(r["verifier"], r["structure"]): r for r in before["rows"]}
+    lines = ["", f"## Side by side with `{before['command']}` at an earlier commit", "",
+             f"Table 1 projected: {before['total_s'] / 60:.0f} min before, {total / 60:.0f} min now.", "",
+             "| verifier | structure | seed time before → now (s) | speed-up | batched trials/s before → now | "
+             "speed-up |", "|---|---|---|---|---|---|"]
+    for r in results:
+        b = old[r["verifier"], r["structure"]]
+        rate = (f"{b['batched_trials_per_s']:,.0f} → {r['batched_trials_per_s']:,.0f} | "
+                f"{r['batched_trials_per_s'] / b['batched_trials_per_s']:.2f}")
+        lines.append(f"| {r['verifier']} | {r['structure']} | {b['seed_s']:.1f} → {r['seed_s']:.1f} | "
+                     f"{b['seed_s'] / r['seed_s']:.2f} | {rate} |")
+    return lines
+
+
 TRIED = (
     "What was tried, in order, and what each gave on the complete tree. Before: the reference path (GR's flows "
     "as dictionaries over all V^k tuples, one problem at a time: 24 trials/s); one node's problems across a batch "
@@ -122,6 +139,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="cores the projection assumes")
     parser.add_argument("--batch", type=int, default=20_000)
     parser.add_argument("--reference", type=int, default=300)
+    parser.add_argument("--before", type=Path, default=None,
+                        help="the JSON this script wrote at an earlier commit, on the same machine: adds its numbers "
+                             "beside these, with the ratio")
     parser.add_argument("--trials", type=int, default=10**6,
                         help="trials of the timed seed, scaled to 10^6 (a quick look only: fixed costs scale too)")
     args = parser.parse_args()
@@ -162,6 +182,8 @@ def main() -> None:
         batched = f"{r['batched_trials_per_s']:,.0f}" if "batched_trials_per_s" in r else "–"
         lines.append(f"| {r['verifier']} | {r['structure']} | {r['seed_s']:.1f} | "
                      f"{r['table1_cell_s'] / 3600:.2f} h | {batched} | {r['reference_trials_per_s']:,.0f} |")
+    if args.before is not None:
+        lines += _side_by_side(json.loads(args.before.read_text()), results, total)
     lines += ["", "## Where `lv-gr`'s time goes", "",
               "Layer Verification hands every non-leaf node the GR problem of draft `(p_v, 0)` and target "
               "`(A_t q_v, 1 − A_t)`, where `A_t` is the score mass of the node's layer and depends on everything "
