@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.array_ops import positive_residual, ratio
-from simulator.context_rows import ContextRows
+from simulator.montecarlo.context_rows import ContextRows
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair
 from simulator.trees import Topology

@@ -12,7 +12,7 @@ import inspect
 from pathlib import Path
 
 import simulator
-from simulator.drafters import DYNAMIC
+from simulator.drafter_registry import DYNAMIC
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.batched.ref import KernelRef
 

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator import cli, study_report
+from simulator.cli import main as cli
+from simulator.reports import study as study_report
 from simulator.verifiers import VERIFIERS
 
 
 def run(args, cwd=None, timeout=300):
     exe = shutil.which("specproof")
-    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli.main"]
     return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from ..drafters import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
+from simulator.drafter_registry import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
 from . import block, controls, matching, multipath, traversal
 from .batched.ref import KernelRef, kernel

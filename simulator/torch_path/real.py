@@ -23,11 +23,11 @@ from typing import Sequence
 
 import torch
 
-from .drafting import Draft, Drafter
-from .errors import InvalidParameterError
-from .models import Context, ModelView
-from .randomness import Randomness
-from .trees import DraftTree
+from simulator.drafting import Draft, Drafter
+from simulator.errors import InvalidParameterError
+from simulator.models import Context, ModelView
+from simulator.randomness import Randomness
+from simulator.trees import DraftTree
 
 
 @dataclass(frozen=True)
