@@ -19,7 +19,7 @@ from simulator.array_ops import positive_residual, ratio
 from simulator.montecarlo.context_rows import ContextRows
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair
-from simulator.trees import Topology
+from simulator.trees import Topology, node_children, node_depths
 
 DP_RULES = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr")
 
@@ -31,10 +31,7 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
         raise InvalidParameterError("verifier", f"the DP covers {DP_RULES}, not {verifier!r}")
     rows = rows or ContextRows(model, topology.height)
     vocab, n = model.vocab, len(topology.parents)
-    kids = [[w for w in range(n) if topology.parents[w] == v] for v in range(n)]
-    depth = [0] * n
-    for v in range(1, n):
-        depth[v] = depth[topology.parents[v]] + 1
+    kids, depth = node_children(topology.parents), node_depths(topology.parents)
     value: dict[int, np.ndarray] = {}
     for v in reversed(range(n)):
         level = depth[v]
