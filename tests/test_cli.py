@@ -19,7 +19,7 @@ from simulator.verifiers import VERIFIERS
 
 def run(args, cwd=None, timeout=300):
     exe = shutil.which("specproof")
-    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli.main"]
+    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
     return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 

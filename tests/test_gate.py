@@ -39,7 +39,7 @@ GOOD = "examples.plugin_verifier:my_tv"
 
 def run(args, cwd=ROOT, timeout=600):
     exe = shutil.which("specproof")
-    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli.main"]
+    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
 

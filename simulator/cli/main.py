@@ -761,6 +761,3 @@ def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str 
 
 
 from simulator.cli import checks  # noqa: E402,F401  (registers hunt, gate and zoo on main)
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
