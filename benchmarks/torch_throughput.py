@@ -1,7 +1,7 @@
 """Verifier-trials per second of each rule's batched kernel on torch and on numpy, per verifier and batch size.
 
 Usage: ``python3 benchmarks/torch_throughput.py [--device cpu|cuda] [--batches 1000,10000,100000,1000000]
-[--vocab 16] [--dtype float64|float32] [--out reports/torch_throughput.md]``.
+[--vocab 32] [--dtype float64|float32] [--out reports/torch_throughput.md]``.
 
 The same kernel source runs on both libraries (issue 17): on the CPU the table puts torch's rate beside
 numpy's on the same inputs, with their ratio (numpy's time over torch's: above 1/1.5 ≈ 0.67 means torch is
@@ -10,7 +10,8 @@ within 1.5× of numpy).
 Each verifier runs on random rows (``p``, ``q`` positive, from powers of uniforms), tokens and uniforms for a
 ``complete(b=2, H=3)`` tree (15 nodes; chains of depth 3 for the block verifiers, ``multi-chain(b=2, H=3)``
 for GBV); the flow-defined rules solve their flows per tree and node on the CPU. The time covers
-``torch_verify`` alone (inputs already on the device), after one warm-up call, synchronised on a GPU.
+``torch_verify`` alone (inputs already on the device), after a warm-up call on 1,000 trees, synchronised on a
+GPU.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ def inputs(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, s
 
 
 def measure(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, library: str = "torch") -> float:
-    args = inputs(name, batch, vocab, dtype, device)
-    if library == "numpy":
-        args = (args[0],) + tuple(a.numpy() for a in args[1:])
-    torch_verify(name, *args)  # warm-up
+    def on(library_args):
+        return library_args if library == "torch" else (library_args[0],) + tuple(a.numpy() for a in library_args[1:])
+
+    torch_verify(name, *on(inputs(name, min(batch, 1000), vocab, dtype, device)))  # warm-up
+    args = on(inputs(name, batch, vocab, dtype, device))
     for solver in (flows.gr_flow, flows.opt_flow, rules._outflow):  # time the flow solves, not the cache
         solver.cache_clear()
     if device.startswith("cuda"):
@@ -74,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batches", default="1000,10000,100000,1000000")
-    parser.add_argument("--vocab", type=int, default=16)
+    parser.add_argument("--vocab", type=int, default=32)
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--out", default="reports/torch_throughput.md")
     args = parser.parse_args()

@@ -53,8 +53,8 @@ class ContextRows:
         index[none] = last[ctx[none]]
         return index
 
-    #: the Monte Carlo engine's sums (closed forms, stacked solves): see :class:`RowSource`
-    exact_order = False
+    #: the Monte Carlo engine's sums (closed forms, stacked solves), rows per context: see :class:`RowSource`
+    exact_order, by_context = False, True
 
     def rank_tables(self, clipped: bool) -> tuple[np.ndarray, np.ndarray]:
         """GBV's ranking places and the draft mass ranked below each token at every non-leaf context
@@ -143,7 +143,7 @@ class DeviceRows:
     copied there once, each computed by the host object (so the numbers are the host's, bit for bit); GR's step
     tables stay on the host (its solver is a numpy routine), their rows copied over per call."""
 
-    exact_order = False
+    exact_order, by_context = False, True
 
     def __init__(self, host: ContextRows, device: str) -> None:
         import torch

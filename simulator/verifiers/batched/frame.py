@@ -82,6 +82,8 @@ class RowSource(Protocol):
     #: sums in the reference's order (LV's outflow tuple by tuple, flows from the reference solver): decisions
     #: then match the reference even at ties, at a cost a real vocabulary cannot pay (docs/engines.md)
     exact_order: bool
+    #: a node's rows depend on its path only (rows per context), so nodes with the same path share them
+    by_context: bool
 
     def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
         """K-SEQ's ``ρ*`` ``[m]`` and residual ``[m, V]`` for ``k`` candidates (a number or one per row)."""
@@ -103,6 +105,7 @@ class DenseRows:
     p3: Any
     q3: Any
     exact_order: bool = True
+    by_context: bool = False  # rows are given per node, not per context
 
     def __post_init__(self) -> None:
         batch, n, self.vocab = self.q3.shape

@@ -16,27 +16,30 @@ from ...array_ops import categorical, ratio, row_sum
 from .frame import Batch
 
 
-def _trie(batch: Batch, merge: bool) -> tuple[Any, Any]:
-    """``rep [B, n]`` and ``source [B, n]``: the node whose rows a representative reads — the first member of
-    its group (BFS order) that has children in the drafted tree, else itself (a leaf carries no draft row)."""
+def _trie(batch: Batch, merge: bool) -> Any:
+    """``rep [B, n]``: the node standing for each node — with ``merge``, the first node (BFS order) under the same
+    merged parent with the same token; else itself."""
     xp, shape = batch.xp, batch.shape
-    n = shape.n
-    rep = xp.broadcast_to(batch.arange(n)[None, :], (batch.size, n))
-    rep = xp.asarray(rep, copy=True)
-    source = xp.asarray(rep, copy=True)
-    if not merge:
-        return rep, source
-    tokens = batch.tokens
-    for w in range(1, n):
-        pw = shape.parents[w]
-        for earlier in range(1, w):
-            same = ((rep[:, shape.parents[earlier]] == rep[:, pw]) & (tokens[:, earlier] == tokens[:, w])
-                    & (rep[:, earlier] == earlier) & (rep[:, w] == w))
-            rep[same, w] = earlier
-    for w in range(n - 1, 0, -1):  # the smallest member with children wins
-        if shape.children[w]:
+    rep = xp.asarray(xp.broadcast_to(batch.arange(shape.n)[None, :], (batch.size, shape.n)), copy=True)
+    if merge:
+        tokens = batch.tokens
+        for w in range(1, shape.n):
+            pw = shape.parents[w]
+            for earlier in range(1, w):
+                same = ((rep[:, shape.parents[earlier]] == rep[:, pw]) & (tokens[:, earlier] == tokens[:, w])
+                        & (rep[:, earlier] == earlier) & (rep[:, w] == w))
+                rep[same, w] = earlier
+    return rep
+
+
+def _sources(batch: Batch, rep: Any) -> Any:
+    """``[B, n]``: the node whose rows a representative reads — the first member of its group (BFS order) that
+    has children in the drafted tree, else itself (a leaf carries no draft row; ``traversal._trie``)."""
+    source = batch.xp.asarray(rep, copy=True)
+    for w in range(batch.shape.n - 1, 0, -1):  # the smallest member with children wins
+        if batch.shape.children[w]:
             source[batch.arange(batch.size), rep[:, w]] = w
-    return rep, source
+    return source
 
 
 def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any, Any]:
@@ -44,12 +47,14 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
     xp, shape, rows, stream = batch.xp, batch.shape, batch.rows, batch.stream
     size, n = batch.size, shape.n
     everyone = batch.arange(size)
-    rep, source = _trie(batch, merge)
+    rep = _trie(batch, merge)
     alive = rep == batch.arange(n)[None, :]  # only representatives take part
     parents = xp.asarray([0] + list(shape.parents[1:]), dtype=xp.int64, device=batch.device)
     tparent = xp.where(alive, rep[:, parents], xp.full_like(rep, -1))  # the trie parent (a representative)
     tparent[:, 0] = -1
-    row_id = batch.ids[everyone[:, None], source]  # [B, n]
+    # the rows of each representative [B, n]: where rows follow the path (per context), the members' rows are the
+    # representative's own
+    row_id = batch.ids if not merge or rows.by_context else batch.ids[everyone[:, None], _sources(batch, rep)]
     tokens = batch.tokens
     # A node's target and draft rows are the source's until a child of it is rejected; they are copied then into
     # a compact store (``slot[b, u]`` its row there, −1 before), so most nodes are read an entry at a time.
