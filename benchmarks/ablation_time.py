@@ -4,7 +4,7 @@ Usage: ``python3 benchmarks/ablation_time.py [--out reports/ablation_time.md] [-
 [--store reports/store] [--seed 0]``.
 
 Every ablation cell (20 seeds × 10^5 trials at full scale) is timed on one model seed (``--seed``, default 0)
-exactly as the sweep runs it (:func:`simulator.study.compute_seed`, the model's rows built once per model and
+exactly as the sweep runs it (:func:`simulator.montecarlo.study.compute_seed`, the model's rows built once per model and
 shared, as a sweep's worker shares them): per model configuration the set-up (rows of every context up to
 ``H``), per cell the Monte Carlo of one seed. With ``--store``, a cell whose record of that seed in the sweep's
 store holds the time the sweep measured for it takes that time (the record's ``seconds``: the same
@@ -25,14 +25,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-# One BLAS thread, as a sweep's workers have (simulator.study.run_cells); read as numpy loads.
+# One BLAS thread, as a sweep's workers have (simulator.montecarlo.study.run_cells); read as numpy loads.
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import numpy as np  # noqa: E402
 
-from simulator import study
-from simulator.study import ABLATIONS, PAPER_SEEDS, Store, compute_seed, model_key, paper_cells
+from simulator.montecarlo import study
+from simulator.montecarlo.study import ABLATIONS, PAPER_SEEDS, Store, compute_seed, model_key, paper_cells
 
 
 def time_cell(cell: study.Cell, seed: int, store: Store | None) -> dict:

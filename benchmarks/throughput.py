@@ -5,7 +5,7 @@ Usage: ``python3 benchmarks/throughput.py [--out reports/benchmarks.md] [--jobs 
 
 Table 1 of the layer_verification.txt toy study is 22 cells (8 methods on three structures at the base
 configuration V=15, H=4, b=2, ρ=0.5, τ=1; GBV on the multi-chain only), each 20 model seeds × 10^6 trials. A
-sweep computes one store record per cell and seed (:func:`simulator.study.compute_seed`: the Monte Carlo, the
+sweep computes one store record per cell and seed (:func:`simulator.montecarlo.study.compute_seed`: the Monte Carlo, the
 TVDs, the chi-square test, and the exact ``E[τ]`` of a token-verification cell), records are independent and a
 worker runs one at a time on one core. So the benchmark times seed 0 of every cell exactly as the sweep computes
 it, and the set-up a worker does once per model seed (the model's rows of every context), and projects
@@ -28,19 +28,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-# One BLAS thread, as a sweep's workers have (simulator.study.run_cells); read as numpy loads.
+# One BLAS thread, as a sweep's workers have (simulator.montecarlo.study.run_cells); read as numpy loads.
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import numpy as np  # noqa: E402
 
-from simulator import study
-from simulator.batched import batched_rounds, has_batched_path
-from simulator.context_rows import ContextRows
+from simulator.montecarlo import study
+from simulator.montecarlo.batched import batched_rounds, has_batched_path
+from simulator.montecarlo.context_rows import ContextRows
 from simulator.drafting import FixedShape
 from simulator.models import SyntheticModel
-from simulator.montecarlo import run_trials
-from simulator.study import PAPER_SEEDS, compute_seed, model_key, paper_cells
+from simulator.montecarlo.engine import run_trials
+from simulator.montecarlo.study import PAPER_SEEDS, compute_seed, model_key, paper_cells
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
@@ -64,7 +64,7 @@ def lv_gr_breakdown(structure: str, trials: int) -> dict:
     """Where batched ``lv-gr`` spends its time on ``structure``: GR instances solved (after identical ones are
     merged), Newton's flow evaluations per instance (one per iteration and one to confirm convergence), and the
     time inside GR's solver."""
-    from simulator import batched_gr
+    from simulator.verifiers.batched import gr_stacks as batched_gr
     from simulator.verifiers import gr_solver
 
     model, topology = SyntheticModel(15, 0.5, 1.0, 1.0, seed=0), make_topology(structure, 4, 2)

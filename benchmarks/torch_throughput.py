@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from simulator.torch_verify import TORCH_VERIFIERS, torch_verify
+from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify
 from simulator.trees import make_topology
 from simulator.verifiers import flows, rules
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 
 from simulator.aded import AdedConfig
-from simulator.drafters import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
+from simulator.drafter_registry import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
 from simulator.drafting import Drafter
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel

@@ -16,12 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.array_ops import positive_residual, ratio
-from simulator.context_rows import ContextRows
+from simulator.montecarlo.context_rows import ContextRows
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair
-from simulator.trees import Topology
+from simulator.trees import Topology, node_children, node_depths
+from simulator.verifiers import VERIFIERS
 
-DP_RULES = ("tv-sps", "tv-rrs", "tv-kseq", "tv-gr")
+#: the rules the recursion covers: those whose registry entry names their single-step rule for it
+DP_RULES = tuple(name for name, spec in VERIFIERS.items() if spec.exact_dp is not None)
 
 
 def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
@@ -29,12 +31,10 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
     """Exact ``E[τ]`` of ``verifier`` (one of :data:`DP_RULES`) under i.i.d. drafting."""
     if verifier not in DP_RULES:
         raise InvalidParameterError("verifier", f"the DP covers {DP_RULES}, not {verifier!r}")
+    rule = VERIFIERS[verifier].exact_dp
     rows = rows or ContextRows(model, topology.height)
     vocab, n = model.vocab, len(topology.parents)
-    kids = [[w for w in range(n) if topology.parents[w] == v] for v in range(n)]
-    depth = [0] * n
-    for v in range(1, n):
-        depth[v] = depth[topology.parents[v]] + 1
+    kids, depth = node_children(topology.parents), node_depths(topology.parents)
     value: dict[int, np.ndarray] = {}
     for v in reversed(range(n)):
         level = depth[v]
@@ -44,22 +44,22 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
             continue
         ids = rows.offsets[level] + np.arange(size)
         p, q = rows.p[ids], rows.q[ids]
-        children = kids[v][:1] if verifier == "tv-sps" else kids[v]
+        children = kids[v][:1] if rule == "sps" else kids[v]
         # 1 + E(w, c·x) for every context c of this level and token x: [size, V] per child
         below = [1 + value[w].reshape(size, vocab) for w in children]
         k = len(children)
-        if verifier == "tv-gr":
+        if rule == "gr":
             value[v] = _gr_value(rows, ids, below, k)
             continue
         total = np.zeros(size)
         reach = np.ones(size)
         target = q
-        rho = rows.kseq_table(k)[0][ids][:, None] if verifier == "tv-kseq" else None
+        rho = rows.kseq_table(k)[0][ids][:, None] if rule == "kseq" else None
         for i in range(k):
             accept = ratio(q, rho * p) if rho is not None else ratio(target, p)
             total = total + reach * (p * accept * below[i]).sum(axis=1)
             reach = reach * (p * (1 - accept)).sum(axis=1)
-            if verifier == "tv-rrs":
+            if rule == "rrs":
                 target = positive_residual(target - p, target)
         value[v] = total
     return float(value[0][0])

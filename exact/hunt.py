@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from simulator.drafters import DrafterOptions, make_drafter
+from simulator.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidDistributionError, InvalidParameterError, TimeLimitError
 from simulator.limits import until
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel

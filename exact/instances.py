@@ -15,7 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from simulator.aded import AdedConfig
-from simulator.drafters import Drafter, DrafterOptions, make_drafter
+from simulator.drafter_registry import Drafter, DrafterOptions, make_drafter
 from simulator.models import RandomRationalModel
 from simulator.trees import Topology, check_parents, make_topology
 from simulator.verifiers import VerifierSpec

@@ -21,7 +21,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
-from simulator.drafters import DRAFTERS, DrafterOptions, make_drafter
+from simulator.drafter_registry import DRAFTERS, DrafterOptions, make_drafter
 from simulator.drafting import Drafter, FixedShape
 from simulator.dyspec import DySpecBudget, DySpecThreshold
 from simulator.errors import InvalidParameterError

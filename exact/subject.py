@@ -39,7 +39,7 @@ class Subject:
 
 def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] | None = None) -> Subject:
     """A :class:`Subject` from a registry name, ``module:function``, a description object, a verifier function or
-    a :class:`simulator.kernels.Kernel`; ``schemes`` overrides the drafting schemes it is checked under."""
+    a :class:`simulator.torch_path.kernels.Kernel`; ``schemes`` overrides the drafting schemes it is checked under."""
     if isinstance(what, Subject):
         return what
     if isinstance(what, dict):
@@ -83,7 +83,7 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
             return Subject(name, fn, desc, shapes or ALL_SHAPES, tuple(schemes or ("iid",)))
         claimed = spec.lossless_under or ((spec.demo[1],) if spec.demo else ("iid",))
         return Subject(name, fn, desc, shapes or spec.shapes, tuple(schemes or claimed), spec.float_only)
-    from simulator.kernels import Kernel  # torch only when a kernel is checked
+    from simulator.torch_path.kernels import Kernel  # torch only when a kernel is checked
 
     kwargs = desc.get("kernel_kwargs", {})
     if not isinstance(kwargs, dict):
@@ -98,7 +98,7 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
 
 
 def _kernel_subject(kernel, desc: dict, schemes: Sequence[str] | None, shapes: Sequence[str] | None = None) -> Subject:
-    from simulator.kernels import CHAIN_ADAPTERS
+    from simulator.torch_path.kernels import CHAIN_ADAPTERS
 
     shapes = shapes or (("chain",) if desc["adapter"] in CHAIN_ADAPTERS else ALL_SHAPES)
     return Subject(desc["kernel"], kernel, desc, tuple(shapes), tuple(schemes or ("iid",)))

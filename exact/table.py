@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from simulator.aded import AdedConfig
-from simulator.drafters import DRAFTING, DrafterOptions, make_drafter
+from simulator.drafter_registry import DRAFTING, DrafterOptions, make_drafter
 from simulator.drafting import Drafter
 from simulator.models import ModelPair
 from simulator.numeric import decimal_text

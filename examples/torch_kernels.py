@@ -6,7 +6,7 @@ specproof certifies them unmodified (docs/kernels.md)::
     specproof certify --kernel examples.torch_kernels:sps_chain --adapter chain --depth 2 --model random-rational
     specproof certify --kernel examples.torch_kernels:sps_chain_reused_uniform --adapter chain --depth 2 ...
 
-Conventions (the adapters of :mod:`simulator.kernels`):
+Conventions (the adapters of :mod:`simulator.torch_path.kernels`):
 
 * ``chain`` — transformers' ``_speculative_sampling``: ``(candidate_input_ids [1, γ], candidate_logits
   [1, γ, V], candidate_length, new_logits [1, γ+1, V]) -> (tokens [1, n+1], n_matches)``;
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from simulator.kernels import chain_nodes
+from simulator.torch_path.kernels import chain_nodes
 
 TEMPERATURE = 0.5  # the temperature tempered_adapter runs its kernels at
 

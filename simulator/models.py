@@ -248,8 +248,8 @@ class ModelView:
 
     def prefetch(self, name: str, suffixes: Sequence[Context]) -> None:
         """Compute the ``name`` rows (``"p"`` or ``"q"``) of many suffixes together when the model can
-        (:meth:`simulator.real.CausalLMPair.batch_rows`: one tree-attention pass for a whole layer or tree); other
-        models are asked row by row when a row is read. Rows already in this view are not recomputed."""
+        (:meth:`simulator.torch_path.real.CausalLMPair.batch_rows`: one tree-attention pass for a whole layer or
+        tree); other models are asked row by row when a row is read. Rows already in this view are not recomputed."""
         batch = getattr(self.model, "batch_rows", None)
         todo = [s for s in dict.fromkeys(tuple(s) for s in suffixes) if (name, s) not in self._cache]
         if batch is None or not todo:

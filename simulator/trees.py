@@ -62,10 +62,7 @@ class Topology:
 
     def levels(self) -> list[list[int]]:
         """The node ids of each depth, shallowest first (BFS order makes each a run of consecutive ids)."""
-        out: list[list[int]] = [[] for _ in range(self.height + 1)]
-        for node, depth in enumerate(node_depths(self.parents)):
-            out[depth].append(node)
-        return out
+        return node_levels(self.parents)
 
 
 def node_depths(parents: Sequence[int]) -> list[int]:
@@ -74,6 +71,23 @@ def node_depths(parents: Sequence[int]) -> list[int]:
     for i in range(1, len(parents)):
         depths[i] = depths[parents[i]] + 1
     return depths
+
+
+def node_children(parents: Sequence[int]) -> list[list[int]]:
+    """The children of every node of a parent list, in index order."""
+    out: list[list[int]] = [[] for _ in parents]
+    for v in range(1, len(parents)):
+        out[parents[v]].append(v)
+    return out
+
+
+def node_levels(parents: Sequence[int]) -> list[list[int]]:
+    """The node ids of each depth, shallowest first."""
+    depths = node_depths(parents)
+    out: list[list[int]] = [[] for _ in range(max(depths) + 1)]
+    for node, depth in enumerate(depths):
+        out[depth].append(node)
+    return out
 
 
 def _grow(height: int, n_children: Callable[[int, int, int], int]) -> tuple[int, ...]:

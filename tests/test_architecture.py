@@ -12,7 +12,7 @@ import inspect
 from pathlib import Path
 
 import simulator
-from simulator.drafters import DYNAMIC
+from simulator.drafter_registry import DYNAMIC
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.batched.ref import KernelRef
 
@@ -76,9 +76,9 @@ def test_no_module_outside_the_rules_computes_acceptance():
 
 
 def test_no_engine_picks_a_rule_by_its_name():
-    # the registry itself; the DP (see ALLOWED); the theorem checks, whose claims name the rules they are about
-    # (Block verification's optimality among the chain rules)
-    allowed = ("simulator/verifiers/registry.py", "exact/dp.py", "exact/theorems.py")
+    # the registry itself; the theorem checks, whose claims name the rules they are about (Block verification's
+    # optimality among the chain rules)
+    allowed = ("simulator/verifiers/registry.py", "exact/theorems.py")
     offenders = {path: lines for path, tree in _modules() if path not in allowed and (lines := _name_tests(tree))}
     assert offenders == {}
     planted = ast.parse('if name.startswith("lv-"):\n    pass\nelif name in ("trv", "trv-iid"):\n    pass\n')

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator import cli, study_report
+from simulator.cli import main as cli
+from simulator.reports import study as study_report
 from simulator.verifiers import VERIFIERS
 
 

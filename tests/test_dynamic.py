@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 
 from exact import certify
-from exact.generation import generation_law
+from exact.generation_law import generation_law
 from exact.greedy_tree import best_subtree_weight, greedy_subtree
 from exact.theorems import check_dyspec_greedy
 from simulator.aded import Aded, AdedConfig, TrigramTable, candidate_tree, mcts_candidates
-from simulator.drafters import DrafterOptions, make_drafter
+from simulator.drafter_registry import DrafterOptions, make_drafter
 from simulator.drafting import FixedShape
 from simulator.dyspec import DySpecBudget, DySpecThreshold
 from simulator.errors import InvalidParameterError
-from simulator.generation import run_generations
-from simulator.montecarlo import monte_carlo
+from simulator.montecarlo.generations import run_generations
+from simulator.montecarlo.engine import monte_carlo
 from simulator.models import ModelView, RandomRationalModel, SyntheticModel, TableModel
 from simulator.randomness import ReplayRandomness
 from simulator.trees import make_topology

@@ -19,7 +19,7 @@ from exact.theorems import (CHECKS, check_bv_optimal_on_chains, check_lv_beats_t
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, SyntheticModel, TableModel
-from simulator.sampling import sample_rounds
+from simulator.montecarlo.engine import sample_rounds
 from simulator.verifiers import VERIFIERS
 from simulator.trees import DraftTree, make_topology
 from simulator.verifiers.flows import GR_BOUND, GR_TOLERANCE, alpha_star, gr_dual, tuple_law

@@ -26,8 +26,8 @@ from exact.reproducer import capture, load_reproducer
 from exact.shrink import RESEEDS, shrink
 from exact.subject import subject
 from exact.testing import assert_acceptance, assert_lossless, assert_lossy
-from simulator import cli
-from simulator.drafters import make_drafter
+from simulator.cli import main as cli
+from simulator.drafter_registry import make_drafter
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel
 from simulator.trees import make_topology

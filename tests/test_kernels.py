@@ -23,16 +23,16 @@ import examples.torch_kernels as zoo  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from exact import certify, fixed_tree_law  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
-from simulator import cli  # noqa: E402
-from simulator import torch_capture  # noqa: E402
-from simulator.drafters import DrafterOptions, make_drafter  # noqa: E402
+from simulator.cli import main as cli  # noqa: E402
+from simulator.torch_path import capture as torch_capture  # noqa: E402
+from simulator.drafter_registry import DrafterOptions, make_drafter  # noqa: E402
 from simulator.errors import ChoiceLimitError, KernelError, LimitError, SpecproofError  # noqa: E402
-from simulator.kernel_report import parity, random_instance  # noqa: E402
-from simulator.kernels import Kernel  # noqa: E402
+from simulator.reports.kernels import parity, random_instance  # noqa: E402
+from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.limits import limits  # noqa: E402
 from simulator.models import RandomRationalModel, SyntheticModel  # noqa: E402
-from simulator.torch_capture import capture  # noqa: E402
-from simulator.torch_verify import TORCH_VERIFIERS  # noqa: E402
+from simulator.torch_path.capture import capture  # noqa: E402
+from simulator.torch_path.verify import TORCH_VERIFIERS  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from simulator.verifiers import VERIFIERS  # noqa: E402
 from test_controls import MODELS as CONTROL_MODELS, SHAPES as CONTROL_SHAPES  # noqa: E402
@@ -213,7 +213,7 @@ def test_every_torch_verify_kernel_has_its_shared_rules_law(name):
 
 def test_parity_can_fail():
     tree, p, q = random_instance((-1, 0, 0), 3, 0, distinct=False)
-    kernel = Kernel("simulator.torch_verify:torch_verify", "uniforms", kwargs={"name": "bug-residual-q"})
+    kernel = Kernel("simulator.torch_path.verify:torch_verify", "uniforms", kwargs={"name": "bug-residual-q"})
     ours = fixed_tree_law(tree, p, q, kernel, 3, "float").law()
     sps = fixed_tree_law(tree, p, q, VERIFIERS["tv-sps"].fn, 3, "float").law()
     assert sum(abs(ours.get(k, 0) - sps.get(k, 0)) for k in set(ours) | set(sps)) / 2 > 1e-3
@@ -225,7 +225,7 @@ def test_every_torch_control_is_flagged_black_box(name):
     (bug-greedy-bv-nomod's bug is in the later tokens' completion, which the torch kernel leaves to its caller:
     its kernel, like greedy-bv's, returns decisions only.)"""
     topology, depth, branching, parents, scheme = CONTROL_SHAPES[name][0][0]
-    kernel = Kernel("simulator.torch_verify:torch_verify", "uniforms", kwargs={"name": name})
+    kernel = Kernel("simulator.torch_path.verify:torch_verify", "uniforms", kwargs={"name": name})
     drafter = make_drafter(scheme, make_topology(topology, depth, branching, parents), None, DrafterOptions(budget=4))
     certs = [certify(model, drafter, kernel, "float") for model in CONTROL_MODELS]
     assert any(not c.lossless and c.counterexample is not None for c in certs)
@@ -288,7 +288,7 @@ def test_a_bug_hidden_on_chains_shows_only_where_a_node_has_two_children():
 def test_the_kernel_report_writes_its_rows(tmp_path, monkeypatch):
     """``specproof kernels`` on two of its rows (the whole table runs from the CLI): Markdown and JSON written,
     an unexpected verdict marked and turned into exit 1."""
-    from simulator import kernel_report
+    from simulator.reports import kernels as kernel_report
 
     chosen = [r for r in kernel_report._example_rows() if r[0].kernel.endswith((":sps_chain", ":sps_chain_clipped"))
               and r[0].uniforms == "continuous"]

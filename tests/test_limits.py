@@ -20,14 +20,14 @@ import pytest
 
 from exact import certify, fixed_tree_law
 from exact.enumeration import enumerate_outcomes
-from exact.generation import generation_law
+from exact.generation_law import generation_law
 from exact.size import estimate_round
 from simulator.drafting import FixedShape
 from simulator.errors import ExecutionLimitError, InvalidParameterError, SizeLimitError
 from simulator.limits import limits
 from simulator.dyspec import DySpecThreshold
 from simulator.models import ModelView, SyntheticModel
-from simulator.montecarlo import check_tables, table_bytes
+from simulator.montecarlo.engine import check_tables, table_bytes
 from simulator.trees import DraftTree, make_topology, shape_size
 
 MEMORY = 3 * 2**30
@@ -40,7 +40,7 @@ def _cap_memory() -> None:
 def run_capped(args, cwd=None, timeout=120):
     """A specproof command under the memory cap; the test fails (does not hang) past ``timeout``."""
     exe = shutil.which("specproof")
-    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli.main"]
     return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=timeout,
                           preexec_fn=_cap_memory)
 

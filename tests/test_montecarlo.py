@@ -11,14 +11,14 @@ import pytest
 from scipy import stats
 
 from exact import round_law
-from simulator.batched import BATCHED, batched_rounds, has_batched_path
-from simulator.context_rows import ContextRows
+from simulator.montecarlo.batched import BATCHED, batched_rounds, has_batched_path
+from simulator.montecarlo.context_rows import ContextRows
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, SyntheticModel
-from simulator.montecarlo import (Histogram, encode, empirical_tvd, monte_carlo, run_trials, target_table)
+from simulator.montecarlo.engine import (Histogram, encode, empirical_tvd, monte_carlo, run_trials, target_table)
 from simulator.randomness import CounterRandomness, counter_uniform, counter_uniforms
-from simulator.statistics import chi_square, detectable_tvd, power_lower_bound
+from simulator.montecarlo.statistics import chi_square, detectable_tvd, power_lower_bound
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
@@ -121,7 +121,7 @@ def test_batched_path_does_not_depend_on_batch_size(name):
 def test_set_probabilities_equal_the_sum_over_tuples():
     """P(set X = S) for k i.i.d. draws, by its closed form per set, against the sum over all V^k tuples."""
     import itertools
-    from simulator.batched_gr import set_probabilities, token_sets
+    from simulator.verifiers.batched.gr_stacks import set_probabilities, token_sets
     rng = np.random.default_rng(2)
     p = rng.dirichlet(np.ones(4), size=5) * (rng.random((5, 4)) > 0.2)
     p /= p.sum(axis=1, keepdims=True)
@@ -137,7 +137,7 @@ def test_set_probabilities_equal_the_sum_over_tuples():
 
 def test_gr_solver_gives_an_instance_the_same_theta_in_any_stack():
     # LV's transformed GR problems at random masses, solved as one stack and one by one: equal bit for bit.
-    from simulator.batched_gr import token_sets
+    from simulator.verifiers.batched.gr_stacks import token_sets
     from simulator.verifiers.flows import alpha_star
     from simulator.verifiers.gr_solver import gr_dual_batch
     rng = np.random.default_rng(5)

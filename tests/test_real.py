@@ -19,7 +19,8 @@ from exact import round_law  # noqa: E402
 from simulator.drafting import FixedShape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
 from simulator.models import ModelView  # noqa: E402
-from simulator.real import CausalLMPair, Processing, ReprocessedDraft, load_causal_lm, score_tree  # noqa: E402
+from simulator.torch_path.real import (CausalLMPair, Processing, ReprocessedDraft, load_causal_lm,  # noqa: E402
+                                       score_tree)
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 
 VOCAB = 4
@@ -132,7 +133,7 @@ def test_mismatched_draft_temperature_is_flagged_by_the_same_check(tiny_pair):
 
 def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, monkeypatch):
     """A common deployment bug: numbering the tree's tokens 0..L−1 instead of by depth."""
-    import simulator.real as real
+    import simulator.torch_path.real as real
     original = real.tree_attention
 
     def sequential(prompt_len, parents, dtype):
@@ -195,7 +196,7 @@ def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path):
                                    for i, turns in enumerate([["abc def"], ["hello", "again"]])) + "\n")
     answers = tmp_path / "answers.jsonl"
     exe = shutil.which("specproof")
-    cmd = ([exe] if exe else [sys.executable, "-m", "simulator.cli"]) + [
+    cmd = ([exe] if exe else [sys.executable, "-m", "simulator.cli.main"]) + [
         "real", "--draft", draft, "--target", target, "--questions", str(questions), "--answers", str(answers),
         "--verifier", "tv-rrs", "--topology", "complete", "--depth", "2", "--branching", "2",
         "--max-new-tokens", "12"]

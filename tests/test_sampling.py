@@ -3,7 +3,7 @@
 Statistical test: Pearson's chi-square goodness of fit of the sampled ``(path, y)`` counts against the
 verifier's exact law, at false-alarm rate ALPHA = 1e-4 per test. The sample size is the smallest that gives
 power ≥ 0.99 against every alternative at total-variation distance ≥ 0.01 (the bound of
-:mod:`simulator.statistics`).
+:mod:`simulator.montecarlo.statistics`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from exact import round_law
 from simulator.drafting import FixedShape
 from simulator.models import ModelView, SyntheticModel
 from simulator.randomness import ReplayRandomness, SamplingRandomness
-from simulator.sampling import sample_rounds
+from simulator.montecarlo.engine import sample_rounds
 from simulator.speculation import speculate
-from simulator.statistics import sample_size
+from simulator.montecarlo.statistics import sample_size
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from simulator import study
+from simulator.montecarlo import study
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
-from simulator.study import Cell, Store, paper_cells, paper_tables, run_cells, summarise_cell
-from simulator.statistics import expected_sample_tvd, tvd_upper_bound
+from simulator.montecarlo.study import Cell, Store, paper_cells, paper_tables, run_cells, summarise_cell
+from simulator.montecarlo.statistics import expected_sample_tvd, tvd_upper_bound
 
 
 def test_paper_tables_map_to_the_configurations_they_name():
@@ -118,10 +118,10 @@ def test_expected_sample_tvd_against_simulation_and_the_bound():
 
 
 def test_first_chain_law_is_the_target_for_the_correct_rule_and_hand_checked_for_accept_all():
-    from simulator.context_rows import ContextRows
+    from simulator.montecarlo.context_rows import ContextRows
     from simulator.models import RandomRationalModel
-    from simulator.montecarlo import target_table
-    from simulator.study_report import first_chain_law
+    from simulator.montecarlo.engine import target_table
+    from simulator.reports.study import first_chain_law
 
     model = RandomRationalModel(3, seed=2, zero_prob=0.0)
     rows = ContextRows(model, 2)
@@ -142,8 +142,8 @@ def test_first_chain_law_is_the_target_for_the_correct_rule_and_hand_checked_for
 
 def test_exact_columns_are_computed_once_and_kept_in_the_store(tmp_path, monkeypatch):
     from exact.dp import tv_expected_accepted
-    from simulator import study_report
-    from simulator.study_report import CellRow
+    from simulator.reports import study as study_report
+    from simulator.reports.study import CellRow
     from simulator.trees import make_topology
 
     cell = _cells()[0]  # tv-rrs: a token rule the DP covers

@@ -20,7 +20,7 @@ from exact.instances import random_shape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
 from simulator.randomness import ReplayRandomness  # noqa: E402
 from simulator.array_ops import kseq_rho  # noqa: E402
-from simulator.torch_verify import FLOW_DEFINED, TORCH_VERIFIERS, torch_verify  # noqa: E402
+from simulator.torch_path.verify import FLOW_DEFINED, TORCH_VERIFIERS, torch_verify  # noqa: E402
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 from simulator.verifiers import VERIFIERS  # noqa: E402
 

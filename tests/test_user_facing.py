@@ -13,14 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 from exact.table import TableRow
-from simulator import cli
+from simulator.cli import main as cli
 from simulator.errors import InvalidParameterError, InvalidTreeError, RandomnessError, StoreError
 from simulator.case import parse_case
-from simulator.dynamic_report import Tally
+from simulator.reports.dynamic import Tally
 from simulator.models import RandomRationalModel
 from simulator.numeric import human_number
 from simulator.randomness import check_bernoulli
-from simulator.study import Cell, Store
+from simulator.montecarlo.study import Cell, Store
 from simulator.verifiers import VERIFIERS
 
 from test_cli import run, write_case

@@ -17,8 +17,8 @@ import pytest
 
 from exact.reproducer import parse_reproducer
 from exact.subject import subject
-from simulator.mc_designs import chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass
-from simulator.montecarlo import ALPHA
+from simulator.montecarlo.designs import chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass
+from simulator.montecarlo.engine import ALPHA
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def test_analytic_pass_probabilities_agree_with_draws_from_the_exact_law(shift):
 
 
 def test_every_mutant_of_the_zoo_is_in_the_report_and_lossy_on_its_reference_instance():
-    from simulator.zoo import MUTANTS
+    from simulator.checks.zoo import MUTANTS
 
     assert len(MUTANTS) >= 20 and len({m.name for m in MUTANTS}) == len(MUTANTS)
     assert all(m.bug and m.seen for m in MUTANTS)
@@ -76,7 +76,7 @@ def test_every_mutant_of_the_zoo_is_in_the_report_and_lossy_on_its_reference_ins
 
 
 def test_the_readme_headline_is_the_committed_zoo_report():
-    from simulator.zoo import headline
+    from simulator.checks.zoo import headline
 
     report = json.loads((ROOT / "reports" / "mutation_zoo.json").read_text())
     assert headline(report["rows"]) in (ROOT / "README.md").read_text()

@@ -7,8 +7,8 @@ runs its own iterations (converged instances stop, the others go on) and every o
 only that instance's slice — its sums over rows and tokens are BLAS matrix products with the shared 0/1 row
 matrix, which sum each entry in the same order whatever the number of instances (:func:`_product`) — so an
 instance's ``θ`` does not depend on what else is in the stack: the reference path solves one instance at a
-time, Layer Verification's batched Monte Carlo path (:mod:`simulator.batched_gr`) thousands, and an instance
-solved alone and in a stack gets the same ``θ`` (the tests check it bit for bit).
+time, Layer Verification's batched Monte Carlo path (:mod:`simulator.verifiers.batched.gr_stacks`) thousands, and an
+instance solved alone and in a stack gets the same ``θ`` (the tests check it bit for bit).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from ..drafters import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
+from simulator.drafter_registry import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
 from . import block, controls, matching, multipath, traversal
 from .batched.ref import KernelRef, kernel
@@ -46,6 +46,8 @@ class VerifierSpec:
     needs_tuple_law: bool = False
     #: the batched array kernel (numpy and torch) deciding as ``fn`` does, if any (simulator.verifiers.batched)
     kernel: KernelRef | None = None
+    #: token verification's single-step rule in the exact dynamic programme over contexts (exact/dp.py), if any
+    exact_dp: str | None = None
 
     @property
     def is_control(self) -> bool:
@@ -64,9 +66,9 @@ class VerifierSpec:
 _SPECS = [
     VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
                  IID + WOR + DYNAMIC,
-                 kernel=kernel("token_tree:tv", plan="sps")),
+                 kernel=kernel("token_tree:tv", plan="sps"), exact_dp="sps"),
     VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID,
-                 kernel=kernel("token_tree:tv", plan="rrs")),
+                 kernel=kernel("token_tree:tv", plan="rrs"), exact_dp="rrs"),
     VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement",
                  WOR + DYNAMIC,
                  kernel=kernel("token_tree:tv", plan="rrsw")),
@@ -74,11 +76,11 @@ _SPECS = [
                  ALL_SCHEMES + DYNAMIC + ("aded",),
                  kernel=kernel("token_tree:tv", plan="det")),
     VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID,
-                 kernel=kernel("token_tree:tv", plan="kseq")),
+                 kernel=kernel("token_tree:tv", plan="kseq"), exact_dp="kseq"),
     VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID,
                  kernel=kernel("token_tree:tv", plan="flow:opt", float64=True)),
     VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID,
-                 kernel=kernel("token_tree:tv", plan="flow:gr", float64=True)),
+                 kernel=kernel("token_tree:tv", plan="flow:gr", float64=True), exact_dp="gr"),
     VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="sps")),
     VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID, needs_tuple_law=True,

@@ -16,7 +16,7 @@ from ...array_ops import kseq_residual, kseq_rho, ranking_tables
 from ...errors import InvalidParameterError
 from ...numeric import total
 from ...randomness import counter_uniform
-from ...trees import node_depths
+from ...trees import node_children, node_depths, node_levels
 
 
 class TreeShape:
@@ -26,11 +26,11 @@ class TreeShape:
     def __init__(self, parents: tuple[int, ...], xp: Any, device: Any) -> None:
         n = len(parents)
         self.parents, self.n = parents, n
-        self.children = [[w for w in range(1, n) if parents[w] == v] for v in range(n)]
+        self.children = node_children(parents)
         self.width = max(1, max(len(c) for c in self.children))
         self.depth = node_depths(parents)
         self.height = max(self.depth)
-        self.levels = [[v for v in range(n) if self.depth[v] == t] for t in range(self.height + 1)]
+        self.levels = node_levels(parents)
         padded = [c + [-1] * (self.width - len(c)) for c in self.children]
         self.kids = xp.asarray(padded, dtype=xp.int64, device=device)
         self.count = xp.asarray([len(c) for c in self.children], dtype=xp.int64, device=device)

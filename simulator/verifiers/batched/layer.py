@@ -10,7 +10,8 @@ solved as one stack. Backward (Alg. 2): from the deepest depth up, one categoric
 The outgoing flow: with ``rows.exact_order`` and ``V^k ≤`` :data:`TUPLE_SUM_LIMIT`, summed tuple by tuple in
 the reference's order; otherwise in closed form under i.i.d. tuples (:func:`_outflow`), which agrees to
 rounding (~1e-16). GR's problems: with ``exact_order`` by the reference solver per node, otherwise stacked
-(:func:`simulator.batched_gr.lv_gr_node`, numpy, to the solver's tolerance); OPT's by the reference solver.
+(:func:`simulator.verifiers.batched.gr_stacks.lv_gr_node`, numpy, to the solver's tolerance); OPT's by the reference
+solver.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device, to_device
 
-from ...batched_gr import lv_gr_node
+from simulator.verifiers.batched.gr_stacks import lv_gr_node
 from ...array_ops import categorical, kseq_rho, positive_residual, ratio, row_sum
 from ..rules import GR, OPT
 from .frame import Batch

@@ -21,16 +21,16 @@ from exact import round_law
 from exact.dp import DP_RULES
 from exact.table import certification_table
 
-from .batched import has_batched_path
-from .context_rows import ContextRows
-from .drafting import FixedShape
-from .models import SyntheticModel
-from .montecarlo import ALPHA, POWER, monte_carlo, target_table, tested_prefix
-from .statistics import detectable_tvd, expected_sample_tvd, tvd_upper_bound
-from .study import (ABLATIONS, Cell, Store, exact_accept_len, model_key, paper_cells, paper_tables,
+from simulator.montecarlo.batched import has_batched_path
+from simulator.montecarlo.context_rows import ContextRows
+from simulator.drafting import FixedShape
+from simulator.models import SyntheticModel
+from simulator.montecarlo.engine import ALPHA, POWER, monte_carlo, target_table, tested_prefix
+from simulator.montecarlo.statistics import detectable_tvd, expected_sample_tvd, tvd_upper_bound
+from simulator.montecarlo.study import (ABLATIONS, Cell, Store, exact_accept_len, model_key, paper_cells, paper_tables,
                     summarise_cell)
-from .trees import make_topology
-from .verifiers import VERIFIERS
+from simulator.trees import make_topology
+from simulator.verifiers import VERIFIERS
 
 AGREEMENT_SIGMAS = 3.0
 
@@ -70,7 +70,7 @@ def collect(tables: list[int], store: Store, seeds: int, trials: dict[int, int])
 def _add_exact(rows: list[CellRow], store: Store) -> None:
     """Exact E[τ] per run seed for token-verification cells (exact.dp), with the Monte Carlo's distance to it.
 
-    The value is kept in the seed's store record (``exact_accept_len``; :func:`simulator.study.compute_seed`
+    The value is kept in the seed's store record (``exact_accept_len``; :func:`simulator.montecarlo.study.compute_seed`
     writes it for new records), so it is computed once: records without it are filled here, one model (and its
     rows over every context) at a time."""
 

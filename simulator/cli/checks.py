@@ -1,5 +1,5 @@
 """The commands that search and gate: ``hunt`` (instance search to the first loss), ``gate`` (a battery against
-committed baselines, for CI) and ``zoo`` (the mutation zoo report). Registered on :func:`simulator.cli.main`."""
+committed baselines, for CI) and ``zoo`` (the mutation zoo report). Registered on :func:`simulator.cli.main.main`."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import click
 
 from exact.hunt import Fixed, hunt as run_hunt
 from exact.subject import subject
-from simulator.drafters import DrafterOptions
+from simulator.drafter_registry import DrafterOptions
 
-from .aded import AdedConfig
-from .cli import (_bar, _certificate_lines, _certified, _command, _given, _kernel_options, _model_options, _shrunk,
-                  _tree_options, _write_json, main)
-from .errors import InvalidParameterError
-from .models import make_model
-from .numeric import ARITHMETICS, human_number
-from .trees import shape_from_options
-from .verifiers.registry import check_arithmetic_for
+from simulator.aded import AdedConfig
+from simulator.cli.main import (_bar, _certificate_lines, _certified, _command, _given, _kernel_options,
+                                _model_options, _shrunk, _tree_options, _write_json, main)
+from simulator.errors import InvalidParameterError
+from simulator.models import make_model
+from simulator.numeric import ARITHMETICS, human_number
+from simulator.trees import shape_from_options
+from simulator.verifiers.registry import check_arithmetic_for
 
 
 @main.command()
@@ -96,8 +96,8 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
     baselines, hunt. Exit 0 when every check holds, 1 on a regression, 2 on a bad config."""
     import time
 
-    from .gate import load_config, run_gate, write_baselines
-    from .gate_report import junit, markdown
+    from simulator.checks.gate import load_config, run_gate, write_baselines
+    from simulator.reports.gate import junit, markdown
 
     if jobs < 1:
         raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
@@ -133,8 +133,8 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
 def zoo(ctx, out_dir: str, jobs: int) -> None:
     """The mutation zoo: every mutant through the gate, with exact TVD, default-pair share, hunt time, shrunk
     size and the pass probability of three Monte Carlo test designs. Exit 1 when the gate misses a mutant."""
-    from .cli import _StageBars
-    from .zoo import write_zoo_report
+    from simulator.cli.main import _StageBars
+    from simulator.checks.zoo import write_zoo_report
 
     if jobs < 1:
         raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")

@@ -29,10 +29,10 @@ from typing import Any, Sequence
 
 from array_api_compat import array_namespace, device
 
-from .errors import InvalidParameterError
-from .trees import check_parents
-from .verifiers import VERIFIERS
-from .verifiers.batched.frame import Batch, DenseRows, ReplayStream, TreeShape
+from simulator.errors import InvalidParameterError
+from simulator.trees import check_parents
+from simulator.verifiers import VERIFIERS
+from simulator.verifiers.batched.frame import Batch, DenseRows, ReplayStream, TreeShape
 
 TORCH_VERIFIERS = tuple(name for name, spec in VERIFIERS.items() if spec.kernel is not None)
 FLOW_DEFINED = tuple(name for name in TORCH_VERIFIERS if VERIFIERS[name].kernel.float64)  # solved in float64

@@ -20,18 +20,18 @@ from typing import Callable
 import numpy as np
 
 from exact import certify
-from exact.generation import generation_law
+from exact.generation_law import generation_law
 from exact.theorems import check_dyspec_greedy
 
-from .aded import AdedConfig
-from .drafters import DrafterOptions, make_drafter
-from .drafting import FixedShape
-from .dyspec import DySpecBudget, DySpecThreshold
-from .generation import run_generations
-from .models import ModelView, RandomRationalModel, SyntheticModel
-from .randomness import CounterRandomness
-from .trees import make_topology
-from .verifiers import VERIFIERS
+from simulator.aded import AdedConfig
+from simulator.drafter_registry import DrafterOptions, make_drafter
+from simulator.drafting import FixedShape
+from simulator.dyspec import DySpecBudget, DySpecThreshold
+from simulator.montecarlo.generations import run_generations
+from simulator.models import ModelView, RandomRationalModel, SyntheticModel
+from simulator.randomness import CounterRandomness
+from simulator.trees import make_topology
+from simulator.verifiers import VERIFIERS
 
 #: verifier → arithmetic, for DySpec's trees: the docs/rules.md lossless pairings, then rules expected to fail
 DYSPEC_LOSSLESS = ("tv-rrsw", "dyspec", "trv", "tv-sps", "tv-det", "match")

@@ -4,13 +4,13 @@ For model seed ``s`` (the model pair built with seed ``s``) and trial ``t``, one
 completed to ``H+1`` tokens (with the outcome's completion rule) on trial ``t``'s counter stream under seed
 ``s`` (:class:`simulator.randomness.CounterRandomness`): a trial's result depends only on ``(s, t)`` and the
 configuration, never on batch size or order. The reference path runs the shared implementation
-(:func:`simulator.speculation.speculate`) trial by trial; where :mod:`simulator.batched` has a path for the
+(:func:`simulator.speculation.speculate`) trial by trial; where :mod:`simulator.montecarlo.batched` has a path for the
 verifier it is used instead — it returns the same numbers for every trial, which the tests check.
 
 Per seed the engine reports the mean accepted length, the paper's TVD of the ``N`` completed samples to
 ``q^(H+1)`` over all ``V^(H+1)`` cells, the same TVD for ``N`` direct target samples (the paper's baseline), and
 Pearson's chi-square of the completed samples' first ``m`` tokens against the exact target marginal, where
-``m`` is the largest with ``V^m ≤ N/20`` (so cells are well filled; see :mod:`simulator.statistics` for the
+``m`` is the largest with ``V^m ≤ N/20`` (so cells are well filled; see :mod:`simulator.montecarlo.statistics` for the
 power bound). Across seeds: means, the standard error of the mean accepted length across model seeds (the
 paper's SE), and a Bonferroni combination of the per-seed tests.
 
@@ -26,21 +26,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from fractions import Fraction
 
-from .errors import InvalidParameterError, SizeLimitError
-from .models import ModelPair, ModelView
-from .batched import batched_rounds, has_batched_path
-from .context_rows import ContextRows, DeviceRows
-from .randomness import CounterRandomness
-from .speculation import complete, speculate
-from .statistics import ChiSquare, chi_square, detectable_tvd
-from .drafting import Drafter, FixedShape
-from .verifiers.registry import Verifier, check_pairing
+from simulator.errors import InvalidParameterError, SizeLimitError
+from simulator.models import ModelPair, ModelView
+from simulator.montecarlo.batched import batched_rounds, has_batched_path
+from simulator.montecarlo.context_rows import ContextRows, DeviceRows
+from simulator.randomness import CounterRandomness
+from simulator.speculation import RoundOutcome, complete, speculate
+from simulator.montecarlo.statistics import ChiSquare, chi_square, detectable_tvd
+from simulator.drafting import Drafter, FixedShape
+from simulator.verifiers.registry import Verifier, check_pairing
 
 BASELINE_KEY = 2**32 - 2  # the baseline sampler's stream: default_rng([seed, BASELINE_KEY])
 BATCH = 20_000  # the most trials per chunk
@@ -83,15 +83,31 @@ def encode(sequences: np.ndarray, vocab: int) -> np.ndarray:
     return sequences.astype(np.int64) @ weights
 
 
+def _rounds(view: ModelView, drafter: Drafter, verifier: Verifier, seed: int,
+            trials: Iterable[int]) -> Iterator[tuple[RoundOutcome, CounterRandomness]]:
+    """The reference path: each trial's round on its own counter stream, with the stream (for the completion)."""
+    for t in trials:
+        rng = CounterRandomness(seed, t)
+        yield speculate(view, drafter, verifier, rng), rng
+
+
+def sample_rounds(model: ModelPair, drafter: Drafter, verifier: Verifier, trials: Iterable[int], seed: int = 0,
+                  arithmetic: str = "float") -> Iterator[RoundOutcome]:
+    """The rounds of the given trials on the reference path (a trial's outcome depends only on ``(seed, t)`` and
+    the configuration — never on how many trials run, in what order or batch); ``arithmetic`` of the model's
+    rows."""
+    view = ModelView(model, arithmetic)
+    for outcome, _ in _rounds(view, drafter, verifier, seed, trials):
+        yield outcome
+
+
 def run_trials(model: ModelPair, drafter: Drafter, verifier: Verifier, seed: int, trials: Iterable[int],
                view: ModelView | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accepted lengths and completed sequences (rows of ``H+1`` tokens) of the given trials (``view``: the
     model's float view, to share its row cache between calls)."""
     view = view or ModelView(model, "float")
     accepted, sequences = [], []
-    for t in trials:
-        rng = CounterRandomness(seed, t)
-        outcome = speculate(view, drafter, verifier, rng)
+    for outcome, rng in _rounds(view, drafter, verifier, seed, trials):
         accepted.append(outcome.accepted)
         sequences.append(complete(outcome, view, drafter.height, rng))
     return np.array(accepted, dtype=np.int64), np.array(sequences, dtype=np.int64).reshape(len(accepted), -1)
@@ -160,7 +176,8 @@ def direct_target_sample(table: np.ndarray, seed: int, n: int) -> Histogram:
 
 def check_power(marginal: np.ndarray, trials: int, alpha: float) -> None:
     """Refuse a test that could not detect even a total variation of 1 at power :data:`POWER`: after pooling
-    cells expected below 5 (:func:`simulator.statistics.chi_square`) it would have too few cells or samples."""
+    cells expected below 5 (:func:`simulator.montecarlo.statistics.chi_square`) it would have too few cells or
+    samples."""
     def usable(n: int) -> int:
         expected = marginal * n
         small = expected < 5

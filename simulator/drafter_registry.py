@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .aded import Aded, AdedConfig, TrigramTable, sample_corpus
-from .drafting import DRAFTING, Drafter, FixedShape
-from .dyspec import DySpecBudget, DySpecThreshold
-from .errors import InvalidParameterError
-from .models import ModelPair
-from .trees import Topology
+from simulator.aded import Aded, AdedConfig, TrigramTable, sample_corpus
+from simulator.drafting import DRAFTING, Drafter, FixedShape
+from simulator.dyspec import DySpecBudget, DySpecThreshold
+from simulator.errors import InvalidParameterError
+from simulator.models import ModelPair
+from simulator.trees import Topology
 
 DYNAMIC = ("dyspec", "dyspec-threshold")
 DRAFTERS: dict[str, str] = {

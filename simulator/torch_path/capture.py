@@ -47,8 +47,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from .errors import KernelError
-from .randomness import Randomness
+from simulator.errors import KernelError
+from simulator.randomness import Randomness
 
 UNIFORM_MODELS = ("continuous", "grid")
 #: torch calls one kernel call may make: a kernel looping without drawing is stopped here (a loop that draws
@@ -117,7 +117,7 @@ class Symbolic:
                         [(n, None if c is None else c.broadcast_to(shape)) for n, c in self.ops])
 
 
-_OWN = (str(Path(__file__).resolve().parent), str(Path(torch.__file__).resolve().parent))
+_OWN = (str(Path(__file__).resolve().parents[1]), str(Path(torch.__file__).resolve().parent))
 
 
 def kernel_line() -> str:

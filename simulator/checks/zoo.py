@@ -2,10 +2,10 @@
 ordinary torch kernel or a plugin, and what each kind of test does with it.
 
 Every mutant is put through the gate as a check expected lossless (the default battery and a bounded hunt:
-:mod:`simulator.gate`); a mutant the gate misses stays in the table. For each one the report gives the exact TVD
+:mod:`simulator.checks.gate`); a mutant the gate misses stays in the table. For each one the report gives the exact TVD
 on its reference instance (the first instance that showed the loss), the share of ``certify``'s default random
 pairs that show it, the time ``hunt`` needs to find it and the size of the shrunk reproducer, and the
-probability that each of three Monte Carlo test designs *passes* it (:mod:`simulator.mc_designs`), computed from
+probability that each of three Monte Carlo test designs *passes* it (:mod:`simulator.montecarlo.designs`), computed from
 the reference instance's exact law.
 """
 
@@ -29,12 +29,12 @@ from exact.hunt import hunt
 from exact.reproducer import Reproducer, capture
 from exact.subject import Subject, subject
 
-from .drafters import make_drafter
-from .gate import GATE_DEFAULTS, Check, CheckOutcome, Config, run_gate
-from .mc_designs import cells, chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass
-from .models import ModelView, SyntheticModel
-from .numeric import human_number
-from .trees import make_topology
+from simulator.drafter_registry import make_drafter
+from simulator.checks.gate import GATE_DEFAULTS, Check, CheckOutcome, Config, run_gate
+from simulator.montecarlo.designs import cells, chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass
+from simulator.models import ModelView, SyntheticModel
+from simulator.numeric import human_number
+from simulator.trees import make_topology
 
 Tick = Callable[[str, int], None]
 
@@ -148,7 +148,7 @@ def gate_outcomes(mutants: tuple[Mutant, ...], state: Path, jobs: int = 1,
 def _default_shape(what: Subject) -> tuple[int, ...]:
     """The control's demo tree where it has one; else a multi-chain of two chains of depth 2 (a node with two
     children, where tree bugs show, at a size a torch kernel enumerates in seconds); else a chain of depth 2."""
-    from .verifiers import VERIFIERS
+    from simulator.verifiers import VERIFIERS
 
     spec = VERIFIERS.get(what.name)
     if spec is not None and spec.demo is not None:
@@ -272,7 +272,7 @@ def markdown(rows: list[Row], command: str, seconds: float) -> str:
         f"- **hunt**: `specproof hunt` (seed 0) until the first loss, at most {HUNT_SECONDS:.0f} s; the shrunk "
         "reproducer's draft nodes, vocabulary and depth.",
         "- **P(pass)**: the probability that a test design *passes* the mutant at its own sample size, from the "
-        "exact law (docs/gate.md, `simulator/mc_designs.py`). *Serving test*: 10^5 draws, every per-position "
+        "exact law (docs/gate.md, `simulator/montecarlo/designs.py`). *Serving test*: 10^5 draws, every per-position "
         "token frequency within 0.01 of the target's marginal; exact per cell, shown as the exact interval "
         "between the Bonferroni bound and the weakest cell. *TVD-to-baseline* (Layer Verification's method): "
         "10^6 draws, passes when the empirical TVD is within 0.001 of the same TVD of 10^6 direct target draws; "

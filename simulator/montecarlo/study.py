@@ -25,14 +25,14 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
-from .context_rows import ContextRows
-from .drafting import FixedShape
-from .errors import InvalidParameterError, StoreError
-from .models import SyntheticModel
-from .montecarlo import MCSummary, SeedResult, run_seed, summarise
-from .statistics import ChiSquare
-from .trees import make_topology
-from .verifiers import VERIFIERS
+from simulator.montecarlo.context_rows import ContextRows
+from simulator.drafting import FixedShape
+from simulator.errors import InvalidParameterError, StoreError
+from simulator.models import SyntheticModel
+from simulator.montecarlo.engine import MCSummary, SeedResult, run_seed, summarise
+from simulator.montecarlo.statistics import ChiSquare
+from simulator.trees import make_topology
+from simulator.verifiers import VERIFIERS
 
 #: The paper's base configuration (docs/models.md) and its structures.
 BASE = {"vocab": 15, "depth": 4, "branching": 2, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0}
@@ -164,7 +164,7 @@ T = TypeVar("T")
 def code_fingerprint() -> str:
     """A hash of specproof's own source and data files: cached results are valid for this code only."""
     digest = hashlib.sha256()
-    base = Path(__file__).resolve().parents[1]
+    base = Path(__file__).resolve().parents[2]
     for package in ("simulator", "exact"):
         for path in sorted((base / package).rglob("*")):
             if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:

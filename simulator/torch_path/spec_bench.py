@@ -2,8 +2,9 @@
 
 Each round drafts a tree layer by layer with the draft model (one tree-attention pass per layer gives the
 processed rows the scheme samples each node's children from, through the randomness interface), scores the
-whole tree with the target in one forward pass (:meth:`simulator.real.CausalLMPair.batch_rows`), and lets the
-batched torch verifier decide (:func:`simulator.torch_verify.torch_verify`, uniforms from the round's generator). Target-only decoding
+whole tree with the target in one forward pass (:meth:`simulator.torch_path.real.CausalLMPair.batch_rows`), and lets the
+batched torch verifier decide (:func:`simulator.torch_path.verify.torch_verify`, uniforms from the round's
+generator). Target-only decoding
 samples the same processed target rows token by token: the baseline for block efficiency and tokens/s.
 
 Spec-Bench (Xia et al. 2024) reads ``question.jsonl`` lines ``{"question_id", "category", "turns": [...]}``
@@ -24,13 +25,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .drafting import FixedShape
-from .errors import InvalidParameterError
-from .models import ModelView
-from .randomness import SamplingRandomness
-from .real import CausalLMPair, Processing
-from .torch_verify import TORCH_VERIFIERS, torch_verify
-from .verifiers import VERIFIERS
+from simulator.drafting import FixedShape
+from simulator.errors import InvalidParameterError
+from simulator.models import ModelView
+from simulator.randomness import SamplingRandomness
+from simulator.torch_path.real import CausalLMPair, Processing
+from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify
+from simulator.verifiers import VERIFIERS
 
 
 @dataclass

@@ -4,14 +4,14 @@ the registry (:mod:`simulator.verifiers.batched`, the same kernel the torch path
 Each trial reads its counter stream (:func:`simulator.randomness.counter_uniform`, computed as the trial reads
 it) in the reference's order: the i.i.d. draft, node by node in BFS order, then the kernel's draws, then the
 completion with the target. The kernel reproduces the reference rule's float operations, so every trial
-returns exactly what :func:`simulator.montecarlo.run_trials` returns on the reference path; the tests check
+returns exactly what :func:`simulator.montecarlo.engine.run_trials` returns on the reference path; the tests check
 this on every verifier with a kernel and every topology.
 
-The rows come from :class:`~simulator.context_rows.ContextRows` (the model's rows per context, computed once per
-model) with its tables computed once per context (K-SEQ's ``ρ*``, GR's steps, GBV's ranking). Two computations
+The rows come from :class:`~simulator.montecarlo.context_rows.ContextRows` (the model's rows per context, computed
+once per model) with its tables computed once per context (K-SEQ's ``ρ*``, GR's steps, GBV's ranking). Two computations
 differ in form from the reference, as the row source allows (``exact_order`` false): LV's outgoing flow in
-closed form, and GR's problems solved as stacks (:mod:`simulator.batched_gr`) on rows in another order; each
-agrees with the reference to rounding (~1e-16 for the sums; GR's ``θ`` to its solver's tolerance), so a
+closed form, and GR's problems solved as stacks (:mod:`simulator.verifiers.batched.gr_stacks`) on rows in another
+order; each agrees with the reference to rounding (~1e-16 for the sums; GR's ``θ`` to its solver's tolerance), so a
 decision could differ only if a uniform fell that close to its threshold — never observed in the tests.
 """
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 import numpy as np
 from array_api_compat import array_namespace, to_device
 
-from .context_rows import ContextRows, DeviceRows
-from .errors import InvalidParameterError
-from .models import ModelPair
-from .trees import Topology
-from .verifiers import VERIFIERS
-from .verifiers.batched.frame import Batch, CounterStream, TreeShape
+from simulator.montecarlo.context_rows import ContextRows, DeviceRows
+from simulator.errors import InvalidParameterError
+from simulator.models import ModelPair
+from simulator.trees import Topology
+from simulator.verifiers import VERIFIERS
+from simulator.verifiers.batched.frame import Batch, CounterStream, TreeShape
 
 #: the verifiers the batched rounds can run: a kernel, and later tokens that follow the target
 BATCHED = tuple(name for name, spec in VERIFIERS.items() if spec.kernel is not None and spec.kernel.target_completion)
@@ -55,8 +55,8 @@ def _draft_iid(parents: tuple[int, ...], rows: ContextRows | DeviceRows, stream:
 
 def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
                    trials: np.ndarray, rows: ContextRows | DeviceRows | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.encode`) of ``trials``, as
-    numpy arrays. With ``rows`` a :class:`~simulator.context_rows.DeviceRows` the rounds run on its torch
+    """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.engine.encode`) of ``trials``, as
+    numpy arrays. With ``rows`` a :class:`~simulator.montecarlo.context_rows.DeviceRows` the rounds run on its torch
     device (the same kernel, the same counter streams: the same numbers in float64)."""
     if not has_batched_path(name, drafting, model.vocab, topology):
         raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")

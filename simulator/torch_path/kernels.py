@@ -1,5 +1,5 @@
 """Torch kernels as verifiers: a user's unmodified torch function, an adapter for its calling convention, and the
-capture of its random ops (:mod:`simulator.torch_capture`) — together an ordinary verifier ``(tree, p, q, rng)``
+capture of its random ops (:mod:`simulator.torch_path.capture`) — together an ordinary verifier ``(tree, p, q, rng)``
 that every engine runs, the exact one included (docs/kernels.md).
 
 An adapter maps specproof's tree and rows to the kernel's tensors and its answer back to ``(node, y)``:
@@ -14,7 +14,7 @@ capture (so it may draw, as :func:`flat_chain` draws the bonus token). Built in:
   cu_num_draft_tokens [B], draft_probs [T, V], target_probs [T, V], bonus_token_ids [B, 1]) -> output [B, γ+1]``
   padded with ``-1`` placeholders; here ``B = 1``, ``T = γ`` and the bonus is drawn from the leaf's target row.
 * ``tree`` — ``kernel(parents [n], tokens [n] (tokens[0] = -1), p [n, V], q [n, V]) -> (node, y)``.
-* ``uniforms`` — :func:`simulator.torch_verify.torch_verify`'s convention, by keyword: ``kernel(parents=…,
+* ``uniforms`` — :func:`simulator.torch_path.verify.torch_verify`'s convention, by keyword: ``kernel(parents=…,
   tokens [1, n], p [1, n, V], q [1, n, V], uniforms [1, U]) -> (node [1], y [1])``, the uniforms symbolic.
 """
 
@@ -28,11 +28,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from .errors import InvalidParameterError, KernelError, UnsupportedDraftError
-from .randomness import Randomness
-from .torch_capture import UNIFORM_MODELS, capture
-from .trees import DraftTree
-from .verifiers.registry import load_callable
+from simulator.errors import InvalidParameterError, KernelError, UnsupportedDraftError
+from simulator.randomness import Randomness
+from simulator.torch_path.capture import UNIFORM_MODELS, capture
+from simulator.trees import DraftTree
+from simulator.verifiers.registry import load_callable
 
 Adapter = Callable[..., tuple[int, int]]
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -160,7 +160,7 @@ def tree_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) 
 
 
 def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
-    """:func:`simulator.torch_verify.torch_verify`'s convention, the uniforms symbolic (module docstring)."""
+    """:func:`simulator.torch_path.verify.torch_verify`'s convention, the uniforms symbolic (module docstring)."""
     count = UNIFORMS_PER_NODE * len(tree) + 16
     out = kernel(parents=list(tree.parents), tokens=torch.tensor([[0, *tree.tokens[1:]]]),
                  p=_rows(p, dtype, vocab)[None], q=_rows(q, dtype)[None], uniforms=torch.rand(1, count, dtype=dtype))

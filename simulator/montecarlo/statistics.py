@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from .errors import InvalidParameterError
+from simulator.errors import InvalidParameterError
 
 
 def power_lower_bound(samples: int, cells: int, tvd: float, alpha: float) -> float:

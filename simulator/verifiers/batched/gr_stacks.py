@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .verifiers.gr_solver import Rows, gr_dual_batch, routed_flow, routed_sums
+from simulator.verifiers.gr_solver import Rows, gr_dual_batch, routed_flow, routed_sums
 
 #: Elements ``M·R·(V+1)`` per solver call: about a thousand instances at ``V = 15, k = 2``, where the solver's
 #: working set stays in cache (larger stacks ran 15–35% slower per instance).

@@ -2,7 +2,7 @@
 
 :class:`GenerationState` holds what a generation carries between rounds and :meth:`GenerationState.after` is
 the one transition: Monte Carlo samples :func:`generate` (:func:`run_generations`); the exact engine
-(:func:`exact.generation.generation_law`) takes each round's exact law and applies the same transition to
+(:func:`exact.generation_law.generation_law`) takes each round's exact law and applies the same transition to
 every outcome, so the rounds' choices are summed per round rather than multiplied out across rounds.
 After each round the drafter advances on the whole history (ADED updates its tri-gram table) and the next
 round's view follows the round's completion rule (greedy BV's modified target stays in force until its
@@ -17,12 +17,12 @@ from typing import Callable
 
 import numpy as np
 
-from .drafting import Drafter
-from .errors import InvalidParameterError
-from .models import ModelPair, ModelView
-from .randomness import CounterRandomness, Randomness
-from .speculation import RoundOutcome, speculate
-from .verifiers.registry import Verifier, check_pairing
+from simulator.drafting import Drafter
+from simulator.errors import InvalidParameterError
+from simulator.models import ModelPair, ModelView
+from simulator.randomness import CounterRandomness, Randomness
+from simulator.speculation import RoundOutcome, speculate
+from simulator.verifiers.registry import Verifier, check_pairing
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Three groups, each row a kernel through an adapter on a few model pairs (docs/ke
 
 1. transformers' ``_speculative_sampling`` as installed: chains of depth 1–3 (float64 and float32), on
    torch's float grid, and its ensemble mode (``assistant_ensemble_weight=0.5``, biased by design).
-2. Every kernel of :mod:`simulator.torch_verify` black-box through the ``uniforms`` adapter: the largest TVD
+2. Every kernel of :mod:`simulator.torch_path.verify` black-box through the ``uniforms`` adapter: the largest TVD
    between its law and its shared rule's exact law over a battery of small trees (:func:`parity`), and its
    certificate on the shape and drafting its registry entry names.
 3. The example kernels of ``examples/torch_kernels.py``: eight production bug classes and their correct twins.
@@ -27,16 +27,16 @@ import numpy as np
 
 from exact import certify, fixed_tree_law
 
-from .drafters import make_drafter
-from .kernels import Kernel
-from .models import RandomRationalModel, SyntheticModel
-from .torch_verify import TORCH_VERIFIERS
-from .trees import DraftTree, make_topology
-from .verifiers import VERIFIERS
+from simulator.drafter_registry import make_drafter
+from simulator.torch_path.kernels import Kernel
+from simulator.models import RandomRationalModel, SyntheticModel
+from simulator.torch_path.verify import TORCH_VERIFIERS
+from simulator.trees import DraftTree, make_topology
+from simulator.verifiers import VERIFIERS
 
 HF_SAMPLER = "transformers.generation.utils:_speculative_sampling"
 HF_PARAMETERS = ["candidate_input_ids", "candidate_logits", "candidate_length", "new_logits"]
-TORCH_VERIFY = "simulator.torch_verify:torch_verify"
+TORCH_VERIFY = "simulator.torch_path.verify:torch_verify"
 #: torch_verify kernels that return decisions only, where the shared rule also modifies later tokens
 DECISIONS_ONLY = {"greedy-bv": "returns greedy BV's decisions; the modification of later tokens is its caller's "
                                "(the parity column compares the decisions)"}
@@ -199,7 +199,7 @@ def _torch_verify_rows() -> list[tuple[Row, Kernel, Shape]]:
     for name in TORCH_VERIFIERS:
         shape = _registry_shape(name)
         expected = not VERIFIERS[name].is_control and name not in DECISIONS_ONLY
-        row = Row("simulator.torch_verify", f"torch_verify name={name}", "uniforms", "float64", "continuous",
+        row = Row("simulator.torch_path.verify", f"torch_verify name={name}", "uniforms", "float64", "continuous",
                   _shape_text(shape), expected, note=DECISIONS_ONLY.get(name, VERIFIERS[name].description))
         out.append((row, Kernel(TORCH_VERIFY, "uniforms", kwargs={"name": name}), shape))
     return out
@@ -248,7 +248,7 @@ def run_rows(tick: Tick = lambda stage, total: None) -> tuple[list[Row], list[st
     rows = []
     for row, kernel, shape in planned:
         certify_row(row, kernel, shape)
-        if row.group == "simulator.torch_verify":
+        if row.group == "simulator.torch_path.verify":
             start = time.perf_counter()
             row.parity_tvd = parity(row.kernel.split("=", 1)[1])
             row.seconds += time.perf_counter() - start

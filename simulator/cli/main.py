@@ -1,5 +1,5 @@
 """The ``specproof`` command line: ``list``, ``law``, ``certify``, ``mc``, ``generate``, ``dynamic``, ``real``,
-``theorems``, ``report`` and ``kernels`` here; ``hunt``, ``gate`` and ``zoo`` in :mod:`simulator.cli_checks`
+``theorems``, ``report`` and ``kernels`` here; ``hunt``, ``gate`` and ``zoo`` in :mod:`simulator.cli.checks`
 (docs/cli.md).
 
 Exit status: 0 on success (``certify``: lossless); 1 for a finding: ``certify``, ``hunt`` or ``generate --exact``
@@ -27,30 +27,29 @@ from exact import fixed_tree_law
 from exact.pairs import certify_pairs
 from exact.size import SizeEstimate, estimate_generation, estimate_round
 from exact.table import Planned, certification_table, estimate_table, plan_table, table_markdown
-from exact.generation import generation_law
+from exact.generation_law import generation_law
 from exact.reproducer import capture, load_reproducer
 from exact.shrink import shrink as shrink_case
 from exact.subject import subject
 from exact.theorems import CHECKS, run_checks, theorems_markdown
 
-from .case import load_case
-from .aded import AdedConfig
-from .drafters import DRAFTERS, DrafterOptions, make_drafter
-from .drafting import DRAFTING, FixedShape
-from .montecarlo import monte_carlo
-from .study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
-from .study_report import write_study_report
-from .dynamic_report import write_dynamic_report
-from .generation import run_generations
-from .errors import InvalidParameterError, SpecproofError
-from .limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, limits, progress_note, time_limit
-from .models import MODELS, SyntheticModel, make_model
-from .numeric import ARITHMETICS, human_number, to_json_number
-from .trees import TOPOLOGIES, shape_from_options
-from .verifiers import VERIFIERS
-from .verifiers import load_verifier
-from .verifiers.registry import check_arithmetic_for, check_pairing
-from .jsonfile import read_json, write_json
+from simulator.case import load_case
+from simulator.aded import AdedConfig
+from simulator.drafter_registry import DRAFTERS, DrafterOptions, make_drafter
+from simulator.drafting import DRAFTING, FixedShape
+from simulator.montecarlo.engine import monte_carlo
+from simulator.montecarlo.study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
+from simulator.reports.study import write_study_report
+from simulator.reports.dynamic import write_dynamic_report
+from simulator.montecarlo.generations import run_generations
+from simulator.errors import InvalidParameterError, SpecproofError
+from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, limits, progress_note, time_limit
+from simulator.models import MODELS, SyntheticModel, make_model
+from simulator.numeric import ARITHMETICS, human_number, to_json_number
+from simulator.trees import TOPOLOGIES, shape_from_options
+from simulator.verifiers import VERIFIERS, load_verifier
+from simulator.verifiers.registry import check_arithmetic_for, check_pairing
+from simulator.jsonfile import read_json, write_json
 
 
 
@@ -304,7 +303,8 @@ def _certified(tree: dict, kernel: str | None, adapter: str, dtype: str, uniform
         return (*_named_verifier(tree), None)
     if tree["verifier"] is not None:
         raise InvalidParameterError("kernel", "pass --verifier or --kernel, not both")
-    from .kernels import CHAIN_ADAPTERS, Kernel, parse_kwargs  # torch only when a kernel is certified
+    # torch only when a kernel is certified
+    from simulator.torch_path.kernels import CHAIN_ADAPTERS, Kernel, parse_kwargs
     if tree["topology"] is None and tree["parents"] is None and adapter in CHAIN_ADAPTERS:
         tree["topology"] = "chain"
     verifier = Kernel(kernel, adapter, dtype, uniforms, parse_kwargs(kernel_kwargs))
@@ -656,7 +656,7 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
               help="target model directory (its tokenizer is used)")
 @click.option("--questions", required=True, type=click.Path(dir_okay=False), help="Spec-Bench question.jsonl")
 @click.option("--answers", required=True, type=click.Path(dir_okay=False), help="answers .jsonl to write")
-@click.option("--verifier", required=True, help="a verifier with a torch path (simulator.torch_verify)")
+@click.option("--verifier", required=True, help="a verifier with a torch path (simulator.torch_path.verify)")
 @click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True)
 @click.option("--depth", type=int, default=3, show_default=True)
 @click.option("--branching", type=int, default=2, show_default=True)
@@ -673,8 +673,8 @@ def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, b
     and tokens/s against target-only decoding."""
     from transformers import AutoTokenizer
 
-    from .real import Processing, load_causal_lm
-    from .spec_bench import read_questions, run_spec_bench
+    from simulator.torch_path.real import Processing, load_causal_lm
+    from simulator.torch_path.spec_bench import read_questions, run_spec_bench
 
     _check_count("max_new_tokens", max_new_tokens, 1)
     _, shape = shape_from_options(topology, depth, branching, parents)
@@ -725,7 +725,7 @@ def kernels(ctx, out_dir: str) -> None:
     """Certify every torch kernel specproof knows, unmodified: transformers' sampler, the torch path's kernels
     black-box, the example kernels with their bugs. Writes kernels.md/json; exit 1 on a verdict against its
     expectation (docs/kernels.md)."""
-    from .kernel_report import write_kernel_report  # torch only here
+    from simulator.reports.kernels import write_kernel_report  # torch only here
 
     ticks = _StageBars()
     try:
@@ -760,7 +760,4 @@ def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str 
     sys.exit(0 if all(c.as_expected for c in checks) else 1)
 
 
-from . import cli_checks  # noqa: E402,F401  (registers hunt, gate and zoo on main)
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+from simulator.cli import checks  # noqa: E402,F401  (registers hunt, gate and zoo on main)

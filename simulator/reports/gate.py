@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .gate import CheckOutcome
+from simulator.checks.gate import CheckOutcome
 
 
 def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None]]:

@@ -32,9 +32,9 @@ from exact.reproducer import capture
 from exact.shrink import shrink
 from exact.subject import Subject, subject
 
-from .errors import InvalidParameterError, SpecproofError
-from .jsonfile import read_json, write_json
-from .verifiers.registry import check_arithmetic_for
+from simulator.errors import InvalidParameterError, SpecproofError
+from simulator.jsonfile import read_json, write_json
+from simulator.verifiers.registry import check_arithmetic_for
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -2,7 +2,7 @@
 
 Each round's law is the exact engine's (:func:`exact.certificate.view_law`: every draft and verifier choice
 of :func:`simulator.speculation.speculate`); rounds are chained by the same transition Monte Carlo uses,
-:meth:`simulator.generation.GenerationState.after`. A round's law is computed once per (view, drafter).
+:meth:`simulator.montecarlo.generations.GenerationState.after`. A round's law is computed once per (view, drafter).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from simulator.drafting import Drafter
-from simulator.generation import GenerationState, check_length
+from simulator.montecarlo.generations import GenerationState, check_length
 from simulator.limits import computation
 from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import Number, check_arithmetic
 from simulator.verifiers.registry import Verifier, load_verifier
 
-from .certificate import FLOAT_TOLERANCE, view_law
-from .law import Counterexample
+from exact.certificate import FLOAT_TOLERANCE, view_law
+from exact.law import Counterexample
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The rows of a model pair as arrays: ``p`` and ``q`` at every context of length ≤ ``H``, and the per-context tables
 the batched rules read (running sums for sampling, K-SEQ's ``ρ*`` and residual, GR's step tables, GBV's ranking),
-each computed once. Shared by the Monte Carlo engine (:mod:`simulator.batched`), the toy study and the exact
+each computed once. Shared by the Monte Carlo engine (:mod:`simulator.montecarlo.batched`), the toy study and the exact
 dynamic programme (:mod:`exact.dp`).
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .array_ops import inverse_cdf, kseq_residual, kseq_rho, last_positive, ranking_tables
-from .batched_gr import tv_gr_tables
-from .models import ModelPair, ModelView
-from .verifiers.batched.frame import flow_step_rows
+from simulator.array_ops import inverse_cdf, kseq_residual, kseq_rho, last_positive, ranking_tables
+from simulator.verifiers.batched.gr_stacks import tv_gr_tables
+from simulator.models import ModelPair, ModelView
+from simulator.verifiers.batched.frame import flow_step_rows
 
 GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
 
@@ -122,9 +122,9 @@ class ContextRows:
         return weights, residual
 
     def gr_tables(self, k: int, contexts: np.ndarray) -> None:
-        """GR's step tables (:func:`simulator.batched_gr.tv_gr_tables`) for the ``contexts`` not yet solved, as
-        one stack; kept per context. Dense arrays, not the reference solver's dictionaries: 108 KB per context
-        at ``V = 15, k = 3``, a tenth of those."""
+        """GR's step tables (:func:`simulator.verifiers.batched.gr_stacks.tv_gr_tables`) for the ``contexts`` not yet
+        solved, as one stack; kept per context. Dense arrays, not the reference solver's dictionaries: 108 KB per
+        context at ``V = 15, k = 3``, a tenth of those."""
         missing = [c for c in np.unique(contexts).tolist() if (k, c) not in self._gr]
         for start in range(0, len(missing), GR_TABLE_CHUNK):
             chunk = missing[start: start + GR_TABLE_CHUNK]

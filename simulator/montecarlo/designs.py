@@ -20,8 +20,8 @@ the verifier's exact completed law (never by re-running the verifier).
   of this column; ``benchmarks/mc_designs_check.py`` measures it against 4,000 replications drawn from the exact
   laws (reports/mutation_zoo.md states the largest gap).
 * **specproof's chi-square** (:func:`chi_square_pass`; ``specproof mc`` on one seed): ``n = 10^4`` completed
-  sequences, Pearson's test of the first ``m`` tokens' law (:func:`simulator.montecarlo.tested_prefix`) with cells
-  expected below 5 pooled, at ``α = 10^-3``; any sample on a sequence the target excludes rejects. Pass
+  sequences, Pearson's test of the first ``m`` tokens' law (:func:`simulator.montecarlo.engine.tested_prefix`) with
+  cells expected below 5 pooled, at ``α = 10^-3``; any sample on a sequence the target excludes rejects. Pass
   probability: ``(1 − off-support mass)^n`` (exact) times ``P(χ²_df(λ) ≤ crit)`` with the noncentral
   chi-square's ``λ = n Σ_c (π_c − q_c)²/q_c`` over the pooled cells — Pearson's statistic under an alternative,
   to first order. Same check of its error.
@@ -35,7 +35,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from .montecarlo import ALPHA, tested_prefix
+from simulator.montecarlo.engine import ALPHA, tested_prefix
 
 SERVING_SAMPLES, SERVING_TOLERANCE = 100_000, 0.01
 LV_SAMPLES, LV_TOLERANCE = 1_000_000, 1e-3
@@ -141,7 +141,7 @@ def simulated_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int,
     """The three designs run ``replications`` times on samples drawn from the exact ``law`` (multinomial counts
     over its cells): the pass frequencies ``[serving, TVD-to-baseline, chi-square]``, the second method that
     measures the error of the analytic columns."""
-    from .statistics import chi_square
+    from simulator.montecarlo.statistics import chi_square
 
     law = law / law.sum()
     counts = rng.multinomial(SERVING_SAMPLES, law, size=replications)

@@ -23,11 +23,11 @@ from typing import Sequence
 
 import torch
 
-from .drafting import Draft, Drafter
-from .errors import InvalidParameterError
-from .models import Context, ModelView
-from .randomness import Randomness
-from .trees import DraftTree
+from simulator.drafting import Draft, Drafter
+from simulator.errors import InvalidParameterError
+from simulator.models import Context, ModelView
+from simulator.randomness import Randomness
+from simulator.trees import DraftTree, node_depths
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,8 @@ def tree_attention(prompt_len: int, parents: Sequence[int], dtype: torch.dtype) 
     length = prompt_len + n - 1
     allowed = torch.tril(torch.ones(length, length, dtype=torch.bool))
     allowed[prompt_len:, prompt_len:] = False
-    depth = [0] * n
+    depth = node_depths(parents)
     for v in range(1, n):
-        depth[v] = depth[parents[v]] + 1
         a = v
         while a > 0:
             allowed[prompt_len + v - 1, prompt_len + a - 1] = True
