@@ -23,6 +23,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+from scipy.special import erf
+
 from ...array_ops import categorical, positive_residual, ratio, row_sum
 from ..rules import GR, OPT
 from .frame import Batch
@@ -141,8 +144,4 @@ def _printed_dyspec(xp: Any, num: Any, den: Any) -> Any:
 
 def _erf(x: Any) -> Any:
     """The error function, which the array API lacks: scipy's on numpy, the tensor's own elsewhere."""
-    import numpy as np
-    if isinstance(x, np.ndarray):
-        from scipy.special import erf
-        return erf(x)
-    return x.erf()
+    return erf(x) if isinstance(x, np.ndarray) else x.erf()
