@@ -149,8 +149,8 @@ def parity(name: str, seeds: int = 2) -> float:
 def _registry_shape(name: str) -> Shape:
     """The shape a rule is certified on: a control's demonstration tree where its entry names one, else the
     smallest of its richest shape that shows a multi-draft bug (a fork of two drafts, two chains of one, a
-    chain of two), drafted without replacement where the entry says the rule is lossless so (the torch path's
-    trv takes no duplicate siblings), else i.i.d."""
+    chain of two), drafted without replacement where the entry says the rule is lossless so, else i.i.d. (the
+    kernels take duplicate siblings now; the committed report keeps this choice so its rows stay comparable)."""
     spec = VERIFIERS[name]
     if spec.demo is not None:
         return "explicit", 0, 0, spec.demo[0], spec.demo[1]
