@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from exact import certify
 from exact.battery import battery, build, instances
 from exact.hunt import Fixed, hunt
-from exact.reproducer import capture, load_reproducer
+from exact.reproducer import capture, load_reproducer, pruned
 from exact.shrink import RESEEDS, shrink
 from exact.subject import subject
 from exact.testing import assert_acceptance, assert_lossless, assert_lossy
@@ -190,10 +190,13 @@ def test_shrinking_is_deterministic_keeps_the_loss_and_respects_its_time_bound()
     assert first.case.size() < case.size() and not first.case.certify().lossless
     # SpS with the residual from q: one node, two tokens, p = (0, 1) shows it — the least any loss needs
     assert (first.case.nodes, first.case.vocab) == (1, 2)
-    # no time at all: the case given is still certified whole (it used to share the bound, so a loaded machine
-    # read a slow certificate as "lossless" and refused the case), and returned unshrunk
-    quick = shrink(case, 0.0, what)
+    quick = shrink(case, 1e-3, what)
     assert not quick.complete and not quick.case.certify().lossless
+    # no time at all: the case given is still certified whole (it used to share the bound, so a certificate
+    # slower than the bound — a loaded machine, or this 20 ms case — read as "lossless" and the case was refused)
+    larger = capture(RandomRationalModel(4, 0), make_drafter("iid", make_topology("complete", 2, 2)), what, "fraction")
+    unshrunk = shrink(larger, 0.0, what)
+    assert not unshrunk.complete and unshrunk.case == pruned(larger)
     with pytest.raises(ValueError, match="lossy case"):
         shrink(capture(model, make_drafter("iid", make_topology("chain", 1, 1)), subject("tv-sps"), "fraction"), 1)
 
