@@ -35,17 +35,25 @@ class SingleStepRule:
         cands = self.used(candidates)
         if self.plan is not None:
             return ss.run_plan(self.plan(cands, p, q), rng)
+        tokens, weights, residual = self.flow_weights(cands, p, q, law)
+        choice = rng.categorical(weights)
+        if choice == len(tokens):
+            return None, residual
+        return cands.index(tokens[choice]), None
+
+    def flow_weights(self, cands: tuple[int, ...], p: Row, q: Row,
+                     law: str) -> tuple[list[int], list[Number], Row]:
+        """A flow-defined rule's step as one categorical: the distinct candidate tokens (in order of first
+        appearance), their flows followed by the reject weight ``P(X) − Σ flows``, and the residual. Shared by
+        :meth:`step` and the batched kernels (``simulator.verifiers.batched.frame.flow_step_rows``)."""
+        prob_tuple = self.tuple_probability(cands, p, law)  # refuses a tuple the drafting cannot produce
         solution = self.solver(tuple(p), tuple(q), len(cands), law)
-        prob_tuple = self.tuple_probability(cands, p, law)
         per = solution.flows[cands]
-        tokens = list(dict.fromkeys(cands))  # distinct, in order of first appearance
+        tokens = list(dict.fromkeys(cands))
         weights = [per.get(x, prob_tuple * 0) for x in tokens]
         # Exactly the flows of a tuple sum to at most P(X); in float64 the difference can be −1e-17.
         weights.append(max(prob_tuple - (total(weights) if weights else prob_tuple * 0), prob_tuple * 0))
-        choice = rng.categorical(weights)
-        if choice == len(tokens):
-            return None, solution.residual
-        return cands.index(tokens[choice]), None
+        return tokens, weights, solution.residual
 
     def token_acceptance(self, candidates: Sequence[int], p: Row, q: Row, law: str) -> dict[int, Number]:
         """``P(accept a candidate holding x | X)`` for each token ``x`` of the candidates used."""

@@ -14,7 +14,6 @@ from array_api_compat import array_namespace, device as device_of
 
 from ...array_ops import kseq_residual, kseq_rho, ranking_tables
 from ...errors import InvalidParameterError
-from ...numeric import total
 from ...randomness import counter_uniform
 from ...trees import node_children, node_depths, node_levels
 
@@ -132,24 +131,20 @@ class DenseRows:
 
 
 def flow_step_rows(rule: Any, p: Any, q: Any, cands: Any, count: Any) -> tuple[Any, Any]:
-    """:meth:`SingleStepRule.step` of a flow-defined rule, row by row with its solver: the flow to each
-    candidate position's token where it first appears (0 for a repeat and past ``count``), then the reject
-    weight ``max(P(X) − Σ flows, 0)`` in the last column; and the residual. Zero weights change no categorical
-    draw, so the positions stand in for the reference's distinct tokens."""
+    """:meth:`SingleStepRule.flow_weights` row by row: each distinct token's flow at the candidate position where
+    it first appears (0 for a repeat and past ``count``), the reject weight in the last column ``[m, W + 1]``; and
+    the residual ``[m, V]``. Zero weights change no categorical draw, so positions stand in for the tokens."""
     xp = array_namespace(p, q)
     m, width = cands.shape
     weights = [[0.0] * (width + 1) for _ in range(m)]
     residual = []
     for i, (pr, qr, row, k) in enumerate(zip(p.tolist(), q.tolist(), cands.tolist(), count.tolist())):
         used = tuple(row[:k])
-        prob_tuple = rule.tuple_probability(used, pr, "iid")  # refuses a tuple drafting cannot produce
-        solution = rule.solver(tuple(pr), tuple(qr), k, "iid")
-        per = solution.flows[used]
-        for j, x in enumerate(used):
-            if used.index(x) == j:
-                weights[i][j] = per.get(x, 0.0)
-        weights[i][width] = max(prob_tuple - total([per.get(x, 0.0) for x in dict.fromkeys(used)]), 0.0)
-        residual.append(solution.residual)
+        tokens, flows, rest = rule.flow_weights(used, pr, qr, "iid")
+        for x, flow in zip(tokens, flows):
+            weights[i][used.index(x)] = flow
+        weights[i][width] = flows[-1]
+        residual.append(rest)
     return (xp.asarray(weights, dtype=p.dtype, device=device_of(p)),
             xp.asarray(residual, dtype=p.dtype, device=device_of(p)))
 
