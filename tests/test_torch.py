@@ -162,7 +162,11 @@ def test_bad_inputs_name_the_field():
     for field, change in (("p", dict(p=torch.full((2, 4, 2), 0.5))), ("tokens", dict(tokens=torch.zeros((2, 2)))),
                           ("uniforms", dict(uniforms=torch.full((3, 8), 0.5))),
                           ("dtype", dict(uniforms=torch.full((2, 8), 0.5, dtype=torch.float64))),
-                          ("uniforms", dict(uniforms=torch.full((2, 1), 0.9)))):
+                          ("uniforms", dict(uniforms=torch.full((2, 1), 0.9))),
+                          ("p", dict(p=torch.full((2, 3, 2), float("nan")))),
+                          ("q", dict(q=torch.tensor([[[1.5, -0.5]] * 3] * 2))),
+                          ("tokens", dict(tokens=torch.tensor([[0, -1, 1], [0, 0, 1]]))),
+                          ("tokens", dict(tokens=torch.tensor([[0, 2, 1], [0, 0, 1]])))):
         with pytest.raises(InvalidParameterError) as err:
             torch_verify("tv-rrs", parents, **{**good, **change})
         assert err.value.field == field
