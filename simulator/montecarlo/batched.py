@@ -67,7 +67,7 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
     stream = CounterStream(seed, trials)
     tokens, ctx = _draft_iid(topology.parents, rows, stream)
     shape = TreeShape(topology.parents, xp, rows.q.device)
-    node, y = VERIFIERS[name].kernel.resolve()(Batch(shape, tokens, ctx, rows, stream))
+    node, y = VERIFIERS[name].kernel.run(Batch(shape, tokens, ctx, rows, stream))
     accepted_len = shape.depths[node]
     # Completion with the target up to H+1 tokens, from the id of path + (y,), of length τ+1.
     ids = ctx[xp.arange(node.shape[0], device=rows.q.device), node] * vocab + y + 1

@@ -51,12 +51,13 @@ def _check(parents: Sequence[int], tokens: Any, p: Any, q: Any, uniforms: Any) -
     if not (p.dtype == q.dtype == uniforms.dtype) or not xp.isdtype(p.dtype, "real floating"):
         raise InvalidParameterError("dtype", "p, q and uniforms must share one floating dtype")
     inner = [v for v in range(n) if v in parents[1:]]  # a leaf's p is never read (the kernel adapter: NaN)
-    for field, rows in (("p", p[:, inner]), ("q", q)):  # NaN fails both comparisons
-        if bool(xp.any(~((rows >= 0) & (rows < float("inf"))))):
+    for field, rows in (("p", p[:, inner]), ("q", q)):  # a NaN makes the minimum NaN, which fails ``>= 0``
+        if rows.shape[0] * rows.shape[1] * rows.shape[2] and not (
+                bool(xp.min(rows) >= 0) and bool(xp.max(rows) < float("inf"))):
             raise InvalidParameterError(field, "rows must be finite and non-negative")
     # The uniforms are not range-checked: under kernel capture they are symbolic, and a comparison would draw.
     drafted = tokens[:, 1:]
-    if drafted.shape[1] and bool(xp.any((drafted < 0) | (drafted >= p.shape[2]))):
+    if drafted.shape[0] * drafted.shape[1] and (bool(xp.min(drafted) < 0) or bool(xp.max(drafted) >= p.shape[2])):
         raise InvalidParameterError("tokens", f"drafted tokens must lie in 0..{p.shape[2] - 1}")
     return parents
 
@@ -74,4 +75,4 @@ def torch_verify(name: str, parents: Sequence[int], tokens: Any, p: Any, q: Any,
     rows = DenseRows(p, q)
     batch = Batch(TreeShape(parents, xp, device(p)), xp.astype(tokens, xp.int64), rows.ids(), rows,
                   ReplayStream(uniforms))
-    return spec.kernel.resolve()(batch)
+    return spec.kernel.run(batch)

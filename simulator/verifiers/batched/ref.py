@@ -4,6 +4,7 @@ reference rules, and the kernel module itself only when an engine first runs it)
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
@@ -26,6 +27,18 @@ class KernelRef:
     def resolve(self) -> Callable[..., tuple]:
         module, _, name = self.path.partition(":")
         return partial(getattr(importlib.import_module(module), name), **dict(self.options))
+
+    def run(self, batch: Any) -> tuple[Any, Any]:
+        """The kernel on ``batch`` (a :class:`~simulator.verifiers.batched.frame.Batch`). On torch it runs under
+        ``inference_mode`` (no autograd bookkeeping: a few µs less per operation, which is most of a small
+        batch's time); its results are copied out as ordinary tensors, which a caller may update in place."""
+        kernel = self.resolve()
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(batch.tokens, torch.Tensor):
+            return kernel(batch)
+        with torch.inference_mode():
+            out = kernel(batch)
+        return tuple(a.clone() for a in out)
 
 
 def kernel(path: str, **options: Any) -> KernelRef:

@@ -23,12 +23,13 @@ def _trie(batch: Batch, merge: bool) -> Any:
     rep = xp.asarray(xp.broadcast_to(batch.arange(shape.n)[None, :], (batch.size, shape.n)), copy=True)
     if merge:
         tokens = batch.tokens
-        for w in range(1, shape.n):
-            pw = shape.parents[w]
-            for earlier in range(1, w):
-                same = ((rep[:, shape.parents[earlier]] == rep[:, pw]) & (tokens[:, earlier] == tokens[:, w])
-                        & (rep[:, earlier] == earlier) & (rep[:, w] == w))
-                rep[same, w] = earlier
+        for w in range(2, shape.n):  # nodes 1..w−1 are settled: w joins the first earlier sibling it matches
+            earlier = batch.arange(w - 1) + 1
+            parents = xp.asarray(shape.parents[1:w], dtype=xp.int64, device=batch.device)
+            same = ((rep[:, parents] == rep[:, shape.parents[w]][:, None])
+                    & (tokens[:, 1:w] == tokens[:, w][:, None]) & (rep[:, 1:w] == earlier[None, :]))  # [B, w−1]
+            first = xp.argmax(xp.astype(same, xp.int8), axis=1) + 1
+            rep[:, w] = xp.where(xp.any(same, axis=1), first, rep[:, w])
     return rep
 
 
@@ -71,22 +72,28 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         at = slot[b, u]
         return xp.where((at >= 0)[:, None], store[xp.where(at >= 0, at, 0)], model[row_id[b, u]])
 
+    levels = [xp.asarray(level, dtype=xp.int64, device=batch.device) for level in shape.levels[1:]]
+
     def refresh(todo: Any, below: Any) -> None:
-        """Rates (line 13) of the strict descendants of ``below[i]`` in tree ``todo[i]``, parents first."""
+        """Rates (line 13) of the strict descendants of ``below[i]`` in tree ``todo[i]``, level by level (a trie
+        parent lies one level up, so its rate is fresh)."""
         m = todo.shape[0]
         inside = xp.zeros((m, n), dtype=xp.bool, device=batch.device)
-        for w in range(1, n):
-            par = tparent[todo, w]
-            ok = alive[todo, w] & (par >= 0)
-            inside[:, w] = ok & ((par == below) | inside[batch.arange(m), xp.where(par >= 0, par, 0)])
-            at = batch.where_true(inside[:, w])
-            if at.shape[0]:
-                b, u, x = todo[at], par[at], tokens[todo[at], w]
+        each = batch.arange(m)[:, None]
+        for cols in levels:
+            par = tparent[todo[:, None], cols[None, :]]  # [m, L]
+            safe = xp.where(par >= 0, par, xp.zeros_like(par))
+            here = alive[todo[:, None], cols[None, :]] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
+            inside[:, cols] = here
+            i, j = xp.nonzero(here)
+            if i.shape[0]:
+                b, w, u = todo[i], cols[j], par[i, j]
+                x = tokens[b, w]
                 row = slot[b, u]
                 stored = row >= 0
-                safe = xp.where(stored, row, xp.zeros_like(row))
-                q_x = xp.where(stored, store_q[safe, x], rows.q[row_id[b, u], x])
-                p_x = xp.where(stored, store_p[safe, x], rows.p[row_id[b, u], x])
+                safe_row = xp.where(stored, row, xp.zeros_like(row))
+                q_x = xp.where(stored, store_q[safe_row, x], rows.q[row_id[b, u], x])
+                p_x = xp.where(stored, store_p[safe_row, x], rows.p[row_id[b, u], x])
                 rate[b, w] = ratio(rate[b, u] * q_x, p_x)
 
     refresh(everyone, batch.full(size, 0))
@@ -140,12 +147,9 @@ def _next_leaf(batch: Batch, alive: Any, tparent: Any, order: Any) -> Any:
             kids = alive & (tparent == leaf[:, None])
             leaf = xp.where(xp.any(kids, axis=1), xp.argmax(xp.astype(kids, xp.int8), axis=1), leaf)
         return leaf
-    inner = xp.zeros(alive.shape, dtype=xp.bool, device=batch.device)
-    every = batch.arange(m)
-    for w in range(1, batch.shape.n):
-        par = tparent[:, w]
-        has = alive[:, w] & (par >= 0)
-        inner[every[has], par[has]] = True
+    inner = xp.zeros(alive.shape, dtype=xp.bool, device=batch.device)  # alive nodes with an alive child
+    tree, child = xp.nonzero(alive & (tparent >= 0))
+    inner[tree, tparent[tree, child]] = True
     key = xp.where(alive & ~inner, order, xp.full_like(order, batch.shape.n))
     return xp.argmin(key, axis=1)
 
