@@ -15,7 +15,7 @@ from typing import Sequence
 from simulator.limits import computation
 from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import Number, check_arithmetic, to_json_number
-from simulator.speculation import decide
+from simulator.speculation import decide, lazy_program
 from simulator.trees import DraftTree
 from simulator.drafting import Drafter
 from simulator.verifiers.registry import Verifier, check_pairing, load_verifier, verifier_name
@@ -52,12 +52,20 @@ def _view_law(view: ModelView, drafter: Drafter, verifier: Verifier, advance) ->
 
 
 def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool, advance):
-    """:func:`simulator.speculation.speculate`'s outcomes, enumerated in its two stages.
+    """:func:`simulator.speculation.speculate`'s outcomes, enumerated; ``advance(mass)`` hears of the probability
+    each finished part covers (progress).
 
-    ``speculate`` drafts, then verifies, on one stream of choices; enumerating the drafting choices first
-    and the verifier's choices per draft walks the same choice tree while drafting each tree only once.
-    ``advance(mass)`` hears of each draft tree's probability once the tree is done (progress).
+    Where the drafter drafts on demand (:func:`~simulator.speculation.lazy_program`), one enumeration
+    walks drafting and verification together and a token the verifier never reads is never a choice. Otherwise
+    the drafting choices are enumerated first and the verifier's per draft: the same choice tree as
+    ``speculate``'s single stream, with each tree drafted once.
     """
+    program = lazy_program(view, drafter, fn)
+    if program is not None:
+        for outcome, prob in enumerate_outcomes(program, exact):
+            yield outcome, prob
+            advance(float(prob))
+        return
     for draft, p_draft in enumerate_outcomes(lambda rng: drafter.draft(view, rng), exact):
         for outcome, p_verify in enumerate_outcomes(
                 lambda rng: decide(draft.tree, draft.p, draft.q, fn, rng, view.vocab), exact):

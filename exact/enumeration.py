@@ -49,12 +49,16 @@ class EnumeratingChooser:
         if k >= MAX_CHOICES_PER_EXECUTION:
             raise ChoiceLimitError("rng", f"one execution made more than {MAX_CHOICES_PER_EXECUTION:,} random "
                                           "choices (an endless loop of rng calls?)")
-        index = self._prefix[k] if k < len(self._prefix) else 0
+        index = self._branch(k, len(branches))
         self.taken.append(index)
         self.widths.append(len(branches))
         value, prob = branches[index]
         self.prob = self.prob * prob
         return value
+
+    def _branch(self, k: int, width: int) -> int:
+        """The branch the ``k``-th choice takes (of ``width``): the prefix's, then the first."""
+        return self._prefix[k] if k < len(self._prefix) else 0
 
     def bernoulli(self, prob: Number) -> bool:
         prob = check_bernoulli(prob)

@@ -1,35 +1,51 @@
 """The size of an exact computation, estimated before it starts, and the refusal of one that is too large.
 
-An exact certificate enumerates every draft tree, every execution of the verifier on it, and every completed
-sequence. Its size is estimated as
+An exact certificate enumerates every execution of a round (drafting and verification) and every completed
+sequence. Two estimates, by how the round is enumerated:
 
-    trees × (1 + executions per tree) + completed sequences
+* **Drafting on demand** (every built-in fixed-shape drafter where node ids cannot depend on the draws,
+  :mod:`simulator.lazy_draft`): a draft token is a choice only if the verifier reads it, so the number of
+  executions depends on the verifier and is not bounded usefully by the trees. It is estimated by Knuth's
+  estimator (Knuth 1975, "Estimating the efficiency of backtrack programs"): a descent of the choice tree that
+  takes a uniformly random branch at every choice, and multiplies the branch counts it meets, gives an unbiased
+  estimate of the number of leaves; :data:`PROBES` such descents give the mean and its standard error. A run is
+  refused up front only when the mean less two standard errors passes the limit (it does not fit, with high
+  confidence), so nothing that fits is refused for want of a bound; one that was estimated to fit and does not
+  is stopped by the execution count at run time (:mod:`simulator.limits`).
+* **Eager drafting** (a drafter without ``lazy``, or a view where it declines): trees × (1 + executions per
+  tree), where *trees* is the drafter's own upper bound (``log10_trees``, see
+  :class:`simulator.drafting.Drafter`: every token a choice among ``V``, fewer for schemes without replacement)
+  — or, when that bound alone fits the limit but the product does not, the trees counted by enumerating the
+  drafter alone —, and *executions per tree* is measured by enumerating the verifier on one tree (the first the
+  engine drafts; a plugin gets the same treatment, under the per-execution limit on random choices and the
+  run's ``--timeout``). Zeros in the rows make the bound an overestimate, and the probe tree may be cheaper
+  than others: the run-time count still holds.
 
-where *trees* is the drafter's own upper bound (``log10_trees``, see :class:`simulator.drafting.Drafter`: every
-token a choice among ``V``, fewer for schemes without replacement) — or, when that bound alone fits the limit
-but the product does not, the trees counted by enumerating the drafter alone —, *executions per tree* is
-measured by enumerating the verifier on one tree (the first the engine drafts; a plugin gets the same
-treatment, under the per-execution limit on random choices and the run's ``--timeout``), and *completed
-sequences* is ``V^(H+1)``. Zeros in the rows make the bound an overestimate, and the probe tree may be cheaper
-than others: a run that fits the estimate can still be stopped by the execution count at run time
-(:mod:`simulator.limits`). Large numbers are kept as base-10 logarithms, so the estimate of a tree of a hundred
-thousand nodes costs nothing.
+Both add the *completed sequences*, ``V^(H+1)``. Large numbers are kept as base-10 logarithms, so the estimate
+of a tree of a hundred thousand nodes costs nothing.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from simulator.drafting import Drafter
 from simulator.errors import ExecutionLimitError, SizeLimitError
 from simulator.limits import computation, current_limits
 from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import check_arithmetic
-from simulator.speculation import decide
+from simulator.randomness import Randomness
+from simulator.speculation import decide, lazy_program
 from simulator.verifiers.registry import Verifier, load_verifier
 
 from .enumeration import EnumeratingChooser, enumerate_outcomes
+
+
+#: Random descents of the choice tree behind an estimate of a lazily drafted round's executions.
+PROBES = 64
 
 
 def _log10_sum(*logs: float) -> float:
@@ -53,15 +69,33 @@ class SizeEstimate:
     rounds_log10: float = 0.0  # log10 of the rounds solved (several for the law of N tokens)
     counted: bool = False  # the trees were counted, not bounded
     at_least: bool = False  # the count stopped early: there are at least that many trees
+    #: drafting on demand: log10 of a round's executions estimated by Knuth's estimator (mean, and the mean
+    #: less two standard errors; None when the standard error passes the mean), None when drafted eagerly
+    sampled: tuple[float, float | None] | None = None
 
     @property
     def log10_executions(self) -> float:
+        if self.sampled is not None:
+            return _log10_sum(self.rounds_log10 + self.sampled[0], self.log10_sequences)
         per_tree = math.log10(1 + (self.per_tree or 0))
         return _log10_sum(self.rounds_log10 + self.log10_trees + per_tree, self.log10_sequences)
 
+    @property
+    def log10_low(self) -> float:
+        """What the refusal compares with the limit: the estimate, or for a sampled one its lower end."""
+        if self.sampled is None:
+            return self.log10_executions
+        low = self.sampled[1]
+        return self.log10_sequences if low is None else _log10_sum(self.rounds_log10 + low, self.log10_sequences)
+
     def describe(self) -> str:
-        per_tree = "" if self.per_tree is None else f" × (1 + {self.per_tree:,} verifier executions, measured on one tree)"
         rounds = "" if self.rounds_log10 == 0 else f"{_amount(self.rounds_log10)} rounds × "
+        if self.sampled is not None:
+            low = "" if self.sampled[1] is None else f"; at least {_amount(self.sampled[1])} with 95% confidence"
+            return (f"{_amount(self.log10_executions)} executions, estimated: {rounds}{_amount(self.sampled[0])} per "
+                    f"round (drafted on demand; {PROBES} random descents of the choice tree{low}) + "
+                    f"{_amount(self.log10_sequences)} completed sequences")
+        per_tree = "" if self.per_tree is None else f" × (1 + {self.per_tree:,} verifier executions, measured on one tree)"
         qualifier = "more than " if self.at_least else "" if self.counted else "at most "
         trees = f"{qualifier}{_amount(self.log10_trees)} draft tree(s)"
         return (f"{_amount(self.log10_executions)} executions: {rounds}{trees}{per_tree} + "
@@ -69,7 +103,7 @@ class SizeEstimate:
 
     def check(self, max_executions: int | None) -> "SizeEstimate":
         """Raise :class:`SizeLimitError` (field ``max_executions``) when the estimate passes ``max_executions``."""
-        if max_executions is not None and self.log10_executions > math.log10(max_executions):
+        if max_executions is not None and self.log10_low > math.log10(max_executions):
             options = ", ".join(f"--{o}" for o in self.options)
             raise SizeLimitError("max_executions", f"{self.describe()}: over the limit of {max_executions:,} "
                                                    f"(--max-executions); the size grows with {options}: reduce "
@@ -98,6 +132,36 @@ def probe(view: ModelView, drafter: Drafter, verifier: Verifier, max_executions:
     return count
 
 
+class _Descent(EnumeratingChooser):
+    """A descent of the choice tree taking a uniformly random branch at every choice."""
+
+    def __init__(self, exact: bool, draw: random.Random) -> None:
+        super().__init__((), exact)
+        self._draw = draw
+
+    def _branch(self, k: int, width: int) -> int:
+        return self._draw.randrange(width)
+
+
+def sample_executions(program: Callable[[Randomness], object], exact: bool,
+                      probes: int = PROBES) -> tuple[float, float | None]:
+    """Knuth's estimate of the leaves of ``program``'s choice tree: log10 of the mean over ``probes`` random
+    descents of the product of the branch counts met, and of the mean less two standard errors (``None`` when
+    that is not positive). Seeded: the same program gives the same estimate."""
+    draw = random.Random(0)
+    logs = []
+    for _ in range(probes):
+        descent = _Descent(exact, draw)
+        program(descent)
+        logs.append(sum(math.log10(w) for w in descent.widths))
+    top = max(logs)
+    scaled = [10 ** (x - top) for x in logs]  # the products over the largest, which keeps them finite
+    mean = sum(scaled) / probes
+    spread = math.sqrt(sum((x - mean) ** 2 for x in scaled) / max(probes - 1, 1) / probes)
+    low = mean - 2 * spread
+    return top + math.log10(mean), (top + math.log10(low) if low > 0 else None)
+
+
 def count_trees(view: ModelView, drafter: Drafter, limit: int | None) -> int:
     """The distinct draft trees of one round, counted by enumerating the drafter alone (up to ``limit + 1``: past
     it the count stops)."""
@@ -113,16 +177,22 @@ def estimate_round(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
                    context: Context = (), rounds_log10: float = 0.0,
                    extra_sequences_log10: float | None = None) -> SizeEstimate:
     """The size of one round's certificate (or of ``10^rounds_log10`` rounds, for the law of ``N`` tokens, whose
-    completed sequences are ``extra_sequences_log10``). Only the work the ambient ``max_executions`` affords is
-    done: the bounds first, then the probe, then (if the bound was too loose to decide) a count of the trees."""
+    completed sequences are ``extra_sequences_log10``). Drafted on demand: sampled (module docstring). Drafted
+    eagerly, only the work the ambient ``max_executions`` affords is done: the bounds first, then the probe, then
+    (if the bound was too loose to decide) a count of the trees."""
     fn = verifier if callable(verifier) else load_verifier(verifier)[1]
     vocab = model.vocab
     sequences = (drafter.height + 1) * math.log10(vocab) if extra_sequences_log10 is None else extra_sequences_log10
     estimate = SizeEstimate(_trees_log10(drafter, vocab), None, sequences, _options(drafter), rounds_log10)
+    view = ModelView(model, check_arithmetic(arithmetic), context)
+    program = lazy_program(view, drafter, fn)
     limit = current_limits().max_executions
+    if program is not None:
+        if limit is not None and sequences > math.log10(limit):  # past the limit whatever a round costs
+            return replace(estimate, sampled=(0.0, 0.0))
+        return replace(estimate, sampled=sample_executions(program, view.arithmetic == "fraction"))
     if limit is not None and estimate.log10_executions > math.log10(limit):
         return estimate
-    view = ModelView(model, check_arithmetic(arithmetic), context)
     with computation():
         try:
             estimate = replace(estimate, per_tree=probe(view, drafter, fn, limit))
@@ -147,5 +217,4 @@ def estimate_generation(model: ModelPair, drafter: Drafter, verifier: str | Veri
     log_v = math.log10(model.vocab)
     contexts = math.log10(length) + (length - 1) * log_v
     estimate = estimate_round(model, drafter, verifier, arithmetic, context, contexts, length * log_v)
-    return SizeEstimate(estimate.log10_trees, estimate.per_tree, estimate.log10_sequences,
-                        (*estimate.options, "tokens"), contexts)
+    return replace(estimate, options=(*estimate.options, "tokens"), rounds_log10=contexts)

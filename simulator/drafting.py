@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 from .errors import InvalidParameterError
+from .lazy_draft import LazyDraft, lazy_drafter
 from .models import Context, ModelView
 from .numeric import Number, total
 from .randomness import Randomness
@@ -40,36 +41,37 @@ def top_tokens(p: Sequence[Number], k: int) -> list[int]:
     return ranked[:k]
 
 
-def _iid(p: Sequence[Number], count: int, rng: Randomness) -> list[int]:
-    return [rng.categorical(p) for _ in range(count)]
+def _iid(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]:
+    for _ in range(count):
+        yield rng.categorical(p)
 
 
-def _sample_distinct(weights: list[Number], count: int, rng: Randomness) -> list[int]:
-    out: list[int] = []
+def _sample_distinct(weights: list[Number], count: int, rng: Randomness) -> Iterator[int]:
     for _ in range(count):
         if total(weights) <= 0:
-            break
+            return
         x = rng.categorical(weights)
-        out.append(x)
+        yield x
         weights[x] = weights[x] * 0
-    return out
 
 
-def _without_replacement(p: Sequence[Number], count: int, rng: Randomness) -> list[int]:
+def _without_replacement(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]:
     return _sample_distinct(list(p), count, rng)
 
 
-def _almost_greedy(p: Sequence[Number], count: int, rng: Randomness) -> list[int]:
+def _almost_greedy(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]:
     fixed = top_tokens(p, count - 1)
-    rest = [p[x] * 0 if x in fixed else p[x] for x in range(len(p))]
-    return fixed + _sample_distinct(rest, 1, rng)
+    yield from fixed
+    yield from _sample_distinct([p[x] * 0 if x in fixed else p[x] for x in range(len(p))], 1, rng)
 
 
-def _top_k(p: Sequence[Number], count: int, rng: Randomness) -> list[int]:
-    return top_tokens(p, count)
+def _top_k(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]:
+    return iter(top_tokens(p, count))
 
 
-_SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], list[int]]] = {
+#: Each scheme yields a node's children one at a time, each drawn when asked for (the lazy exact engine asks only
+#: for the children a verifier reads, :mod:`simulator.lazy_draft`); fewer than asked under short support.
+SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], Iterator[int]]] = {
     "iid": _iid,
     "without-replacement": _without_replacement,
     "almost-greedy": _almost_greedy,
@@ -88,8 +90,8 @@ _LOG10_CHOICES: dict[str, Callable[[int, int], float]] = {
 
 
 def check_drafting(scheme: str) -> str:
-    if scheme not in _SCHEMES:
-        raise InvalidParameterError("drafting", f"unknown drafting scheme {scheme!r}; choose from {sorted(_SCHEMES)}")
+    if scheme not in SCHEMES:
+        raise InvalidParameterError("drafting", f"unknown drafting scheme {scheme!r}; choose from {sorted(SCHEMES)}")
     return scheme
 
 
@@ -115,7 +117,7 @@ class Draft:
 
 def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness) -> Draft:
     """Draft a tree of the given shape from ``view``'s draft model, consuming randomness from ``rng``."""
-    sample_children = _SCHEMES[check_drafting(scheme)]
+    sample_children = SCHEMES[check_drafting(scheme)]
     shape_children: list[list[int]] = [[] for _ in topology.parents]
     for node, par in enumerate(topology.parents[1:], start=1):
         shape_children[par].append(node)
@@ -144,7 +146,9 @@ class Drafter(Protocol):
     draft (a round's output is completed to ``height + 1`` tokens); ``advance(generated)`` returns the drafter
     for the next round given every token generated so far (a stateless drafter returns itself).
 
-    Optional, and present on every built-in drafter: ``log10_trees(vocab)``, log10 of an upper bound on the
+    Optional: ``lazy(view)``, a function drafting one round on demand for the exact engine (tokens drawn when
+    a verifier first reads them, :mod:`simulator.lazy_draft`) or ``None`` where it cannot for this view; the
+    engine drafts eagerly without it. Present on every built-in drafter: ``log10_trees(vocab)``, log10 of an upper bound on the
     number of distinct trees one round can draft, and ``size_options``, the options the trees grow with as the
     command line names them (without ``--``); the exact engine's size estimate (:mod:`exact.size`) reads them.
     """
@@ -173,6 +177,11 @@ class FixedShape:
 
     def draft(self, view: ModelView, rng: Randomness) -> Draft:
         return draft_tree(self.topology, view, self.scheme, rng)
+
+    def lazy(self, view: ModelView) -> Callable[[Randomness], LazyDraft] | None:
+        """Drafting on demand for the exact engine (:mod:`simulator.lazy_draft`), or ``None`` where node ids could
+        depend on the draws (short draft rows under a scheme without replacement)."""
+        return lazy_drafter(self.topology, view, SCHEMES[self.scheme], self.scheme == "iid")
 
     def advance(self, generated: Context) -> "FixedShape":
         return self

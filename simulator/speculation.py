@@ -9,7 +9,7 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .completion import TARGET, GreedyBlockCompletion, TargetCompletion
 from .drafting import Drafter
@@ -86,6 +86,20 @@ def speculate(view: ModelView, drafter: Drafter, verifier: Verifier, rng: Random
     """Draft a tree with ``drafter`` from ``view``, then verify it."""
     draft = drafter.draft(view, rng)
     return decide(draft.tree, draft.p, draft.q, verifier, rng, view.vocab)
+
+def lazy_program(view: ModelView, drafter: Drafter, verifier: Verifier) -> Callable[[Randomness], RoundOutcome] | None:
+    """:func:`speculate` with the tree drafted on demand (``drafter.lazy``, :mod:`simulator.lazy_draft`): a token
+    is drawn when the verifier first reads it. ``None`` when the drafter cannot draft lazily for this view."""
+    lazy = getattr(drafter, "lazy", None)
+    make = lazy(view) if lazy is not None else None
+    if make is None:
+        return None
+
+    def program(rng: Randomness) -> RoundOutcome:
+        draft = make(rng)
+        return decide(draft.tree, draft.p, draft.q, verifier, rng, view.vocab)
+    return program
+
 
 def complete(outcome: RoundOutcome, view: ModelView, height: int, rng: Randomness) -> tuple[int, ...]:
     """Extend ``path + (y,)`` to ``height + 1`` tokens with the outcome's completion rule, drawing from ``rng``

@@ -107,15 +107,16 @@ def test_the_estimate_counts_what_the_run_enumerates():
 
 
 def test_run_time_count_stops_a_run_the_estimate_underrates(tmp_path):
-    # The probe tree (all tokens 0) costs one execution, every other tree 2^12: the estimate passes, the count
-    # then stops the run with exit 2 and says how far it got.
+    # One tree of the 3^6 (all tokens 2) costs 2^16 executions, every other one: the estimate's random descents
+    # (64 of them, seeded) miss it and the estimate passes; the count then stops the run with exit 2 and says
+    # how far it got.
     (tmp_path / "sly.py").write_text(textwrap.dedent('''
         from fractions import Fraction
 
         def uneven(tree, p, q, rng):
-            if all(t == 0 for t in tree.tokens[1:]):
+            if any(t != 2 for t in tree.tokens[1:]):
                 return 0, 0
-            for _ in range(12):
+            for _ in range(16):
                 rng.bernoulli(Fraction(1, 2))
             return 0, 0
     '''))

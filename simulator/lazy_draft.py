@@ -1,0 +1,206 @@
+"""Drafting on demand, for the exact engine (docs/engines.md, "Lazy drafting").
+
+Drafted eagerly, a complete(b = 2, H = 3) tree at V = 4 is 4^14 trees before a verifier has looked at any of
+them, while token verification reads the children of the nodes it visits: a few tokens per level. A
+:class:`LazyDraft` hands the verifier a tree of the topology's shape whose tokens and rows are drawn or computed
+when first read. Reading a node's token first draws whatever it is conditioned on and is not drawn yet — its
+ancestors' tokens (its draft row is read at its parent's path) and its earlier siblings' (every scheme draws a
+node's children one after the other, each given the ones before) — and then the token itself, through the
+same randomness interface and from the same scheme code as the eager drafter (:data:`simulator.drafting.SCHEMES`,
+passed in as a :data:`Sampler`).
+Tokens never read are never drawn.
+
+Why the law is unchanged: eager drafting draws each token from a law that depends only on its parent's draft
+row and its earlier siblings. The lazy order draws the tokens read under exactly those conditionals, so the
+tokens a verifier reads have the same joint law as under eager drafting, and the tokens it does not read do
+not change its decision; summing the eager law over them (each conditional sums to one) gives the lazy law.
+The tests compare the two engines' laws on every tree the eager engine finishes (tests/test_lazy_draft.py).
+
+Node ids: the verifier sees the topology's BFS ids, which are the drafted tree's only when every node with
+children gets all of them. That always holds for ``iid`` drafting; for the other schemes a node whose draft row
+has fewer positive tokens than it has children gets fewer (the short-support rule), and the ids of every later
+node shift. :func:`lazy_drafter` therefore reads, once per round, the draft rows of every context a node with
+children can be reached at (``Σ_{d<H} V^d`` at most, far fewer than the trees) and drafts lazily only when each
+has enough positive tokens; otherwise (or past :data:`MAX_SUPPORT_CONTEXTS` contexts) the caller drafts eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Callable, Iterator
+
+from .models import ModelView
+from .numeric import Number
+from .randomness import Randomness
+from .trees import Topology, node_children, node_depths
+
+#: A drafting scheme (:data:`simulator.drafting.SCHEMES`): a node's children from its draft row, one per ``next``.
+Sampler = Callable[[Sequence[Number], int, Randomness], Iterator[int]]
+
+#: The most contexts :func:`lazy_drafter` reads to decide that every inner node gets all its children.
+MAX_SUPPORT_CONTEXTS = 100_000
+
+
+class LazyDraft:
+    """One round's draft of ``topology`` whose tokens are drawn from ``rng`` when first read. ``tree``, ``p`` and
+    ``q`` are what a verifier receives (as :class:`~simulator.drafting.Draft`'s fields)."""
+
+    def __init__(self, topology: Topology, view: ModelView, sample: Sampler, rng: Randomness) -> None:
+        self._view, self._rng, self._sample = view, rng, sample
+        self.tree = LazyTree(self, topology.parents)
+        self._tokens: list[int | None] = [None] * len(topology.parents)
+        self._drawn = [True] + [False] * (len(topology.parents) - 1)
+        self._children: dict[int, Iterator[int]] = {}  # a node's scheme, part-way through its children
+        self.p: Sequence = _Rows(self, "p")
+        self.q: Sequence = _Rows(self, "q")
+
+    def token(self, v: int) -> int | None:
+        """Node ``v``'s token (``None`` at the root), drawn with what it is conditioned on if not drawn yet."""
+        if not self._drawn[v]:
+            parent = self.tree.parents[v]
+            sampler = self._children.get(parent)
+            if sampler is None:
+                row = self._view.p(self.tree.path(parent))
+                sampler = self._children[parent] = self._sample(row, len(self.tree.children(parent)), self._rng)
+            for sibling in self.tree.children(parent):  # earlier siblings first, in the scheme's order
+                if not self._drawn[sibling]:
+                    token = next(sampler, None)
+                    if token is None:  # lazy_drafter checked every such row: an engine bug, not input
+                        raise RuntimeError(f"node {parent}'s draft row ran out of tokens under lazy drafting")
+                    self._tokens[sibling], self._drawn[sibling] = token, True
+                if sibling == v:
+                    break
+        return self._tokens[v]
+
+    def row(self, name: str, v: int) -> tuple[Number, ...] | None:
+        if name == "p" and not self.tree.children(v):
+            return None  # a leaf carries no draft row (as Draft)
+        return getattr(self._view, name)(self.tree.path(v))
+
+
+class LazyTree:
+    """The tree a verifier receives from a :class:`LazyDraft`: :class:`~simulator.trees.DraftTree`'s interface
+    (``parents``, ``tokens``, ``children``, ``depth``, ``path``, ``height``, ``is_chain``, ``chain_nodes``), the
+    structure fixed, the tokens drawn when read (``tokens[v]``, ``path(v)``)."""
+
+    def __init__(self, draft: LazyDraft, parents: tuple[int, ...]) -> None:
+        self.parents = parents
+        self._children = [tuple(c) for c in node_children(parents)]
+        self._depths = node_depths(parents)
+        self.tokens: Sequence = _Tokens(draft)
+        self._draft = draft
+        self._paths: dict[int, tuple[int, ...]] = {0: ()}
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def children(self, v: int) -> tuple[int, ...]:
+        return self._children[v]
+
+    def depth(self, v: int) -> int:
+        return self._depths[v]
+
+    def path(self, v: int) -> tuple[int, ...]:
+        path = self._paths.get(v)
+        if path is None:
+            path = self._paths[v] = self.path(self.parents[v]) + (self._draft.token(v),)
+        return path
+
+    @property
+    def height(self) -> int:
+        return max(self._depths)
+
+    def is_chain(self) -> bool:
+        return all(len(c) <= 1 for c in self._children)
+
+    def chain_nodes(self) -> list[int]:
+        nodes = [0]
+        while self._children[nodes[-1]]:
+            nodes.append(self._children[nodes[-1]][0])
+        return nodes
+
+    def __repr__(self) -> str:  # shows what is drawn; never draws
+        shown = ["?" if not self._draft._drawn[v] else self._draft._tokens[v] for v in range(len(self.parents))]
+        return f"LazyTree(parents={list(self.parents)}, tokens={shown})"
+
+
+class _Tokens(Sequence):
+    def __init__(self, draft: LazyDraft) -> None:
+        self._draft = draft
+
+    def __len__(self) -> int:
+        return len(self._draft.tree.parents)
+
+    def __getitem__(self, v):  # type: ignore[override]
+        if isinstance(v, slice):
+            return tuple(self[i] for i in range(len(self))[v])
+        if not -len(self) <= v < len(self):
+            raise IndexError(v)
+        return self._draft.token(v % len(self))
+
+
+class _Rows(Sequence):
+    def __init__(self, draft: LazyDraft, name: str) -> None:
+        self._draft, self._name = draft, name
+
+    def __len__(self) -> int:
+        return len(self._draft.tree.parents)
+
+    def __getitem__(self, v):  # type: ignore[override]
+        if isinstance(v, slice):
+            return tuple(self[i] for i in range(len(self))[v])
+        if not -len(self) <= v < len(self):
+            raise IndexError(v)
+        return self._draft.row(self._name, v % len(self))
+
+
+def lazy_drafter(topology: Topology, view: ModelView, sample: Sampler,
+                 never_short: bool) -> Callable[[Randomness], LazyDraft] | None:
+    """A function drafting ``topology`` lazily from ``view`` with the scheme ``sample`` (one :class:`LazyDraft` per
+    execution), or ``None`` when node ids could depend on the draws (module docstring): unless the scheme always
+    gives every child (``never_short``), when some reachable draft row of a node with children has fewer positive
+    tokens than the node has children, or there are too many such rows to read."""
+    if not never_short and not _full_support(topology, view):
+        return None
+    return lambda rng: LazyDraft(topology, view, sample, rng)
+
+
+def _full_support(topology: Topology, view: ModelView) -> bool:
+    """Whether every draft row an inner node can have (at a context reachable through positive draft tokens)
+    has at least as many positive tokens as the most children of a node at that depth."""
+    children = node_children(topology.parents)
+    depths = node_depths(topology.parents)
+    need = [0] * (max(depths) + 1)
+    for v, kids in enumerate(children):
+        need[depths[v]] = max(need[depths[v]], len(kids))
+    contexts: list[tuple[int, ...]] = [()]
+    seen = 1
+    for depth, width in enumerate(need):
+        if width == 0:
+            break  # nothing deeper has children (BFS levels)
+        deeper = []
+        for context in contexts:
+            positive = [x for x, w in enumerate(view.p(context)) if w > 0]
+            if len(positive) < width:
+                return False
+            if depth + 1 < len(need) and need[depth + 1]:
+                deeper.extend(context + (x,) for x in positive)
+        seen += len(deeper)
+        if seen > MAX_SUPPORT_CONTEXTS:
+            return False
+        contexts = deeper
+    return True
+
+
+class Eager:
+    """``drafter`` with drafting on demand switched off: the exact engine drafts every tree whole, as it did
+    before drafting on demand. The second method the lazy engine is checked against (tests/test_lazy_draft.py)
+    and the "before" of ``benchmarks/exact_scale.py``."""
+
+    def __init__(self, drafter: object) -> None:
+        self.drafter = drafter
+
+    def __getattr__(self, name: str) -> object:
+        if name == "lazy":
+            raise AttributeError(name)
+        return getattr(self.drafter, name)
