@@ -72,7 +72,7 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         at = slot[b, u]
         return xp.where((at >= 0)[:, None], store[xp.where(at >= 0, at, 0)], model[row_id[b, u]])
 
-    levels = [xp.asarray(level, dtype=xp.int64, device=batch.device) for level in shape.levels[1:]]
+    spans = [(level[0], level[-1] + 1) for level in shape.levels[1:]]  # BFS: each level is a run of ids
 
     def refresh(todo: Any, below: Any) -> None:
         """Rates (line 13) of the strict descendants of ``below[i]`` in tree ``todo[i]``, level by level (a trie
@@ -80,14 +80,14 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         m = todo.shape[0]
         inside = xp.zeros((m, n), dtype=xp.bool, device=batch.device)
         each = batch.arange(m)[:, None]
-        for cols in levels:
-            par = tparent[todo[:, None], cols[None, :]]  # [m, L]
+        for start, end in spans:
+            par = tparent[todo, start:end]  # [m, L]
             safe = xp.where(par >= 0, par, xp.zeros_like(par))
-            here = alive[todo[:, None], cols[None, :]] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
-            inside[:, cols] = here
+            here = alive[todo, start:end] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
+            inside[:, start:end] = here
             i, j = xp.nonzero(here)
             if i.shape[0]:
-                b, w, u = todo[i], cols[j], par[i, j]
+                b, w, u = todo[i], j + start, par[i, j]
                 x = tokens[b, w]
                 row = slot[b, u]
                 stored = row >= 0
