@@ -34,16 +34,17 @@ class OutputLaw:
 
     def __init__(self, outcomes: Iterable[tuple[RoundOutcome, Number]], height: int,
                  view: ModelView | None, exact: bool) -> None:
-        outcomes = list(outcomes)
-        self.executions = len(outcomes)  # executions the enumerator ran (choice-tree leaves)
         self.exact = exact
         self.height = height
         self.view = view
         zero: Number = Fraction(0) if exact else 0.0
         self._zero = zero
+        # Aggregated as the executions stream in: memory grows with the distinct outcomes, not the executions.
         self.outcomes: dict[RoundOutcome, Number] = {}
+        self.executions = 0  # executions the enumerator ran (choice-tree leaves)
         for outcome, prob in outcomes:
             self.outcomes[outcome] = self.outcomes.get(outcome, zero) + prob
+            self.executions += 1
 
     # ---- the round's own law -------------------------------------------------------------------------
     def law(self) -> dict[tuple[Sequence_, int], Number]:

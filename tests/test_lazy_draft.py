@@ -171,3 +171,20 @@ def test_size_check_admits_what_fits_and_refuses_what_cannot():
         wide = FixedShape(make_topology("complete", 3, 3))
         with pytest.raises(SizeLimitError, match="max_executions"):
             estimate_round(SyntheticModel(vocab=4, seed=0), wide, "trv").check(500_000)
+
+
+def test_output_law_memory_grows_with_distinct_outcomes_not_executions():
+    # 300,000 executions of 3 distinct outcomes: kept as a list (the old engine) they need tens of MB
+    import tracemalloc
+
+    from exact.law import OutputLaw
+    from simulator.speculation import RoundOutcome
+
+    outcomes = [RoundOutcome((), y) for y in range(3)]
+    stream = ((outcomes[i % 3], 1 / 300_000) for i in range(300_000))
+    tracemalloc.start()
+    law = OutputLaw(stream, 0, None, exact=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert law.executions == 300_000 and len(law.outcomes) == 3
+    assert peak < 1_000_000, peak
