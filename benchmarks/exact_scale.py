@@ -1,0 +1,118 @@
+"""How large a tree the exact engine certifies within a time budget, drafting eagerly ("before") and on demand
+("after", simulator/lazy_draft.py).
+
+Usage: ``python3 benchmarks/exact_scale.py [--budget 600] [--verifiers tv-rrs,trv,...] [--branching 2,3]
+[--vocab 2,3,4] [--max-depth 4] [--out reports/exact_scale.md]``.
+
+For each verifier (the lossless rules by default), branching ``b`` and vocabulary ``V``, depths 1, 2, … of the
+rule's shape (``complete(b, H)``; chains and multi-chains for the rules defined only there) are certified
+exactly (fractions, the synthetic model with seed 0, the first drafting scheme the rule is lossless under) in a
+child process killed at ``--budget`` seconds, until one does not finish; the table gives the largest depth that
+did, with its time and the executions enumerated, for both engines. No execution limit applies: only time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from exact import certify
+from simulator.drafting import FixedShape
+from simulator.lazy_draft import Eager
+from simulator.limits import limits
+from simulator.models import SyntheticModel
+from simulator.trees import make_topology
+from simulator.verifiers import VERIFIERS
+
+
+def shape_of(name: str) -> str:
+    shapes = VERIFIERS[name].shapes
+    return "complete" if "complete" in shapes else VERIFIERS[name].default_shape
+
+
+def _certify(name: str, shape: str, depth: int, branching: int, vocab: int, eager: bool, out) -> None:
+    spec = VERIFIERS[name]
+    drafter = FixedShape(make_topology(shape, depth, branching), spec.lossless_under[0])
+    start = time.perf_counter()
+    with limits(max_executions=None):
+        cert = certify(SyntheticModel(vocab, seed=0), Eager(drafter) if eager else drafter, name)
+    out.put({"seconds": time.perf_counter() - start, "executions": cert.executions, "lossless": cert.lossless})
+
+
+def run(name: str, shape: str, depth: int, branching: int, vocab: int, eager: bool, budget: float) -> dict | None:
+    """One certificate in a child process; ``None`` past ``budget`` seconds."""
+    out = multiprocessing.Queue()
+    child = multiprocessing.Process(target=_certify, args=(name, shape, depth, branching, vocab, eager, out))
+    child.start()
+    child.join(budget)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return None
+    return out.get() if child.exitcode == 0 else None
+
+
+def largest(name: str, branching: int, vocab: int, eager: bool, budget: float, max_depth: int) -> dict:
+    """The largest depth certified within ``budget``, and the first that was not."""
+    best: dict = {"depth": 0}
+    for depth in range(1, max_depth + 1):
+        result = run(name, shape_of(name), depth, branching, vocab, eager, budget)
+        if result is None:
+            return {**best, "failed_at": depth}
+        best = {"depth": depth, **result}
+        print(json.dumps({"verifier": name, "b": branching, "V": vocab, "eager": eager, **best}), file=sys.stderr)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=600.0, help="seconds per certificate")
+    parser.add_argument("--verifiers", default=",".join(n for n, s in VERIFIERS.items() if not s.is_control))
+    parser.add_argument("--branching", default="2,3")
+    parser.add_argument("--vocab", default="2,3,4")
+    parser.add_argument("--max-depth", type=int, default=4)
+    parser.add_argument("--out", default="reports/exact_scale.md")
+    args = parser.parse_args()
+    names = args.verifiers.split(",")
+    rows = []
+    for name in names:
+        for b in [int(x) for x in args.branching.split(",")]:
+            if shape_of(name) == "chain" and b != 2:
+                continue  # a chain has one child per node: b does not apply
+            for vocab in [int(x) for x in args.vocab.split(",")]:
+                rows.append({"verifier": name, "shape": shape_of(name), "b": b, "V": vocab,
+                             "eager": largest(name, b, vocab, True, args.budget, args.max_depth),
+                             "lazy": largest(name, b, vocab, False, args.budget, args.max_depth)})
+    command = "python3 benchmarks/exact_scale.py " + " ".join(sys.argv[1:])
+    Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+
+    def cell(r: dict) -> str:
+        if r["depth"] == 0:
+            return f"– (depth 1 > {args.budget:g} s)"
+        text = f"H = {r['depth']}: {r['executions']:,} executions, {r['seconds']:.1f} s"
+        return text + (f" (H = {r['failed_at']}: > {args.budget:g} s)" if "failed_at" in r else "")
+
+    lines = ["# Exact certification: the largest tree within a time budget, eager and lazy drafting", "",
+             f"Command: `{command}`. Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.platform()}, "
+             f"Python {platform.python_version()}. Each certificate: exact fractions, synthetic model (seed 0), the "
+             f"first drafting scheme the rule is lossless under, in a child process killed after {args.budget:g} s; "
+             f"depths 1..{args.max_depth} tried in order. *Eager*: every draft tree enumerated, then the verifier on "
+             "each (the engine before drafting on demand); *lazy*: a draft token is a choice only when the verifier "
+             "reads it. Executions: the enumerated choice-tree leaves (rounds), completed sequences not counted.", "",
+             "| verifier | shape | b | V | eager | lazy |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['verifier']}` | {r['shape']} | {r['b']} | {r['V']} | {cell(r['eager'])} | "
+                     f"{cell(r['lazy'])} |")
+    lines.append("")
+    Path(args.out).write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
