@@ -22,6 +22,8 @@ has fewer positive tokens than it has children gets fewer (the short-support rul
 node shift. :func:`lazy_drafter` therefore reads, once per round, the draft rows of every context a node with
 children can be reached at (``Σ_{d<H} V^d`` at most, far fewer than the trees) and drafts lazily only when each
 has enough positive tokens; otherwise (or past :data:`MAX_SUPPORT_CONTEXTS` contexts) the caller drafts eagerly.
+A model that scores a whole tree in one pass (a causal LM's tree attention) is always drafted eagerly: that pass
+is what its certificate covers.
 """
 
 from __future__ import annotations
@@ -157,9 +159,13 @@ class _Rows(Sequence):
 def lazy_drafter(topology: Topology, view: ModelView, sample: Sampler,
                  never_short: bool) -> Callable[[Randomness], LazyDraft] | None:
     """A function drafting ``topology`` lazily from ``view`` with the scheme ``sample`` (one :class:`LazyDraft` per
-    execution), or ``None`` when node ids could depend on the draws (module docstring): unless the scheme always
-    gives every child (``never_short``), when some reachable draft row of a node with children has fewer positive
-    tokens than the node has children, or there are too many such rows to read."""
+    execution), or ``None`` when node ids could depend on the draws (module docstring: unless the scheme always
+    gives every child, ``never_short``, when some reachable draft row of a node with children has fewer positive
+    tokens than the node has children, or there are too many such rows to read), and for a model that scores a
+    tree's rows together (``batch_rows``: a causal LM's tree-attention pass, whose rows — bugs included — are what
+    a certificate of it must cover; drawn row by row they would come from other passes)."""
+    if getattr(view.model, "batch_rows", None) is not None:
+        return None  # a causal LM scores a whole tree in one pass (tree attention): that pass is what is certified
     if not never_short and not _full_support(topology, view):
         return None
     return lambda rng: LazyDraft(topology, view, sample, rng)

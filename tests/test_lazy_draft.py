@@ -188,3 +188,15 @@ def test_output_law_memory_grows_with_distinct_outcomes_not_executions():
     tracemalloc.stop()
     assert law.executions == 300_000 and len(law.outcomes) == 3
     assert peak < 1_000_000, peak
+
+
+def test_a_model_scoring_whole_trees_is_drafted_eagerly():
+    # A causal LM's rows come from one tree-attention pass over the whole tree (batch_rows): drawn row by row
+    # they would come from other passes, and a bug in that pass would go uncertified (tests/test_real.py).
+    class TreeScored(SyntheticModel):
+        def batch_rows(self, name, contexts):
+            return [getattr(self, name)(c) for c in contexts]
+
+    topology = make_topology("complete", 2, 2)
+    assert FixedShape(topology).lazy(ModelView(TreeScored(3))) is None
+    assert FixedShape(topology).lazy(ModelView(SyntheticModel(3))) is not None
