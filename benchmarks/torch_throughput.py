@@ -26,11 +26,16 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+# Torch's CPU allocator maps every large tensor afresh, and the first touch of each page faults: at B = 1e6 a
+# [B, V] temporary costs 3-4x numpy's (whose allocator reuses freed memory). Torch's own switch backs large
+# allocations by huge pages instead; it is read at torch's first allocation, so it is set before the import.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify
-from simulator.trees import make_topology
-from simulator.verifiers import flows, rules
+import torch  # noqa: E402
+
+from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify  # noqa: E402
+from simulator.trees import make_topology  # noqa: E402
+from simulator.verifiers import flows, rules  # noqa: E402
 
 CHAINS = ("bv", "greedy-bv", "bug-greedy-bv-nomod")
 MULTI_CHAINS = ("gbv", "bug-gbv-clipped")
@@ -116,7 +121,10 @@ def main() -> None:
              f"before timing): they are measured at B = {FLOW_BATCH}.", "",
              "Each cell: torch's rate; on the CPU also numpy's (the same kernel on numpy arrays) and torch's speed "
              "relative to numpy (numpy's time / torch's). Each rate is the best of repeated calls, the two libraries "
-             f"alternating, over {args.budget:g} s per cell (at least one call each).", "",
+             f"alternating, over {args.budget:g} s per cell (at least one call each). Torch runs with "
+             f"`THP_MEM_ALLOC_ENABLE={os.environ['THP_MEM_ALLOC_ENABLE']}` (its allocator's huge pages: without "
+             "them each fresh large tensor page-faults, and at B = 1e6 torch's elementwise operations take 2-4x "
+             "numpy's time; docs/engines.md).", "",
              "| verifier | " + " | ".join(f"B = {b:,}" for b in batches) + " |",
              "|---|" + "---|" * len(batches)]
     worst = math.inf

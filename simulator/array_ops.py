@@ -113,29 +113,54 @@ def kseq_residual(p, q, rho, k):
     return xp.where(empty[:, None], q, positive_residual(q - gamma[:, None] * capped, q))
 
 
-def ranking_tables(p, q, clipped: bool = False):
-    """GBV's ranking (:func:`simulator.verifiers.multipath.ranking`) per row: ``rank [m, V]``, each token's place
-    (0 best; ``q/p`` descending, ``p = 0`` first, ties by token id; ``clipped``: by ``min(1, q/p)``, the
-    control's), and ``lower [m, V]``, the draft mass ranked below each token in the unclipped order, summed from
-    the worst token up (:func:`~simulator.verifiers.multipath.selected_law`)."""
+def _ranking_keys(p, q, clipped: bool):
+    """The score GBV ranks tokens by, higher first (:func:`simulator.verifiers.multipath.ranking`): ``q/p``, ``+∞``
+    where ``p = 0``; ``clipped``: ``min(1, q/p)``, 1 where ``p = 0`` (the control's)."""
     xp = array_namespace(p, q)
     zero = p == 0
     quotient = q / xp.where(zero, xp.ones_like(p), p)
-    score = xp.where(zero, xp.full_like(p, float("inf")), quotient)
-    order = xp.argsort(-score, axis=-1, stable=True)
     if clipped:
-        rank_order = xp.argsort(-xp.where(zero | (q >= p), xp.ones_like(p), quotient), axis=-1, stable=True)
-    else:
-        rank_order = order
-    places = xp.broadcast_to(xp.arange(p.shape[-1], dtype=xp.int64, device=device(p)), p.shape)
-    rank = _scatter(xp, rank_order, places)
-    worst_first = xp.flip(order, axis=-1)
+        return xp.where(zero | (q >= p), xp.ones_like(p), quotient)
+    return xp.where(zero, xp.full_like(p, float("inf")), quotient)
+
+
+def ranking_place(p, q, x, clipped: bool = False):
+    """``[m]``: the place of token ``x[i]`` in GBV's ranking of row ``i`` (0 best; ties by token id): the tokens
+    scored higher, plus the tokens of equal score and smaller id — a count over the row, where the whole ranking
+    (:func:`ranking_tables`) needs a sort."""
+    xp = array_namespace(p, q)
+    key = _ranking_keys(p, q, clipped)
+    mine = xp.take_along_axis(key, x[:, None], axis=-1)
+    ids = xp.arange(p.shape[-1], dtype=x.dtype, device=device(p))[None, :]
+    ahead = (key > mine) | ((key == mine) & (ids < x[:, None]))
+    return xp.sum(xp.astype(ahead, xp.int64), axis=-1)
+
+
+def ranked_below(p, q):
+    """``[m, V]``: the draft mass ranked below each token in GBV's (unclipped) ranking, summed from the worst token
+    up (:func:`~simulator.verifiers.multipath.selected_law`)."""
+    xp = array_namespace(p, q)
+    worst_first = xp.flip(xp.argsort(-_ranking_keys(p, q, False), axis=-1, stable=True), axis=-1)
     mass = xp.take_along_axis(p, worst_first, axis=-1)
-    running = xp.cumulative_sum(mass, axis=-1, include_initial=True)[..., :-1]
-    return rank, _scatter(xp, worst_first, running)
+    return _scatter(worst_first, xp.cumulative_sum(mass, axis=-1, include_initial=True)[..., :-1])
 
 
-def _scatter(xp, index, values):
-    """``out[i, index[i, j]] = values[i, j]`` for a permutation ``index`` per row (the inverse of a gather)."""
-    inverse = xp.argsort(index, axis=-1, stable=True)
-    return xp.take_along_axis(values, inverse, axis=-1)
+def ranking_tables(p, q, clipped: bool = False):
+    """GBV's ranking (:func:`simulator.verifiers.multipath.ranking`) per row: ``rank [m, V]``, each token's place
+    (0 best; ``q/p`` descending, ``p = 0`` first, ties by token id; ``clipped``: by ``min(1, q/p)``, the
+    control's), and ``lower [m, V]`` (:func:`ranked_below`)."""
+    xp = array_namespace(p, q)
+    order = xp.argsort(-_ranking_keys(p, q, clipped), axis=-1, stable=True)
+    places = xp.broadcast_to(xp.arange(p.shape[-1], dtype=xp.int64, device=device(p)), p.shape)
+    return _scatter(order, places), ranked_below(p, q)
+
+
+def _scatter(index, values):
+    """``out[i, index[i, j]] = values[i, j]`` for a permutation ``index`` per row (the inverse of a gather). The
+    array API has no scatter: numpy's ``put_along_axis``, the tensor's own ``scatter`` elsewhere (an inverse
+    permutation by a second sort costs ten times more on torch)."""
+    if isinstance(values, np.ndarray):
+        out = np.empty_like(values)
+        np.put_along_axis(out, index, values, axis=-1)
+        return out
+    return values.new_empty(values.shape).scatter_(-1, index, values)

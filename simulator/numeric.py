@@ -107,6 +107,18 @@ def ipow(x: Number, k: int) -> Number:
     return out
 
 
+def power_gap(a: Number, b: Number, k: int) -> Number:
+    """``(b^k − a^k)/(b − a) = Σ_{j<k} b^j a^{k−1−j}`` for an integer ``k ≥ 1``, by Horner's rule: a sum of
+    non-negative terms for ``a, b ≥ 0``, so no cancellation, where the difference of the two powers loses every
+    digit once ``b − a`` falls below ``a``'s last bit (and is ``0/0`` when it rounds to nothing). Works element by
+    element on arrays."""
+    out = power = a * 0 + 1
+    for _ in range(k - 1):
+        power = power * b
+        out = out * a + power
+    return out
+
+
 def normalise(weights: Sequence[Number]) -> tuple[Number, ...]:
     """``weights / sum(weights)``; the caller guarantees a positive sum."""
     s = total(weights)

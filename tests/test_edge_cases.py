@@ -202,3 +202,32 @@ def test_chain_verifiers_refuse_trees():
     with pytest.raises(UnsupportedDraftError) as err:
         certify(RandomRationalModel(vocab=2), FixedShape(make_topology("complete", 2, 2)), "bv")
     assert err.value.field == "tree"
+
+
+def test_gbv_selected_law_when_the_path_mass_is_below_the_last_bit():
+    """GBV's law of the best path divides two differences of powers, ``((c + m p_x)^k − c^k)/((A + m)^k − A^k)``.
+    Here the first chain's token 2 (``p = 1e-18``, ranked first: ``q/p`` is huge) is selected, so at depth 2
+    ``A = F(2) = 1 − 1e-18`` rounds to 1 and ``m = 1e-18`` lies below its last bit: written as differences the
+    law is ``0/0`` (a ZeroDivisionError in the reference, NaN in the kernel). By hand, with ``m`` cancelled: at
+    ``k = 2``, ``p̃(x) = p_x (2c + m p_x)/(2A + m) ≈ p_x`` — the selected path is the best by a margin, so its
+    next token follows ``p``. The reference and the batched kernel (numpy and torch) both give that."""
+    import numpy as np
+    from simulator.verifiers.multipath import selected_law
+    from simulator.verifiers.batched.frame import Batch, DenseRows, ReplayStream, TreeShape
+    from simulator.verifiers.batched.multipath import gbv
+    p_root, p_next = [0.5, 0.5, 1e-18], [0.25, 0.25, 0.5]
+    q_row = [0.25, 0.25, 0.5]
+    parents, tokens = [-1, 0, 0, 1, 2], [None, 2, 0, 1, 1]
+    tree = DraftTree(parents, tokens, vocab=3)
+    p, q = [p_root, p_next, p_next, None, None], [q_row] * 5
+    law = selected_law(tree, [0, 1, 3], p, q, 2)
+    assert law[1] == pytest.approx(p_next, rel=1e-12)
+    exact = selected_law(tree, [0, 1, 3], [[F(x) for x in r] if r else None for r in p],
+                         [[F(x) for x in r] for r in q], 2)
+    assert [float(x) for x in exact[1]] == pytest.approx(law[1], rel=1e-12)  # the exact law, written as before
+    rows = np.array([[p_root, p_next, p_next, q_row, q_row]]), np.array([q_row] * 5)[None]
+    shape = TreeShape(tuple(parents), np, None)
+    uniforms = np.full((1, 8), 0.3)
+    dense = DenseRows(*rows)
+    node, y = gbv(Batch(shape, np.array([[0, 2, 0, 1, 1]]), dense.ids(), dense, ReplayStream(uniforms)))
+    assert (int(node[0]), int(y[0])) == VERIFIERS["gbv"].fn(tree, p, q, ReplayRandomness([0.3] * 8))

@@ -63,8 +63,8 @@ class ContextRows:
             self._ranks[clipped] = ranking_tables(self.p, self.q[: len(self.p)], clipped)
         return self._ranks[clipped]
 
-    def ranks(self, ids: np.ndarray, clipped: bool) -> np.ndarray:
-        return self.rank_tables(clipped)[0][ids]
+    def place(self, ids: np.ndarray, x: np.ndarray, clipped: bool) -> np.ndarray:
+        return self.rank_tables(clipped)[0][ids, x]
 
     def lower(self, ids: np.ndarray) -> np.ndarray:
         return self.rank_tables(False)[1][ids]
@@ -177,8 +177,8 @@ class DeviceRows:
             rho[at], residual[at] = table_rho[ids[at]], table_residual[ids[at]]
         return rho, residual
 
-    def ranks(self, ids, clipped: bool):
-        return self._table(("ranks", clipped), lambda: self.host.rank_tables(clipped))[0][ids]
+    def place(self, ids, x, clipped: bool):
+        return self._table(("ranks", clipped), lambda: self.host.rank_tables(clipped))[0][ids, x]
 
     def lower(self, ids):
         return self._table(("ranks", False), lambda: self.host.rank_tables(False))[1][ids]

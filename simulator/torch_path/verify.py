@@ -50,16 +50,34 @@ def _check(parents: Sequence[int], tokens: Any, p: Any, q: Any, uniforms: Any) -
     xp = array_namespace(p, q, uniforms)
     if not (p.dtype == q.dtype == uniforms.dtype) or not xp.isdtype(p.dtype, "real floating"):
         raise InvalidParameterError("dtype", "p, q and uniforms must share one floating dtype")
-    inner = [v for v in range(n) if v in parents[1:]]  # a leaf's p is never read (the kernel adapter: NaN)
-    for field, rows in (("p", p[:, inner]), ("q", q)):  # a NaN makes the minimum NaN, which fails ``>= 0``
-        if rows.shape[0] * rows.shape[1] * rows.shape[2] and not (
-                bool(xp.min(rows) >= 0) and bool(xp.max(rows) < float("inf"))):
+    inner = sorted(set(parents[1:]))  # a leaf's p is never read (the kernel adapter: NaN)
+    for field, blocks in (("p", [p[:, a:b] for a, b in _runs(inner)]), ("q", [q])):
+        if p.shape[0] * p.shape[2] and not all(_finite_nonnegative(xp, rows) for rows in blocks):
             raise InvalidParameterError(field, "rows must be finite and non-negative")
     # The uniforms are not range-checked: under kernel capture they are symbolic, and a comparison would draw.
     drafted = tokens[:, 1:]
-    if drafted.shape[0] * drafted.shape[1] and (bool(xp.min(drafted) < 0) or bool(xp.max(drafted) >= p.shape[2])):
+    if drafted.shape[0] * drafted.shape[1] and (bool(xp.min(xp.min(drafted, axis=1)) < 0)
+                                                or bool(xp.max(xp.max(drafted, axis=1)) >= p.shape[2])):
         raise InvalidParameterError("tokens", f"drafted tokens must lie in 0..{p.shape[2] - 1}")
     return parents
+
+
+def _runs(nodes: list[int]) -> list[tuple[int, int]]:
+    """Sorted node ids as ``(start, stop)`` runs of consecutive ids: slices of ``[B, n, V]`` are views, where
+    indexing by a list of nodes would copy the rows."""
+    runs: list[tuple[int, int]] = []
+    for v in nodes:
+        if runs and runs[-1][1] == v:
+            runs[-1] = (runs[-1][0], v + 1)
+        else:
+            runs.append((v, v + 1))
+    return runs
+
+
+def _finite_nonnegative(xp: Any, rows: Any) -> bool:
+    """Whether every entry of ``rows`` ``[B, k, V]`` is finite and ``≥ 0`` (a NaN makes a minimum NaN, which fails
+    ``>= 0``). Reduced per tree first: torch reduces a strided view to one number about 30× slower."""
+    return bool(xp.min(xp.min(rows, axis=(1, 2))) >= 0) and bool(xp.max(xp.max(rows, axis=(1, 2))) < float("inf"))
 
 
 def torch_verify(name: str, parents: Sequence[int], tokens: Any, p: Any, q: Any,

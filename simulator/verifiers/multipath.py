@@ -18,7 +18,7 @@ import math
 from typing import Callable, Optional, Sequence
 
 from ..errors import UnsupportedDraftError
-from ..numeric import Number, ipow
+from ..numeric import Number, power_gap
 from ..randomness import Randomness
 from ..trees import DraftTree
 from .block import block_verify
@@ -66,9 +66,11 @@ def selected_law(tree: DraftTree, path: Sequence[int], p: Rows, q: Rows, k: int)
         for x in reversed(order):
             lower[x] = running
             running += p[v][x]
-        norm = ipow(below + mass, k) - ipow(below, k)
-        out[v] = tuple((ipow(below + mass * lower[x] + mass * p[v][x], k) - ipow(below + mass * lower[x], k)) / norm
-                       for x in range(len(p[v])))
+        # P(best path's next token = x) = ((c + m p_x)^k − c^k)/((A + m)^k − A^k), c = A + m·F(x), m = X(c): the
+        # factor m cancels, and each difference of powers is m times a power gap (no cancellation in floats)
+        norm = power_gap(below, below + mass, k)
+        start = {x: below + mass * lower[x] for x in range(len(p[v]))}
+        out[v] = tuple(p[v][x] * power_gap(start[x], start[x] + mass * p[v][x], k) / norm for x in range(len(p[v])))
         x = tree.tokens[child]
         below, mass = below + mass * lower[x], mass * p[v][x]
     return out

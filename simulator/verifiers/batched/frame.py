@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from array_api_compat import array_namespace, device as device_of
 
-from ...array_ops import kseq_residual, kseq_rho, ranking_tables
+from ...array_ops import kseq_residual, kseq_rho, ranked_below, ranking_place
 from ...errors import InvalidParameterError
 from ...randomness import counter_uniform
 from ...trees import node_children, node_depths, node_levels
@@ -87,11 +87,11 @@ class RowSource(Protocol):
     def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
         """K-SEQ's ``ρ*`` ``[m]`` and residual ``[m, V]`` for ``k`` candidates (a number or one per row)."""
 
-    def ranks(self, ids: Any, clipped: bool) -> Any:
-        """GBV's ranking places of the tokens ``[m, V]`` (0 best; ``clipped``: the control's ranking)."""
+    def place(self, ids: Any, x: Any, clipped: bool) -> Any:
+        """GBV's ranking place of token ``x`` ``[m]`` in each row (0 best; ``clipped``: the control's ranking)."""
 
     def lower(self, ids: Any) -> Any:
-        """The draft mass ranked below each token ``[m, V]`` (:func:`simulator.array_ops.ranking_tables`)."""
+        """The draft mass ranked below each token ``[m, V]`` (:func:`simulator.array_ops.ranked_below`)."""
 
     def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
         """A flow-defined rule's step weights ``[m, W + 1]`` and residual ``[m, V]`` (:func:`flow_step_rows`)."""
@@ -120,11 +120,11 @@ class DenseRows:
         rho = kseq_rho(p, q, k)
         return rho, kseq_residual(p, q, rho, k)
 
-    def ranks(self, ids: Any, clipped: bool) -> Any:
-        return ranking_tables(self.p[ids], self.q[ids], clipped)[0]
+    def place(self, ids: Any, x: Any, clipped: bool) -> Any:
+        return ranking_place(self.p[ids], self.q[ids], x, clipped)
 
     def lower(self, ids: Any) -> Any:
-        return ranking_tables(self.p[ids], self.q[ids])[1]
+        return ranked_below(self.p[ids], self.q[ids])
 
     def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
         return flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)

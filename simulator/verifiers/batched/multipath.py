@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...array_ops import categorical, ipow
+from ...array_ops import categorical
+from ...numeric import power_gap
 from ...errors import InvalidParameterError, UnsupportedDraftError
 from ..multipath import ZERO_DRAFT_GBV
 from .block import block_rows
@@ -41,7 +42,7 @@ def gbv(batch: Batch, clipped: bool = False) -> tuple[Any, Any]:
                 b = int(batch.where_true(zero)[0])
                 raise UnsupportedDraftError("tokens", f"tree {b}, node {child}: token {int(x[b])} has zero draft "
                                                       f"probability; {ZERO_DRAFT_GBV}")
-            places.append(rows.ranks(batch.ids[:, v], clipped)[every, x])
+            places.append(rows.place(batch.ids[:, v], x, clipped))
         keys.append(xp.stack(places, axis=1))
     best = batch.full(batch.size, 0)
     incumbent = keys[0]
@@ -60,9 +61,9 @@ def gbv(batch: Batch, clipped: bool = False) -> tuple[Any, Any]:
     for i in range(height):
         p = rows.p[ids[:, i]]
         lower = rows.lower(ids[:, i])
-        norm = ipow(below + mass, k) - ipow(below, k)
+        norm = power_gap(below, below + mass, k)  # the reference's quotient of power gaps (selected_law)
         start = below[:, None] + mass[:, None] * lower
-        law[:, i] = (ipow(start + mass[:, None] * p, k) - ipow(start, k)) / norm[:, None]
+        law[:, i] = p * power_gap(start, start + mass[:, None] * p, k) / norm[:, None]
         x = path_tokens[:, i + 1]
         below, mass = below + mass * lower[every, x], mass * p[every, x]
     tau, y = block_rows(batch, every, path_tokens, law, ids, greedy=False)
