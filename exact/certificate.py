@@ -12,18 +12,21 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Sequence
 
+from simulator.errors import InvalidParameterError
 from simulator.limits import computation
 from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import Number, check_arithmetic, to_json_number
 from simulator.speculation import decide, lazy_program
 from simulator.trees import DraftTree
 from simulator.drafting import Drafter
+from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import Verifier, check_pairing, load_verifier, verifier_name
 
 from .enumeration import enumerate_outcomes
 from .law import Counterexample, OutputLaw
 
 FLOAT_TOLERANCE = 1e-10
+METHODS = ("enumerate", "recursion")  # how certify computes a round's law
 
 
 def _resolve(verifier: str | Verifier) -> tuple[str, Verifier]:
@@ -73,6 +76,24 @@ def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool
         advance(float(p_draft))
 
 
+def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -> OutputLaw:
+    """The round's law by the recursion the registry names for ``verifier`` (``VerifierSpec.exact_law``, e.g. TRV's
+    over subtrees, :mod:`exact.traversal_dp`): the same law as enumeration (the tests compare them wherever
+    enumeration finishes) at a cost that grows with the sub-problems, not the draft trees. ``executions`` counts
+    the sub-problems solved."""
+    _, fn = _resolve(verifier)
+    name = verifier_name(fn)
+    spec = VERIFIERS.get(name)
+    if spec is None or spec.exact_law is None:
+        covered = [n for n, s in VERIFIERS.items() if s.exact_law is not None]
+        raise InvalidParameterError("method", f"no exact recursion for {name!r}; the recursion covers {covered}")
+    check_pairing(name, drafter.scheme)
+    outcomes, solved = spec.exact_law.resolve()(view, drafter)
+    law = _checked(OutputLaw(outcomes.items(), drafter.height, view, view.arithmetic == "fraction"))
+    law.executions = solved
+    return law
+
+
 def fixed_tree_law(tree: DraftTree, p: Sequence, q: Sequence, verifier: str | Verifier, vocab: int,
                    arithmetic: str = "fraction", view: ModelView | None = None,
                    height: int | None = None) -> OutputLaw:
@@ -114,6 +135,9 @@ class Certificate:
     #: mass on sequences the target gives probability 0: any makes the verdict LOSSY, whatever the tolerance
     off_support: Number = 0
     tolerance_reason: str = ""
+    #: how the law was computed (:data:`METHODS`): ``executions`` counts enumerated executions, or the recursion's
+    #: sub-problems
+    method: str = "enumerate"
 
     def to_json(self) -> dict:
         num = lambda v: to_json_number(v, self.arithmetic)  # noqa: E731
@@ -129,25 +153,30 @@ class Certificate:
                 "expected_accepted": num(self.expected_accepted),
                 "block_efficiency": num(self.expected_accepted + 1),
                 "accept_profile": [num(v) for v in self.profile], "counterexample": ce,
-                "executions": self.executions, "config": self.config}
+                "executions": self.executions, "method": self.method, "config": self.config}
 
 
 def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
-            context: Context = (), config: dict | None = None) -> Certificate:
+            context: Context = (), config: dict | None = None, method: str = "enumerate") -> Certificate:
     """Certify ``verifier``: exact TVD of its completed output law to ``q^(H+1)``, ``E[τ]``, counterexample.
 
     Lossless means TVD within the tolerance (0 under fractions, :data:`FLOAT_TOLERANCE` under floats, or what a
     verifier that computes in floats states through ``float_tolerance()``: a torch kernel) and no mass on a
-    sequence of target probability 0."""
+    sequence of target probability 0. ``method``: ``enumerate`` runs the rule itself on every draft and choice;
+    ``recursion`` computes the law by the rule's recursion in the registry (:func:`recursion_law`)."""
     name, fn = _resolve(verifier)
+    if method not in METHODS:
+        raise InvalidParameterError("method", f"unknown method {method!r}; choose from {METHODS}")
     with computation() as scope:  # the round's law and its completion count together
-        law = _view_law(ModelView(model, check_arithmetic(arithmetic), context), drafter, fn, scope.advance)
+        view = ModelView(model, check_arithmetic(arithmetic), context)
+        law = (_view_law(view, drafter, fn, scope.advance) if method == "enumerate"
+               else recursion_law(view, drafter, fn))
         distance = law.distance()
     tolerance, reason = _tolerance(fn, law.exact)
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     return Certificate(name, arithmetic, lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),
-                       distance.off_support, reason)
+                       distance.off_support, reason, method)
 
 
 def _tolerance(fn: Verifier, exact: bool) -> tuple[Number, str]:

@@ -67,13 +67,15 @@ def _seed_list(seeds: tuple[int, ...]) -> str:
 
 def certify_pairs(pair: Callable[[int], tuple[ModelPair, Drafter]], seeds: Iterable[int],
                   verifier: str | Verifier, arithmetic: str = "fraction", config: Callable[[int], dict] | None = None,
-                  on_pair: Callable[[int, Certificate], None] | None = None) -> PairsResult:
+                  on_pair: Callable[[int, Certificate], None] | None = None, method: str = "enumerate") -> PairsResult:
     """Certify ``verifier`` on ``pair(seed)`` (a model and its drafter) for each seed in order, stopping at the
-    first lossy pair; ``config(seed)`` is stored in each certificate, ``on_pair`` hears of each as it is done."""
+    first lossy pair; ``config(seed)`` is stored in each certificate, ``on_pair`` hears of each as it is done;
+    ``method`` as :func:`~exact.certificate.certify`'s."""
     done_seeds, certs = [], []
     for seed in seeds:
         model, drafter = pair(seed)
-        cert = certify(model, drafter, verifier, arithmetic, config=None if config is None else config(seed))
+        cert = certify(model, drafter, verifier, arithmetic, config=None if config is None else config(seed),
+                       method=method)
         done_seeds.append(seed)
         certs.append(cert)
         if on_pair is not None:

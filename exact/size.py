@@ -39,7 +39,8 @@ from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import check_arithmetic
 from simulator.randomness import Randomness
 from simulator.speculation import decide, lazy_program
-from simulator.verifiers.registry import Verifier, load_verifier
+from simulator.verifiers import VERIFIERS
+from simulator.verifiers.registry import Verifier, load_verifier, verifier_name
 
 from .enumeration import EnumeratingChooser, enumerate_outcomes
 
@@ -72,6 +73,8 @@ class SizeEstimate:
     #: drafting on demand: log10 of a round's executions estimated by Knuth's estimator (mean, and the mean
     #: less two standard errors; None when the standard error passes the mean), None when drafted eagerly
     sampled: tuple[float, float | None] | None = None
+    #: the verifier has an exact recursion (``certify --method recursion``), whose cost this does not estimate
+    recursion: bool = False
 
     @property
     def log10_executions(self) -> float:
@@ -107,7 +110,10 @@ class SizeEstimate:
             options = ", ".join(f"--{o}" for o in self.options)
             raise SizeLimitError("max_executions", f"{self.describe()}: over the limit of {max_executions:,} "
                                                    f"(--max-executions); the size grows with {options}: reduce "
-                                                   "them, or raise --max-executions")
+                                                   "them, or raise --max-executions"
+                                                   + ("; or compute the law by the rule's exact recursion, which "
+                                                      "enumerates no trees (--method recursion)" if self.recursion
+                                                      else ""))
         return self
 
 
@@ -183,7 +189,9 @@ def estimate_round(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
     fn = verifier if callable(verifier) else load_verifier(verifier)[1]
     vocab = model.vocab
     sequences = (drafter.height + 1) * math.log10(vocab) if extra_sequences_log10 is None else extra_sequences_log10
-    estimate = SizeEstimate(_trees_log10(drafter, vocab), None, sequences, _options(drafter), rounds_log10)
+    spec = VERIFIERS.get(verifier_name(fn))
+    estimate = SizeEstimate(_trees_log10(drafter, vocab), None, sequences, _options(drafter), rounds_log10,
+                            recursion=spec is not None and spec.exact_law is not None)
     view = ModelView(model, check_arithmetic(arithmetic), context)
     program = lazy_program(view, drafter, fn)
     limit = current_limits().max_executions

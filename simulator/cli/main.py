@@ -24,6 +24,7 @@ import click
 from tqdm import tqdm
 
 from exact import fixed_tree_law
+from exact.certificate import METHODS
 from exact.pairs import certify_pairs
 from exact.size import SizeEstimate, estimate_generation, estimate_round
 from exact.table import Planned, certification_table, estimate_table, plan_table, table_markdown
@@ -272,7 +273,8 @@ def _certificate_lines(cert, indent: str = "  ") -> list[str]:
         lines.append(f"{indent}counterexample: sequence {list(ce.sequence)} has probability "
                      f"{human_number(ce.verifier_prob)} under the verifier, {human_number(ce.target_prob)} under "
                      "the target")
-    lines.append(f"{indent}{cert.executions:,} executions enumerated")
+    lines.append(f"{indent}{cert.executions:,} " + ("executions enumerated" if cert.method == "enumerate" else
+                                                     "sub-problems of the exact recursion solved"))
     return lines
 
 
@@ -340,12 +342,15 @@ def _given(ctx: click.Context, names) -> list[str]:
 @_kernel_options
 @_case_options
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
+@click.option("--method", type=click.Choice(METHODS), default="enumerate", show_default=True,
+              help="enumerate: run the rule on every draft and choice; recursion: the rule's exact recursion over "
+                   "subtrees (trv, trv-iid), for trees enumeration cannot reach (docs/engines.md)")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
 @_limit_options
 @click.pass_context
 def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, pairs, kernel, adapter, dtype,
-            uniforms, kernel_kwargs, case_path, shrink, shrink_time, case_out, arithmetic, json_out, max_executions,
-            timeout, **tree) -> None:
+            uniforms, kernel_kwargs, case_path, shrink, shrink_time, case_out, arithmetic, method, json_out,
+            max_executions, timeout, **tree) -> None:
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1).
     Exit 0 lossless, 1 lossy."""
     _check_count("seeds", pairs, 1)
@@ -367,9 +372,10 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
     drafter, drafting = _build_drafter(model, tree)
     described = {} if kernel_spec is None else kernel_spec.describe()
     with _mass_bar(pairs, f"certify {name}") as bar, _limited(max_executions, timeout, bar.update) as cap:
-        estimate_round(model, drafter, fn, arithmetic).check(cap)
+        if method == "enumerate":  # the size estimate is enumeration's
+            estimate_round(model, drafter, fn, arithmetic).check(cap)
         result = certify_pairs(pair, range(seed, seed + pairs), fn, arithmetic,
-                               config=lambda s: {**model_for(s).describe(), **drafting, **described})
+                               config=lambda s: {**model_for(s).describe(), **drafting, **described}, method=method)
     cert = result.deciding
     click.echo(f"{name}: {'LOSSLESS' if result.lossless else 'LOSSY'} ({_exactness(cert, kernel_spec, arithmetic)})")
     click.echo(f"  model {cert.config['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items())

@@ -27,6 +27,7 @@ Verifier = Callable[..., tuple]
 
 ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
+TRAVERSAL_LAW = "exact.traversal_dp:traversal_law"  # TRV's law by recursion over subtrees
 IID, WOR = ("iid",), ("without-replacement",)
 
 
@@ -48,6 +49,9 @@ class VerifierSpec:
     kernel: KernelRef | None = None
     #: token verification's single-step rule in the exact dynamic programme over contexts (exact/dp.py), if any
     exact_dp: str | None = None
+    #: a recursion computing the round's exact law without enumerating draft trees, ``module:function`` with the
+    #: options selecting the rule (``certify --method recursion``; exact/traversal_dp.py), if any
+    exact_law: KernelRef | None = None
 
     @property
     def is_control(self) -> bool:
@@ -98,9 +102,11 @@ _SPECS = [
                  kernel=kernel("block:bv", greedy=True, target_completion=False)),
     VerifierSpec("trv", traversal.trv, "Traversal Verification (Alg. 3), duplicate siblings merged",
                  IID + WOR + DYNAMIC,
-                 kernel=kernel("traversal:trv")),
+                 kernel=kernel("traversal:trv"),
+                 exact_law=KernelRef(TRAVERSAL_LAW, (("merge", True), ("zero_draft", True)))),
     VerifierSpec("trv-iid", traversal.trv_iid, "Traversal Verification, duplicates apart, draft unchanged", IID,
-                 kernel=kernel("traversal:trv", merge=False)),
+                 kernel=kernel("traversal:trv", merge=False),
+                 exact_law=KernelRef(TRAVERSAL_LAW, (("merge", False), ("zero_draft", False)))),
     VerifierSpec("gbv", multipath.gbv, "greedy multi-path block verification (K i.i.d. paths)", IID,
                  ("chain", "multi-chain"),
                  kernel=kernel("multipath:gbv")),
