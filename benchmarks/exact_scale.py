@@ -1,5 +1,6 @@
 """How large a tree the exact engine certifies within a time budget, drafting eagerly ("before") and on demand
-("after", simulator/lazy_draft.py).
+("after", simulator/lazy_draft.py), and for a rule with an exact recursion (``certify --method recursion``) by
+that recursion.
 
 Usage: ``python3 benchmarks/exact_scale.py [--budget 600] [--verifiers tv-rrs,trv,...] [--branching 2,3]
 [--vocab 2,3,4] [--max-depth 4] [--out reports/exact_scale.md]``.
@@ -36,19 +37,23 @@ def shape_of(name: str) -> str:
     return "complete" if "complete" in shapes else VERIFIERS[name].default_shape
 
 
-def _certify(name: str, shape: str, depth: int, branching: int, vocab: int, eager: bool, out) -> None:
+MODES = ("eager", "lazy", "recursion")  # drafting every tree first; drafting on demand; the rule's recursion
+
+
+def _certify(name: str, shape: str, depth: int, branching: int, vocab: int, mode: str, out) -> None:
     spec = VERIFIERS[name]
     drafter = FixedShape(make_topology(shape, depth, branching), spec.lossless_under[0])
     start = time.perf_counter()
     with limits(max_executions=None):
-        cert = certify(SyntheticModel(vocab, seed=0), Eager(drafter) if eager else drafter, name)
+        cert = certify(SyntheticModel(vocab, seed=0), Eager(drafter) if mode == "eager" else drafter, name,
+                       method="recursion" if mode == "recursion" else "enumerate")
     out.put({"seconds": time.perf_counter() - start, "executions": cert.executions, "lossless": cert.lossless})
 
 
-def run(name: str, shape: str, depth: int, branching: int, vocab: int, eager: bool, budget: float) -> dict | None:
+def run(name: str, shape: str, depth: int, branching: int, vocab: int, mode: str, budget: float) -> dict | None:
     """One certificate in a child process; ``None`` past ``budget`` seconds."""
     out = multiprocessing.Queue()
-    child = multiprocessing.Process(target=_certify, args=(name, shape, depth, branching, vocab, eager, out))
+    child = multiprocessing.Process(target=_certify, args=(name, shape, depth, branching, vocab, mode, out))
     child.start()
     child.join(budget)
     if child.is_alive():
@@ -58,15 +63,15 @@ def run(name: str, shape: str, depth: int, branching: int, vocab: int, eager: bo
     return out.get() if child.exitcode == 0 else None
 
 
-def largest(name: str, branching: int, vocab: int, eager: bool, budget: float, max_depth: int) -> dict:
+def largest(name: str, branching: int, vocab: int, mode: str, budget: float, max_depth: int) -> dict:
     """The largest depth certified within ``budget``, and the first that was not."""
     best: dict = {"depth": 0}
     for depth in range(1, max_depth + 1):
-        result = run(name, shape_of(name), depth, branching, vocab, eager, budget)
+        result = run(name, shape_of(name), depth, branching, vocab, mode, budget)
         if result is None:
             return {**best, "failed_at": depth}
         best = {"depth": depth, **result}
-        print(json.dumps({"verifier": name, "b": branching, "V": vocab, "eager": eager, **best}), file=sys.stderr)
+        print(json.dumps({"verifier": name, "b": branching, "V": vocab, "mode": mode, **best}), file=sys.stderr)
     return best
 
 
@@ -86,16 +91,18 @@ def main() -> None:
             if shape_of(name) == "chain" and b != 2:
                 continue  # a chain has one child per node: b does not apply
             for vocab in [int(x) for x in args.vocab.split(",")]:
+                modes = MODES if VERIFIERS[name].exact_law is not None else MODES[:2]
                 rows.append({"verifier": name, "shape": shape_of(name), "b": b, "V": vocab,
-                             "eager": largest(name, b, vocab, True, args.budget, args.max_depth),
-                             "lazy": largest(name, b, vocab, False, args.budget, args.max_depth)})
+                             **{mode: largest(name, b, vocab, mode, args.budget, args.max_depth) for mode in modes}})
     command = "python3 benchmarks/exact_scale.py " + " ".join(sys.argv[1:])
     Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
 
-    def cell(r: dict) -> str:
+    def cell(r: dict | None, unit: str = "executions") -> str:
+        if r is None:
+            return "–"
         if r["depth"] == 0:
             return f"– (depth 1 > {args.budget:g} s)"
-        text = f"H = {r['depth']}: {r['executions']:,} executions, {r['seconds']:.1f} s"
+        text = f"H = {r['depth']}: {r['executions']:,} {unit}, {r['seconds']:.1f} s"
         return text + (f" (H = {r['failed_at']}: > {args.budget:g} s)" if "failed_at" in r else "")
 
     lines = ["# Exact certification: the largest tree within a time budget, eager and lazy drafting", "",
@@ -104,11 +111,13 @@ def main() -> None:
              f"first drafting scheme the rule is lossless under, in a child process killed after {args.budget:g} s; "
              f"depths 1..{args.max_depth} tried in order. *Eager*: every draft tree enumerated, then the verifier on "
              "each (the engine before drafting on demand); *lazy*: a draft token is a choice only when the verifier "
-             "reads it. Executions: the enumerated choice-tree leaves (rounds), completed sequences not counted.", "",
-             "| verifier | shape | b | V | eager | lazy |", "|---|---|---|---|---|---|"]
+             "reads it; *recursion*: the rule's exact recursion, which enumerates no trees (`certify --method "
+             "recursion`, docs/engines.md; TRV only). Executions: the enumerated choice-tree leaves (rounds), "
+             "completed sequences not counted; for the recursion, its sub-problems.", "",
+             "| verifier | shape | b | V | eager | lazy | recursion |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['verifier']}` | {r['shape']} | {r['b']} | {r['V']} | {cell(r['eager'])} | "
-                     f"{cell(r['lazy'])} |")
+                     f"{cell(r['lazy'])} | {cell(r.get('recursion'), 'sub-problems')} |")
     lines.append("")
     Path(args.out).write_text("\n".join(lines))
     print("\n".join(lines))

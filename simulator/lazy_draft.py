@@ -34,7 +34,7 @@ from typing import Callable, Iterator
 from .models import ModelView
 from .numeric import Number
 from .randomness import Randomness
-from .trees import Topology, node_children, node_depths
+from .trees import Topology, TreeStructure, node_children, node_depths
 
 #: A drafting scheme (:data:`simulator.drafting.SCHEMES`): a node's children from its draft row, one per ``next``.
 Sampler = Callable[[Sequence[Number], int, Randomness], Iterator[int]]
@@ -53,8 +53,8 @@ class LazyDraft:
         self._tokens: list[int | None] = [None] * len(topology.parents)
         self._drawn = [True] + [False] * (len(topology.parents) - 1)
         self._children: dict[int, Iterator[int]] = {}  # a node's scheme, part-way through its children
-        self.p: Sequence = _Rows(self, "p")
-        self.q: Sequence = _Rows(self, "q")
+        self.p: Sequence = _Drawn(len(self.tree.parents), lambda v: self.row("p", v))
+        self.q: Sequence = _Drawn(len(self.tree.parents), lambda v: self.row("q", v))
 
     def token(self, v: int) -> int | None:
         """Node ``v``'s token (``None`` at the root), drawn with what it is conditioned on if not drawn yet."""
@@ -80,7 +80,7 @@ class LazyDraft:
         return getattr(self._view, name)(self.tree.path(v))
 
 
-class LazyTree:
+class LazyTree(TreeStructure):
     """The tree a verifier receives from a :class:`LazyDraft`: :class:`~simulator.trees.DraftTree`'s interface
     (``parents``, ``tokens``, ``children``, ``depth``, ``path``, ``height``, ``is_chain``, ``chain_nodes``), the
     structure fixed, the tokens drawn when read (``tokens[v]``, ``path(v)``)."""
@@ -89,18 +89,9 @@ class LazyTree:
         self.parents = parents
         self._children = [tuple(c) for c in node_children(parents)]
         self._depths = node_depths(parents)
-        self.tokens: Sequence = _Tokens(draft)
+        self.tokens: Sequence = _Drawn(len(parents), draft.token)
         self._draft = draft
         self._paths: dict[int, tuple[int, ...]] = {0: ()}
-
-    def __len__(self) -> int:
-        return len(self.parents)
-
-    def children(self, v: int) -> tuple[int, ...]:
-        return self._children[v]
-
-    def depth(self, v: int) -> int:
-        return self._depths[v]
 
     def path(self, v: int) -> tuple[int, ...]:
         path = self._paths.get(v)
@@ -108,52 +99,26 @@ class LazyTree:
             path = self._paths[v] = self.path(self.parents[v]) + (self._draft.token(v),)
         return path
 
-    @property
-    def height(self) -> int:
-        return max(self._depths)
-
-    def is_chain(self) -> bool:
-        return all(len(c) <= 1 for c in self._children)
-
-    def chain_nodes(self) -> list[int]:
-        nodes = [0]
-        while self._children[nodes[-1]]:
-            nodes.append(self._children[nodes[-1]][0])
-        return nodes
-
     def __repr__(self) -> str:  # shows what is drawn; never draws
         shown = ["?" if not self._draft._drawn[v] else self._draft._tokens[v] for v in range(len(self.parents))]
         return f"LazyTree(parents={list(self.parents)}, tokens={shown})"
 
 
-class _Tokens(Sequence):
-    def __init__(self, draft: LazyDraft) -> None:
-        self._draft = draft
+class _Drawn(Sequence):
+    """A sequence over a round's nodes whose entries are computed when read (``get(v)``): the tokens, the rows."""
+
+    def __init__(self, size: int, get: Callable[[int], object]) -> None:
+        self._size, self._get = size, get
 
     def __len__(self) -> int:
-        return len(self._draft.tree.parents)
+        return self._size
 
     def __getitem__(self, v):  # type: ignore[override]
         if isinstance(v, slice):
-            return tuple(self[i] for i in range(len(self))[v])
-        if not -len(self) <= v < len(self):
+            return tuple(self[i] for i in range(self._size)[v])
+        if not -self._size <= v < self._size:
             raise IndexError(v)
-        return self._draft.token(v % len(self))
-
-
-class _Rows(Sequence):
-    def __init__(self, draft: LazyDraft, name: str) -> None:
-        self._draft, self._name = draft, name
-
-    def __len__(self) -> int:
-        return len(self._draft.tree.parents)
-
-    def __getitem__(self, v):  # type: ignore[override]
-        if isinstance(v, slice):
-            return tuple(self[i] for i in range(len(self))[v])
-        if not -len(self) <= v < len(self):
-            raise IndexError(v)
-        return self._draft.row(self._name, v % len(self))
+        return self._get(v % self._size)
 
 
 def lazy_drafter(topology: Topology, view: ModelView, sample: Sampler,

@@ -190,7 +190,39 @@ def _count(n: int) -> str:
     return f"{n:,}" if n < 10**12 else f"about 10^{len(str(n)) - 1}"
 
 
-class DraftTree:
+class TreeStructure:
+    """What a tree's shape answers, from ``parents``, ``_children`` (lists of child ids) and ``_depths``: shared by
+    :class:`DraftTree` and the lazily drafted tree (:class:`simulator.lazy_draft.LazyTree`)."""
+
+    parents: list[int] | tuple[int, ...]
+    _children: Sequence[Sequence[int]]
+    _depths: list[int]
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def children(self, v: int) -> tuple[int, ...]:
+        return tuple(self._children[v])
+
+    def depth(self, v: int) -> int:
+        return self._depths[v]
+
+    @property
+    def height(self) -> int:
+        return max(self._depths)
+
+    def is_chain(self) -> bool:
+        return all(len(c) <= 1 for c in self._children)
+
+    def chain_nodes(self) -> list[int]:
+        """The nodes of a chain from the root down (the caller checks :meth:`is_chain`)."""
+        nodes = [0]
+        while self._children[nodes[-1]]:
+            nodes.append(self._children[nodes[-1]][0])
+        return nodes
+
+
+class DraftTree(TreeStructure):
     """A drafted tree: BFS parent list plus the token of every non-root node (``tokens[0]`` is ``None``).
 
     This is the object a verifier receives: ``parents``, ``tokens``, ``children(v)``, ``depth(v)``,
@@ -217,31 +249,8 @@ class DraftTree:
         for v in range(1, len(self.parents)):
             self._paths.append(self._paths[self.parents[v]] + (self.tokens[v],))  # type: ignore[operator]
 
-    def __len__(self) -> int:
-        return len(self.parents)
-
-    def children(self, v: int) -> tuple[int, ...]:
-        return tuple(self._children[v])
-
-    def depth(self, v: int) -> int:
-        return self._depths[v]
-
     def path(self, v: int) -> tuple[int, ...]:
         return self._paths[v]
-
-    @property
-    def height(self) -> int:
-        return max(self._depths)
-
-    def is_chain(self) -> bool:
-        return all(len(c) <= 1 for c in self._children)
-
-    def chain_nodes(self) -> list[int]:
-        """The nodes of a chain from the root down (the caller checks :meth:`is_chain`)."""
-        nodes = [0]
-        while self._children[nodes[-1]]:
-            nodes.append(self._children[nodes[-1]][0])
-        return nodes
 
     def __repr__(self) -> str:
         return f"DraftTree(parents={list(self.parents)}, tokens={list(self.tokens)})"
