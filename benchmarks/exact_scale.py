@@ -3,7 +3,7 @@
 that recursion.
 
 Usage: ``python3 benchmarks/exact_scale.py [--budget 600] [--verifiers tv-rrs,trv,...] [--branching 2,3]
-[--vocab 2,3,4] [--max-depth 4] [--out reports/exact_scale.md]``.
+[--vocab 2,3,4] [--max-depth 4] [--out reports/exact_scale.md] [--update]``.
 
 For each verifier (the lossless rules by default), branching ``b`` and vocabulary ``V``, depths 1, 2, … of the
 rule's shape (``complete(b, H)``; chains and multi-chains for the rules defined only there) are certified
@@ -83,8 +83,15 @@ def main() -> None:
     parser.add_argument("--vocab", default="2,3,4")
     parser.add_argument("--max-depth", type=int, default=4)
     parser.add_argument("--out", default="reports/exact_scale.md")
+    parser.add_argument("--update", action="store_true",
+                        help="keep the rows of --out's JSON for the cells not rerun (their command stays listed)")
     args = parser.parse_args()
     names = args.verifiers.split(",")
+    command = "python3 benchmarks/exact_scale.py " + " ".join(sys.argv[1:])
+    stored = json.loads(Path(args.out).with_suffix(".json").read_text()) if args.update else {"rows": []}
+    if isinstance(stored, list):  # the first layout: rows only, the command in the markdown
+        stored = {"commands": ["python3 benchmarks/exact_scale.py --budget 30 --vocab 4 --branching 2 "
+                               "--max-depth 3 --out reports/exact_scale.md"], "rows": stored}
     rows = []
     for name in names:
         for b in [int(x) for x in args.branching.split(",")]:
@@ -94,8 +101,12 @@ def main() -> None:
                 modes = MODES if VERIFIERS[name].exact_law is not None else MODES[:2]
                 rows.append({"verifier": name, "shape": shape_of(name), "b": b, "V": vocab,
                              **{mode: largest(name, b, vocab, mode, args.budget, args.max_depth) for mode in modes}})
-    command = "python3 benchmarks/exact_scale.py " + " ".join(sys.argv[1:])
-    Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    rerun = {(r["verifier"], r["b"], r["V"]) for r in rows}
+    kept = [r for r in stored["rows"] if (r["verifier"], r["b"], r["V"]) not in rerun]
+    order = {name: i for i, name in enumerate(VERIFIERS)}
+    rows = sorted(kept + rows, key=lambda r: (order.get(r["verifier"], len(order)), r["b"], r["V"]))
+    commands = (stored.get("commands", []) if args.update else []) + [command]
+    Path(args.out).with_suffix(".json").write_text(json.dumps({"commands": commands, "rows": rows}, indent=1))
 
     def cell(r: dict | None, unit: str = "executions") -> str:
         if r is None:
@@ -105,8 +116,9 @@ def main() -> None:
         text = f"H = {r['depth']}: {r['executions']:,} {unit}, {r['seconds']:.1f} s"
         return text + (f" (H = {r['failed_at']}: > {args.budget:g} s)" if "failed_at" in r else "")
 
-    lines = ["# Exact certification: the largest tree within a time budget, eager and lazy drafting", "",
-             f"Command: `{command}`. Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.platform()}, "
+    lines = ["# Exact certification: the largest tree within a time budget, eager and lazy drafting, and by recursion", "",
+             "Commands (later ones rerun the rows of their verifiers): " + "; ".join(f"`{c}`" for c in commands)
+             + f". Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.platform()}, "
              f"Python {platform.python_version()}. Each certificate: exact fractions, synthetic model (seed 0), the "
              f"first drafting scheme the rule is lossless under, in a child process killed after {args.budget:g} s; "
              f"depths 1..{args.max_depth} tried in order. *Eager*: every draft tree enumerated, then the verifier on "

@@ -69,6 +69,8 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
 
     def current(b: Any, u: Any, store: Any, model: Any) -> Any:
         """The target or draft rows of nodes ``u`` of trees ``b``: ``[m, V]``."""
+        if used == 0:  # nothing rejected yet: every row is the model's
+            return model[row_id[b, u]]
         at = slot[b, u]
         return xp.where((at >= 0)[:, None], store[xp.where(at >= 0, at, 0)], model[row_id[b, u]])
 
@@ -78,22 +80,28 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         """Rates (line 13) of the strict descendants of ``below[i]`` in tree ``todo[i]``, level by level (a trie
         parent lies one level up, so its rate is fresh)."""
         m = todo.shape[0]
+        whole = used == 0  # the first refresh: below the root, every alive node, and every row the model's
         inside = xp.zeros((m, n), dtype=xp.bool, device=batch.device)
         each = batch.arange(m)[:, None]
         for start, end in spans:
             par = tparent[todo, start:end]  # [m, L]
-            safe = xp.where(par >= 0, par, xp.zeros_like(par))
-            here = alive[todo, start:end] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
-            inside[:, start:end] = here
+            if whole:
+                here = alive[todo, start:end] & (par >= 0)
+            else:
+                safe = xp.where(par >= 0, par, xp.zeros_like(par))
+                here = alive[todo, start:end] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
+                inside[:, start:end] = here
             i, j = xp.nonzero(here)
             if i.shape[0]:
                 b, w, u = todo[i], j + start, par[i, j]
                 x = tokens[b, w]
-                row = slot[b, u]
-                stored = row >= 0
-                safe_row = xp.where(stored, row, xp.zeros_like(row))
-                q_x = xp.where(stored, store_q[safe_row, x], rows.q[row_id[b, u], x])
-                p_x = xp.where(stored, store_p[safe_row, x], rows.p[row_id[b, u], x])
+                q_x, p_x = rows.q[row_id[b, u], x], rows.p[row_id[b, u], x]
+                if not whole:
+                    row = slot[b, u]
+                    stored = row >= 0
+                    safe_row = xp.where(stored, row, xp.zeros_like(row))
+                    q_x = xp.where(stored, store_q[safe_row, x], q_x)
+                    p_x = xp.where(stored, store_p[safe_row, x], p_x)
                 rate[b, w] = ratio(rate[b, u] * q_x, p_x)
 
     refresh(everyone, batch.full(size, 0))
