@@ -33,15 +33,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from simulator.drafting import SCHEMES, FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import Context, ModelView
-from simulator.numeric import Number, ratio
+from simulator.numeric import Number
 from simulator.speculation import RoundOutcome
 from simulator.trees import node_children
-from simulator.verifiers.traversal import reject_child
+from simulator.verifiers.traversal import child_rate, reject_child
 
 from .enumeration import enumerate_outcomes
 
@@ -73,7 +73,8 @@ class TraversalRecursion:
         accepts, _ = self.node((), self.one, (shape,), root=True)  # the root is never deleted
         return {RoundOutcome(path, y): prob for (path, y), prob in accepts.items() if prob != 0}
 
-    def node(self, context: Context, rate: Number, members: tuple[Shape, ...], root: bool = False) -> tuple[Accepts, Number]:
+    def node(self, context: Context, rate: Number, members: tuple[Shape, ...],
+             root: bool = False) -> tuple[Accepts, Number]:
         """``S``: the acceptances in the subtree of a trie node at ``context`` entered with ``rate``, whose members
         (the merged drafted nodes) have the shapes ``members``; and the probability that the node is deleted."""
         key = (context, rate, members, root)
@@ -89,7 +90,7 @@ class TraversalRecursion:
             rate_now, target_now, draft_now = rate, target, draft
             reach = p_groups  # P(these tokens, and every earlier child deleted)
             for x, kid_members in groups:
-                inner, gone = self.node(context + (x,), ratio(rate_now * target_now[x], draft_now[x]), kid_members)
+                inner, gone = self.node(context + (x,), child_rate(rate_now, target_now, draft_now, x), kid_members)
                 for (path, y), prob in inner.items():
                     key_ = ((x,) + path, y)
                     accepts[key_] = accepts.get(key_, zero) + reach * prob
@@ -148,7 +149,8 @@ def _shape(parents: Sequence[int], v: int = 0) -> Shape:
     return build(v)
 
 
-def traversal_law(view: ModelView, drafter: Any, merge: bool = True, zero_draft: bool = True) -> tuple[dict[RoundOutcome, Number], int]:
+def traversal_law(view: ModelView, drafter: Any, merge: bool = True,
+                  zero_draft: bool = True) -> tuple[dict[RoundOutcome, Number], int]:
     """The round's law of TRV (``merge``: equal siblings merged, as ``trv``; ``zero_draft``: Eq. 2's update) on
     ``drafter``'s trees, and the number of sub-problems solved. ``drafter``: a fixed shape under any drafting
     scheme (dynamic trees are not covered)."""

@@ -67,7 +67,7 @@ def traversal_verify(tree: DraftTree, p: Rows, q: Rows, rng: Randomness, merge: 
 
     def refresh(u: int) -> None:  # line 1 / line 13: rates down u's subtree
         for c in kids[u]:
-            rate[c] = ratio(rate[u] * target[u][token[c]], draft[u][token[c]])
+            rate[c] = child_rate(rate[u], target[u], draft[u], token[c])
             refresh(c)
 
     refresh(0)
@@ -83,6 +83,12 @@ def traversal_verify(tree: DraftTree, p: Rows, q: Rows, rng: Randomness, merge: 
         rate[u], target[u], draft[u] = reject_child(rate[u], target[u], draft[u], token[leaf], zero_draft)
         kids[u] = [c for c in kids[u] if alive[c]]
         refresh(u)
+
+
+def child_rate(rate: Number, target: Sequence[Number], draft: Sequence[Number], token: int) -> Number:
+    """Line 13: the rate of a child holding ``token`` under a node of rate ``rate`` with rows ``target``, ``draft``:
+    ``min(1, rate · target(token)/draft(token))``."""
+    return ratio(rate * target[token], draft[token])
 
 
 def reject_child(rate: Number, target: Sequence[Number], draft: Sequence[Number], token: int,
