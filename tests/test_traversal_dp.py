@@ -97,3 +97,20 @@ def test_recursion_in_floats_agrees_with_fractions():
         assert rounded.outcomes[outcome] == pytest.approx(float(prob), rel=1e-12, abs=1e-15)
     assert sum(exact.outcomes.values()) == Fraction(1)
     assert np.isclose(sum(rounded.outcomes.values()), 1.0)
+
+
+def test_certify_command_by_recursion_and_its_refusals(tmp_path):
+    """The command line: TRV by recursion says so; a verifier without a recursion, and a reproducer (certified as
+    found, by enumeration), are refused with exit 2 naming ``method``."""
+    from click.testing import CliRunner
+    from simulator.cli import main as cli
+    shape = ["--topology", "complete", "--depth", "2", "--branching", "2", "--vocab", "3"]
+    done = CliRunner().invoke(cli.main, ["certify", "--verifier", "trv", *shape, "--method", "recursion"])
+    assert done.exit_code == 0 and "LOSSLESS" in done.output and "sub-problems" in done.output
+    refused = CliRunner().invoke(cli.main, ["certify", "--verifier", "tv-rrs", *shape, "--method", "recursion"])
+    assert refused.exit_code == 2 and "method" in refused.output
+    case = tmp_path / "case.json"
+    case.write_text('{"vocab": 2, "parents": [-1, 0], "tokens": [null, 0], "verifier": "trv", '
+                    '"p": {"0": ["2/3", "1/3"]}, "q": {"0": ["1/3", "2/3"], "1": ["1/4", "3/4"]}}')
+    refused = CliRunner().invoke(cli.main, ["certify", "--case", str(case), "--method", "recursion"])
+    assert refused.exit_code == 2 and "method" in refused.output

@@ -355,6 +355,9 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
     Exit 0 lossless, 1 lossy."""
     _check_count("seeds", pairs, 1)
     if case_path is not None:
+        if method != "enumerate":  # a reproducer is certified as it was found: by enumeration
+            raise InvalidParameterError("method", "--case certifies by enumeration; --method recursion applies to "
+                                                  "a model and shape given by the options")
         return _certify_case(ctx, case_path, tree, kernel, adapter, dtype, uniforms, kernel_kwargs, shrink,
                              shrink_time, case_out, json_out, max_executions, timeout)
     if model_kind == "table" and pairs > 1:
