@@ -43,3 +43,19 @@ def test_shared_array_arithmetic_is_the_scalar_reference_on_numpy_and_torch_bit_
         on_torch = fn(array_ops, *(torch.from_numpy(np.asarray(a)) for a in args)).numpy()
         assert np.array_equal(on_numpy, on_torch), name
         assert np.array_equal(on_numpy, np.asarray(expected, dtype=on_numpy.dtype)), name
+
+
+def test_ranking_place_counts_what_the_sort_ranks():
+    """GBV reads a drafted token's place by a count over the row (``ranking_place``); it must be the place the
+    reference's sort gives (``multipath.ranking``: ``q/p`` descending, ``p = 0`` first, ties by token id) — here on
+    rows full of ties (equal ratios, several ``p = 0``), both rankings, every token."""
+    from simulator.array_ops import ranking_place
+    from simulator.verifiers.multipath import _clipped, _unclipped, ranking
+    rng = np.random.default_rng(3)
+    p = rng.integers(0, 3, (200, 5)).astype(float)
+    q = rng.integers(0, 3, (200, 5)).astype(float)
+    for clipped, score in ((False, _unclipped), (True, _clipped)):
+        for x in range(5):
+            got = ranking_place(p, q, np.full(200, x), clipped)
+            expected = [ranking(list(pr), list(qr), score).index(x) for pr, qr in zip(p, q)]
+            assert got.tolist() == expected
