@@ -22,14 +22,14 @@ def _trie(batch: Batch, merge: bool) -> Any:
     xp, shape = batch.xp, batch.shape
     rep = xp.asarray(xp.broadcast_to(batch.arange(shape.n)[None, :], (batch.size, shape.n)), copy=True)
     if merge:
-        tokens = batch.tokens
-        for w in range(2, shape.n):  # nodes 1..w−1 are settled: w joins the first earlier sibling it matches
-            earlier = batch.arange(w - 1) + 1
-            parents = xp.asarray(shape.parents[1:w], dtype=xp.int64, device=batch.device)
-            same = ((rep[:, parents] == rep[:, shape.parents[w]][:, None])
-                    & (tokens[:, 1:w] == tokens[:, w][:, None]) & (rep[:, 1:w] == earlier[None, :]))  # [B, w−1]
-            first = xp.argmax(xp.astype(same, xp.int8), axis=1) + 1
-            rep[:, w] = xp.where(xp.any(same, axis=1), first, rep[:, w])
+        for level in shape.levels[1:]:  # merged siblings share a depth; the level above is settled
+            if len(level) == 1:
+                continue
+            ids = xp.asarray(level, dtype=xp.int64, device=batch.device)  # [L]
+            parent = rep[:, xp.asarray([shape.parents[w] for w in level], dtype=xp.int64, device=batch.device)]
+            token = batch.tokens[:, ids]  # [B, L], as parent
+            same = (parent[:, :, None] == parent[:, None, :]) & (token[:, :, None] == token[:, None, :])  # [B, L, L]
+            rep[:, ids] = ids[xp.argmax(xp.astype(same, xp.int8), axis=2)]  # the first of each node's group
     return rep
 
 
@@ -76,35 +76,35 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
 
     spans = [(level[0], level[-1] + 1) for level in shape.levels[1:]]  # BFS: each level is a run of ids
 
+    # Line 13 before any rejection, densely: every alive node below the root, every row the model's.
+    for start, end in spans:
+        par = tparent[:, start:end]  # [B, L]; −1 for a node merged into another
+        safe = xp.where(par >= 0, par, xp.zeros_like(par))
+        at = row_id[everyone[:, None], safe]
+        x = tokens[:, start:end]
+        line13 = ratio(rate[everyone[:, None], safe] * rows.q[at, x], rows.p[at, x])
+        rate[:, start:end] = xp.where(par >= 0, line13, xp.zeros_like(line13))
+
     def refresh(todo: Any, below: Any) -> None:
         """Rates (line 13) of the strict descendants of ``below[i]`` in tree ``todo[i]``, level by level (a trie
         parent lies one level up, so its rate is fresh)."""
-        m = todo.shape[0]
-        whole = used == 0  # the first refresh: below the root, every alive node, and every row the model's
-        inside = xp.zeros((m, n), dtype=xp.bool, device=batch.device)
-        each = batch.arange(m)[:, None]
+        inside = xp.zeros((todo.shape[0], n), dtype=xp.bool, device=batch.device)
+        each = batch.arange(todo.shape[0])[:, None]
         for start, end in spans:
             par = tparent[todo, start:end]  # [m, L]
-            if whole:
-                here = alive[todo, start:end] & (par >= 0)
-            else:
-                safe = xp.where(par >= 0, par, xp.zeros_like(par))
-                here = alive[todo, start:end] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
-                inside[:, start:end] = here
+            safe = xp.where(par >= 0, par, xp.zeros_like(par))
+            here = alive[todo, start:end] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
+            inside[:, start:end] = here
             i, j = xp.nonzero(here)
             if i.shape[0]:
                 b, w, u = todo[i], j + start, par[i, j]
-                x = tokens[b, w]
-                q_x, p_x = rows.q[row_id[b, u], x], rows.p[row_id[b, u], x]
-                if not whole:
-                    row = slot[b, u]
-                    stored = row >= 0
-                    safe_row = xp.where(stored, row, xp.zeros_like(row))
-                    q_x = xp.where(stored, store_q[safe_row, x], q_x)
-                    p_x = xp.where(stored, store_p[safe_row, x], p_x)
+                x, at, row = tokens[b, w], row_id[b, u], slot[b, u]
+                stored = row >= 0
+                safe_row = xp.where(stored, row, xp.zeros_like(row))
+                q_x = xp.where(stored, store_q[safe_row, x], rows.q[at, x])
+                p_x = xp.where(stored, store_p[safe_row, x], rows.p[at, x])
                 rate[b, w] = ratio(rate[b, u] * q_x, p_x)
 
-    refresh(everyone, batch.full(size, 0))
     node, y = batch.full(size, 0), batch.full(size, 0)
     order = None if post_order else _trie_order(batch, alive, tparent)
     live = everyone
