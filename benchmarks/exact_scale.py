@@ -3,13 +3,14 @@
 that recursion.
 
 Usage: ``python3 benchmarks/exact_scale.py [--budget 600] [--verifiers tv-rrs,trv,...] [--branching 2,3]
-[--vocab 2,3,4] [--max-depth 4] [--out reports/exact_scale.md] [--update]``.
+[--vocab 2,3,4] [--max-depth 4] [--modes eager,lazy,recursion] [--out reports/exact_scale.md] [--update]``.
 
 For each verifier (the lossless rules by default), branching ``b`` and vocabulary ``V``, depths 1, 2, … of the
 rule's shape (``complete(b, H)``; chains and multi-chains for the rules defined only there) are certified
 exactly (fractions, the synthetic model with seed 0, the first drafting scheme the rule is lossless under) in a
 child process killed at ``--budget`` seconds, until one does not finish; the table gives the largest depth that
 did, with its time and the executions enumerated, for both engines. No execution limit applies: only time.
+``--update`` with ``--modes`` reruns only those columns of the named rows; each cell keeps the budget it ran under.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def largest(name: str, branching: int, vocab: int, mode: str, budget: float, max
     for depth in range(1, max_depth + 1):
         result = run(name, shape_of(name), depth, branching, vocab, mode, budget)
         if result is None:
-            return {**best, "failed_at": depth}
-        best = {"depth": depth, **result}
+            return {**best, "failed_at": depth, "budget": budget}
+        best = {"depth": depth, **result, "budget": budget}
         print(json.dumps({"verifier": name, "b": branching, "V": vocab, "mode": mode, **best}), file=sys.stderr)
     return best
 
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--branching", default="2,3")
     parser.add_argument("--vocab", default="2,3,4")
     parser.add_argument("--max-depth", type=int, default=4)
+    parser.add_argument("--modes", default=",".join(MODES), help="the columns to run (others kept with --update)")
     parser.add_argument("--out", default="reports/exact_scale.md")
     parser.add_argument("--update", action="store_true",
                         help="keep the rows of --out's JSON for the cells not rerun (their command stays listed)")
@@ -92,6 +94,8 @@ def main() -> None:
     if isinstance(stored, list):  # the first layout: rows only, the command in the markdown
         stored = {"commands": ["python3 benchmarks/exact_scale.py --budget 30 --vocab 4 --branching 2 "
                                "--max-depth 3 --out reports/exact_scale.md"], "rows": stored}
+    previous = {(r["verifier"], r["b"], r["V"]): r for r in stored["rows"]}
+    wanted = args.modes.split(",")
     rows = []
     for name in names:
         for b in [int(x) for x in args.branching.split(",")]:
@@ -99,8 +103,10 @@ def main() -> None:
                 continue  # a chain has one child per node: b does not apply
             for vocab in [int(x) for x in args.vocab.split(",")]:
                 modes = MODES if VERIFIERS[name].exact_law is not None else MODES[:2]
+                old = previous.get((name, b, vocab), {})
                 rows.append({"verifier": name, "shape": shape_of(name), "b": b, "V": vocab,
-                             **{mode: largest(name, b, vocab, mode, args.budget, args.max_depth) for mode in modes}})
+                             **{mode: largest(name, b, vocab, mode, args.budget, args.max_depth) if mode in wanted
+                                else old.get(mode) for mode in modes}})
     rerun = {(r["verifier"], r["b"], r["V"]) for r in rows}
     kept = [r for r in stored["rows"] if (r["verifier"], r["b"], r["V"]) not in rerun]
     order = {name: i for i, name in enumerate(VERIFIERS)}
@@ -111,21 +117,24 @@ def main() -> None:
     def cell(r: dict | None, unit: str = "executions") -> str:
         if r is None:
             return "–"
+        budget = r.get("budget", 30)  # the rows before budgets were recorded ran under 30 s
         if r["depth"] == 0:
-            return f"– (depth 1 > {args.budget:g} s)"
+            return f"– (depth 1 > {budget:g} s)"
         text = f"H = {r['depth']}: {r['executions']:,} {unit}, {r['seconds']:.1f} s"
-        return text + (f" (H = {r['failed_at']}: > {args.budget:g} s)" if "failed_at" in r else "")
+        return text + (f" (H = {r['failed_at']}: > {budget:g} s)" if "failed_at" in r else "")
 
     lines = ["# Exact certification: the largest tree within a time budget, eager and lazy drafting, and by recursion", "",
              "Commands (later ones rerun the rows of their verifiers): " + "; ".join(f"`{c}`" for c in commands)
              + f". Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.platform()}, "
              f"Python {platform.python_version()}. Each certificate: exact fractions, synthetic model (seed 0), the "
-             f"first drafting scheme the rule is lossless under, in a child process killed after {args.budget:g} s; "
+             "first drafting scheme the rule is lossless under, in a child process killed at its budget (a cell past it "
+             "says which); "
              f"depths 1..{args.max_depth} tried in order. *Eager*: every draft tree enumerated, then the verifier on "
              "each (the engine before drafting on demand); *lazy*: a draft token is a choice only when the verifier "
              "reads it; *recursion*: the rule's exact recursion, which enumerates no trees (`certify --method "
-             "recursion`, docs/engines.md; TRV only). Executions: the enumerated choice-tree leaves (rounds), "
-             "completed sequences not counted; for the recursion, its sub-problems.", "",
+             "recursion`, docs/engines.md: TRV over subtrees, LV with the deepest level in closed form). Executions: the "
+             "enumerated choice-tree leaves (rounds), completed sequences not counted; for the recursion, its "
+             "sub-problems (TRV: subtrees solved; LV: drafts above the deepest level).", "",
              "| verifier | shape | b | V | eager | lazy | recursion |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['verifier']}` | {r['shape']} | {r['b']} | {r['V']} | {cell(r['eager'])} | "

@@ -274,7 +274,8 @@ def _certificate_lines(cert, indent: str = "  ") -> list[str]:
                      f"{human_number(ce.verifier_prob)} under the verifier, {human_number(ce.target_prob)} under "
                      "the target")
     lines.append(f"{indent}{cert.executions:,} " + ("executions enumerated" if cert.method == "enumerate" else
-                                                     "sub-problems of the exact recursion solved"))
+                                                     "sub-problems of the exact recursion solved (LV: drafts "
+                                                     "above the deepest level)"))
     return lines
 
 
@@ -343,8 +344,9 @@ def _given(ctx: click.Context, names) -> list[str]:
 @_case_options
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
 @click.option("--method", type=click.Choice(METHODS), default="enumerate", show_default=True,
-              help="enumerate: run the rule on every draft and choice; recursion: the rule's exact recursion over "
-                   "subtrees (trv, trv-iid), for trees enumeration cannot reach (docs/engines.md)")
+              help="enumerate: run the rule on every draft and choice; recursion: the rule's exact recursion (trv, "
+                   "trv-iid: over subtrees; lv-*: the deepest level in closed form), for trees enumeration cannot "
+                   "reach (docs/engines.md)")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
 @_limit_options
 @click.pass_context

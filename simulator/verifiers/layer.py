@@ -53,8 +53,7 @@ def score_nodes(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, law: st
             if scores[v] == 0:
                 continue
             lam = scores[v] / mass
-            p_ext = tuple(p[v]) + (zero,)
-            q_ext = tuple(mass * x for x in q[v]) + (1 - mass,)
+            p_ext, q_ext = transformed_problem(p[v], q[v], mass)
             kids = rule.used(tree.children(v))
             cands = tuple(tree.tokens[c] for c in kids)
             accept = rule.token_acceptance(cands, p_ext, q_ext, law)
@@ -65,29 +64,41 @@ def score_nodes(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, law: st
     return NodeScores(tuple(scores), tuple(flows))
 
 
-def layer_verify(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
-                 law: str = "iid") -> tuple[int, int]:
-    """Layer Verification: forward scoring, then the backward sampling stage (Alg. 2)."""
-    scored = score_nodes(rule, tree, p, q, law)
-    zero = q[0][0] * 0
-    levels: dict[int, list[int]] = {}
-    for v in range(len(tree)):
-        levels.setdefault(tree.depth(v), []).append(v)
-    for depth in sorted(levels, reverse=True):
+def transformed_problem(p_v: Sequence[Number], q_v: Sequence[Number], mass: Number) -> tuple[tuple, tuple]:
+    """A node's single-step problem over ``Σ ∪ {Δ}`` (App. E.2): draft ``(p_v, 0)``, target ``(A_t q_v, 1 − A_t)``."""
+    zero = mass * 0
+    return tuple(p_v) + (zero,), tuple(mass * x for x in q_v) + (1 - mass,)
+
+
+def sample_back(levels: Sequence[Sequence[int]], scores: Sequence[Number], flows: Sequence[Sequence[Number]],
+                q: Rows, rng: Randomness) -> tuple[int, int]:
+    """The backward sampling stage (Alg. 2) over ``levels`` (the node ids of each depth, the root's first)."""
+    zero = scores[0] * 0
+    for depth in range(len(levels) - 1, -1, -1):
         nodes = levels[depth]
         # Exactly, Assumption 4.2 makes every weight ≥ 0 and a depth is reached only if its weights have
         # mass. In float64 rounding can leave −1e-17s (clipped to 0) and reach a depth whose weights all
         # vanish — a branch of rounding-level probability — which then passes on up to the root.
-        weights = [max(scored.scores[v] - total(scored.flows[v]), zero) for v in nodes]
-        weights.append(max(1 - total([scored.scores[v] for v in nodes]), zero))
+        weights = [max(scores[v] - total(flows[v]), zero) for v in nodes]
+        weights.append(max(1 - total([scores[v] for v in nodes]), zero))
         if total(weights) == 0 and depth > 0:
             continue
         choice = rng.categorical(weights) if depth > 0 or total(weights) > 0 else 0
         if choice < len(nodes):
             v = nodes[choice]
-            res = residual(q[v], scored.flows[v], scale=scored.scores[v])  # Eq. 2
+            res = residual(q[v], flows[v], scale=scores[v])  # Eq. 2
             return v, rng.categorical(res)
     raise AssertionError("the root is always selected: its ⊥ weight is 1 − a_0 = 0")  # pragma: no cover
+
+
+def layer_verify(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
+                 law: str = "iid") -> tuple[int, int]:
+    """Layer Verification: forward scoring, then the backward sampling stage (Alg. 2)."""
+    scored = score_nodes(rule, tree, p, q, law)
+    levels: dict[int, list[int]] = {}
+    for v in range(len(tree)):
+        levels.setdefault(tree.depth(v), []).append(v)
+    return sample_back([levels[d] for d in sorted(levels)], scored.scores, scored.flows, q, rng)
 
 
 def lv(rule: SingleStepRule, law: str = "iid"):

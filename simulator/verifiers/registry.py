@@ -28,6 +28,7 @@ Verifier = Callable[..., tuple]
 ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
 TRAVERSAL_LAW = "exact.traversal_dp:traversal_law"  # TRV's law by recursion over subtrees
+LAYER_LAW = "exact.layer_dp:layer_law"  # LV's law with the deepest level summed in closed form
 IID, WOR = ("iid",), ("without-replacement",)
 
 
@@ -50,7 +51,7 @@ class VerifierSpec:
     #: token verification's single-step rule in the exact dynamic programme over contexts (exact/dp.py), if any
     exact_dp: str | None = None
     #: a recursion computing the round's exact law without enumerating draft trees, ``module:function`` with the
-    #: options selecting the rule (``certify --method recursion``; exact/traversal_dp.py), if any
+    #: options selecting the rule (``certify --method recursion``; exact/traversal_dp.py, exact/layer_dp.py), if any
     exact_law: KernelRef | None = None
 
     @property
@@ -86,15 +87,20 @@ _SPECS = [
     VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID,
                  kernel=kernel("token_tree:tv", plan="flow:gr", float64=True), exact_dp="gr"),
     VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="sps")),
+                 kernel=kernel("layer:lv", rule="sps"),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "sps"),))),
     VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="rrs")),
+                 kernel=kernel("layer:lv", rule="rrs"),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "rrs"),))),
     VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="kseq")),
+                 kernel=kernel("layer:lv", rule="kseq"),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "kseq"),))),
     VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="opt", float64=True)),
+                 kernel=kernel("layer:lv", rule="opt", float64=True),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "opt"),))),
     VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="gr", float64=True)),
+                 kernel=kernel("layer:lv", rule="gr", float64=True),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "gr"),))),
     VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",),
                  kernel=kernel("block:bv")),
     VerifierSpec("greedy-bv", block.greedy_bv, "greedy block verification with distribution modification "
