@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from array_api_compat import array_namespace, device as device_of
 
-from ...array_ops import kseq_residual, kseq_rho, ranked_below, ranking_place
+from ...array_ops import categorical, kseq_residual, kseq_rho, ranked_below, ranking_place
 from ...errors import InvalidParameterError
 from ...randomness import counter_uniform
 from ...trees import node_children, node_depths, node_levels
@@ -84,6 +84,10 @@ class RowSource(Protocol):
     #: a node's rows depend on its path only (rows per context), so nodes with the same path share them
     by_context: bool
 
+    def sample(self, which: str, ids: Any, u: Any) -> Any:
+        """:func:`~simulator.array_ops.categorical` over the ``p`` or ``q`` row (``which``) of each id with uniforms
+        ``u`` ``[m]`` (a table of running sums, where the rows are per context, is summed once)."""
+
     def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
         """K-SEQ's ``ρ*`` ``[m]`` and residual ``[m, V]`` for ``k`` candidates (a number or one per row)."""
 
@@ -114,6 +118,9 @@ class DenseRows:
         xp = array_namespace(self.q)
         batch, n = self.q3.shape[:2]
         return xp.reshape(xp.arange(batch * n, dtype=xp.int64, device=device_of(self.q)), (batch, n))
+
+    def sample(self, which: str, ids: Any, u: Any) -> Any:
+        return categorical(getattr(self, which)[ids], u)
 
     def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
         p, q = self.p[ids], self.q[ids]

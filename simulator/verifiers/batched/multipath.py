@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...array_ops import categorical
 from ...numeric import power_gap
 from ...errors import InvalidParameterError, UnsupportedDraftError
 from ..multipath import ZERO_DRAFT_GBV
@@ -28,7 +27,7 @@ def gbv(batch: Batch, clipped: bool = False) -> tuple[Any, Any]:
         chains.append(chain)
     every = batch.arange(batch.size)
     if not chains:  # depth 0: nothing to verify
-        return batch.full(batch.size, 0), categorical(rows.q[batch.ids[:, 0]], batch.stream.take(every))
+        return batch.full(batch.size, 0), rows.sample("q", batch.ids[:, 0], batch.stream.take(every))
     k, height = len(chains), len(chains[0]) - 1
     if any(len(c) != height + 1 for c in chains):
         raise InvalidParameterError("parents", "gbv needs chains of equal depth")

@@ -46,7 +46,7 @@ def tv(batch: Batch, plan: str) -> tuple[Any, Any]:
         leaf = count == 0
         done = open_[leaf]
         if done.shape[0]:
-            y[done] = categorical(rows.q[ids[leaf]], stream.take(done))
+            y[done] = rows.sample("q", ids[leaf], stream.take(done))
         inner, v, ids, count = open_[~leaf], v[~leaf], ids[~leaf], count[~leaf]
         if inner.shape[0] == 0:
             break
