@@ -203,12 +203,14 @@ def test_target_table_equals_brute_force_joint():
 def test_empirical_tvd_by_hand():
     table = np.array([0.5, 0.25, 0.25, 0.0])
     # Counts 2, 0, 1, 1 of 4: ½(|.5−.5| + |0−.25| + |.25−.25| + |.25−0|) = 0.25.
-    assert empirical_tvd(Histogram.of(np.array([0, 0, 2, 3])), table) == pytest.approx(0.25)
+    assert empirical_tvd(Histogram.of(np.array([0, 0, 2, 3]), 4), table) == pytest.approx(0.25)
     # The same counts arriving in chunks, in another order, give the same histogram.
-    chunks = Histogram()
+    chunks = Histogram(4)
     for part in (np.array([3]), np.array([0, 2]), np.array([0])):
         chunks.add(part)
-    assert chunks.cells.tolist() == [0, 2, 3] and chunks.counts.tolist() == [2, 1, 1]
+    assert chunks.cells.tolist() == [0, 2, 3] and chunks.counts.tolist() == [2, 1, 1] and chunks.total == 4
+    with pytest.raises(RuntimeError, match="outside"):  # a code past the table is an engine bug, not a count
+        Histogram.of(np.array([4]), 4).total
 
 
 @pytest.mark.parametrize("name,shape", [("tv-rrs", "complete"), ("tv-kseq", "tapered"), ("trv", "complete"),
