@@ -27,7 +27,7 @@ that finishes.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from simulator.drafting import SCHEMES, FixedShape, draft_tree
 from simulator.errors import InvalidParameterError

@@ -7,7 +7,6 @@ that enumerating the reference rule gives, wherever enumeration finishes — on 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from exact import certify
@@ -22,6 +21,7 @@ from simulator.trees import Topology, make_topology
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.layer import lv
 from simulator.verifiers.rules import KSEQ, RRS, RULES, SingleStepRule
+from oracles import recursion_in_floats_agrees, recursion_matches_enumeration
 
 SHAPES = [("complete", 2, 2, "iid"), ("complete", 1, 3, "iid"), ("tapered", 2, 2, "iid"),
           ("multi-chain", 2, 2, "iid"), ("complete", 2, 2, "without-replacement")]
@@ -34,12 +34,7 @@ def _view(seed: int, vocab: int = 3) -> ModelView:
 @pytest.mark.parametrize("name", ["lv-sps", "lv-rrs", "lv-kseq"])
 @pytest.mark.parametrize("shape,depth,branching,scheme", SHAPES)
 def test_layer_law_equals_enumeration(name, shape, depth, branching, scheme):
-    if scheme not in VERIFIERS[name].lossless_under:
-        pytest.skip(f"{name} is not defined under {scheme}")
-    drafter = FixedShape(make_topology(shape, depth, branching), scheme)
-    for seed in range(3):
-        view = _view(seed)
-        assert recursion_law(view, drafter, name).outcomes == view_law(view, drafter, VERIFIERS[name].fn).outcomes
+    recursion_matches_enumeration(name, shape, depth, branching, scheme, range(3))
 
 
 @pytest.mark.parametrize("name", ["lv-opt", "lv-gr"])
@@ -109,9 +104,4 @@ def test_reduction_certifies_where_enumeration_cannot():
 
 
 def test_reduction_in_floats_agrees_with_fractions():
-    model, drafter = SyntheticModel(3, seed=1), FixedShape(make_topology("complete", 2, 2))
-    exact = recursion_law(ModelView(model, "fraction"), drafter, "lv-rrs")
-    rounded = recursion_law(ModelView(model, "float"), drafter, "lv-rrs")
-    for outcome, prob in exact.outcomes.items():
-        assert rounded.outcomes[outcome] == pytest.approx(float(prob), rel=1e-12, abs=1e-15)
-    assert np.isclose(sum(rounded.outcomes.values()), 1.0)
+    recursion_in_floats_agrees("lv-rrs")

@@ -6,10 +6,8 @@ a lossy one alike, so that agreement is not just two zeros."""
 
 from __future__ import annotations
 
-from fractions import Fraction
 from functools import partial
 
-import numpy as np
 import pytest
 
 from exact import certify
@@ -23,6 +21,7 @@ from simulator.montecarlo.engine import run_seed
 from simulator.trees import Topology, make_topology
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.traversal import traversal_verify
+from oracles import recursion_in_floats_agrees, recursion_matches_enumeration
 
 SHAPES = [("complete", 2, 2, "iid"), ("complete", 1, 3, "iid"), ("tapered", 2, 2, "iid"),
           ("complete", 2, 2, "without-replacement")]
@@ -35,14 +34,7 @@ def _view(seed: int, vocab: int = 3) -> ModelView:
 @pytest.mark.parametrize("name", ["trv", "trv-iid"])
 @pytest.mark.parametrize("shape,depth,branching,scheme", SHAPES)
 def test_recursion_law_equals_enumeration(name, shape, depth, branching, scheme):
-    if scheme not in VERIFIERS[name].lossless_under:
-        pytest.skip(f"{name} is not defined under {scheme}")
-    drafter = FixedShape(make_topology(shape, depth, branching), scheme)
-    for seed in range(4):
-        view = _view(seed)
-        enumerated = view_law(view, drafter, VERIFIERS[name].fn)
-        recursed = recursion_law(view, drafter, name)
-        assert recursed.outcomes == enumerated.outcomes
+    recursion_matches_enumeration(name, shape, depth, branching, scheme, range(4))
 
 
 def test_recursion_on_an_unbalanced_explicit_tree():
@@ -90,13 +82,7 @@ def test_recursion_refuses_what_it_does_not_cover():
 
 
 def test_recursion_in_floats_agrees_with_fractions():
-    model, drafter = SyntheticModel(3, seed=1), FixedShape(make_topology("complete", 2, 2))
-    exact = recursion_law(ModelView(model, "fraction"), drafter, "trv")
-    rounded = recursion_law(ModelView(model, "float"), drafter, "trv")
-    for outcome, prob in exact.outcomes.items():
-        assert rounded.outcomes[outcome] == pytest.approx(float(prob), rel=1e-12, abs=1e-15)
-    assert sum(exact.outcomes.values()) == Fraction(1)
-    assert np.isclose(sum(rounded.outcomes.values()), 1.0)
+    recursion_in_floats_agrees("trv")
 
 
 def test_certify_command_by_recursion_and_its_refusals(tmp_path):
