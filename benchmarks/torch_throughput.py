@@ -1,7 +1,7 @@
 """Verifier-trials per second of each rule's batched kernel on torch and on numpy, per verifier and batch size.
 
 Usage: ``python3 benchmarks/torch_throughput.py [--device cpu|cuda] [--batches 1000,10000,100000,1000000]
-[--vocab 32] [--dtype float64|float32] [--budget 3] [--out reports/torch_throughput.md]``.
+[--vocab 32] [--dtype float64|float32] [--budget 3] [--verifiers trv,gbv] [--out reports/torch_throughput.md]``.
 
 The same kernel source runs on both libraries (issue 17): on the CPU the table puts torch's rate beside
 numpy's on the same inputs, with their ratio (numpy's time over torch's: above 1/1.5 ≈ 0.67 means torch is
@@ -98,12 +98,14 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=32)
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of repeated calls per cell")
+    parser.add_argument("--verifiers", default="", help="only these (comma-separated; default: every rule)")
     parser.add_argument("--out", default="reports/torch_throughput.md")
     args = parser.parse_args()
+    wanted = [name for name in args.verifiers.split(",") if name] or list(TORCH_VERIFIERS)
     batches = [int(b) for b in args.batches.split(",")]
     dtype = getattr(torch, args.dtype)
     rows = []
-    for name in TORCH_VERIFIERS:
+    for name in wanted:
         sizes = [FLOW_BATCH] if name in FLOWS else batches
         measured = {b: measure(name, b, args.vocab, dtype, args.device, args.budget) for b in sizes}
         rates = {b: m["torch"] for b, m in measured.items()}
