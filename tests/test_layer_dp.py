@@ -86,6 +86,30 @@ def test_acceptances_above_one_are_refused():
         reduction.law_of_round()
 
 
+class _ScaledAcceptance(SingleStepRule):
+    """Every distinct candidate accepted with ``total / #distinct``: acceptances summing to ``total``."""
+
+    total = 1.0
+
+    def token_acceptance(self, candidates, p, q, law):
+        return {x: self.total / len(set(candidates)) for x in candidates}
+
+
+@pytest.mark.parametrize("excess,refused", [(1e-14, False), (1e-9, True)])
+def test_float_sums_a_rounding_above_one_are_not_refused(excess, refused):
+    """In floats a lossless rule's acceptances sum a few ulps either side of 1: within the Bernoulli slack (1e-12)
+    the reduction runs; past it, it refuses as in fractions."""
+    rule = _ScaledAcceptance("scaled", plan=RULES["rrs"].plan)
+    rule.total = 1.0 + excess
+    view = ModelView(SyntheticModel(3, seed=0), "float")
+    reduction = LayerReduction(view, make_topology("complete", 1, 2), "iid", rule, "iid")
+    if refused:
+        with pytest.raises(InvalidParameterError, match="method"):
+            reduction.law_of_round()
+    else:
+        assert sum(reduction.law_of_round().values()) == pytest.approx(1.0)
+
+
 def test_layer_law_refuses_dynamic_trees():
     with pytest.raises(InvalidParameterError, match="drafter"):
         layer_law(_view(0), object(), "rrs")

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 from ..numeric import Number, residual, total
 from ..randomness import Randomness
-from ..trees import DraftTree
+from ..trees import DraftTree, node_levels
 from .rules import SingleStepRule
 
 Rows = Sequence[Optional[Sequence[Number]]]
@@ -41,11 +41,8 @@ def score_nodes(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, law: st
     scores: list[Number] = [zero] * n
     scores[0] = zero + 1
     flows: list[tuple[Number, ...]] = [(zero,) * vocab] * n
-    levels: dict[int, list[int]] = {}
-    for v in range(n):
-        levels.setdefault(tree.depth(v), []).append(v)
-    for depth in sorted(levels):
-        inner = [v for v in levels[depth] if tree.children(v)]
+    for level in node_levels(tree.parents):
+        inner = [v for v in level if tree.children(v)]
         mass = total([scores[v] for v in inner]) if inner else zero  # A_t
         if mass == 0:
             continue
@@ -95,10 +92,7 @@ def layer_verify(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, rng: R
                  law: str = "iid") -> tuple[int, int]:
     """Layer Verification: forward scoring, then the backward sampling stage (Alg. 2)."""
     scored = score_nodes(rule, tree, p, q, law)
-    levels: dict[int, list[int]] = {}
-    for v in range(len(tree)):
-        levels.setdefault(tree.depth(v), []).append(v)
-    return sample_back([levels[d] for d in sorted(levels)], scored.scores, scored.flows, q, rng)
+    return sample_back(node_levels(tree.parents), scored.scores, scored.flows, q, rng)
 
 
 def lv(rule: SingleStepRule, law: str = "iid"):
