@@ -59,3 +59,17 @@ def test_ranking_place_counts_what_the_sort_ranks():
             got = ranking_place(p, q, np.full(200, x), clipped)
             expected = [ranking(list(pr), list(qr), score).index(x) for pr, qr in zip(p, q)]
             assert got.tolist() == expected
+
+
+def test_kseq_rho_in_blocks_is_the_reference_row_by_row(monkeypatch):
+    """numpy's ``kseq_rho`` works through blocks of rows (``KSEQ_BLOCK_ROWS``) on transposed copies: a batch of
+    several blocks, the last one short, each row with its own ``k``, must give the scalar reference's ``ρ*`` on
+    every row, bit for bit (a block boundary that dropped or shifted a row's ``k`` would not)."""
+    monkeypatch.setattr(array_ops, "KSEQ_BLOCK_ROWS", 64)
+    rng = np.random.default_rng(5)
+    p, q = _rows(rng, 200, 7), _rows(rng, 200, 7)
+    k = rng.integers(1, 5, 200)
+    expected = [kseq_rho(tuple(map(float, a)), tuple(map(float, b)), int(e)) for a, b, e in zip(p, q, k)]
+    assert np.array_equal(array_ops.kseq_rho(p, q, k), expected)
+    shifted = np.roll(k, 1)
+    assert not np.array_equal(array_ops.kseq_rho(p, q, shifted), expected)
