@@ -84,3 +84,8 @@ class ExecutionLimitError(LimitError):
 
 class TimeLimitError(LimitError):
     """A run passed its wall-clock limit (``--timeout``)."""
+
+
+class SymbolicError(SpecproofError):
+    """A symbolic proof met something it cannot follow for every model pair: a float, an irrational function, a
+    row outside the shape's symbolic space (``specproof prove``)."""

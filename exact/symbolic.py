@@ -1,0 +1,463 @@
+"""Symbolic rows, and a number type whose comparisons become branches (docs/proofs.md).
+
+The exact engine turns every random choice of a rule into a branch; this module does the same for every
+*comparison*. The rows of every context the run may read are sympy symbols on the simplex — a row of ``V``
+entries is ``(s_0, …, s_{V−2}, 1 − Σ s)`` with every ``s ≥ 0`` and the last entry ``≥ 0`` — and the reference
+rules run unchanged on :class:`Sym`, a rational function of those symbols. When a rule asks ``a < b`` (or
+``min``, ``if w > 0``, ``==``), :class:`SymbolicChooser` factors ``a − b`` into irreducible polynomials (*atoms*)
+and branches on their signs where the path's earlier assumptions leave them open; a random choice is a branch
+whose probability is a rational function, and it assumes that probability positive (a branch of probability
+zero is never run, as in the exact engine). A path so yields its output, its probability and the sign
+conditions it assumed.
+
+A sign is pruned only when the path's *linear* conditions cannot hold together, decided exactly by
+:func:`exact.rational_lp.satisfiable`; conditions on non-linear atoms are kept (a path whose conditions cannot
+hold only costs time: the proof checks every cell it meets, and a cell without a witness point never yields
+REFUTED).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+from fractions import Fraction
+from typing import Callable, Iterator, Sequence
+
+import sympy as sp
+
+from simulator.errors import RandomnessError, SymbolicError
+from simulator.limits import MAX_CHOICES_PER_EXECUTION, active_count
+from simulator.errors import ChoiceLimitError
+
+from .rational_lp import satisfiable
+
+#: The three signs of an atom: negative, zero, positive.
+SIGNS = (-1, 0, 1)
+ALL = frozenset(SIGNS)
+Context = tuple[int, ...]
+
+_ACTIVE: contextvars.ContextVar["SymbolicChooser | None"] = contextvars.ContextVar("symbolic_chooser",
+                                                                                     default=None)
+
+
+def context_key(context: Context) -> str:
+    """A context as the tables write it (``""`` the empty prefix, ``"0,2"``)."""
+    return ",".join(map(str, context))
+
+
+class Space:
+    """The symbols of the rows a symbolic run may read: ``p`` at ``p_contexts``, ``q`` at ``q_contexts``.
+
+    Each row holds ``V − 1`` symbols; its last entry is ``1 − Σ`` of them. Every symbol is non-negative (the
+    rational LP's variables are), and :meth:`domain` states each row's last entry ``≥ 0``."""
+
+    def __init__(self, vocab: int, p_contexts: Sequence[Context], q_contexts: Sequence[Context]) -> None:
+        if vocab < 2:
+            raise SymbolicError("vocab", f"a symbolic row needs at least 2 tokens, got vocab = {vocab}")
+        names: list[str] = []
+        slots: dict[tuple[str, Context], list[int]] = {}
+        for name, contexts in (("p", p_contexts), ("q", q_contexts)):
+            for ctx in contexts:
+                slots[name, tuple(ctx)] = list(range(len(names), len(names) + vocab - 1))
+                label = "_".join(map(str, ctx)) if ctx else "r"
+                names += [f"{name}{label}_{i}" for i in range(vocab - 1)]
+        self.vocab = vocab
+        self.field, *self.gens = sp.field(names, sp.QQ)
+        self.ring = self.field.ring
+        self.names = names
+        self.slots = slots
+        self.one = self.field(1)
+        self._rows: dict[tuple[str, Context], tuple[Sym, ...]] = {}
+        for key, idx in slots.items():
+            entries = [self.gens[i] for i in idx]
+            last = self.one - sum(entries, self.field(0))
+            self._rows[key] = tuple(Sym(e, self) for e in entries + [last])
+        #: the signs the domain allows an atom that is ± a row entry (each symbol, each row's last entry): ``≥ 0``
+        self.domain_signs: dict[object, frozenset[int]] = {}
+        for row in self._rows.values():
+            for entry in row:
+                sign, atom = normalise(entry.value.numer)
+                self.domain_signs[atom] = frozenset((0, sign))
+
+    def row(self, name: str, context: Context) -> tuple["Sym", ...]:
+        key = (name, tuple(context))
+        if key not in self._rows:
+            raise SymbolicError("context", f"the rule read {name}({context_key(context) or 'root'}), a row outside "
+                                           "the symbolic space of this shape")
+        return self._rows[key]
+
+    def domain(self) -> list[tuple[list[Fraction], Fraction, str]]:
+        """Each row's last entry ``1 − Σ s ≥ 0`` as linear forms (the symbols' own ``≥ 0`` is the LP's)."""
+        out = []
+        for idx in self.slots.values():
+            coeffs = [Fraction(0)] * len(self.names)
+            for i in idx:
+                coeffs[i] = Fraction(-1)
+            out.append((coeffs, Fraction(1), ">="))
+        return out
+
+    def linear_form(self, atom) -> tuple[list[Fraction], Fraction] | None:
+        """``(coefficients, constant)`` of a polynomial of degree ≤ 1, else ``None``."""
+        coeffs = [Fraction(0)] * len(self.names)
+        const = Fraction(0)
+        for monom, c in atom.terms():
+            degree = sum(monom)
+            if degree > 1:
+                return None
+            value = Fraction(int(c.numerator), int(c.denominator))
+            if degree == 0:
+                const = value
+            else:
+                coeffs[monom.index(1)] = value
+        return coeffs, const
+
+    def evaluate(self, poly, point: Sequence[Fraction]) -> Fraction:
+        """A polynomial of the ring at a rational point (one value per symbol)."""
+        total = Fraction(0)
+        for monom, c in poly.terms():
+            term = Fraction(int(c.numerator), int(c.denominator))
+            for i, e in enumerate(monom):
+                if e:
+                    term *= point[i] ** e
+            total += term
+        return total
+
+    def rows_at(self, point: Sequence[Fraction]) -> dict[str, dict[Context, tuple[Fraction, ...]]]:
+        """Every row of the space at ``point``, exact."""
+        out: dict[str, dict[Context, tuple[Fraction, ...]]] = {"p": {}, "q": {}}
+        for (name, ctx), idx in self.slots.items():
+            entries = [point[i] for i in idx]
+            out[name][ctx] = tuple(entries + [1 - sum(entries, Fraction(0))])
+        return out
+
+
+def normalise(poly) -> tuple[int, object]:
+    """``poly = c · atom`` with ``atom`` primitive and its leading coefficient positive: ``(sign of c, atom)``."""
+    content, primitive = poly.primitive()
+    sign = 1 if content > 0 else -1
+    if primitive.LC < 0:
+        primitive, sign = -primitive, -sign
+    return sign, primitive
+
+
+def factor_signs(value) -> tuple[int, list[tuple[object, int]]]:
+    """A non-zero rational function as ``(sign of its constant factor, [(atom, multiplicity), …])`` over the
+    irreducible factors of its numerator and denominator."""
+    sign, atoms = 1, []
+    for poly in (value.numer, value.denom):
+        coeff, factors = poly.factor_list()
+        sign *= 1 if coeff > 0 else -1
+        for factor, multiplicity in factors:
+            s, atom = normalise(factor)
+            sign *= s ** multiplicity
+            atoms.append((atom, multiplicity))
+    return sign, atoms
+
+
+class PathDead(BaseException):
+    """A path assumed a sign its conditions rule out: it is dropped. A ``BaseException``, so that a rule's own
+    ``except Exception`` (and :func:`simulator.speculation.decide`'s wrapping of a rule's errors) lets it pass."""
+
+
+class Sym:
+    """A rational function of a :class:`Space`'s symbols, with the operators the reference rules use.
+
+    Arithmetic with ints, :class:`fractions.Fraction` and other :class:`Sym` stays exact; a float raises
+    :class:`SymbolicError` (the rule computes in floats). Comparisons ask the active :class:`SymbolicChooser`."""
+
+    __slots__ = ("value", "space")
+
+    def __init__(self, value, space: Space) -> None:
+        self.value = value
+        self.space = space
+
+    def _lift(self, other):
+        if isinstance(other, Sym):
+            return other.value
+        if isinstance(other, bool):
+            return self.space.field(int(other))
+        if isinstance(other, int):
+            return self.space.field(other)
+        if isinstance(other, Fraction):
+            return self.space.field(sp.QQ(other.numerator, other.denominator))
+        if isinstance(other, float):
+            raise SymbolicError("arithmetic", f"a float ({other!r}) met a symbolic row: the rule computes in floats, "
+                                              "which a proof for every model pair cannot follow")
+        return NotImplemented
+
+    def _new(self, value) -> "Sym":
+        return Sym(value, self.space)
+
+    def __add__(self, other):
+        o = self._lift(other)
+        return NotImplemented if o is NotImplemented else self._new(self.value + o)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        o = self._lift(other)
+        return NotImplemented if o is NotImplemented else self._new(self.value - o)
+
+    def __rsub__(self, other):
+        o = self._lift(other)
+        return NotImplemented if o is NotImplemented else self._new(o - self.value)
+
+    def __mul__(self, other):
+        o = self._lift(other)
+        return NotImplemented if o is NotImplemented else self._new(self.value * o)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        o = self._lift(other)
+        if o is NotImplemented:
+            return NotImplemented
+        if o == 0:
+            raise ZeroDivisionError("symbolic division by zero")
+        return self._new(self.value / o)
+
+    def __rtruediv__(self, other):
+        o = self._lift(other)
+        if o is NotImplemented:
+            return NotImplemented
+        if self.value == 0:
+            raise ZeroDivisionError("symbolic division by zero")
+        return self._new(o / self.value)
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, int) and not isinstance(exponent, bool):
+            return self._new(self.value ** exponent)
+        raise SymbolicError("arithmetic", f"a symbolic power needs an integer exponent, got {exponent!r}")
+
+    def __neg__(self):
+        return self._new(-self.value)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self if self >= 0 else -self
+
+    def _compare(self, other, test: Callable[[int], bool]) -> bool:
+        o = self._lift(other)
+        if o is NotImplemented:
+            return NotImplemented
+        return chooser().decide(self.value - o, test)
+
+    def __lt__(self, other):
+        return self._compare(other, lambda s: s < 0)
+
+    def __le__(self, other):
+        return self._compare(other, lambda s: s <= 0)
+
+    def __gt__(self, other):
+        return self._compare(other, lambda s: s > 0)
+
+    def __ge__(self, other):
+        return self._compare(other, lambda s: s >= 0)
+
+    def __eq__(self, other):
+        return self._compare(other, lambda s: s == 0)
+
+    def __ne__(self, other):
+        return self._compare(other, lambda s: s != 0)
+
+    def __bool__(self) -> bool:
+        return chooser().decide(self.value, lambda s: s != 0)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __float__(self) -> float:
+        raise SymbolicError("arithmetic", "a symbolic probability was converted to a float: the rule computes in "
+                                          "floats, which a proof for every model pair cannot follow")
+
+    def __repr__(self) -> str:
+        return f"Sym({self.value.as_expr()})"
+
+
+def chooser() -> "SymbolicChooser":
+    active = _ACTIVE.get()
+    if active is None:
+        raise SymbolicError("arithmetic", "a symbolic value was compared outside a symbolic run")
+    return active
+
+
+class SymbolicChooser:
+    """The randomness interface and the comparison oracle of one path: follows ``prefix`` of branch indices, then
+    branch 0, and records every branch point's width (the enumerator's replay, as :mod:`exact.enumeration`)."""
+
+    def __init__(self, space: Space, prefix: Sequence[int], feasible: Callable[[dict], bool]) -> None:
+        self.space = space
+        self._prefix = prefix
+        self._feasible = feasible
+        self.taken: list[int] = []
+        self.widths: list[int] = []
+        self.prob = space.one
+        self.signs: dict[object, frozenset[int]] = {}
+
+    # ---- signs -----------------------------------------------------------------------------------------
+    def allowed(self, atom) -> frozenset[int]:
+        return self.signs.get(atom, ALL) & self.space.domain_signs.get(atom, ALL)
+
+    def _branch(self, options: list):
+        """Take the prefix's option (or the first) among ``options``; record the width when there is a choice."""
+        if len(options) == 1:
+            return options[0]
+        k = len(self.taken)
+        if k >= MAX_CHOICES_PER_EXECUTION:
+            raise ChoiceLimitError("rng", f"one symbolic path made more than {MAX_CHOICES_PER_EXECUTION:,} choices")
+        index = self._prefix[k] if k < len(self._prefix) else 0
+        self.taken.append(index)
+        self.widths.append(len(options))
+        return options[index]
+
+    def _outcomes(self, value, test: Callable[[int], bool]) -> list[tuple[bool, dict]]:
+        """The feasible ways ``test(sign(value))`` can come out: ``(outcome, sign sets to assume)``. A single open
+        atom is split by outcome (``g < 0`` against ``g ≥ 0``); several are split sign by sign."""
+        if not hasattr(value, "numer"):  # sympy hands back a plain number from some operations on constants
+            value = self.space.field(value)
+        if value == 0:
+            return [(test(0), {})]
+        constant, atoms = factor_signs(value)
+        fixed = constant
+        open_atoms = []
+        for atom, multiplicity in atoms:
+            allowed = self.allowed(atom)
+            relevant = allowed if multiplicity % 2 else frozenset(min(abs(s), 1) for s in allowed)
+            if len(relevant) == 1:
+                fixed *= next(iter(relevant)) ** multiplicity if multiplicity % 2 else next(iter(relevant))
+            else:
+                open_atoms.append((atom, multiplicity, allowed))
+        if not open_atoms:
+            return [(test(fixed), {})]
+        options: list[tuple[bool, dict]] = []
+        if len(open_atoms) == 1:
+            atom, multiplicity, allowed = open_atoms[0]
+            by_outcome: dict[bool, set[int]] = {}
+            for s in sorted(allowed):
+                sign = fixed * (s ** multiplicity if multiplicity % 2 else abs(s))
+                by_outcome.setdefault(test(sign), set()).add(s)
+            options = [(out, {atom: frozenset(signs)}) for out, signs in sorted(by_outcome.items(), reverse=True)]
+        else:
+            for combo in itertools.product(*(sorted(a) for _, _, a in open_atoms)):
+                sign = fixed
+                for (_, multiplicity, _), s in zip(open_atoms, combo):
+                    sign *= s ** multiplicity if multiplicity % 2 else abs(s)
+                options.append((test(sign), {atom: frozenset((s,)) for (atom, _, _), s in zip(open_atoms, combo)}))
+        return [(out, assume) for out, assume in options if self._feasible({**self.signs, **assume})]
+
+    def _assume(self, assume: dict) -> None:
+        for atom, signs in assume.items():
+            self.signs[atom] = self.signs.get(atom, ALL) & signs
+
+    def decide(self, value, test: Callable[[int], bool]) -> bool:
+        """``test(sign(value))`` on this path, branching where the path leaves it open."""
+        options = self._outcomes(value, test)
+        if not options:
+            raise PathDead()
+        outcome, assume = self._branch(options)
+        self._assume(assume)
+        return outcome
+
+    def require(self, value, test: Callable[[int], bool]) -> None:
+        """Assume ``test(sign(value))`` (a branch taken with positive probability); the path dies where it fails."""
+        options = [o for o in self._outcomes(value, test) if o[0]]
+        if not options:
+            raise PathDead()
+        self._assume(self._branch(options)[1])
+
+    # ---- randomness --------------------------------------------------------------------------------------
+    def _lift(self, value):
+        return value.value if isinstance(value, Sym) else Sym(self.space.one, self.space)._lift(value)
+
+    def bernoulli(self, prob) -> bool:
+        p = self._lift(prob)
+        if self.decide(p, lambda s: s < 0) or self.decide(p - self.space.one, lambda s: s > 0):
+            raise RandomnessError("prob", "a bernoulli probability leaves [0, 1] on part of the model pairs")
+        outcome = self._branch([True, False])
+        chance = p if outcome else self.space.one - p
+        self.require(chance, lambda s: s > 0)
+        self.prob = self.prob * chance
+        return outcome
+
+    def categorical(self, weights: Sequence) -> int:
+        values = [self._lift(w) for w in weights]
+        for i, w in enumerate(values):
+            if self.decide(w, lambda s: s < 0):
+                raise RandomnessError(f"weights[{i}]", "a categorical weight is negative on part of the model pairs")
+        mass = sum(values, self.space.field(0))
+        if not self.decide(mass, lambda s: s > 0):
+            raise RandomnessError("weights", "categorical weights have zero total mass on part of the model pairs")
+        index = self._branch([i for i, w in enumerate(values) if w != 0])
+        self.require(values[index], lambda s: s > 0)
+        self.prob = self.prob * values[index] / mass
+        return index
+
+
+def symbolic_paths(space: Space, program: Callable[[SymbolicChooser], object],
+                   feasible: Callable[[dict], bool]) -> Iterator[tuple[object, object, dict]]:
+    """Every path of ``program``: ``(result, probability, sign conditions)``, depth first by replayed prefixes
+    (:func:`exact.enumeration.enumerate_outcomes`'s walk). Paths that die are dropped."""
+    count = active_count()
+    stack: list[tuple[int, ...]] = [()]
+    while stack:
+        prefix = stack.pop()
+        rng = SymbolicChooser(space, prefix, feasible)
+        token = _ACTIVE.set(rng)
+        try:
+            result = program(rng)
+            alive = True
+        except PathDead:
+            alive = False
+        finally:
+            _ACTIVE.reset(token)
+        count.execution()
+        if alive:
+            yield result, rng.prob, dict(rng.signs)
+        for depth in range(len(prefix), len(rng.taken)):
+            head = tuple(rng.taken[:depth])
+            for branch in range(rng.widths[depth] - 1, 0, -1):
+                stack.append(head + (branch,))
+
+
+class LinearFeasibility:
+    """Whether a set of sign conditions can hold, judged on its linear atoms by the exact LP (cached)."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+        self._cache: dict[frozenset, tuple[bool, list[Fraction] | None]] = {}
+        self._forms: dict[object, tuple[list[Fraction], Fraction] | None] = {}
+
+    def _form(self, atom):
+        if atom not in self._forms:
+            self._forms[atom] = self.space.linear_form(atom)
+        return self._forms[atom]
+
+    def point(self, signs: dict) -> tuple[bool, list[Fraction] | None]:
+        """``(feasible, a point)`` for the linear part of ``signs`` (``atom → allowed signs``)."""
+        key = frozenset((a, s) for a, s in signs.items() if s != ALL and self._form(a) is not None)
+        if key not in self._cache:
+            forms = list(self.space.domain())
+            for atom, allowed in key:
+                coeffs, const = self._form(atom)
+                neg = ([-c for c in coeffs], -const)
+                if allowed == frozenset((1,)):
+                    forms.append((coeffs, const, ">"))
+                elif allowed == frozenset((-1,)):
+                    forms.append((*neg, ">"))
+                elif allowed == frozenset((0,)):
+                    forms.append((coeffs, const, "="))
+                elif allowed == frozenset((0, 1)):
+                    forms.append((coeffs, const, ">="))
+                elif allowed == frozenset((-1, 0)):
+                    forms.append((*neg, ">="))
+                elif not allowed:
+                    self._cache[key] = (False, None)
+                    break
+            else:
+                self._cache[key] = satisfiable(forms, len(self.space.names))
+        return self._cache[key]
+
+    def __call__(self, signs: dict) -> bool:
+        return self.point(signs)[0]
