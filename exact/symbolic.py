@@ -19,6 +19,7 @@ REFUTED).
 from __future__ import annotations
 
 import contextvars
+import functools
 import itertools
 from fractions import Fraction
 from typing import Callable, Iterator, Sequence
@@ -140,6 +141,7 @@ def normalise(poly) -> tuple[int, object]:
     return sign, primitive
 
 
+@functools.lru_cache(maxsize=65536)
 def factor_signs(value) -> tuple[int, list[tuple[object, int]]]:
     """A non-zero rational function as ``(sign of its constant factor, [(atom, multiplicity), …])`` over the
     irreducible factors of its numerator and denominator."""
@@ -422,41 +424,122 @@ def symbolic_paths(space: Space, program: Callable[[SymbolicChooser], object],
 
 
 class LinearFeasibility:
-    """Whether a set of sign conditions can hold, judged on its linear atoms by the exact LP (cached)."""
+    """Whether a set of sign conditions can hold, judged by the exact LP on a linear relaxation.
+
+    Every atom is linear in its symbols and its monomials: a monomial of degree ≥ 2 is an LP variable of its own,
+    bounded by McCormick's inequalities for values in ``[0, 1]`` (every symbol lies there): ``0 ≤ m ≤ s`` for each
+    of its symbols ``s`` and ``m ≥ Σ e_s·s − (degree − 1)``. So "infeasible" is
+    exact (the relaxation has no point, so neither has the system) and "feasible" is not a witness: a witness is
+    checked on the atoms themselves (:mod:`exact.prove`). The conditions split into groups that share no variable
+    (a row's entries and a monomial's symbols belong together); each group is an LP of its own, cached, and the
+    system holds iff every group does. The point returned gives the symbols of no group the value 0."""
 
     def __init__(self, space: Space) -> None:
         self.space = space
-        self._cache: dict[frozenset, tuple[bool, list[Fraction] | None]] = {}
-        self._forms: dict[object, tuple[list[Fraction], Fraction] | None] = {}
+        self._cache: dict[frozenset, tuple[bool, dict[int, Fraction] | None]] = {}
+        self._forms: dict[object, tuple[dict[int, Fraction], Fraction]] = {}
+        self._row_of = {i: tuple(idx) for idx in space.slots.values() for i in idx}
+        self._monomials: dict[tuple[int, ...], int] = {}
+        self._symbols_of: dict[int, tuple[int, ...]] = {}
+        self._monomial_of: dict[int, tuple[int, ...]] = {}
 
-    def _form(self, atom):
+    def _variable(self, monom: tuple[int, ...]) -> int:
+        if sum(monom) == 1:
+            return monom.index(1)
+        if monom not in self._monomials:
+            index = len(self.space.names) + len(self._monomials)
+            self._monomials[monom] = index
+            self._symbols_of[index] = tuple(i for i, e in enumerate(monom) if e)
+            self._monomial_of[index] = monom
+        return self._monomials[monom]
+
+    def _form(self, atom) -> tuple[dict[int, Fraction], Fraction]:
         if atom not in self._forms:
-            self._forms[atom] = self.space.linear_form(atom)
+            coeffs: dict[int, Fraction] = {}
+            const = Fraction(0)
+            for monom, c in atom.terms():
+                value = Fraction(int(c.numerator), int(c.denominator))
+                if sum(monom) == 0:
+                    const = value
+                else:
+                    coeffs[self._variable(monom)] = value
+            self._forms[atom] = (coeffs, const)
         return self._forms[atom]
 
+    def _conditions(self, signs: dict) -> list[tuple[dict[int, Fraction], Fraction, str]] | None:
+        out = []
+        for atom, allowed in signs.items():
+            if allowed == ALL:
+                continue
+            if not allowed:
+                return None
+            coeffs, const = self._form(atom)
+            neg = ({k: -v for k, v in coeffs.items()}, -const)
+            if allowed == frozenset((1,)):
+                out.append((coeffs, const, ">"))
+            elif allowed == frozenset((-1,)):
+                out.append((*neg, ">"))
+            elif allowed == frozenset((0,)):
+                out.append((coeffs, const, "="))
+            elif allowed == frozenset((0, 1)):
+                out.append((coeffs, const, ">="))
+            elif allowed == frozenset((-1, 0)):
+                out.append((*neg, ">="))
+        return out
+
+    def _linked(self, variables: set[int]) -> set[int]:
+        """``variables`` with their row mates and, for a monomial, its symbols and theirs."""
+        out = set(variables)
+        for v in variables:
+            for s in self._symbols_of.get(v, (v,)):
+                out.add(s)
+                out.update(self._row_of[s])
+        return out
+
     def point(self, signs: dict) -> tuple[bool, list[Fraction] | None]:
-        """``(feasible, a point)`` for the linear part of ``signs`` (``atom → allowed signs``)."""
-        key = frozenset((a, s) for a, s in signs.items() if s != ALL and self._form(a) is not None)
+        """``(feasible, a point of the relaxation)`` for ``signs`` (``atom → allowed signs``)."""
+        conditions = self._conditions(signs)
+        if conditions is None:
+            return False, None
+        groups: list[tuple[set[int], list]] = []
+        for form in conditions:
+            used = self._linked(set(form[0]))
+            touching = [g for g in groups if g[0] & used]
+            merged = (used.union(*(g[0] for g in touching)), [form] + [f for g in touching for f in g[1]])
+            groups = [g for g in groups if not g[0] & used] + [merged]
+        point = [Fraction(0)] * len(self.space.names)
+        for variables, forms in groups:
+            ok, values = self._group(tuple(sorted(variables)), forms)
+            if not ok:
+                return False, None
+            for i, v in values.items():
+                if i < len(point):
+                    point[i] = v
+        return True, point
+
+    def _group(self, variables: tuple[int, ...], forms: list) -> tuple[bool, dict[int, Fraction] | None]:
+        key = frozenset((tuple(f[0].get(v, Fraction(0)) for v in variables), f[1], f[2]) for f in forms)
+        key = key | {variables}
         if key not in self._cache:
-            forms = list(self.space.domain())
-            for atom, allowed in key:
-                coeffs, const = self._form(atom)
-                neg = ([-c for c in coeffs], -const)
-                if allowed == frozenset((1,)):
-                    forms.append((coeffs, const, ">"))
-                elif allowed == frozenset((-1,)):
-                    forms.append((*neg, ">"))
-                elif allowed == frozenset((0,)):
-                    forms.append((coeffs, const, "="))
-                elif allowed == frozenset((0, 1)):
-                    forms.append((coeffs, const, ">="))
-                elif allowed == frozenset((-1, 0)):
-                    forms.append((*neg, ">="))
-                elif not allowed:
-                    self._cache[key] = (False, None)
-                    break
-            else:
-                self._cache[key] = satisfiable(forms, len(self.space.names))
+            local = [([f[0].get(v, Fraction(0)) for v in variables], f[1], f[2]) for f in forms]
+            position = {v: k for k, v in enumerate(variables)}
+            for idx in {self._row_of[v] for v in variables if v in self._row_of}:  # each row's last entry ≥ 0
+                local.append(([Fraction(-1) if v in idx else Fraction(0) for v in variables], Fraction(1), ">="))
+            for v in variables:  # McCormick: a monomial of [0, 1] values lies below each of its symbols, and
+                if v not in self._symbols_of:  # above Σ e_i s_i − (degree − 1)
+                    continue
+                monom = self._monomial_of[v]
+                for s in self._symbols_of[v]:
+                    coeffs = [Fraction(0)] * len(variables)
+                    coeffs[position[s]], coeffs[position[v]] = Fraction(1), Fraction(-1)
+                    local.append((coeffs, Fraction(0), ">="))
+                coeffs = [Fraction(0)] * len(variables)
+                coeffs[position[v]] = Fraction(1)
+                for s in self._symbols_of[v]:
+                    coeffs[position[s]] = Fraction(-monom[s])
+                local.append((coeffs, Fraction(sum(monom) - 1), ">="))
+            ok, values = satisfiable(local, len(variables))
+            self._cache[key] = (ok, None if values is None else dict(zip(variables, values)))
         return self._cache[key]
 
     def __call__(self, signs: dict) -> bool:

@@ -771,4 +771,4 @@ def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str 
     sys.exit(0 if all(c.as_expected for c in checks) else 1)
 
 
-from simulator.cli import checks  # noqa: E402,F401  (registers hunt, gate and zoo on main)
+from simulator.cli import checks, proofs  # noqa: E402,F401  (register hunt, gate, zoo and prove on main)
