@@ -53,3 +53,28 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
     data["command"] = _command(ctx)
     _write_json(json_out, data)
     sys.exit(EXIT[proof.verdict])
+
+
+@main.command("prove-table")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="reports/proofs.md", show_default=True)
+@click.option("--case-timeout", type=float, default=600.0, show_default=True, help="seconds each case may take")
+@click.option("--only", help="comma-separated verifiers: run only their cases")
+@click.pass_context
+def prove_table(ctx, out_path, case_timeout, only) -> None:
+    """The proof table: every built-in rule the symbolic run can follow, PROVED or REFUTED on one-level trees and
+    chains at V = 2 and 3, each control REFUTED with its witness, the others with the reason (reports/proofs.md)."""
+    from pathlib import Path
+
+    from exact.proof_table import cases, run_case, table_markdown
+
+    chosen = [c for c in cases() if only is None or c.verifier in only.split(",")]
+    rows = []
+    for case in chosen:
+        rows.append(run_case(case, case_timeout))
+        r = rows[-1]
+        click.echo(f"{r['verifier']:<24} {r['shape']:<22} V={r['vocab']} {r['verdict']:<12} {r['seconds']:.1f} s",
+                   err=True)
+    text = table_markdown(rows, _command(ctx), case_timeout)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(text)
+    click.echo(text)
