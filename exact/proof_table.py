@@ -15,11 +15,12 @@ from simulator.trees import make_topology
 
 from .prove import prove
 
-#: ``(label, topology, depth, branching)`` of the shapes in the table.
+#: The shapes in the table, by label: ``make_topology``'s arguments.
 SHAPES = {
-    "one level, 2 children": ("complete", 1, 2),
-    "chain, depth 1": ("chain", 1, 1),
-    "chain, depth 2": ("chain", 2, 1),
+    "one level, 2 children": {"name": "complete", "depth": 1, "branching": 2},
+    "chain, depth 1": {"name": "chain", "depth": 1, "branching": 1},
+    "chain, depth 2": {"name": "chain", "depth": 2, "branching": 1},
+    "explicit -1,0,0,1": {"name": "explicit", "parents": (-1, 0, 0, 1)},
 }
 TREE_RULES = ("tv-sps", "tv-rrs", "trv", "trv-iid", "lv-sps", "lv-rrs", "match")
 CHAIN_RULES = ("bv", "greedy-bv")
@@ -47,7 +48,8 @@ def cases() -> list[Case]:
     out += [Case("bug-residual-q", "one level, 2 children", 2, expect="REFUTED"),
             Case("bug-accept-all", "one level, 2 children", 2, expect="REFUTED"),
             Case("bug-match-per-row", "one level, 2 children", 2, expect="REFUTED"),
-            Case("bug-trv-insertion-order", "one level, 2 children", 3, "without-replacement", expect="REFUTED"),
+            Case("bug-trv-insertion-order", "explicit -1,0,0,1", 2, "without-replacement", expect="REFUTED"),
+            Case("trv", "explicit -1,0,0,1", 2, "without-replacement"),
             Case("bug-greedy-bv-nomod", "chain, depth 2", 2, expect="REFUTED")]
     out += [Case(rule, "one level, 2 children", 2, expect="error") for rule in
             ("tv-kseq", "lv-kseq", "tv-opt", "lv-opt", "tv-gr", "lv-gr", "bug-dyspec-printed")]
@@ -57,7 +59,7 @@ def cases() -> list[Case]:
 
 def run_case(case: Case, seconds: float) -> dict:
     """One case: verdict, counts, witness TVD, time (or the typed error / the time limit)."""
-    topology = make_topology(*SHAPES[case.shape])
+    topology = make_topology(**SHAPES[case.shape])
     started = time.perf_counter()
     row = {"verifier": case.verifier, "shape": case.shape, "vocab": case.vocab, "drafting": case.drafting,
            "expect": case.expect}

@@ -53,6 +53,8 @@ class VerifierSpec:
     #: a recursion computing the round's exact law without enumerating draft trees, ``module:function`` with the
     #: options selecting the rule (``certify --method recursion``; exact/traversal_dp.py, exact/layer_dp.py), if any
     exact_law: KernelRef | None = None
+    #: why the symbolic prover (``specproof prove``, exact/prove.py) cannot run the rule; empty when it can
+    not_symbolic: str = ""
 
     @property
     def is_control(self) -> bool:
@@ -68,6 +70,11 @@ class VerifierSpec:
         return next((s for s in ("complete", "multi-chain", "chain") if s in self.shapes), self.shapes[0])
 
 
+NOT_SYMBOLIC_KSEQ = ("finds K-SEQ's ρ* by a 60-step bisection, each step a comparison: a symbolic run would "
+                     "branch 2^60 ways (ρ* as a symbol with its defining equation is not built yet)")
+NOT_SYMBOLIC_FLOW = "is defined by a flow solved numerically (a maximum flow or GR's dual), not by comparisons"
+NOT_SYMBOLIC_GBV = "ranks tokens by q/p with float infinities for p = 0"
+
 _SPECS = [
     VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
                  IID + WOR + DYNAMIC,
@@ -81,11 +88,14 @@ _SPECS = [
                  ALL_SCHEMES + DYNAMIC + ("aded",),
                  kernel=kernel("token_tree:tv", plan="det")),
     VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID,
-                 kernel=kernel("token_tree:tv", plan="kseq"), exact_dp="kseq"),
+                 kernel=kernel("token_tree:tv", plan="kseq"), exact_dp="kseq",
+                 not_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID,
-                 kernel=kernel("token_tree:tv", plan="flow:opt", float64=True)),
+                 kernel=kernel("token_tree:tv", plan="flow:opt", float64=True),
+                 not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID,
-                 kernel=kernel("token_tree:tv", plan="flow:gr", float64=True), exact_dp="gr"),
+                 kernel=kernel("token_tree:tv", plan="flow:gr", float64=True), exact_dp="gr",
+                 not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="sps"),
                  exact_law=KernelRef(LAYER_LAW, (("rule", "sps"),))),
@@ -94,13 +104,16 @@ _SPECS = [
                  exact_law=KernelRef(LAYER_LAW, (("rule", "rrs"),))),
     VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="kseq"),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "kseq"),))),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "kseq"),)),
+                 not_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="opt", float64=True),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "opt"),))),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "opt"),)),
+                 not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="gr", float64=True),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "gr"),))),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "gr"),)),
+                 not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",),
                  kernel=kernel("block:bv")),
     VerifierSpec("greedy-bv", block.greedy_bv, "greedy block verification with distribution modification "
@@ -115,7 +128,8 @@ _SPECS = [
                  exact_law=KernelRef(TRAVERSAL_LAW, (("merge", False), ("zero_draft", False)))),
     VerifierSpec("gbv", multipath.gbv, "greedy multi-path block verification (K i.i.d. paths)", IID,
                  ("chain", "multi-chain"),
-                 kernel=kernel("multipath:gbv")),
+                 kernel=kernel("multipath:gbv"),
+                 not_symbolic=NOT_SYMBOLIC_GBV),
     VerifierSpec("dyspec", tv(RRSW, "without-replacement"), "DySpec's verification (Alg. 3 with U(0,1))",
                  WOR + DYNAMIC,
                  kernel=kernel("token_tree:tv", plan="rrsw")),
@@ -142,7 +156,8 @@ _SPECS = [
     VerifierSpec("bug-gbv-clipped", multipath.bug_gbv_clipped,
                  "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain"),
                  lossy_on="multi-chains with b ≥ 2 (lossless on a chain: one path, nothing to select)",
-                 kernel=kernel("multipath:gbv", clipped=True)),
+                 kernel=kernel("multipath:gbv", clipped=True),
+                 not_symbolic=NOT_SYMBOLIC_GBV),
     VerifierSpec("bug-match-per-row", matching.bug_match_per_row,
                  "CONTROL: one target draw per candidate row", (),
                  lossy_on="trees where a node has ≥ 2 children (lossless on chains: one row per node)",

@@ -1,0 +1,351 @@
+"""The cell decomposition behind a symbolic proof (:mod:`exact.prove`, docs/proofs.md).
+
+For each output sequence, the space of model pairs is split by the signs of the atoms its paths assumed —
+depth first, one atom at a time, only while some path's validity is open, signs no path tells apart kept together
+— and never into a cell the exact LP of a McCormick relaxation rules out (:class:`exact.symbolic.LinearFeasibility`).
+In each cell the valid paths are known and the identity ``Σ P(path) = q^(H+1)(s)`` is checked as an identity of
+rational functions once the cell's equalities are substituted (:class:`Reduced`, :func:`vanishes`); a failing
+cell is searched for an exact witness point (:func:`witness`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .symbolic import ALL, LinearFeasibility, Space, normalise
+
+#: Random points tried per failing cell before it is called UNDECIDED.
+WITNESS_TRIES = 200
+
+
+@dataclass
+class Cell:
+    """One cell of one output sequence: the atoms' sign blocks, the paths valid there, and whether the identity
+    holds."""
+
+    sequence: tuple[int, ...]
+    signs: dict
+    paths: int
+    holds: bool
+    witness: list[Fraction] | None = None
+
+
+def _status(signs: dict, assign: dict):
+    """``True`` (valid in the cell), ``False`` (ruled out) or an atom still to split on. ``assign`` gives each
+    split atom a block of signs that every path's allowed set either contains or misses."""
+    open_atom = None
+    for atom, allowed in signs.items():
+        block = assign.get(atom)
+        if block is not None:
+            if not block & allowed:
+                return False
+        elif allowed != ALL and open_atom is None:
+            open_atom = atom
+    return True if open_atom is None else open_atom
+
+
+def _blocks(atom, paths: list, live: list[int], domain: frozenset) -> list[frozenset]:
+    """The coarsest split of the atom's possible signs (``domain``) that decides every live path: two signs share
+    a block when no path allows one without the other."""
+    blocks = [frozenset((s,)) for s in sorted(domain)]
+    merged: list[frozenset] = []
+    for block in blocks:
+        sign = next(iter(block))
+        for i, other in enumerate(merged):
+            o = next(iter(other))
+            if all((sign in paths[j][2].get(atom, ALL)) == (o in paths[j][2].get(atom, ALL)) for j in live):
+                merged[i] = other | block
+                break
+        else:
+            merged.append(block)
+    return merged
+
+
+class Reduced:
+    """A cell's conditions with its linear equalities substituted into every other condition (a non-linear atom
+    often turns linear: ``p0·(…) + q0`` is ``q0`` once ``p0 = 0``), the domain's ``≥ 0`` conditions included, until
+    no linear equality is left: ``conditions`` (atom → block) and the substitutions made (symbol, value), in order.
+    ``None`` when a condition became a constant of the wrong sign."""
+
+    def __init__(self, conditions: dict, substitutions: list) -> None:
+        self.conditions = conditions
+        self.substitutions = substitutions
+
+    @classmethod
+    def of(cls, assign: dict, space: Space) -> "Reduced | None":
+        conditions = {atom: block for atom, block in space.domain_signs.items()}
+        for atom, block in assign.items():
+            conditions[atom] = conditions.get(atom, ALL) & block
+        substitutions = []
+        while True:
+            if any(not block for block in conditions.values()):
+                return None
+            equality = next((a for a, b in conditions.items() if b == frozenset((0,)) and not a.is_ground
+                             and space.linear_form(a) is not None), None)
+            if equality is None:
+                derived = _propagate(conditions)
+                if derived is None:
+                    return None
+                if not derived:
+                    return cls(conditions, substitutions)
+                for atom, block in derived.items():
+                    conditions[atom] = block
+                continue
+            gen, value = _solve(equality, space)
+            substitutions.append((gen, value))
+            reduced: dict = {}
+            for atom, block in conditions.items():
+                if atom == equality:
+                    continue
+                image = atom.compose(gen, value)
+                if image.is_ground:
+                    if _sign(Fraction(int(image.LC.numerator), int(image.LC.denominator))) not in block:
+                        return None
+                    continue
+                sign, norm = normalise(image)
+                flipped = block if sign > 0 else frozenset(-s for s in block)
+                reduced[norm] = reduced.get(norm, ALL) & flipped
+            conditions = reduced
+
+    def feasible(self, lp: LinearFeasibility) -> bool:
+        return lp(self.conditions)
+
+    def substitute(self, poly):
+        for gen, value in self.substitutions:
+            poly = poly.compose(gen, value)
+        return poly
+
+    def point(self, lp: LinearFeasibility, space: Space) -> list[Fraction] | None:
+        """An exact point of the cell's linear part, the substituted symbols filled in."""
+        ok, point = lp.point(self.conditions)
+        if not ok:
+            return None
+        for gen, value in reversed(self.substitutions):
+            point[space.ring.gens.index(gen)] = space.evaluate(value, point)
+        return point
+
+
+@functools.lru_cache(maxsize=65536)
+def _factors(atom) -> tuple[int, tuple[tuple[object, int], ...]]:
+    """``atom`` as ``sign · Π factor^multiplicity`` over normalised irreducible factors."""
+    coeff, factors = atom.factor_list()
+    sign, out = (1 if coeff > 0 else -1), []
+    for factor, multiplicity in factors:
+        s, norm = normalise(factor)
+        sign *= s ** multiplicity
+        out.append((norm, multiplicity))
+    return sign, tuple(out)
+
+
+def _propagate(conditions: dict) -> dict | None:
+    """Signs that a condition on a product forces on its factors (``q·(r − 1) ≥ 0`` with ``q ≥ 0``, ``r ≤ 1``
+    forces one of them to 0, and with ``q > 0`` forces ``r = 1``): the narrower blocks found, ``None`` if some
+    condition cannot hold."""
+    derived: dict = {}
+    for atom, block in list(conditions.items()):
+        if block == ALL or atom.is_ground:
+            continue
+        sign, factors = _factors(atom)
+        if len(factors) < 2 and all(m == 1 for _, m in factors):
+            continue
+        known = [conditions.get(f, ALL) & derived.get(f, ALL) for f, _ in factors]
+        seen: list[set[int]] = [set() for _ in factors]
+        for combo in itertools.product(*(sorted(k) for k in known)):
+            product = sign
+            for (_, m), value in zip(factors, combo):
+                product *= value ** m
+            if product in block:
+                for i, value in enumerate(combo):
+                    seen[i].add(value)
+        if not seen[0]:
+            return None
+        for (factor, _), allowed, found in zip(factors, known, seen):
+            if frozenset(found) != allowed:
+                derived[factor] = frozenset(found)
+    return derived
+
+
+def _open_factor(reduced: "Reduced", assign: dict):
+    """A factor of a product condition whose sign the cell leaves open (splitting on it may decide the cell)."""
+    for atom, block in reduced.conditions.items():
+        if block == ALL or atom.is_ground:
+            continue
+        _, factors = _factors(atom)
+        if len(factors) < 2:
+            continue
+        for factor, _ in factors:
+            if factor not in assign and len(reduced.conditions.get(factor, ALL)) > 1:
+                return factor
+    return None
+
+
+def _solve(atom, space: Space):
+    """A linear atom ``= 0`` solved for its first symbol: ``(symbol, value)``."""
+    monom, coeff = next((m, c) for m, c in atom.terms() if sum(m) == 1)
+    gen = space.ring.gens[monom.index(1)]
+    return gen, (-(atom - gen.mul_ground(coeff))).quo_ground(coeff)
+
+
+def check_cells(paths: list, target: dict, sequences: list, space: Space, feasible: LinearFeasibility
+                 ) -> tuple[list[Cell], int]:
+    """For each output sequence, split the space until every path ending in it is known valid or not, and check
+    the identity in each cell (a sequence's cells need only the atoms of its own paths)."""
+    cells: list[Cell] = []
+    identities = 0
+    for seq in sequences:
+        mine = [i for i, path in enumerate(paths) if path[0] == seq]
+        stack = [({}, mine)]
+        while stack:
+            assign, live = stack.pop()
+            valid, still, split = [], [], None
+            for i in live:
+                status = _status(paths[i][2], assign)
+                if status is True:
+                    valid.append(i)
+                elif status is not False:
+                    still.append(i)
+                    split = split if split is not None else status
+            if split is not None:
+                domain = space.domain_signs.get(split, ALL)
+                for block in reversed(_blocks(split, paths, still, domain)):
+                    signs = {**assign, split: block}
+                    reduced = Reduced.of(signs, space)
+                    if reduced is not None and reduced.feasible(feasible):
+                        stack.append((signs, valid + still))
+                continue
+            total = space.field(0)
+            for i in valid:
+                total = total + paths[i][1]
+            gap = total - target[seq]
+            identities += 1
+            reduced = Reduced.of(assign, space)
+            if reduced is None:  # the cell is empty
+                continue
+            holds = gap == 0 or vanishes(gap.numer, reduced, space, feasible)
+            factor = None if holds else _open_factor(reduced, assign)
+            if factor is not None:  # split on a factor of a product condition: the cell may be degenerate
+                for sign in sorted(reduced.conditions.get(factor, ALL)):
+                    signs = {**assign, factor: frozenset((sign,))}
+                    again = Reduced.of(signs, space)
+                    if again is not None and again.feasible(feasible):
+                        stack.append((signs, valid))
+                continue
+            cell = Cell(seq, dict(assign), len(valid), holds)
+            if not holds:
+                cell.witness = witness(assign, gap, reduced, space, feasible)
+            cells.append(cell)
+    return cells, identities
+
+
+def vanishes(numer, reduced: Reduced, space: Space, feasible: LinearFeasibility) -> bool:
+    """Whether a polynomial is zero on the cell: once the cell's equalities are substituted, or once the linear
+    conditions the cell forces to 0 without saying so are added (``p ≥ q`` beside ``p = 0`` forces ``q = 0``: the
+    exact LP of the relaxation finds no other sign possible) and the reduction is run again."""
+    while True:
+        image = reduced.substitute(numer)
+        if image == 0 or _eliminated(image, reduced, space) == 0:
+            return True
+        forced = [atom for atom, block in reduced.conditions.items() if block != frozenset((0,)) and 0 in block
+                  and not any(feasible({**reduced.conditions, atom: frozenset((s,))}) for s in block if s)]
+        if not forced:
+            return False
+        again = Reduced.of({**reduced.conditions, **{a: frozenset((0,)) for a in forced}}, space)
+        if again is None:
+            return True  # the cell is empty
+        reduced = Reduced(again.conditions, reduced.substitutions + again.substitutions)
+
+
+def _eliminated(poly, reduced: Reduced, space: Space):
+    """``poly`` with the cell's non-linear equalities used to eliminate symbols, one after another: an equality
+    ``a·x + b = 0`` linear in a symbol ``x`` whose coefficient ``a`` cannot vanish in the cell (constant, or every
+    factor of a sign that excludes 0) turns ``poly`` of degree ``d`` in ``x`` into ``a^d · poly(x = −b/a)`` — zero
+    exactly where ``poly`` is — and the other equalities likewise. Zero means ``poly`` vanishes on the cell."""
+    equalities = [a for a, b in reduced.conditions.items() if b == frozenset((0,))]
+    progress = True
+    while progress and poly != 0 and equalities:
+        progress = False
+        for atom in equalities:
+            found = _linear_symbol(atom, reduced, space)
+            if found is None:
+                continue
+            i, a, b = found
+            poly = _homogenised(poly, i, a, b, space)
+            equalities = [e for e in (_homogenised(e, i, a, b, space) for e in equalities if e is not atom) if e != 0]
+            progress = True
+            break
+    return poly
+
+
+def _linear_symbol(atom, reduced: Reduced, space: Space):
+    """``(i, a, b)`` with ``atom = a·x_i + b`` and ``a`` non-zero throughout the cell, or ``None``."""
+    for i, gen in enumerate(space.ring.gens):
+        if atom.degree(gen) != 1:
+            continue
+        a, b = _split(atom, i, space)
+        if a.is_ground or all(reduced.conditions.get(normalise(f)[1], ALL) <= frozenset((-1, 1))
+                              for f, _ in a.factor_list()[1]):
+            return i, a, b
+    return None
+
+
+def _homogenised(poly, i: int, a, b, space: Space):
+    """``a^d · poly(x_i = −b/a)`` for ``poly`` of degree ``d`` in ``x_i``."""
+    parts = _powers(poly, i, space)
+    degree = max(parts)
+    one = space.ring.one
+    return sum((c * ((-b) ** k if k else one) * (a ** (degree - k) if degree - k else one)
+                for k, c in parts.items()), space.ring.zero)
+
+
+def _split(atom, i: int, space: Space):
+    """``atom = a·x_i + b`` (degree 1 in ``x_i``): ``(a, b)``."""
+    parts = _powers(atom, i, space)
+    return parts.get(1, space.ring.zero), parts.get(0, space.ring.zero)
+
+
+def _powers(poly, i: int, space: Space) -> dict:
+    """``poly = Σ_k c_k · x_i^k``: ``{k: c_k}`` (each ``c_k`` free of ``x_i``)."""
+    out: dict = {}
+    for monom, coeff in poly.terms():
+        k = monom[i]
+        rest = monom[:i] + (0,) + monom[i + 1:]
+        out[k] = out.get(k, space.ring.zero) + space.ring({rest: coeff})
+    return out
+
+
+def witness(assign: dict, gap, reduced: Reduced | None, space: Space, feasible: LinearFeasibility
+             ) -> list[Fraction] | None:
+    """An exact point of the cell where ``gap`` is non-zero: the LP's point of its (reduced) linear conditions,
+    then points mixed from it towards random points of the simplex (each checked exactly against every atom's
+    block, on the original atoms)."""
+    point = None if reduced is None else reduced.point(feasible, space)
+    if point is None:
+        return None
+    rng = random.Random(0)
+    for attempt in range(WITNESS_TRIES):
+        candidate = point
+        if attempt:
+            mix = Fraction(1, 2 ** (attempt % 12 + 1))
+            candidate = [(1 - mix) * a + mix * b for a, b in zip(point, _random_point(space, rng))]
+        if all(_sign(space.evaluate(atom, candidate)) in block for atom, block in assign.items()) and \
+                space.evaluate(gap.numer, candidate) != 0 and space.evaluate(gap.denom, candidate) != 0:
+            return candidate
+    return None
+
+
+def _random_point(space: Space, rng: random.Random) -> list[Fraction]:
+    point = [Fraction(0)] * len(space.names)
+    for idx in space.slots.values():
+        weights = [rng.randint(1, 12) for _ in range(len(idx) + 1)]
+        total = sum(weights)
+        for i, w in zip(idx, weights):
+            point[i] = Fraction(w, total)
+    return point
+
+
+def _sign(value: Fraction) -> int:
+    return (value > 0) - (value < 0)
