@@ -10,10 +10,10 @@ whose probability is a rational function, and it assumes that probability positi
 zero is never run, as in the exact engine). A path so yields its output, its probability and the sign
 conditions it assumed.
 
-A sign is pruned only when the path's *linear* conditions cannot hold together, decided exactly by
-:func:`exact.rational_lp.satisfiable`; conditions on non-linear atoms are kept (a path whose conditions cannot
-hold only costs time: the proof checks every cell it meets, and a cell without a witness point never yields
-REFUTED).
+A sign is pruned only when the path's conditions cannot hold together, decided exactly by
+:func:`exact.rational_lp.satisfiable` on a relaxation (:class:`LinearFeasibility`): "cannot hold" is exact, so no
+region that exists is ever dropped; a path whose conditions cannot hold but pass the relaxation only costs time
+(the proof checks every cell it meets, and a cell without a witness point never yields REFUTED).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from typing import Callable, Iterator, Sequence
 
 import sympy as sp
 
-from simulator.errors import RandomnessError, SymbolicError
+from simulator.errors import ChoiceLimitError, RandomnessError, SymbolicError
 from simulator.limits import MAX_CHOICES_PER_EXECUTION, active_count
-from simulator.errors import ChoiceLimitError
 
 from .rational_lp import satisfiable
 
