@@ -114,6 +114,11 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int) 
         raise InvalidParameterError("drafting", f"{what.name} is defined under {list(what.schemes)}, not {scheme!r}")
     height = topology.height
     space = Space(vocab, _contexts(vocab, height - 1), _contexts(vocab, height))
+    config = {"topology": topology.name, "parents": list(topology.parents), "drafting": scheme, "vocab": vocab}
+    spec = VERIFIERS.get(what.name)
+    if spec is not None and spec.undecided_symbolic:
+        return Proof("UNDECIDED", what.name, config, 0, [], space, time.perf_counter() - started,
+                     reason=f"not run: {what.name} {spec.undecided_symbolic}")
     view = SymbolicView(space)
     drafter = FixedShape(topology, scheme)
     feasible = LinearFeasibility(space)
@@ -133,7 +138,6 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int) 
     sequences = list(itertools.product(range(vocab), repeat=height + 1))
     target = {s: _joint(space, s) for s in sequences}
     cells, identities = check_cells(paths, target, sequences, space, feasible)
-    config = {"topology": topology.name, "parents": list(topology.parents), "drafting": scheme, "vocab": vocab}
     proof = Proof("PROVED", what.name, config, len(paths), cells, space, 0.0, identities=identities)
     failing = [c for c in cells if not c.holds]
     witnessed = [c for c in failing if c.witness is not None]

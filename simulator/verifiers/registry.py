@@ -53,8 +53,11 @@ class VerifierSpec:
     #: a recursion computing the round's exact law without enumerating draft trees, ``module:function`` with the
     #: options selecting the rule (``certify --method recursion``; exact/traversal_dp.py, exact/layer_dp.py), if any
     exact_law: KernelRef | None = None
-    #: why the symbolic prover (``specproof prove``, exact/prove.py) cannot run the rule; empty when it can
+    #: why the symbolic prover (``specproof prove``, exact/prove.py) cannot run the rule (a typed error); empty when
+    #: it can
     not_symbolic: str = ""
+    #: why the prover answers UNDECIDED without running the rule (K-SEQ's ρ*, not yet a symbol); empty otherwise
+    undecided_symbolic: str = ""
 
     @property
     def is_control(self) -> bool:
@@ -89,7 +92,7 @@ _SPECS = [
                  kernel=kernel("token_tree:tv", plan="det")),
     VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID,
                  kernel=kernel("token_tree:tv", plan="kseq"), exact_dp="kseq",
-                 not_symbolic=NOT_SYMBOLIC_KSEQ),
+                 undecided_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID,
                  kernel=kernel("token_tree:tv", plan="flow:opt", float64=True),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
@@ -105,7 +108,7 @@ _SPECS = [
     VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="kseq"),
                  exact_law=KernelRef(LAYER_LAW, (("rule", "kseq"),)),
-                 not_symbolic=NOT_SYMBOLIC_KSEQ),
+                 undecided_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="opt", float64=True),
                  exact_law=KernelRef(LAYER_LAW, (("rule", "opt"),)),
