@@ -66,10 +66,12 @@ def _blocks(atom, paths: list, live: list[int], domain: frozenset) -> list[froze
 
 
 class Reduced:
-    """A cell's conditions with its linear equalities substituted into every other condition (a non-linear atom
-    often turns linear: ``p0·(…) + q0`` is ``q0`` once ``p0 = 0``), the domain's ``≥ 0`` conditions included, until
-    no linear equality is left: ``conditions`` (atom → block) and the substitutions made (symbol, value), in order.
-    ``None`` when a condition became a constant of the wrong sign."""
+    """A cell's conditions, the domain's ``≥ 0`` included, simplified by its equalities until nothing changes: an
+    equality with a symbol of degree 1 and a constant coefficient is solved for it and substituted into every other
+    condition (a non-linear atom often turns linear: ``p0·(…) + q0`` is ``q0`` once ``p0 = 0``); every other condition
+    is replaced by its remainder modulo the remaining equalities (the same value wherever they hold); a product
+    condition narrows its factors' signs (:func:`_propagate`). ``conditions`` (atom → block) and the substitutions
+    made (symbol, value), in order; :meth:`of` gives ``None`` when a condition cannot hold."""
 
     def __init__(self, conditions: dict, substitutions: list) -> None:
         self.conditions = conditions
@@ -81,35 +83,35 @@ class Reduced:
         for atom, block in assign.items():
             conditions[atom] = conditions.get(atom, ALL) & block
         substitutions = []
+        zero = frozenset((0,))
         while True:
             if any(not block for block in conditions.values()):
                 return None
-            equality = next((a for a, b in conditions.items() if b == frozenset((0,)) and not a.is_ground
-                             and space.linear_form(a) is not None), None)
-            if equality is None:
-                derived = _propagate(conditions)
-                if derived is None:
-                    return None
-                if not derived:
-                    return cls(conditions, substitutions)
-                for atom, block in derived.items():
-                    conditions[atom] = block
-                continue
-            gen, value = _solve(equality, space)
-            substitutions.append((gen, value))
-            reduced: dict = {}
-            for atom, block in conditions.items():
-                if atom == equality:
-                    continue
-                image = atom.compose(gen, value)
-                if image.is_ground:
-                    if _sign(Fraction(int(image.LC.numerator), int(image.LC.denominator))) not in block:
+            solvable = next(((a, found) for a, b in conditions.items() if b == zero and not a.is_ground
+                             for found in [_solve(a, space)] if found is not None), None)
+            if solvable is not None:
+                equality, (gen, value) = solvable
+                substitutions.append((gen, value))
+                conditions = _mapped(conditions, lambda atom: atom.compose(gen, value), skip=equality)
+            else:
+                equalities = [a for a, b in conditions.items() if b == zero and not a.is_ground]
+                remainders = {a: a.rem(equalities) for a, b in conditions.items() if b != zero} if equalities else {}
+                if any(r != a for a, r in remainders.items()):
+                    conditions = _mapped(conditions, lambda atom: remainders.get(atom, atom))
+                else:
+                    derived = _propagate(conditions)
+                    if derived is None:
                         return None
-                    continue
-                sign, norm = normalise(image)
-                flipped = block if sign > 0 else frozenset(-s for s in block)
-                reduced[norm] = reduced.get(norm, ALL) & flipped
-            conditions = reduced
+                    if not derived:
+                        return cls(conditions, substitutions)
+                    conditions.update(derived)
+            if conditions is None:
+                return None
+
+    @property
+    def equalities(self) -> list:
+        """The cell's equalities no substitution removed (non-linear ones)."""
+        return [a for a, b in self.conditions.items() if b == frozenset((0,)) and not a.is_ground]
 
     def feasible(self, lp: LinearFeasibility) -> bool:
         return lp(self.conditions)
@@ -184,10 +186,34 @@ def _open_factor(reduced: "Reduced", assign: dict):
 
 
 def _solve(atom, space: Space):
-    """A linear atom ``= 0`` solved for its first symbol: ``(symbol, value)``."""
-    monom, coeff = next((m, c) for m, c in atom.terms() if sum(m) == 1)
-    gen = space.ring.gens[monom.index(1)]
-    return gen, (-(atom - gen.mul_ground(coeff))).quo_ground(coeff)
+    """An equality ``atom = 0`` solved polynomially: ``(symbol, value)`` for a symbol of degree 1 whose coefficient
+    is a constant (every linear atom has one), or ``None``."""
+    for i, gen in enumerate(space.ring.gens):
+        if atom.degree(gen) != 1:
+            continue
+        a, b = _split(atom, i, space)
+        if a.is_ground:
+            return gen, (-b).quo_ground(a.LC)
+    return None
+
+
+def _mapped(conditions: dict, image, skip=None) -> dict | None:
+    """The conditions with each atom replaced by ``image(atom)`` (normalised; blocks flipped with the sign, merged
+    where two images agree); ``None`` if one became a constant of a sign its block excludes."""
+    out: dict = {}
+    for atom, block in conditions.items():
+        if atom == skip:
+            continue
+        new = image(atom)
+        if new.is_ground:
+            value = Fraction(int(new.LC.numerator), int(new.LC.denominator)) if new else Fraction(0)
+            if _sign(value) not in block:
+                return None
+            continue
+        sign, norm = normalise(new)
+        flipped = block if sign > 0 else frozenset(-s for s in block)
+        out[norm] = out.get(norm, ALL) & flipped
+    return out
 
 
 def check_cells(paths: list, target: dict, sequences: list, space: Space, feasible: LinearFeasibility
@@ -247,7 +273,9 @@ def vanishes(numer, reduced: Reduced, space: Space, feasible: LinearFeasibility)
     exact LP of the relaxation finds no other sign possible) and the reduction is run again."""
     while True:
         image = reduced.substitute(numer)
-        if image == 0 or _eliminated(image, reduced, space) == 0:
+        if image != 0 and reduced.equalities:
+            image = image.rem(reduced.equalities)  # equal to the gap wherever the equalities hold
+        if image == 0 or _eliminated(image, reduced, space, feasible) == 0:
             return True
         forced = [atom for atom, block in reduced.conditions.items() if block != frozenset((0,)) and 0 in block
                   and not any(feasible({**reduced.conditions, atom: frozenset((s,))}) for s in block if s)]
@@ -259,7 +287,7 @@ def vanishes(numer, reduced: Reduced, space: Space, feasible: LinearFeasibility)
         reduced = Reduced(again.conditions, reduced.substitutions + again.substitutions)
 
 
-def _eliminated(poly, reduced: Reduced, space: Space):
+def _eliminated(poly, reduced: Reduced, space: Space, feasible: LinearFeasibility):
     """``poly`` with the cell's non-linear equalities used to eliminate symbols, one after another: an equality
     ``a·x + b = 0`` linear in a symbol ``x`` whose coefficient ``a`` cannot vanish in the cell (constant, or every
     factor of a sign that excludes 0) turns ``poly`` of degree ``d`` in ``x`` into ``a^d · poly(x = −b/a)`` — zero
@@ -269,7 +297,7 @@ def _eliminated(poly, reduced: Reduced, space: Space):
     while progress and poly != 0 and equalities:
         progress = False
         for atom in equalities:
-            found = _linear_symbol(atom, reduced, space)
+            found = _linear_symbol(atom, reduced, space, feasible)
             if found is None:
                 continue
             i, a, b = found
@@ -280,16 +308,22 @@ def _eliminated(poly, reduced: Reduced, space: Space):
     return poly
 
 
-def _linear_symbol(atom, reduced: Reduced, space: Space):
-    """``(i, a, b)`` with ``atom = a·x_i + b`` and ``a`` non-zero throughout the cell, or ``None``."""
+def _linear_symbol(atom, reduced: Reduced, space: Space, feasible: LinearFeasibility):
+    """``(i, a, b)`` with ``atom = a·x_i + b`` and ``a`` non-zero throughout the cell — constant, or every factor of
+    ``a`` of a sign that excludes 0, or one the cell cannot hold at 0 (the exact LP of the relaxation) — or
+    ``None``."""
     for i, gen in enumerate(space.ring.gens):
         if atom.degree(gen) != 1:
             continue
         a, b = _split(atom, i, space)
-        if a.is_ground or all(reduced.conditions.get(normalise(f)[1], ALL) <= frozenset((-1, 1))
-                              for f, _ in a.factor_list()[1]):
+        if a.is_ground or all(_nonzero(normalise(f)[1], reduced, feasible) for f, _ in a.factor_list()[1]):
             return i, a, b
     return None
+
+
+def _nonzero(factor, reduced: Reduced, feasible: LinearFeasibility) -> bool:
+    block = reduced.conditions.get(factor, ALL)
+    return 0 not in block or not feasible({**reduced.conditions, factor: frozenset((0,))})
 
 
 def _homogenised(poly, i: int, a, b, space: Space):
