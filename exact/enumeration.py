@@ -81,19 +81,32 @@ class EnumeratingChooser:
         return self._choose(branches)  # type: ignore[return-value]
 
 
+def replayed(run: Callable[[tuple[int, ...]], tuple[T, object]]) -> Iterator[tuple[T, object]]:
+    """The depth-first walk of a tree of choices by replayed prefixes: ``run(prefix)`` runs one execution that
+    follows ``prefix`` and then branch 0, and returns its result and the chooser that recorded the branches it
+    ``taken`` and each choice's ``widths``; every execution is counted. Shared by this engine and the symbolic
+    prover (:func:`exact.symbolic.symbolic_paths`)."""
+    count = active_count()
+    stack: list[tuple[int, ...]] = [()]
+    while stack:
+        prefix = stack.pop()
+        result, chooser = run(prefix)
+        count.execution()
+        yield result, chooser
+        for depth in range(len(prefix), len(chooser.taken)):  # type: ignore[attr-defined]
+            head = tuple(chooser.taken[:depth])  # type: ignore[attr-defined]
+            for branch in range(chooser.widths[depth] - 1, 0, -1):  # type: ignore[attr-defined]
+                stack.append(head + (branch,))
+
+
 def enumerate_outcomes(program: Callable[[EnumeratingChooser], T], exact: bool = True
                        ) -> Iterator[tuple[T, Number]]:
     """Every execution of ``program`` with its probability. The probabilities sum to 1."""
-    count = active_count()
-    stack: list[tuple[int, ...]] = [()]
     cache: dict[tuple, list[tuple[int, Number]]] = {}
-    while stack:
-        prefix = stack.pop()
+
+    def run(prefix: tuple[int, ...]) -> tuple[T, EnumeratingChooser]:
         chooser = EnumeratingChooser(prefix, exact, cache)
-        result = program(chooser)
-        count.execution()
-        yield result, chooser.prob
-        for depth in range(len(prefix), len(chooser.taken)):
-            head = tuple(chooser.taken[:depth])
-            for branch in range(chooser.widths[depth] - 1, 0, -1):
-                stack.append(head + (branch,))
+        return program(chooser), chooser
+
+    for result, chooser in replayed(run):
+        yield result, chooser.prob  # type: ignore[attr-defined]

@@ -27,8 +27,9 @@ from typing import Callable, Iterator, Sequence
 import sympy as sp
 
 from simulator.errors import ChoiceLimitError, RandomnessError, SymbolicError
-from simulator.limits import MAX_CHOICES_PER_EXECUTION, active_count
+from simulator.limits import MAX_CHOICES_PER_EXECUTION
 
+from .enumeration import replayed
 from .rational_lp import satisfiable
 
 #: The three signs of an atom: negative, zero, positive.
@@ -398,28 +399,23 @@ class SymbolicChooser:
 
 def symbolic_paths(space: Space, program: Callable[[SymbolicChooser], object],
                    feasible: Callable[[dict], bool]) -> Iterator[tuple[object, object, dict]]:
-    """Every path of ``program``: ``(result, probability, sign conditions)``, depth first by replayed prefixes
-    (:func:`exact.enumeration.enumerate_outcomes`'s walk). Paths that die are dropped."""
-    count = active_count()
-    stack: list[tuple[int, ...]] = [()]
-    while stack:
-        prefix = stack.pop()
+    """Every path of ``program``: ``(result, probability, sign conditions)``, by the exact engine's walk
+    (:func:`exact.enumeration.replayed`). Paths that die are dropped."""
+    dead = object()
+
+    def run(prefix: tuple[int, ...]) -> tuple[object, SymbolicChooser]:
         rng = SymbolicChooser(space, prefix, feasible)
         token = _ACTIVE.set(rng)
         try:
-            result = program(rng)
-            alive = True
+            return program(rng), rng
         except PathDead:
-            alive = False
+            return dead, rng
         finally:
             _ACTIVE.reset(token)
-        count.execution()
-        if alive:
+
+    for result, rng in replayed(run):
+        if result is not dead:
             yield result, rng.prob, dict(rng.signs)
-        for depth in range(len(prefix), len(rng.taken)):
-            head = tuple(rng.taken[:depth])
-            for branch in range(rng.widths[depth] - 1, 0, -1):
-                stack.append(head + (branch,))
 
 
 class LinearFeasibility:

@@ -141,3 +141,10 @@ def test_written_certificate_is_rechecked_independently():
     assert _recheck(proof, "tv-rrs", ONE_LEVEL, trials=12, seed=1) == 0
     control = json.loads(json.dumps(prove("bug-residual-q", ONE_LEVEL, "iid", 2).to_json()))
     assert _recheck(control, "bug-residual-q", ONE_LEVEL, trials=12, seed=1) > 0
+
+
+def test_prove_stops_at_its_timeout_naming_the_field():
+    """A proof too large for its wall-clock limit ends with exit 2 and the field ``timeout``, not a hang."""
+    run = subprocess.run([sys.executable, "-m", "simulator.cli", "prove", "--verifier", "lv-rrs", "--vocab", "3",
+                          "--timeout", "1"], capture_output=True, text=True)
+    assert run.returncode == 2 and "timeout" in run.stderr, run.stdout + run.stderr

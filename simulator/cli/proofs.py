@@ -11,6 +11,7 @@ from exact.prove import prove as run_proof
 from simulator.cli.main import _command, _write_json, main
 from simulator.drafting import DRAFTING
 from simulator.errors import InvalidParameterError
+from simulator.limits import DEFAULT_TIMEOUT, time_limit
 from simulator.numeric import human_number
 from simulator.trees import TOPOLOGIES, shape_from_options
 
@@ -30,14 +31,17 @@ EXIT = {"PROVED": 0, "REFUTED": 1, "UNDECIDED": 3}
               help="write the proof certificate (every cell, its sign conditions and its identity) here")
 @click.option("--case-out", type=click.Path(dir_okay=False), default="specproof-case.json", show_default=True,
               help="REFUTED: where the witness goes (a reproducer: specproof certify --case FILE)")
+@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
+              help="wall-clock limit of the proof in seconds (0: none)")
 @click.pass_context
-def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, json_out, case_out) -> None:
+def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, json_out, case_out, timeout) -> None:
     """Prove a verifier lossless for EVERY model pair of this shape and vocabulary, or refute it with an exact
     witness. Exit 0 PROVED, 1 REFUTED, 3 UNDECIDED."""
     if vocab < 2:
         raise InvalidParameterError("vocab", f"must be ≥ 2, got {vocab}")
     _, shape = shape_from_options(topology, depth, branching, parents)
-    proof = run_proof(verifier, shape, drafting, vocab)
+    with time_limit(timeout):
+        proof = run_proof(verifier, shape, drafting, vocab)
     where = (f"{shape.name} tree (parents {list(shape.parents)}), V = {vocab}, {drafting} drafting")
     click.echo(f"{proof.verdict}: {proof.verifier} on the {where}")
     click.echo(f"  {proof.reason}")
