@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .rational_lp import satisfiable
 from .symbolic import ALL, LinearFeasibility, Space, normalise
 
 #: Random points tried per failing cell before it is called UNDECIDED.
@@ -34,7 +35,12 @@ class Cell:
     witness: list[Fraction] | None = None
 
 
-def _status(signs: dict, assign: dict):
+def path_valid(signs: dict, assign: dict) -> bool:
+    """Whether a path with sign conditions ``signs`` is valid throughout the cell ``assign``."""
+    return path_status(signs, assign) is True
+
+
+def path_status(signs: dict, assign: dict):
     """``True`` (valid in the cell), ``False`` (ruled out) or an atom still to split on. ``assign`` gives each
     split atom a block of signs that every path's allowed set either contains or misses."""
     open_atom = None
@@ -219,9 +225,20 @@ def _mapped(conditions: dict, image, skip=None) -> dict | None:
 def check_cells(paths: list, target: dict, sequences: list, space: Space, feasible: LinearFeasibility
                  ) -> tuple[list[Cell], int]:
     """For each output sequence, split the space until every path ending in it is known valid or not, and check
-    the identity in each cell (a sequence's cells need only the atoms of its own paths)."""
+    the identity in each cell (a sequence's cells need only the atoms of its own paths). A failing cell is searched
+    for a witness, and if it has none, for the equalities it forces (:func:`vanishing_terms`), until one witness is
+    found; after that, failing cells are recorded as failing without a search (the verdict is REFUTED)."""
     cells: list[Cell] = []
     identities = 0
+    memo: dict[frozenset, Reduced | None] = {}
+    refuted = False
+
+    def reduce(signs: dict) -> Reduced | None:  # sequences split on the same atoms: one reduction per cell
+        key = frozenset(signs.items())
+        if key not in memo:
+            memo[key] = Reduced.of(signs, space)
+        return memo[key]
+
     for seq in sequences:
         mine = [i for i, path in enumerate(paths) if path[0] == seq]
         stack = [({}, mine)]
@@ -229,7 +246,7 @@ def check_cells(paths: list, target: dict, sequences: list, space: Space, feasib
             assign, live = stack.pop()
             valid, still, split = [], [], None
             for i in live:
-                status = _status(paths[i][2], assign)
+                status = path_status(paths[i][2], assign)
                 if status is True:
                     valid.append(i)
                 elif status is not False:
@@ -239,7 +256,7 @@ def check_cells(paths: list, target: dict, sequences: list, space: Space, feasib
                 domain = space.domain_signs.get(split, ALL)
                 for block in reversed(_blocks(split, paths, still, domain)):
                     signs = {**assign, split: block}
-                    reduced = Reduced.of(signs, space)
+                    reduced = reduce(signs)
                     if reduced is not None and reduced.feasible(feasible):
                         stack.append((signs, valid + still))
                 continue
@@ -248,7 +265,7 @@ def check_cells(paths: list, target: dict, sequences: list, space: Space, feasib
                 total = total + paths[i][1]
             gap = total - target[seq]
             identities += 1
-            reduced = Reduced.of(assign, space)
+            reduced = reduce(assign)
             if reduced is None:  # the cell is empty
                 continue
             holds = gap == 0 or vanishes(gap.numer, reduced, space, feasible)
@@ -256,13 +273,20 @@ def check_cells(paths: list, target: dict, sequences: list, space: Space, feasib
             if factor is not None:  # split on a factor of a product condition: the cell may be degenerate
                 for sign in sorted(reduced.conditions.get(factor, ALL)):
                     signs = {**assign, factor: frozenset((sign,))}
-                    again = Reduced.of(signs, space)
+                    again = reduce(signs)
                     if again is not None and again.feasible(feasible):
                         stack.append((signs, valid))
                 continue
             cell = Cell(seq, dict(assign), len(valid), holds)
-            if not holds:
+            if not holds and not refuted:  # once refuted, a failing cell is recorded as failing, not searched
                 cell.witness = witness(assign, gap, reduced, space, feasible)
+                refuted = cell.witness is not None
+                forced = {} if refuted else vanishing_terms(reduced)
+                if forced is None:  # the cell is empty
+                    continue
+                if forced:  # a degenerate cell: decide it again with the equalities it forces
+                    stack.append(({**assign, **forced}, valid))
+                    continue
             cells.append(cell)
     return cells, identities
 
@@ -285,6 +309,46 @@ def vanishes(numer, reduced: Reduced, space: Space, feasible: LinearFeasibility)
         if again is None:
             return True  # the cell is empty
         reduced = Reduced(again.conditions, reduced.substitutions + again.substitutions)
+
+
+def vanishing_terms(reduced: Reduced) -> dict | None:
+    """Equalities a degenerate cell forces without stating them. Its conditions of known sign give terms ``≥ 0``
+    on the cell (``g`` for ``g ≥ 0``, ``−g`` for ``g ≤ 0``) and so do their pairwise products; if a combination
+    ``Σ λ_k·T_k`` with ``λ ≥ 0``, ``Σ λ = 1`` is identically zero (the exact LP over the coefficients of every
+    monomial: a Handelman certificate of degree 2), every term with ``λ_k > 0`` is zero throughout the cell. Thus
+    ``q0·r + q1·(1 − r) ≥ 1`` beside ``q0 ≤ 1``, ``q1 ≤ 1``, ``0 ≤ r ≤ 1`` forces ``r·(1 − q0) = 0`` and
+    ``(1 − r)·(1 − q1) = 0``: the four terms sum to 0. Returns the new ``= 0`` conditions (``{}``: none found), or
+    ``None`` when a term forced to 0 is strictly positive on the cell (the cell is empty)."""
+    nonneg: list[tuple[object, bool]] = []
+    for atom, block in reduced.conditions.items():
+        if atom.is_ground or block == ALL or block == frozenset((0,)):
+            continue
+        if block <= frozenset((0, 1)):
+            nonneg.append((atom, block == frozenset((1,))))
+        elif block <= frozenset((-1, 0)):
+            nonneg.append((-atom, block == frozenset((-1,))))
+    if not nonneg:
+        return {}
+    one = nonneg[0][0].ring.one
+    terms = [(one, True)] + nonneg + [(a * b, sa and sb) for (a, sa), (b, sb) in itertools.combinations(nonneg, 2)]
+    monomials: dict = {}
+    columns = []
+    for poly, _ in terms:
+        columns.append({monomials.setdefault(monom, len(monomials)): Fraction(int(c.numerator), int(c.denominator))
+                        for monom, c in poly.terms()})
+    zero = Fraction(0)
+    forms = [([column.get(m, zero) for column in columns], zero, "=") for m in range(len(monomials))]
+    forms.append(([Fraction(1)] * len(terms), Fraction(-1), "="))
+    ok, weights = satisfiable(forms, len(terms))
+    if not ok:
+        return {}
+    forced: dict = {}
+    for (poly, strict), weight in zip(terms, weights):
+        if weight > 0:
+            if strict:
+                return None
+            forced[normalise(poly)[1]] = frozenset((0,))
+    return forced
 
 
 def _eliminated(poly, reduced: Reduced, space: Space, feasible: LinearFeasibility):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from simulator.drafting import FixedShape, check_drafting
@@ -28,7 +28,8 @@ from simulator.speculation import complete, speculate
 from simulator.trees import Topology
 from simulator.verifiers import VERIFIERS
 
-from .cells import WITNESS_TRIES, Cell, check_cells
+from .cells import WITNESS_TRIES, Cell, Reduced, check_cells, path_valid
+from .closed_forms import FORMS, Form
 from .reproducer import Reproducer
 from .subject import Subject, subject
 from .symbolic import LinearFeasibility, Space, Sym, context_key, symbolic_paths
@@ -70,11 +71,12 @@ class Proof:
     witness: Reproducer | None = None
     witness_tvd: object = None
     identities: int = 0
+    #: on a chain, the rule's E[τ] against its paper's closed form (:mod:`exact.closed_forms`), cell by cell
+    expectations: list["Expectation"] = field(default_factory=list)
 
     def to_json(self) -> dict:
         names = self.space.names
-        cells = [{"sequence": list(c.sequence),
-                  "signs": {str(a.as_expr()): sorted(b) for a, b in sorted(c.signs.items(), key=lambda t: str(t[0]))},
+        cells = [{"sequence": list(c.sequence), "signs": _signs_json(c.signs),
                   "valid_paths": c.paths, "identity_holds": c.holds,
                   "witness": None if c.witness is None else [f"{v.numerator}/{v.denominator}" for v in c.witness]}
                  for c in self.cells]
@@ -84,7 +86,15 @@ class Proof:
                 "symbols": names, "rows": rows, "domain": "every symbol ≥ 0 and every row's last entry ≥ 0",
                 "paths": self.paths, "cells": cells, "identities": self.identities, "reason": self.reason,
                 "seconds": round(self.seconds, 3),
-                "witness": None if self.witness is None else self.witness.to_json()}
+                "witness": None if self.witness is None else self.witness.to_json(),
+                "expectations": [{"form": e.form, "rows": e.rows, "holds": e.holds,
+                                  "cells": [{"term": list(key) if isinstance(key, tuple) else key,
+                                             "signs": _signs_json(signs), "probability": str(value.as_expr())}
+                                            for key, signs, value in e.cells]} for e in self.expectations]}
+
+
+def _signs_json(signs: dict) -> dict:
+    return {str(a.as_expr()): sorted(b) for a, b in sorted(signs.items(), key=lambda t: str(t[0]))}
 
 
 def _contexts(vocab: int, depth: int) -> list[tuple[int, ...]]:
@@ -124,17 +134,11 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int) 
     feasible = LinearFeasibility(space)
 
     def program(rng):
-        return complete(speculate(view, drafter, what.fn, rng), view, height, rng)
+        outcome = speculate(view, drafter, what.fn, rng)
+        return complete(outcome, view, height, rng), outcome.path
 
-    paths = []
-    with computation():
-        try:
-            for result, prob, signs in symbolic_paths(space, program, feasible):
-                paths.append((result, prob, signs))
-        except VerifierFailure as err:
-            if isinstance(err.error, (SymbolicError, ZeroDivisionError)):
-                raise SymbolicError("verifier", f"{what.name}: {err.error}") from err
-            raise
+    paths = [(sequence, prob, signs, accepted)
+             for (sequence, accepted), prob, signs in _paths(space, program, feasible, what.name)]
     sequences = list(itertools.product(range(vocab), repeat=height + 1))
     target = {s: _joint(space, s) for s in sequences}
     cells, identities = check_cells(paths, target, sequences, space, feasible)
@@ -157,8 +161,71 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int) 
     else:
         proof.reason = (f"the identity holds on all {len(cells)} cells: lossless for every model pair of this shape "
                         f"and vocabulary (V = {vocab}) under {scheme} drafting")
+    form = FORMS.get(spec.chain_expectation) if spec is not None else None
+    if form is not None and topology.parents == tuple(range(-1, len(topology.parents) - 1)):
+        proof.expectations = _expectations(form, space, drafter, what, height)
     proof.seconds = time.perf_counter() - started
     return proof
+
+
+def _paths(space: Space, program, feasible: LinearFeasibility, name: str) -> list:
+    """Every path of ``program`` on ``space``; a rule the symbolic run cannot follow raises :class:`SymbolicError`."""
+    with computation():
+        try:
+            return list(symbolic_paths(space, program, feasible))
+        except VerifierFailure as err:
+            if isinstance(err.error, (SymbolicError, ZeroDivisionError)):
+                raise SymbolicError("verifier", f"{name}: {err.error}") from err
+            raise
+
+
+@dataclass
+class Expectation:
+    """A rule's ``E[τ]`` on a chain against its paper's closed form, term by term: ``cells`` pairs each term's key
+    (an accepted prefix ``x^ℓ`` or a length ``ℓ``) and a cell's sign conditions with the rule's probability of that
+    term there (a rational function; ``E[τ]`` is their sum), and ``holds`` says whether every term equals the
+    form's on every cell."""
+
+    form: str
+    rows: str
+    holds: bool
+    cells: list[tuple[object, dict, object]]
+
+
+def _expectations(forms: tuple, space: Space, drafter, what: Subject, height: int) -> list[Expectation]:
+    """The rule's ``E[τ]`` on a chain against its paper's closed form (:mod:`exact.closed_forms`) for every model
+    pair and, where the paper gives one, against the form for context-independent rows (a second, smaller space
+    whose one ``p`` row and one ``q`` row serve every context)."""
+    general, context_free = forms
+    out = [_expectation(general, "every pair of rows", space, drafter, what, height)]
+    if context_free is not None:
+        out.append(_expectation(context_free, "context-independent rows", Space.context_free(space.vocab), drafter,
+                                what, height))
+    return out
+
+
+def _expectation(form: Form, rows: str, space: Space, drafter, what: Subject, height: int) -> Expectation:
+    """For every term of the form, ``Σ_{rounds counting towards it} P(round) − term`` is zero on every cell of the
+    decomposition of those rounds and of the term's own branches (each ``min`` is a comparison). The rounds are
+    enumerated without the completion (it does not change what they accepted)."""
+    view, feasible = SymbolicView(space), LinearFeasibility(space)
+    rounds = [(key, prob, signs)
+              for accepted, prob, signs in _paths(space, lambda rng: speculate(view, drafter, what.fn, rng).path,
+                                                  feasible, what.name)
+              for key in form.keys_of(accepted)]
+    keys = form.keys(space.vocab, height)
+    closed = [(key, -(value.value if isinstance(value, Sym) else space.field(value)), signs) for key in keys
+              for value, _, signs in symbolic_paths(space, lambda rng: form.term(view, key), feasible)]
+    cells, _ = check_cells(rounds + closed, {key: space.field(0) for key in keys}, keys, space, feasible)
+    values = []
+    for cell in cells:
+        value = sum((prob for key, prob, signs in rounds if key == cell.sequence and path_valid(signs, cell.signs)),
+                    space.field(0))
+        reduced = Reduced.of(cell.signs, space)
+        if reduced is not None:  # the value as the cell's equalities leave it
+            value = space.field(reduced.substitute(value.numer)) / space.field(reduced.substitute(value.denom))
+        values.append((cell.sequence, cell.signs, value))
+    return Expectation(form.text, rows, all(cell.holds for cell in cells), values)
 
 
 def _joint(space: Space, sequence: Sequence[int]):

@@ -50,9 +50,11 @@ class Space:
     """The symbols of the rows a symbolic run may read: ``p`` at ``p_contexts``, ``q`` at ``q_contexts``.
 
     Each row holds ``V − 1`` symbols; its last entry is ``1 − Σ`` of them. Every symbol is non-negative (the
-    rational LP's variables are), and :meth:`domain` states each row's last entry ``≥ 0``."""
+    rational LP's variables are), and :meth:`domain` states each row's last entry ``≥ 0``. ``shared``: one ``p``
+    row and one ``q`` row serve every context (context-independent models: :meth:`context_free`)."""
 
-    def __init__(self, vocab: int, p_contexts: Sequence[Context], q_contexts: Sequence[Context]) -> None:
+    def __init__(self, vocab: int, p_contexts: Sequence[Context], q_contexts: Sequence[Context],
+                 shared: bool = False) -> None:
         if vocab < 2:
             raise SymbolicError("vocab", f"a symbolic row needs at least 2 tokens, got vocab = {vocab}")
         names: list[str] = []
@@ -63,6 +65,7 @@ class Space:
                 label = "_".join(map(str, ctx)) if ctx else "r"
                 names += [f"{name}{label}_{i}" for i in range(vocab - 1)]
         self.vocab = vocab
+        self.shared = shared
         self.field, *self.gens = sp.field(names, sp.QQ)
         self.ring = self.field.ring
         self.names = names
@@ -80,8 +83,13 @@ class Space:
                 sign, atom = normalise(entry.value.numer)
                 self.domain_signs[atom] = frozenset((0, sign))
 
+    @classmethod
+    def context_free(cls, vocab: int) -> "Space":
+        """One symbolic ``p`` row and one ``q`` row, read at every context."""
+        return cls(vocab, [()], [()], shared=True)
+
     def row(self, name: str, context: Context) -> tuple["Sym", ...]:
-        key = (name, tuple(context))
+        key = (name, () if self.shared else tuple(context))
         if key not in self._rows:
             raise SymbolicError("context", f"the rule read {name}({context_key(context) or 'root'}), a row outside "
                                            "the symbolic space of this shape")

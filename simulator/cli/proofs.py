@@ -49,6 +49,10 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
                f"{len(proof.space.names)} symbols, {proof.seconds:.1f} s")
     if proof.verdict == "PROVED":
         click.echo("  covers: every pair of draft and target rows at every context of this shape (not one model)")
+    for e in proof.expectations:
+        terms = len({key for key, _, _ in e.cells})
+        click.echo(f"  E[τ] ({e.rows}): {'equals' if e.holds else 'DIFFERS FROM'} the closed form {e.form}, "
+                   f"term by term ({terms} terms, {len(e.cells)} cells)")
     if proof.witness is not None:
         path = proof.witness.write(case_out)
         click.echo(f"  witness: TVD {human_number(proof.witness_tvd)} by the exact engine; reproducer {path} "

@@ -14,7 +14,6 @@ mismatch between selection and its probability law of docs/controls.md.
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Optional, Sequence
 
 from ..errors import UnsupportedDraftError
@@ -26,20 +25,25 @@ from .block import block_verify
 Rows = Sequence[Optional[Sequence[Number]]]
 #: Why a drafted token of zero draft probability is refused: the selected path's law divides by its mass.
 ZERO_DRAFT_GBV = "GBV's path law is defined on the i.i.d. paths drafting produces (it divides by their mass)"
-Ranker = Callable[[Number, Number], Number]
+Ranker = Callable[[Number, Number], tuple[int, Number]]
 
 
-def _unclipped(qx: Number, px: Number) -> Number:
-    return math.inf if px == 0 else qx / px
+def _unclipped(qx: Number, px: Number) -> tuple[int, Number]:
+    """``q/p`` as ``(tier, value)``: ``p = 0`` ranks above every finite ratio (tier 1) without a float infinity,
+    so that the ranking runs on exact and symbolic numbers (``specproof prove``) as on floats."""
+    return (1, 0) if px == 0 else (0, qx / px)
 
 
-def _clipped(qx: Number, px: Number) -> Number:
-    return 1 if px == 0 or qx >= px else qx / px
+def _clipped(qx: Number, px: Number) -> tuple[int, Number]:
+    return (0, 1 if px == 0 or qx >= px else qx / px)
 
 
 def ranking(p: Sequence[Number], q: Sequence[Number], score: Ranker = _unclipped) -> list[int]:
     """Tokens from best to worst: by ``score(q, p)`` descending, ties by token id."""
-    return sorted(range(len(p)), key=lambda x: (-score(q[x], p[x]), x))
+    def key(x: int) -> tuple:
+        tier, value = score(q[x], p[x])
+        return -tier, -value, x
+    return sorted(range(len(p)), key=key)
 
 
 def _chains(tree: DraftTree) -> list[list[int]]:

@@ -58,6 +58,9 @@ class VerifierSpec:
     not_symbolic: str = ""
     #: why the prover answers UNDECIDED without running the rule (K-SEQ's ρ*, not yet a symbol); empty otherwise
     undecided_symbolic: str = ""
+    #: the paper's closed form of ``E[τ]`` on a chain (``exact.closed_forms.FORMS``: ``token``, ``block`` or
+    #: ``greedy-block``), which ``specproof prove`` checks on every cell; empty when there is none
+    chain_expectation: str = ""
 
     @property
     def is_control(self) -> bool:
@@ -76,17 +79,19 @@ class VerifierSpec:
 NOT_SYMBOLIC_KSEQ = ("finds K-SEQ's ρ* by a 60-step bisection, each step a comparison: a symbolic run would "
                      "branch 2^60 ways (ρ* as a symbol with its defining equation is not built yet)")
 NOT_SYMBOLIC_FLOW = "is defined by a flow solved numerically (a maximum flow or GR's dual), not by comparisons"
-NOT_SYMBOLIC_GBV = "ranks tokens by q/p with float infinities for p = 0"
 
 _SPECS = [
     VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
                  IID + WOR + DYNAMIC,
-                 kernel=kernel("token_tree:tv", plan="sps"), exact_dp="sps"),
+                 kernel=kernel("token_tree:tv", plan="sps"), exact_dp="sps",
+                 chain_expectation="token"),
     VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID,
-                 kernel=kernel("token_tree:tv", plan="rrs"), exact_dp="rrs"),
+                 kernel=kernel("token_tree:tv", plan="rrs"), exact_dp="rrs",
+                 chain_expectation="token"),
     VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement",
                  WOR + DYNAMIC,
-                 kernel=kernel("token_tree:tv", plan="rrsw")),
+                 kernel=kernel("token_tree:tv", plan="rrsw"),
+                 chain_expectation="token"),
     VerifierSpec("tv-det", tv(DETERMINISTIC), "token verification, deterministic RRS (EAGLE-2)",
                  ALL_SCHEMES + DYNAMIC + ("aded",),
                  kernel=kernel("token_tree:tv", plan="det")),
@@ -101,10 +106,12 @@ _SPECS = [
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="sps"),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "sps"),))),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "sps"),)),
+                 chain_expectation="block"),
     VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="rrs"),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "rrs"),))),
+                 exact_law=KernelRef(LAYER_LAW, (("rule", "rrs"),)),
+                 chain_expectation="block"),
     VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True,
                  kernel=kernel("layer:lv", rule="kseq"),
                  exact_law=KernelRef(LAYER_LAW, (("rule", "kseq"),)),
@@ -118,21 +125,25 @@ _SPECS = [
                  exact_law=KernelRef(LAYER_LAW, (("rule", "gr"),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",),
-                 kernel=kernel("block:bv")),
+                 kernel=kernel("block:bv"),
+                 chain_expectation="block"),
     VerifierSpec("greedy-bv", block.greedy_bv, "greedy block verification with distribution modification "
                  "(App. C, Alg. 4-6)", IID + WOR, ("chain",),
-                 kernel=kernel("block:bv", greedy=True, target_completion=False)),
+                 kernel=kernel("block:bv", greedy=True, target_completion=False),
+                 chain_expectation="greedy-block"),
     VerifierSpec("trv", traversal.trv, "Traversal Verification (Alg. 3), duplicate siblings merged",
                  IID + WOR + DYNAMIC,
                  kernel=kernel("traversal:trv"),
-                 exact_law=KernelRef(TRAVERSAL_LAW, (("merge", True), ("zero_draft", True)))),
+                 exact_law=KernelRef(TRAVERSAL_LAW, (("merge", True), ("zero_draft", True))),
+                 chain_expectation="block"),
     VerifierSpec("trv-iid", traversal.trv_iid, "Traversal Verification, duplicates apart, draft unchanged", IID,
                  kernel=kernel("traversal:trv", merge=False),
-                 exact_law=KernelRef(TRAVERSAL_LAW, (("merge", False), ("zero_draft", False)))),
+                 exact_law=KernelRef(TRAVERSAL_LAW, (("merge", False), ("zero_draft", False))),
+                 chain_expectation="block"),
     VerifierSpec("gbv", multipath.gbv, "greedy multi-path block verification (K i.i.d. paths)", IID,
                  ("chain", "multi-chain"),
                  kernel=kernel("multipath:gbv"),
-                 not_symbolic=NOT_SYMBOLIC_GBV),
+                 chain_expectation="block"),
     VerifierSpec("dyspec", tv(RRSW, "without-replacement"), "DySpec's verification (Alg. 3 with U(0,1))",
                  WOR + DYNAMIC,
                  kernel=kernel("token_tree:tv", plan="rrsw")),
@@ -159,8 +170,7 @@ _SPECS = [
     VerifierSpec("bug-gbv-clipped", multipath.bug_gbv_clipped,
                  "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain"),
                  lossy_on="multi-chains with b ≥ 2 (lossless on a chain: one path, nothing to select)",
-                 kernel=kernel("multipath:gbv", clipped=True),
-                 not_symbolic=NOT_SYMBOLIC_GBV),
+                 kernel=kernel("multipath:gbv", clipped=True)),
     VerifierSpec("bug-match-per-row", matching.bug_match_per_row,
                  "CONTROL: one target draw per candidate row", (),
                  lossy_on="trees where a node has ≥ 2 children (lossless on chains: one row per node)",
