@@ -14,13 +14,18 @@ import pytest
 import sympy as sp
 
 from exact import certify, round_law
-from exact.prove import prove
+from exact.cells import Reduced, vanishing_terms
+from exact.closed_forms import FORMS
+from exact.prove import _contexts, _expectation, prove
+from exact.subject import subject
+from exact.symbolic import Space, normalise
 from exact.reproducer import load_reproducer
 from simulator.drafting import FixedShape
 from simulator.errors import SymbolicError
 from simulator.models import SyntheticModel, TableModel
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
+from simulator.verifiers.multipath import _unclipped, greedy_multipath_verify
 
 ONE_LEVEL = make_topology("complete", 1, 2)
 CHAIN = make_topology("chain", 1, 1)
@@ -84,6 +89,90 @@ def test_plugin_lossy_on_a_measure_zero_set_is_refuted_where_random_certificatio
     p, q = proof.witness.p[()], proof.witness.q[()]
     assert any(2 * q[x] == p[x] for x in range(2))  # the witness lies on the set where the plugin errs
     assert not proof.witness.certify().lossless
+
+
+def _gbv_worst_path(tree, p, q, rng):
+    """CONTROL: GBV that selects the lexicographic *minimum* of the paths but keeps the law of the maximum."""
+    def reversed_ratio(qx, px):
+        tier, value = _unclipped(qx, px)
+        return -tier, -value
+    return greedy_multipath_verify(tree, p, q, rng, select_by=reversed_ratio)
+
+
+def test_gbv_ranking_runs_symbolically_and_is_proved_with_a_control_refuted():
+    """GBV ranks by ``q/p`` with ``p = 0`` first (a tier, not a float infinity): PROVED on two paths of one token at
+    V = 2; the same selection turned upside down (the law kept) REFUTED there, its witness certified LOSSY."""
+    paths = make_topology("multi-chain", 1, 2)
+    assert prove("gbv", paths, "iid", 2).verdict == "PROVED"
+    control = prove(_gbv_worst_path, paths, "iid", 2)
+    assert control.verdict == "REFUTED" and not control.witness.certify().lossless
+
+
+def test_degenerate_cell_yields_the_equalities_it_forces():
+    """``q0·r + q1·(1 − r) ≥ 1`` with every value in [0, 1] holds only where ``r·(1 − q0) = 0`` and
+    ``(1 − r)·(1 − q1) = 0`` (hand derivation: the four non-negative terms sum to 0); the same condition with 1/2
+    in place of 1 forces nothing, and with ``q0 < 1`` and ``0 < r`` added the cell is empty."""
+    space = Space(2, [(0,), (1,)], [()])  # three symbols: p(0)_0, p(1)_0 and q(root)_0 play q0, q1 and r
+    r, q0, q1 = (space.row(*key)[0].value.numer for key in (("q", ()), ("p", (0,)), ("p", (1,))))
+    def conditions(bound, extra=()):
+        signs = {normalise(q0 * r + q1 * (1 - r) - bound)[1]: frozenset((0, 1))}
+        signs.update({normalise(a)[1]: frozenset((s,)) for a, s in extra})
+        return Reduced.of(signs, space)
+    forced = vanishing_terms(conditions(1))
+    assert {normalise(r * (1 - q0))[1], normalise((1 - r) * (1 - q1))[1]} <= set(forced)
+    assert all(block == frozenset((0,)) for block in forced.values())
+    names = [str(s) for s in (q0, q1, r)]
+    at = {s: space.names.index(s) for s in names}
+    for point in ((Fraction(1, 3), 1, 0), (1, Fraction(2, 5), 1), (1, 1, Fraction(1, 2))):  # the cell's points
+        values = [Fraction(0)] * len(space.names)
+        for name, v in zip(names, point):
+            values[at[name]] = Fraction(v)
+        assert all(space.evaluate(atom, values) == 0 for atom in forced)  # sound: zero wherever the cell holds
+    assert vanishing_terms(conditions(sp.Rational(1, 2))) == {}
+    assert vanishing_terms(conditions(1, [(q0 - 1, -1), (r, 1)])) is None
+
+
+def test_expected_accepted_closed_forms_match_the_papers_worked_example_and_the_exact_engine():
+    """Sun et al.'s toy pair (context-independent, M_q(A) = 1/3, M_p(A) = 2/3, γ = 2): token verification 10/9,
+    block verification 11/9, the full-information coupling 12/9 (the paper's numbers), each equal to the exact
+    engine's E[τ] for tv-sps, bv and greedy-bv; and on random exact rows of a depth-2 chain at V = 3 every form
+    equals the exact engine's E[τ] for every rule naming it in the registry."""
+    chain = make_topology("chain", 2, 1)
+    toy = TableModel(2, {None: [Fraction(2, 3), Fraction(1, 3)]}, {None: [Fraction(1, 3), Fraction(2, 3)]})
+    for name, paper in (("tv-sps", Fraction(10, 9)), ("bv", Fraction(11, 9)), ("greedy-bv", Fraction(12, 9))):
+        general, context_free = FORMS[VERIFIERS[name].chain_expectation]
+        assert general.expected_accepted(toy, 2) == paper == round_law(toy, FixedShape(chain, "iid"),
+                                                                       name).expected_accepted()
+        if context_free is not None:
+            assert context_free.expected_accepted(toy, 2) == paper
+    rng = random.Random(4)
+    def row():
+        weights = [rng.randint(0, 5) for _ in range(3)]
+        weights[rng.randrange(3)] += 1
+        return [Fraction(w, sum(weights)) for w in weights]
+    contexts = [(), (0,), (1,), (2,)]
+    rows = TableModel(3, {c: row() for c in contexts}, {c: row() for c in contexts + [(a, b) for a in range(3)
+                                                                                    for b in range(3)]})
+    for name, spec in VERIFIERS.items():
+        if spec.chain_expectation:
+            scheme = spec.lossless_under[0]
+            law = round_law(rows, FixedShape(chain, scheme), name)
+            assert FORMS[spec.chain_expectation][0].expected_accepted(rows, 2) == law.expected_accepted(), name
+
+
+def test_prove_checks_expected_accepted_term_by_term_and_a_wrong_form_fails():
+    """On a chain the proof checks E[τ] against the rule's closed form on every cell (every pair of rows, and the
+    context-independent form for token verification); on a depth-2 chain token verification checked against block
+    verification's form — larger wherever BV keeps a prefix SpS rejects — fails, and against its own form holds."""
+    proof = prove("tv-sps", CHAIN, "iid", 2)
+    assert [e.holds for e in proof.expectations] == [True, True]
+    assert [e.rows for e in proof.expectations] == ["every pair of rows", "context-independent rows"]
+    chain = make_topology("chain", 2, 1)
+    space = Space(2, _contexts(2, 1), _contexts(2, 2))
+    def check(form: str):
+        return _expectation(FORMS[form][0], "every pair of rows", space, FixedShape(chain, "iid"),
+                            subject("tv-sps", "verifier"), 2).holds
+    assert check("token") and not check("block")
 
 
 def test_rules_the_symbolic_run_cannot_follow_get_a_typed_error_and_kseq_is_undecided():

@@ -169,7 +169,8 @@ _SPECS = [
                  kernel=kernel("traversal:trv", post_order=False)),
     VerifierSpec("bug-gbv-clipped", multipath.bug_gbv_clipped,
                  "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain"),
-                 lossy_on="multi-chains with b ≥ 2 (lossless on a chain: one path, nothing to select)",
+                 lossy_on="multi-chains with b ≥ 2 at V ≥ 3 (lossless on a chain: one path, nothing to "
+                          "select; and at V = 2, where min(1, q/p) ranks the two tokens as q/p does)",
                  kernel=kernel("multipath:gbv", clipped=True)),
     VerifierSpec("bug-match-per-row", matching.bug_match_per_row,
                  "CONTROL: one target draw per candidate row", (),
