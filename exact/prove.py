@@ -163,7 +163,7 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int) 
                         f"and vocabulary (V = {vocab}) under {scheme} drafting")
     form = FORMS.get(spec.chain_expectation) if spec is not None else None
     if form is not None and topology.parents == tuple(range(-1, len(topology.parents) - 1)):
-        proof.expectations = _expectations(form, space, drafter, what, height)
+        proof.expectations = _expectations(form, paths, space, drafter, what, height)
     proof.seconds = time.perf_counter() - started
     return proof
 
@@ -192,27 +192,28 @@ class Expectation:
     cells: list[tuple[object, dict, object]]
 
 
-def _expectations(forms: tuple, space: Space, drafter, what: Subject, height: int) -> list[Expectation]:
+def _expectations(forms: tuple, paths: list, space: Space, drafter, what: Subject, height: int) -> list[Expectation]:
     """The rule's ``E[τ]`` on a chain against its paper's closed form (:mod:`exact.closed_forms`) for every model
-    pair and, where the paper gives one, against the form for context-independent rows (a second, smaller space
-    whose one ``p`` row and one ``q`` row serve every context)."""
+    pair (from the proof's own paths) and, where the paper gives one, against the form for context-independent rows
+    (a second, smaller space whose one ``p`` row and one ``q`` row serve every context)."""
     general, context_free = forms
-    out = [_expectation(general, "every pair of rows", space, drafter, what, height)]
+    out = [_expectation(general, "every pair of rows", [(path[3], path[1], path[2]) for path in paths], space,
+                        LinearFeasibility(space), height)]
     if context_free is not None:
-        out.append(_expectation(context_free, "context-independent rows", Space.context_free(space.vocab), drafter,
-                                what, height))
+        shared = Space.context_free(space.vocab)
+        view, feasible = SymbolicView(shared), LinearFeasibility(shared)
+        rounds = _paths(shared, lambda rng: speculate(view, drafter, what.fn, rng).path, feasible, what.name)
+        out.append(_expectation(context_free, "context-independent rows", rounds, shared, feasible, height))
     return out
 
 
-def _expectation(form: Form, rows: str, space: Space, drafter, what: Subject, height: int) -> Expectation:
-    """For every term of the form, ``Σ_{rounds counting towards it} P(round) − term`` is zero on every cell of the
-    decomposition of those rounds and of the term's own branches (each ``min`` is a comparison). The rounds are
-    enumerated without the completion (it does not change what they accepted)."""
-    view, feasible = SymbolicView(space), LinearFeasibility(space)
-    rounds = [(key, prob, signs)
-              for accepted, prob, signs in _paths(space, lambda rng: speculate(view, drafter, what.fn, rng).path,
-                                                  feasible, what.name)
-              for key in form.keys_of(accepted)]
+def _expectation(form: Form, rows: str, paths: list, space: Space, feasible: LinearFeasibility,
+                 height: int) -> Expectation:
+    """For every term of the form, ``Σ_{paths counting towards it} P(path) − term`` is zero on every cell of the
+    decomposition of those paths and of the term's own branches (each ``min`` is a comparison). ``paths`` are
+    ``(accepted tokens, probability, signs)``."""
+    view = SymbolicView(space)
+    rounds = [(key, prob, signs) for accepted, prob, signs in paths for key in form.keys_of(accepted)]
     keys = form.keys(space.vocab, height)
     closed = [(key, -(value.value if isinstance(value, Sym) else space.field(value)), signs) for key in keys
               for value, _, signs in symbolic_paths(space, lambda rng: form.term(view, key), feasible)]

@@ -16,13 +16,13 @@ import sympy as sp
 from exact import certify, round_law
 from exact.cells import Reduced, vanishing_terms
 from exact.closed_forms import FORMS
-from exact.prove import _contexts, _expectation, prove
-from exact.subject import subject
-from exact.symbolic import Space, normalise
+from exact.prove import SymbolicView, _expectation, _paths, prove
+from exact.symbolic import LinearFeasibility, Space, normalise
 from exact.reproducer import load_reproducer
 from simulator.drafting import FixedShape
 from simulator.errors import SymbolicError
 from simulator.models import SyntheticModel, TableModel
+from simulator.speculation import speculate
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.multipath import _unclipped, greedy_multipath_verify
@@ -163,15 +163,16 @@ def test_expected_accepted_closed_forms_match_the_papers_worked_example_and_the_
 def test_prove_checks_expected_accepted_term_by_term_and_a_wrong_form_fails():
     """On a chain the proof checks E[τ] against the rule's closed form on every cell (every pair of rows, and the
     context-independent form for token verification); on a depth-2 chain token verification checked against block
-    verification's form — larger wherever BV keeps a prefix SpS rejects — fails, and against its own form holds."""
+    verification's form fails (on context-independent rows: BV keeps prefixes SpS rejects), against its own holds."""
     proof = prove("tv-sps", CHAIN, "iid", 2)
     assert [e.holds for e in proof.expectations] == [True, True]
     assert [e.rows for e in proof.expectations] == ["every pair of rows", "context-independent rows"]
-    chain = make_topology("chain", 2, 1)
-    space = Space(2, _contexts(2, 1), _contexts(2, 2))
+    shared = Space.context_free(2)  # Sun et al.'s toy pair is such a point: there BV's 11/9 exceeds SpS's 10/9
+    view, feasible, drafter = SymbolicView(shared), LinearFeasibility(shared), FixedShape(make_topology("chain", 2, 1),
+                                                                                          "iid")
+    rounds = _paths(shared, lambda rng: speculate(view, drafter, VERIFIERS["tv-sps"].fn, rng).path, feasible, "tv-sps")
     def check(form: str):
-        return _expectation(FORMS[form][0], "every pair of rows", space, FixedShape(chain, "iid"),
-                            subject("tv-sps", "verifier"), 2).holds
+        return _expectation(FORMS[form][0], "context-independent rows", rounds, shared, feasible, 2).holds
     assert check("token") and not check("block")
 
 
