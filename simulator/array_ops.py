@@ -64,6 +64,48 @@ def inverse_cdf(running, u):
     return xp.argmax(xp.astype(above, xp.int8), axis=1), ~above[:, -1]
 
 
+def guide_table(running):
+    """``[C, V]`` int64: for each row's running sums and each bucket ``b`` of ``[0, 1)`` cut into ``V`` equal parts,
+    the first index whose running sum exceeds ``(b/V)·Σw`` (clamped to ``V − 1``): where :func:`guided_inverse_cdf`
+    starts its search for a uniform in bucket ``b`` (the guide-table method of Chen and Asau)."""
+    xp = array_namespace(running)
+    vocab = running.shape[1]
+    levels = xp.asarray([b / vocab for b in range(vocab)], dtype=running.dtype, device=device(running))
+    thresholds = levels[None, :] * running[:, -1:]
+    first = xp.zeros((running.shape[0], vocab), dtype=xp.int64, device=device(running))
+    for j in range(vocab):  # count, per bucket, the running sums at or below its threshold
+        first += xp.astype(running[:, j:j + 1] <= thresholds, xp.int64)
+    return xp.where(first < vocab, first, xp.full_like(first, vocab - 1))
+
+
+def guided_inverse_cdf(running, guide, ctx, u):
+    """:func:`inverse_cdf` of the rows ``running[ctx]`` with uniforms ``u``, the same ``(index, none)`` without
+    reading whole rows: the search starts at the guide's index for ``u``'s bucket (:func:`guide_table`) and steps
+    forward while the running sum is at or below ``u·Σw``, then back while the one before it is above — so it ends
+    at the first index above, whatever the guide's rounding (running sums never fall). A step reads one entry per
+    row still searching: about one in all, where the full search compares ``V``."""
+    xp = array_namespace(running, u)
+    vocab = running.shape[1]
+    flat = xp.reshape(running, (-1,))
+    base = ctx * vocab
+    threshold = u * xp.take(flat, base + (vocab - 1))
+    bucket = xp.astype(u * vocab, xp.int64)
+    index = guide[ctx, xp.where(bucket < vocab, bucket, xp.full_like(bucket, vocab - 1))]
+    active = xp.nonzero(xp.take(flat, base + index) <= threshold)[0]
+    while active.shape[0]:
+        index[active] += 1
+        active = active[index[active] < vocab]
+        active = active[xp.take(flat, base[active] + index[active]) <= threshold[active]]
+    back = xp.where(index > 0, index - 1, xp.zeros_like(index))
+    active = xp.nonzero((index > 0) & (xp.take(flat, base + back) > threshold))[0]
+    while active.shape[0]:
+        index[active] -= 1
+        active = active[index[active] > 0]
+        active = active[xp.take(flat, base[active] + index[active] - 1) > threshold[active]]
+    none = index >= vocab
+    return xp.where(none, xp.zeros_like(index), index), none
+
+
 def last_positive(weights):
     """``[m]``: the last index of a positive weight per row (where :func:`inverse_cdf` finds none)."""
     xp = array_namespace(weights)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.array_ops import inverse_cdf, kseq_residual, kseq_rho, last_positive, ranking_tables
+from simulator.array_ops import (guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
+                                 ranking_tables)
 from simulator.verifiers.batched.gr_stacks import tv_gr_tables
 from simulator.models import ModelPair, ModelView
 from simulator.verifiers.batched.frame import flow_step_rows
@@ -40,18 +41,23 @@ class ContextRows:
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._gr: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
-        self._running: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._running: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def sample(self, which: str, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
         """:func:`categorical` over the ``p`` or ``q`` row (``which``) of each context ``ctx`` with uniforms ``u``,
-        from running sums computed once per table."""
-        if which not in self._running:
-            table = getattr(self, which)
-            self._running[which] = (np.cumsum(table, axis=1), last_positive(table))
-        running, last = self._running[which]
-        index, none = inverse_cdf(running[ctx], u)
+        from running sums and a guide table computed once per table (:func:`guided_inverse_cdf`)."""
+        running, guide, last = self.sampling_tables(which)
+        index, none = guided_inverse_cdf(running, guide, ctx, u)
         index[none] = last[ctx[none]]
         return index
+
+    def sampling_tables(self, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The running sums, guide table and last positive index of every ``p`` or ``q`` row, computed once."""
+        if which not in self._running:
+            table = getattr(self, which)
+            running = np.cumsum(table, axis=1)
+            self._running[which] = (running, guide_table(running), last_positive(table))
+        return self._running[which]
 
     #: the Monte Carlo engine's sums (closed forms, stacked solves), rows per context: see :class:`RowSource`
     exact_order, by_context = False, True
@@ -163,9 +169,8 @@ class DeviceRows:
 
     def sample(self, which: str, ctx, u):
         """:meth:`ContextRows.sample` on the device."""
-        table = getattr(self.host, which)
-        running, last = self._table(("running", which), lambda: (np.cumsum(table, axis=1), last_positive(table)))
-        index, none = inverse_cdf(running[ctx], u)
+        running, guide, last = self._table(("running", which), lambda: self.host.sampling_tables(which))
+        index, none = guided_inverse_cdf(running, guide, ctx, u)
         return self.torch.where(none, last[ctx], index)
 
     def kseq(self, ids, k):
