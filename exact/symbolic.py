@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import itertools
+import operator
 from fractions import Fraction
 from typing import Callable, Iterator, Sequence
 
@@ -169,6 +170,17 @@ class PathDead(BaseException):
     ``except Exception`` (and :func:`simulator.speculation.decide`'s wrapping of a rule's errors) lets it pass."""
 
 
+_OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _arithmetic(op: str, field: int, a, b):
+    """One operation of the field ``field`` (its ``id``: a cached element keeps its field alive, and elements of two
+    fields may compare equal), remembered: the enumeration replays each path's prefix, so a rule recomputes the
+    same rational functions again and again, and each result costs a polynomial gcd."""
+    return _OPERATORS[op](a, b)
+
+
 class Sym:
     """A rational function of a :class:`Space`'s symbols, with the operators the reference rules use.
 
@@ -198,41 +210,34 @@ class Sym:
     def _new(self, value) -> "Sym":
         return Sym(value, self.space)
 
+    def _apply(self, op: str, a, b) -> "Sym":
+        if a is NotImplemented or b is NotImplemented:
+            return NotImplemented
+        if op == "/" and b == 0:
+            raise ZeroDivisionError("symbolic division by zero")
+        return self._new(_arithmetic(op, id(self.space.field), a, b))
+
     def __add__(self, other):
-        o = self._lift(other)
-        return NotImplemented if o is NotImplemented else self._new(self.value + o)
+        return self._apply("+", self.value, self._lift(other))
 
     __radd__ = __add__
 
     def __sub__(self, other):
-        o = self._lift(other)
-        return NotImplemented if o is NotImplemented else self._new(self.value - o)
+        return self._apply("-", self.value, self._lift(other))
 
     def __rsub__(self, other):
-        o = self._lift(other)
-        return NotImplemented if o is NotImplemented else self._new(o - self.value)
+        return self._apply("-", self._lift(other), self.value)
 
     def __mul__(self, other):
-        o = self._lift(other)
-        return NotImplemented if o is NotImplemented else self._new(self.value * o)
+        return self._apply("*", self.value, self._lift(other))
 
     __rmul__ = __mul__
 
     def __truediv__(self, other):
-        o = self._lift(other)
-        if o is NotImplemented:
-            return NotImplemented
-        if o == 0:
-            raise ZeroDivisionError("symbolic division by zero")
-        return self._new(self.value / o)
+        return self._apply("/", self.value, self._lift(other))
 
     def __rtruediv__(self, other):
-        o = self._lift(other)
-        if o is NotImplemented:
-            return NotImplemented
-        if self.value == 0:
-            raise ZeroDivisionError("symbolic division by zero")
-        return self._new(o / self.value)
+        return self._apply("/", self._lift(other), self.value)
 
     def __pow__(self, exponent):
         if isinstance(exponent, int) and not isinstance(exponent, bool):
@@ -440,6 +445,7 @@ class LinearFeasibility:
     def __init__(self, space: Space) -> None:
         self.space = space
         self._cache: dict[frozenset, tuple[bool, dict[int, Fraction] | None]] = {}
+        self._answers: dict[frozenset, tuple[bool, list[Fraction] | None]] = {}
         self._forms: dict[object, tuple[dict[int, Fraction], Fraction]] = {}
         self._row_of = {i: tuple(idx) for idx in space.slots.values() for i in idx}
         self._monomials: dict[tuple[int, ...], int] = {}
@@ -500,7 +506,15 @@ class LinearFeasibility:
         return out
 
     def point(self, signs: dict) -> tuple[bool, list[Fraction] | None]:
-        """``(feasible, a point of the relaxation)`` for ``signs`` (``atom → allowed signs``)."""
+        """``(feasible, a point of the relaxation)`` for ``signs`` (``atom → allowed signs``). The enumeration
+        replays each path's prefix, asking the same questions again: answers are kept per set of conditions."""
+        key = frozenset(item for item in signs.items() if item[1] != ALL)
+        if key not in self._answers:
+            self._answers[key] = self._solve(signs)
+        ok, point = self._answers[key]
+        return ok, None if point is None else list(point)
+
+    def _solve(self, signs: dict) -> tuple[bool, list[Fraction] | None]:
         conditions = self._conditions(signs)
         if conditions is None:
             return False, None
