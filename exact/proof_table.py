@@ -12,6 +12,7 @@ from simulator.errors import SpecproofError, TimeLimitError
 from simulator.limits import time_limit
 from simulator.numeric import human_number
 from simulator.trees import make_topology
+from simulator.verifiers import VERIFIERS
 
 from .prove import prove
 
@@ -23,8 +24,9 @@ SHAPES = {
     "explicit -1,0,0,1": {"name": "explicit", "parents": (-1, 0, 0, 1)},
     "two paths of 1 token": {"name": "multi-chain", "depth": 1, "branching": 2},
 }
-TREE_RULES = ("tv-sps", "tv-rrs", "trv", "trv-iid", "lv-sps", "lv-rrs", "match")
+TREE_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "trv", "trv-iid", "lv-sps", "lv-rrs", "match")
 CHAIN_RULES = ("bv", "greedy-bv", "gbv")
+FIXED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")  # the schemes of a fixed shape
 
 
 @dataclass(frozen=True)
@@ -38,15 +40,18 @@ class Case:
 
 def cases() -> list[Case]:
     """The table's cases: lossless rules at V = 2 and 3 on one-level trees and chains of depth 1 and 2 (depth 2 at
-    V = 2), GBV on two paths, the controls where they are lossy (``bug-gbv-clipped`` needs V = 3: at V = 2 its
-    clipped ranking orders the tokens as the unclipped one does), and the rules the symbolic run cannot follow."""
+    V = 2), under every fixed-shape drafting scheme each is lossless under, GBV on two paths, the controls where
+    they are lossy (``bug-gbv-clipped`` needs V = 3: at V = 2 its clipped ranking orders the tokens as the
+    unclipped one does), and the rules the symbolic run cannot follow."""
     out = []
     for rule in TREE_RULES:
-        for shape, vocabs in (("one level, 2 children", (2, 3)), ("chain, depth 1", (2, 3)), ("chain, depth 2", (2,))):
-            out += [Case(rule, shape, v) for v in vocabs]
-    out += [Case("tv-rrsw", "one level, 2 children", v, "without-replacement") for v in (2, 3)]
+        for scheme in _schemes(rule):
+            for shape, vocabs in (("one level, 2 children", (2, 3)), ("chain, depth 1", (2, 3)),
+                                  ("chain, depth 2", (2,))):
+                out += [Case(rule, shape, v, scheme) for v in vocabs]
     for rule in CHAIN_RULES:
-        out += [Case(rule, "chain, depth 1", v) for v in (2, 3)] + [Case(rule, "chain, depth 2", 2)]
+        for scheme in _schemes(rule):
+            out += [Case(rule, "chain, depth 1", v, scheme) for v in (2, 3)] + [Case(rule, "chain, depth 2", 2, scheme)]
     out += [Case("bug-residual-q", "one level, 2 children", 2, expect="REFUTED"),
             Case("bug-accept-all", "one level, 2 children", 2, expect="REFUTED"),
             Case("bug-match-per-row", "one level, 2 children", 2, expect="REFUTED"),
@@ -59,6 +64,10 @@ def cases() -> list[Case]:
     out += [Case("gbv", "two paths of 1 token", v) for v in (2, 3)]
     out += [Case("bug-gbv-clipped", "two paths of 1 token", 3, expect="REFUTED")]
     return out
+
+
+def _schemes(rule: str) -> list[str]:
+    return [s for s in VERIFIERS[rule].lossless_under if s in FIXED_SCHEMES]
 
 
 def run_case(case: Case, seconds: float) -> dict:
