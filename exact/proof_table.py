@@ -24,7 +24,7 @@ SHAPES = {
     "explicit -1,0,0,1": {"name": "explicit", "parents": (-1, 0, 0, 1)},
     "two paths of 1 token": {"name": "multi-chain", "depth": 1, "branching": 2},
 }
-TREE_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "trv", "trv-iid", "lv-sps", "lv-rrs", "match")
+TREE_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "tv-det", "dyspec", "trv", "trv-iid", "lv-sps", "lv-rrs", "match")
 CHAIN_RULES = ("bv", "greedy-bv", "gbv")
 FIXED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")  # the schemes of a fixed shape
 

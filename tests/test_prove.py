@@ -238,3 +238,25 @@ def test_prove_stops_at_its_timeout_naming_the_field():
     run = subprocess.run([sys.executable, "-m", "simulator.cli", "prove", "--verifier", "lv-rrs", "--vocab", "3",
                           "--timeout", "1"], capture_output=True, text=True)
     assert run.returncode == 2 and "timeout" in run.stderr, run.stdout + run.stderr
+
+
+def test_proof_table_covers_every_symbolic_rule_under_each_scheme_and_renders_its_rows():
+    """``specproof prove-table`` (reports/proofs.md) has a case for every built-in lossless rule the symbolic run can
+    follow, under every fixed-shape scheme the rule is lossless under, and one refuting case per control it can
+    run; a case's row carries its verdict (or the typed error's reason) into the table."""
+    from exact.proof_table import FIXED_SCHEMES, Case, cases, run_case, table_markdown
+    table = cases()
+    covered = {(c.verifier, c.drafting) for c in table if c.expect == "PROVED"}
+    refuted = {c.verifier for c in table if c.expect == "REFUTED"}
+    for name, spec in VERIFIERS.items():
+        if spec.not_symbolic or spec.undecided_symbolic or spec.float_only:
+            continue
+        if spec.is_control:
+            assert name in refuted, name
+            continue
+        for scheme in set(spec.lossless_under) & set(FIXED_SCHEMES):
+            assert (name, scheme) in covered, (name, scheme)
+    rows = [run_case(Case("match", "one level, 2 children", 2), 60), run_case(Case("tv-gr", "chain, depth 1", 2), 60)]
+    assert [r["verdict"] for r in rows] == ["PROVED", "error"] and "flow" in rows[1]["reason"]
+    text = table_markdown(rows, "specproof prove-table", 60)
+    assert "**PROVED**" in text and "tv-gr (chain, depth 1, V = 2): error" in text
