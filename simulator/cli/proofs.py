@@ -80,7 +80,8 @@ def prove_table(ctx, out_path, case_timeout, only) -> None:
     for case in chosen:
         rows.append(run_case(case, case_timeout))
         r = rows[-1]
-        click.echo(f"{r['verifier']:<24} {r['shape']:<22} V={r['vocab']} {r['verdict']:<12} {r['seconds']:.1f} s",
+        click.echo(f"{r['verifier']:<24} {r['shape']:<22} V={r['vocab']} {r['drafting']:<20} {r['verdict']:<12} "
+                   f"{r['seconds']:.1f} s",
                    err=True)
     text = table_markdown(rows, _command(ctx), case_timeout)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
