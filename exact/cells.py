@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .rational_lp import satisfiable
-from .symbolic import ALL, LinearFeasibility, Space, normalise
+from .symbolic import ALL, LinearFeasibility, Space, normalise, rational
 
 #: Random points tried per failing cell before it is called UNDECIDED.
 WITNESS_TRIES = 200
@@ -212,7 +212,7 @@ def _mapped(conditions: dict, image, skip=None) -> dict | None:
             continue
         new = image(atom)
         if new.is_ground:
-            value = Fraction(int(new.LC.numerator), int(new.LC.denominator)) if new else Fraction(0)
+            value = rational(new.LC) if new else Fraction(0)
             if _sign(value) not in block:
                 return None
             continue
@@ -334,7 +334,7 @@ def vanishing_terms(reduced: Reduced) -> dict | None:
     monomials: dict = {}
     columns = []
     for poly, _ in terms:
-        columns.append({monomials.setdefault(monom, len(monomials)): Fraction(int(c.numerator), int(c.denominator))
+        columns.append({monomials.setdefault(monom, len(monomials)): rational(c)
                         for monom, c in poly.terms()})
     zero = Fraction(0)
     forms = [([column.get(m, zero) for column in columns], zero, "=") for m in range(len(monomials))]
@@ -347,7 +347,9 @@ def vanishing_terms(reduced: Reduced) -> dict | None:
         if weight > 0:
             if strict:
                 return None
-            forced[normalise(poly)[1]] = frozenset((0,))
+            atom = normalise(poly)[1]
+            if reduced.conditions.get(atom) != frozenset((0,)):  # only what the cell does not state already:
+                forced[atom] = frozenset((0,))  # each round adds an equality, so the search ends
     return forced
 
 

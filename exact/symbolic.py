@@ -42,6 +42,11 @@ _ACTIVE: contextvars.ContextVar["SymbolicChooser | None"] = contextvars.ContextV
                                                                                      default=None)
 
 
+def rational(c) -> Fraction:
+    """A coefficient of the symbols' ring (sympy's ``QQ``) as a :class:`fractions.Fraction`."""
+    return Fraction(int(c.numerator), int(c.denominator))
+
+
 def context_key(context: Context) -> str:
     """A context as the tables write it (``""`` the empty prefix, ``"0,2"``)."""
     return ",".join(map(str, context))
@@ -114,7 +119,7 @@ class Space:
             degree = sum(monom)
             if degree > 1:
                 return None
-            value = Fraction(int(c.numerator), int(c.denominator))
+            value = rational(c)
             if degree == 0:
                 const = value
             else:
@@ -125,7 +130,7 @@ class Space:
         """A polynomial of the ring at a rational point (one value per symbol)."""
         total = Fraction(0)
         for monom, c in poly.terms():
-            term = Fraction(int(c.numerator), int(c.denominator))
+            term = rational(c)
             for i, e in enumerate(monom):
                 if e:
                     term *= point[i] ** e
@@ -467,7 +472,7 @@ class LinearFeasibility:
             coeffs: dict[int, Fraction] = {}
             const = Fraction(0)
             for monom, c in atom.terms():
-                value = Fraction(int(c.numerator), int(c.denominator))
+                value = rational(c)
                 if sum(monom) == 0:
                     const = value
                 else:
