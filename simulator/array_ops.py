@@ -64,44 +64,69 @@ def inverse_cdf(running, u):
     return xp.argmax(xp.astype(above, xp.int8), axis=1), ~above[:, -1]
 
 
-def guide_table(running):
-    """``[C, V]`` int64: for each row's running sums and each bucket ``b`` of ``[0, 1)`` cut into ``V`` equal parts,
-    the first index whose running sum exceeds ``(b/V)·Σw`` (clamped to ``V − 1``): where :func:`guided_inverse_cdf`
-    starts its search for a uniform in bucket ``b`` (the guide-table method of Chen and Asau)."""
-    xp = array_namespace(running)
-    vocab = running.shape[1]
-    levels = xp.asarray([b / vocab for b in range(vocab)], dtype=running.dtype, device=device(running))
-    thresholds = levels[None, :] * running[:, -1:]
-    first = xp.zeros((running.shape[0], vocab), dtype=xp.int64, device=device(running))
-    for j in range(vocab):  # count, per bucket, the running sums at or below its threshold
-        first += xp.astype(running[:, j:j + 1] <= thresholds, xp.int64)
-    return xp.where(first < vocab, first, xp.full_like(first, vocab - 1))
+def guide_buckets(vocab: int) -> int:
+    """The number of buckets of a guide table over rows of ``vocab`` weights: a power of two (so that a uniform's
+    bucket ``⌊u·G⌋`` and the edges ``b/G`` are exact), at least ``8·vocab`` (so that at most one bucket in eight holds
+    a running sum, the only buckets whose uniforms need a search)."""
+    return 8 * (1 << max(0, vocab - 1).bit_length())
+
+
+def guide_table(running: np.ndarray, buckets: int) -> np.ndarray:
+    """``[C, G]`` (numpy, computed on the host): for each row's running sums and each bucket ``[b/G, (b+1)/G)`` of the
+    uniforms (the last one closed: the draw accepts ``u = 1``), the token :func:`guided_inverse_cdf` returns — the
+    first index whose running sum exceeds ``u·Σw`` — if it is the same for every ``u`` of the bucket (``V``: none),
+    else ``−1 −`` the token for ``u = b/G``, where its search starts (the guide-table method of Chen and Asau, with
+    settled buckets read without a search).
+
+    Exact: ``b/G`` is a float, and ``fl(u·Σw)`` is non-decreasing in ``u``, so every threshold of the bucket lies in
+    ``[fl((b/G)·Σw), fl(((b+1)/G)·Σw)]`` and the token lies between the tokens of the two ends; a bucket is
+    settled when they agree. The token for a threshold ``T`` is the count of running sums ``≤ T`` (they never
+    fall): each running sum is counted from the first edge at or above it, found from ``⌈G·s/Σw⌉`` and corrected
+    on the exact edges; a row of the table is then one run per count."""
+    count, vocab = running.shape
+    total = running[:, -1:]
+    edges = lambda b: (b / buckets) * total  # noqa: E731 — fl((b/G)·Σw), the thresholds of the edges
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first = np.ceil(running * (buckets / np.where(total > 0, total, 1.0)))
+    first = np.clip(np.where(total > 0, first, 0), 0, buckets).astype(np.int64)
+    for _ in range(buckets + 1):  # move each estimate to the first edge at or above its running sum
+        low = (first < buckets) & (edges(first) < running)
+        high = (first > 0) & ~low & (edges(first - 1) >= running)
+        if not (low.any() or high.any()):
+            break
+        first = first + low - high
+    steps = np.diff(first, axis=1, prepend=0, append=buckets + 1)  # edges per count of running sums ≤ them
+    dtype = np.int16 if vocab < 2**15 - 1 else np.int32
+    token = np.repeat(np.tile(np.arange(vocab + 1, dtype=dtype), count), steps.reshape(-1)).reshape(count, -1)
+    table = token[:, :-1].copy()
+    unsettled = token[:, :-1] != token[:, 1:]
+    table[unsettled] = -1 - table[unsettled]
+    return table
 
 
 def guided_inverse_cdf(running, guide, ctx, u):
     """:func:`inverse_cdf` of the rows ``running[ctx]`` with uniforms ``u``, the same ``(index, none)`` without
-    reading whole rows: the search starts at the guide's index for ``u``'s bucket (:func:`guide_table`) and steps
-    forward while the running sum is at or below ``u·Σw``, then back while the one before it is above — so it ends
-    at the first index above, whatever the guide's rounding (running sums never fall). A step reads one entry per
-    row still searching: about one in all, where the full search compares ``V``."""
+    reading whole rows: a settled bucket of the guide (:func:`guide_table`) gives the token at once; otherwise the
+    search starts at the guide's token for the bucket's lower edge and steps forward while the running sum is at or
+    below ``u·Σw``. About one uniform in eight needs a step or two, where the full search compares ``V``."""
     xp = array_namespace(running, u)
-    vocab = running.shape[1]
-    flat = xp.reshape(running, (-1,))
-    base = ctx * vocab
-    threshold = u * xp.take(flat, base + (vocab - 1))
-    bucket = xp.astype(u * vocab, xp.int64)
-    index = guide[ctx, xp.where(bucket < vocab, bucket, xp.full_like(bucket, vocab - 1))]
-    active = xp.nonzero(xp.take(flat, base + index) <= threshold)[0]
-    while active.shape[0]:
-        index[active] += 1
-        active = active[index[active] < vocab]
-        active = active[xp.take(flat, base[active] + index[active]) <= threshold[active]]
-    back = xp.where(index > 0, index - 1, xp.zeros_like(index))
-    active = xp.nonzero((index > 0) & (xp.take(flat, base + back) > threshold))[0]
-    while active.shape[0]:
-        index[active] -= 1
-        active = active[index[active] > 0]
-        active = active[xp.take(flat, base[active] + index[active] - 1) > threshold[active]]
+    vocab, buckets = running.shape[1], guide.shape[1]
+    bucket = xp.astype(u * buckets, xp.int64)  # u = 1 (allowed) belongs to the last bucket, whose edges reach Σw
+    bucket = xp.where(bucket < buckets, bucket, xp.full_like(bucket, buckets - 1))
+    index = xp.astype(xp.take(xp.reshape(guide, (-1,)), ctx * buckets + bucket), xp.int64)
+    search = xp.nonzero(index < 0)[0]
+    if search.shape[0]:
+        flat = xp.reshape(running, (-1,))
+        base = ctx[search] * vocab
+        threshold = u[search] * xp.take(flat, base + (vocab - 1))
+        found = -1 - index[search]
+        active = xp.nonzero(found < vocab)[0]
+        active = active[xp.take(flat, base[active] + found[active]) <= threshold[active]]
+        while active.shape[0]:
+            found[active] += 1
+            active = active[found[active] < vocab]
+            active = active[xp.take(flat, base[active] + found[active]) <= threshold[active]]
+        index[search] = found
     none = index >= vocab
     return xp.where(none, xp.zeros_like(index), index), none
 

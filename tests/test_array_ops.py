@@ -78,23 +78,28 @@ def test_kseq_rho_in_blocks_is_the_reference_row_by_row(monkeypatch):
 def test_guided_inverse_cdf_is_the_full_search_on_numpy_and_torch():
     """The guide-table draw (``guided_inverse_cdf``) must return the full inverse-CDF search's token and "none"
     flag for every row and uniform: rows with zeros (flat running sums), a row of one positive weight, weights of
-    wildly different sizes, uniforms at 0, on bucket edges ``b/V`` and just below 1 (``1 − 2^−53``, where ``u·V``
-    rounds to ``V``). A guide shifted by one bucket must change nothing either (the search corrects it both ways)."""
+    wildly different sizes, a row of zeros, uniforms at 0, on every bucket edge ``b/G`` and just below it, and
+    just below 1 (``1 − 2^−53``) — with as many buckets as the engine uses and with fewer than tokens. A table
+    whose settled buckets are off by one must be caught by the same comparison."""
     rng = np.random.default_rng(8)
     w = _rows(rng, 300, 7)
     w[0] = [0, 0, 0, 1.0, 0, 0, 0]
     w[1] = [1e-300, 1.0, 0, 0, 1e-17, 0, 0]
+    w[2] = [0.0] * 7
+    w[3] = [1 / 3, 1 / 3, 0, 1 / 3, 0, 0, 0]
     running = np.cumsum(w, axis=1)
-    ctx = rng.integers(0, 300, 5000)
-    u = rng.random(5000)
-    u[:14] = [0.0, 1 - 2**-53, 1 / 7, 2 / 7, 3 / 7, 6 / 7, 0.5, 1 - 1e-17, 1 / 7 - 1e-17, 0, 0, 0, 0, 0]
-    ctx[7:14] = [0, 1, 0, 1, 0, 1, 1]
-    expected = array_ops.inverse_cdf(running[ctx], u)
-    guide = array_ops.guide_table(running)
-    for lib in (np, torch):
-        to = (lambda a: a) if lib is np else torch.from_numpy
-        for table in (guide, np.maximum(guide - 1, 0), np.minimum(guide + 1, 6)):
-            index, none = array_ops.guided_inverse_cdf(to(running), to(table), to(ctx), to(u))
+    for buckets in (array_ops.guide_buckets(7), 4):
+        edges = np.arange(buckets) / buckets
+        u = np.concatenate([[0.0, 1 - 2**-53, 1.0], edges, np.nextafter(edges[1:], 0), rng.random(5000)])
+        ctx = np.concatenate([rng.integers(0, 4, 2 * buckets + 2), rng.integers(0, 300, 5000)])
+        expected = array_ops.inverse_cdf(running[ctx], u)
+        guide = array_ops.guide_table(running, buckets)
+        assert (guide < 0).any() and (guide >= 0).any()  # both kinds of bucket are exercised
+        for lib in (np, torch):
+            to = (lambda a: a) if lib is np else torch.from_numpy
+            index, none = array_ops.guided_inverse_cdf(to(running), to(guide), to(ctx), to(u))
             assert np.array_equal(np.asarray(none), expected[1])
             assert np.array_equal(np.asarray(index)[~expected[1]], expected[0][~expected[1]])
-    assert np.array_equal(np.asarray(array_ops.guide_table(torch.from_numpy(running))), guide)
+        wrong = np.where(guide >= 0, np.minimum(guide + 1, 7), guide).astype(guide.dtype)
+        index, none = array_ops.guided_inverse_cdf(running, wrong, ctx, u)
+        assert not np.array_equal(np.where(none, -1, index), np.where(expected[1], -1, expected[0]))

