@@ -103,3 +103,22 @@ def test_guided_inverse_cdf_is_the_full_search_on_numpy_and_torch():
         wrong = np.where(guide >= 0, np.minimum(guide + 1, 7), guide).astype(guide.dtype)
         index, none = array_ops.guided_inverse_cdf(running, wrong, ctx, u)
         assert not np.array_equal(np.where(none, -1, index), np.where(expected[1], -1, expected[0]))
+
+
+def test_distinct_rows_merges_equal_rows_only_on_numpy_and_torch():
+    """Every row must map to a representative equal to it in every column (so merging never changes a problem),
+    and two different rows with the same sort keys (last column and projection: ``2·1 = 6·(1/3)``) must stay
+    apart; rows of distinct keys that are equal must share one (the count is numpy's ``unique``)."""
+    rng = np.random.default_rng(3)
+    base = rng.random((40, 4))
+    base[0] = [2.0, 0.0, 0.0, 0.5]
+    base[1] = [0.0, 0.0, 6.0, 0.5]  # same keys as row 0, a different row
+    rows = base[rng.integers(0, 40, 2000)]
+    for lib in (np, torch):
+        to = (lambda a: a) if lib is np else torch.from_numpy
+        first, inverse = (np.asarray(a) for a in array_ops.distinct_rows(to(rows)))
+        assert np.array_equal(rows[first][inverse], rows)
+        plain = rows[(rows[:, 3] != 0.5)]  # without the pair of equal keys, which interleave when sorted
+        assert len(array_ops.distinct_rows(to(plain))[0]) == len(np.unique(plain, axis=0))
+    wrong = np.where(np.arange(2000) % 2 == 0, inverse, 0)
+    assert not np.array_equal(rows[first][wrong], rows)

@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from simulator.array_ops import distinct_rows
 from simulator.verifiers.gr_solver import Rows, gr_dual_batch, routed_flow, routed_sums
 
 #: Elements ``M·R·(V+1)`` per solver call: about a thousand instances at ``V = 15, k = 2``, where the solver's
@@ -119,7 +120,9 @@ def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray) -> tuple[np.ndar
     # than (V+1)^k tuples (its θ would sit at its bound and its outflow is 0).
     drafted = np.flatnonzero((p > 0).any(axis=0))
     # Trials whose node has the same rows share a problem (every trial at the root).
-    unique, inverse = _shared(np.concatenate([p[:, drafted], q[:, drafted]], axis=1))
+    problems = np.concatenate([p[:, drafted], q[:, drafted]], axis=1)
+    first, inverse = distinct_rows(problems)
+    unique = problems[first]
     size = len(drafted)
     solved = _solve(unique[:, :size], unique[:, size:], k)
     weights, inner, outflow, factor = (np.zeros((len(unique), p.shape[1]), dtype=a.dtype) for a in solved)
@@ -134,22 +137,6 @@ def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray) -> tuple[np.ndar
     z = inside + (np.where(routed & first, w, 0.0)).sum(axis=1)
     accept = np.where(routed, w / z[:, None] * factor[b, cands], 0.0)
     return accept, outflow[inverse]
-
-
-def _shared(problems: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of ``problems`` ``[m, c]`` and each row's index among them. Rows are grouped by two keys
-    (the last column — LV's ``1 − A_t`` — and a fixed projection) and neighbours compared exactly, so different
-    rows are never merged (a key collision leaves a row unmerged, solved twice). ``np.unique(axis=0)`` gave the
-    same problems at 20× the cost: it sorts whole rows, and a level's rows share their long draft prefix."""
-    count = len(problems)
-    projection = problems @ (1.0 / np.arange(1, problems.shape[1] + 1))
-    order = np.lexsort((projection, problems[:, -1]))
-    ranked = problems[order]
-    new = np.ones(count, dtype=bool)
-    new[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
-    inverse = np.empty(count, dtype=np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    return ranked[new], inverse
 
 
 def _first_positions(k: int, tuples: np.ndarray) -> np.ndarray:

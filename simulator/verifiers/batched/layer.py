@@ -23,7 +23,7 @@ import numpy as np
 from array_api_compat import array_namespace, device, to_device
 
 from simulator.verifiers.batched.gr_stacks import lv_gr_node
-from ...array_ops import categorical, kseq_rho, positive_residual, ratio, row_sum
+from ...array_ops import categorical, distinct_rows, kseq_rho, positive_residual, ratio, row_sum
 from ..rules import GR, OPT
 from .frame import Batch
 
@@ -61,7 +61,8 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
             q_ext = xp.concat([a[:, None] * rows.q[ids], (1 - a)[:, None]], axis=1)
             cands = xp.concat([batch.tokens[at[:, None], xp.asarray(kids, device=batch.device)[None, :]]
                                for _, at, kids in group])  # [m, k]
-            total_accept, outflow = _node_acceptance(batch, rule, p_ext, q_ext, cands)
+            problem = xp.stack([xp.astype(ids, dtype), a], axis=1)  # equal (context, A_t): equal rows
+            total_accept, outflow = _node_acceptance(batch, rule, p_ext, q_ext, cands, problem)
             same = cands[:, :, None] == cands[:, None, :]
             share = lam[:, None] * total_accept / xp.astype(xp.sum(xp.astype(same, xp.int64), axis=2), dtype)
             start = 0
@@ -104,10 +105,11 @@ def _backward(batch: Batch, scores: Any, flows: Any) -> tuple[Any, Any]:
     return node, y
 
 
-def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any) -> tuple[Any, Any]:
+def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any, problem: Any) -> tuple[Any, Any]:
     """Per candidate position the rule's acceptance of its token (summed over the positions holding it, as
     ``token_acceptance``'s dictionary: first occurrence, then in order) ``[m, k]``, and the outgoing flow
-    ``[m, V+1]``, at transformed rows ``p``, ``q`` ``[m, V+1]``."""
+    ``[m, V+1]``, at transformed rows ``p``, ``q`` ``[m, V+1]``; rows with equal ``problem`` rows (``[m, 2]``:
+    context id and ``A_t``) are equal."""
     xp = batch.xp
     k = cands.shape[1]
     if rule == "opt" or (rule == "gr" and batch.rows.exact_order):
@@ -117,7 +119,7 @@ def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any) -> tup
                                  np.asarray(to_device(cands, "cpu")))
         return (xp.asarray(accept, dtype=p.dtype, device=batch.device),
                 xp.asarray(out, dtype=p.dtype, device=batch.device))
-    rho = kseq_rho(p, q, k) if rule == "kseq" else None
+    rho = _distinct_kseq_rho(p, q, k, problem) if rule == "kseq" else None
     accept = _plan_acceptance(rule, cands, p, q, rho)
     total_accept = []
     for i in range(k):
@@ -130,6 +132,13 @@ def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any) -> tup
     if batch.rows.exact_order and vocab**k <= TUPLE_SUM_LIMIT:
         return xp.stack(total_accept, axis=1), _outflow_by_tuples(rule, p, q, k, rho)
     return xp.stack(total_accept, axis=1), _outflow(rule, p, q, k, rho)
+
+
+def _distinct_kseq_rho(p: Any, q: Any, k: int, problem: Any) -> Any:
+    """K-SEQ's ``ρ*`` per row, bisected once per distinct ``problem`` (context id and ``A_t``): the nodes of a depth
+    share them in every trial at the root, in most at depth 1 and a fifth at depth 2 on complete trees."""
+    first, inverse = distinct_rows(problem)
+    return kseq_rho(p[first], q[first], k)[inverse]
 
 
 def _plan_acceptance(rule: str, cands: Any, p: Any, q: Any, rho: Any) -> Any:
