@@ -39,6 +39,7 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
     scores = xp.zeros((size, n), dtype=dtype, device=batch.device)
     scores[:, 0] = 1
     flows = xp.zeros((size, n, vocab), dtype=dtype, device=batch.device)
+    outgoing = xp.zeros((size, n), dtype=dtype, device=batch.device)  # Σ flows[b, v], as Alg. 2 reads it
     for level in shape.levels:
         inner = [v for v in level if shape.children[v]]
         if not inner:
@@ -70,20 +71,22 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
                 part = slice(start, start + at.shape[0])
                 for i, w in enumerate(kids):
                     scores[at, w] = share[part, i]
-                flows[at, v] = lam[part, None] * outflow[part, :vocab]
+                flow = lam[part, None] * outflow[part, :vocab]
+                flows[at, v], outgoing[at, v] = flow, row_sum(flow)
                 start += at.shape[0]
-    return _backward(batch, scores, flows)
+    return _backward(batch, scores, flows, outgoing)
 
 
-def _backward(batch: Batch, scores: Any, flows: Any) -> tuple[Any, Any]:
-    """Alg. 2: the accepted node and the emitted token (Eq. 2)."""
+def _backward(batch: Batch, scores: Any, flows: Any, outgoing: Any) -> tuple[Any, Any]:
+    """Alg. 2: the accepted node and the emitted token (Eq. 2); ``outgoing`` the row sums of ``flows``, summed when
+    the flows were set (0 where none was)."""
     xp, rows = batch.xp, batch.rows
     node, y = batch.full(batch.size, -1), batch.full(batch.size, 0)
     for level in reversed(batch.shape.levels):
         open_ = batch.where_true(node < 0)
         if open_.shape[0] == 0:
             break
-        cols = [xp.clip(scores[open_, v] - row_sum(flows[open_, v]), min=0.0) for v in level]
+        cols = [xp.clip(scores[open_, v] - outgoing[open_, v], min=0.0) for v in level]
         level_mass = scores[open_, level[0]]
         for v in level[1:]:
             level_mass = level_mass + scores[open_, v]
@@ -152,7 +155,8 @@ def _plan_acceptance(rule: str, cands: Any, p: Any, q: Any, rho: Any) -> Any:
             prob = ratio(q[every, x], rho * p[every, x])
         else:
             prob = ratio(target[every, x], p[every, x])
-            target = positive_residual(target - p, target)
+            if i + 1 < cands.shape[1]:  # the residual the next position is checked against
+                target = positive_residual(target - p, target)
         out.append(prob if reach is None else reach * prob)
         reach = (1 - prob) if reach is None else reach * (1 - prob)
     return xp.stack(out, axis=1)
@@ -173,11 +177,12 @@ def _outflow(rule: str, p: Any, q: Any, k: int, rho: Any) -> Any:
             reach = reach * miss
         return out
     target = q
-    for _ in range(k):
+    for i in range(k):
         capped = xp.minimum(p, target)
         out = out + reach[:, None] * capped
-        reach = reach * (1 - row_sum(capped))
-        target = positive_residual(target - p, target)
+        if i + 1 < k:
+            reach = reach * (1 - row_sum(capped))
+            target = positive_residual(target - p, target)
     return out
 
 

@@ -87,10 +87,18 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
 
     def refresh(todo: Any, below: Any) -> None:
         """Rates (line 13) of the strict descendants of ``below[i]`` in tree ``todo[i]``, level by level (a trie
-        parent lies one level up, so its rate is fresh)."""
+        parent lies one level up, so its rate is fresh), from the level under ``below``: the trees are taken by
+        the depth of ``below`` (after a leaf's rejection usually the depth above the leaves: one level to go)."""
+        depth = shape.depths[below]
+        for d in range(shape.height):
+            at = batch.where_true(depth == d)
+            if at.shape[0]:
+                _refresh_below(todo[at], below[at], spans[d:])
+
+    def _refresh_below(todo: Any, below: Any, levels: list[tuple[int, int]]) -> None:
         inside = xp.zeros((todo.shape[0], n), dtype=xp.bool, device=batch.device)
         each = batch.arange(todo.shape[0])[:, None]
-        for start, end in spans:
+        for start, end in levels:
             par = tparent[todo, start:end]  # [m, L]
             safe = xp.where(par >= 0, par, xp.zeros_like(par))
             here = alive[todo, start:end] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
