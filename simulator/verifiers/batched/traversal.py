@@ -69,10 +69,21 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
 
     def current(b: Any, u: Any, store: Any, model: Any) -> Any:
         """The target or draft rows of nodes ``u`` of trees ``b``: ``[m, V]``."""
-        if used == 0:  # nothing rejected yet: every row is the model's
-            return model[row_id[b, u]]
-        at = slot[b, u]
-        return xp.where((at >= 0)[:, None], store[xp.where(at >= 0, at, 0)], model[row_id[b, u]])
+        out = model[row_id[b, u]]
+        if used:  # rows copied to the store (a child rejected) are read there
+            stored = batch.where_true(slot[b, u] >= 0)
+            out[stored] = store[slot[b[stored], u[stored]]]
+        return out
+
+    def emit(b: Any, u: Any) -> Any:
+        """A token from the current target row of nodes ``u`` of trees ``b``: a model row's by the row source's
+        draw (its running sums are summed once), a stored row's by :func:`categorical` (the same token)."""
+        draws = stream.take(b)
+        out = rows.sample("q", row_id[b, u], draws)
+        if used:
+            stored = batch.where_true(slot[b, u] >= 0)
+            out[stored] = categorical(store_q[slot[b[stored], u[stored]]], draws[stored])
+        return out
 
     spans = [(level[0], level[-1] + 1) for level in shape.levels[1:]]  # BFS: each level is a run of ids
 
@@ -96,13 +107,17 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
                 _refresh_below(todo[at], below[at], spans[d:])
 
     def _refresh_below(todo: Any, below: Any, levels: list[tuple[int, int]]) -> None:
-        inside = xp.zeros((todo.shape[0], n), dtype=xp.bool, device=batch.device)
+        # ``inside``: the descendants found so far; on the first level only ``below``'s children are
+        inside = xp.zeros((todo.shape[0], n), dtype=xp.bool, device=batch.device) if len(levels) > 1 else None
         each = batch.arange(todo.shape[0])[:, None]
-        for start, end in levels:
+        for index, (start, end) in enumerate(levels):
             par = tparent[todo, start:end]  # [m, L]
-            safe = xp.where(par >= 0, par, xp.zeros_like(par))
-            here = alive[todo, start:end] & (par >= 0) & ((par == below[:, None]) | inside[each, safe])
-            inside[:, start:end] = here
+            here = alive[todo, start:end] & (par == below[:, None])
+            if index:
+                safe = xp.where(par >= 0, par, xp.zeros_like(par))
+                here = here | (alive[todo, start:end] & (par >= 0) & inside[each, safe])
+            if index + 1 < len(levels):
+                inside[:, start:end] = here
             i, j = xp.nonzero(here)
             if i.shape[0]:
                 b, w, u = todo[i], j + start, par[i, j]
@@ -124,7 +139,7 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         parent = tparent[live, leaf]
         finish = ok | (parent < 0)  # accepted, or the root rejected (probability 0 exactly)
         b, v = live[finish], leaf[finish]
-        y[b] = categorical(current(b, v, store_q, rows.q), stream.take(b))
+        y[b] = emit(b, v)
         node[b] = rep[b, v]
         go = ~finish
         b, v, par = live[go], leaf[go], parent[go]
