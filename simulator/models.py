@@ -59,9 +59,14 @@ def _context_seed(seed: int, context: Context) -> np.random.Generator:
 
 
 def _softmax(logits: np.ndarray) -> list[float]:
-    z = logits - logits.max()
+    return _softmax_array(logits).tolist()
+
+
+def _softmax_array(logits: np.ndarray) -> np.ndarray:
+    """The softmax over the last axis (one row, or many)."""
+    z = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(z)
-    return (e / e.sum()).tolist()
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 class SyntheticModel:
@@ -89,6 +94,18 @@ class SyntheticModel:
 
     def q(self, context: Context) -> list[float]:
         return _softmax(self.logits(context)[1] / self.tau_q)
+
+    def row_arrays(self, contexts: Sequence[Context]) -> tuple[np.ndarray, np.ndarray]:
+        """``p`` and ``q`` of many contexts as arrays ``[C, V]``, the numbers :meth:`p` and :meth:`q` give: each
+        context's normals from its own generator (once for both rows), then the same elementwise arithmetic on
+        all rows at once (a row's sum over its last axis is the sum a single row gets; the tests compare every
+        row)."""
+        normals = np.empty((len(contexts), 3, self.vocab))
+        for i, context in enumerate(contexts):
+            normals[i] = _context_seed(self.seed, context).standard_normal((3, self.vocab))
+        u, eps_p, eps_q = normals[:, 0], normals[:, 1], normals[:, 2]
+        logits_p, logits_q = self.rho * u + (1 - self.rho) * eps_p, self.rho * u + (1 - self.rho) * eps_q
+        return _softmax_array(logits_p / self.tau_p), _softmax_array(logits_q / self.tau_q)
 
     def describe(self) -> dict:
         return {"model": "synthetic", "vocab": self.vocab, "rho": self.rho, "tau_p": self.tau_p,

@@ -285,3 +285,35 @@ def test_an_unusable_device_names_the_field():
         monte_carlo(lambda s: SyntheticModel(3), FixedShape(make_topology("chain", 2)), "tv-rrs",
                     VERIFIERS["tv-rrs"].fn, 1, 100, device="no-such-device")
     assert err.value.field == "device"
+
+
+def test_context_rows_in_bulk_are_the_models_rows_and_a_bad_row_is_named():
+    """The synthetic model's rows computed for all contexts at once (``row_arrays``, a vectorised softmax) must be
+    the numbers ``p(context)`` and ``q(context)`` give, bit for bit, at every context; a model without
+    ``row_arrays`` goes row by row to the same numbers; a bad row from ``row_arrays`` is refused naming it."""
+    from simulator.errors import InvalidDistributionError
+
+    for model, height in ((SyntheticModel(4, rho=0.3, tau_p=0.6, tau_q=1.7, seed=5), 3), (SyntheticModel(15), 2)):
+        rows = ContextRows(model, height)
+        contexts = [tuple(int(d) for d in np.unravel_index(c, (model.vocab,) * k)) if k else ()
+                    for k in range(height + 1) for c in range(model.vocab**k)]
+        assert np.array_equal(rows.q, np.array([model.q(c) for c in contexts]))
+        assert np.array_equal(rows.p, np.array([model.p(c) for c in contexts[: len(rows.p)]]))
+
+    class RowByRow:
+        def __init__(self, inner):
+            self.inner, self.vocab = inner, inner.vocab
+            self.p, self.q = inner.p, inner.q
+
+    model = SyntheticModel(4, seed=2)
+    assert np.array_equal(ContextRows(RowByRow(model), 2).q, ContextRows(model, 2).q)
+
+    class Broken(SyntheticModel):
+        def row_arrays(self, contexts):
+            p, q = super().row_arrays(contexts)
+            q[2, 1] = -0.25  # context (1,): after () and (0,) in level order
+            return p, q
+
+    with pytest.raises(InvalidDistributionError) as err:
+        ContextRows(Broken(4), 2)
+    assert err.value.field == 'q["1"][1]'

@@ -11,7 +11,8 @@ import numpy as np
 from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
                                  ranking_tables)
 from simulator.verifiers.batched.gr_stacks import tv_gr_tables
-from simulator.models import ModelPair, ModelView
+from simulator.models import ModelPair, ModelView, _row_field
+from simulator.numeric import SUM_TOLERANCE, as_distribution
 from simulator.verifiers.batched.frame import flow_step_rows
 
 GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
@@ -25,19 +26,21 @@ class ContextRows:
     """
 
     def __init__(self, model: ModelPair, height: int) -> None:
-        view = ModelView(model, "float")
         vocab = self.vocab = model.vocab
         self.height = height
         self.offsets = [sum(vocab**j for j in range(level)) for level in range(height + 2)]
-        self.q = np.empty((self.offsets[height + 1], vocab))
-        self.p = np.empty((self.offsets[height], vocab))
-        for level in range(height + 1):
-            for code in range(vocab**level):
-                context = tuple(int(d) for d in np.unravel_index(code, (vocab,) * level)) if level else ()
-                index = self.offsets[level] + code
-                self.q[index] = view.q(context)
-                if level < height:
-                    self.p[index] = view.p(context)
+        contexts = [tuple(int(d) for d in np.unravel_index(code, (vocab,) * level)) if level else ()
+                    for level in range(height + 1) for code in range(vocab**level)]
+        if hasattr(model, "row_arrays"):  # the model's rows as arrays at once, checked in bulk
+            p, self.q = model.row_arrays(contexts)
+            self.p = p[: self.offsets[height]]
+            _check_rows(self.q, contexts, "q")
+            _check_rows(self.p, contexts, "p")
+        else:
+            view = ModelView(model, "float")
+            self.q = np.array([view.q(context) for context in contexts], dtype=float).reshape(-1, vocab)
+            self.p = np.array([view.p(context) for context in contexts[: self.offsets[height]]],
+                              dtype=float).reshape(-1, vocab)
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._gr: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
@@ -142,6 +145,16 @@ class ContextRows:
         """GR's step table ``[V^k, k + 1]`` and residual ``[V]`` at one context (see :meth:`gr_tables`)."""
         self.gr_tables(k, np.array([context]))
         return self._gr[k, context]
+
+
+def _check_rows(rows: np.ndarray, contexts: list[tuple[int, ...]], name: str) -> None:
+    """The check :class:`~simulator.models.ModelView` makes of each row (finite, non-negative, summing to 1 within
+    :data:`~simulator.numeric.SUM_TOLERANCE`), on all rows at once; a row that is not clearly fine is checked by
+    :func:`~simulator.numeric.as_distribution` itself, which names it in its error."""
+    fine = np.isfinite(rows).all(axis=1) & (rows >= 0).all(axis=1)
+    fine &= np.abs(rows.sum(axis=1) - 1.0) <= SUM_TOLERANCE / 2
+    for i in np.flatnonzero(~fine).tolist():
+        as_distribution(rows[i].tolist(), rows.shape[1], _row_field(name, contexts[i]), "float")
 
 
 class DeviceRows:
