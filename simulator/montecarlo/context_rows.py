@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
-                                 ranking_tables)
+                                 positive_residual, ranking_tables)
 from simulator.verifiers.batched.gr_stacks import tv_gr_tables
 from simulator.models import ModelPair, ModelView, _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
@@ -44,26 +44,44 @@ class ContextRows:
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._gr: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
-        self._running: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._running: dict[object, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._derived: dict[tuple[str, int], np.ndarray] = {}
 
-    def sample(self, which: str, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """:func:`categorical` over the ``p`` or ``q`` row (``which``) of each context ``ctx`` with uniforms ``u``,
+    def sample(self, which: object, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """:func:`categorical` over the row of :meth:`table` ``which`` of each context ``ctx`` with uniforms ``u``,
         from running sums and a guide table computed once per table (:func:`guided_inverse_cdf`)."""
         running, guide, last = self.sampling_tables(which)
         index, none = guided_inverse_cdf(running, guide, ctx, u)
         index[none] = last[ctx[none]]
         return index
 
-    def sampling_tables(self, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The running sums, guide table and last positive index of every ``p`` or ``q`` row, computed once."""
+    def sampling_tables(self, which: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The running sums, guide table and last positive index of every row of :meth:`table` ``which``, computed
+        once."""
         if which not in self._running:
-            table = getattr(self, which)
+            table = self.table(which)
             running = np.cumsum(table, axis=1)
             self._running[which] = (running, guide_table(running, guide_buckets(self.vocab)), last_positive(table))
         return self._running[which]
 
     #: the Monte Carlo engine's sums (closed forms, stacked solves), rows per context: see :class:`RowSource`
     exact_order, by_context = False, True
+
+    def table(self, which: object) -> np.ndarray:
+        """The rows named ``which`` (:meth:`RowSource.table`) at every context, derived rows computed once."""
+        if which in ("p", "q") or which == ("rrs", 0):
+            return self.q if which != "p" else self.p
+        if which not in self._derived:
+            kind, k = which
+            if kind == "rrs":
+                above = self.table(("rrs", k - 1))[: len(self.p)]
+                self._derived[which] = positive_residual(above - self.p, above)
+            else:
+                self._derived[which] = self.kseq_table(k)[1]
+        return self._derived[which]
+
+    def entry(self, which: object, ids: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return self.table(which)[ids, x]
 
     def rank_tables(self, clipped: bool) -> tuple[np.ndarray, np.ndarray]:
         """GBV's ranking places and the draft mass ranked below each token at every non-leaf context
@@ -87,14 +105,13 @@ class ContextRows:
             self._kseq[k] = (rho, kseq_residual(self.p, q, rho, count))
         return self._kseq[k]
 
-    def kseq(self, ids: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """K-SEQ's ``ρ*`` ``[m]`` and residual ``[m, V]`` at contexts ``ids`` with ``k[i]`` candidates."""
-        rho, residual = np.empty(len(ids)), np.empty((len(ids), self.vocab))
+    def kseq_rho(self, ids: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """K-SEQ's ``ρ*`` ``[m]`` at contexts ``ids`` with ``k[i]`` candidates."""
+        rho = np.empty(len(ids))
         for count in np.unique(k).tolist():
             at = k == count
-            table_rho, table_residual = self.kseq_table(count)
-            rho[at], residual[at] = table_rho[ids[at]], table_residual[ids[at]]
-        return rho, residual
+            rho[at] = self.kseq_table(count)[0][ids[at]]
+        return rho
 
     def flow_step(self, rule, ids: np.ndarray, cands: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A flow-defined rule's step (:meth:`RowSource.flow_step`): GR's from step tables built once per context
@@ -180,20 +197,21 @@ class DeviceRows:
             self._tables[key] = tuple(self._put(a) for a in build())
         return self._tables[key]
 
-    def sample(self, which: str, ctx, u):
+    def sample(self, which: object, ctx, u):
         """:meth:`ContextRows.sample` on the device."""
         running, guide, last = self._table(("running", which), lambda: self.host.sampling_tables(which))
         index, none = guided_inverse_cdf(running, guide, ctx, u)
         return self.torch.where(none, last[ctx], index)
 
-    def kseq(self, ids, k):
+    def entry(self, which: object, ids, x):
+        return self._table(("table", which), lambda: (self.host.table(which),))[0][ids, x]
+
+    def kseq_rho(self, ids, k):
         rho = self.torch.empty(ids.shape, dtype=self.q.dtype, device=self.device)
-        residual = self.torch.empty((ids.shape[0], self.vocab), dtype=self.q.dtype, device=self.device)
         for count in self.torch.unique(k).tolist():
             at = k == count
-            table_rho, table_residual = self._table(("kseq", count), lambda: self.host.kseq_table(count))
-            rho[at], residual[at] = table_rho[ids[at]], table_residual[ids[at]]
-        return rho, residual
+            rho[at] = self._table(("kseq", count), lambda: self.host.kseq_table(count))[0][ids[at]]
+        return rho
 
     def place(self, ids, x, clipped: bool):
         return self._table(("ranks", clipped), lambda: self.host.rank_tables(clipped))[0][ids, x]

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from array_api_compat import array_namespace, device as device_of
 
-from ...array_ops import categorical, kseq_residual, kseq_rho, ranked_below, ranking_place
+from ...array_ops import categorical, kseq_residual, kseq_rho, positive_residual, ranked_below, ranking_place
 from ...errors import InvalidParameterError
 from ...randomness import counter_uniform
 from ...trees import node_children, node_depths, node_levels
@@ -93,12 +93,18 @@ class RowSource(Protocol):
     #: a node's rows depend on its path only (rows per context), so nodes with the same path share them
     by_context: bool
 
-    def sample(self, which: str, ids: Any, u: Any) -> Any:
-        """:func:`~simulator.array_ops.categorical` over the ``p`` or ``q`` row (``which``) of each id with uniforms
-        ``u`` ``[m]`` (a table of running sums, where the rows are per context, is summed once)."""
+    def sample(self, which: object, ids: Any, u: Any) -> Any:
+        """:func:`~simulator.array_ops.categorical` over the row named ``which`` (:meth:`entry`) of each id with
+        uniforms ``u`` ``[m]`` (where the rows are per context, a table of running sums is summed once)."""
 
-    def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
-        """K-SEQ's ``ρ*`` ``[m]`` and residual ``[m, V]`` for ``k`` candidates (a number or one per row)."""
+    def entry(self, which: object, ids: Any, x: Any) -> Any:
+        """Token ``x[i]``'s entry ``[m]`` in the row named ``which`` of each id: ``"p"``, ``"q"``, ``("rrs", i)`` —
+        RRS's target after ``i`` rejections, ``r_0 = q``, ``r_{i+1} = norm((r_i − p)_+)`` (SpS's residual is ``r_1``)
+        — or ``("kseq", k)``, K-SEQ's residual for ``k`` candidates (:func:`~simulator.array_ops.kseq_residual`).
+        These rows depend on the node's rows alone, so rows per context compute them once."""
+
+    def kseq_rho(self, ids: Any, k: Any) -> Any:
+        """K-SEQ's ``ρ*`` ``[m]`` for ``k`` candidates (a number or one per row)."""
 
     def place(self, ids: Any, x: Any, clipped: bool) -> Any:
         """GBV's ranking place of token ``x`` ``[m]`` in each row (0 best; ``clipped``: the control's ranking)."""
@@ -128,13 +134,28 @@ class DenseRows:
         batch, n = self.q3.shape[:2]
         return xp.reshape(xp.arange(batch * n, dtype=xp.int64, device=device_of(self.q)), (batch, n))
 
-    def sample(self, which: str, ids: Any, u: Any) -> Any:
-        return categorical(getattr(self, which)[ids], u)
-
-    def kseq(self, ids: Any, k: Any) -> tuple[Any, Any]:
+    def rows_of(self, which: object, ids: Any) -> Any:
+        """The rows named ``which`` (:meth:`RowSource.entry`) of ``ids`` ``[m, V]``, computed for these rows."""
+        if which in ("p", "q"):
+            return getattr(self, which)[ids]
+        kind, k = which
         p, q = self.p[ids], self.q[ids]
-        rho = kseq_rho(p, q, k)
-        return rho, kseq_residual(p, q, rho, k)
+        if kind == "kseq":
+            return kseq_residual(p, q, kseq_rho(p, q, k), k)
+        for _ in range(k):
+            q = positive_residual(q - p, q)
+        return q
+
+    def sample(self, which: object, ids: Any, u: Any) -> Any:
+        return categorical(self.rows_of(which, ids), u)
+
+    def entry(self, which: object, ids: Any, x: Any) -> Any:
+        if which in ("p", "q"):
+            return getattr(self, which)[ids, x]
+        return array_namespace(x).take_along_axis(self.rows_of(which, ids), x[:, None], axis=1)[:, 0]
+
+    def kseq_rho(self, ids: Any, k: Any) -> Any:
+        return kseq_rho(self.p[ids], self.q[ids], k)
 
     def place(self, ids: Any, x: Any, clipped: bool) -> Any:
         return ranking_place(self.p[ids], self.q[ids], x, clipped)

@@ -55,23 +55,75 @@ def tv(batch: Batch, plan: str) -> tuple[Any, Any]:
             weights, residual = rows.flow_step(_FLOW_RULES[plan[5:]], ids, cands, count)
             choice = categorical(weights, stream.take(inner))
             accepted = xp.where(choice < count, choice, xp.full_like(choice, -1))
+            emit = _from_rows(residual)
+        elif plan in _NAMED_RESIDUAL:
+            accepted, emit = _named_plan_step(batch, plan, inner, ids, cands, count)
         else:
             accepted, residual = _plan_step(batch, plan, inner, ids, cands, count)
+            emit = _from_rows(residual)
         moved = accepted >= 0
         node[inner[moved]] = shape.kids[v[moved], accepted[moved]]
         stop = inner[~moved]
-        y[stop] = categorical(residual[~moved], stream.take(stop))
+        y[stop] = emit(batch.where_true(~moved), stream.take(stop))
         open_ = inner[moved]
     return node, y
 
 
+def _from_rows(residual: Any) -> Any:
+    """The draw of a rejection's token from residual rows ``[m, V]``: ``emit(at, u)`` for the rows ``at``."""
+    return lambda at, u: categorical(residual[at], u)
+
+
+#: plans whose residual depends on the node's rows alone, as :meth:`RowSource.entry` names it for ``k`` candidates
+#: (SpS is RRS with one): read from the row source, which computes it once per context where rows are per context
+_NAMED_RESIDUAL = {"sps": "rrs", "rrs": "rrs", "kseq": "kseq", "sps-q": "q", "first": "q"}
+
+
+def _named_plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
+    """:func:`_plan_step` for the plans of :data:`_NAMED_RESIDUAL`, reading single entries of the node's rows and
+    its residual by name (the same numbers: the row source derives them by the same operations): candidate
+    ``i`` of RRS against ``r_i``, SpS's first against ``q``, K-SEQ's against ``min(1, q/(ρ* p))``."""
+    xp, rows, stream = batch.xp, batch.rows, batch.stream
+    m = trees.shape[0]
+    used = xp.minimum(count, xp.ones_like(count)) if plan in _FIRST_ONLY else count
+    accepted = batch.full(m, -1)
+    open_ = xp.ones(m, dtype=xp.bool, device=batch.device)
+    rho = rows.kseq_rho(ids, used) if plan == "kseq" else None
+    for i in range(cands.shape[1]):
+        at = batch.where_true(open_ & (i < used))
+        if at.shape[0] == 0:
+            break
+        x = cands[at, i]
+        if plan == "first":
+            prob = xp.ones(at.shape, dtype=rows.q.dtype, device=batch.device)
+        elif plan == "kseq":
+            prob = ratio(rows.entry("q", ids[at], x), rho[at] * rows.entry("p", ids[at], x))
+        else:  # RRS's target after i rejections (q for the first candidate)
+            prob = ratio(rows.entry(("rrs", i), ids[at], x), rows.entry("p", ids[at], x))
+        u = stream.take(trees[at])
+        hit = (prob == 1) | (u < prob)
+        accepted[at[hit]] = i
+        open_[at[hit]] = False
+    kind = _NAMED_RESIDUAL[plan]
+
+    def emit(at: Any, u: Any) -> Any:
+        """The rejection's token for the trees ``at`` (all their candidates rejected), by candidate count."""
+        out = xp.zeros(at.shape, dtype=xp.int64, device=batch.device)
+        for k in xp.unique_values(used[at]).tolist():
+            part = batch.where_true(used[at] == k)
+            out[part] = rows.sample("q" if kind == "q" else (kind, k), ids[at[part]], u[part])
+        return out
+
+    return accepted, emit
+
+
 def _plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
     """One node's plan (:mod:`simulator.verifiers.single_step`) for the trees ``trees`` ``[m]`` at rows ``ids``:
-    the accepted candidate position (−1: none) and the residual to draw from when none is accepted."""
+    the accepted candidate position (−1: none) and the residual to draw from when none is accepted. The plans
+    whose rows change with the candidates rejected (``det``, ``rrsw``, ``rrsw-phi``), row by row."""
     xp, rows, stream = batch.xp, batch.rows, batch.stream
     p, q = rows.p[ids], rows.q[ids]  # [m, V]
     m = trees.shape[0]
-    used = xp.minimum(count, xp.ones_like(count)) if plan in _FIRST_ONLY else count
     accepted = batch.full(m, -1)
     # the rows a plan updates are copies (``q`` stays for the residual of det); the others are read as they are
     target = xp.asarray(q, copy=True) if plan == "det" else q
@@ -80,20 +132,14 @@ def _plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, count:
     if plan == "det":
         fallback = xp.zeros(m, dtype=xp.bool, device=batch.device)  # every token rejected: residual q
         seen = xp.zeros(q.shape, dtype=xp.bool, device=batch.device)  # tokens already rejected
-    if plan == "kseq":
-        rho, kseq_residual = rows.kseq(ids, used)
     for i in range(cands.shape[1]):
-        at = batch.where_true(open_ & (i < used))
+        at = batch.where_true(open_ & (i < count))
         if at.shape[0] == 0:
             break
         x = cands[at, i]
         if plan == "det":  # a repeat of a rejected token is skipped without a draw
             at, x = at[~seen[at, x]], x[~seen[at, x]]
             prob = ratio(target[at, x], xp.ones_like(target[at, x]))
-        elif plan == "kseq":
-            prob = ratio(q[at, x], rho[at] * p[at, x])
-        elif plan == "first":
-            prob = xp.ones_like(q[at, x])
         elif plan == "rrsw-phi":
             prob = _printed_dyspec(xp, target[at, x], draft[at, x])
         else:
@@ -112,22 +158,15 @@ def _plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, count:
             fallback[miss[empty]] = True
             open_[miss[empty]] = False
             target[miss[~empty]] = zeroed[~empty] / left[~empty][:, None]
-        elif plan in ("rrs", "rrsw", "rrsw-phi"):
+        else:  # rrsw, rrsw-phi: the residual, and the rejected token zeroed in the draft
             target[miss] = positive_residual(target[miss] - draft[miss], target[miss])
-            if plan != "rrs":
-                zeroed = draft[miss]
-                zeroed[batch.arange(miss.shape[0]), x] = 0
-                left = row_sum(zeroed)
-                empty = ~(left > 0)
-                open_[miss[empty]] = False
-                draft[miss] = xp.where(empty[:, None], zeroed, zeroed / xp.where(empty, xp.ones_like(left),
-                                                                                  left)[:, None])
-    if plan == "sps":
-        return accepted, positive_residual(q - p, q)
-    if plan in ("sps-q", "first"):  # the controls' residual: q itself
-        return accepted, q
-    if plan == "kseq":
-        return accepted, kseq_residual
+            zeroed = draft[miss]
+            zeroed[batch.arange(miss.shape[0]), x] = 0
+            left = row_sum(zeroed)
+            empty = ~(left > 0)
+            open_[miss[empty]] = False
+            draft[miss] = xp.where(empty[:, None], zeroed, zeroed / xp.where(empty, xp.ones_like(left),
+                                                                              left)[:, None])
     if plan == "det":
         return accepted, xp.where(fallback[:, None], q, target)
     return accepted, target
