@@ -42,7 +42,7 @@ class ContextRows:
             self.p = np.array([view.p(context) for context in contexts[: self.offsets[height]]],
                               dtype=float).reshape(-1, vocab)
         self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._gr: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._gr: dict[int, _GRStore] = {}
         self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
         self._running: dict[object, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._derived: dict[tuple[str, int], np.ndarray] = {}
@@ -134,34 +134,54 @@ class ContextRows:
         ``code``: ``weights[m, :]`` — the flow to each candidate position's token where it first appears (0 for
         a repeat), then the reject weight, as :meth:`SingleStepRule.step` builds them — and the residual
         ``[m, V]``. GR is solved lazily, once per context reached (``V^k`` tuples per context rule out tables
-        for every context up front at ``k = 3``)."""
-        self.gr_tables(k, ctx)
-        weights = np.empty((len(ctx), k + 1))
-        residual = np.empty((len(ctx), self.vocab))
-        unique, inverse = np.unique(ctx, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
-        for i, context in enumerate(unique.tolist()):
-            at = order[bounds[i]: bounds[i + 1]]
-            table, residual[at] = self._gr[k, context]
-            weights[at] = table[code[at]]
-        return weights, residual
+        for every context up front at ``k = 3``); the tables are read by one gather."""
+        store = self._gr_store(k, ctx)
+        return store.weights[store.slot[ctx] * self.vocab**k + code], store.residual[ctx]
 
     def gr_tables(self, k: int, contexts: np.ndarray) -> None:
         """GR's step tables (:func:`simulator.verifiers.batched.gr_stacks.tv_gr_tables`) for the ``contexts`` not yet
-        solved, as one stack; kept per context. Dense arrays, not the reference solver's dictionaries: 108 KB per
-        context at ``V = 15, k = 3``, a tenth of those."""
-        missing = [c for c in np.unique(contexts).tolist() if (k, c) not in self._gr]
+        solved, as one stack. Dense arrays, not the reference solver's dictionaries: 108 KB per context at
+        ``V = 15, k = 3``, a tenth of those."""
+        self._gr_store(k, contexts)
+
+    def _gr_store(self, k: int, contexts: np.ndarray) -> "_GRStore":
+        store = self._gr.setdefault(k, _GRStore(len(self.p), self.vocab, k))
+        missing = np.unique(contexts[store.slot[contexts] < 0]).tolist()
         for start in range(0, len(missing), GR_TABLE_CHUNK):
             chunk = missing[start: start + GR_TABLE_CHUNK]
-            tables, residuals = tv_gr_tables(self.p[chunk], self.q[chunk], k)
-            for context, table, residual in zip(chunk, tables, residuals):
-                self._gr[k, context] = (table, residual)
+            store.add(chunk, *tv_gr_tables(self.p[chunk], self.q[chunk], k))
+        return store
 
     def gr_table(self, k: int, context: int) -> tuple[np.ndarray, np.ndarray]:
         """GR's step table ``[V^k, k + 1]`` and residual ``[V]`` at one context (see :meth:`gr_tables`)."""
-        self.gr_tables(k, np.array([context]))
-        return self._gr[k, context]
+        store = self._gr_store(k, np.array([context]))
+        size = self.vocab**k
+        return store.weights[store.slot[context] * size: (store.slot[context] + 1) * size], store.residual[context]
+
+
+class _GRStore:
+    """GR's step tables for ``k`` candidates of the contexts solved so far, one block of ``V^k`` rows per context
+    in one array (grown by doubling), so that a batch's steps are one gather; ``slot[c]`` the block of context
+    ``c`` (−1 before it is solved)."""
+
+    def __init__(self, contexts: int, vocab: int, k: int) -> None:
+        self.size = vocab**k
+        self.slot = np.full(contexts, -1, dtype=np.int64)
+        self.weights = np.empty((0, k + 1))
+        self.residual = np.zeros((contexts, vocab))
+        self.count = 0
+
+    def add(self, contexts: list[int], tables: np.ndarray, residuals: np.ndarray) -> None:
+        need = (self.count + len(contexts)) * self.size
+        if need > len(self.weights):
+            grown = np.empty((max(need, 2 * len(self.weights)), self.weights.shape[1]))
+            grown[: self.count * self.size] = self.weights[: self.count * self.size]
+            self.weights = grown
+        start = self.count * self.size
+        self.weights[start: need] = np.asarray(tables).reshape(-1, self.weights.shape[1])
+        self.slot[contexts] = np.arange(self.count, self.count + len(contexts))
+        self.residual[contexts] = residuals
+        self.count += len(contexts)
 
 
 def _check_rows(rows: np.ndarray, contexts: list[tuple[int, ...]], name: str) -> None:
