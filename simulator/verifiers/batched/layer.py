@@ -38,7 +38,7 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
     dtype = rows.q.dtype
     scores = xp.zeros((size, n), dtype=dtype, device=batch.device)
     scores[:, 0] = 1
-    flows = xp.zeros((size, n, vocab), dtype=dtype, device=batch.device)
+    flows = xp.zeros((n, size, vocab), dtype=dtype, device=batch.device)  # node-major: a node's rows contiguous
     outgoing = xp.zeros((size, n), dtype=dtype, device=batch.device)  # Σ flows[b, v], as Alg. 2 reads it
     for level in shape.levels:
         inner = [v for v in level if shape.children[v]]
@@ -72,14 +72,14 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
                 for i, w in enumerate(kids):
                     scores[at, w] = share[part, i]
                 flow = lam[part, None] * outflow[part, :vocab]
-                flows[at, v], outgoing[at, v] = flow, row_sum(flow)
+                flows[v, at], outgoing[at, v] = flow, row_sum(flow)
                 start += at.shape[0]
     return _backward(batch, scores, flows, outgoing)
 
 
 def _backward(batch: Batch, scores: Any, flows: Any, outgoing: Any) -> tuple[Any, Any]:
-    """Alg. 2: the accepted node and the emitted token (Eq. 2); ``outgoing`` the row sums of ``flows``, summed when
-    the flows were set (0 where none was)."""
+    """Alg. 2: the accepted node and the emitted token (Eq. 2); ``flows [n, B, V]``, ``outgoing [B, n]`` their row
+    sums, summed when the flows were set (0 where none was)."""
     xp, rows = batch.xp, batch.rows
     node, y = batch.full(batch.size, -1), batch.full(batch.size, 0)
     for level in reversed(batch.shape.levels):
@@ -102,7 +102,7 @@ def _backward(batch: Batch, scores: Any, flows: Any, outgoing: Any) -> tuple[Any
         at = open_[picked]
         v = xp.asarray(level, dtype=xp.int64, device=batch.device)[choice[picked]]
         q = rows.q[batch.ids[at, v]]
-        res = positive_residual(scores[at, v][:, None] * q - flows[at, v], q)
+        res = positive_residual(scores[at, v][:, None] * q - flows[v, at], q)
         y[at] = categorical(res, batch.stream.take(at))
         node[at] = v
     return node, y
