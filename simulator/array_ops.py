@@ -55,6 +55,14 @@ def positive_residual(diff, fallback):
     return xp.where(has[:, None], diff / xp.where(has, mass, xp.ones_like(mass))[:, None], fallback)
 
 
+def rrs_target(p, q, rejections: int):
+    """``[m, V]``: RRS's target after ``rejections`` rejected candidates, ``r_0 = q``, ``r_{i+1} = norm((r_i −
+    p)_+)`` (:func:`positive_residual`, ``r_i`` where the positive part has no mass) — SpS's residual is ``r_1``."""
+    for _ in range(rejections):
+        q = positive_residual(q - p, q)
+    return q
+
+
 def inverse_cdf(running, u):
     """``(index [m], none [m])``: per row the first index whose running sum exceeds ``u·Σw`` (it carries a positive
     weight, since a running sum of non-negative weights only rises there), and whether no index does (``u = 1``,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
-                                 positive_residual, ranking_tables)
+                                 ranking_tables, rrs_target)
 from simulator.verifiers.batched.gr_stacks import tv_gr_tables
 from simulator.models import ModelPair, ModelView, _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
@@ -74,8 +74,7 @@ class ContextRows:
         if which not in self._derived:
             kind, k = which
             if kind == "rrs":
-                above = self.table(("rrs", k - 1))[: len(self.p)]
-                self._derived[which] = positive_residual(above - self.p, above)
+                self._derived[which] = rrs_target(self.p, self.q[: len(self.p)], k)
             else:
                 self._derived[which] = self.kseq_table(k)[1]
         return self._derived[which]

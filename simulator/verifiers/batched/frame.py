@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from array_api_compat import array_namespace, device as device_of
 
-from ...array_ops import categorical, kseq_residual, kseq_rho, positive_residual, ranked_below, ranking_place
+from ...array_ops import categorical, kseq_residual, kseq_rho, ranked_below, ranking_place, rrs_target
 from ...errors import InvalidParameterError
 from ...randomness import counter_uniform
 from ...trees import node_children, node_depths, node_levels
@@ -142,9 +142,7 @@ class DenseRows:
         p, q = self.p[ids], self.q[ids]
         if kind == "kseq":
             return kseq_residual(p, q, kseq_rho(p, q, k), k)
-        for _ in range(k):
-            q = positive_residual(q - p, q)
-        return q
+        return rrs_target(p, q, k)
 
     def sample(self, which: object, ids: Any, u: Any) -> Any:
         return categorical(self.rows_of(which, ids), u)
