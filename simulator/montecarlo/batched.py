@@ -41,20 +41,21 @@ def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | 
 
 def _draft_iid(parents: tuple[int, ...], rows: ContextRows | DeviceRows, stream: CounterStream):
     """Tokens and context ids ``[B, n]`` of every node (``simulator.drafting`` order: node ``v`` reads its trial's
-    uniform ``v − 1``), a depth at a time: one draw for all the depth's nodes of all trials."""
+    uniform ``v − 1``), a depth at a time: one draw for all the depth's nodes of all trials. Built node-major
+    (``[n, B]``: a depth's parents are whole rows) and handed over as the transposed view."""
     xp = array_namespace(stream.pos)
     batch, n = stream.pos.shape[0], len(parents)
     on = stream.pos.device
-    uniforms = stream.take_all(n - 1)
-    tokens = xp.zeros((batch, n), dtype=xp.int64, device=on)
-    ctx = xp.zeros((batch, n), dtype=xp.int64, device=on)
+    uniforms = stream.take_all(n - 1)  # [n − 1, B]
+    tokens = xp.zeros((n, batch), dtype=xp.int64, device=on)
+    ctx = xp.zeros((n, batch), dtype=xp.int64, device=on)
     for level in node_levels(parents)[1:]:
-        nodes = xp.asarray(level, dtype=xp.int64, device=on)
-        above = ctx[:, xp.asarray([parents[v] for v in level], dtype=xp.int64, device=on)]  # [B, L]
-        drawn = rows.sample("p", xp.reshape(above, (-1,)), xp.reshape(uniforms[:, nodes - 1], (-1,)))
-        tokens[:, nodes] = xp.reshape(drawn, above.shape)
-        ctx[:, nodes] = above * rows.vocab + tokens[:, nodes] + 1
-    return tokens, ctx
+        start, end = level[0], level[-1] + 1  # BFS: a depth is a run of node ids
+        above = ctx[xp.asarray([parents[v] for v in level], dtype=xp.int64, device=on)]  # [L, B]
+        drawn = rows.sample("p", xp.reshape(above, (-1,)), xp.reshape(uniforms[start - 1: end - 1], (-1,)))
+        tokens[start:end] = xp.reshape(drawn, above.shape)
+        ctx[start:end] = above * rows.vocab + tokens[start:end] + 1
+    return tokens.T, ctx.T
 
 
 def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,

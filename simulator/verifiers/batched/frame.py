@@ -55,11 +55,11 @@ class CounterStream:
         return out
 
     def take_all(self, count: int) -> Any:
-        """The next ``count`` uniforms of every tree, ``[B, count]`` (column ``j``: what the ``j``-th :meth:`take`
+        """The next ``count`` uniforms of every tree, ``[count, B]`` (row ``j``: what the ``j``-th :meth:`take`
         would return); every position advances by ``count``."""
         xp = array_namespace(self.pos)
-        index = self.pos[:, None] + xp.arange(count, dtype=xp.int64, device=device_of(self.pos))[None, :]
-        out = counter_uniform(self.seed, self.trials[:, None], index)
+        steps = xp.arange(count, dtype=xp.int64, device=device_of(self.pos))
+        out = counter_uniform(self.seed, self.trials[None, :], self.pos[None, :] + steps[:, None])
         self.pos += count
         return out
 
