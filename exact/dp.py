@@ -65,12 +65,24 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
     return float(value[0][0])
 
 
+#: contexts whose GR step tables ``[V^k, k + 1]`` :func:`_gr_value` reads at once
+GR_VALUE_CHUNK = 256
+
+
 def _gr_value(rows: ContextRows, ids: np.ndarray, below: list[np.ndarray], k: int) -> np.ndarray:
-    vocab = rows.vocab
-    tuples = np.array(np.unravel_index(np.arange(vocab**k), (vocab,) * k)).T  # [tuple, position] tokens
+    """``Σ_X Σ_i f(X → x_i) (1 + E(w_i, c·x_i))`` at each context ``c`` of ``ids``: the tuple's flow to each
+    position (its step table) times the value below that child, summed over the tuples per position, then over
+    the positions in order. Contexts are read a chunk at a time (the tables are ``V^k`` rows each)."""
+    size = rows.vocab**k
+    tuples = np.array(np.unravel_index(np.arange(size), (rows.vocab,) * k)).T  # [tuple, position] tokens
     out = np.zeros(len(ids))
     rows.gr_tables(k, ids)  # the level's contexts solved as stacks
-    for j, context in enumerate(ids.tolist()):  # [tuple, position (+ reject)] at each context of the level
-        weights = rows.gr_table(k, context)[0]
-        out[j] = sum((weights[:, i] * below[i][j, tuples[:, i]]).sum() for i in range(k))
+    for start in range(0, len(ids), GR_VALUE_CHUNK):
+        at = np.arange(start, min(start + GR_VALUE_CHUNK, len(ids)))
+        weights = rows.gr_step(k, np.repeat(ids[at], size), np.tile(np.arange(size), len(at)))[0]
+        weights = weights.reshape(len(at), size, k + 1)
+        total = 0
+        for i in range(k):
+            total = total + (weights[:, :, i] * below[i][at][:, tuples[:, i]]).sum(axis=1)
+        out[at] = total
     return out

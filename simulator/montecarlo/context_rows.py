@@ -151,12 +151,6 @@ class ContextRows:
             store.add(chunk, *tv_gr_tables(self.p[chunk], self.q[chunk], k))
         return store
 
-    def gr_table(self, k: int, context: int) -> tuple[np.ndarray, np.ndarray]:
-        """GR's step table ``[V^k, k + 1]`` and residual ``[V]`` at one context (see :meth:`gr_tables`)."""
-        store = self._gr_store(k, np.array([context]))
-        size = self.vocab**k
-        return store.weights[store.slot[context] * size: (store.slot[context] + 1) * size], store.residual[context]
-
 
 class _GRStore:
     """GR's step tables for ``k`` candidates of the contexts solved so far, one block of ``V^k`` rows per context
