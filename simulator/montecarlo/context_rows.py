@@ -106,6 +106,8 @@ class ContextRows:
 
     def kseq_rho(self, ids: np.ndarray, k: np.ndarray) -> np.ndarray:
         """K-SEQ's ``ρ*`` ``[m]`` at contexts ``ids`` with ``k[i]`` candidates."""
+        if len(k) and (k == k[0]).all():  # one candidate count (most levels)
+            return self.kseq_table(int(k[0]))[0][ids]
         rho = np.empty(len(ids))
         for count in np.unique(k).tolist():
             at = k == count

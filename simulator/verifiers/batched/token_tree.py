@@ -108,10 +108,13 @@ def _named_plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, 
 
     def emit(at: Any, u: Any) -> Any:
         """The rejection's token for the trees ``at`` (all their candidates rejected), by candidate count."""
+        counts = used[at]
+        if kind == "q" or at.shape[0] == 0 or bool(xp.all(counts == counts[0])):  # one table for all
+            return rows.sample("q" if kind == "q" else (kind, int(counts[0]) if at.shape[0] else 1), ids[at], u)
         out = xp.zeros(at.shape, dtype=xp.int64, device=batch.device)
-        for k in xp.unique_values(used[at]).tolist():
-            part = batch.where_true(used[at] == k)
-            out[part] = rows.sample("q" if kind == "q" else (kind, k), ids[at[part]], u[part])
+        for k in xp.unique_values(counts).tolist():
+            part = batch.where_true(counts == k)
+            out[part] = rows.sample((kind, k), ids[at[part]], u[part])
         return out
 
     return accepted, emit
