@@ -99,7 +99,7 @@ def main() -> None:
         count = sum(1 for r in rows if r["verifier"] == method)
         lines.append(f"| {method} | {count} | {seconds / 3600:.2f} h |")
     lines += [f"| set-up (rows per model and seed) | {len(setups)} models | {setup_total / 3600:.2f} h |", "",
-              f"Whole ablation suite: **{total / 3600:.1f} h** on {args.jobs} cores; **{without / 3600:.1f} h** "
+              f"Whole ablation suite: **{total / 3600:.2f} h** on {args.jobs} cores; **{without / 3600:.2f} h** "
               "without `lv-gr` (the paper: 30 hours on 128 cores). Every method runs on its batched path.", "",
               "| cell | seed | time (s) | source |", "|---|---|---|---|"]
     lines += [f"| {r['key']} | {r.get('seed', 0)} | {r['seed_s']:.1f} | {r.get('source', 'timed')} |" for r in rows]
