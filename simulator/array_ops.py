@@ -116,7 +116,8 @@ def guided_inverse_cdf(running, guide, ctx, u):
     """:func:`inverse_cdf` of the rows ``running[ctx]`` with uniforms ``u``, the same ``(index, none)`` without
     reading whole rows: a settled bucket of the guide (:func:`guide_table`) gives the token at once; otherwise the
     search starts at the guide's token for the bucket's lower edge and steps forward while the running sum is at or
-    below ``u·Σw``. About one uniform in eight needs a step or two, where the full search compares ``V``."""
+    below ``u·Σw``. About one uniform in eight needs a step or two, where the full search compares ``V``. ``u`` lies
+    in ``[0, 1]``, as the counter streams give it (the only callers: the row sources' draws)."""
     xp = array_namespace(running, u)
     vocab, buckets = running.shape[1], guide.shape[1]
     bucket = xp.astype(u * buckets, xp.int64)  # u = 1 (allowed) belongs to the last bucket, whose edges reach Σw

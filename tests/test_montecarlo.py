@@ -317,3 +317,25 @@ def test_context_rows_in_bulk_are_the_models_rows_and_a_bad_row_is_named():
     with pytest.raises(InvalidDistributionError) as err:
         ContextRows(Broken(4), 2)
     assert err.value.field == 'q["1"][1]'
+
+
+def test_named_rows_are_the_chain_and_a_bad_name_is_refused_by_both_row_sources():
+    """A context's ``("rrs", 2)`` row must be ``norm((norm((q − p)_+) − p)_+)`` computed here by hand, the same in
+    both row sources; a name no rule uses (``("rrs", -1)``, ``("kseq", 0)``, ``"r"``) is refused naming ``which``."""
+    from simulator.verifiers.batched.frame import DenseRows
+
+    rows = ContextRows(SyntheticModel(5, rho=0.4, seed=3), 2)
+    p, q = rows.p[3], rows.q[3]
+    r1 = np.maximum(q - p, 0) / np.maximum(q - p, 0).sum()
+    r2 = np.maximum(r1 - p, 0) / np.maximum(r1 - p, 0).sum()
+    x = np.arange(5)
+    assert np.allclose(rows.entry(("rrs", 2), np.full(5, 3), x), r2, rtol=0, atol=1e-15)
+    dense = DenseRows(rows.p[None, :4], rows.q[None, :4])
+    assert np.array_equal(dense.entry(("rrs", 2), np.full(5, 3), x), rows.entry(("rrs", 2), np.full(5, 3), x))
+    assert not np.allclose(rows.entry(("rrs", 1), np.full(5, 3), x), r2)
+    for bad in (("rrs", -1), ("kseq", 0), "r", ("rrs", True)):
+        for source in (rows, dense):
+            for read in (source.entry, source.sample):
+                with pytest.raises(InvalidParameterError) as err:
+                    read(bad, np.full(5, 3), x if read is source.entry else np.full(5, 0.5))
+                assert err.value.field == "which"

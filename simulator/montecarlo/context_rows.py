@@ -13,7 +13,7 @@ from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf,
 from simulator.verifiers.batched.gr_stacks import tv_gr_tables
 from simulator.models import ModelPair, ModelView, _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
-from simulator.verifiers.batched.frame import flow_step_rows
+from simulator.verifiers.batched.frame import flow_step_rows, row_name
 
 GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
 
@@ -58,6 +58,7 @@ class ContextRows:
     def sampling_tables(self, which: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The running sums, guide table and last positive index of every row of :meth:`table` ``which``, computed
         once."""
+        which = which if which in ("p", "q") else row_name(which)  # checked before the cache (see :meth:`table`)
         if which not in self._running:
             table = self.table(which)
             running = np.cumsum(table, axis=1)
@@ -68,16 +69,16 @@ class ContextRows:
     exact_order, by_context = False, True
 
     def table(self, which: object) -> np.ndarray:
-        """The rows named ``which`` (:meth:`RowSource.table`) at every context, derived rows computed once."""
-        if which in ("p", "q") or which == ("rrs", 0):
-            return self.q if which != "p" else self.p
-        if which not in self._derived:
-            kind, k = which
-            if kind == "rrs":
-                self._derived[which] = rrs_target(self.p, self.q[: len(self.p)], k)
-            else:
-                self._derived[which] = self.kseq_table(k)[1]
-        return self._derived[which]
+        """The rows named ``which`` (:meth:`RowSource.entry`) at every context, derived rows computed once."""
+        if which in ("p", "q"):
+            return getattr(self, which)
+        kind, k = row_name(which)  # checked before the cache, which would take ("rrs", True) for ("rrs", 1)
+        if k == 0:  # RRS's target before any rejection
+            return self.q
+        if (kind, k) not in self._derived:
+            self._derived[kind, k] = (rrs_target(self.p, self.q[: len(self.p)], k) if kind == "rrs"
+                                      else self.kseq_table(k)[1])
+        return self._derived[kind, k]
 
     def entry(self, which: object, ids: np.ndarray, x: np.ndarray) -> np.ndarray:
         return self.table(which)[ids, x]
@@ -106,6 +107,7 @@ class ContextRows:
 
     def kseq_rho(self, ids: np.ndarray, k: np.ndarray) -> np.ndarray:
         """K-SEQ's ``ρ*`` ``[m]`` at contexts ``ids`` with ``k[i]`` candidates."""
+        k = np.broadcast_to(np.asarray(k), ids.shape)
         if len(k) and (k == k[0]).all():  # one candidate count (most levels)
             return self.kseq_table(int(k[0]))[0][ids]
         rho = np.empty(len(ids))
@@ -214,11 +216,15 @@ class DeviceRows:
 
     def sample(self, which: object, ctx, u):
         """:meth:`ContextRows.sample` on the device."""
+        which = which if which in ("p", "q") else row_name(which)
         running, guide, last = self._table(("running", which), lambda: self.host.sampling_tables(which))
         index, none = guided_inverse_cdf(running, guide, ctx, u)
         return self.torch.where(none, last[ctx], index)
 
     def entry(self, which: object, ids, x):
+        if which in ("p", "q"):  # already on the device
+            return getattr(self, which)[ids, x]
+        which = row_name(which)
         return self._table(("table", which), lambda: (self.host.table(which),))[0][ids, x]
 
     def kseq_rho(self, ids, k):

@@ -116,6 +116,14 @@ class RowSource(Protocol):
         """A flow-defined rule's step weights ``[m, W + 1]`` and residual ``[m, V]`` (:func:`flow_step_rows`)."""
 
 
+def row_name(which: object) -> tuple[str, int]:
+    """A derived row's name (:meth:`RowSource.entry`) as ``(kind, k)``; anything else is refused, naming it."""
+    if (not isinstance(which, tuple) or len(which) != 2 or which[0] not in ("rrs", "kseq")
+            or type(which[1]) is not int or which[1] < (0 if which[0] == "rrs" else 1)):
+        raise InvalidParameterError("which", f"rows are 'p', 'q', ('rrs', i ≥ 0) or ('kseq', k ≥ 1), not {which!r}")
+    return which
+
+
 @dataclass
 class DenseRows:
     """The rows of each tree and node given as ``p [B, n, V]``, ``q [B, n, V]``; row id ``b·n + v``."""
@@ -138,7 +146,7 @@ class DenseRows:
         """The rows named ``which`` (:meth:`RowSource.entry`) of ``ids`` ``[m, V]``, computed for these rows."""
         if which in ("p", "q"):
             return getattr(self, which)[ids]
-        kind, k = which
+        kind, k = row_name(which)
         p, q = self.p[ids], self.q[ids]
         if kind == "kseq":
             return kseq_residual(p, q, kseq_rho(p, q, k), k)
