@@ -79,7 +79,7 @@ def _gr_value(rows: ContextRows, ids: np.ndarray, below: list[np.ndarray], k: in
     rows.gr_tables(k, ids)  # the level's contexts solved as stacks
     for start in range(0, len(ids), GR_VALUE_CHUNK):
         at = np.arange(start, min(start + GR_VALUE_CHUNK, len(ids)))
-        weights = rows.gr_step(k, np.repeat(ids[at], size), np.tile(np.arange(size), len(at)))[0]
+        weights = rows.gr_step(k, np.repeat(ids[at], size), np.tile(np.arange(size), len(at)))
         weights = weights.reshape(len(at), size, k + 1)
         total = 0
         for i in range(k):

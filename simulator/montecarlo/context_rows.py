@@ -13,7 +13,7 @@ from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf,
 from simulator.verifiers.batched.gr_stacks import tv_gr_tables
 from simulator.models import ModelPair, ModelView, _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
-from simulator.verifiers.batched.frame import flow_step_rows, row_name
+from simulator.verifiers.batched.frame import flow_step_rows, residual_draw, row_name
 
 GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
 
@@ -50,10 +50,7 @@ class ContextRows:
     def sample(self, which: object, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
         """:func:`categorical` over the row of :meth:`table` ``which`` of each context ``ctx`` with uniforms ``u``,
         from running sums and a guide table computed once per table (:func:`guided_inverse_cdf`)."""
-        running, guide, last = self.sampling_tables(which)
-        index, none = guided_inverse_cdf(running, guide, ctx, u)
-        index[none] = last[ctx[none]]
-        return index
+        return _guided_draw(*self.sampling_tables(which), ctx, u)
 
     def sampling_tables(self, which: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The running sums, guide table and last positive index of every row of :meth:`table` ``which``, computed
@@ -116,30 +113,44 @@ class ContextRows:
             rho[at] = self.kseq_table(count)[0][ids[at]]
         return rho
 
-    def flow_step(self, rule, ids: np.ndarray, cands: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def flow_step(self, rule, ids: np.ndarray, cands: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, object]:
         """A flow-defined rule's step (:meth:`RowSource.flow_step`): GR's from step tables built once per context
-        (:meth:`gr_step`), another rule's from its reference solver row by row."""
+        (:meth:`gr_step`), its residual drawn from running sums and guide tables built with them; another rule's
+        from its reference solver row by row."""
         if rule.name != "gr":
-            return flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)
+            weights, residual = flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)
+            return weights, residual_draw(residual)
         width = cands.shape[1]
-        weights, residual = np.zeros((len(ids), width + 1)), np.empty((len(ids), self.vocab))
-        for k in np.unique(count).tolist():
-            at = np.flatnonzero(count == k)
-            code = np.zeros(len(at), dtype=np.int64)
+        weights = np.zeros((len(ids), width + 1))
+        counts = np.unique(count).tolist()
+        for k in counts:
+            at = slice(None) if len(counts) == 1 else np.flatnonzero(count == k)  # one count: most levels
+            ctx = ids[at]
+            code = np.zeros(len(ctx), dtype=np.int64)
             for i in range(k):
                 code = code * self.vocab + cands[at, i]
-            step, residual[at] = self.gr_step(k, ids[at], code)
+            step = self.gr_step(k, ctx, code)
             weights[at, :k], weights[at, width] = step[:, :k], step[:, k]
-        return weights, residual
 
-    def gr_step(self, k: int, ctx: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def emit(at: np.ndarray, u: np.ndarray) -> np.ndarray:
+            """GR's residual token for the rows ``at`` (their contexts already solved), by candidate count."""
+            out = np.empty(len(at), dtype=np.int64)
+            for k in counts:
+                part = slice(None) if len(counts) == 1 else np.flatnonzero(count[at] == k)
+                store = self._gr[k]
+                out[part] = _guided_draw(store.running, store.guide, store.last, ids[at][part], u[part])
+            return out
+
+        return weights, emit
+
+    def gr_step(self, k: int, ctx: np.ndarray, code: np.ndarray) -> np.ndarray:
         """GR's step for ``k`` i.i.d. candidates at contexts ``ctx`` whose candidate tuples have base-``V`` codes
-        ``code``: ``weights[m, :]`` — the flow to each candidate position's token where it first appears (0 for
-        a repeat), then the reject weight, as :meth:`SingleStepRule.step` builds them — and the residual
-        ``[m, V]``. GR is solved lazily, once per context reached (``V^k`` tuples per context rule out tables
-        for every context up front at ``k = 3``); the tables are read by one gather."""
+        ``code``: ``[m, k + 1]`` — the flow to each candidate position's token where it first appears (0 for a
+        repeat), then the reject weight, as :meth:`SingleStepRule.step` builds them. GR is solved lazily, once
+        per context reached (``V^k`` tuples per context rule out tables for every context up front at ``k = 3``);
+        the tables are read by one gather."""
         store = self._gr_store(k, ctx)
-        return store.weights[store.slot[ctx] * self.vocab**k + code], store.residual[ctx]
+        return store.weights[store.slot[ctx] * self.vocab**k + code]
 
     def gr_tables(self, k: int, contexts: np.ndarray) -> None:
         """GR's step tables (:func:`simulator.verifiers.batched.gr_stacks.tv_gr_tables`) for the ``contexts`` not yet
@@ -159,13 +170,16 @@ class ContextRows:
 class _GRStore:
     """GR's step tables for ``k`` candidates of the contexts solved so far, one block of ``V^k`` rows per context
     in one array (grown by doubling), so that a batch's steps are one gather; ``slot[c]`` the block of context
-    ``c`` (−1 before it is solved)."""
+    ``c`` (−1 before it is solved). The residual of each context is kept as :meth:`ContextRows.sample` keeps a
+    table's rows: running sums, guide table and last positive token."""
 
     def __init__(self, contexts: int, vocab: int, k: int) -> None:
-        self.size = vocab**k
+        self.size, self.buckets = vocab**k, guide_buckets(vocab)
         self.slot = np.full(contexts, -1, dtype=np.int64)
         self.weights = np.empty((0, k + 1))
-        self.residual = np.zeros((contexts, vocab))
+        self.running = np.zeros((contexts, vocab))
+        self.guide = np.zeros((contexts, self.buckets), dtype=np.int32)
+        self.last = np.zeros(contexts, dtype=np.int64)
         self.count = 0
 
     def add(self, contexts: list[int], tables: np.ndarray, residuals: np.ndarray) -> None:
@@ -177,8 +191,19 @@ class _GRStore:
         start = self.count * self.size
         self.weights[start: need] = np.asarray(tables).reshape(-1, self.weights.shape[1])
         self.slot[contexts] = np.arange(self.count, self.count + len(contexts))
-        self.residual[contexts] = residuals
+        self.running[contexts] = running = np.cumsum(residuals, axis=1)
+        self.guide[contexts] = guide_table(running, self.buckets)
+        self.last[contexts] = last_positive(residuals)
         self.count += len(contexts)
+
+
+def _guided_draw(running: np.ndarray, guide: np.ndarray, last: np.ndarray, ctx: np.ndarray,
+                 u: np.ndarray) -> np.ndarray:
+    """:func:`~simulator.array_ops.categorical` over the rows ``ctx`` of a table kept as running sums, guide table and
+    last positive token per row (:func:`guided_inverse_cdf`)."""
+    index, none = guided_inverse_cdf(running, guide, ctx, u)
+    index[none] = last[ctx[none]]
+    return index
 
 
 def _check_rows(rows: np.ndarray, contexts: list[tuple[int, ...]], name: str) -> None:
@@ -241,5 +266,5 @@ class DeviceRows:
         return self._table(("ranks", False), lambda: self.host.rank_tables(False))[1][ids]
 
     def flow_step(self, rule, ids, cands, count):
-        host = (a.cpu().numpy() for a in (ids, cands, count))
-        return tuple(self._put(a) for a in self.host.flow_step(rule, *host))
+        weights, emit = self.host.flow_step(rule, *(a.cpu().numpy() for a in (ids, cands, count)))
+        return self._put(weights), lambda at, u: self._put(emit(at.cpu().numpy(), u.cpu().numpy()))

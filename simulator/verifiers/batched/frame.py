@@ -113,7 +113,9 @@ class RowSource(Protocol):
         """The draft mass ranked below each token ``[m, V]`` (:func:`simulator.array_ops.ranked_below`)."""
 
     def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
-        """A flow-defined rule's step weights ``[m, W + 1]`` and residual ``[m, V]`` (:func:`flow_step_rows`)."""
+        """A flow-defined rule's step weights ``[m, W + 1]`` (:func:`flow_step_rows`) and the draw from its residual,
+        ``emit(at, u)``: :func:`~simulator.array_ops.categorical` over the residual rows ``at`` (indices into the
+        ``m`` rows) with uniforms ``u`` — only the rejected rows' residuals are read."""
 
 
 def row_name(which: object) -> tuple[str, int]:
@@ -170,7 +172,13 @@ class DenseRows:
         return ranked_below(self.p[ids], self.q[ids])
 
     def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
-        return flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)
+        weights, residual = flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)
+        return weights, residual_draw(residual)
+
+
+def residual_draw(residual: Any) -> Any:
+    """The draw of a rejection's token from residual rows ``[m, V]``: ``emit(at, u)`` for the rows ``at``."""
+    return lambda at, u: categorical(residual[at], u)
 
 
 def flow_step_rows(rule: Any, p: Any, q: Any, cands: Any, count: Any) -> tuple[Any, Any]:

@@ -28,7 +28,7 @@ from scipy.special import erf
 
 from ...array_ops import categorical, positive_residual, ratio, row_sum
 from ..rules import GR, OPT
-from .frame import Batch
+from .frame import Batch, residual_draw
 
 _FLOW_RULES = {"opt": OPT, "gr": GR}
 _FIRST_ONLY = ("sps", "sps-q", "first")
@@ -52,26 +52,20 @@ def tv(batch: Batch, plan: str) -> tuple[Any, Any]:
             break
         cands = batch.tokens[inner[:, None], xp.where(shape.kids[v] >= 0, shape.kids[v], 0)]  # [m, W]
         if plan.startswith("flow:"):
-            weights, residual = rows.flow_step(_FLOW_RULES[plan[5:]], ids, cands, count)
+            weights, emit = rows.flow_step(_FLOW_RULES[plan[5:]], ids, cands, count)
             choice = categorical(weights, stream.take(inner))
             accepted = xp.where(choice < count, choice, xp.full_like(choice, -1))
-            emit = _from_rows(residual)
         elif plan in _NAMED_RESIDUAL:
             accepted, emit = _named_plan_step(batch, plan, inner, ids, cands, count)
         else:
             accepted, residual = _plan_step(batch, plan, inner, ids, cands, count)
-            emit = _from_rows(residual)
+            emit = residual_draw(residual)
         moved = accepted >= 0
         node[inner[moved]] = shape.kids[v[moved], accepted[moved]]
         stop = inner[~moved]
         y[stop] = emit(batch.where_true(~moved), stream.take(stop))
         open_ = inner[moved]
     return node, y
-
-
-def _from_rows(residual: Any) -> Any:
-    """The draw of a rejection's token from residual rows ``[m, V]``: ``emit(at, u)`` for the rows ``at``."""
-    return lambda at, u: categorical(residual[at], u)
 
 
 #: plans whose residual depends on the node's rows alone, as :meth:`RowSource.entry` names it for ``k`` candidates
