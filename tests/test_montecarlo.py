@@ -135,30 +135,51 @@ def test_set_probabilities_equal_the_sum_over_tuples():
         assert np.allclose(set_probabilities(p, k).sum(axis=1), 1.0, rtol=1e-14)
 
 
-def test_gr_solver_gives_an_instance_the_same_theta_in_any_stack():
-    # LV's transformed GR problems at random masses, solved as one stack and one by one: equal bit for bit.
-    from simulator.verifiers.batched.gr_stacks import token_sets
+def _lv_gr_problems(rng: np.random.Generator, vocab: int, k: int, count: int) -> tuple:
+    """LV's transformed GR problems at random masses on :func:`token_sets` rows: ``(rows, probs, reject, q, inner)``,
+    the last token LV's undrafted dummy."""
+    from simulator.verifiers.batched.gr_stacks import set_probabilities, token_sets
     from simulator.verifiers.flows import alpha_star
-    from simulator.verifiers.gr_solver import gr_dual_batch
-    rng = np.random.default_rng(5)
-    rows, _ = token_sets(7, 2)
+    rows, _ = token_sets(vocab, k)
     probs, reject, q, inner = [], [], [], []
-    for _ in range(40):
-        p = np.r_[rng.dirichlet(np.ones(6)), 0.0]
+    for _ in range(count):
+        p = np.r_[rng.dirichlet(np.ones(vocab - 1)), 0.0]
         mass = rng.uniform(0.2, 1.0)
-        q_ext = np.r_[mass * rng.dirichlet(np.ones(6)), 1 - mass]
-        _, star = alpha_star(tuple(p), tuple(q_ext), 2)
-        inside = np.isin(np.arange(7), sorted(star))
-        # P(set X = {a}) = p_a², P(set X = {a, b}) = 2 p_a p_b for two i.i.d. draws.
-        probs.append([p[m > 0][0] ** 2 if m.sum() == 1 else 2 * p[m > 0].prod() for m in rows.member])
+        q_ext = np.r_[mass * rng.dirichlet(np.ones(vocab - 1)), 1 - mass]
+        _, star = alpha_star(tuple(p), tuple(q_ext), k)
+        inside = np.isin(np.arange(vocab), sorted(star))
+        probs.append(set_probabilities(p[None], k)[0])
         reject.append((rows.member <= inside).all(axis=1))
         q.append(q_ext)
         inner.append(inside)
-    probs, reject, q, inner = map(np.array, (probs, reject, q, inner))
+    return (rows, *map(np.array, (probs, reject, q, inner)))
+
+
+def test_gr_solver_gives_an_instance_the_same_theta_in_any_stack():
+    # LV's transformed GR problems at random masses, solved as one stack and one by one: equal bit for bit.
+    from simulator.verifiers.gr_solver import gr_dual_batch
+    rows, probs, reject, q, inner = _lv_gr_problems(np.random.default_rng(5), 7, 2, 40)
     stacked = gr_dual_batch(rows, probs, reject, q, inner)
     for m in range(len(q)):
         alone = gr_dual_batch(rows, probs[m:m + 1], reject[m:m + 1], q[m:m + 1], inner[m:m + 1])
         assert np.array_equal(alone[0], stacked[m])
+
+
+def test_gr_hessian_of_two_token_rows_is_the_general_sum_bit_for_bit():
+    """With two tokens a row (k = 2) the solver's Hessian reads each pair's one row once; it must equal the
+    general sum over the rows routing to both tokens bit for bit, at random points. The control: the same
+    shortcut on three-token rows (k = 3), where a row holding two inner tokens and an outside one routes to the
+    outside one only, gives another Hessian."""
+    from dataclasses import replace
+    from simulator.verifiers.gr_solver import GR_BOUND, _Stack
+    rng = np.random.default_rng(11)
+    for k, shortcut_holds in ((2, True), (3, False)):
+        rows, probs, reject, q, inner = _lv_gr_problems(rng, 6, k, 30)
+        assert rows.two_token == (k == 2)
+        theta = np.where(inner, rng.uniform(-3, 3, q.shape), -rng.uniform(0, 3, q.shape))
+        hessians = [_Stack(replace(rows, two_token=flag), probs, reject, inner, q, np.where(inner, GR_BOUND, 0.0),
+                           np.zeros(q.shape, dtype=bool), theta).hessian() for flag in (True, False)]
+        assert np.array_equal(*hessians) == shortcut_holds, k
 
 
 def test_batched_categorical_is_the_shared_rule_at_every_boundary():

@@ -81,6 +81,9 @@ class Rows:
 
     member: np.ndarray
     pairs: np.ndarray
+    #: every row holds at most two tokens (``k = 2``): a pair of tokens lies in one row at most, the row of
+    #: exactly those two
+    two_token: bool = False
 
     @classmethod
     def of(cls, member: np.ndarray) -> "Rows":
@@ -91,7 +94,7 @@ class Rows:
         width = max(1, int(both.sum(axis=-1).max(initial=0)))
         order = np.argsort(~both, axis=-1, kind="stable")[..., :width]
         pairs = np.where(np.take_along_axis(both, order, axis=-1), order, count)
-        return cls(np.ascontiguousarray(member, dtype=float), pairs)
+        return cls(np.ascontiguousarray(member, dtype=float), pairs, bool(held.sum(axis=1).max(initial=0) <= 2))
 
     def row_sums(self, x: np.ndarray) -> np.ndarray:
         """``member @ x[m]`` per instance: ``[M, F]`` → ``[M, R]``."""
@@ -154,15 +157,21 @@ class _Stack:
     def hessian(self) -> np.ndarray:
         """The Hessian without its diagonal flow term: ``−Σ_r probs_r v_r v_rᵀ/Z_r²`` (``v_r`` = ``e^θ`` on the tokens
         row ``r`` routes to). Two tokens share a row that routes to both only if both are inner (a row with a
-        reject option) or both outside; the second kind needs two outside tokens, which most instances lack."""
+        reject option) or both outside; the second kind needs two outside tokens, which most instances lack. With
+        two tokens a row (``k = 2``) the one row holding a pair routes to both exactly when the two are on the same
+        side of ``H*``: one gather (the same sums: each pair's one term)."""
         curve = -self.probs / self.z / self.z
         inside = np.where(self.reject, curve, 0.0)
         out = ~self.inner
-        hess = self.rows.pair_sums(inside)
-        several = np.flatnonzero(out.sum(axis=1) > 1)
-        if len(several):
-            both = out[several][:, :, None] & out[several][:, None, :]
-            hess[several] += both * self.rows.pair_sums(curve[several] - inside[several])
+        if self.rows.two_token:
+            hess = self.rows.pair_sums(curve)
+            hess = np.where(self.inner[:, :, None] == self.inner[:, None, :], hess, 0.0)
+        else:
+            hess = self.rows.pair_sums(inside)
+            several = np.flatnonzero(out.sum(axis=1) > 1)
+            if len(several):
+                both = out[several][:, :, None] & out[several][:, None, :]
+                hess[several] += both * self.rows.pair_sums(curve[several] - inside[several])
         diagonal = np.arange(hess.shape[1])
         hess[:, diagonal, diagonal] = np.where(self.inner, self.rows.token_sums(inside),
                                                self.rows.token_sums(curve - inside))
