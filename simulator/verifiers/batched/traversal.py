@@ -1,6 +1,9 @@
 """Traversal Verification, batched (reference: :func:`simulator.verifiers.traversal.traversal_verify`, Weng et
 al. 2025, Alg. 3, Eqs. 1–3).
 
+Rates (line 13) are computed as the DFS reaches a node (each rejection's recomputation of the subtree done
+lazily: the same numbers); the control, which may jump anywhere, recomputes the subtree as Alg. 3 states it.
+
 ``merge`` (``trv``): duplicate siblings are merged into one node, recursively — each tree of the batch gets its
 own trie, held as ``rep [B, n]`` (the node standing for each node: the first in BFS order under the same
 merged parent with the same token) — and a rejected token is zeroed in its parent's draft (Eq. 2). Without it
@@ -85,21 +88,52 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
             out[stored] = categorical(store_q[slot[b[stored], u[stored]]], draws[stored])
         return out
 
-    spans = [(level[0], level[-1] + 1) for level in shape.levels[1:]]  # BFS: each level is a run of ids
+    def line13(b: Any, w: Any, u: Any) -> Any:
+        """Line 13 for nodes ``w`` of trees ``b`` under their trie parents ``u``, from ``u``'s current rate and rows."""
+        x, row = tokens[b, w], slot[b, u]
+        stored = row >= 0
+        safe_row = xp.where(stored, row, xp.zeros_like(row))
+        q_x = xp.where(stored, store_q[safe_row, x], rows.q[row_id[b, u], x])
+        p_x = xp.where(stored, store_p[safe_row, x], rows.p[row_id[b, u], x])
+        return ratio(rate[b, u] * q_x, p_x)
 
-    # Line 13 before any rejection, densely: every alive node below the root, every row the model's.
-    for start, end in spans:
+    def descend(live: Any, start: Any) -> Any:
+        """``[m]``: the next leaf of the trees ``live`` in DFS post-order (root → first alive child → … → a leaf,
+        by the ``first_kid`` links), from ``start``, a node on that path — the root at first, then the rejected
+        leaf's parent (rejecting a leaf changes no node above it) — each node's rate (line 13) computed as the path
+        reaches it. Lazily, the same numbers as Alg. 3's recomputation of the subtree after each rejection: a node
+        below ``start`` was never visited, and its parent's rate and rows are those the recomputation reads."""
+        leaf = xp.asarray(start, copy=True)
+        going = batch.arange(live.shape[0])  # the trees whose node has an alive child
+        for _ in range(shape.height):
+            b = live[going]
+            w = first_kid[b, leaf[going]]
+            has = w >= 0
+            going, b, w = going[has], b[has], w[has]
+            if going.shape[0] == 0:
+                break
+            rate[b, w] = line13(b, w, leaf[going])
+            leaf[going] = w
+        return leaf
+
+    spans = [(level[0], level[-1] + 1) for level in shape.levels[1:]]  # BFS: each level is a run of ids
+    node, y = batch.full(size, 0), batch.full(size, 0)
+    order = None if post_order else _trie_order(batch, alive, tparent)
+
+    # The control: line 13 before any rejection, densely (every alive node below the root, every row the model's),
+    # and after each rejection for the whole remaining subtree, as Alg. 3 states it (:func:`refresh`).
+    for start, end in spans if order is not None else ():
         par = tparent[:, start:end]  # [B, L]; −1 for a node merged into another
         safe = xp.where(par >= 0, par, xp.zeros_like(par))
         at = row_id[everyone[:, None], safe]
         x = tokens[:, start:end]
-        line13 = ratio(rate[everyone[:, None], safe] * rows.q[at, x], rows.p[at, x])
-        rate[:, start:end] = xp.where(par >= 0, line13, xp.zeros_like(line13))
+        initial = ratio(rate[everyone[:, None], safe] * rows.q[at, x], rows.p[at, x])
+        rate[:, start:end] = xp.where(par >= 0, initial, xp.zeros_like(initial))
 
     def refresh(todo: Any, below: Any) -> None:
         """Rates (line 13) of the strict descendants of ``below[i]`` in tree ``todo[i]``, level by level (a trie
         parent lies one level up, so its rate is fresh), from the level under ``below``: the trees are taken by
-        the depth of ``below`` (after a leaf's rejection usually the depth above the leaves: one level to go)."""
+        the depth of ``below``. The control's: it may visit any leaf next, so it keeps every rate current."""
         depth = shape.depths[below]
         for d in range(shape.height):
             at = batch.where_true(depth == d)
@@ -120,19 +154,14 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
                 inside[:, start:end] = here
             i, j = xp.nonzero(here)
             if i.shape[0]:
-                b, w, u = todo[i], j + start, par[i, j]
-                x, at, row = tokens[b, w], row_id[b, u], slot[b, u]
-                stored = row >= 0
-                safe_row = xp.where(stored, row, xp.zeros_like(row))
-                q_x = xp.where(stored, store_q[safe_row, x], rows.q[at, x])
-                p_x = xp.where(stored, store_p[safe_row, x], rows.p[at, x])
-                rate[b, w] = ratio(rate[b, u] * q_x, p_x)
+                b, w = todo[i], j + start
+                rate[b, w] = line13(b, w, par[i, j])
 
-    node, y = batch.full(size, 0), batch.full(size, 0)
-    order = None if post_order else _trie_order(batch, alive, tparent)
-    live = everyone
+    if order is None:
+        first_kid, next_sibling = _trie_links(batch, alive, tparent)
+    live, start = everyone, batch.full(size, 0)
     while live.shape[0]:
-        leaf = _next_leaf(batch, alive[live], tparent[live], None if order is None else order[live])
+        leaf = descend(live, start) if order is None else _first_leaf(batch, alive[live], tparent[live], order[live])
         prob = rate[live, leaf]
         u = stream.take(live)
         ok = (prob == 1) | (u < prob)
@@ -144,6 +173,8 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         go = ~finish
         b, v, par = live[go], leaf[go], parent[go]
         alive[b, v] = False
+        if order is None:  # post-order: the siblings before ``v`` are gone, those after it alive
+            first_kid[b, par] = next_sibling[b, v]
         r = rate[b, par]
         t, d = current(b, par, store_q, rows.q), current(b, par, store_p, rows.p)
         slack = r[:, None] * t - d  # Eq. 1
@@ -162,22 +193,35 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         at = slot[b, par]
         store_q[at], store_p[at] = t, d
         rate[b, par] = xp.where(has, mass / xp.where(has, mass + (1 - r), xp.ones_like(mass)), mass)  # Eq. 3
-        if b.shape[0]:
+        if order is not None and b.shape[0]:
             refresh(b, par)
-        live = b
+        live, start = b, par
     return node, y
 
 
-def _next_leaf(batch: Batch, alive: Any, tparent: Any, order: Any) -> Any:
-    """``[m]``: the next leaf to try — DFS post-order (root → first alive child → … → a leaf), or with
-    ``order`` (the control) the alive leaf first in ``order``."""
-    xp, m = batch.xp, alive.shape[0]
-    if order is None:
-        leaf = batch.full(m, 0)
-        for _ in range(batch.shape.height):
-            kids = alive & (tparent == leaf[:, None])
-            leaf = xp.where(xp.any(kids, axis=1), xp.argmax(xp.astype(kids, xp.int8), axis=1), leaf)
-        return leaf
+def _trie_links(batch: Batch, alive: Any, tparent: Any) -> tuple[Any, Any]:
+    """``(first_kid [B, n], next_sibling [B, n])``: each representative's first trie child and its next trie
+    sibling (smallest id; −1 for none). Trie siblings lie in one level (BFS: a run of ids)."""
+    xp, shape = batch.xp, batch.shape
+    first_kid = xp.full(alive.shape, -1, dtype=xp.int64, device=batch.device)
+    next_sibling = xp.full(alive.shape, -1, dtype=xp.int64, device=batch.device)
+    for level in shape.levels[1:]:
+        start, end = level[0], level[-1] + 1
+        par, here = tparent[:, start:end], alive[:, start:end]  # [B, L]
+        sib = here[:, :, None] & here[:, None, :] & (par[:, :, None] == par[:, None, :])  # [B, L, L]
+        ids = batch.arange(end - start)
+        later = sib & (ids[None, None, :] > ids[None, :, None])
+        earlier = sib & (ids[None, None, :] < ids[None, :, None])
+        after = xp.argmax(xp.astype(later, xp.int8), axis=2) + start
+        next_sibling[:, start:end] = xp.where(xp.any(later, axis=2), after, xp.full_like(after, -1))
+        b, j = xp.nonzero(here & ~xp.any(earlier, axis=2))  # first children: one per parent
+        first_kid[b, par[b, j]] = j + start
+    return first_kid, next_sibling
+
+
+def _first_leaf(batch: Batch, alive: Any, tparent: Any, order: Any) -> Any:
+    """``[m]``: the control's next leaf, the alive leaf first in ``order``."""
+    xp = batch.xp
     inner = xp.zeros(alive.shape, dtype=xp.bool, device=batch.device)  # alive nodes with an alive child
     tree, child = xp.nonzero(alive & (tparent >= 0))
     inner[tree, tparent[tree, child]] = True
