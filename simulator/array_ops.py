@@ -15,6 +15,12 @@ from array_api_compat import array_namespace, device
 from .verifiers.single_step import KSEQ_BISECTION_STEPS
 
 
+def take_rows(table, index):
+    """``table[index]`` for a 1-D ``index``: whole rows (or blocks) gathered by the array API's ``take`` — a copy,
+    the same numbers — which numpy runs 2-6x faster than fancy indexing on the narrow rows read here."""
+    return array_namespace(table).take(table, index, axis=0)
+
+
 def row_sum(w):
     """``[m, V] -> [m]``: left-to-right sums (:func:`simulator.numeric.total`); :func:`column_sum` of the transpose."""
     xp = array_namespace(w)

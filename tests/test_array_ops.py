@@ -122,3 +122,16 @@ def test_distinct_rows_merges_equal_rows_only_on_numpy_and_torch():
         assert len(array_ops.distinct_rows(to(plain))[0]) == len(np.unique(plain, axis=0))
     wrong = np.where(np.arange(2000) % 2 == 0, inverse, 0)
     assert not np.array_equal(rows[first][wrong], rows)
+
+
+def test_take_rows_is_fancy_indexing_on_numpy_and_torch():
+    """``take_rows`` must read the rows (or blocks) ``table[index]`` reads — repeats, any order, none — on both
+    libraries; a gather along the other axis (the control) reads other numbers."""
+    rng = np.random.default_rng(3)
+    for table in (rng.random((40, 6)), rng.random((40, 3, 5))):
+        for index in (rng.integers(0, 40, 500), np.array([39, 0, 0, 7]), np.zeros(0, dtype=np.int64)):
+            assert np.array_equal(array_ops.take_rows(table, index), table[index])
+            got = array_ops.take_rows(torch.from_numpy(table), torch.from_numpy(index))
+            assert np.array_equal(got.numpy(), table[index])
+    table, index = rng.random((6, 6)), np.array([1, 4])
+    assert not np.array_equal(np.take(table, index, axis=1), table[index])

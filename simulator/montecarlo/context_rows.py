@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
-                                 ranking_tables, rrs_target)
+                                 ranking_tables, rrs_target, take_rows)
 from simulator.verifiers.batched.gr_stacks import tv_gr_tables
 from simulator.models import ModelPair, ModelView, _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
@@ -91,7 +91,7 @@ class ContextRows:
         return self.rank_tables(clipped)[0][ids, x]
 
     def lower(self, ids: np.ndarray) -> np.ndarray:
-        return self.rank_tables(False)[1][ids]
+        return take_rows(self.rank_tables(False)[1], ids)
 
     def kseq_table(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """K-SEQ's ``ρ*`` ``[C]`` and residual ``[C, V]`` for ``k`` candidates at every non-leaf context (computed
@@ -150,7 +150,7 @@ class ContextRows:
         per context reached (``V^k`` tuples per context rule out tables for every context up front at ``k = 3``);
         the tables are read by one gather."""
         store = self._gr_store(k, ctx)
-        return store.weights[store.slot[ctx] * self.vocab**k + code]
+        return take_rows(store.weights, store.slot[ctx] * self.vocab**k + code)
 
     def gr_tables(self, k: int, contexts: np.ndarray) -> None:
         """GR's step tables (:func:`simulator.verifiers.batched.gr_stacks.tv_gr_tables`) for the ``contexts`` not yet

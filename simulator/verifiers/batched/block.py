@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...array_ops import categorical, positive_residual, ratio, row_sum
+from ...array_ops import categorical, positive_residual, ratio, row_sum, take_rows
 from ...errors import InvalidParameterError
 from .frame import Batch
 
@@ -42,7 +42,7 @@ def block_rows(batch: Batch, trees: Any, tokens: Any, draft: Any, target_ids: An
         else:  # Alg. 2 line 4
             weights.append(ratio(weights[i - 1] * qx, px))
         if i < gamma:
-            gap = weights[i][:, None] * q[target_ids[:, i]] - draft[:, i]
+            gap = weights[i][:, None] * take_rows(q, target_ids[:, i]) - draft[:, i]
             over = row_sum(xp.where(gap > 0, gap, xp.zeros_like(gap)))
             if greedy:  # min(1, over/under), 0 where nothing is over
                 under = row_sum(xp.where(-gap > 0, -gap, xp.zeros_like(gap)))
@@ -54,7 +54,7 @@ def block_rows(batch: Batch, trees: Any, tokens: Any, draft: Any, target_ids: An
             h = ratio(weights[gamma], xp.ones_like(weights[gamma])) if greedy else weights[gamma]
         u = batch.stream.take(trees)
         tau = xp.where((h == 1) | (u < h), xp.full_like(tau, i), tau)
-    q_tau = q[target_ids[every, tau]]
+    q_tau = take_rows(q, target_ids[every, tau])
     if gamma == 0:
         return tau, categorical(q_tau, batch.stream.take(trees))
     scale = xp.stack(weights, axis=1)[every, tau]

@@ -23,7 +23,7 @@ import numpy as np
 from array_api_compat import array_namespace, device, to_device
 
 from simulator.verifiers.batched.gr_stacks import lv_gr_node
-from ...array_ops import categorical, distinct_rows, kseq_rho, positive_residual, ratio, row_sum
+from ...array_ops import categorical, distinct_rows, kseq_rho, positive_residual, ratio, row_sum, take_rows
 from ..rules import GR, OPT
 from .frame import Batch
 
@@ -58,8 +58,8 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
             lam = scores[live, node] / a
             ids = batch.ids[live, node]
             zero = xp.zeros((live.shape[0], 1), dtype=dtype, device=batch.device)
-            p_ext = xp.concat([rows.p[ids], zero], axis=1)  # [m, V+1]
-            q_ext = xp.concat([a[:, None] * rows.q[ids], (1 - a)[:, None]], axis=1)
+            p_ext = xp.concat([take_rows(rows.p, ids), zero], axis=1)  # [m, V+1]
+            q_ext = xp.concat([a[:, None] * take_rows(rows.q, ids), (1 - a)[:, None]], axis=1)
             cands = xp.concat([batch.tokens[at[:, None], xp.asarray(kids, device=batch.device)[None, :]]
                                for _, at, kids in group])  # [m, k]
             problem = xp.stack([xp.astype(ids, dtype), a], axis=1)  # equal (context, A_t): equal rows
@@ -101,7 +101,7 @@ def _backward(batch: Batch, scores: Any, flows: Any, outgoing: Any) -> tuple[Any
         picked = choice < len(level)
         at = open_[picked]
         v = xp.asarray(level, dtype=xp.int64, device=batch.device)[choice[picked]]
-        q = rows.q[batch.ids[at, v]]
+        q = take_rows(rows.q, batch.ids[at, v])
         res = positive_residual(scores[at, v][:, None] * q - flows[v, at], q)
         y[at] = categorical(res, batch.stream.take(at))
         node[at] = v

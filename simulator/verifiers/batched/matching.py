@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...array_ops import categorical
+from ...array_ops import categorical, take_rows
 from .frame import Batch
 
 
@@ -18,7 +18,7 @@ def match(batch: Batch, per_row: bool = False) -> tuple[Any, Any]:
     open_ = batch.arange(batch.size)
     while open_.shape[0]:
         v = node[open_]
-        q = rows.q[batch.ids[open_, v]]  # [m, V]
+        q = take_rows(rows.q, batch.ids[open_, v])  # [m, V]
         kids = shape.kids[v]  # [m, W], −1 padded
         held = xp.where(kids >= 0, batch.tokens[open_[:, None], xp.where(kids >= 0, kids, 0)], -1)
         nxt = batch.full(open_.shape[0], -1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...array_ops import take_rows
 from ...numeric import power_gap
 from ...errors import InvalidParameterError, UnsupportedDraftError
 from ..multipath import ZERO_DRAFT_GBV
@@ -58,7 +59,7 @@ def gbv(batch: Batch, clipped: bool = False) -> tuple[Any, Any]:
     below, mass = zero, zero + 1  # A(c), X(c) of selected_law
     law = xp.empty((batch.size, height, rows.vocab), dtype=rows.q.dtype, device=batch.device)  # p̃ at 0..H−1
     for i in range(height):
-        p = rows.p[ids[:, i]]
+        p = take_rows(rows.p, ids[:, i])
         lower = rows.lower(ids[:, i])
         norm = power_gap(below, below + mass, k)  # the reference's quotient of power gaps (selected_law)
         start = below[:, None] + mass[:, None] * lower

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from scipy.special import erf
 
-from ...array_ops import categorical, positive_residual, ratio, row_sum
+from ...array_ops import categorical, positive_residual, ratio, row_sum, take_rows
 from ..rules import GR, OPT
 from .frame import Batch, residual_draw
 
@@ -119,7 +119,7 @@ def _plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, count:
     the accepted candidate position (−1: none) and the residual to draw from when none is accepted. The plans
     whose rows change with the candidates rejected (``det``, ``rrsw``, ``rrsw-phi``), row by row."""
     xp, rows, stream = batch.xp, batch.rows, batch.stream
-    p, q = rows.p[ids], rows.q[ids]  # [m, V]
+    p, q = take_rows(rows.p, ids), take_rows(rows.q, ids)  # [m, V]
     m = trees.shape[0]
     accepted = batch.full(m, -1)
     # the rows a plan updates are copies (``q`` stays for the residual of det); the others are read as they are

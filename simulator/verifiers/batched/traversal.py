@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...array_ops import categorical, ratio, row_sum
+from ...array_ops import categorical, ratio, row_sum, take_rows
 from .frame import Batch
 
 
@@ -72,10 +72,10 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
 
     def current(b: Any, u: Any, store: Any, model: Any) -> Any:
         """The target or draft rows of nodes ``u`` of trees ``b``: ``[m, V]``."""
-        out = model[row_id[b, u]]
+        out = take_rows(model, row_id[b, u])
         if used:  # rows copied to the store (a child rejected) are read there
             stored = batch.where_true(slot[b, u] >= 0)
-            out[stored] = store[slot[b[stored], u[stored]]]
+            out[stored] = take_rows(store, slot[b[stored], u[stored]])
         return out
 
     def emit(b: Any, u: Any) -> Any:
@@ -85,7 +85,7 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         out = rows.sample("q", row_id[b, u], draws)
         if used:
             stored = batch.where_true(slot[b, u] >= 0)
-            out[stored] = categorical(store_q[slot[b[stored], u[stored]]], draws[stored])
+            out[stored] = categorical(take_rows(store_q, slot[b[stored], u[stored]]), draws[stored])
         return out
 
     def line13(b: Any, w: Any, u: Any) -> Any:
