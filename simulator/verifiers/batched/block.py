@@ -54,10 +54,15 @@ def block_rows(batch: Batch, trees: Any, tokens: Any, draft: Any, target_ids: An
             h = ratio(weights[gamma], xp.ones_like(weights[gamma])) if greedy else weights[gamma]
         u = batch.stream.take(trees)
         tau = xp.where((h == 1) | (u < h), xp.full_like(tau, i), tau)
-    q_tau = take_rows(q, target_ids[every, tau])
-    if gamma == 0:
-        return tau, categorical(q_tau, batch.stream.take(trees))
-    scale = xp.stack(weights, axis=1)[every, tau]
-    p_tau = draft[every, xp.minimum(tau, xp.full_like(tau, gamma - 1))]  # at τ = γ the target is drawn from
-    residual = positive_residual(scale[:, None] * q_tau - p_tau, q_tau)  # Eq. 4 (Eq. 30 for greedy)
-    return tau, categorical(xp.where((tau == gamma)[:, None], q_tau, residual), batch.stream.take(trees))
+    u = batch.stream.take(trees)
+    y = batch.full(m, 0)
+    top = batch.where_true(tau == gamma)  # every token accepted: y from the target, by the row source's draw
+    y[top] = batch.rows.sample("q", target_ids[top, gamma], u[top])
+    rest = batch.where_true(tau < gamma)
+    if rest.shape[0]:
+        at = tau[rest]
+        q_tau = take_rows(q, target_ids[rest, at])
+        scale = xp.stack(weights, axis=1)[rest, at]
+        residual = positive_residual(scale[:, None] * q_tau - draft[rest, at], q_tau)  # Eq. 4 (Eq. 30 for greedy)
+        y[rest] = categorical(residual, u[rest])
+    return tau, y
