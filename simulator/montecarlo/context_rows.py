@@ -178,7 +178,7 @@ class _GRStore:
         self.slot = np.full(contexts, -1, dtype=np.int64)
         self.weights = np.empty((0, k + 1))
         self.running = np.zeros((contexts, vocab))
-        self.guide = np.zeros((contexts, self.buckets), dtype=np.int32)
+        self.guide: np.ndarray | None = None  # [C, G], in the narrow integer type guide_table picks for V
         self.last = np.zeros(contexts, dtype=np.int64)
         self.count = 0
 
@@ -192,7 +192,10 @@ class _GRStore:
         self.weights[start: need] = np.asarray(tables).reshape(-1, self.weights.shape[1])
         self.slot[contexts] = np.arange(self.count, self.count + len(contexts))
         self.running[contexts] = running = np.cumsum(residuals, axis=1)
-        self.guide[contexts] = guide_table(running, self.buckets)
+        guide = guide_table(running, self.buckets)
+        if self.guide is None:
+            self.guide = np.zeros((len(self.slot), self.buckets), dtype=guide.dtype)
+        self.guide[contexts] = guide
         self.last[contexts] = last_positive(residuals)
         self.count += len(contexts)
 
