@@ -112,10 +112,11 @@ def test_batched_path_does_not_depend_on_batch_size(name):
     model, topology = SyntheticModel(5, seed=2), make_topology("complete", 3, 2)
     rows = ContextRows(model, 3)
     whole = batched_rounds(model, topology, "iid", name, 4, np.arange(3000), rows)
-    parts = [batched_rounds(model, topology, "iid", name, 4, np.arange(a, b), rows)
-             for a, b in ((0, 7), (7, 1234), (1234, 3000))]
-    assert np.array_equal(whole[0], np.concatenate([p[0] for p in parts]))
-    assert np.array_equal(whole[1], np.concatenate([p[1] for p in parts]))
+    for shared in (rows, None):  # per-context tables (GR's mass grid among them) shared, or built afresh per part
+        parts = [batched_rounds(model, topology, "iid", name, 4, np.arange(a, b), shared or ContextRows(model, 3))
+                 for a, b in ((1234, 3000), (0, 7), (7, 1234))]
+        assert np.array_equal(whole[0], np.concatenate([p[0] for p in parts[1:] + parts[:1]]))
+        assert np.array_equal(whole[1], np.concatenate([p[1] for p in parts[1:] + parts[:1]]))
 
 
 def test_set_probabilities_equal_the_sum_over_tuples():
@@ -163,6 +164,11 @@ def test_gr_solver_gives_an_instance_the_same_theta_in_any_stack():
     for m in range(len(q)):
         alone = gr_dual_batch(rows, probs[m:m + 1], reject[m:m + 1], q[m:m + 1], inner[m:m + 1])
         assert np.array_equal(alone[0], stacked[m])
+    # BLAS sums a partial tile of rows in another order than a full one: stacks of every size and offset
+    rows, probs, reject, q, inner = _lv_gr_problems(np.random.default_rng(6), 15, 2, 300)
+    stacked = gr_dual_batch(rows, probs, reject, q, inner)
+    for at in (slice(1, 4), slice(3, 36), slice(5, 155), slice(7, 300)):
+        assert np.array_equal(gr_dual_batch(rows, probs[at], reject[at], q[at], inner[at]), stacked[at])
 
 
 def test_gr_hessian_of_two_token_rows_is_the_general_sum_bit_for_bit():
@@ -180,6 +186,76 @@ def test_gr_hessian_of_two_token_rows_is_the_general_sum_bit_for_bit():
         hessians = [_Stack(replace(rows, two_token=flag), probs, reject, inner, q, np.where(inner, GR_BOUND, 0.0),
                            np.zeros(q.shape, dtype=bool), theta).hessian() for flag in (True, False)]
         assert np.array_equal(*hessians) == shortcut_holds, k
+
+
+def _lv_gr_nodes(rows: ContextRows, rng: np.random.Generator, k: int, count: int, masses=None) -> tuple:
+    """LV's GR problems as the batched kernel hands them over (``lv_gr_node``'s arguments without the grid): rows of
+    random contexts of ``rows`` at random score masses (or ``masses``), random candidates."""
+    vocab = rows.vocab
+    ids = rng.integers(0, len(rows.p), count)
+    mass = rng.uniform(0.05, 1.0, count) if masses is None else masses
+    p = np.concatenate([rows.p[ids], np.zeros((count, 1))], axis=1)
+    q = np.concatenate([mass[:, None] * rows.q[ids], (1 - mass)[:, None]], axis=1)
+    cands = rng.integers(0, vocab, (count, k))
+    return p, q, cands, np.stack([ids.astype(float), mass], axis=1)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_lv_gr_warm_starts_give_grs_solution_to_the_solvers_tolerance_and_do_not_depend_on_the_batch(k):
+    """Layer Verification's GR problems start Newton from a grid of masses per context (MassGrid). The solution must
+    be GR's to the solver's tolerance: flows within 1e-11 of the cold start's (the tolerance is 1e-12 per token,
+    in flow units) — the control, Newton stopped at a loose tolerance, leaves the same comparison failing. On a
+    grid mass, the start is the grid point's own cold solution: bit for bit the cold result. And a problem's
+    numbers do not depend on what else is in the batch or was solved before (a fresh grid, a shared one)."""
+    from simulator.verifiers import gr_solver
+    from simulator.verifiers.batched.gr_stacks import GRID_STEPS, MassGrid, lv_gr_node
+    rows = ContextRows(SyntheticModel(6, rho=0.4, seed=k), 3)
+    rng = np.random.default_rng(k)
+    p, q, cands, problem = _lv_gr_nodes(rows, rng, k, 600)
+    chance = np.prod(p[np.arange(len(p))[:, None], cands], axis=1)[:, None]  # P(X = cands)
+
+    def solve(grid, at=slice(None)):
+        return lv_gr_node(p[at], q[at], cands[at], problem[at], grid)
+
+    cold, warm = solve(None), solve(MassGrid(rows.p, rows.q))
+    assert np.abs(chance * (warm[0] - cold[0])).max() <= 1e-11 and np.abs(warm[1] - cold[1]).max() <= 1e-11
+    loose = gr_solver.GR_NEWTON_TOLERANCE
+    try:
+        gr_solver.GR_NEWTON_TOLERANCE = 1e-3
+        rough = solve(MassGrid(rows.p, rows.q))
+    finally:
+        gr_solver.GR_NEWTON_TOLERANCE = loose
+    assert np.abs(rough[1] - cold[1]).max() > 1e-9
+    shared = MassGrid(rows.p, rows.q)
+    solve(shared, slice(300, None))
+    for at in (slice(0, 1), slice(0, 300), slice(250, 280)):
+        for grid in (MassGrid(rows.p, rows.q), shared):
+            part = solve(grid, at)
+            assert np.array_equal(part[0], warm[0][at]) and np.array_equal(part[1], warm[1][at])
+    on_grid = rng.integers(1, GRID_STEPS + 1, 200) / GRID_STEPS
+    p, q, cands, problem = _lv_gr_nodes(rows, rng, k, 200, on_grid)
+    for cold_part, warm_part in zip(solve(None), solve(MassGrid(rows.p, rows.q))):
+        assert np.array_equal(cold_part, warm_part)
+
+
+def test_gr_theta_slope_is_the_derivative_in_the_capacities():
+    """dθ/ds for capacities s·q (the grid's tangents) against central differences of solutions at s ± h, on the
+    coordinates inside their bounds whose H* stays put; the control, the slope for capacities scaled on one token
+    only, differs."""
+    from simulator.verifiers.gr_solver import GR_BOUND, gr_dual_batch, theta_slope
+    rows, probs, reject, q, inner = _lv_gr_problems(np.random.default_rng(3), 7, 2, 40)
+    theta = gr_dual_batch(rows, probs, reject, q, inner)
+    slope = theta_slope(rows, probs, reject, q, inner, theta)
+    h = 1e-5
+    up, down = (gr_dual_batch(rows, probs, reject, (1 + d) * q, inner) for d in (h, -h))
+    free = (theta > -GR_BOUND + 1) & (theta < np.where(inner, GR_BOUND, 0.0) - 1e-3) & (q > 0)
+    difference = (up - down) / (2 * h)
+    assert free.sum() > 100
+    assert np.allclose(slope[free], difference[free], rtol=1e-3, atol=1e-6)  # h² θ''': up to 5e-5 where θ is stiff
+    one = np.zeros_like(q)
+    one[:, 0] = q[:, 0]
+    assert not np.allclose(theta_slope(rows, probs, reject, one, inner, theta)[free], difference[free],
+                           rtol=1e-3, atol=1e-6)
 
 
 def test_batched_categorical_is_the_shared_rule_at_every_boundary():

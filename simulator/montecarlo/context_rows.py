@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
                                  ranking_tables, rrs_target, take_rows)
-from simulator.verifiers.batched.gr_stacks import tv_gr_tables
+from simulator.verifiers.batched.gr_stacks import MassGrid, tv_gr_tables
 from simulator.models import ModelPair, ModelView, _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
 from simulator.verifiers.batched.frame import flow_step_rows, residual_draw, row_name
@@ -46,6 +46,7 @@ class ContextRows:
         self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
         self._running: dict[object, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._derived: dict[tuple[str, int], np.ndarray] = {}
+        self.mass_grid = MassGrid(self.p, self.q)
 
     def sample(self, which: object, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
         """:func:`categorical` over the row of :meth:`table` ``which`` of each context ``ctx`` with uniforms ``u``,
@@ -231,6 +232,7 @@ class DeviceRows:
 
         self.host, self.device, self.torch = host, device, torch
         self.vocab, self.height, self.offsets = host.vocab, host.height, host.offsets
+        self.mass_grid = host.mass_grid  # LV's GR problems are solved on the host
         self.p, self.q = self._put(host.p), self._put(host.q)
         self._tables: dict[object, tuple] = {}
 

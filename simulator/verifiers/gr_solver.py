@@ -5,7 +5,8 @@ row ``r`` per candidate tuple (``member`` its 0/1 token row, ``reject`` 1 where 
 solver is written once, for a stack of ``M`` instances (``[M, R]`` and ``[M, F, F]`` arrays): every instance
 runs its own iterations (converged instances stop, the others go on) and every operation on an instance reads
 only that instance's slice — its sums over rows and tokens are BLAS matrix products with the shared 0/1 row
-matrix, which sum each entry in the same order whatever the number of instances (:func:`_product`) — so an
+matrix, on stacks padded to whole tiles of rows so that each entry is summed in the same order whatever the
+number of instances (:func:`_product`) — so an
 instance's ``θ`` does not depend on what else is in the stack: the reference path solves one instance at a
 time, Layer Verification's batched Monte Carlo path (:mod:`simulator.verifiers.batched.gr_stacks`) thousands, and an
 instance solved alone and in a stack gets the same ``θ`` (the tests check it bit for bit).
@@ -24,6 +25,7 @@ GR_NEWTON_ITERATIONS = 100
 GR_LINE_SEARCH_STEPS = 60
 ARMIJO = 1e-4
 LEVENBERG = 1e-12
+ROW_TILE = 16  # BLAS products see whole tiles of rows (:func:`_product`): a multiple of 4, 8 and 16-row kernels
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -63,13 +65,17 @@ def _solve(system: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` for a stack ``a`` ``[M, ·]``, by BLAS's matrix product. With one row BLAS would take its vector
-    path, which sums in another order, so a single row is computed in a stack of two: an instance's sums then
-    do not depend on the size of its stack (BLAS's matrix product gives every entry of the result the same
-    sequential sum over the shared axis, whatever the number of rows)."""
-    if len(a) == 1:
-        return (np.concatenate([a, a]) @ b)[:1]
-    return a @ b
+    """``a @ b`` for a stack ``a`` ``[M, ·]``, by BLAS's matrix product, with ``M`` padded by zero rows to a multiple of
+    :data:`ROW_TILE`. BLAS computes the result in tiles of rows and sums an entry over the shared axis in an order
+    that depends on the tile a row falls in: rows of a partial tile at the end (and a single row, which takes the
+    vector path) are summed otherwise, so without the padding an instance's sums, hence its ``θ``, would depend on
+    the size of its stack (seen with OpenBLAS: a stack of 300 against one of 600). With every tile full, each row
+    gets the same sequential sum wherever it stands (a test solves instances in stacks of many sizes)."""
+    pad = -len(a) % ROW_TILE
+    if pad:
+        a = np.concatenate([a, np.zeros((pad, a.shape[1]), dtype=a.dtype)])
+    out = a @ b
+    return out[: len(out) - pad] if pad else out
 
 
 @dataclass(frozen=True)
@@ -318,29 +324,55 @@ def _first_guess(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: np.nd
 
 
 def gr_dual_batch(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarray,
-                  inner: np.ndarray) -> np.ndarray:
+                  inner: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
     """GR's ``θ`` ``[M, V]`` for a stack of instances on shared tuple rows: ``probs`` ``[M, R]`` (0 allowed),
     ``reject`` ``[M, R]`` (the row lies in ``H*``), capacities ``q`` ``[M, V]``, ``inner`` ``[M, V]`` (``H*``). A row
     with a reject option routes to all its tokens, a row without to its outside tokens only.
 
     ``θ ≤ 0`` off ``inner`` (the dual of "flow ≤ q" with no reject option). Coordinates the objective is
     monotone in are put at their bound: undrafted tokens (term ``−q_y θ_y``) and drafted ones with ``q_y ≤ 0``
-    (gradient = flow − q > 0). :func:`projected_newton` solves for the others from ``θ = 0``; rows inside
-    ``H*`` touch only inner tokens and the others only outside ones, so its Hessian is block diagonal. An
-    instance Newton stops short on is solved again by L-BFGS-B.
+    (gradient = flow − q > 0). :func:`projected_newton` solves for the others from ``start`` where it is given
+    and finite (clipped to the bounds; a warm start, :class:`simulator.verifiers.batched.gr_stacks.MassGrid`),
+    elsewhere from :func:`_first_guess`; rows inside ``H*`` touch only inner tokens and the others only outside
+    ones, so its Hessian is block diagonal. An instance Newton stops short on is solved again by L-BFGS-B.
     """
     reject = reject.astype(bool)
     upper = np.where(inner, GR_BOUND, 0.0)
     drafted = rows.token_sums((probs > 0).astype(float)) > 0
     free = drafted & (q > 0)
-    start = np.where(free, _first_guess(rows, probs, reject, inner, q),
-                     np.where(q > 0, upper, np.where(drafted | (q < 0), -GR_BOUND, 0.0)))
+    guess = _first_guess(rows, probs, reject, inner, q)
+    if start is not None:
+        guess = np.where(np.isfinite(start), np.minimum(np.maximum(start, -GR_BOUND), upper), guess)
+    start = np.where(free, guess, np.where(q > 0, upper, np.where(drafted | (q < 0), -GR_BOUND, 0.0)))
     theta, converged = projected_newton(rows, probs, reject, inner, q, upper, ~free, start)
     for m in np.flatnonzero(~converged):
         routed = rows.member * (reject[m][:, None] | ~inner[m][None, :])
         theta[m] = np.where(free[m], _lbfgsb_dual(probs[m], routed, reject[m].astype(float), q[m], upper[m]),
                             start[m])
     return theta
+
+
+def theta_slope(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarray, inner: np.ndarray,
+                theta: np.ndarray) -> np.ndarray:
+    """``dθ/ds`` at ``s = 1`` of the solution ``θ(s)`` for capacities ``s·q`` (the rows and ``H*`` held fixed), per
+    instance, at a solution ``theta`` of :func:`gr_dual_batch`: where the flow meets the capacities,
+    ``J dθ = q ds`` with ``J`` the flow's Jacobian (the Hessian Newton uses), solved on the coordinates strictly
+    inside their bounds; 0 on the others (at a bound, held there) and for an instance whose system is singular.
+    A first-order guess of ``θ`` at nearby capacities: nothing here decides an outcome."""
+    reject = reject.astype(bool)
+    upper = np.where(inner, GR_BOUND, 0.0)
+    drafted = rows.token_sums((probs > 0).astype(float)) > 0
+    free = drafted & (q > 0) & (theta > -GR_BOUND) & (theta < upper)
+    s = _Stack(rows, probs, reject, inner, q, upper, ~free, theta)
+    system = s.hessian()
+    diagonal = np.arange(system.shape[1])
+    system[:, diagonal, diagonal] += s.flow() * (1 + LEVENBERG)
+    system *= free[:, :, None]
+    system *= free[:, None, :]
+    system[:, diagonal, diagonal] += ~free
+    with np.errstate(all="ignore"):
+        slope, finite = _solve(system, np.where(free, q, 0.0))
+    return np.where(free & finite[:, None], slope, 0.0)
 
 
 def gr_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,

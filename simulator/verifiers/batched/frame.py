@@ -92,6 +92,10 @@ class RowSource(Protocol):
     exact_order: bool
     #: a node's rows depend on its path only (rows per context), so nodes with the same path share them
     by_context: bool
+    #: where rows are per context, GR's solutions at a grid of score masses per context
+    #: (:class:`~simulator.verifiers.batched.gr_stacks.MassGrid`), where Layer Verification's GR problems start
+    #: Newton; ``None`` for rows given per node (nothing to share between calls)
+    mass_grid: Any
 
     def sample(self, which: object, ids: Any, u: Any) -> Any:
         """:func:`~simulator.array_ops.categorical` over the row named ``which`` (:meth:`entry`) of each id with
@@ -134,6 +138,7 @@ class DenseRows:
     q3: Any
     exact_order: bool = True
     by_context: bool = False  # rows are given per node, not per context
+    mass_grid: None = None
 
     def __post_init__(self) -> None:
         batch, n, self.vocab = self.q3.shape

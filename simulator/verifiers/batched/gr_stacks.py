@@ -20,15 +20,18 @@ from __future__ import annotations
 import itertools
 import math
 from functools import lru_cache
+from typing import Callable
 
 import numpy as np
 
 from simulator.array_ops import distinct_rows
-from simulator.verifiers.gr_solver import Rows, gr_dual_batch, routed_flow, routed_sums
+from simulator.verifiers.gr_solver import Rows, gr_dual_batch, routed_flow, routed_sums, theta_slope
 
 #: Elements ``M·R·(V+1)`` per solver call: about a thousand instances at ``V = 15, k = 2``, where the solver's
 #: working set stays in cache (larger stacks ran 15–35% slower per instance).
 STACK_ELEMENTS = 2_000_000
+#: Grid steps per unit of score mass (:class:`MassGrid`); a power of two, so that ``A·G`` and ``j/G`` are exact.
+GRID_STEPS = 64
 
 
 @lru_cache(maxsize=8)
@@ -90,43 +93,141 @@ def _inner_sets(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     return inner
 
 
-def _solve(p: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """GR for each problem ``(p[m], q[m])`` with ``k`` i.i.d. candidates: ``e^θ``, ``H*``, the outgoing flow and
-    the clipping factors per token (``q/inflow`` where the inflow overshoots ``q``, else 1)."""
+def _solve(p: np.ndarray, q: np.ndarray, k: int, guess: Callable[[np.ndarray], np.ndarray] | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """GR for each problem ``(p[m], q[m])`` with ``k`` i.i.d. candidates: ``θ``, ``H*``, the outgoing flow and the
+    clipping factors per token (``q/inflow`` where the inflow overshoots ``q``, else 1). ``guess(H*)``, where
+    given, is where Newton starts (:func:`~simulator.verifiers.gr_solver.gr_dual_batch`'s ``start``)."""
     count, size = p.shape
     rows, _ = token_sets(size, k)
-    weights, inner, inflow = np.empty((count, size)), np.empty((count, size), dtype=bool), np.empty((count, size))
+    inner = _inner_sets(p, q, k)
+    start = None if guess is None else guess(inner)
+    theta, inflow = np.empty((count, size)), np.empty((count, size))
     chunk = max(1, STACK_ELEMENTS // (len(rows.member) * size))
-    for start in range(0, count, chunk):  # everything [M, R] a chunk at a time: the stack stays in cache
-        at = slice(start, start + chunk)
+    for first in range(0, count, chunk):  # everything [M, R] a chunk at a time: the stack stays in cache
+        at = slice(first, first + chunk)
         probs = set_probabilities(p[at], k)
-        inner[at] = _inner_sets(p[at], q[at], k)
         reject = rows.row_sums((~inner[at]).astype(float)) == 0  # S ⊆ H*: no token outside H*
-        weights[at] = np.exp(gr_dual_batch(rows, probs, reject, q[at], inner[at]))
-        share = probs / routed_sums(rows, weights[at], reject, inner[at], 1.0)
-        inflow[at] = routed_flow(rows, share, weights[at], reject, inner[at])
+        theta[at] = gr_dual_batch(rows, probs, reject, q[at], inner[at], None if start is None else start[at])
+        weights = np.exp(theta[at])
+        share = probs / routed_sums(rows, weights, reject, inner[at], 1.0)
+        inflow[at] = routed_flow(rows, share, weights, reject, inner[at])
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where((inflow > q) & (inflow > 0), q / inflow, 1.0)
-    return weights, inner, factor * inflow, factor
+    return theta, inner, factor * inflow, factor
 
 
-def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+class MassGrid:
+    """Where Layer Verification's GR problems start Newton: GR solved at the score masses ``A = j/G`` (``j = 1..G``,
+    :data:`GRID_STEPS`) of each context reached, with the slope ``dθ/dA`` there (:func:`theta_slope`).
+
+    LV's problem at a node is GR's at ``(p_c, A·q_c)``: the context's rows and the depth's score mass, which
+    depends on the whole drafted tree, so nearly every node of every trial brings its own ``A`` — but a context's
+    ``θ(A)`` is smooth between the masses where ``H*`` or a bound changes. A problem whose grid neighbours
+    ``⌊A·G⌋/G`` and ``⌈A·G⌉/G`` have its ``H*`` starts at their cubic Hermite interpolant (error ``O(G^−4)``: Newton
+    then needs about one step, from about five cold), one neighbour with its ``H*`` at its tangent, neither at
+    the cold guess. Newton then solves to the same tolerance as from a cold start, so the outcome is GR's to
+    that tolerance either way (docs/engines.md). A grid point is solved cold, once, from its context's rows
+    alone, and the solver gives an instance the same ``θ`` in any stack: a problem's start, hence its ``θ``,
+    depends on its context and ``A`` only — not on the batch, its size, or the order contexts were reached in.
+    """
+
+    def __init__(self, p: np.ndarray, q: np.ndarray) -> None:
+        self.p, self.q = p, q
+        self._points: dict[tuple[int, tuple[int, ...]], _GridPoints] = {}
+
+    def guess(self, k: int, drafted: np.ndarray, ids: np.ndarray, mass: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """The start for the problems of contexts ``ids`` at masses ``mass`` ``[M]`` on the tokens ``drafted``, as
+        :func:`_solve` asks for it (a function of the problems' ``H*``; NaN where there is no warm start)."""
+        points = self._points.setdefault((k, tuple(drafted.tolist())), _GridPoints(len(self.p), drafted.size))
+        scaled = mass * GRID_STEPS  # exact: G is a power of two
+        low = np.floor(scaled).astype(np.int64)
+        high = np.minimum(low + 1, GRID_STEPS)
+        codes = np.concatenate([ids * (GRID_STEPS + 1) + low, ids * (GRID_STEPS + 1) + high])
+        missing = np.unique(codes[points.slot[codes] < 0])
+        missing = missing[missing % (GRID_STEPS + 1) > 0]  # A = 0 is never asked for
+        if len(missing):
+            ctx, step = np.divmod(missing, GRID_STEPS + 1)
+            p = self.p[ctx][:, drafted]
+            q = (step / GRID_STEPS)[:, None] * self.q[ctx][:, drafted]
+            theta, inner, _, _ = _solve(p, q, k)
+            points.add(missing, theta, inner, _slopes(p, q, k, inner, theta) / (step / GRID_STEPS)[:, None])
+        t = (scaled - low)[:, None]
+        span = 1.0 / GRID_STEPS
+
+        def start(inner: np.ndarray) -> np.ndarray:
+            lo, hi = points.slot[codes[: len(ids)]], points.slot[codes[len(ids):]]
+            has_lo = (lo >= 0) & (points.inner[lo] == inner).all(axis=1)
+            has_hi = (points.inner[hi] == inner).all(axis=1)
+            a, da, b, db = points.theta[lo], span * points.slope[lo], points.theta[hi], span * points.slope[hi]
+            t2, t3 = t * t, t * t * t
+            hermite = (2 * t3 - 3 * t2 + 1) * a + (t3 - 2 * t2 + t) * da + (3 * t2 - 2 * t3) * b + (t3 - t2) * db
+            return np.where((has_lo & has_hi)[:, None], hermite,
+                            np.where(has_lo[:, None], a + t * da,
+                                     np.where(has_hi[:, None], b - (1 - t) * db, np.nan)))
+
+        return start
+
+
+class _GridPoints:
+    """The grid points solved so far for one ``(k, drafted tokens)``: ``θ``, ``H*`` and ``dθ/dA`` in arrays grown
+    by doubling; ``slot[c·(G+1) + j]`` the row of context ``c`` at ``A = j/G`` (−1 before it is solved). Row −1 is
+    a sentinel (never read as a neighbour: ``has_lo`` tests the slot)."""
+
+    def __init__(self, contexts: int, size: int) -> None:
+        self.slot = np.full(contexts * (GRID_STEPS + 1), -1, dtype=np.int32)
+        self.theta, self.slope = np.zeros((1, size)), np.zeros((1, size))
+        self.inner = np.zeros((1, size), dtype=bool)
+        self.count = 0
+
+    def add(self, codes: np.ndarray, theta: np.ndarray, inner: np.ndarray, slope: np.ndarray) -> None:
+        need = self.count + len(codes) + 1  # + the sentinel, kept last
+        if need > len(self.theta):
+            grow = max(need, 2 * len(self.theta))
+            for name in ("theta", "slope", "inner"):
+                old = getattr(self, name)
+                new = np.zeros((grow, old.shape[1]), dtype=old.dtype)
+                new[: self.count] = old[: self.count]
+                setattr(self, name, new)
+        rows = slice(self.count, self.count + len(codes))
+        self.theta[rows], self.inner[rows], self.slope[rows] = theta, inner, slope
+        self.slot[codes] = np.arange(self.count, self.count + len(codes), dtype=np.int32)
+        self.count += len(codes)
+
+
+def _slopes(p: np.ndarray, q: np.ndarray, k: int, inner: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """``dθ/ds`` for capacities ``s·q`` at ``s = 1`` (:func:`theta_slope`), a stack at a time."""
+    rows, _ = token_sets(p.shape[1], k)
+    out = np.empty_like(theta)
+    chunk = max(1, STACK_ELEMENTS // (len(rows.member) * p.shape[1]))
+    for first in range(0, len(p), chunk):
+        at = slice(first, first + chunk)
+        reject = rows.row_sums((~inner[at]).astype(float)) == 0
+        out[at] = theta_slope(rows, set_probabilities(p[at], k), reject, q[at], inner[at], theta[at])
+    return out
+
+
+def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray, problem: np.ndarray,
+               grid: MassGrid | None = None) -> tuple[np.ndarray, np.ndarray]:
     """GR at one LV node for a batch of trials: the transformed draft rows ``p`` ``[m, V+1]`` and target rows
-    ``q`` (:func:`simulator.verifiers.layer.score_nodes`) and the drafted candidates ``[m, k]``. Returns, per
-    candidate position, GR's acceptance of its token given the tuple (``f(X → x)/P(X)``; 0 for a token GR does
-    not route to) and the outgoing flow ``Σ_X f(X → x)`` ``[m, V+1]``."""
+    ``q`` (:func:`simulator.verifiers.layer.score_nodes`), the drafted candidates ``[m, k]`` and ``problem``
+    ``[m, 2]``, the row id and ``A_t`` (equal rows for equal ``problem``). With ``grid`` (rows per context: the
+    row id is the context's), Newton starts from the grid's guess. Returns, per candidate position, GR's
+    acceptance of its token given the tuple (``f(X → x)/P(X)``; 0 for a token GR does not route to) and the
+    outgoing flow ``Σ_X f(X → x)`` ``[m, V+1]``."""
     count, k = cands.shape
     # A token no trial can draft (LV's dummy Δ) has no rows and no flow: GR is solved without it, on V^k rather
     # than (V+1)^k tuples (its θ would sit at its bound and its outflow is 0).
     drafted = np.flatnonzero((p > 0).any(axis=0))
     # Trials whose node has the same rows share a problem (every trial at the root).
-    problems = np.concatenate([p[:, drafted], q[:, drafted]], axis=1)
-    first, inverse = distinct_rows(problems)
-    unique = problems[first]
-    size = len(drafted)
-    solved = _solve(unique[:, :size], unique[:, size:], k)
-    weights, inner, outflow, factor = (np.zeros((len(unique), p.shape[1]), dtype=a.dtype) for a in solved)
-    for full, part in zip((weights, inner, outflow, factor), solved):
+    unique, inverse = distinct_rows(problem)
+    # With one candidate a row holds one token, and Newton's cold start (gr_solver._first_guess) is the solution.
+    warm = grid is not None and k > 1
+    guess = grid.guess(k, drafted, problem[unique, 0].astype(np.int64), problem[unique, 1]) if warm else None
+    theta, *solved = _solve(p[unique][:, drafted], q[unique][:, drafted], k, guess)
+    weights, inner, outflow, factor = (np.zeros((len(unique), p.shape[1]), dtype=a.dtype)
+                                       for a in (theta, *solved))
+    for full, part in zip((weights, inner, outflow, factor), (np.exp(theta), *solved)):
         full[:, drafted] = part
     weights, inner, factor = weights[inverse], inner[inverse], factor[inverse]
     b = np.arange(count)[:, None]
@@ -154,7 +255,8 @@ def tv_gr_tables(p: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.n
     does not route to), then the reject weight ``P(X) − Σ flows`` — and the residual ``norm((q − outflow)_+)``
     ``[M, V]`` (``q`` where that has no mass). The contexts are solved as one stack."""
     count, vocab = p.shape
-    weights, inner, outflow, factor = _solve(p, q, k)
+    theta, inner, outflow, factor = _solve(p, q, k)
+    weights = np.exp(theta)
     tuples = np.array(list(itertools.product(range(vocab), repeat=k)), dtype=np.int64)  # code order
     first = _first_positions(k, tuples)
     table = np.empty((count, len(tuples), k + 1))

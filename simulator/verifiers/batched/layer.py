@@ -119,7 +119,8 @@ def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any, proble
         return _reference_flows(_FLOW_RULES[rule], p, q, cands)
     if rule == "gr":
         accept, out = lv_gr_node(*(np.asarray(to_device(a, "cpu"), dtype=float) for a in (p, q)),
-                                 np.asarray(to_device(cands, "cpu")))
+                                 np.asarray(to_device(cands, "cpu")), np.asarray(to_device(problem, "cpu"), dtype=float),
+                                 batch.rows.mass_grid)
         return (xp.asarray(accept, dtype=p.dtype, device=batch.device),
                 xp.asarray(out, dtype=p.dtype, device=batch.device))
     rho = _distinct_kseq_rho(p, q, k, problem) if rule == "kseq" else None
