@@ -111,9 +111,10 @@ def test_batched_gr_solves_lazily_where_a_dense_table_would_not_fit():
 def test_batched_path_does_not_depend_on_batch_size(name):
     model, topology = SyntheticModel(5, seed=2), make_topology("complete", 3, 2)
     rows = ContextRows(model, 3)
-    whole = batched_rounds(model, topology, "iid", name, 4, np.arange(3000), rows)
+    run = 10**6  # the run's trials per seed: large enough that lv-gr warm-starts GR at most contexts
+    whole = batched_rounds(model, topology, "iid", name, 4, np.arange(3000), rows, run)
     for shared in (rows, None):  # per-context tables (GR's mass grid among them) shared, or built afresh per part
-        parts = [batched_rounds(model, topology, "iid", name, 4, np.arange(a, b), shared or ContextRows(model, 3))
+        parts = [batched_rounds(model, topology, "iid", name, 4, np.arange(a, b), shared or ContextRows(model, 3), run)
                  for a, b in ((1234, 3000), (0, 7), (7, 1234))]
         assert np.array_equal(whole[0], np.concatenate([p[0] for p in parts[1:] + parts[:1]]))
         assert np.array_equal(whole[1], np.concatenate([p[1] for p in parts[1:] + parts[:1]]))
@@ -215,26 +216,26 @@ def test_lv_gr_warm_starts_give_grs_solution_to_the_solvers_tolerance_and_do_not
     chance = np.prod(p[np.arange(len(p))[:, None], cands], axis=1)[:, None]  # P(X = cands)
 
     def solve(grid, at=slice(None)):
-        return lv_gr_node(p[at], q[at], cands[at], problem[at], grid)
+        return lv_gr_node(p[at], q[at], cands[at], problem[at], grid, 1e9)  # a run large enough for every grid
 
-    cold, warm = solve(None), solve(MassGrid(rows.p, rows.q))
+    cold, warm = solve(None), solve(MassGrid(rows.p, rows.q, rows.reach()))
     assert np.abs(chance * (warm[0] - cold[0])).max() <= 1e-11 and np.abs(warm[1] - cold[1]).max() <= 1e-11
     loose = gr_solver.GR_NEWTON_TOLERANCE
     try:
         gr_solver.GR_NEWTON_TOLERANCE = 1e-3
-        rough = solve(MassGrid(rows.p, rows.q))
+        rough = solve(MassGrid(rows.p, rows.q, rows.reach()))
     finally:
         gr_solver.GR_NEWTON_TOLERANCE = loose
     assert np.abs(rough[1] - cold[1]).max() > 1e-9
-    shared = MassGrid(rows.p, rows.q)
+    shared = MassGrid(rows.p, rows.q, rows.reach())
     solve(shared, slice(300, None))
     for at in (slice(0, 1), slice(0, 300), slice(250, 280)):
-        for grid in (MassGrid(rows.p, rows.q), shared):
+        for grid in (MassGrid(rows.p, rows.q, rows.reach()), shared):
             part = solve(grid, at)
             assert np.array_equal(part[0], warm[0][at]) and np.array_equal(part[1], warm[1][at])
     on_grid = rng.integers(1, GRID_STEPS + 1, 200) / GRID_STEPS
     p, q, cands, problem = _lv_gr_nodes(rows, rng, k, 200, on_grid)
-    for cold_part, warm_part in zip(solve(None), solve(MassGrid(rows.p, rows.q))):
+    for cold_part, warm_part in zip(solve(None), solve(MassGrid(rows.p, rows.q, rows.reach()))):
         assert np.array_equal(cold_part, warm_part)
 
 
@@ -396,6 +397,9 @@ def test_context_rows_in_bulk_are_the_models_rows_and_a_bad_row_is_named():
                     for k in range(height + 1) for c in range(model.vocab**k)]
         assert np.array_equal(rows.q, np.array([model.q(c) for c in contexts]))
         assert np.array_equal(rows.p, np.array([model.p(c) for c in contexts[: len(rows.p)]]))
+        # the draft's probability of each context, token by token along its path
+        reach = [math.prod(model.p(c[:i])[c[i]] for i in range(len(c))) for c in contexts[: len(rows.p)]]
+        assert np.allclose(rows.reach(), reach, rtol=1e-14, atol=0)
 
     class RowByRow:
         def __init__(self, inner):

@@ -59,10 +59,12 @@ def _draft_iid(parents: tuple[int, ...], rows: ContextRows | DeviceRows, stream:
 
 
 def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
-                   trials: np.ndarray, rows: ContextRows | DeviceRows | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   trials: np.ndarray, rows: ContextRows | DeviceRows | None = None,
+                   run_trials: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.engine.encode`) of ``trials``, as
     numpy arrays. With ``rows`` a :class:`~simulator.montecarlo.context_rows.DeviceRows` the rounds run on its torch
-    device (the same kernel, the same counter streams: the same numbers in float64)."""
+    device (the same kernel, the same counter streams: the same numbers in float64). ``run_trials``: the trials per
+    seed of the run these belong to (:attr:`~simulator.verifiers.batched.frame.Batch.trials`)."""
     if not has_batched_path(name, drafting, model.vocab, topology):
         raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
     rows = rows or ContextRows(model, topology.height)
@@ -72,7 +74,7 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
     stream = CounterStream(seed, trials)
     tokens, ctx = _draft_iid(topology.parents, rows, stream)
     shape = TreeShape(topology.parents, xp, rows.q.device)
-    node, y = VERIFIERS[name].kernel.run(Batch(shape, tokens, ctx, rows, stream))
+    node, y = VERIFIERS[name].kernel.run(Batch(shape, tokens, ctx, rows, stream, run_trials))
     accepted_len = shape.depths[node]
     # Completion with the target up to H+1 tokens, from the id of path + (y,), of length τ+1.
     ids = ctx[xp.arange(node.shape[0], device=rows.q.device), node] * vocab + y + 1

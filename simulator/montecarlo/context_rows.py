@@ -46,7 +46,17 @@ class ContextRows:
         self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
         self._running: dict[object, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._derived: dict[tuple[str, int], np.ndarray] = {}
-        self.mass_grid = MassGrid(self.p, self.q)
+        self.mass_grid = MassGrid(self.p, self.q, self.reach())
+
+    def reach(self) -> np.ndarray:
+        """The draft's probability of each context with a ``p`` row, ``Π p(c_i | c_<i)``: the chance that a node at
+        its depth has that path under i.i.d. drafting."""
+        reach = np.ones(len(self.p))
+        for level in range(1, self.height):
+            ids = np.arange(self.offsets[level], self.offsets[level + 1])
+            parent, token = np.divmod(ids - 1, self.vocab)
+            reach[ids] = reach[parent] * self.p[parent, token]
+        return reach
 
     def sample(self, which: object, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
         """:func:`categorical` over the row of :meth:`table` ``which`` of each context ``ctx`` with uniforms ``u``,

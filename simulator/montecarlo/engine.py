@@ -279,7 +279,7 @@ def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, 
         span = range(start, min(start + chunk, trials))
         if batched:
             accepted, codes = batched_rounds(model, drafter.topology, drafter.scheme, name, seed, np.arange(
-                span.start, span.stop), round_rows)
+                span.start, span.stop), round_rows, trials)
         else:
             accepted, sequences = run_trials(model, drafter, verifier, seed, span, view)
             codes = encode(sequences, model.vocab)

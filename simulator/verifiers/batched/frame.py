@@ -215,6 +215,10 @@ class Batch:
     ids: Any
     rows: Any
     stream: Any
+    #: the run's trials per seed, where known (a configuration value, never the batch's size): a kernel may
+    #: choose how to compute from it, never what — Layer Verification over GR warm-starts Newton at the contexts
+    #: a run visits often (:class:`~simulator.verifiers.batched.gr_stacks.MassGrid`)
+    trials: int | None = None
 
     @cached_property
     def xp(self) -> Any:

@@ -32,6 +32,8 @@ from simulator.verifiers.gr_solver import Rows, gr_dual_batch, routed_flow, rout
 STACK_ELEMENTS = 2_000_000
 #: Grid steps per unit of score mass (:class:`MassGrid`); a power of two, so that ``A·G`` and ``j/G`` are exact.
 GRID_STEPS = 64
+#: Expected problems at a context over a run from which its grid is used (:meth:`MassGrid.guess`)
+GRID_VISITS = 256
 
 
 @lru_cache(maxsize=8)
@@ -127,24 +129,31 @@ class MassGrid:
     ``⌊A·G⌋/G`` and ``⌈A·G⌉/G`` have its ``H*`` starts at their cubic Hermite interpolant (error ``O(G^−4)``: Newton
     then needs about one step, from about five cold), one neighbour with its ``H*`` at its tangent, neither at
     the cold guess. Newton then solves to the same tolerance as from a cold start, so the outcome is GR's to
-    that tolerance either way (docs/engines.md). A grid point is solved cold, once, from its context's rows
-    alone, and the solver gives an instance the same ``θ`` in any stack: a problem's start, hence its ``θ``,
-    depends on its context and ``A`` only — not on the batch, its size, or the order contexts were reached in.
+    that tolerance either way (docs/engines.md). A grid pays only at contexts a run visits often, which the
+    run's size decides (:meth:`guess`). A grid point is solved cold, once, from its context's rows alone, and the
+    solver gives an instance the same ``θ`` in any stack: a problem's start, hence its ``θ``, depends on its
+    context, ``A`` and the run's configuration only — not on the batch, its size, or the order contexts were
+    reached in.
     """
 
-    def __init__(self, p: np.ndarray, q: np.ndarray) -> None:
-        self.p, self.q = p, q
+    def __init__(self, p: np.ndarray, q: np.ndarray, reach: np.ndarray) -> None:
+        self.p, self.q, self.reach = p, q, reach
         self._points: dict[tuple[int, tuple[int, ...]], _GridPoints] = {}
 
-    def guess(self, k: int, drafted: np.ndarray, ids: np.ndarray, mass: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    def guess(self, k: int, drafted: np.ndarray, ids: np.ndarray, mass: np.ndarray,
+              scale: float) -> Callable[[np.ndarray], np.ndarray]:
         """The start for the problems of contexts ``ids`` at masses ``mass`` ``[M]`` on the tokens ``drafted``, as
-        :func:`_solve` asks for it (a function of the problems' ``H*``; NaN where there is no warm start)."""
+        :func:`_solve` asks for it (a function of the problems' ``H*``; NaN where there is no warm start). A
+        context's grid costs up to ``G + 1`` cold solves and saves about three Newton steps a problem, so it is
+        used where the run is expected to bring :data:`GRID_VISITS` problems or more: ``scale`` (the run's trials
+        times the tree's nodes these problems come from) times the draft's probability of the context."""
         points = self._points.setdefault((k, tuple(drafted.tolist())), _GridPoints(len(self.p), drafted.size))
         scaled = mass * GRID_STEPS  # exact: G is a power of two
         low = np.floor(scaled).astype(np.int64)
         high = np.minimum(low + 1, GRID_STEPS)
         codes = np.concatenate([ids * (GRID_STEPS + 1) + low, ids * (GRID_STEPS + 1) + high])
-        missing = np.unique(codes[points.slot[codes] < 0])
+        visited = scale * self.reach[ids] >= GRID_VISITS
+        missing = np.unique(codes[np.tile(visited, 2) & (points.slot[codes] < 0)])
         missing = missing[missing % (GRID_STEPS + 1) > 0]  # A = 0 is never asked for
         if len(missing):
             ctx, step = np.divmod(missing, GRID_STEPS + 1)
@@ -157,8 +166,9 @@ class MassGrid:
 
         def start(inner: np.ndarray) -> np.ndarray:
             lo, hi = points.slot[codes[: len(ids)]], points.slot[codes[len(ids):]]
-            has_lo = (lo >= 0) & (points.inner[lo] == inner).all(axis=1)
-            has_hi = (points.inner[hi] == inner).all(axis=1)
+            # only where visited: points another run solved are not read, so the start is this run's own
+            has_lo = visited & (lo >= 0) & (points.inner[lo] == inner).all(axis=1)
+            has_hi = visited & (hi >= 0) & (points.inner[hi] == inner).all(axis=1)
             a, da, b, db = points.theta[lo], span * points.slope[lo], points.theta[hi], span * points.slope[hi]
             t2, t3 = t * t, t * t * t
             hermite = (2 * t3 - 3 * t2 + 1) * a + (t3 - 2 * t2 + t) * da + (3 * t2 - 2 * t3) * b + (t3 - t2) * db
@@ -172,7 +182,7 @@ class MassGrid:
 class _GridPoints:
     """The grid points solved so far for one ``(k, drafted tokens)``: ``θ``, ``H*`` and ``dθ/dA`` in arrays grown
     by doubling; ``slot[c·(G+1) + j]`` the row of context ``c`` at ``A = j/G`` (−1 before it is solved). Row −1 is
-    a sentinel (never read as a neighbour: ``has_lo`` tests the slot)."""
+    a sentinel (never read as a neighbour: the start tests the slot)."""
 
     def __init__(self, contexts: int, size: int) -> None:
         self.slot = np.full(contexts * (GRID_STEPS + 1), -1, dtype=np.int32)
@@ -208,11 +218,12 @@ def _slopes(p: np.ndarray, q: np.ndarray, k: int, inner: np.ndarray, theta: np.n
 
 
 def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray, problem: np.ndarray,
-               grid: MassGrid | None = None) -> tuple[np.ndarray, np.ndarray]:
+               grid: MassGrid | None = None, scale: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """GR at one LV node for a batch of trials: the transformed draft rows ``p`` ``[m, V+1]`` and target rows
     ``q`` (:func:`simulator.verifiers.layer.score_nodes`), the drafted candidates ``[m, k]`` and ``problem``
     ``[m, 2]``, the row id and ``A_t`` (equal rows for equal ``problem``). With ``grid`` (rows per context: the
-    row id is the context's), Newton starts from the grid's guess. Returns, per candidate position, GR's
+    row id is the context's), Newton starts from the grid's guess at the contexts ``scale`` makes worth a grid
+    (:meth:`MassGrid.guess`). Returns, per candidate position, GR's
     acceptance of its token given the tuple (``f(X → x)/P(X)``; 0 for a token GR does not route to) and the
     outgoing flow ``Σ_X f(X → x)`` ``[m, V+1]``."""
     count, k = cands.shape
@@ -223,7 +234,7 @@ def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray, problem: np.ndar
     unique, inverse = distinct_rows(problem)
     # With one candidate a row holds one token, and Newton's cold start (gr_solver._first_guess) is the solution.
     warm = grid is not None and k > 1
-    guess = grid.guess(k, drafted, problem[unique, 0].astype(np.int64), problem[unique, 1]) if warm else None
+    guess = grid.guess(k, drafted, problem[unique, 0].astype(np.int64), problem[unique, 1], scale) if warm else None
     theta, *solved = _solve(p[unique][:, drafted], q[unique][:, drafted], k, guess)
     weights, inner, outflow, factor = (np.zeros((len(unique), p.shape[1]), dtype=a.dtype)
                                        for a in (theta, *solved))

@@ -63,7 +63,7 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
             cands = xp.concat([batch.tokens[at[:, None], xp.asarray(kids, device=batch.device)[None, :]]
                                for _, at, kids in group])  # [m, k]
             problem = xp.stack([xp.astype(ids, dtype), a], axis=1)  # equal (context, A_t): equal rows
-            total_accept, outflow = _node_acceptance(batch, rule, p_ext, q_ext, cands, problem)
+            total_accept, outflow = _node_acceptance(batch, rule, p_ext, q_ext, cands, problem, len(group))
             same = cands[:, :, None] == cands[:, None, :]
             share = lam[:, None] * total_accept / xp.astype(xp.sum(xp.astype(same, xp.int64), axis=2), dtype)
             start = 0
@@ -108,11 +108,13 @@ def _backward(batch: Batch, scores: Any, flows: Any, outgoing: Any) -> tuple[Any
     return node, y
 
 
-def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any, problem: Any) -> tuple[Any, Any]:
+def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any, problem: Any,
+                     nodes: int) -> tuple[Any, Any]:
     """Per candidate position the rule's acceptance of its token (summed over the positions holding it, as
     ``token_acceptance``'s dictionary: first occurrence, then in order) ``[m, k]``, and the outgoing flow
     ``[m, V+1]``, at transformed rows ``p``, ``q`` ``[m, V+1]``; rows with equal ``problem`` rows (``[m, 2]``:
-    context id and ``A_t``) are equal."""
+    context id and ``A_t``) are equal. ``nodes``: the tree's nodes these rows come from (each trial brings one
+    problem a node)."""
     xp = batch.xp
     k = cands.shape[1]
     if rule == "opt" or (rule == "gr" and batch.rows.exact_order):
@@ -120,7 +122,7 @@ def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any, proble
     if rule == "gr":
         accept, out = lv_gr_node(*(np.asarray(to_device(a, "cpu"), dtype=float) for a in (p, q)),
                                  np.asarray(to_device(cands, "cpu")), np.asarray(to_device(problem, "cpu"), dtype=float),
-                                 batch.rows.mass_grid)
+                                 batch.rows.mass_grid, (batch.trials or 0) * nodes)
         return (xp.asarray(accept, dtype=p.dtype, device=batch.device),
                 xp.asarray(out, dtype=p.dtype, device=batch.device))
     rho = _distinct_kseq_rho(p, q, k, problem) if rule == "kseq" else None
