@@ -45,14 +45,15 @@ from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
 
-def rates(name: str, structure: str, rows: ContextRows, batch: int, reference: int) -> dict:
-    """Trials per second of the batched path (after a 1,000-trial warm-up) and of the reference path."""
+def rates(name: str, structure: str, rows: ContextRows, batch: int, reference: int, run: int) -> dict:
+    """Trials per second of the batched path (after a 1,000-trial warm-up), as batches of a run of ``run`` trials
+    per seed, and of the reference path."""
     model, topology = SyntheticModel(15, 0.5, 1.0, 1.0, seed=0), make_topology(structure, 4, 2)
     out = {}
     if has_batched_path(name, "iid", 15, topology):
-        batched_rounds(model, topology, "iid", name, 0, np.arange(1000), rows)
+        batched_rounds(model, topology, "iid", name, 0, np.arange(1000), rows, run)
         start = time.perf_counter()
-        batched_rounds(model, topology, "iid", name, 0, np.arange(batch), rows)
+        batched_rounds(model, topology, "iid", name, 0, np.arange(batch), rows, run)
         out["batched_trials_per_s"] = batch / (time.perf_counter() - start)
     start = time.perf_counter()
     run_trials(model, FixedShape(topology), VERIFIERS[name].fn, 0, range(reference))
@@ -60,10 +61,12 @@ def rates(name: str, structure: str, rows: ContextRows, batch: int, reference: i
     return out
 
 
-def lv_gr_breakdown(structure: str, trials: int) -> dict:
-    """Where batched ``lv-gr`` spends its time on ``structure``: GR instances solved (after identical ones are
-    merged), Newton's flow evaluations per instance (one per iteration and one to confirm convergence), and the
-    time inside GR's solver."""
+def lv_gr_breakdown(structure: str, trials: int, run: int) -> dict:
+    """Where batched ``lv-gr`` spends its time on ``structure``, for ``trials`` trials of a run of ``run`` per seed:
+    GR instances solved (after identical ones are merged; the mass grid's points among them), Newton's flow
+    evaluations per instance (one per iteration and one to confirm convergence), and the time inside GR's
+    solver. The grid (:class:`~simulator.verifiers.batched.gr_stacks.MassGrid`) is built as the run goes, so a
+    short measurement pays more of it per trial than a whole run does."""
     from simulator.verifiers.batched import gr_stacks as batched_gr
     from simulator.verifiers import gr_solver
 
@@ -86,12 +89,12 @@ def lv_gr_breakdown(structure: str, trials: int) -> dict:
     batched_gr.gr_dual_batch, gr_solver._Stack.flow = timed_solve, counted_evaluate
     try:
         start = time.perf_counter()
-        batched_rounds(model, topology, "iid", "lv-gr", 0, np.arange(trials), rows)
+        batched_rounds(model, topology, "iid", "lv-gr", 0, np.arange(trials), rows, run)
         total = time.perf_counter() - start
     finally:
         batched_gr.gr_dual_batch, gr_solver._Stack.flow = solve, evaluate
-    return {"structure": structure, "trials": trials, "total_s": total,
-            "problems_per_trial": count["problems"] / trials,
+    return {"structure": structure, "trials": trials, "run": run, "total_s": total,
+            "problems_per_trial": count["problems"] / trials, "grid_points_per_trial": rows.mass_grid.solved / trials,
             "evaluations_per_problem": count["evaluations"] / count["problems"],
             "solver_share": count["solver_s"] / total, "us_per_problem": 1e6 * count["solver_s"] / count["problems"]}
 
@@ -133,8 +136,13 @@ TRIED = (
     "prefix is shared; two sort keys and an exact comparison of neighbours find the same problems (multi-chain "
     "3.9×, tapered 1.6×, complete 1.16×; the records unchanged). "
     "What is left is the problem count, fixed by the algorithm (every node of every trial below "
-    "depth 1 brings its own A_t), times about five Newton iterations of a few dozen array operations each on "
-    "15 × 15 systems and 120 tuple rows (575 at b = 3).")
+    "depth 1 brings its own A_t), times Newton's iterations of a few dozen array operations each on "
+    "15 × 15 systems and 120 tuple rows (575 at b = 3). Issue 18 (stop 32): warm starts again, from a grid "
+    "linear in A_t (steps of 1/64) with each point's slope dθ/dA (cubic Hermite between two neighbours that "
+    "have the problem's H*, the tangent of one): 5.7 → 2.6 flow evaluations per problem on the complete tree; "
+    "the grid is used only where the run brings at least 256 problems to a context, since a context's grid "
+    "costs up to 65 cold solves (on the tapered tree at 10^5 trials, a grid everywhere made the cell 1.5× "
+    "slower).")
 
 
 def main() -> None:
@@ -162,10 +170,10 @@ def main() -> None:
             seed_s *= cell.trials / args.trials
         result = {"verifier": cell.verifier, "structure": cell.topology, "seed_s": seed_s,
                   "table1_cell_s": PAPER_SEEDS * seed_s,
-                  **rates(cell.verifier, cell.topology, rows, args.batch, args.reference)}
+                  **rates(cell.verifier, cell.topology, rows, args.batch, args.reference, cell.trials)}
         results.append(result)
         print(json.dumps(result), file=sys.stderr)
-    breakdown = [lv_gr_breakdown(structure, 4000) for structure in ("multi-chain", "tapered", "complete")]
+    breakdown = [lv_gr_breakdown(structure, 20_000, cells[0].trials) for structure in ("multi-chain", "tapered", "complete")]
     setup_total = PAPER_SEEDS * setup  # every worker builds each seed's rows once: jobs × this over jobs cores
     total = setup_total + sum(r["table1_cell_s"] for r in results) / args.jobs
     without = setup_total + sum(r["table1_cell_s"] for r in results if r["verifier"] != "lv-gr") / args.jobs
@@ -194,11 +202,15 @@ def main() -> None:
               "drafted above it: apart from the root and depth 1 (shared by many trials) every node of every "
               "trial is a GR problem of its own, a convex dual over the V = 15 drafted tokens' logits solved by "
               "projected Newton.", "",
-              "| structure | trials | GR problems per trial | flow evaluations per problem | µs per problem | "
-              "share of time in GR's solver |", "|---|---|---|---|---|---|"]
+              "Newton starts from a grid of masses per context where the run visits the context often "
+              "(docs/engines.md); the grid is built as the run goes, so these first trials of a run of 10^6 pay "
+              "more of it than the whole run does.", "",
+              "| structure | trials | GR problems per trial | of which grid points | flow evaluations per problem | "
+              "µs per problem | share of time in GR's solver |", "|---|---|---|---|---|---|---|"]
     for b in breakdown:
         lines.append(f"| {b['structure']} | {b['trials']:,} | {b['problems_per_trial']:.2f} | "
-                     f"{b['evaluations_per_problem']:.2f} | {b['us_per_problem']:.0f} | {b['solver_share']:.0%} |")
+                     f"{b['grid_points_per_trial']:.2f} | {b['evaluations_per_problem']:.2f} | "
+                     f"{b['us_per_problem']:.0f} | {b['solver_share']:.0%} |")
     lines += ["", TRIED, ""]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines))

@@ -140,6 +140,11 @@ class MassGrid:
         self.p, self.q, self.reach = p, q, reach
         self._points: dict[tuple[int, tuple[int, ...]], _GridPoints] = {}
 
+    @property
+    def solved(self) -> int:
+        """Grid points solved so far (every ``k`` and token set)."""
+        return sum(points.count for points in self._points.values())
+
     def guess(self, k: int, drafted: np.ndarray, ids: np.ndarray, mass: np.ndarray,
               scale: float) -> Callable[[np.ndarray], np.ndarray]:
         """The start for the problems of contexts ``ids`` at masses ``mass`` ``[M]`` on the tokens ``drafted``, as
