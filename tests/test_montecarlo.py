@@ -206,8 +206,9 @@ def test_lv_gr_warm_starts_give_grs_solution_to_the_solvers_tolerance_and_do_not
     """Layer Verification's GR problems start Newton from a grid of masses per context (MassGrid). The solution must
     be GR's to the solver's tolerance: flows within 1e-11 of the cold start's (the tolerance is 1e-12 per token,
     in flow units) — the control, Newton stopped at a loose tolerance, leaves the same comparison failing. On a
-    grid mass, the start is the grid point's own cold solution: bit for bit the cold result. And a problem's
-    numbers do not depend on what else is in the batch or was solved before (a fresh grid, a shared one)."""
+    grid mass, the start is the grid point's own cold solution: bit for bit the cold result. A problem's numbers
+    do not depend on what else is in the batch or was solved before (a fresh grid, a shared one), and a run too
+    small for a grid starts cold wherever it is, solving no grid point."""
     from simulator.verifiers import gr_solver
     from simulator.verifiers.batched.gr_stacks import GRID_STEPS, MassGrid, lv_gr_node
     rows = ContextRows(SyntheticModel(6, rho=0.4, seed=k), 3)
@@ -233,6 +234,12 @@ def test_lv_gr_warm_starts_give_grs_solution_to_the_solvers_tolerance_and_do_not
         for grid in (MassGrid(rows.p, rows.q, rows.reach()), shared):
             part = solve(grid, at)
             assert np.array_equal(part[0], warm[0][at]) and np.array_equal(part[1], warm[1][at])
+    # A run too small for any grid solves nothing and starts cold, even where another run left grid points.
+    small = lv_gr_node(p, q, cands, problem, shared, 0.0)
+    assert all(np.array_equal(a, b) for a, b in zip(small, cold)) and shared.solved > 0
+    fresh = MassGrid(rows.p, rows.q, rows.reach())
+    lv_gr_node(p, q, cands, problem, fresh, 0.0)
+    assert fresh.solved == 0
     on_grid = rng.integers(1, GRID_STEPS + 1, 200) / GRID_STEPS
     p, q, cands, problem = _lv_gr_nodes(rows, rng, k, 200, on_grid)
     for cold_part, warm_part in zip(solve(None), solve(MassGrid(rows.p, rows.q, rows.reach()))):
