@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from scipy.optimize import linprog
+import scipy  # its submodules load on first use: scipy.optimize costs a second at every CLI start
 
 from simulator.drafting import FixedShape, draft_tree
 from simulator.errors import InvalidParameterError
@@ -156,7 +156,7 @@ def lp_value(p, q, k: int, law: str) -> float:
     for x in range(len(q)):
         a_ub.append([1.0 if e[1] == x else 0.0 for e in edges])
         b_ub.append(float(q[x]))
-    result = linprog(-np.ones(len(edges)), A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=(0, None),
+    result = scipy.optimize.linprog(-np.ones(len(edges)), A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=(0, None),
                      method="highs")
     return -result.fun
 

@@ -1,4 +1,4 @@
-"""Exact certification batteries: every lossless verifier on 200 random rational instances, every negative
+"""Exact certification batteries: every lossless verifier on 100 random rational instances, every negative
 control flagged, float64 against Fraction, and the engine's target law against a brute-force one."""
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ CONTROLS = [name for name, spec in VERIFIERS.items() if spec.is_control]
 
 
 @pytest.mark.parametrize("name", LOSSLESS)
-def test_lossless_verifier_certifies_tvd_exactly_zero_on_200_instances(name):
+def test_lossless_verifier_certifies_tvd_exactly_zero_on_100_instances(name):
+    # 100 instances: enough for every coverage assertion below, for every rule (zeros: 85 to 91 of them)
     spec = VERIFIERS[name]
-    instances = list(random_instances(spec, 200, seed=2024))
+    instances = list(random_instances(spec, 100, seed=2024))
     shapes, schemes, zeros = collections.Counter(), collections.Counter(), 0
     for inst in instances:
         cert = certify(inst.model, inst.drafter, name)

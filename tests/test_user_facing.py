@@ -34,6 +34,21 @@ def broken(tree, p, q, rng):
 '''
 
 
+# ---- start-up ------------------------------------------------------------------------------------------------
+HEAVY = ("scipy.stats", "scipy.optimize", "scipy.special", "sympy", "networkx", "torch", "matplotlib", "dask")
+
+
+def test_the_command_line_starts_without_the_heavy_libraries():
+    # Every command pays for what the CLI imports at start (scipy.stats, scipy.optimize and sympy took 3 of its
+    # 4.7 s before they moved into the functions that use them); `specproof certify` needs none of them.
+    import subprocess
+    import sys
+    code = ("import sys; import simulator.cli.main; "
+            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert loaded.stdout.strip() == ""
+
+
 # ---- exit codes --------------------------------------------------------------------------------------------
 def test_a_verifier_that_raises_exits_2_with_type_message_and_source_line(tmp_path):
     (tmp_path / "plug.py").write_text(RAISING)

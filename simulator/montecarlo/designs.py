@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
-from scipy import stats
+import scipy  # its submodules load on first use: scipy.stats and scipy.optimize cost seconds at every CLI start
 
 from simulator.montecarlo.engine import ALPHA, tested_prefix
 
@@ -76,7 +76,7 @@ def serving_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, n
     ours, theirs = _marginals(law, vocab, length).ravel(), _marginals(target, vocab, length).ravel()
     high_count = np.floor(n * (theirs + tolerance) + 1e-9)
     low_count = np.ceil(n * (theirs - tolerance) - 1e-9)
-    cell_pass = stats.binom.cdf(high_count, n, ours) - stats.binom.cdf(low_count - 1, n, ours)
+    cell_pass = scipy.stats.binom.cdf(high_count, n, ours) - scipy.stats.binom.cdf(low_count - 1, n, ours)
     cell_pass = np.clip(cell_pass, 0.0, 1.0)  # a difference of two CDFs may round a hair below 0 or above 1
     return Interval(max(0.0, 1.0 - float((1.0 - cell_pass).sum())), float(cell_pass.min()))
 
@@ -89,7 +89,7 @@ def _abs_deviation_moments(n: int, prob: float, center: float) -> tuple[float, f
     sd = np.sqrt(n * prob * (1 - prob))
     lo, hi = max(0, int(n * prob - 12 * sd) - 1), min(n, int(n * prob + 12 * sd) + 2)
     k = np.arange(lo, hi + 1)
-    pmf = stats.binom.pmf(k, n, prob)
+    pmf = scipy.stats.binom.pmf(k, n, prob)
     dev = np.abs(k / n - center)
     mean = float((pmf * dev).sum())
     return mean, max(float((pmf * dev**2).sum()) - mean**2, 0.0)
@@ -109,7 +109,7 @@ def tvd_baseline_pass(law: np.ndarray, target: np.ndarray, n: int = LV_SAMPLES,
     shift = mean_v - mean_b
     if sd == 0:
         return float(abs(shift) < tolerance)
-    return float(stats.norm.cdf((tolerance - shift) / sd) - stats.norm.cdf((-tolerance - shift) / sd))
+    return float(scipy.stats.norm.cdf((tolerance - shift) / sd) - scipy.stats.norm.cdf((-tolerance - shift) / sd))
 
 
 def chi_square_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, n: int = CHI_SAMPLES,
@@ -130,10 +130,10 @@ def chi_square_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int
         return 0.0
     pooled_p = pooled_p / pooled_p.sum()  # given no impossible sample
     df = max(len(pooled_q) - 1, 1)
-    crit = stats.chi2.isf(alpha, df)
+    crit = scipy.stats.chi2.isf(alpha, df)
     noncentrality = n * float(((pooled_p - pooled_q) ** 2 / pooled_q).sum())
-    return no_impossible * float(stats.ncx2.cdf(crit, df, noncentrality) if noncentrality > 0
-                                 else stats.chi2.cdf(crit, df))
+    return no_impossible * float(scipy.stats.ncx2.cdf(crit, df, noncentrality) if noncentrality > 0
+                                 else scipy.stats.chi2.cdf(crit, df))
 
 
 def simulated_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, replications: int,

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
+import scipy  # its submodules load on first use: scipy.stats and scipy.optimize cost seconds at every CLI start
 
 from simulator.errors import InvalidParameterError
 
@@ -20,7 +20,7 @@ from simulator.errors import InvalidParameterError
 def power_lower_bound(samples: int, cells: int, tvd: float, alpha: float) -> float:
     """The chi-square test's power against any alternative at ``tvd`` from the null, ``N`` samples."""
     df = cells - 1
-    return float(stats.ncx2.sf(stats.chi2.isf(alpha, df), df, 4 * samples * tvd**2))
+    return float(scipy.stats.ncx2.sf(scipy.stats.chi2.isf(alpha, df), df, 4 * samples * tvd**2))
 
 
 def detectable_tvd(samples: int, cells: int, alpha: float, power: float) -> float:
@@ -28,7 +28,7 @@ def detectable_tvd(samples: int, cells: int, alpha: float, power: float) -> floa
     reaches it)."""
     if cells < 2 or power_lower_bound(samples, cells, 1.0, alpha) < power:
         return math.inf
-    return float(optimize.brentq(lambda d: power_lower_bound(samples, cells, d, alpha) - power, 1e-9, 1.0))
+    return float(scipy.optimize.brentq(lambda d: power_lower_bound(samples, cells, d, alpha) - power, 1e-9, 1.0))
 
 
 def sample_size(cells: int, tvd: float, alpha: float, power: float) -> int:
@@ -68,7 +68,7 @@ def chi_square(observed: np.ndarray, expected_prob: np.ndarray, alpha: float, mi
     obs, exp = obs[keep], exp[keep]
     statistic = float(((obs - exp) ** 2 / exp).sum())
     df = max(len(exp) - 1, 1)
-    return ChiSquare(statistic, len(exp), float(stats.chi2.sf(statistic, df)), alpha, impossible)
+    return ChiSquare(statistic, len(exp), float(scipy.stats.chi2.sf(statistic, df)), alpha, impossible)
 
 
 def expected_sample_tvd(table: np.ndarray, n: int) -> float:
@@ -77,7 +77,7 @@ def expected_sample_tvd(table: np.ndarray, n: int) -> float:
     ``E|X − nq| = 2 (m+1)(1−q) P(X = m+1)``, ``m = ⌊nq⌋``."""
     q = table[table > 0]
     m = np.floor(n * q)
-    mad = 2 * (m + 1) * (1 - q) * stats.binom.pmf(m + 1, n, q)
+    mad = 2 * (m + 1) * (1 - q) * scipy.stats.binom.pmf(m + 1, n, q)
     return float(0.5 * mad.sum() / n)
 
 

@@ -36,8 +36,6 @@ from fractions import Fraction
 from functools import reduce
 from typing import Sequence
 
-import networkx as nx
-from networkx.algorithms.flow import edmonds_karp
 import numpy as np
 
 from ..errors import InvalidParameterError
@@ -145,6 +143,9 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     iteration order does not depend on Python's string hashing. Its choices follow which residual capacities
     are positive and their minima, so a float instance takes the path its exact twin takes wherever no
     rounding-level residual appears, and such a residual carries a rounding-level flow."""
+    import networkx as nx  # here: only this rule needs it, and it costs every CLI start 0.2 s otherwise
+    from networkx.algorithms.flow import edmonds_karp
+
     exact = isinstance(p[0], Fraction)
     laws = tuple_law(p, k, law)
     caps = {tup: Fraction(pr) for tup, pr in laws.items()}

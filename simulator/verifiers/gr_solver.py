@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
+import scipy  # its submodules load on first use: scipy.optimize costs a second at every CLI start
 
 GR_BOUND = 30.0
 GR_NEWTON_TOLERANCE = 1e-12  # sup norm of the projected gradient (flow units) at which Newton stops
@@ -307,7 +307,7 @@ def _lbfgsb_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: n
         return value, grad
 
     bounds = [(-GR_BOUND, float(u)) for u in upper]
-    result = minimize(objective, np.zeros(len(q)), jac=True, method="L-BFGS-B", bounds=bounds,
+    result = scipy.optimize.minimize(objective, np.zeros(len(q)), jac=True, method="L-BFGS-B", bounds=bounds,
                       options={"gtol": 1e-13, "ftol": 1e-15, "maxiter": 20000})
     return result.x
 

@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.special import erf
+import scipy  # scipy.special loads on first use (not at every CLI start)
 
 from ...array_ops import categorical, positive_residual, ratio, row_sum, take_rows
 from ..rules import GR, OPT
@@ -180,4 +180,4 @@ def _printed_dyspec(xp: Any, num: Any, den: Any) -> Any:
 
 def _erf(x: Any) -> Any:
     """The error function, which the array API lacks: scipy's on numpy, the tensor's own elsewhere."""
-    return erf(x) if isinstance(x, np.ndarray) else x.erf()
+    return scipy.special.erf(x) if isinstance(x, np.ndarray) else x.erf()
