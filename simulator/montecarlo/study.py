@@ -133,6 +133,7 @@ def compute_seed(cell: Cell, seed: int, device: str | None = None) -> dict:
     record keeps the wall time of its Monte Carlo (``seconds``, set-up shared with earlier cells of the same model
     aside) and, for token verification, the exact ``E[τ]`` (``exact_accept_len``). ``device``: the batched rounds
     on that torch device (the same numbers)."""
+    import scipy.optimize, scipy.special, scipy.stats  # noqa: E401,F401  loaded on first use: not in the timed record
     start = time.perf_counter()
     shape = make_topology(cell.topology, cell.depth, cell.branching)
     rows = _rows(*model_key(cell, seed))
