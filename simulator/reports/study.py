@@ -507,6 +507,7 @@ def exact_crosscheck_markdown(trials: int = 20_000, seeds: int = 2) -> tuple[str
     head = ["## Monte Carlo against the exact engine", "",
             f"Every Table 1 method on its structures at V=3, H=2, b=2 (where the exact engine reaches: every "
             f"draft tree and choice enumerated, or the rule's exact recursion), {trials:,} trials per seed: the "
-            f"Monte Carlo mean against the exact E[τ], in standard errors. Largest |z| over {len(data)} comparisons: {worst:.2f} (|z| > 4 would fail).", "",
+            f"Monte Carlo mean against the exact E[τ], in standard errors. Largest |z| over {len(data)} "
+            f"comparisons: {worst:.2f} (|z| > 4 would fail).", "",
             "| method | structure | seed | exact E[τ] | Monte Carlo | z |", "|---|---|---|---|---|---|"]
     return "\n".join(head + lines) + "\n", data
