@@ -156,8 +156,8 @@ def lp_value(p, q, k: int, law: str) -> float:
     for x in range(len(q)):
         a_ub.append([1.0 if e[1] == x else 0.0 for e in edges])
         b_ub.append(float(q[x]))
-    result = scipy.optimize.linprog(-np.ones(len(edges)), A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=(0, None),
-                     method="highs")
+    result = scipy.optimize.linprog(-np.ones(len(edges)), A_ub=np.array(a_ub), b_ub=np.array(b_ub),
+                                    bounds=(0, None), method="highs")
     return -result.fun
 
 

@@ -308,7 +308,7 @@ def _lbfgsb_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: n
 
     bounds = [(-GR_BOUND, float(u)) for u in upper]
     result = scipy.optimize.minimize(objective, np.zeros(len(q)), jac=True, method="L-BFGS-B", bounds=bounds,
-                      options={"gtol": 1e-13, "ftol": 1e-15, "maxiter": 20000})
+                                     options={"gtol": 1e-13, "ftol": 1e-15, "maxiter": 20000})
     return result.x
 
 
