@@ -213,7 +213,7 @@ def test_gbv_selected_law_when_the_path_mass_is_below_the_last_bit():
     next token follows ``p``. The reference and the batched kernel (numpy and torch) both give that."""
     import numpy as np
     from simulator.verifiers.multipath import selected_law
-    from simulator.verifiers.batched.frame import Batch, DenseRows, ReplayStream, TreeShape
+    from simulator.verifiers.batched.frame import Batch, DenseRows, GivenDraft, ReplayStream, TreeShape
     from simulator.verifiers.batched.multipath import gbv
     p_root, p_next = [0.5, 0.5, 1e-18], [0.25, 0.25, 0.5]
     q_row = [0.25, 0.25, 0.5]
@@ -229,5 +229,5 @@ def test_gbv_selected_law_when_the_path_mass_is_below_the_last_bit():
     shape = TreeShape(tuple(parents), np, None)
     uniforms = np.full((1, 8), 0.3)
     dense = DenseRows(*rows)
-    node, y = gbv(Batch(shape, np.array([[0, 2, 0, 1, 1]]), dense.ids(), dense, ReplayStream(uniforms)))
+    node, y = gbv(Batch(shape, GivenDraft(np.array([[0, 2, 0, 1, 1]]), dense.ids()), dense, ReplayStream(uniforms)))
     assert (int(node[0]), int(y[0])) == VERIFIERS["gbv"].fn(tree, p, q, ReplayRandomness([0.3] * 8))

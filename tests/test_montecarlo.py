@@ -107,6 +107,42 @@ def test_batched_gr_solves_lazily_where_a_dense_table_would_not_fit():
     assert np.array_equal(batched[0], accepted) and np.array_equal(batched[1], encode(sequences, 9))
 
 
+def test_the_draft_drawn_on_demand_is_the_reference_draft_and_token_verification_reads_only_its_path():
+    """Monte Carlo's draft draws a token when a kernel first reads it (:class:`IidDraft`). Every token read,
+    lazily or with the whole tree, is the reference drafter's on the same counter stream; token verification
+    (RRS on complete(b = 2, H = 3): 14 draft tokens) draws only the children of the nodes on its path, at most
+    ``2·H`` per trial, and still returns the reference's outcome of every trial."""
+    from simulator.models import ModelView
+    from simulator.montecarlo.batched import IidDraft
+    from simulator.verifiers.batched.frame import Batch, CounterStream, TreeShape
+    model, topology, trials = SyntheticModel(4, rho=0.3, seed=1), make_topology("complete", 3, 2), 400
+    rows = ContextRows(model, topology.height)
+    drawn, sample = [], rows.sample
+
+    def counted(which, ids, u):
+        drawn.extend(ids.tolist() if which == "p" else ())
+        return sample(which, ids, u)
+
+    rows.sample = counted
+    stream = CounterStream(5, np.arange(trials))
+    draft = IidDraft(topology.parents, rows, stream)
+    shape = TreeShape(topology.parents, np, None)
+    node, y = VERIFIERS["tv-rrs"].kernel.run(Batch(shape, draft, rows, stream))
+    assert 0 < len(drawn) <= 2 * topology.height * trials < 14 * trials
+    view = ModelView(model, "float")
+    reference = [FixedShape(topology).draft(view, CounterRandomness(5, t)).tree for t in range(trials)]
+    for t in range(trials):  # the path the kernel walked, and its tokens
+        path = [int(node[t])]
+        while path[-1]:
+            path.append(topology.parents[path[-1]])
+        for v in path[:-1]:
+            assert draft._ids[v, t] == draft._ids[topology.parents[v], t] * 4 + reference[t].tokens[v] + 1
+    whole = IidDraft(topology.parents, rows, CounterStream(5, np.arange(trials)))
+    assert [list(map(int, row[1:])) for row in whole.tokens] == [list(r.tokens[1:]) for r in reference]
+    accepted, sequences = run_trials(model, FixedShape(topology), VERIFIERS["tv-rrs"].fn, 5, range(trials))
+    assert np.array_equal(shape.depths[node], accepted)
+
+
 @pytest.mark.parametrize("name", ["tv-rrs", "lv-gr"])
 def test_batched_path_does_not_depend_on_batch_size(name):
     model, topology = SyntheticModel(5, seed=2), make_topology("complete", 3, 2)

@@ -39,23 +39,70 @@ def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | 
             and (topology is None or topology.name in spec.shapes))
 
 
-def _draft_iid(parents: tuple[int, ...], rows: ContextRows | DeviceRows, stream: CounterStream):
-    """Tokens and context ids ``[B, n]`` of every node (``simulator.drafting`` order: node ``v`` reads its trial's
-    uniform ``v − 1``), a depth at a time: one draw for all the depth's nodes of all trials. Built node-major
-    (``[n, B]``: a depth's parents are whole rows) and handed over as the transposed view."""
-    xp = array_namespace(stream.pos)
-    batch, n = stream.pos.shape[0], len(parents)
-    on = stream.pos.device
-    uniforms = stream.take_all(n - 1)  # [n − 1, B]
-    tokens = xp.zeros((n, batch), dtype=xp.int64, device=on)
-    ctx = xp.zeros((n, batch), dtype=xp.int64, device=on)
-    for level in node_levels(parents)[1:]:
-        start, end = level[0], level[-1] + 1  # BFS: a depth is a run of node ids
-        above = ctx[xp.asarray([parents[v] for v in level], dtype=xp.int64, device=on)]  # [L, B]
-        drawn = rows.sample("p", xp.reshape(above, (-1,)), xp.reshape(uniforms[start - 1: end - 1], (-1,)))
-        tokens[start:end] = xp.reshape(drawn, above.shape)
-        ctx[start:end] = above * rows.vocab + tokens[start:end] + 1
-    return tokens.T, ctx.T
+class IidDraft:
+    """Every trial's i.i.d. draft (``simulator.drafting`` order: node ``v`` reads its trial's uniform ``v − 1``),
+    each token drawn when a kernel first reads it (:class:`~simulator.verifiers.batched.frame.DraftSource`).
+
+    The counter streams make this exact: a node's uniform is a function of its position, so a token drawn late,
+    or never, changes no other draw, and the kernel's own draws start past the draft's ``n − 1`` uniforms as
+    before. Token verification reads only the children of the nodes on its path (at most 8 of complete(b = 2,
+    H = 4)'s 30 draft tokens), and the rest of the tree is never drawn. A kernel that reads every node
+    (:attr:`tokens`, :attr:`ids`) has the whole tree drawn a depth at a time, one draw for all the depth's nodes
+    of all trials. Row ids are context ids (:class:`~simulator.montecarlo.context_rows.ContextRows`): the child
+    of id ``i`` by token ``x`` is ``i·V + x + 1``. Arrays are node-major (``[n, B]``: a depth's parents are whole
+    rows), handed over as transposed views."""
+
+    def __init__(self, parents: tuple[int, ...], rows: ContextRows | DeviceRows, stream: CounterStream) -> None:
+        xp = self.xp = array_namespace(stream.pos)
+        self.parents, self.rows, self.stream = parents, rows, stream
+        self.size, n = stream.pos.shape[0], len(parents)
+        self.start = stream.skip(n - 1)  # node v's uniform is at start + v − 1
+        on = stream.pos.device
+        self.parent = xp.asarray([max(0, u) for u in parents], dtype=xp.int64, device=on)
+        self._tokens = xp.zeros((n, self.size), dtype=xp.int64, device=on)
+        self._ids = xp.zeros((n, self.size), dtype=xp.int64, device=on)  # the root's context id is 0
+        self._whole = False  # every node drawn
+
+    def node_ids(self, trees, nodes):
+        return self._ids[nodes, trees]
+
+    def read(self, trees, nodes):
+        above = self._ids[self.parent[nodes], trees]
+        drawn = self.rows.sample("p", above, self.stream.at(trees, self.start[trees] + nodes - 1))
+        self._ids[nodes, trees] = above * self.rows.vocab + drawn + 1  # the token itself: only :meth:`_draw_all`
+        return drawn
+
+    def children(self, trees, kids):
+        xp = self.xp
+        row, col = xp.nonzero(kids >= 0)
+        out = xp.zeros(kids.shape, dtype=xp.int64, device=self.stream.pos.device)
+        out[row, col] = self.read(trees[row], kids[row, col])
+        return out
+
+    @property
+    def tokens(self):
+        self._draw_all()
+        return self._tokens.T
+
+    @property
+    def ids(self):
+        self._draw_all()
+        return self._ids.T
+
+    def _draw_all(self) -> None:
+        """Draws every node, a depth at a time (once; a node drawn before is drawn again, to the same token)."""
+        if self._whole:
+            return
+        self._whole = True
+        xp, on, everyone = self.xp, self.stream.pos.device, slice(None)
+        for level in node_levels(self.parents)[1:]:
+            start, end = level[0], level[-1] + 1  # BFS: a depth is a run of node ids
+            steps = xp.arange(start - 1, end - 1, dtype=xp.int64, device=on)
+            uniforms = self.stream.at(everyone, self.start[None, :] + steps[:, None])  # [L, B]
+            above = self._ids[self.parent[start:end]]  # [L, B]
+            drawn = self.rows.sample("p", xp.reshape(above, (-1,)), xp.reshape(uniforms, (-1,)))
+            self._tokens[start:end] = xp.reshape(drawn, above.shape)
+            self._ids[start:end] = above * self.rows.vocab + self._tokens[start:end] + 1
 
 
 def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: str, seed: int,
@@ -72,12 +119,12 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
     xp = array_namespace(rows.q)
     trials = xp.asarray(np.asarray(trials, dtype=np.int64), device=rows.q.device)
     stream = CounterStream(seed, trials)
-    tokens, ctx = _draft_iid(topology.parents, rows, stream)
+    draft = IidDraft(topology.parents, rows, stream)
     shape = TreeShape(topology.parents, xp, rows.q.device)
-    node, y = VERIFIERS[name].kernel.run(Batch(shape, tokens, ctx, rows, stream, run_trials))
+    node, y = VERIFIERS[name].kernel.run(Batch(shape, draft, rows, stream, run_trials))
     accepted_len = shape.depths[node]
     # Completion with the target up to H+1 tokens, from the id of path + (y,), of length τ+1.
-    ids = ctx[xp.arange(node.shape[0], device=rows.q.device), node] * vocab + y + 1
+    ids = draft.node_ids(xp.arange(node.shape[0], device=rows.q.device), node) * vocab + y + 1
     length = accepted_len + 1
     for _ in range(height):
         grow = xp.nonzero(length < height + 1)[0]

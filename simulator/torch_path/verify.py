@@ -32,7 +32,7 @@ from array_api_compat import array_namespace, device
 from simulator.errors import InvalidParameterError
 from simulator.trees import check_parents
 from simulator.verifiers import VERIFIERS
-from simulator.verifiers.batched.frame import Batch, DenseRows, ReplayStream, TreeShape
+from simulator.verifiers.batched.frame import Batch, DenseRows, GivenDraft, ReplayStream, TreeShape
 
 TORCH_VERIFIERS = tuple(name for name, spec in VERIFIERS.items() if spec.kernel is not None)
 FLOW_DEFINED = tuple(name for name in TORCH_VERIFIERS if VERIFIERS[name].kernel.float64)  # solved in float64
@@ -91,6 +91,6 @@ def torch_verify(name: str, parents: Sequence[int], tokens: Any, p: Any, q: Any,
     if spec.kernel.float64 and p.dtype != xp.float64:
         p, q, uniforms = (xp.astype(a, xp.float64) for a in (p, q, uniforms))
     rows = DenseRows(p, q)
-    batch = Batch(TreeShape(parents, xp, device(p)), xp.astype(tokens, xp.int64), rows.ids(), rows,
+    batch = Batch(TreeShape(parents, xp, device(p)), GivenDraft(xp.astype(tokens, xp.int64), rows.ids()), rows,
                   ReplayStream(uniforms))
     return spec.kernel.run(batch)

@@ -54,14 +54,16 @@ class CounterStream:
         self.pos[rows] += 1
         return out
 
-    def take_all(self, count: int) -> Any:
-        """The next ``count`` uniforms of every tree, ``[count, B]`` (row ``j``: what the ``j``-th :meth:`take`
-        would return); every position advances by ``count``."""
-        xp = array_namespace(self.pos)
-        steps = xp.arange(count, dtype=xp.int64, device=device_of(self.pos))
-        out = counter_uniform(self.seed, self.trials[None, :], self.pos[None, :] + steps[:, None])
-        self.pos += count
-        return out
+    def skip(self, count: int) -> Any:
+        """Every tree's position before skipping ``count`` uniforms, ``[B]``: they are read later by :meth:`at`
+        (a draft whose tokens are drawn when first read), the next :meth:`take` reads past them."""
+        start = self.pos
+        self.pos = start + count
+        return start
+
+    def at(self, rows: Any, index: Any) -> Any:
+        """The uniforms at positions ``index`` of the trees ``rows`` (arrays that broadcast); no position moves."""
+        return counter_uniform(self.seed, self.trials[rows], index)
 
 
 class ReplayStream:
@@ -205,14 +207,51 @@ def flow_step_rows(rule: Any, p: Any, q: Any, cands: Any, count: Any) -> tuple[A
             xp.asarray(residual, dtype=p.dtype, device=device_of(p)))
 
 
-@dataclass
-class Batch:
-    """One kernel call's input: ``tokens [B, n]`` (``tokens[:, 0]`` ignored), row ids ``ids [B, n]`` into
-    ``rows``, the tree's shape and the uniform stream."""
+class DraftSource(Protocol):
+    """The drafted trees of a batch: tokens and row ids ``[B, n]`` (``tokens[:, 0]`` ignored), and the same read
+    a few at a time, which a draft drawn on demand (:class:`simulator.montecarlo.batched.IidDraft`) draws only
+    then."""
 
-    shape: TreeShape
     tokens: Any
     ids: Any
+    size: int
+
+    def node_ids(self, trees: Any, nodes: Any) -> Any:
+        """The row id ``[m]`` of node ``nodes[i]`` of tree ``trees[i]``: the root, or a node read before by
+        :meth:`children`."""
+
+    def read(self, trees: Any, nodes: Any) -> Any:
+        """The token ``[m]`` of node ``nodes[i]`` (not the root) of tree ``trees[i]``, whose parent's id was read;
+        its own id can be read after."""
+
+    def children(self, trees: Any, kids: Any) -> Any:
+        """:meth:`read` of the nodes ``kids`` (``[m, W]``, −1 padded: the children of one node of each tree
+        ``trees[i]``), ``[m, W]``; entries at padding are unspecified."""
+
+
+class GivenDraft:
+    """A draft given as arrays ``tokens [B, n]`` and ``ids [B, n]`` (the torch path's trees)."""
+
+    def __init__(self, tokens: Any, ids: Any) -> None:
+        self.tokens, self.ids, self.size = tokens, ids, tokens.shape[0]
+
+    def node_ids(self, trees: Any, nodes: Any) -> Any:
+        return self.ids[trees, nodes]
+
+    def read(self, trees: Any, nodes: Any) -> Any:
+        return self.tokens[trees, nodes]
+
+    def children(self, trees: Any, kids: Any) -> Any:
+        return self.tokens[trees[:, None], array_namespace(kids).where(kids >= 0, kids, 0)]
+
+
+@dataclass
+class Batch:
+    """One kernel call's input: the drafted trees (:class:`DraftSource`, row ids into ``rows``), the tree's shape and
+    the uniform stream."""
+
+    shape: TreeShape
+    draft: DraftSource
     rows: Any
     stream: Any
     #: the run's trials per seed, where known (a configuration value, never the batch's size): a kernel may
@@ -220,17 +259,27 @@ class Batch:
     #: a run visits often (:class:`~simulator.verifiers.batched.gr_stacks.MassGrid`)
     trials: int | None = None
 
+    @property
+    def tokens(self) -> Any:
+        """Every drafted token ``[B, n]`` (a kernel that reads the whole tree)."""
+        return self.draft.tokens
+
+    @property
+    def ids(self) -> Any:
+        """Every node's row id ``[B, n]``."""
+        return self.draft.ids
+
     @cached_property
     def xp(self) -> Any:
-        return array_namespace(self.tokens)
+        return array_namespace(self.shape.kids)
 
     @property
     def device(self) -> Any:
-        return device_of(self.tokens)
+        return device_of(self.shape.kids)
 
     @property
     def size(self) -> int:
-        return self.tokens.shape[0]
+        return self.draft.size
 
     def arange(self, count: int) -> Any:
         return self.xp.arange(count, dtype=self.xp.int64, device=self.device)

@@ -18,9 +18,9 @@ def match(batch: Batch, per_row: bool = False) -> tuple[Any, Any]:
     open_ = batch.arange(batch.size)
     while open_.shape[0]:
         v = node[open_]
-        q = take_rows(rows.q, batch.ids[open_, v])  # [m, V]
+        q = take_rows(rows.q, batch.draft.node_ids(open_, v))  # [m, V]
         kids = shape.kids[v]  # [m, W], −1 padded
-        held = xp.where(kids >= 0, batch.tokens[open_[:, None], xp.where(kids >= 0, kids, 0)], -1)
+        held = xp.where(kids >= 0, batch.draft.children(open_, kids), -1)
         nxt = batch.full(open_.shape[0], -1)
         if per_row:
             tries = xp.maximum(shape.count[v], xp.ones_like(v))

@@ -34,7 +34,7 @@ class KernelRef:
         batch's time); its results are copied out as ordinary tensors, which a caller may update in place."""
         kernel = self.resolve()
         torch = sys.modules.get("torch")
-        if torch is None or not isinstance(batch.tokens, torch.Tensor):
+        if torch is None or not isinstance(batch.shape.kids, torch.Tensor):
             return kernel(batch)
         with torch.inference_mode():
             out = kernel(batch)

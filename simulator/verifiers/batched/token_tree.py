@@ -41,7 +41,7 @@ def tv(batch: Batch, plan: str) -> tuple[Any, Any]:
     open_ = batch.arange(batch.size)
     while open_.shape[0]:
         v = node[open_]
-        ids = batch.ids[open_, v]
+        ids = batch.draft.node_ids(open_, v)
         count = shape.count[v]
         leaf = count == 0
         done = open_[leaf]
@@ -50,15 +50,16 @@ def tv(batch: Batch, plan: str) -> tuple[Any, Any]:
         inner, v, ids, count = open_[~leaf], v[~leaf], ids[~leaf], count[~leaf]
         if inner.shape[0] == 0:
             break
-        cands = batch.tokens[inner[:, None], xp.where(shape.kids[v] >= 0, shape.kids[v], 0)]  # [m, W]
+        kids = shape.kids[v]  # [m, W], −1 padded
         if plan.startswith("flow:"):
+            cands = batch.draft.children(inner, kids)
             weights, emit = rows.flow_step(_FLOW_RULES[plan[5:]], ids, cands, count)
             choice = categorical(weights, stream.take(inner))
             accepted = xp.where(choice < count, choice, xp.full_like(choice, -1))
         elif plan in _NAMED_RESIDUAL:
-            accepted, emit = _named_plan_step(batch, plan, inner, ids, cands, count)
+            accepted, emit = _named_plan_step(batch, plan, inner, ids, kids, count)
         else:
-            accepted, residual = _plan_step(batch, plan, inner, ids, cands, count)
+            accepted, residual = _plan_step(batch, plan, inner, ids, batch.draft.children(inner, kids), count)
             emit = residual_draw(residual)
         moved = accepted >= 0
         node[inner[moved]] = shape.kids[v[moved], accepted[moved]]
@@ -73,21 +74,23 @@ def tv(batch: Batch, plan: str) -> tuple[Any, Any]:
 _NAMED_RESIDUAL = {"sps": "rrs", "rrs": "rrs", "kseq": "kseq", "sps-q": "q", "first": "q"}
 
 
-def _named_plan_step(batch: Batch, plan: str, trees: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
+def _named_plan_step(batch: Batch, plan: str, trees: Any, ids: Any, kids: Any, count: Any) -> tuple[Any, Any]:
     """:func:`_plan_step` for the plans of :data:`_NAMED_RESIDUAL`, reading single entries of the node's rows and
     its residual by name (the same numbers: the row source derives them by the same operations): candidate
-    ``i`` of RRS against ``r_i``, SpS's first against ``q``, K-SEQ's against ``min(1, q/(ρ* p))``."""
+    ``i`` of RRS against ``r_i``, SpS's first against ``q``, K-SEQ's against ``min(1, q/(ρ* p))``. Candidate ``i``
+    is read (``kids [m, W]``, the candidates' nodes) only where the ``i`` before it were rejected: these rules'
+    residuals depend on the candidate count alone, so a draft drawn on demand never draws the rest."""
     xp, rows, stream = batch.xp, batch.rows, batch.stream
     m = trees.shape[0]
     used = xp.minimum(count, xp.ones_like(count)) if plan in _FIRST_ONLY else count
     accepted = batch.full(m, -1)
     open_ = xp.ones(m, dtype=xp.bool, device=batch.device)
     rho = rows.kseq_rho(ids, used) if plan == "kseq" else None
-    for i in range(cands.shape[1]):
+    for i in range(kids.shape[1]):
         at = batch.where_true(open_ & (i < used))
         if at.shape[0] == 0:
             break
-        x = cands[at, i]
+        x = batch.draft.read(trees[at], kids[at, i])
         if plan == "first":
             prob = xp.ones(at.shape, dtype=rows.q.dtype, device=batch.device)
         elif plan == "kseq":
