@@ -112,10 +112,8 @@ def guide_table(running: np.ndarray, buckets: int) -> np.ndarray:
     steps = np.diff(first, axis=1, prepend=0, append=buckets + 1)  # edges per count of running sums ≤ them
     dtype = np.int16 if vocab < 2**15 - 1 else np.int32
     token = np.repeat(np.tile(np.arange(vocab + 1, dtype=dtype), count), steps.reshape(-1)).reshape(count, -1)
-    table = token[:, :-1].copy()
-    unsettled = token[:, :-1] != token[:, 1:]
-    table[unsettled] = -1 - table[unsettled]
-    return table
+    low, high = token[:, :-1], token[:, 1:]
+    return np.where(low != high, -1 - low, low)  # unsettled: −1 − the token at the lower edge
 
 
 def guided_inverse_cdf(running, guide, ctx, u):

