@@ -17,6 +17,8 @@ decision could differ only if a uniform fell that close to its threshold — nev
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from array_api_compat import array_namespace, to_device
 
@@ -45,8 +47,9 @@ class IidDraft:
 
     The counter streams make this exact: a node's uniform is a function of its position, so a token drawn late,
     or never, changes no other draw, and the kernel's own draws start past the draft's ``n − 1`` uniforms as
-    before. Token verification reads only the children of the nodes on its path (at most 8 of complete(b = 2,
-    H = 4)'s 30 draft tokens), and the rest of the tree is never drawn. A kernel that reads every node
+    before. Token verification reads only the candidates of the nodes on its path (at most 8 of complete(b = 2,
+    H = 4)'s 30 draft tokens; with SpS, RRS and K-SEQ a candidate only once those before it were rejected), and
+    the rest of the tree is never drawn. A kernel that reads every node
     (:attr:`tokens`, :attr:`ids`) has the whole tree drawn a depth at a time, one draw for all the depth's nodes
     of all trials. Row ids are context ids (:class:`~simulator.montecarlo.context_rows.ContextRows`): the child
     of id ``i`` by token ``x`` is ``i·V + x + 1``. Arrays are node-major (``[n, B]``: a depth's parents are whole
@@ -64,17 +67,17 @@ class IidDraft:
         self._ids = xp.reshape(self._flat_ids, (n, self.size))  # a view: 1-D gathers (a third of 2-D's time) read it
         self._whole = False  # every node drawn
 
-    def node_ids(self, trees, nodes):
+    def node_ids(self, trees: Any, nodes: Any) -> Any:
         return self.xp.take(self._flat_ids, nodes * self.size + trees)
 
-    def read(self, trees, nodes):
+    def read(self, trees: Any, nodes: Any) -> Any:
         xp = self.xp
         above = xp.take(self._flat_ids, xp.take(self.parent, nodes) * self.size + trees)
         drawn = self.rows.sample("p", above, self.stream.at(trees, xp.take(self.start, trees) + nodes - 1))
         self._flat_ids[nodes * self.size + trees] = above * self.rows.vocab + drawn + 1  # tokens: :meth:`_draw_all`
         return drawn
 
-    def children(self, trees, kids):
+    def children(self, trees: Any, kids: Any) -> Any:
         xp = self.xp
         row, col = xp.nonzero(kids >= 0)
         out = xp.zeros(kids.shape, dtype=xp.int64, device=self.stream.pos.device)
@@ -82,12 +85,12 @@ class IidDraft:
         return out
 
     @property
-    def tokens(self):
+    def tokens(self) -> Any:
         self._draw_all()
         return self._tokens.T
 
     @property
-    def ids(self):
+    def ids(self) -> Any:
         self._draw_all()
         return self._ids.T
 

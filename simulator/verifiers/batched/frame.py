@@ -218,7 +218,7 @@ class DraftSource(Protocol):
 
     def node_ids(self, trees: Any, nodes: Any) -> Any:
         """The row id ``[m]`` of node ``nodes[i]`` of tree ``trees[i]``: the root, or a node read before by
-        :meth:`children`."""
+        :meth:`read` or :meth:`children`."""
 
     def read(self, trees: Any, nodes: Any) -> Any:
         """The token ``[m]`` of node ``nodes[i]`` (not the root) of tree ``trees[i]``, whose parent's id was read;
