@@ -54,8 +54,8 @@ def _row_major(table: Any) -> Any:
 
 def _columns(table: Any, cols: list[int]) -> list[Any]:
     """The columns ``cols`` of ``table [B, n]`` as contiguous ``[B]`` arrays. A level's siblings are compared a pair
-    of columns at a time, ``L(L − 1)/2`` operations on ``[B]``: on the levels of Table 1's trees (``L`` ≤ 16) a
-    tenth of the time of ``[B, L, L]`` comparisons reduced along their short last axis."""
+    of columns at a time, ``L(L − 1)/2`` operations on ``[B]``, instead of ``[B, L, L]`` comparisons reduced along
+    their short last axis (on trv's multi-chain seed of Table 1, :func:`_trie_links` took 0.15 s instead of 0.37 s)."""
     xp = array_namespace(table)
     return [xp.asarray(table[:, c], copy=True) for c in cols]
 
