@@ -22,7 +22,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simulator.montecarlo.study import paper_cells
+from simulator.montecarlo.study import PAPER_SEEDS, paper_cells
+
+#: Workers the projection of Table 1 assumes (the 2-core machine's), as ``benchmarks/throughput.py`` by default.
+JOBS = 2
+#: The keys every row holds, measured or read back with ``--rows``.
+ROW_KEYS = ("verifier", "structure", "before_s", "after_s", "before_setup_s", "after_setup_s", "before_mean",
+            "after_mean")
 
 # Runs in the checkout under test: its own modules, whichever layout it has.
 CHILD = r"""
@@ -104,10 +110,10 @@ def render(rows: list[dict], command: str, commits: dict[str, str], repeats: int
               f"{worst['before_s'] / worst['after_s']:.2f}×.** Total seed time {totals['before']:.0f} s before, "
               f"{totals['after']:.0f} s after.", ""]
     if len(rows) == sum(1 for _ in paper_cells(1)):
-        # As benchmarks/throughput.py projects a sweep: 20 seeds, each with the model's set-up once per worker
-        # and its cells' seed times shared by 2 workers.
-        sweep = {tag: 20 * (setup[tag] + totals[tag] / 2) for tag in ("before", "after")}
-        lines += [f"Table 1 at full scale on this machine, 20 × (set-up + Σ seed time / 2): "
+        # As benchmarks/throughput.py projects a sweep: each seed brings the model's set-up once per worker and
+        # its cells' seed times shared by the workers.
+        sweep = {tag: PAPER_SEEDS * (setup[tag] + totals[tag] / JOBS) for tag in ("before", "after")}
+        lines += [f"Table 1 at full scale on this machine, {PAPER_SEEDS} × (set-up + Σ seed time / {JOBS}): "
                   f"{sweep['before'] / 60:.0f} min before, {sweep['after'] / 60:.0f} min after "
                   f"({sweep['before'] / sweep['after']:.2f}× less).", ""]
     return "\n".join(lines)
@@ -123,11 +129,18 @@ def main() -> None:
                         help="render the report from the JSON rows an earlier run printed, measuring nothing")
     parser.add_argument("--out", default="reports/side_by_side.md")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     roots = {"before": args.before.resolve(), "after": args.after.resolve()}
     commits = {tag: subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                                    text=True).stdout.strip() for tag, root in roots.items()}
     if args.rows:
         rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.startswith("{")]
+        for number, row in enumerate(rows, 1):
+            missing = [key for key in ROW_KEYS if key not in row]
+            if missing:
+                parser.error(f"--rows {args.rows}: row {number} lacks {', '.join(missing)} (a log of this script's "
+                             f"rows is needed; older runs did not time the set-up)")
     else:
         rows = measure(roots, set(filter(None, args.cells.split(","))), args.repeats)
     text = render(rows, "python3 benchmarks/side_by_side.py " + " ".join(sys.argv[1:]), commits, args.repeats)
