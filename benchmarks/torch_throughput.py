@@ -44,7 +44,9 @@ FLOW_BATCH = 100
 
 
 def inputs(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, seed: int = 0):
-    gen = torch.Generator().manual_seed(seed)
+    """Random rows, tokens and uniforms for ``batch`` trees, generated on ``device`` (a GPU makes a million
+    trees' rows in milliseconds; the CPU's generator, then a copy, would take seconds per cell)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     if name in CHAINS:
         topology = make_topology("chain", 3)
     elif name in MULTI_CHAINS:
@@ -52,13 +54,12 @@ def inputs(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, s
     else:
         topology = make_topology("complete", 3, 2)
     n = len(topology.parents)
-    p = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64) ** 4
-    q = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64) ** 4
+    p = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64, device=device) ** 4
+    q = torch.rand((batch, n, vocab), generator=gen, dtype=torch.float64, device=device) ** 4
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
-    tokens = torch.randint(0, vocab, (batch, n), generator=gen)  # draft rows are positive: any token
-    uniforms = torch.rand((batch, 2 * n + 2), generator=gen, dtype=torch.float64)
-    return (topology.parents, tokens.to(device), p.to(dtype).to(device), q.to(dtype).to(device),
-            uniforms.to(dtype).to(device))
+    tokens = torch.randint(0, vocab, (batch, n), generator=gen, device=device)  # draft rows are positive: any token
+    uniforms = torch.rand((batch, 2 * n + 2), generator=gen, dtype=torch.float64, device=device)
+    return topology.parents, tokens, p.to(dtype), q.to(dtype), uniforms.to(dtype)
 
 
 def measure(name: str, batch: int, vocab: int, dtype: torch.dtype, device: str, budget: float) -> dict[str, float]:
@@ -143,10 +144,12 @@ def main() -> None:
         lines.append(f"| `{r['verifier']}` | " + " | ".join(cells) + " |")
     if worst < math.inf:
         lines += ["", f"**Torch on the CPU relative to numpy, worst cell: {worst:.2f}** (1/1.5 = 0.67 is the bar)."]
-    lines += ["", "**GPU:** no GPU session has happened yet — the sessions so far were not lent a GPU machine "
-              "(`device` status: not drawn). These are CPU numbers; rerun this script with `--device cuda "
-              "--batches 1000,10000,100000,1000000` where a GPU is lent, and the parity tests "
-              "(`tests/test_torch.py`) there.", ""]
+    if args.device == "cpu":
+        lines += ["", "GPU numbers: `reports/torch_throughput_cuda.md` (this script with `--device cuda`).", ""]
+    else:
+        lines += ["", "Torch alone on the GPU (numpy has no GPU). The flow-defined rules' rates are the CPU's "
+                  "flow solver's, reached through the GPU path. CPU numbers for comparison: "
+                  "`reports/torch_throughput.md` (another machine).", ""]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines))
     print("\n".join(lines))

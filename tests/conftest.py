@@ -13,3 +13,13 @@ from simulator.models import TableModel
 def block_example() -> TableModel:
     """block_verification.txt §2: context-free, tokens A=0, B=1; M_b = q = (1/3, 2/3), M_s = p = (2/3, 1/3)."""
     return TableModel(2, {None: [Fraction(2, 3), Fraction(1, 3)]}, {None: [Fraction(1, 3), Fraction(2, 3)]})
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def torch_device(request) -> str:
+    """Each torch-path test that takes this fixture runs on the CPU and, where a CUDA GPU is present, on it too
+    (skipped elsewhere): a GPU machine runs the same assertions, unchanged, on the GPU."""
+    torch = pytest.importorskip("torch")
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device here")
+    return request.param

@@ -409,14 +409,13 @@ def test_mc_cli_writes_the_summary(tmp_path):
 
 @pytest.mark.parametrize("name,shape", [("tv-kseq", "complete"), ("trv", "complete"), ("lv-gr", "tapered"),
                                         ("gbv", "multi-chain"), ("tv-gr", "complete")])
-def test_monte_carlo_on_torch_gives_the_numpy_numbers(name, shape):
-    """`specproof mc --device`: the same kernels and counter streams on torch (here its CPU; `cuda` where a GPU is
-    lent), so every trial's outcome is the numpy run's, and the summaries are equal."""
-    pytest.importorskip("torch")
+def test_monte_carlo_on_torch_gives_the_numpy_numbers(name, shape, torch_device):
+    """`specproof mc --device`: the same kernels and counter streams on torch (its CPU, and a CUDA GPU where one
+    is present), so every trial's outcome is the numpy run's, and the summaries are equal."""
     model = SyntheticModel(5, rho=0.4, seed=2)
     drafter = FixedShape(make_topology(shape, 3, 2))
     runs = [monte_carlo(lambda s: model, drafter, name, VERIFIERS[name].fn, 2, 3000, device=device)
-            for device in (None, "cpu")]
+            for device in (None, torch_device)]
     assert runs[0] == runs[1]
 
 

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import copy  # noqa: E402
 import itertools  # noqa: E402
 
 from exact import round_law  # noqa: E402
@@ -50,8 +51,8 @@ def tiny_pair(tmp_path_factory):
 # a 1e-16 difference before a cast can flip a float32 rounding (~6e-8 relative). Seen: 1.3e-7 (transformers
 # 5.23); a wrong mask or wrong positions moves rows by 1e-2 or more (the tests below).
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-6), (torch.float32, 1e-5)])
-def test_tree_attention_equals_each_path_run_alone(tiny_pair, dtype, tolerance):
-    target = tiny_pair[1].to(dtype)
+def test_tree_attention_equals_each_path_run_alone(tiny_pair, dtype, tolerance, torch_device):
+    target = copy.deepcopy(tiny_pair[1]).to(dtype=dtype, device=torch_device)
     prompt = [1, 3, 0]
     tree = DraftTree([-1, 0, 0, 1, 1, 2, 3], [None, 2, 0, 1, 3, 3, 0], VOCAB)
     processing = Processing(temperature=0.8, top_k=3)
@@ -59,10 +60,10 @@ def test_tree_attention_equals_each_path_run_alone(tiny_pair, dtype, tolerance):
     worst = 0.0
     with torch.no_grad():
         for v in range(len(tree)):
-            ids = torch.tensor([prompt + list(tree.path(v))])
+            ids = torch.tensor([prompt + list(tree.path(v))], device=torch_device)
             alone = processing(target(input_ids=ids).logits[0, -1])
             worst = max(worst, float((rows[v] - alone).abs().max()))
-    tiny_pair[1].to(torch.float64)
+    assert rows.device.type == torch_device
     assert worst <= tolerance
 
 
@@ -72,7 +73,7 @@ def plain_joint(target, prompt: list[int], length: int) -> dict[tuple[int, ...],
     with torch.no_grad():
         for n in range(length):
             for prefix in itertools.product(range(VOCAB), repeat=n):
-                ids = torch.tensor([prompt + list(prefix)])
+                ids = torch.tensor([prompt + list(prefix)], device=target.device)
                 rows[prefix] = torch.softmax(target(input_ids=ids).logits[0, -1], dim=-1).tolist()
     joint = {}
     for seq in itertools.product(range(VOCAB), repeat=length):
@@ -114,8 +115,8 @@ def test_drafting_runs_one_draft_pass_per_layer_and_one_target_pass_per_tree(tin
     ("trv", "complete", 2, 2, "iid"),
     ("lv-rrs", "tapered", 2, 2, "iid"),
 ])
-def test_exact_end_to_end_law_on_a_tiny_llama_pair(tiny_pair, name, shape, depth, branching, drafting):
-    draft, target = tiny_pair
+def test_exact_end_to_end_law_on_a_tiny_llama_pair(tiny_pair, name, shape, depth, branching, drafting, torch_device):
+    draft, target = (copy.deepcopy(model).to(torch_device) for model in tiny_pair)
     pair = CausalLMPair(draft, target, [1, 2], Processing(temperature=1.0), Processing(temperature=1.0))
     tvd, accepted = end_to_end_tvd(pair, FixedShape(make_topology(shape, depth, branching), drafting), name)
     assert tvd <= 1e-6, tvd  # rows agree to float32 rounding (see above); the controls below exceed 1e-4
@@ -136,9 +137,9 @@ def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, monkeypatc
     import simulator.torch_path.real as real
     original = real.tree_attention
 
-    def sequential(prompt_len, parents, dtype):
-        mask, positions = original(prompt_len, parents, dtype)
-        return mask, torch.arange(positions.shape[1])[None]
+    def sequential(prompt_len, parents, dtype, device):
+        mask, positions = original(prompt_len, parents, dtype, device)
+        return mask, torch.arange(positions.shape[1], device=device)[None]
 
     monkeypatch.setattr(real, "tree_attention", sequential)
     draft, target = tiny_pair
@@ -165,6 +166,14 @@ def test_loading_a_missing_directory_names_the_field(tmp_path):
     assert err.value.field == "model"
 
 
+def test_loading_onto_an_unusable_device_names_the_field(tmp_path):
+    saved = _save_tiny_llama(tmp_path / "m", 1)
+    for device in ("no-such-device", "cuda:99"):
+        with pytest.raises(InvalidParameterError) as err:
+            load_causal_lm(saved, device=device)
+        assert err.value.field == "device" and device in str(err.value)
+
+
 def _save_pair_with_tokenizer(root) -> tuple[str, str]:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
@@ -184,7 +193,7 @@ def _save_pair_with_tokenizer(root) -> tuple[str, str]:
     return dirs[0], dirs[1]
 
 
-def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path):
+def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path, torch_device):
     import json
     import shutil
     import subprocess
@@ -199,7 +208,7 @@ def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path):
     cmd = ([exe] if exe else [sys.executable, "-m", "simulator.cli.main"]) + [
         "real", "--draft", draft, "--target", target, "--questions", str(questions), "--answers", str(answers),
         "--verifier", "tv-rrs", "--topology", "complete", "--depth", "2", "--branching", "2",
-        "--max-new-tokens", "12"]
+        "--max-new-tokens", "12", "--device", torch_device]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "block efficiency" in result.stdout and "tokens/s" in result.stdout

@@ -71,14 +71,14 @@ def _shared(name, parents, tokens, p, q, uniforms) -> tuple[int, int]:
     return node, y
 
 
-def _torch_single(name, parents, tokens, p, q, uniforms, dtype) -> tuple[int, int]:
-    as_t = lambda a: torch.tensor(a[None], dtype=dtype)  # noqa: E731
-    node, y = torch_verify(name, parents, torch.tensor(tokens[None]), as_t(p), as_t(q), as_t(uniforms))
+def _torch_single(name, parents, tokens, p, q, uniforms, dtype, device="cpu") -> tuple[int, int]:
+    as_t = lambda a: torch.tensor(a[None], dtype=dtype, device=device)  # noqa: E731
+    node, y = torch_verify(name, parents, torch.tensor(tokens[None], device=device), as_t(p), as_t(q), as_t(uniforms))
     return int(node[0]), int(y[0])
 
 
 def _near_threshold_explains(name, parents, tokens, p, q, uniforms, decision, expected,
-                             dtype=torch.float32, window: float = 1e-6) -> bool:
+                             dtype=torch.float32, window: float = 1e-6, device: str = "cpu") -> bool:
     """Moving one uniform by at most 1e-6 turns one side's decision into the other's: the two sides disagree
     only because that uniform lies within 1e-6 of a threshold (in either side's rounding)."""
     for j in range(len(uniforms)):
@@ -87,13 +87,14 @@ def _near_threshold_explains(name, parents, tokens, p, q, uniforms, decision, ex
             moved[j] = min(max(moved[j] + delta, 0.0), 1.0)
             if _shared(name, parents, tokens, p, q, moved) == decision:
                 return True
-            if _torch_single(name, parents, tokens, p, q, moved, dtype) == expected:
+            if _torch_single(name, parents, tokens, p, q, moved, dtype, device) == expected:
                 return True
     return False
 
 
 @pytest.mark.parametrize("name", TORCH_VERIFIERS)
-def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name):
+def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name, torch_device):
+    """On the CPU and, where one is present, on a CUDA GPU: the same kernel, the same decisions."""
     rng = np.random.default_rng(sum(map(ord, name)))
     checked, near = 0, 0
     while checked < TREES:
@@ -103,8 +104,11 @@ def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name):
         dtypes = (torch.float64,) if name in FLOW_DEFINED and checked >= (1000 if name.endswith("-gr") else 2000) \
             else (torch.float64, torch.float32)
         for dtype in dtypes:
-            as_t = lambda a: torch.tensor(a, dtype=dtype)  # noqa: E731
-            node, y = torch_verify(name, parents, torch.tensor(tokens), as_t(p), as_t(q), as_t(uniforms))
+            as_t = lambda a: torch.tensor(a, dtype=dtype, device=torch_device)  # noqa: E731
+            node, y = torch_verify(name, parents, torch.tensor(tokens, device=torch_device), as_t(p), as_t(q),
+                                   as_t(uniforms))
+            assert node.device.type == y.device.type == torch_device  # decided where the inputs live
+            node, y = node.cpu(), y.cpu()
             if dtype == torch.float64:  # the same kernel on numpy arrays: the same decisions
                 on_numpy = torch_verify(name, parents, tokens, p, q, uniforms)
                 assert np.array_equal(on_numpy[0], node.numpy()) and np.array_equal(on_numpy[1], y.numpy()), name
@@ -118,11 +122,12 @@ def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name):
                         near += 1
                         # the flow rules compute in float64 from float32 inputs: no disagreement at all
                         assert name not in FLOW_DEFINED, (name, b)
-                        assert _near_threshold_explains(name, parents, tokens[b], p32, q32, u32, decision, expected)
+                        assert _near_threshold_explains(name, parents, tokens[b], p32, q32, u32, decision, expected,
+                                                        device=torch_device)
                     continue
                 assert decision == _shared(name, parents, tokens[b], p[b], q[b], uniforms[b]), (name, b)
         checked += BATCH
-    print(f"{name}: {checked} trees identical in float64; float32 decisions within 1e-6 of a threshold: {near}")
+    print(f"{name} on {torch_device}: {checked} trees identical in float64; float32 decisions within 1e-6 of a threshold: {near}")
 
 
 @pytest.mark.parametrize("name", ["lv-rrs", "lv-kseq"])

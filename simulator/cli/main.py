@@ -678,8 +678,10 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
 @click.option("--top-k", type=int, default=0, show_default=True)
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="cpu", show_default=True,
+              help="where the two models run (cpu, cuda, cuda:1); the verifier decides on the CPU")
 def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, branching, parents, drafting,
-         max_new_tokens, temperature, top_k, top_p, seed) -> None:
+         max_new_tokens, temperature, top_k, top_p, seed, device) -> None:
     """Spec-Bench-compatible run on a local draft/target pair: answers in Spec-Bench's format, block efficiency
     and tokens/s against target-only decoding."""
     from transformers import AutoTokenizer
@@ -690,7 +692,8 @@ def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, b
     _check_count("max_new_tokens", max_new_tokens, 1)
     _, shape = shape_from_options(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
-    draft, target = load_causal_lm(draft_dir, field="draft"), load_causal_lm(target_dir, field="target")
+    draft = load_causal_lm(draft_dir, field="draft", device=device)
+    target = load_causal_lm(target_dir, field="target", device=device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)
     except (OSError, ValueError) as err:

@@ -335,15 +335,9 @@ def summarise(name: str, results: list[SeedResult], vocab: int, height: int) -> 
 
 def torch_rows(rows: ContextRows, device: str) -> DeviceRows:
     """``rows`` on a torch device; an unknown or unavailable device is an error naming ``device``."""
-    try:
-        import torch
-    except ImportError:
-        raise InvalidParameterError("device", "running on a device needs torch (pip install 'specproof[torch]')") \
-            from None
-    try:
-        torch.zeros(1, device=device)
-    except (RuntimeError, AssertionError) as err:
-        raise InvalidParameterError("device", f"torch cannot use device {device!r}: {err}") from None
+    from simulator.torch_path.devices import usable_device
+
+    usable_device(device)
     return DeviceRows(rows, device)
 
 

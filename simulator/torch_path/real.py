@@ -27,6 +27,7 @@ from simulator.drafting import Draft, Drafter
 from simulator.errors import InvalidParameterError
 from simulator.models import Context, ModelView
 from simulator.randomness import Randomness
+from simulator.torch_path.devices import usable_device
 from simulator.trees import DraftTree, node_depths
 
 
@@ -62,10 +63,11 @@ class Processing:
         return kept / kept.sum(dim=-1, keepdim=True)
 
 
-def load_causal_lm(path: str, dtype: torch.dtype = torch.float64, field: str = "model"):
-    """A causal LM from a local directory, in evaluation mode (eager attention: it takes 4-D tree masks).
-    A directory that is missing, holds no ``config.json``, or that transformers cannot load raises
-    :class:`InvalidParameterError` on ``field`` naming the directory."""
+def load_causal_lm(path: str, dtype: torch.dtype = torch.float64, field: str = "model", device: str = "cpu"):
+    """A causal LM from a local directory, in evaluation mode (eager attention: it takes 4-D tree masks), on
+    ``device`` (``cpu``, ``cuda``, ``cuda:1``). A directory that is missing, holds no ``config.json``, or that
+    transformers cannot load raises :class:`InvalidParameterError` on ``field`` naming the directory; a device
+    torch cannot use raises it on ``device``."""
     from transformers import AutoModelForCausalLM
 
     folder = Path(path)
@@ -79,12 +81,14 @@ def load_causal_lm(path: str, dtype: torch.dtype = torch.float64, field: str = "
                                                      attn_implementation="eager")
     except (OSError, ValueError) as err:
         raise InvalidParameterError(field, f"cannot load a causal LM from {path}: {err}") from None
-    return model.eval()
+    return model.to(usable_device(device)).eval()
 
 
-def tree_attention(prompt_len: int, parents: Sequence[int], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The additive 4-D mask ``[1, 1, L, L]`` and position ids ``[1, L]`` for ``prompt + draft nodes 1..n−1``:
-    the prompt is causal; node ``v`` sees the prompt and its ancestors, at ``prompt_len − 1 + depth(v)``."""
+def tree_attention(prompt_len: int, parents: Sequence[int], dtype: torch.dtype,
+                   device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The additive 4-D mask ``[1, 1, L, L]`` and position ids ``[1, L]`` for ``prompt + draft nodes 1..n−1``
+    on ``device``: the prompt is causal; node ``v`` sees the prompt and its ancestors, at
+    ``prompt_len − 1 + depth(v)``."""
     n = len(parents)
     length = prompt_len + n - 1
     allowed = torch.tril(torch.ones(length, length, dtype=torch.bool))
@@ -98,17 +102,18 @@ def tree_attention(prompt_len: int, parents: Sequence[int], dtype: torch.dtype) 
     mask = torch.zeros(1, 1, length, length, dtype=dtype)
     mask[0, 0][~allowed] = torch.finfo(dtype).min
     positions = list(range(prompt_len)) + [prompt_len - 1 + depth[v] for v in range(1, n)]
-    return mask, torch.tensor([positions])
+    return mask.to(device), torch.tensor([positions], device=device)
 
 
 @torch.no_grad()
 def score_tree(model, prompt: Sequence[int], tree: DraftTree, processing: Processing) -> torch.Tensor:
-    """Processed next-token rows ``[n, V]`` of every node of ``tree`` (node 0: after the prompt), one pass."""
+    """Processed next-token rows ``[n, V]`` of every node of ``tree`` (node 0: after the prompt), one pass, on
+    the model's device."""
     if not prompt:
         raise InvalidParameterError("prompt", "tree scoring needs at least one prompt token")
-    dtype = next(model.parameters()).dtype
-    mask, positions = tree_attention(len(prompt), tree.parents, dtype)
-    ids = torch.tensor([list(prompt) + [int(t) for t in tree.tokens[1:]]])
+    weights = next(model.parameters())
+    mask, positions = tree_attention(len(prompt), tree.parents, weights.dtype, weights.device)
+    ids = torch.tensor([list(prompt) + [int(t) for t in tree.tokens[1:]]], device=weights.device)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[0]
     return processing(logits[len(prompt) - 1:])
 
@@ -141,7 +146,8 @@ class CausalLMPair:
         key = (name, tuple(context))
         if key not in self._rows:
             model, processing = self._model(name)
-            logits = model(input_ids=torch.tensor([list(self.prompt) + list(context)])).logits[0, -1]
+            ids = torch.tensor([list(self.prompt) + list(context)], device=model.device)
+            logits = model(input_ids=ids).logits[0, -1]
             self.passes[name] += 1
             self._rows[key] = processing(logits).tolist()
         return self._rows[key]
