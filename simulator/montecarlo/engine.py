@@ -47,17 +47,25 @@ BATCH = 20_000  # the most trials per chunk
 BATCH_NODES = 2**18  # the most trials × tree nodes per chunk
 REFERENCE_CHUNK = 1000  # trials per chunk of the reference path (which reports progress per chunk)
 BATCH_BYTES = 512 * 2**20  # a chunk's working arrays: about four [trials, nodes, V + 4] float64 arrays at most
+DEVICE_BATCH_NODES = 2**22  # on a GPU: the most trials × tree nodes per chunk (launches amortised, not cache-sized)
+DEVICE_BATCH_BYTES = 8 * 2**30  # on a GPU: a chunk's working arrays at most
 TABLE_BYTES = 2 * 2**30  # the most a seed's tables (context rows, their running sums, the target joint) may take
 ALPHA = 1e-3  # false-alarm rate of the combined test (Bonferroni over seeds)
 POWER = 0.9  # the power at which the detectable TVD is stated
 
 
-def batch_size(nodes: int, vocab: int) -> int:
+def batch_size(nodes: int, vocab: int, device: str | None = None) -> int:
     """Trials per chunk: :data:`BATCH`, fewer for trees of more than :data:`BATCH_NODES` ``/ BATCH`` nodes (so a
     chunk's per-node arrays stay about as large as cache-friendly; ~35% more trials per second on complete(b = 2,
     H = 4) than chunks of :data:`BATCH`) and for trees whose per-trial arrays would pass :data:`BATCH_BYTES`.
+    On a GPU (``device`` other than the CPU) kernel launches, not the cache, bound a chunk's speed: chunks of
+    :data:`DEVICE_BATCH_NODES` trials × nodes, within :data:`DEVICE_BATCH_BYTES`.
     Results never depend on it (each trial reads its own counter stream)."""
-    return max(1, min(BATCH, BATCH_NODES // nodes, BATCH_BYTES // (4 * 8 * nodes * (vocab + 4))))
+    if device is None or device.startswith("cpu"):
+        trials, cells, memory = BATCH, BATCH_NODES, BATCH_BYTES
+    else:
+        trials, cells, memory = DEVICE_BATCH_NODES, DEVICE_BATCH_NODES, DEVICE_BATCH_BYTES
+    return max(1, min(trials, cells // nodes, memory // (4 * 8 * nodes * (vocab + 4))))
 
 
 def table_bytes(vocab: int, height: int) -> int:
@@ -270,7 +278,8 @@ def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, 
     observed = Histogram(len(table))
     batched = isinstance(drafter, FixedShape) and has_batched_path(name, drafter.scheme, model.vocab,
                                                                     drafter.topology)
-    chunk = batch_size(len(drafter.topology.parents) if isinstance(drafter, FixedShape) else height + 1, model.vocab)
+    chunk = batch_size(len(drafter.topology.parents) if isinstance(drafter, FixedShape) else height + 1, model.vocab,
+                       device if batched else None)
     view = None if batched else ModelView(model, "float")
     if not batched:
         chunk = min(chunk, REFERENCE_CHUNK)
