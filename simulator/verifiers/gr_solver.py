@@ -25,6 +25,12 @@ GR_NEWTON_ITERATIONS = 100
 GR_LINE_SEARCH_STEPS = 60
 ARMIJO = 1e-4
 LEVENBERG = 1e-12
+#: Newton steps no coordinate of which exceeds this are taken whole, without the line search: near the solution
+#: the quadratic model holds and Armijo's test accepts the full step (auditing every such step of Layer
+#: Verification's b = 3 ablation cell at 5,000 trials: 0 of 312,708 would have been refused; of steps up to 1,
+#: 5 of 474,430). Convergence is still judged by the projected gradient alone, so a step taken this way can cost
+#: an iteration but never the tolerance; it saves the objective's evaluation (:meth:`_Stack.move`).
+FULL_STEP = 0.1
 ROW_TILE = 16  # BLAS products see whole tiles of rows (:func:`_product`): a multiple of 4, 8 and 16-row kernels
 
 
@@ -81,12 +87,13 @@ def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Rows:
     """The tuple rows shared by every instance of a stack: ``member`` ``[R, F]`` (0/1, a row's tokens) and
-    ``pairs[a, b]``, the rows holding both tokens ``a ≠ b`` (padded with ``R``; one row a pair when ``k = 2``).
-    Sums over a row's tokens and over the rows holding a token are BLAS products with ``member`` (the instance
-    axis is the long one); sums over the rows holding a pair are gathers, since a pair lies in few rows."""
+    ``pairs`` ``[F·F, R]``, sparse: entry ``(a·F + b, r)`` is 1 where row ``r`` holds both tokens ``a ≠ b`` (one row a
+    pair when ``k = 2``). Sums over a row's tokens and over the rows holding a token are BLAS products with
+    ``member`` (the instance axis is the long one); sums over the rows holding a pair are sparse products, since
+    a pair lies in few rows."""
 
     member: np.ndarray
-    pairs: np.ndarray
+    pairs: scipy.sparse.csr_matrix
     #: every row holds at most two tokens (``k = 2``): a pair of tokens lies in one row at most, the row of
     #: exactly those two
     two_token: bool = False
@@ -97,9 +104,8 @@ class Rows:
         count, size = member.shape
         held = member > 0
         both = held.T[:, None, :] & held.T[None, :, :] & ~np.eye(size, dtype=bool)[:, :, None]
-        width = max(1, int(both.sum(axis=-1).max(initial=0)))
-        order = np.argsort(~both, axis=-1, kind="stable")[..., :width]
-        pairs = np.where(np.take_along_axis(both, order, axis=-1), order, count)
+        pair, row = np.nonzero(both.reshape(size * size, count))  # by pair, then by row: CSR's order
+        pairs = scipy.sparse.csr_matrix((np.ones(len(pair)), (pair, row)), shape=(size * size, count))
         return cls(np.ascontiguousarray(member, dtype=float), pairs, bool(held.sum(axis=1).max(initial=0) <= 2))
 
     def row_sums(self, x: np.ndarray) -> np.ndarray:
@@ -111,14 +117,12 @@ class Rows:
         return _product(y, self.member)
 
     def pair_sums(self, y: np.ndarray) -> np.ndarray:
-        """``Σ_{r ∋ a, b} y[m, r]`` per instance and pair ``a ≠ b`` (0 on the diagonal): ``[M, R]`` → ``[M, F, F]``,
-        summed over the pair's rows in order."""
-        padded = np.concatenate([y, np.zeros((len(y), 1))], axis=1)
-        size = self.pairs.shape[0]
-        out = np.take(padded, self.pairs[..., 0].reshape(-1), axis=1)  # take: ~4x faster than fancy indexing
-        for j in range(1, self.pairs.shape[-1]):
-            out += np.take(padded, self.pairs[..., j].reshape(-1), axis=1)
-        return out.reshape(len(y), size, size)
+        """``Σ_{r ∋ a, b} y[m, r]`` per instance and pair ``a ≠ b`` (0 on the diagonal): ``[M, R]`` → ``[M, F, F]``.
+        Each entry is summed over the pair's rows in increasing order, from 0, one instance at a time (scipy's
+        sparse-by-dense product runs over a CSR row's entries in order, the instances side by side), so an
+        instance's sums do not depend on its stack; 3-4x faster than gathering each pair's rows (k = 3)."""
+        size = self.member.shape[1]
+        return (self.pairs @ y.T).T.reshape(len(y), size, size)
 
 
 def routed_sums(rows: Rows, x: np.ndarray, reject: np.ndarray, inner: np.ndarray, constant: float) -> np.ndarray:
@@ -212,8 +216,9 @@ def projected_newton(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: n
     gradient step, the others a Newton step on the analytic Hessian plus a relative Levenberg term: the
     Hessian is singular along some directions (a constant added to all outside ``θ``; ``θ`` running off
     towards a bound). A free coordinate at a bound that the Newton step pushes outwards is pinned and the step
-    solved again. Armijo backtracking follows the projected arc, trying the first breakpoint before halving;
-    a full step that beats its quadratic model (an exponential tail) is doubled while that pays.
+    solved again. A step within :data:`FULL_STEP` of the current point is taken whole; a longer one is
+    searched: Armijo backtracking follows the projected arc, trying the first breakpoint before halving, and a
+    full step that beats its quadratic model (an exponential tail) is doubled while that pays.
     """
     count, size = q.shape
     theta_out = theta.copy()
@@ -258,8 +263,11 @@ def projected_newton(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: n
             target[solving[again]] = np.where(out[again], 0.0, target[solving[again]])
             solving = solving[again]
         alpha = np.ones(len(ids))
-        trial, change, descent = np.empty_like(s.theta), np.empty(len(ids)), np.empty(len(ids))
-        searching = np.flatnonzero(usable)
+        trial, change, descent = np.empty_like(s.theta), np.zeros(len(ids)), np.zeros(len(ids))
+        short = usable & (np.abs(direction).max(axis=1) <= FULL_STEP)  # Newton's full step, untested
+        if short.any():
+            trial[short] = np.minimum(np.maximum(s.theta[short] + direction[short], -GR_BOUND), s.upper[short])
+        searching = np.flatnonzero(usable & ~short)
         for _ in range(GR_LINE_SEARCH_STEPS):
             if len(searching) == 0:
                 break
@@ -280,7 +288,7 @@ def projected_newton(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: n
                 alpha[rows] = np.where(first < 1, first, 0.5)
             alpha[searching[~first_try]] /= 2
         usable[searching] = False
-        longer = np.flatnonzero(usable & (alpha == 1.0) & (change < 0.6 * descent))
+        longer = np.flatnonzero(usable & ~short & (alpha == 1.0) & (change < 0.6 * descent))
         while len(longer):
             point, _, delta = s.move(longer, 2 * alpha[longer], direction[longer])
             better = delta < change[longer]
