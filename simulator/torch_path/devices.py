@@ -3,10 +3,15 @@ rather than a failure deep inside a kernel or a model's forward pass."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simulator.errors import InvalidParameterError
 
+if TYPE_CHECKING:  # torch is optional: imported where a device is asked for
+    import torch
 
-def usable_device(device: str, field: str = "device"):
+
+def usable_device(device: str, field: str = "device") -> "torch.device":
     """``device`` (``cpu``, ``cuda``, ``cuda:1``) as a ``torch.device`` once torch has placed a tensor there.
     Torch missing, an unknown device string and a device this machine lacks (torch asserts when CUDA is absent)
     each raise :class:`InvalidParameterError` on ``field``."""
