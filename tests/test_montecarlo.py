@@ -237,26 +237,35 @@ def _lv_gr_nodes(rows: ContextRows, rng: np.random.Generator, k: int, count: int
     return p, q, cands, np.stack([ids.astype(float), mass], axis=1)
 
 
-@pytest.mark.parametrize("k", [2, 3])
-def test_lv_gr_warm_starts_give_grs_solution_to_the_solvers_tolerance_and_do_not_depend_on_the_batch(k):
-    """Layer Verification's GR problems start Newton from a grid of masses per context (MassGrid). The solution must
-    be GR's to the solver's tolerance: flows within 1e-11 of the cold start's (the tolerance is 1e-12 per token,
-    in flow units) — the control, Newton stopped at a loose tolerance, leaves the same comparison failing. On a
-    grid mass, the start is the grid point's own cold solution: bit for bit the cold result. A problem's numbers
-    do not depend on what else is in the batch or was solved before (a fresh grid, a shared one), and a run too
-    small for a grid starts cold wherever it is, solving no grid point."""
+@pytest.mark.parametrize("k, scale", [(2, 1e9), (3, 1e9), (2, 400.0), (3, 400.0)])
+def test_lv_gr_warm_starts_give_grs_solution_to_the_solvers_tolerance_and_do_not_depend_on_the_batch(k, scale):
+    """Layer Verification's GR problems start Newton from a grid of masses per context (MassGrid), the finest grid
+    where the run (``scale``: trials times nodes) brings many problems to a context, coarser ones or none where it
+    brings fewer (at 400, grids of several sizes, and cold starts at the deepest contexts). The
+    solution must be GR's to the solver's tolerance: flows within 1e-11 of the cold start's (the tolerance is
+    1e-12 per token, in flow units) — the control, Newton stopped at a loose tolerance, leaves the same comparison
+    failing. A coarse grid solves only points of the finest grid at its own steps. On a grid mass, the start is
+    the grid point's own cold solution: bit for bit the cold result. A problem's numbers do not depend on what
+    else is in the batch or was solved before (a fresh grid, a shared one), and a run too small for a grid starts
+    cold wherever it is, solving no grid point."""
     from simulator.verifiers import gr_solver
-    from simulator.verifiers.batched.gr_stacks import GRID_STEPS, MassGrid, lv_gr_node
+    from simulator.verifiers.batched.gr_stacks import GRID_STEPS, MassGrid, grid_steps, lv_gr_node
     rows = ContextRows(SyntheticModel(6, rho=0.4, seed=k), 3)
     rng = np.random.default_rng(k)
     p, q, cands, problem = _lv_gr_nodes(rows, rng, k, 600)
     chance = np.prod(p[np.arange(len(p))[:, None], cands], axis=1)[:, None]  # P(X = cands)
 
     def solve(grid, at=slice(None)):
-        return lv_gr_node(p[at], q[at], cands[at], problem[at], grid, 1e9)  # a run large enough for every grid
+        return lv_gr_node(p[at], q[at], cands[at], problem[at], grid, scale)
 
-    cold, warm = solve(None), solve(MassGrid(rows.p, rows.q, rows.reach()))
+    grid = MassGrid(rows.p, rows.q, rows.reach())
+    cold, warm = solve(None), solve(grid)
     assert np.abs(chance * (warm[0] - cold[0])).max() <= 1e-11 and np.abs(warm[1] - cold[1]).max() <= 1e-11
+    (points,) = grid._points.values()
+    context, step = np.divmod(np.flatnonzero(points.slot >= 0), GRID_STEPS + 1)
+    steps = grid_steps(scale * rows.reach()[context])
+    assert (steps > 0).all() and (step % (GRID_STEPS // steps) == 0).all()
+    assert set(steps.tolist()) == {GRID_STEPS} if scale > 1e6 else len(set(steps.tolist())) >= 2
     loose = gr_solver.GR_NEWTON_TOLERANCE
     try:
         gr_solver.GR_NEWTON_TOLERANCE = 1e-3
@@ -276,6 +285,8 @@ def test_lv_gr_warm_starts_give_grs_solution_to_the_solvers_tolerance_and_do_not
     fresh = MassGrid(rows.p, rows.q, rows.reach())
     lv_gr_node(p, q, cands, problem, fresh, 0.0)
     assert fresh.solved == 0
+    if scale < 1e6:
+        return
     on_grid = rng.integers(1, GRID_STEPS + 1, 200) / GRID_STEPS
     p, q, cands, problem = _lv_gr_nodes(rows, rng, k, 200, on_grid)
     for cold_part, warm_part in zip(solve(None), solve(MassGrid(rows.p, rows.q, rows.reach()))):
