@@ -79,7 +79,7 @@ def lv_gr_breakdown(structure: str, trials: int, run: int) -> dict:
         start = time.perf_counter()
         out = solve(*args)
         count["solver_s"] += time.perf_counter() - start
-        count["problems"] += len(out)
+        count["problems"] += len(out[0])
         return out
 
     def counted_evaluate(stack):

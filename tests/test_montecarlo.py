@@ -194,18 +194,24 @@ def _lv_gr_problems(rng: np.random.Generator, vocab: int, k: int, count: int) ->
 
 
 def test_gr_solver_gives_an_instance_the_same_theta_in_any_stack():
-    # LV's transformed GR problems at random masses, solved as one stack and one by one: equal bit for bit.
-    from simulator.verifiers.gr_solver import gr_dual_batch
+    # LV's transformed GR problems at random masses, solved as one stack and one by one: equal bit for bit, θ and
+    # the flow the solver hands back, which is also the flow evaluated afresh at θ (also bit for bit).
+    from simulator.verifiers.gr_solver import gr_dual_batch, routed_flow, routed_sums
     rows, probs, reject, q, inner = _lv_gr_problems(np.random.default_rng(5), 7, 2, 40)
-    stacked = gr_dual_batch(rows, probs, reject, q, inner)
+    stacked, flow = gr_dual_batch(rows, probs, reject, q, inner)
     for m in range(len(q)):
         alone = gr_dual_batch(rows, probs[m:m + 1], reject[m:m + 1], q[m:m + 1], inner[m:m + 1])
-        assert np.array_equal(alone[0], stacked[m])
+        assert np.array_equal(alone[0][0], stacked[m]) and np.array_equal(alone[1][0], flow[m])
+    weights = np.exp(stacked)
+    share = probs / routed_sums(rows, weights, reject, inner, 1.0)
+    assert np.array_equal(routed_flow(rows, share, weights, reject, inner), flow)
+    assert not np.array_equal(routed_flow(rows, share, weights, reject, ~inner), flow)  # the control: H* swapped
     # BLAS sums a partial tile of rows in another order than a full one: stacks of every size and offset
     rows, probs, reject, q, inner = _lv_gr_problems(np.random.default_rng(6), 15, 2, 300)
-    stacked = gr_dual_batch(rows, probs, reject, q, inner)
+    stacked, flow = gr_dual_batch(rows, probs, reject, q, inner)
     for at in (slice(1, 4), slice(3, 36), slice(5, 155), slice(7, 300)):
-        assert np.array_equal(gr_dual_batch(rows, probs[at], reject[at], q[at], inner[at]), stacked[at])
+        part = gr_dual_batch(rows, probs[at], reject[at], q[at], inner[at])
+        assert np.array_equal(part[0], stacked[at]) and np.array_equal(part[1], flow[at])
 
 
 def test_gr_hessian_of_two_token_rows_is_the_general_sum_bit_for_bit():
@@ -293,16 +299,38 @@ def test_lv_gr_warm_starts_give_grs_solution_to_the_solvers_tolerance_and_do_not
         assert np.array_equal(cold_part, warm_part)
 
 
+def test_gr_solver_falls_back_to_lbfgsb_and_hands_back_the_flow_at_its_theta(monkeypatch):
+    """An instance Newton stops short on (here: every one, with one iteration allowed) is solved by L-BFGS-B; the
+    flow handed back is then evaluated at L-BFGS-B's θ (bit for bit a fresh evaluation) and agrees with Newton's
+    solution to L-BFGS-B's accuracy. The control: the flow at L-BFGS-B's θ moved by 1e-3, which the same
+    comparison rejects."""
+    from simulator.verifiers import gr_solver
+    rows, probs, reject, q, inner = _lv_gr_problems(np.random.default_rng(8), 6, 2, 12)
+    newton, newton_flow = gr_solver.gr_dual_batch(rows, probs, reject, q, inner)
+    monkeypatch.setattr(gr_solver, "GR_NEWTON_ITERATIONS", 1)
+    theta, flow = gr_solver.gr_dual_batch(rows, probs, reject, q, inner)
+    assert not np.array_equal(theta, newton)  # L-BFGS-B's θ, not Newton's
+
+    def flow_at(theta):
+        weights = np.exp(theta)
+        share = probs / gr_solver.routed_sums(rows, weights, reject, inner, 1.0)
+        return gr_solver.routed_flow(rows, share, weights, reject, inner)
+
+    assert np.array_equal(flow_at(theta), flow)
+    assert np.abs(flow - newton_flow).max() <= 1e-6
+    assert np.abs(flow_at(theta + 1e-3) - newton_flow).max() > 1e-6
+
+
 def test_gr_theta_slope_is_the_derivative_in_the_capacities():
     """dθ/ds for capacities s·q (the grid's tangents) against central differences of solutions at s ± h, on the
     coordinates inside their bounds whose H* stays put; the control, the slope for capacities scaled on one token
     only, differs."""
     from simulator.verifiers.gr_solver import GR_BOUND, gr_dual_batch, theta_slope
     rows, probs, reject, q, inner = _lv_gr_problems(np.random.default_rng(3), 7, 2, 40)
-    theta = gr_dual_batch(rows, probs, reject, q, inner)
+    theta, _ = gr_dual_batch(rows, probs, reject, q, inner)
     slope = theta_slope(rows, probs, reject, q, inner, theta)
     h = 1e-5
-    up, down = (gr_dual_batch(rows, probs, reject, (1 + d) * q, inner) for d in (h, -h))
+    up, down = (gr_dual_batch(rows, probs, reject, (1 + d) * q, inner)[0] for d in (h, -h))
     free = (theta > -GR_BOUND + 1) & (theta < np.where(inner, GR_BOUND, 0.0) - 1e-3) & (q > 0)
     difference = (up - down) / (2 * h)
     assert free.sum() > 100

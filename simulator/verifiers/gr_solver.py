@@ -206,11 +206,13 @@ class _Stack:
 
 
 def projected_newton(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: np.ndarray, q: np.ndarray,
-                     upper: np.ndarray, fixed: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                     upper: np.ndarray, fixed: np.ndarray,
+                     theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``argmin Σ_r probs_r log Z_r(θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper`` for each instance (``Z_r`` as
     :class:`_Stack` routes row ``r``), from ``theta``; coordinates marked ``fixed`` stay where they start.
-    Returns ``θ`` ``[M, F]`` and whether each instance's projected gradient reached
-    :data:`GR_NEWTON_TOLERANCE` within the iteration cap.
+    Returns ``θ`` ``[M, F]``, whether each instance's projected gradient reached :data:`GR_NEWTON_TOLERANCE`
+    within the iteration cap, and the expected flow per token at the returned ``θ`` (:func:`routed_flow`, as the
+    convergence test computed it; undefined where the instance did not converge).
 
     Bertsekas' projected Newton. Coordinates within ``ε`` of a bound whose gradient points outwards take a
     gradient step, the others a Newton step on the analytic Hessian plus a relative Levenberg term: the
@@ -221,7 +223,7 @@ def projected_newton(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: n
     full step that beats its quadratic model (an exponential tail) is doubled while that pays.
     """
     count, size = q.shape
-    theta_out = theta.copy()
+    theta_out, flow_out = theta.copy(), np.zeros_like(q)
     converged = np.zeros(count, dtype=bool)
     ids = np.arange(count)
     s = _Stack(rows, probs, reject, inner, q, upper, fixed, theta)
@@ -232,7 +234,7 @@ def projected_newton(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: n
         moved = np.minimum(np.maximum(s.theta - grad, -GR_BOUND), s.upper) - s.theta
         gap = np.where(s.fixed, 0.0, np.abs(moved)).max(axis=1)
         done = gap <= GR_NEWTON_TOLERANCE
-        theta_out[ids[done]], converged[ids[done]] = s.theta[done], True
+        theta_out[ids[done]], flow_out[ids[done]], converged[ids[done]] = s.theta[done], flow[done], True
         go = np.flatnonzero(~done)
         if len(go) == 0:
             break
@@ -301,7 +303,7 @@ def projected_newton(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: n
         s.set_theta(trial[keep])
         if len(ids) == 0:
             break
-    return theta_out, converged
+    return theta_out, converged, flow_out
 
 
 def _lbfgsb_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,
@@ -332,8 +334,9 @@ def _first_guess(rows: Rows, probs: np.ndarray, reject: np.ndarray, inner: np.nd
 
 
 def gr_dual_batch(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarray,
-                  inner: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
-    """GR's ``θ`` ``[M, V]`` for a stack of instances on shared tuple rows: ``probs`` ``[M, R]`` (0 allowed),
+                  inner: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """GR's ``θ`` ``[M, V]`` and the expected flow per token at it, ``e^θ_a Σ_{r routes to a} probs_r/Z_r``
+    (:func:`routed_flow`), for a stack of instances on shared tuple rows: ``probs`` ``[M, R]`` (0 allowed),
     ``reject`` ``[M, R]`` (the row lies in ``H*``), capacities ``q`` ``[M, V]``, ``inner`` ``[M, V]`` (``H*``). A row
     with a reject option routes to all its tokens, a row without to its outside tokens only.
 
@@ -342,7 +345,9 @@ def gr_dual_batch(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarr
     (gradient = flow − q > 0). :func:`projected_newton` solves for the others from ``start`` where it is given
     and finite (clipped to the bounds; a warm start, :class:`simulator.verifiers.batched.gr_stacks.MassGrid`),
     elsewhere from :func:`_first_guess`; rows inside ``H*`` touch only inner tokens and the others only outside
-    ones, so its Hessian is block diagonal. An instance Newton stops short on is solved again by L-BFGS-B.
+    ones, so its Hessian is block diagonal. An instance Newton stops short on is solved again by L-BFGS-B. The
+    flow is the one Newton's convergence test computed (recomputed for an instance L-BFGS-B solved): the same
+    numbers as evaluating it afresh at the returned ``θ``.
     """
     reject = reject.astype(bool)
     upper = np.where(inner, GR_BOUND, 0.0)
@@ -352,12 +357,14 @@ def gr_dual_batch(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarr
     if start is not None:
         guess = np.where(np.isfinite(start), np.minimum(np.maximum(start, -GR_BOUND), upper), guess)
     start = np.where(free, guess, np.where(q > 0, upper, np.where(drafted | (q < 0), -GR_BOUND, 0.0)))
-    theta, converged = projected_newton(rows, probs, reject, inner, q, upper, ~free, start)
+    theta, converged, flow = projected_newton(rows, probs, reject, inner, q, upper, ~free, start)
     for m in np.flatnonzero(~converged):
         routed = rows.member * (reject[m][:, None] | ~inner[m][None, :])
         theta[m] = np.where(free[m], _lbfgsb_dual(probs[m], routed, reject[m].astype(float), q[m], upper[m]),
                             start[m])
-    return theta
+        at = slice(m, m + 1)
+        flow[m] = _Stack(rows, probs[at], reject[at], inner[at], q[at], upper[at], ~free[at], theta[at]).flow()[0]
+    return theta, flow
 
 
 def theta_slope(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarray, inner: np.ndarray,
@@ -388,4 +395,4 @@ def gr_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.nda
     """GR's ``θ`` for one instance, one row per tuple (``member`` 0/1, ``reject`` 1 for a row inside ``H*``), on
     its rows merged (:func:`merge_rows`)."""
     member, reject, probs = merge_rows(member, reject, probs)
-    return gr_dual_batch(Rows.of(member), probs[None], reject[None], q[None], inner[None])[0]
+    return gr_dual_batch(Rows.of(member), probs[None], reject[None], q[None], inner[None])[0][0]

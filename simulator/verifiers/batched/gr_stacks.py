@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from simulator.array_ops import distinct_rows
-from simulator.verifiers.gr_solver import Rows, gr_dual_batch, routed_flow, routed_sums, theta_slope
+from simulator.verifiers.gr_solver import Rows, gr_dual_batch, theta_slope
 
 #: Elements ``M·R·(V+1)`` per solver call: about a thousand instances at ``V = 15, k = 2``, where the solver's
 #: working set stays in cache (larger stacks ran 15–35% slower per instance).
@@ -114,10 +114,8 @@ def _solve(p: np.ndarray, q: np.ndarray, k: int, guess: Callable[[np.ndarray], n
         at = slice(first, first + chunk)
         probs = set_probabilities(p[at], k)
         reject = rows.row_sums((~inner[at]).astype(float)) == 0  # S ⊆ H*: no token outside H*
-        theta[at] = gr_dual_batch(rows, probs, reject, q[at], inner[at], None if start is None else start[at])
-        weights = np.exp(theta[at])
-        share = probs / routed_sums(rows, weights, reject, inner[at], 1.0)
-        inflow[at] = routed_flow(rows, share, weights, reject, inner[at])
+        theta[at], inflow[at] = gr_dual_batch(rows, probs, reject, q[at], inner[at],
+                                              None if start is None else start[at])
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where((inflow > q) & (inflow > 0), q / inflow, 1.0)
     return theta, inner, factor * inflow, factor
