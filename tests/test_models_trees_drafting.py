@@ -15,13 +15,21 @@ from simulator.trees import DraftTree, make_topology
 
 
 # ---- models -------------------------------------------------------------------------------------------
-def test_synthetic_rows_follow_spec_formula():
-    m = SyntheticModel(vocab=5, rho=0.3, tau_p=0.7, tau_q=1.9, seed=12)
-    context = (1, 4, 0)
-    u, ep, eq = np.random.default_rng(np.random.SeedSequence([12, 3, 1, 4, 0])).standard_normal((3, 5))
+@pytest.mark.parametrize("seed, context", [(12, (1, 4, 0)), (12, ()), (2**40 + 7, (2, 2))])
+def test_synthetic_rows_follow_spec_formula(seed, context):
+    # The spec's generator, SeedSequence([seed, len(context), *context]) as a list, against the model's rows one
+    # at a time and all at once; a seed past 32 bits takes SeedSequence's own word split.
+    m = SyntheticModel(vocab=5, rho=0.3, tau_p=0.7, tau_q=1.9, seed=seed)
+    key = np.random.SeedSequence([seed, len(context), *context])
+    u, ep, eq = np.random.default_rng(key).standard_normal((3, 5))
     lp, lq = 0.3 * u + 0.7 * ep, 0.3 * u + 0.7 * eq
-    np.testing.assert_allclose(m.p(context), np.exp(lp / 0.7) / np.exp(lp / 0.7).sum(), rtol=1e-13)
-    np.testing.assert_allclose(m.q(context), np.exp(lq / 1.9) / np.exp(lq / 1.9).sum(), rtol=1e-13)
+    p, q = np.exp(lp / 0.7) / np.exp(lp / 0.7).sum(), np.exp(lq / 1.9) / np.exp(lq / 1.9).sum()
+    np.testing.assert_allclose(m.p(context), p, rtol=1e-13)
+    np.testing.assert_allclose(m.q(context), q, rtol=1e-13)
+    rows = m.row_arrays([context, (0,)])
+    np.testing.assert_allclose(rows[0][0], p, rtol=1e-13)
+    np.testing.assert_allclose(rows[1][0], q, rtol=1e-13)
+    assert not np.allclose(rows[1][1], q)  # another context's row: the comparison can fail
 
 
 def test_synthetic_rows_do_not_depend_on_query_order():

@@ -6,6 +6,8 @@ dynamic programme (:mod:`exact.dp`).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
@@ -29,8 +31,8 @@ class ContextRows:
         vocab = self.vocab = model.vocab
         self.height = height
         self.offsets = [sum(vocab**j for j in range(level)) for level in range(height + 2)]
-        contexts = [tuple(int(d) for d in np.unravel_index(code, (vocab,) * level)) if level else ()
-                    for level in range(height + 1) for code in range(vocab**level)]
+        contexts = [context for level in range(height + 1)
+                    for context in itertools.product(range(vocab), repeat=level)]  # by length, then code
         if hasattr(model, "row_arrays"):  # the model's rows as arrays at once, checked in bulk
             p, self.q = model.row_arrays(contexts)
             self.p = p[: self.offsets[height]]
