@@ -32,7 +32,7 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from simulator.montecarlo import study
-from simulator.montecarlo.study import ABLATIONS, PAPER_SEEDS, Store, compute_seed, model_key, paper_cells
+from simulator.montecarlo.study import PAPER_SEEDS, Store, ablation_cells, compute_seed, model_key
 
 
 def time_cell(cell: study.Cell, seed: int, store: Store | None) -> dict:
@@ -62,8 +62,7 @@ def main() -> None:
         previous = json.loads(Path(args.out).with_suffix(".json").read_text())
         kept = [r for r in previous["cells"] if r["verifier"] not in wanted]
         setups = {tuple(s["model"]): s["seconds"] for s in previous["setups"]}
-    cells = list(dict.fromkeys(c for t in ABLATIONS for _, _, c in paper_cells(t)))
-    cells.sort(key=lambda c: model_key(c, 0))
+    cells = ablation_cells()
     timed = {}
     for cell in cells:
         if wanted is not None and cell.verifier not in wanted:

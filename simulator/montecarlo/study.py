@@ -108,6 +108,13 @@ def paper_cells(table: int, seeds: int = PAPER_SEEDS, trials: int | None = None)
                                       seeds, trials or PAPER_TRIALS[table])
 
 
+def ablation_cells(seeds: int = PAPER_SEEDS) -> list[Cell]:
+    """The ablation suite's distinct cells (Tables 4–15; a configuration in several tables once), by model
+    configuration (:func:`model_key`), so that cells sharing a model's rows come together."""
+    cells = list(dict.fromkeys(c for t in ABLATIONS for _, _, c in paper_cells(t, seeds)))
+    return sorted(cells, key=lambda c: model_key(c, 0))
+
+
 def model_key(cell: Cell, seed: int) -> tuple:
     """What a cell's model rows depend on: cells with equal keys share :class:`ContextRows`."""
     return cell.vocab, cell.rho, cell.tau_p, cell.tau_q, cell.depth, seed
