@@ -30,10 +30,14 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
+from side_by_side import checkouts, read_rows, two_commit_parser  # benchmarks/, the script's own folder
 from simulator.montecarlo.study import PAPER_SEEDS, ablation_cells, model_key
 
 #: Workers the projection assumes: the 2-core machine's, as :mod:`benchmarks.ablation_time` by default.
 JOBS = 2
+#: The keys every row holds, measured or read back with ``--rows``.
+ROW_KEYS = ("key", "verifier", "topology", "model", "first", "before_s", "after_s", "before_setup_s",
+            "after_setup_s", "before_mean", "after_mean")
 #: The issue's measurement of the suite at 20b6630 on its own 2-core machine (issue 18), in hours.
 ISSUE_BASELINE_H = 3.2
 
@@ -126,13 +130,14 @@ def measure(roots: dict[str, Path], wanted: set[str], lanes: int) -> list[dict]:
         thread.start()
     for thread in threads:
         thread.join()
-    order = {c.key(): i for i, c in enumerate(ablation_cells(seeds=1))}
-    return sorted(rows, key=lambda r: order[r["key"]])
+    return rows
 
 
 def render(rows: list[dict], command: str, commits: dict[str, str], lanes: int) -> tuple[str, dict]:
     """The report and its numbers: per method and for the whole suite, the projected time at each commit and
-    the ratio, and every cell."""
+    the ratio, and every cell in the suite's order (measured or read back, rows come in the order lanes finish)."""
+    order = {c.key(): i for i, c in enumerate(ablation_cells(seeds=1))}
+    rows = sorted(rows, key=lambda r: order[r["key"]])
     tags = ("before", "after")
     setups = {tag: {} for tag in tags}  # per model configuration: the set-up its worker timed
     for r in rows:
@@ -174,24 +179,21 @@ def render(rows: list[dict], command: str, commits: dict[str, str], lanes: int) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", type=Path, required=True, help="a checkout of the earlier commit")
-    parser.add_argument("--after", type=Path, default=Path("."))
+    parser = two_commit_parser("reports/ablation_side_by_side.md")
     parser.add_argument("--lanes", type=int, default=2, help="model configurations measured at once")
     parser.add_argument("--verifiers", default="", help="only these methods' cells (comma-separated)")
-    parser.add_argument("--rows", type=Path, default=None,
-                        help="render the report from the JSON rows an earlier run printed, measuring nothing")
-    parser.add_argument("--out", default="reports/ablation_side_by_side.md")
     args = parser.parse_args()
     if args.lanes < 1:
         parser.error(f"--lanes must be at least 1, got {args.lanes}")
-    roots = {"before": args.before.resolve(), "after": args.after.resolve()}
-    commits = {tag: subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                   text=True).stdout.strip() for tag, root in roots.items()}
+    wanted = set(filter(None, args.verifiers.split(",")))
+    unknown = wanted - {cell.verifier for cell in ablation_cells(seeds=1)}
+    if unknown:
+        parser.error(f"--verifiers: {', '.join(sorted(unknown))} not among the ablation suite's methods")
+    roots, commits = checkouts(args)
     if args.rows:
-        rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.startswith("{")]
+        rows = read_rows(parser, args.rows, ROW_KEYS)
     else:
-        rows = measure(roots, set(filter(None, args.verifiers.split(","))), args.lanes)
+        rows = measure(roots, wanted, args.lanes)
     text, numbers = render(rows, "python3 benchmarks/ablation_side_by_side.py " + " ".join(sys.argv[1:]), commits,
                            args.lanes)
     out = Path(args.out)

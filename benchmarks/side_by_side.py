@@ -119,28 +119,48 @@ def render(rows: list[dict], command: str, commits: dict[str, str], repeats: int
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def two_commit_parser(out: str) -> argparse.ArgumentParser:
+    """The options every side-by-side benchmark takes: the two checkouts, ``--rows`` and ``--out``."""
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, required=True, help="a checkout of the earlier commit")
     parser.add_argument("--after", type=Path, default=Path("."))
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--cells", default="", help="only these verifiers (comma-separated)")
     parser.add_argument("--rows", type=Path, default=None,
                         help="render the report from the JSON rows an earlier run printed, measuring nothing")
-    parser.add_argument("--out", default="reports/side_by_side.md")
-    args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    parser.add_argument("--out", default=out)
+    return parser
+
+
+def checkouts(args: argparse.Namespace) -> tuple[dict[str, Path], dict[str, str]]:
+    """The two checkouts' roots and their short commit hashes, tagged ``before`` and ``after``."""
     roots = {"before": args.before.resolve(), "after": args.after.resolve()}
     commits = {tag: subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                                    text=True).stdout.strip() for tag, root in roots.items()}
+    return roots, commits
+
+
+def read_rows(parser: argparse.ArgumentParser, path: Path, keys: tuple[str, ...]) -> list[dict]:
+    """The JSON rows an earlier run printed (its log's lines that start with ``{``), each checked for ``keys``."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    if not rows:
+        parser.error(f"--rows {path}: no rows in it (the JSON lines this script prints to stderr as it measures)")
+    for number, row in enumerate(rows, 1):
+        missing = [key for key in keys if key not in row]
+        if missing:
+            parser.error(f"--rows {path}: row {number} lacks {', '.join(missing)} (a log of this script's rows is "
+                         "needed; older logs may lack later fields)")
+    return rows
+
+
+def main() -> None:
+    parser = two_commit_parser("reports/side_by_side.md")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--cells", default="", help="only these verifiers (comma-separated)")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    roots, commits = checkouts(args)
     if args.rows:
-        rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.startswith("{")]
-        for number, row in enumerate(rows, 1):
-            missing = [key for key in ROW_KEYS if key not in row]
-            if missing:
-                parser.error(f"--rows {args.rows}: row {number} lacks {', '.join(missing)} (a log of this script's "
-                             f"rows is needed; older runs did not time the set-up)")
+        rows = read_rows(parser, args.rows, ROW_KEYS)
     else:
         rows = measure(roots, set(filter(None, args.cells.split(","))), args.repeats)
     text = render(rows, "python3 benchmarks/side_by_side.py " + " ".join(sys.argv[1:]), commits, args.repeats)
