@@ -126,7 +126,7 @@ class Reproducer:
     def write(self, path: str | Path, cert: Certificate | None = None) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, self.to_json(cert))
+        write_json(path, self.to_json(cert), "case_out")
         return path
 
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from simulator.errors import InvalidParameterError
 from simulator.trees import make_topology, node_depths
+from simulator.usercode import require
 from simulator.verifiers.registry import ALL_SHAPES, VERIFIERS, Verifier, load_verifier, verifier_name
 
 KERNEL_KEYS = ("kernel", "adapter", "dtype", "uniforms", "kernel_kwargs")
@@ -83,6 +84,7 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
             return Subject(name, fn, desc, shapes or ALL_SHAPES, tuple(schemes or ("iid",)))
         claimed = spec.lossless_under or ((spec.demo[1],) if spec.demo else ("iid",))
         return Subject(name, fn, desc, shapes or spec.shapes, tuple(schemes or claimed), spec.float_only)
+    require("torch", f"the kernel {desc['kernel']!r}", field_name)
     from simulator.torch_path.kernels import Kernel  # torch only when a kernel is checked
 
     kwargs = desc.get("kernel_kwargs", {})

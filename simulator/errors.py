@@ -86,6 +86,16 @@ class TimeLimitError(LimitError):
     """A run passed its wall-clock limit (``--timeout``)."""
 
 
+class MissingDependencyError(SpecproofError):
+    """An optional dependency a command or option needs is not installed; the message names the extra that
+    installs it (``pip install -e '.[torch]'``)."""
+
+
+class OutputError(SpecproofError):
+    """An output file cannot be written (a missing or read-only directory, a full disk); the field names the
+    option that chose the path."""
+
+
 class SymbolicError(SpecproofError):
     """A symbolic proof met something it cannot follow for every model pair: a float, an irrational function, a
     row outside the shape's symbolic space (``specproof prove``)."""

@@ -1,25 +1,88 @@
-"""Reading the project's JSON inputs (tables, cases) with errors that name the option they came from, and
-writing its JSON outputs."""
+"""Reading the project's input files (tables, cases, corpora) with errors that name the option they came from,
+and writing its outputs: paths checked before a computation starts, writes that report a failure by file.
+
+Every way a file can be wrong is a typed error naming the option: unreadable, not text (a binary file), not
+JSON, nested past Python's recursion limit. An output path is checked up front (its directory exists and is
+writable) so that a run is refused before it computes; a write that still fails afterwards (a full disk) is
+:class:`simulator.errors.OutputError` naming the file, which the command line reports without losing the verdict
+it already printed.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from .errors import InvalidParameterError
+from .errors import InvalidParameterError, OutputError
+
+
+def read_text(path: str | Path, field: str) -> str:
+    """A text file's contents; unreadable or undecodable (binary) files raise :class:`InvalidParameterError` on
+    ``field``."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise InvalidParameterError(field, f"cannot read {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise InvalidParameterError(field, f"{path} is not UTF-8 text (byte {err.start}: {err.reason}): is it a "
+                                           "binary file?") from None
 
 
 def read_json(path: str | Path, field: str) -> object:
-    """Parse a JSON file; an unreadable or malformed file raises :class:`InvalidParameterError` on ``field``."""
+    """Parse a JSON file; an unreadable, binary, malformed or too deeply nested file raises
+    :class:`InvalidParameterError` on ``field``."""
+    text = read_text(path, field)
     try:
-        return json.loads(Path(path).read_text())
-    except OSError as err:
-        raise InvalidParameterError(field, f"cannot read {path}: {err.strerror}") from None
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise InvalidParameterError(field, f"{path} is not JSON: {err}") from None
+    except RecursionError:
+        raise InvalidParameterError(field, f"{path} nests arrays or objects too deeply to read") from None
 
 
-def write_json(path: str | Path, data: object) -> None:
-    """Write ``data`` as indented JSON. A NaN or infinity is refused (JSON has none): numbers that do not exist
-    are written as ``null`` by the code that knows why."""
-    Path(path).write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+def check_output_file(path: str | Path | None, field: str) -> None:
+    """Refuse, before any computation, an output file whose directory does not exist, is not a directory or
+    cannot be written, and a path that is a directory (:class:`OutputError` on ``field``)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(field, f"{path} is a directory; give a file name")
+    _check_writable_dir(path.parent if str(path.parent) else Path("."), field, f"for {path}")
+
+
+def check_output_dir(path: str | Path, field: str) -> None:
+    """Refuse, before any computation, an output folder that cannot be created or written: the nearest existing
+    ancestor must be a writable directory (:class:`OutputError` on ``field``)."""
+    path = Path(path)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise OutputError(field, f"{existing} is a file, so the folder {path} cannot be made there")
+    _check_writable_dir(existing, field, f"to make or fill {path}")
+
+
+def _check_writable_dir(folder: Path, field: str, purpose: str) -> None:
+    if not folder.exists():
+        raise OutputError(field, f"the folder {folder} does not exist {purpose}: create it first")
+    if not folder.is_dir():
+        raise OutputError(field, f"{folder} is not a folder {purpose}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(field, f"the folder {folder} is not writable {purpose}")
+
+
+def write_text(path: str | Path, text: str, field: str) -> None:
+    """Write ``text``; a failure (a full disk, a folder removed meanwhile) is :class:`OutputError` naming the
+    file and ``field``."""
+    try:
+        Path(path).write_text(text)
+    except OSError as err:
+        raise OutputError(field, f"cannot write {path}: {err.strerror or err}") from None
+
+
+def write_json(path: str | Path, data: object, field: str = "json") -> None:
+    """Write ``data`` as indented JSON (:func:`write_text`). A NaN or infinity is refused (JSON has none):
+    numbers that do not exist are written as ``null`` by the code that knows why."""
+    write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n", field)

@@ -7,10 +7,12 @@ code runs under both, which is what lets the exact engine certify the very funct
 from __future__ import annotations
 
 import math
+import sys
+from contextlib import contextmanager
 from decimal import Context as DecimalContext, Decimal
 from fractions import Fraction
 from functools import lru_cache, wraps
-from typing import Iterable, Literal, Sequence, Union
+from typing import Iterable, Iterator, Literal, Sequence, Union
 
 import numpy as np
 
@@ -40,7 +42,8 @@ def parse_probability(value: object, field: str) -> Number:
         return value
     if isinstance(value, str):
         try:
-            return Fraction(value.strip())
+            with unlimited_digits():
+                return Fraction(value.strip())
         except (ValueError, ZeroDivisionError):
             raise InvalidDistributionError(field, f"cannot read {quoted(value)} as a probability") from None
     raise InvalidDistributionError(field, f"expected a number or a 'num/den' string, got {quoted(value)}")
@@ -170,13 +173,37 @@ def decimal_text(value: Number, digits: int = 6) -> str:
 
 def human_number(value: Number, digits: int = 6) -> str:
     """How a number is shown to a person: a short fraction as ``11/9 (1.22222)``, a long one as a decimal with
-    its size (``0.0123457, exactly a fraction of 312/315 digits``), a float to ``digits`` digits."""
+    its size (``0.0123457, exactly a fraction of 312/315 digits``), a float to ``digits`` digits. Works at any
+    size: digits are counted without converting the integers to text (Python refuses past 4,300 digits)."""
     if not isinstance(value, Fraction):
         return decimal_text(value, digits)
-    num, den = len(str(abs(value.numerator))), len(str(value.denominator))
+    num, den = digit_count(value.numerator), digit_count(value.denominator)
     if num + den <= SHORT_FRACTION_DIGITS:
         return str(value) if value.denominator == 1 else f"{value} ({decimal_text(value, digits)})"
     return f"{decimal_text(value, digits)}, exactly a fraction of {num}/{den} digits"
+
+
+def digit_count(n: int) -> int:
+    """The number of decimal digits of ``|n|`` (1 for 0), from its bit length: no conversion to text."""
+    n = abs(n)
+    estimate = max(1, int(n.bit_length() * 0.30102999566398120))  # log10(2); off by at most one below
+    return estimate + 1 if n >= 10 ** estimate else estimate
+
+
+@contextmanager
+def unlimited_digits() -> Iterator[None]:
+    """Integer ↔ text conversion without Python's 4,300-digit limit (a guard against hostile input that an exact
+    certificate's own fractions pass: a law over thousands of sequences has denominators of thousands of digits)."""
+    get = getattr(sys, "get_int_max_str_digits", None)
+    if get is None:  # Python < 3.11: no limit
+        yield
+        return
+    previous = get()
+    sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(previous)
 
 
 def quoted(value: object, limit: int = 40) -> str:
@@ -189,7 +216,8 @@ def to_json_number(value: Number, arithmetic: str) -> object:
     """``"num/den"`` under fraction arithmetic, a float otherwise."""
     if arithmetic == "fraction":
         v = Fraction(value)
-        return f"{v.numerator}/{v.denominator}"
+        with unlimited_digits():
+            return f"{v.numerator}/{v.denominator}"
     return float(value)
 
 

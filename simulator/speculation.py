@@ -6,9 +6,7 @@ handler, replay under a given array of uniforms: the same code in every case (do
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 from .completion import TARGET, GreedyBlockCompletion, TargetCompletion
@@ -17,6 +15,7 @@ from .errors import LimitError, SpecproofError, VerifierFailure, VerifierOutputE
 from .models import ModelView
 from .randomness import Randomness
 from .trees import DraftTree
+from .usercode import escape_message, interrupted, source_line
 from .verifiers.registry import Verifier, is_builtin, verifier_name
 
 Completion = TargetCompletion | GreedyBlockCompletion
@@ -53,6 +52,10 @@ def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: R
             from err
     except Exception as err:
         raise VerifierFailure(verifier_name(verifier), err, source_line(err)) from err
+    except (SystemExit, KeyboardInterrupt) as err:  # never an exit code of the run's (docs/cli.md#exit-codes)
+        if isinstance(err, KeyboardInterrupt) and interrupted():
+            raise
+        raise VerifierFailure(verifier_name(verifier), err, f"{source_line(err)}; {escape_message(err)}") from err
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         raise VerifierOutputError("verifier", f"must return (node, y) or (node, y, completion), got {out!r}")
     node, y = out[0], out[1]
@@ -64,22 +67,6 @@ def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: R
     if not hasattr(completion, "next_row"):
         raise VerifierOutputError("completion", f"a completion rule needs next_row(block, view), got {completion!r}")
     return RoundOutcome(tree.path(node), y, completion)
-
-
-_OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package in ("simulator", "exact"))
-
-
-def source_line(err: BaseException) -> str:
-    """Where ``err`` was raised, as ``file:line in function: code``: the innermost frame outside specproof's own
-    packages (the user's code; a call into the randomness interface is reported at the caller), or the innermost
-    frame when every frame is specproof's."""
-    frames = traceback.extract_tb(err.__traceback__)[1:] or traceback.extract_tb(err.__traceback__)
-    if not frames:
-        return "no traceback"
-    theirs = [f for f in frames if not str(Path(f.filename).resolve()).startswith(_OWN_CODE)]
-    frame = (theirs or frames)[-1]
-    code = f": {frame.line.strip()}" if frame.line else ""
-    return f"{frame.filename}:{frame.lineno} in {frame.name}{code}"
 
 
 def speculate(view: ModelView, drafter: Drafter, verifier: Verifier, rng: Randomness) -> RoundOutcome:

@@ -15,11 +15,11 @@ from simulator.drafter_registry import DrafterOptions
 
 from simulator.aded import AdedConfig
 from simulator.cli.main import (_bar, _certificate_lines, _certified, _command, _given, _kernel_options,
-                                _model_options, _shrunk, _tree_options, _write_json, main)
+                                _model_options, _shape, _shrunk, _tree_options, _write_json, main)
 from simulator.errors import InvalidParameterError
+from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.models import make_model
 from simulator.numeric import ARITHMETICS, human_number
-from simulator.trees import shape_from_options
 from simulator.verifiers.registry import check_arithmetic_for
 
 
@@ -42,6 +42,8 @@ def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob,
     reproducer written), 0 when the time limit ends without one."""
     if not time_limit > 0:
         raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
+    check_output_file(json_out, "json")
+    check_output_dir(Path(case_out).parent, "case_out")  # made if missing
     name, _, kernel_spec = _certified(tree, kernel, adapter, dtype, uniforms, kernel_kwargs)
     what = subject(kernel_spec.describe() if kernel_spec is not None else name)
     check_arithmetic_for(what.name, arithmetic)
@@ -71,7 +73,7 @@ def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) ->
     table = make_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q) if model_kind == "table" else None
     topology = None
     if given & {"topology", "depth", "branching", "parents"}:
-        topology = shape_from_options(tree["topology"], tree["depth"], tree["branching"], tree["parents"])[1]
+        topology = _shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])[1]
     options = None
     if given & {"budget", "threshold", "max_depth"}:
         options = DrafterOptions(tree["budget"], tree["threshold"], tree["max_depth"], AdedConfig())
@@ -135,6 +137,8 @@ def zoo(ctx, out_dir: str, jobs: int) -> None:
     size and the pass probability of three Monte Carlo test designs. Exit 1 when the gate misses a mutant."""
     from simulator.cli.main import _StageBars
     from simulator.checks.zoo import write_zoo_report
+
+    check_output_dir(out_dir, "out")
 
     if jobs < 1:
         raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")

@@ -18,7 +18,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import click
 from tqdm import tqdm
@@ -43,35 +43,71 @@ from simulator.montecarlo.study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_c
 from simulator.reports.study import write_study_report
 from simulator.reports.dynamic import write_dynamic_report
 from simulator.montecarlo.generations import run_generations
-from simulator.errors import InvalidParameterError, SpecproofError
+from simulator.errors import InvalidParameterError, OutputError, SpecproofError
 from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, limits, progress_note, time_limit
 from simulator.models import MODELS, SyntheticModel, make_model
 from simulator.numeric import ARITHMETICS, human_number, to_json_number
 from simulator.trees import TOPOLOGIES, shape_from_options
 from simulator.verifiers import VERIFIERS, load_verifier
 from simulator.verifiers.registry import check_arithmetic_for, check_pairing
-from simulator.jsonfile import read_json, write_json
+from simulator.jsonfile import check_output_dir, check_output_file, read_json, write_json, write_text
+from simulator.usercode import (INTERRUPTED_EXIT, check_importable, escape_message, install_interrupt_handlers,
+                                interrupted, raised_by_user_code, require, source_line)
 
 
 
 class SpecproofGroup(click.Group):
-    """Exit status 2 for every typed error (the field named), 3 with a traceback for anything unforeseen: no
-    error can pass for a verdict (1)."""
+    """The exit codes of every command (docs/cli.md#exit-codes): 2 for every typed error (the field named) and
+    for an exit or interrupt raised by user code, 130 for a run stopped by SIGINT or SIGTERM whatever code it
+    was about to exit with, 3 with a traceback for anything unforeseen: no error can pass for a verdict (1)."""
 
     def invoke(self, ctx: click.Context):
+        install_interrupt_handlers()
         try:
-            return super().invoke(ctx)
-        except SpecproofError as err:
-            click.echo(f"error: {err.field}: {err.message}", err=True)
-            sys.exit(2)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            result = super().invoke(ctx)
+        except BaseException as err:  # noqa: BLE001 — every way out gets its code here
+            _exit_for(err)
             raise
-        except BrokenPipeError:  # the reader went away (``| head``): not an error of ours; stdout is closed
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(1)
-        except Exception:  # a bug of specproof's own: never exit 1, which means LOSSY
-            click.echo("internal error (a bug in specproof, not a verdict):\n" + traceback.format_exc(), err=True)
-            sys.exit(3)
+        if interrupted():
+            _exit_interrupted()
+        return result
+
+
+def _exit_for(err: BaseException) -> None:
+    """Exit with the code ``err`` stands for; return for a command's own exit and click's usage errors, which
+    go on as they are."""
+    if interrupted():
+        _exit_interrupted()
+    if isinstance(err, SystemExit):
+        if raised_by_user_code(err):
+            _fail(f"error: user code raised {escape_message(err)} ({source_line(err)})", 2)
+        return
+    if isinstance(err, (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)):
+        return
+    if isinstance(err, KeyboardInterrupt):
+        _fail(f"error: user code raised {escape_message(err)} ({source_line(err)})", 2)
+    if isinstance(err, SpecproofError):
+        _fail(f"error: {err.field}: {err.message}", 2)
+    if isinstance(err, BrokenPipeError):  # the reader went away (``| head``): stdout is closed, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE_EXIT)
+    if isinstance(err, OSError) and err.filename is not None:  # a folder removed meanwhile, a full disk
+        _fail(f"error: file: {err.filename}: {err.strerror or err}", 2)
+    # a bug of specproof's own: never exit 1, which means LOSSY
+    _fail("internal error (a bug in specproof, not a verdict):\n" + "".join(traceback.format_exception(err)), 3)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def _exit_interrupted() -> None:
+    _fail("interrupted (SIGINT or SIGTERM): no verdict", INTERRUPTED_EXIT)
+
+
+#: the exit status when standard output's reader has gone (the shell's 128 + SIGPIPE)
+BROKEN_PIPE_EXIT = 141
 
 
 def _command(ctx: click.Context) -> str:
@@ -139,9 +175,20 @@ def _limited(max_executions: int, timeout: float, progress=None) -> Iterator[int
         yield cap
 
 
-def _write_json(path: str | None, data: object) -> None:
+def _write_json(path: str | None, data: object, field: str = "json") -> None:
+    """Write an output once the verdict is printed: a failure (a full disk) is reported on standard error,
+    naming the file, and the command still exits with its verdict's code — the result is never lost."""
     if path:
-        write_json(path, data)
+        _kept(lambda: write_json(path, data, field))
+
+
+def _kept(write: Callable[[], object]) -> object:
+    """``write()``, reporting an :class:`OutputError` on standard error instead of raising it (``None``)."""
+    try:
+        return write()
+    except OutputError as err:
+        click.echo(f"error: {err.field}: {err.message} (the verdict above stands)", err=True)
+        return None
 
 
 @click.group(cls=SpecproofGroup)
@@ -231,10 +278,22 @@ def _named_verifier(tree: dict):
     return load_verifier(tree["verifier"])
 
 
+def _shape(topology: str | None, depth: int, branching: int, parents: str | None):
+    """:func:`shape_from_options`, refusing ``--parents`` beside a ``--topology``, ``--depth`` or
+    ``--branching`` given on the command line (the parent list fixes all three)."""
+    if parents is not None:
+        ctx = click.get_current_context(silent=True)
+        given = _given(ctx, ("topology", "depth", "branching")) if ctx is not None else []
+        if given:
+            raise InvalidParameterError("parents", f"--parents fixes the whole tree: drop --{given[0]} (or drop "
+                                                   "--parents)")
+    return shape_from_options(topology, depth, branching, parents)
+
+
 def _build_drafter(model, tree: dict):
     """The drafter of the tree options, with the configuration to print and store."""
     scheme = tree["drafting"]
-    topology, shape = shape_from_options(tree["topology"], tree["depth"], tree["branching"], tree["parents"])
+    topology, shape = _shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])
     corpus = read_json(tree["corpus_path"], "corpus") if tree["corpus_path"] else None
     if corpus is not None and not (isinstance(corpus, list) and all(isinstance(c, list) for c in corpus)):
         raise SpecproofError("corpus", "must be a JSON list of token-id lists")
@@ -306,8 +365,11 @@ def _certified(tree: dict, kernel: str | None, adapter: str, dtype: str, uniform
         return (*_named_verifier(tree), None)
     if tree["verifier"] is not None:
         raise InvalidParameterError("kernel", "pass --verifier or --kernel, not both")
-    # torch only when a kernel is certified
-    from simulator.torch_path.kernels import CHAIN_ADAPTERS, Kernel, parse_kwargs
+    for option, spec in (("kernel", kernel), ("adapter", adapter)):  # a misspelt module fails before torch loads
+        if ":" in spec:
+            check_importable(spec.partition(":")[0], option)
+    require("torch", "--kernel", "kernel")
+    from simulator.torch_path.kernels import CHAIN_ADAPTERS, Kernel, parse_kwargs  # torch only for a kernel
     if tree["topology"] is None and tree["parents"] is None and adapter in CHAIN_ADAPTERS:
         tree["topology"] = "chain"
     verifier = Kernel(kernel, adapter, dtype, uniforms, parse_kwargs(kernel_kwargs))
@@ -356,6 +418,9 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1).
     Exit 0 lossless, 1 lossy."""
     _check_count("seeds", pairs, 1)
+    check_output_file(json_out, "json")
+    if shrink:
+        check_output_dir(Path(case_out).parent, "case_out")  # made if missing
     if case_path is not None:
         if method != "enumerate":  # a reproducer is certified as it was found: by enumeration
             raise InvalidParameterError("method", "--case certifies by enumeration; --method recursion applies to "
@@ -410,7 +475,9 @@ def _shrunk(case, what, seconds: float, case_out: str) -> dict:
     """Shrink a lossy case, write the reproducer, say so; its JSON for the certificate."""
     found = shrink_case(case, seconds, what)
     small = found.case
-    path = small.write(case_out, found.certificate)
+    path = _kept(lambda: small.write(case_out, found.certificate))
+    if path is None:
+        return small.to_json(found.certificate)
     ended = "complete" if found.complete else f"stopped at the {seconds:g} s bound"
     click.echo(f"  reproducer: {small.nodes} draft node(s), vocab {small.vocab}, depth {small.depth} "
                f"({found.kept} shrinking steps, {ended}), TVD {human_number(found.certificate.tvd)}; "
@@ -498,6 +565,9 @@ def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, job
             raise SpecproofError("verifiers", f"no cells for {sorted(unknown)} in tables {list(chosen)}")
         cells = [c for c in cells if c.verifier in wanted]
     out = Path(out_dir)
+    check_output_dir(out, "out")
+    if store_dir is not None:
+        check_output_dir(store_dir, "store")
     store = Store(store_dir or out / "store")
     with _limited(max_executions, 0) as cap:
         try:
@@ -584,6 +654,7 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
        **tree) -> None:
     """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test.
     Exit 1 when the test rejects the target."""
+    check_output_file(json_out, "json")
     name, fn = _named_verifier(tree)
     model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     drafter, drafting = _build_drafter(model_for(seed), tree)  # validates the options once, up front
@@ -620,6 +691,7 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
              trials, json_out, max_executions, timeout, **tree) -> None:
     """Several draft-verify rounds until N tokens exist, drafter state carried across rounds: the exact law of
     the first N tokens against the target's (--exact; exit 1 when lossy), or Monte Carlo accepted per round."""
+    check_output_file(json_out, "json")
     name, fn = _named_verifier(tree)
     model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     model = model_for(seed)
@@ -684,13 +756,15 @@ def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, b
          max_new_tokens, temperature, top_k, top_p, seed, device) -> None:
     """Spec-Bench-compatible run on a local draft/target pair: answers in Spec-Bench's format, block efficiency
     and tokens/s against target-only decoding."""
+    require("transformers", "specproof real", "real")
+    check_output_file(answers, "answers")
     from transformers import AutoTokenizer
 
     from simulator.torch_path.real import Processing, load_causal_lm
     from simulator.torch_path.spec_bench import read_questions, run_spec_bench
 
     _check_count("max_new_tokens", max_new_tokens, 1)
-    _, shape = shape_from_options(topology, depth, branching, parents)
+    _, shape = _shape(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
     draft = load_causal_lm(draft_dir, field="draft", device=device)
     target = load_causal_lm(target_dir, field="target", device=device)
@@ -723,6 +797,7 @@ def dynamic(ctx, out_dir: str, instances: int, seeds: int, trials: int, tokens: 
     for field, value, minimum in (("instances", instances, 1), ("seeds", seeds, 2), ("trials", trials, 1),
                                   ("tokens", tokens, 1)):
         _check_count(field, value, minimum)
+    check_output_dir(out_dir, "out")
     ticks = _StageBars()
     try:
         ok = write_dynamic_report(Path(out_dir), instances, seeds, trials, tokens, seed, _command(ctx), ticks)
@@ -739,6 +814,8 @@ def kernels(ctx, out_dir: str) -> None:
     """Certify every torch kernel specproof knows, unmodified: transformers' sampler, the torch path's kernels
     black-box, the example kernels with their bugs. Writes kernels.md/json; exit 1 on a verdict against its
     expectation (docs/kernels.md)."""
+    require("torch", "specproof kernels", "kernels")
+    check_output_dir(out_dir, "out")
     from simulator.reports.kernels import write_kernel_report  # torch only here
 
     ticks = _StageBars()
@@ -761,6 +838,7 @@ def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str 
     """Check the papers' claims on random exact instances: claim, instances, worst margin, verdict."""
     if not scale > 0:
         raise SpecproofError("scale", f"must be positive, got {scale}")
+    check_output_file(out_path, "out")
     ticks = _StageBars()
     try:
         checks = run_checks(scale, seed, only or None, tick=ticks)
@@ -769,8 +847,7 @@ def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str 
     text = theorems_markdown(checks, _command(ctx))
     click.echo(text)
     if out_path:
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(out_path).write_text(text)
+        _kept(lambda: write_text(out_path, text, "out"))
     sys.exit(0 if all(c.as_expected for c in checks) else 1)
 
 

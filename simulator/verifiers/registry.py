@@ -9,14 +9,12 @@ lists the topologies a rule is defined on; ``float_only`` marks rules that need 
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from simulator.drafter_registry import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
+from ..usercode import import_user_module
 from . import block, controls, matching, multipath, traversal
 from .batched.ref import KernelRef, kernel
 from .layer import lv
@@ -226,16 +224,12 @@ def load_verifier(name: str) -> tuple[str, Verifier]:
 
 
 def load_callable(spec: str, field: str):
-    """``module:function`` imported (the working directory is searched); errors name ``field``."""
+    """``module:function`` imported (the working directory is searched); errors name ``field`` — a module that
+    does not exist, one that raises (an exit or interrupt included) while importing, a missing function."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InvalidParameterError(field, f"expected module:function, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise InvalidParameterError(field, f"cannot import module {module_name!r}: {err}") from None
+    module = import_user_module(module_name, field)
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise InvalidParameterError(field, f"{module_name!r} has no function {attr!r}")

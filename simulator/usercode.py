@@ -1,0 +1,152 @@
+"""Code specproof did not write — plugins, kernels, adapters and the modules that hold them — and the ways it can
+leave a run: where an exception came from, an exit or interrupt it raised, a module that fails to import, an
+optional dependency that is missing.
+
+Exit codes must not lie (docs/cli.md#exit-codes): a plugin that calls ``sys.exit(0)`` must not turn a gate
+green, and a ``KeyboardInterrupt`` that no signal caused is the plugin's doing, not the user's Ctrl-C. So the
+command line installs :func:`install_interrupt_handlers`, which records a real SIGINT or SIGTERM before raising
+``KeyboardInterrupt``; everything that runs user code turns an exit or interrupt it raised into a typed error
+unless :func:`interrupted` says the run was interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+from .errors import InvalidParameterError, MissingDependencyError
+
+#: specproof's own packages: a frame in one of them is not user code
+OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package in ("simulator", "exact"))
+#: the exit status of a run stopped by SIGINT or SIGTERM (the shell's 128 + SIGINT)
+INTERRUPTED_EXIT = 130
+
+_signalled: list[int] = []
+
+
+def install_interrupt_handlers() -> None:
+    """Record SIGINT and SIGTERM before raising ``KeyboardInterrupt`` in the main thread (a no-op elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame) -> None:
+        _signalled.append(signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+def interrupted() -> bool:
+    """Whether this process received SIGINT or SIGTERM since :func:`install_interrupt_handlers`."""
+    return bool(_signalled)
+
+
+def is_own_frame(filename: str) -> bool:
+    return str(Path(filename).resolve()).startswith(OWN_CODE)
+
+
+def source_line(err: BaseException) -> str:
+    """Where ``err`` was raised, as ``file:line in function: code``: the innermost frame outside specproof's own
+    packages (the user's code; a call into the randomness interface is reported at the caller), or the innermost
+    frame when every frame is specproof's."""
+    frames = traceback.extract_tb(err.__traceback__)[1:] or traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return "no traceback"
+    theirs = [f for f in frames if not is_own_frame(f.filename)]
+    frame = (theirs or frames)[-1]
+    code = f": {frame.line.strip()}" if frame.line else ""
+    return f"{frame.filename}:{frame.lineno} in {frame.name}{code}"
+
+
+def raised_by_user_code(err: BaseException) -> bool:
+    """Whether the innermost frame of ``err``'s traceback lies outside specproof's packages (and outside the
+    standard library's ``sys.exit``, which has no Python frame)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and not is_own_frame(frames[-1].filename)
+
+
+def escape_message(err: BaseException) -> str:
+    """How an exit or interrupt raised by user code is named: ``SystemExit(0)``, ``KeyboardInterrupt``."""
+    if isinstance(err, SystemExit):
+        return f"SystemExit({err.code!r}) (it called sys.exit or exit(); a plugin must return, not exit)"
+    return f"{type(err).__name__} raised by the code itself, not by a signal"
+
+
+def import_user_module(module_name: str, field: str):
+    """Import a user's module (the working directory searched first); any failure, an exit or an interrupt it
+    raises while importing included, is :class:`InvalidParameterError` on ``field`` naming the module, the
+    exception and the line that raised."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if _missing_is_the_module(module_name, err.name or ""):
+            raise InvalidParameterError(field, f"cannot import module {module_name!r}: no module named {err.name!r} "
+                                               f"(searched the working directory {os.getcwd()} and sys.path)") \
+                from None
+        raise InvalidParameterError(field, f"module {module_name!r} failed to import: {_described(err)}") from None
+    except (KeyboardInterrupt, SystemExit) as err:
+        if isinstance(err, KeyboardInterrupt) and interrupted():
+            raise
+        raise InvalidParameterError(field, f"module {module_name!r} raised {escape_message(err)} while importing "
+                                           f"({source_line(err)})") from None
+    except Exception as err:  # noqa: BLE001 — the user's module: any error is theirs, named with its line
+        raise InvalidParameterError(field, f"module {module_name!r} failed to import: {_described(err)}") from None
+
+
+def _missing_is_the_module(module_name: str, missing: str) -> bool:
+    """Whether ``missing`` is ``module_name`` or one of its parent packages (a misspelt name), not a module the
+    user's module itself imports."""
+    parts = module_name.split(".")
+    return missing in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
+def _described(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err} ({source_line(err)})"
+
+
+def check_importable(module_name: str, field: str) -> None:
+    """Refuse a module that cannot be found, before anything heavy is imported (``find_spec`` imports only the
+    parent packages); a module that exists but fails to import is reported when it is imported."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(module_name)
+    except ModuleNotFoundError as err:
+        found = None if _missing_is_the_module(module_name, err.name or "") else True
+    except (ImportError, ValueError):
+        found = True  # a parent package that fails to import: the import itself reports how
+    except (KeyboardInterrupt, SystemExit) as err:
+        if isinstance(err, KeyboardInterrupt) and interrupted():
+            raise
+        found = True
+    except Exception:  # noqa: BLE001 — a parent package raising: reported by the import
+        found = True
+    if found is None:
+        raise InvalidParameterError(field, f"cannot import module {module_name!r}: no such module (searched the "
+                                           f"working directory {os.getcwd()} and sys.path)")
+
+
+#: optional dependencies: module -> the extra that installs it
+EXTRAS = {"torch": "torch", "transformers": "torch", "distributed": "test"}
+
+
+def require(module_name: str, what: str, field: str) -> None:
+    """Refuse ``what`` (a command, an option, a check) when ``module_name`` is not installed, naming the extra
+    that installs it (:class:`MissingDependencyError`)."""
+    try:
+        present = importlib.util.find_spec(module_name) is not None
+    except (ImportError, ValueError):
+        present = False
+    if not present:
+        extra = EXTRAS.get(module_name, module_name)
+        raise MissingDependencyError(field, f"{what} needs {module_name}, which is not installed: "
+                                            f"pip install -e '.[{extra}]' (or pip install 'specproof[{extra}]')")
