@@ -4,7 +4,7 @@ optional dependency that is missing.
 
 Exit codes must not lie (docs/cli.md#exit-codes): a plugin that calls ``sys.exit(0)`` must not turn a gate
 green, and a ``KeyboardInterrupt`` that no signal caused is the plugin's doing, not the user's Ctrl-C. So the
-command line installs :func:`install_interrupt_handlers`, which records a real SIGINT or SIGTERM before raising
+command line runs inside :func:`interrupts_recorded`, which records a real SIGINT or SIGTERM before raising
 ``KeyboardInterrupt``; everything that runs user code turns an exit or interrupt it raised into a typed error
 unless :func:`interrupted` says the run was interrupted.
 """
@@ -18,7 +18,9 @@ import signal
 import sys
 import threading
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from .errors import InvalidParameterError, MissingDependencyError
 
@@ -30,21 +32,30 @@ INTERRUPTED_EXIT = 130
 _signalled: list[int] = []
 
 
-def install_interrupt_handlers() -> None:
-    """Record SIGINT and SIGTERM before raising ``KeyboardInterrupt`` in the main thread (a no-op elsewhere)."""
+@contextmanager
+def interrupts_recorded() -> Iterator[None]:
+    """Inside the block, SIGINT and SIGTERM are recorded (:func:`interrupted`) before ``KeyboardInterrupt`` is
+    raised in the main thread; the previous handlers come back after it. Elsewhere than the main thread it does
+    nothing."""
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
 
     def handler(signum: int, frame) -> None:
         _signalled.append(signum)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
+    _signalled.clear()
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def interrupted() -> bool:
-    """Whether this process received SIGINT or SIGTERM since :func:`install_interrupt_handlers`."""
+    """Whether SIGINT or SIGTERM arrived inside the current :func:`interrupts_recorded` block."""
     return bool(_signalled)
 
 

@@ -16,7 +16,7 @@ from simulator.drafter_registry import DrafterOptions
 from simulator.aded import AdedConfig
 from simulator.cli.main import (_bar, _certificate_lines, _certified, _command, _given, _kernel_options,
                                 _model_options, _shape, _shrunk, _tree_options, _write_json, main)
-from simulator.errors import InvalidParameterError
+from simulator.errors import InvalidParameterError, TimeLimitError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.models import make_model
 from simulator.numeric import ARITHMETICS, human_number
@@ -51,6 +51,9 @@ def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob,
     with _bar(None, f"hunt {what.name}", "pair") as bar:
         result = run_hunt(what, time_limit, fixed, hunt_seed, arithmetic, shrink_time, lambda n: bar.update(1))
     out = {"verifier": what.name, "subject": what.description, **result.to_json()}
+    if result.found is None and result.pairs == 0:
+        raise TimeLimitError("time_limit", f"no model pair was certified within {time_limit:g} s, so there is no "
+                                           "verdict: raise --time-limit")
     if result.found is None:
         click.echo(f"{what.name}: no loss found")
         click.echo(f"  covers: {result.coverage()} — these pairs only, not every pair")

@@ -51,8 +51,8 @@ from simulator.trees import TOPOLOGIES, shape_from_options
 from simulator.verifiers import VERIFIERS, load_verifier
 from simulator.verifiers.registry import check_arithmetic_for, check_pairing
 from simulator.jsonfile import check_output_dir, check_output_file, read_json, write_json, write_text
-from simulator.usercode import (INTERRUPTED_EXIT, check_importable, escape_message, install_interrupt_handlers,
-                                interrupted, raised_by_user_code, require, source_line)
+from simulator.usercode import (INTERRUPTED_EXIT, check_importable, escape_message, interrupted,
+                                interrupts_recorded, raised_by_user_code, require, source_line)
 
 
 
@@ -62,15 +62,15 @@ class SpecproofGroup(click.Group):
     was about to exit with, 3 with a traceback for anything unforeseen: no error can pass for a verdict (1)."""
 
     def invoke(self, ctx: click.Context):
-        install_interrupt_handlers()
-        try:
-            result = super().invoke(ctx)
-        except BaseException as err:  # noqa: BLE001 — every way out gets its code here
-            _exit_for(err)
-            raise
-        if interrupted():
-            _exit_interrupted()
-        return result
+        with interrupts_recorded():
+            try:
+                result = super().invoke(ctx)
+            except BaseException as err:  # noqa: BLE001 — every way out gets its code here
+                _exit_for(err)
+                raise
+            if interrupted():
+                _exit_interrupted()
+            return result
 
 
 def _exit_for(err: BaseException) -> None:
@@ -580,16 +580,24 @@ def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, job
             raise InvalidParameterError(f"cert_{err.field}", message) from None
         for estimate in estimate_table(model, plans):  # refused before anything is written
             _cert_options(estimate).check(cap)
-        out.mkdir(parents=True, exist_ok=True)
-        ok = _certification_report(out, store, model, plans, cert_depth, cert_branching, cert_arithmetic, cap)
-    unique = list(dict.fromkeys(cells))
-    total = sum(c.seeds * c.trials for c in unique)
-    with _bar(len(unique) * seeds, "cells x seeds", "seed") as bar, _bar(total, "trials", "trial") as trial_bar:
-        done = sum(1 for c in unique for s in range(c.seeds) if store.load(c, s) is not None)
-        bar.update(done)
-        if not no_run:
-            run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)), scheduler, device)
-    write_study_report(out, chosen, store, seeds, trials, _command(ctx))
+    from contextlib import nullcontext
+
+    # A sweep holds the store's lock to its end: a second sweep on the store refuses at once, naming the lock and
+    # its holder. --no-run only reads the store (its cache entries are written whole, by a rename) and takes none,
+    # so a sweep running meanwhile does not hold it up.
+    with nullcontext() if no_run else store.lock():
+        with _limited(max_executions, 0) as cap:
+            out.mkdir(parents=True, exist_ok=True)
+            ok = _certification_report(out, store, model, plans, cert_depth, cert_branching, cert_arithmetic, cap)
+        unique = list(dict.fromkeys(cells))
+        total = sum(c.seeds * c.trials for c in unique)
+        with _bar(len(unique) * seeds, "cells x seeds", "seed") as bar, _bar(total, "trials", "trial") as trial_bar:
+            done = sum(1 for c in unique for s in range(c.seeds) if store.load(c, s) is not None)
+            bar.update(done)
+            if not no_run:
+                run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)), scheduler,
+                          device)
+        write_study_report(out, chosen, store, seeds, trials, _command(ctx))
     click.echo(f"written to {out}/")
     sys.exit(0 if ok else 1)
 
