@@ -90,14 +90,22 @@ def test_a_plugin_raising_keyboard_interrupt_without_a_signal_is_exit_2(tmp_path
     assert_refused(cli(["certify", "--verifier", spec, *CHAIN]), 2, "KeyboardInterrupt", "interrupts.py:2")
 
 
-LONG = ["certify", "--verifier", "tv-rrs", "--depth", "3", "--vocab", "4", "--timeout", "60"]
+GATE = ('[gate]\nhunt_seconds = 0\n[battery]\nmodels = ["random-rational"]\nseeds = [0, 1, 2, 3]\nvocab = [3]\n'
+        'topologies = ["complete"]\ndepth = 2\n[[check]]\nverifier = "lv-kseq"\nexpect = "lossless"\n')
+LONG = {"certify": ["certify", "--verifier", "tv-rrs", "--depth", "3", "--vocab", "4", "--timeout", "60"],
+        "report": ["report", "--out", "{tmp}/r", "--cert-vocab", "4", "--cert-depth", "3"],
+        "gate": ["gate", "--config", "{tmp}/specproof.toml"]}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupt_exits_130_whatever_the_run_was_doing(sig):
-    exe = [sys.executable, "-m", "simulator.cli"]
-    proc = subprocess.Popen(exe + LONG, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    time.sleep(1.5)  # past start-up, inside the enumeration
+@pytest.mark.parametrize("command,sig", [("certify", signal.SIGINT), ("certify", signal.SIGTERM),
+                                         ("report", signal.SIGINT), ("gate", signal.SIGINT)])
+def test_an_interrupt_exits_130_whatever_the_run_was_doing(tmp_path, command, sig):
+    (tmp_path / "specproof.toml").write_text(GATE)
+    args = [a.format(tmp=tmp_path) for a in LONG[command]]
+    proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    time.sleep(2.0)  # past start-up, inside the computation
+    assert proc.poll() is None, proc.communicate()
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

@@ -15,6 +15,7 @@ import shlex
 import os
 import sys
 import traceback
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -91,6 +92,9 @@ def _exit_for(err: BaseException) -> None:
     if isinstance(err, BrokenPipeError):  # the reader went away (``| head``): stdout is closed, as SIGPIPE would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(BROKEN_PIPE_EXIT)
+    if isinstance(err, BrokenProcessPool):  # killed from outside: the OOM killer, a kill -9 of one worker
+        _fail("error: jobs: a worker process died abruptly (killed, or out of memory), so there is no verdict: run "
+              "again, or with fewer --jobs", 2)
     if isinstance(err, OSError) and err.filename is not None:  # a folder removed meanwhile, a full disk
         _fail(f"error: file: {err.filename}: {err.strerror or err}", 2)
     # a bug of specproof's own: never exit 1, which means LOSSY
@@ -666,8 +670,19 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
     name, fn = _named_verifier(tree)
     model_for = _model_for(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     drafter, drafting = _build_drafter(model_for(seed), tree)  # validates the options once, up front
+    _check_count("seeds", seeds, 1)
+    _check_count("trials", trials, 2)
+    from simulator.montecarlo.engine import ANNOUNCE_SECONDS
+
+    def estimated(run) -> None:
+        """After the first seed's pilot: refuse a run estimated past --timeout, show the estimate of a long one."""
+        run.check(timeout)
+        if run.seconds >= ANNOUNCE_SECONDS:
+            tqdm.write(f"mc {name}: {run.describe()}", file=sys.stderr)
+
     with _bar(seeds * trials, f"mc {name}", "trial") as bar, time_limit(timeout):
-        summary = monte_carlo(model_for, drafter, name, fn, seeds, trials, bar.update, first_seed=seed, device=device)
+        summary = monte_carlo(model_for, drafter, name, fn, seeds, trials, bar.update, first_seed=seed, device=device,
+                              estimate=estimated)
     which = f"model seeds {seed}–{seed + seeds - 1}" if seeds > 1 else f"model seed {seed}"
     click.echo(f"{name}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()) + f": {which} x {trials} trials")
     se_kind = "across model seeds" if seeds > 1 else "within the one seed"
