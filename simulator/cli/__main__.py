@@ -1,5 +1,5 @@
 """``python -m simulator.cli``: the ``specproof`` command."""
 
-from simulator.cli.main import main
+from simulator.cli.launch import main
 
 main()
