@@ -10,12 +10,13 @@ schemes the subject claims losslessness under (ADED excepted: its drafts depend 
 from __future__ import annotations
 
 import itertools
+import math
 
 from simulator.aded import AdedConfig
 from simulator.drafter_registry import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
 from simulator.drafting import Drafter
 from simulator.errors import InvalidParameterError
-from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
+from simulator.models import ModelPair, RandomRationalModel, SyntheticModel, _check_real
 from simulator.numeric import ARITHMETICS
 from simulator.trees import TOPOLOGIES, make_topology
 
@@ -27,6 +28,11 @@ DEFAULTS: dict[str, object] = {
     "max_depth": 2, "zero_prob": 0.25, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0,
 }
 MODEL_KINDS = ("random-rational", "synthetic")
+#: the real-valued keys: the range each model or drafter accepts, as ``(low, high, low excluded)``
+REALS: dict[str, tuple[float, float, bool]] = {
+    "rho": (0.0, 1.0, False), "zero_prob": (0.0, 1.0, False), "threshold": (0.0, 1.0, True),
+    "tau_p": (0.0, math.inf, True), "tau_q": (0.0, math.inf, True),
+}
 
 
 def battery(given: object = None, where: str = "battery", base: dict | None = None) -> dict:
@@ -50,6 +56,8 @@ def battery(given: object = None, where: str = "battery", base: dict | None = No
         if isinstance(b[key], bool) or not isinstance(b[key], int) or b[key] < (0 if key == "depth" else 1):
             raise InvalidParameterError(f"{where}.{key}", f"must be an integer ≥ {0 if key == 'depth' else 1}, "
                                                           f"got {b[key]!r}")
+    for key, (low, high, low_open) in REALS.items():
+        _check_real(b[key], f"{where}.{key}", low, high, low_open)
     if b["arithmetic"] not in ARITHMETICS:
         raise InvalidParameterError(f"{where}.arithmetic", f"must be one of {ARITHMETICS}, got {b['arithmetic']!r}")
     return b

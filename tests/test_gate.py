@@ -74,17 +74,49 @@ expect = "lossy"
 """, 1, [0, 1], [2])
 
 
-def test_shipped_config_passes_and_its_junit_parses(tmp_path):
-    config = tmp_path / "cfg" / "specproof.toml"
-    config.parent.mkdir()
-    text = (ROOT / "examples" / "specproof.toml").read_text().replace('state = "../.specproof-gate"', 'state = "st"')
-    config.write_text(text)
-    shutil.copy(ROOT / "examples" / "specproof-baselines.json", config.parent)
-    out = run(["gate", "--config", str(config), "--junit", str(tmp_path / "out.xml"), "--jobs", "2"])
+def without_torch(folder: Path) -> dict:
+    """An environment whose Python cannot import torch (a ``sitecustomize`` that blocks it) and whose path holds
+    nothing of this checkout: specproof as installed, as after the README's ``pip install -e .``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    return {**os.environ, "PYTHONPATH": str(folder)}
+
+
+def test_shipped_configs_pass_from_another_directory_the_first_without_torch(tmp_path):
+    # the examples folder, unchanged, in a fresh project; every command run from a folder outside it
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    shutil.copytree(ROOT / "examples", project / "examples")
+    (project / "pyproject.toml").write_text("")
+    elsewhere.mkdir()
+    config, torch_config, junit = (project / "examples" / "specproof.toml",
+                                   project / "examples" / "specproof-torch.toml", tmp_path / "out.xml")
+    no_torch = without_torch(tmp_path / "no-torch")
+    assert subprocess.run([sys.executable, "-c", "import torch"], env=no_torch, capture_output=True).returncode == 1
+
+    def gate(*args, env=no_torch):
+        exe = shutil.which("specproof")
+        cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+        return subprocess.run(cmd + ["gate", *map(str, args)], cwd=elsewhere, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    out = gate("--config", config, "--junit", junit, "--jobs", 2)
     assert out.returncode == 0, out.stdout + out.stderr
-    tests, failures, _ = junit_counts(tmp_path / "out.xml")
+    tests, failures, _ = junit_counts(junit)
     assert tests > 100 and failures == 0
     assert "no baseline" not in out.stdout and "moved" not in out.stdout.replace("0 moved", "")
+    # the kernel checks need torch: refused before anything runs, both named, with the extra that installs it
+    out = gate("--config", torch_config)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "config.check[0]" in out.stderr and "config.check[1]" in out.stderr
+    assert "pip install -e '.[torch]'" in out.stderr and not out.stdout
+    # with torch (its hunt left out, for time): by hand, 2 kernels x 2 seeds x 2 vocabularies on chains = 8
+    # instances and the control's "flagged"
+    text = torch_config.read_text()
+    assert "\nhunt_seconds = 10 " in text
+    torch_config.write_text(text.replace("\nhunt_seconds = 10 ", "\nhunt_seconds = 0 "))
+    out = gate("--config", torch_config, "--junit", junit, env=dict(os.environ))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert junit_counts(junit)[:2] == (9, 0) and "no baseline" not in out.stdout
 
 
 def test_gate_counts_by_hand_resumes_and_catches_a_moved_acceptance(tmp_path):
@@ -165,8 +197,9 @@ def test_bad_configs_exit_2_naming_the_field(tmp_path):
     cases = {
         "[battery]\nvocab = 3\n[[check]]\nverifier = 'tv-sps'\nexpect = 'lossless'\n": "config.battery.vocab",
         "[[check]]\nverifier = 'tv-sps'\nexpect = 'maybe'\n": "config.check[0].expect",
-        "[[check]]\nverifier = 'tv-nope'\nexpect = 'lossy'\n": "verifier",
-        "[[check]]\nkernel = 'examples.torch_kernels:sps_chain'\nadapter = 'sideways'\nexpect = 'lossy'\n": "adapter",
+        "[[check]]\nverifier = 'tv-nope'\nexpect = 'lossy'\n": "config.check[0].verifier",
+        "[[check]]\nkernel = 'examples.torch_kernels:sps_chain'\nadapter = 'sideways'\nexpect = 'lossy'\n":
+            "config.check[0].adapter",
         "[[check]]\nverifier = 'tv-sps'\nexpect = 'lossy'\ncolour = 'red'\n": "config.check[0].colour",
         "[battery]\ntopologies = ['star']\n[[check]]\nverifier = 'tv-sps'\nexpect = 'lossy'\n": "config.battery.topologies",
         "hunt_seconds = -1\n[[check]]\nverifier = 'tv-sps'\nexpect = 'lossy'\n": "config.gate.hunt_seconds",

@@ -98,36 +98,49 @@ def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) ->
 @click.pass_context
 def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fresh) -> None:
     """The regression gate: certify every check of the config on its battery, compare exact E[τ] with the
-    baselines, hunt. Exit 0 when every check holds, 1 on a regression, 2 on a bad config."""
+    baselines, hunt. Exit 0 when every check holds, 1 on a regression, 2 on a bad config or output path, or when
+    a check erred and none regressed (every check runs and is reported either way)."""
     import time
 
-    from simulator.checks.gate import load_config, run_gate, write_baselines
+    from simulator.checks.gate import BASELINES_FIELD, load_config, run_gate, verdict, write_baselines
+    from simulator.cli.main import _kept
+    from simulator.jsonfile import write_text
     from simulator.reports.gate import junit, markdown
 
     if jobs < 1:
         raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
     start = time.monotonic()
+    summary_field = "summary" if summary_path else "summary ($GITHUB_STEP_SUMMARY)"
+    summary_path = summary_path or os.environ.get("GITHUB_STEP_SUMMARY") or None
+    check_output_file(junit_path, "junit")
+    check_output_file(summary_path, summary_field)
     config = load_config(config_path)
+    if update_baselines:
+        check_output_file(config.resolve("baselines"), BASELINES_FIELD)
     with _bar(None, "gate", "instance") as bar:
         def total(n: int) -> None:
             bar.total = n
             bar.refresh()
-        outcomes = run_gate(config, jobs, fresh, bar.update, total)
-    if update_baselines:
-        write_baselines(config.resolve("baselines"), outcomes)
+        outcomes = run_gate(config, jobs, fresh, bar.update, total, record_errors=True,
+                            warn=lambda message: click.echo(f"warning: {message}", err=True))
+    written = update_baselines and _kept(lambda: write_baselines(config.resolve("baselines"), outcomes))
+    if written:
         for outcome in outcomes:
             for case in outcome.cases:
-                case.baseline, case.moved = case.result["expected_accepted"], False
+                if case.error is None:
+                    case.baseline, case.moved = case.result["expected_accepted"], False
     text = markdown(outcomes, _command(ctx))
     click.echo(text)
-    summary_path = summary_path or os.environ.get("GITHUB_STEP_SUMMARY")
+    for outcome in outcomes:
+        for error in outcome.errors:
+            click.echo(f"error: check {outcome.check.name!r}: {error}", err=True)
     if summary_path:
-        Path(summary_path).write_text(text)
+        _kept(lambda: write_text(summary_path, text, summary_field))
     if junit_path:
-        Path(junit_path).write_text(junit(outcomes, time.monotonic() - start))
-    if update_baselines:
-        click.echo(f"baselines written to {config.resolve('baselines')}")
-    sys.exit(1 if any(o.failures for o in outcomes) else 0)
+        _kept(lambda: write_text(junit_path, junit(outcomes, time.monotonic() - start), "junit"))
+    if written:
+        click.echo(f"baselines written to {written}")
+    sys.exit(verdict(outcomes))
 
 
 @main.command()

@@ -2,8 +2,9 @@
 test report of any CI system).
 
 JUnit: one ``testcase`` per instance (class: the check), failing when a check expected lossless is LOSSY there or
-when its ``E[τ]`` moved from the baseline; per control one ``control flagged`` testcase, failing when no instance
-is LOSSY; per lossless check one ``hunt`` testcase when a hunt ran.
+when its ``E[τ]`` moved from the baseline, in error when its certificate raised a typed error; per control one
+``control flagged`` testcase, failing when no instance is LOSSY; per lossless check one ``hunt`` testcase when a
+hunt ran or erred.
 """
 
 from __future__ import annotations
@@ -12,13 +13,18 @@ import xml.etree.ElementTree as ET
 
 from simulator.checks.gate import CheckOutcome
 
+FAILURE, ERROR = "failure", "error"
 
-def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None]]:
-    """``(class, name, failure message or None)`` for every JUnit testcase."""
+
+def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None, str | None]]:
+    """``(class, name, FAILURE or ERROR or None, message)`` for every JUnit testcase."""
     out = []
     for o in outcomes:
         lossless = o.check.expect == "lossless"
         for case in o.cases:
+            if case.error:
+                out.append((o.check.name, case.key, ERROR, case.error))
+                continue
             why = []
             if lossless and case.lossy:
                 why.append(f"LOSSY: TVD {case.result['tvd']}, off-support mass {case.result['off_support']}")
@@ -26,33 +32,41 @@ def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None]]
                 why.append(f"E[τ] {case.result['expected_accepted']} moved from baseline {case.baseline}")
             if why and o.reproducer:
                 why.append(f"reproducer: {o.reproducer} (specproof certify --case {o.reproducer})")
-            out.append((o.check.name, case.key, "; ".join(why) or None))
+            out.append((o.check.name, case.key, FAILURE if why else None, "; ".join(why) or None))
         if not lossless:
             flagged = len(o.lossy_cases)
-            out.append((o.check.name, "control flagged",
-                        None if flagged else f"expected LOSSY, certified LOSSLESS on all {len(o.cases)} instances"))
-        if o.hunt is not None:
-            msg = None
-            if o.hunt["lossy"]:
-                msg = f"the hunt found a loss after {o.hunt['pairs']} pairs"
-                if o.reproducer:
-                    msg += f"; reproducer: {o.reproducer}"
-            out.append((o.check.name, "hunt", msg))
+            msg = None if flagged or o.errors else f"expected LOSSY, certified LOSSLESS on all {len(o.cases)} instances"
+            out.append((o.check.name, "control flagged", FAILURE if msg else None, msg))
+        if o.error:
+            out.append((o.check.name, "hunt", ERROR, o.error))
+        elif o.hunt is not None:
+            msg = o.hunt_failure
+            if msg and o.reproducer:
+                msg += f"; reproducer: {o.reproducer}"
+            out.append((o.check.name, "hunt", FAILURE if msg else None, msg))
     return out
 
 
 def junit(outcomes: list[CheckOutcome], seconds: float) -> str:
     cases = testcases(outcomes)
-    failures = sum(1 for *_, msg in cases if msg)
-    suites = ET.Element("testsuites", tests=str(len(cases)), failures=str(failures), time=f"{seconds:.3f}")
+    failures = sum(1 for _, _, kind, _ in cases if kind == FAILURE)
+    errors = sum(1 for _, _, kind, _ in cases if kind == ERROR)
+    suites = ET.Element("testsuites", tests=str(len(cases)), failures=str(failures), errors=str(errors),
+                        time=f"{seconds:.3f}")
     suite = ET.SubElement(suites, "testsuite", name="specproof gate", tests=str(len(cases)),
-                          failures=str(failures), errors="0", time=f"{seconds:.3f}")
-    for cls, name, msg in cases:
+                          failures=str(failures), errors=str(errors), time=f"{seconds:.3f}")
+    for cls, name, kind, msg in cases:
         case = ET.SubElement(suite, "testcase", classname=cls, name=name)
-        if msg:
-            ET.SubElement(case, "failure", message=msg, type="specproof.regression").text = msg
+        if kind:
+            kind_type = "specproof.regression" if kind == FAILURE else "specproof.error"
+            ET.SubElement(case, kind, message=msg, type=kind_type).text = msg
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _cell(text: str) -> str:
+    """``text`` as one Markdown table cell (a ``|`` or a line break in an error message would split the row)."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def markdown(outcomes: list[CheckOutcome], command: str) -> str:
@@ -60,13 +74,19 @@ def markdown(outcomes: list[CheckOutcome], command: str) -> str:
              "| check | expected | instances | LOSSY on | E[τ] vs baseline | hunt | result |",
              "|---|---|---|---|---|---|---|"]
     for o in outcomes:
-        with_base = [c for c in o.cases if c.baseline is not None]
+        with_base = [c for c in o.cases if c.baseline is not None and c.error is None]
         moved = sum(c.moved for c in o.cases)
         base = (f"{len(with_base) - moved} equal, {moved} moved" if with_base else "no baseline")
-        hunt = "—" if o.hunt is None else ("LOSS FOUND" if o.hunt["lossy"] else f"none in {o.hunt['pairs']} pairs")
-        result = "REGRESSION: " + "; ".join(o.failures) if o.failures else "holds"
-        lines.append(f"| {o.check.name} | {o.check.expect} | {len(o.cases)} | {len(o.lossy_cases)} | {base} | "
-                     f"{hunt} | {result} |")
+        hunt = ("ERROR" if o.error else "—" if o.hunt is None else
+                "LOSS FOUND" if o.hunt["lossy"] else f"none in {o.hunt['pairs']} pairs")
+        result = []
+        if o.failures:
+            result.append("REGRESSION: " + "; ".join(o.failures))
+        if o.errors:
+            more = f" (and {len(o.errors) - 1} more)" if len(o.errors) > 1 else ""
+            result.append(f"ERROR: {o.errors[0]}{more}")
+        lines.append(f"| {_cell(o.check.name)} | {o.check.expect} | {len(o.cases)} | {len(o.lossy_cases)} | "
+                     f"{base} | {hunt} | {_cell('; '.join(result) or 'holds')} |")
     reproducers = [o for o in outcomes if o.reproducer]
     if reproducers:
         lines += ["", "Reproducers (certify with `specproof certify --case FILE`):", ""]
