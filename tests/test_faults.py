@@ -47,10 +47,14 @@ def plugin(tmp_path: Path, monkeypatch, name: str, body: str) -> str:
 
 
 # ---- user code: imports, exits, interrupts ---------------------------------------------------------------------
-def test_a_module_raising_at_import_is_named_with_its_line(tmp_path, monkeypatch):
-    spec = plugin(tmp_path, monkeypatch, "raises_on_import", "x = 1\nraise RuntimeError('no GPU here')\n")
-    result = cli(["certify", "--verifier", spec, *CHAIN])
-    assert_refused(result, 2, "verifier", "raises_on_import", "RuntimeError: no GPU here", "raises_on_import.py:2")
+@pytest.mark.parametrize("option", ["--verifier", "--kernel"])
+def test_a_module_raising_at_import_is_named_with_its_line(tmp_path, monkeypatch, option):
+    if option == "--kernel":
+        pytest.importorskip("torch")
+    name = f"raises_on_import_{option[2:]}"
+    spec = plugin(tmp_path, monkeypatch, name, "x = 1\nraise RuntimeError('no GPU here')\n")
+    result = cli(["certify", option, spec, *CHAIN, *(["--adapter", "chain"] if option == "--kernel" else [])])
+    assert_refused(result, 2, option[2:], name, "RuntimeError: no GPU here", f"{name}.py:2")
 
 
 @pytest.mark.parametrize("body", ["import sys\nsys.exit(0)\n", "raise KeyboardInterrupt\n"])
