@@ -20,11 +20,17 @@ entries), not one record per trial. The tables a seed needs — the rows of ever
 the target's joint over ``V^(H+1)`` cells — are sized before they are built (:func:`check_tables`), and
 :func:`monte_carlo` refuses a run whose test could not detect even a total variation of 1 before its trials run
 (:func:`check_power`).
+
+Time is estimated before the run is committed to: the first seed's set-up and its first chunks of trials are timed
+(its *pilot*, kept as part of the run: a trial's result does not depend on which chunk it ran in) and extrapolated
+to every seed and trial (:class:`RunEstimate`), which :func:`monte_carlo` hands to its caller, who may refuse the
+run (``specproof mc`` refuses one estimated past ``--timeout``).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Iterator
 
@@ -45,13 +51,17 @@ from simulator.verifiers.registry import Verifier, check_pairing
 BASELINE_KEY = 2**32 - 2  # the baseline sampler's stream: default_rng([seed, BASELINE_KEY])
 BATCH = 20_000  # the most trials per chunk
 BATCH_NODES = 2**18  # the most trials × tree nodes per chunk
-REFERENCE_CHUNK = 1000  # trials per chunk of the reference path (which reports progress per chunk)
+REFERENCE_CHUNK = 1000  # the most trials per chunk of the reference path (which reports progress per chunk)
 BATCH_BYTES = 512 * 2**20  # a chunk's working arrays: about four [trials, nodes, V + 4] float64 arrays at most
 DEVICE_BATCH_NODES = 2**22  # on a GPU: the most trials × tree nodes per chunk (launches amortised, not cache-sized)
 DEVICE_BATCH_BYTES = 8 * 2**30  # on a GPU: a chunk's working arrays at most
 TABLE_BYTES = 2 * 2**30  # the most a seed's tables (context rows, their running sums, the target joint) may take
 ALPHA = 1e-3  # false-alarm rate of the combined test (Bonferroni over seeds)
 POWER = 0.9  # the power at which the detectable TVD is stated
+PILOT_SECONDS = 0.2  # the pilot: the first seed's chunks are timed until those after its first take this long
+REFERENCE_SECONDS = 0.5  # the reference path's chunks are sized to take about this long (progress; see run_seed)
+REFERENCE_FIRST = 8  # the reference path's first chunk
+ANNOUNCE_SECONDS = 10.0  # a run estimated to take longer has its estimate shown (specproof mc, on standard error)
 
 
 def batch_size(nodes: int, vocab: int, device: str | None = None) -> int:
@@ -258,13 +268,121 @@ def mean_and_se(counts: np.ndarray) -> tuple[float, float]:
     return float(Fraction(s1, n)), math.sqrt(float(variance) / n)
 
 
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.0f} days"
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    """How long a Monte Carlo run takes, from the pilot (the first seed's set-up and first chunks, timed):
+    ``seeds × (set_up + trials × per_trial)`` seconds."""
+
+    seeds: int
+    trials: int
+    set_up: float  # seconds per seed besides its trials: the model's rows and target table, tables built once
+    per_trial: float  # seconds per trial: its round and completion, and its share of the baseline's target samples
+    pilot_trials: int  # the trials timed
+
+    @property
+    def seconds(self) -> float:
+        return self.seeds * (self.set_up + self.trials * self.per_trial)
+
+    def describe(self) -> str:
+        return (f"about {_duration(self.seconds)}, estimated: {self.seeds:,} seed(s) × ({_duration(self.set_up)} "
+                f"set-up + {self.trials:,} trials × {self.per_trial * 1e6:.3g} µs), timed on the first seed's "
+                f"set-up and first {self.pilot_trials:,} trials")
+
+    def check(self, timeout: float | None) -> "RunEstimate":
+        """Raise :class:`SizeLimitError` (field ``trials``) when the estimate passes ``timeout`` seconds (``None``
+        or 0: no limit)."""
+        if timeout and self.seconds > timeout:
+            raise SizeLimitError("trials", f"{self.describe()}: over the wall-clock limit of {timeout:g} s "
+                                           "(--timeout); reduce --trials or --seeds, or raise --timeout (0 for none)")
+        return self
+
+
+class _Pilot:
+    """Times the first seed of a run and hands :class:`RunEstimate` to ``report`` once: after the seed's set-up
+    and its first chunks, as soon as the chunks after the first (whose time includes tables built once, counted
+    as set-up) have taken :data:`PILOT_SECONDS`, or at the seed's end."""
+
+    def __init__(self, seeds: int, trials: int, report: Callable[[RunEstimate], None]) -> None:
+        # Loaded on a seed's first use (the test's power, its p-values): once a process, not a seed's set-up.
+        import scipy.optimize, scipy.special, scipy.stats  # noqa: E401,F401
+        self.seeds, self.trials, self.report = seeds, trials, report
+        self.mark = time.perf_counter()
+        self.set_up = 0.0
+        self.baseline = 0.0
+        self.chunks: list[tuple[int, float]] = []
+        self.done = False
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        lap, self.mark = now - self.mark, now
+        return lap
+
+    def set_up_done(self, table: np.ndarray, seed: int) -> None:
+        """The seed's tables are built; time the baseline's sampler (:func:`_baseline_time`), then the chunks."""
+        self.set_up = self.lap()
+        self.baseline = _baseline_time(table, seed, self.trials)
+        self.lap()
+
+    def chunk(self, trials: int, last: bool) -> None:
+        if self.done:
+            return
+        self.chunks.append((trials, self.lap()))
+        (first, first_time), later = self.chunks[0], self.chunks[1:]
+        later_time = sum(t for _, t in later)
+        if not (last or later_time >= PILOT_SECONDS):
+            return
+        self.done = True
+        later_trials = sum(n for n, _ in later)
+        rate = _latest_rate(later) if later else first_time / first
+        self.report(RunEstimate(self.seeds, self.trials, self.set_up + max(0.0, first_time - first * rate),
+                                rate + self.baseline, first + later_trials))
+
+
+def _latest_rate(chunks: list[tuple[int, float]]) -> float:
+    """Seconds per trial of the latest chunks holding half of these ``(trials, seconds)`` chunks' trials: a
+    model's rows are still being cached in the early ones (the reference path reads them row by row)."""
+    half, trials, seconds = sum(n for n, _ in chunks) / 2, 0, 0.0
+    for n, t in reversed(chunks):
+        trials, seconds = trials + n, seconds + t
+        if trials >= half:
+            break
+    return seconds / trials
+
+
+def _next_chunk(size: int, seconds: float, most: int) -> int:
+    """The reference path's next chunk after one of ``size`` trials took ``seconds``: about
+    :data:`REFERENCE_SECONDS` long, at most twice ``size`` and at most ``most``."""
+    return max(1, min(most, 2 * size, int(size * REFERENCE_SECONDS / max(seconds, 1e-9))))
+
+
+def _baseline_time(table: np.ndarray, seed: int, trials: int) -> float:
+    """Seconds per trial of the baseline's direct target samples (:func:`direct_target_sample`), timed on a
+    sample of up to ``4·BATCH`` (drawn and discarded: the baseline's own sample is drawn from its own stream
+    afresh)."""
+    n = min(trials, 4 * BATCH)
+    start = time.perf_counter()
+    direct_target_sample(table, seed, n)
+    return (time.perf_counter() - start) / n
+
+
 def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, seed: int, trials: int,
              progress: Callable[[int], None] | None = None, rows: ContextRows | None = None,
-             power_alpha: float | None = None, device: str | None = None) -> SeedResult:
+             power_alpha: float | None = None, device: str | None = None, pilot: _Pilot | None = None) -> SeedResult:
     """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers. With
     ``power_alpha`` (the seed's share of the false-alarm rate) a test without power is refused before the trials
     run (:func:`check_power`); the toy study, which reports accepted lengths, runs without it. With ``device`` (a
-    torch device) the batched rounds run there (:func:`torch_rows`): the same numbers as on numpy."""
+    torch device) the batched rounds run there (:func:`torch_rows`): the same numbers as on numpy. ``pilot``
+    times this seed for the run's estimate (:func:`monte_carlo`)."""
     height = drafter.height
     check_tables(model.vocab, height, ("vocab", *getattr(drafter, "size_options", ("depth",))))
     rows = rows or ContextRows(model, height)
@@ -284,8 +402,14 @@ def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, 
     if not batched:
         chunk = min(chunk, REFERENCE_CHUNK)
     round_rows = torch_rows(rows, device) if batched and device is not None else rows
-    for start in range(0, trials, chunk):
-        span = range(start, min(start + chunk, trials))
+    if pilot is not None:
+        pilot.set_up_done(table, seed)
+    # The batched path runs chunks of the size above. The reference path runs its trials one by one, so its chunks
+    # only set how often progress is shown (and the pilot timed): from REFERENCE_FIRST trials, each sized to take
+    # about REFERENCE_SECONDS, whatever a trial costs.
+    start, size = 0, chunk if batched else min(REFERENCE_FIRST, chunk)
+    while start < trials:
+        span, began = range(start, min(start + size, trials)), time.perf_counter()
         if batched:
             accepted, codes = batched_rounds(model, drafter.topology, drafter.scheme, name, seed, np.arange(
                 span.start, span.stop), round_rows, trials)
@@ -294,8 +418,13 @@ def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, 
             codes = encode(sequences, model.vocab)
         accepted_counts += np.bincount(accepted, minlength=height + 1)
         observed.add(codes)
+        if pilot is not None:
+            pilot.chunk(len(span), span.stop == trials)
         if progress is not None:
             progress(len(span))
+        if not batched:
+            size = _next_chunk(size, time.perf_counter() - began, chunk)
+        start = span.stop
     mean, se = mean_and_se(accepted_counts)
     return SeedResult(seed, trials, mean, se, empirical_tvd(observed, table),
                       empirical_tvd(direct_target_sample(table, seed, trials), table),
@@ -352,9 +481,13 @@ def torch_rows(rows: ContextRows, device: str) -> DeviceRows:
 
 def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, name: str, verifier: Verifier,
                 seeds: int, trials: int, progress: Callable[[int], None] | None = None,
-                first_seed: int = 0, device: str | None = None) -> MCSummary:
+                first_seed: int = 0, device: str | None = None,
+                estimate: Callable[[RunEstimate], None] | None = None) -> MCSummary:
     """Run ``trials`` rounds for each model seed ``first_seed … first_seed + seeds − 1`` and summarise; with
-    ``device``, the batched rounds on that torch device."""
+    ``device``, the batched rounds on that torch device. ``estimate(RunEstimate)`` is called once, after the
+    first seed's pilot (its set-up, then :data:`PILOT_SECONDS` of trials past the first chunk, or one more chunk
+    where a chunk takes longer) and before the rest of the run: raising there stops the run. The pilot's trials
+    are the run's own; the results are the same with or without it."""
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise InvalidParameterError("seeds", f"must be an integer ≥ 1, got {seeds!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
@@ -363,6 +496,7 @@ def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, na
         raise InvalidParameterError("seed", f"must be an integer ≥ 0, got {first_seed!r}")
     check_pairing(name, drafter.scheme)
     span = range(first_seed, first_seed + seeds)
+    pilot = _Pilot(seeds, trials, estimate) if estimate is not None else None
     results = [run_seed(model_for_seed(s), drafter, name, verifier, s, trials, progress, power_alpha=ALPHA / seeds,
-                        device=device) for s in span]
+                        device=device, pilot=pilot if s == first_seed else None) for s in span]
     return summarise(name, results, model_for_seed(first_seed).vocab, drafter.height)

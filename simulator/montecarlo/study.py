@@ -6,11 +6,13 @@ The paper's tables (Table 1 and the ablations of Tables 4–15, transcribed with
 tables share their cell. :class:`Store` keeps one record per (cell, model seed), a line appended to its method's
 JSON Lines file when that seed finishes, so an interrupted sweep resumes where it stopped and a finished seed is
 never recomputed; records depend only on the cell and the seed (their wall time ``seconds`` aside), so a resumed
-sweep — in local processes or on a Dask cluster (:func:`run_cells`) — gives the same numbers.
+sweep — in local processes or on a Dask cluster (:func:`run_cells`) — gives the same numbers. One process at a time
+appends to a store: a sweep holds its lock (:meth:`Store.lock`) and a second sweep on it refuses at once.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -33,6 +35,12 @@ from simulator.montecarlo.engine import MCSummary, SeedResult, run_seed, summari
 from simulator.montecarlo.statistics import ChiSquare
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
+from simulator.workers import pool_options
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: stores are not locked
+    fcntl = None  # type: ignore[assignment]
 
 #: The paper's base configuration (docs/models.md) and its structures.
 BASE = {"vocab": 15, "depth": 4, "branching": 2, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0}
@@ -197,11 +205,43 @@ class Store:
     line: it is not a record, and the next append cuts it off. When a (cell, seed) has several lines the last one
     holds (a record rewritten with a new field). A store in the earlier layout (``root/<cell>/seed-<s>.json``,
     a file per record) is converted on first use, every record kept as it was.
+
+    Whatever appends holds the store's lock (:meth:`lock`): a sweep for its whole run, any other append for that
+    append. Two sweeps on one store would each compute every missing record and append it, doubling the store;
+    the second refuses instead, naming the lock and the process holding it. Reading takes no lock (a line being
+    appended is not yet a record), nor does :meth:`cached` (each entry is written whole, by a rename).
     """
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._index: dict[tuple[str, int], tuple[dict, str]] | None = None
+        self._lock_fd: int | None = None
+        self._lock_depth = 0
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / LOCK_FILE
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the store's exclusive lock in the block (re-entrant: nested blocks of this object share it).
+
+        An ``flock`` on :data:`LOCK_FILE` in the store's root, which holds the holder's process id. It is not
+        waited for: if another process holds it, :class:`StoreError` names the file and that process at once.
+        The holder removes the file as it releases the lock; if the holder dies instead (``kill -9`` included),
+        the kernel releases the lock and the file stays, naming a process that no longer holds it. Worker
+        processes do not inherit it."""
+        if self._lock_depth == 0:
+            self._lock_fd = _acquire(self.lock_file)
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0 and self._lock_fd is not None:
+                self.lock_file.unlink(missing_ok=True)  # still held: a process waiting on this file checks it
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None
 
     def file(self, cell: Cell) -> Path:
         return self.root / f"{cell.verifier}.jsonl"
@@ -246,13 +286,13 @@ class Store:
         path = self.file(cell)
         line = json.dumps(record, allow_nan=False) + "\n"
         self._records()  # read before appending: a cut-off last line is dropped, not glued to this one
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _cut_partial_line(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+        with self.lock():
+            _cut_partial_line(path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
         self._records()[(cell.key(), seed)] = (record, f"{path}:end")
 
     def cached(self, name: str, params: dict, compute: Callable[[], T]) -> T:
@@ -275,19 +315,59 @@ class Store:
         """Append the records of the earlier layout (a JSON file per record) in cell and seed order, then remove
         their files; a record file that does not parse is left where it is, for the user to see."""
         legacy = sorted(self.root.glob("*/seed-*.json"), key=lambda p: (p.parent.name, int(p.stem[5:])))
-        for path in legacy:
-            try:
-                record = json.loads(path.read_text())
-                cell = Cell(**{**record["cell"], "seeds": 0})
-            except (ValueError, TypeError, KeyError):
-                continue
-            _cut_partial_line(self.file(cell))
-            with open(self.file(cell), "a") as out:
-                out.write(json.dumps(record, allow_nan=False) + "\n")
-            path.unlink()
-        for folder in {p.parent for p in legacy}:
-            if folder.exists() and not any(folder.iterdir()):
-                folder.rmdir()
+        if not legacy:
+            return
+        with self.lock():
+            for path in legacy:
+                try:
+                    record = json.loads(path.read_text())
+                    cell = Cell(**{**record["cell"], "seeds": 0})
+                except (ValueError, TypeError, KeyError):
+                    continue
+                _cut_partial_line(self.file(cell))
+                with open(self.file(cell), "a") as out:
+                    out.write(json.dumps(record, allow_nan=False) + "\n")
+                path.unlink()
+            for folder in {p.parent for p in legacy}:
+                if folder.exists() and not any(folder.iterdir()):
+                    folder.rmdir()
+
+
+#: The lock file in a store's root while a process holds its lock (:meth:`Store.lock`): that process's id.
+LOCK_FILE = ".sweep.lock"
+
+
+def _acquire(path: Path) -> int | None:
+    """An open descriptor of ``path`` holding its exclusive ``flock``, the holder's pid written in it; ``None``
+    where there is no ``flock`` (not POSIX). :class:`StoreError` if another process holds it.
+
+    A holder removes the file as it lets go, so the file locked may have been removed meanwhile: the lock
+    counts only while ``path`` is still that file; otherwise it is taken again on the file now there."""
+    if fcntl is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inheritable: spawned workers do not hold the lock
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreError("store", f"cannot lock {path}: {err}") from None
+            who = f"process {holder}" if holder.isdigit() else "another process"
+            raise StoreError("store", f"{path} is held by {who}, which is writing this store (a sweep): wait for "
+                                      "it to finish (or stop it), or give this run another --store") from None
+        try:
+            current = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _cut_partial_line(path: Path) -> None:
@@ -333,8 +413,16 @@ def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
     ``jobs`` local worker processes, or with ``scheduler`` a Dask cluster: ``"local"`` starts a
     ``dask.distributed`` LocalCluster of ``jobs`` single-threaded worker processes, anything else is the address
     of a running scheduler (``tcp://host:8786``). Records depend only on the cell and the seed, so every way of
-    running gives the same numbers; this process writes them all to the store as they come back.
+    running gives the same numbers; this process writes them all to the store as they come back, holding the
+    store's lock throughout (:meth:`Store.lock`: a second sweep on the store refuses at once). Local worker
+    processes die with this one (:mod:`simulator.workers`), so a killed sweep leaves none running.
     """
+    with store.lock():
+        _run_cells(cells, store, jobs, progress, scheduler, device)
+
+
+def _run_cells(cells: list[Cell], store: Store, jobs: int, progress: Callable[[Cell, int, int], None] | None,
+               scheduler: str | None, device: str | None) -> None:
     todo = [(cell, s) for cell in dict.fromkeys(cells) for s in range(cell.seeds) if store.load(cell, s) is None]
     # Seed by seed, so that a sweep stopped early leaves every cell with about as many seeds; within a seed the
     # same model next to each other, so a worker reuses the model's rows (see _rows).
@@ -351,7 +439,8 @@ def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
         for cell, s in todo:
             done(cell, s, compute_seed(cell, s, device))
         return
-    with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+    with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                                 **pool_options()) as pool:
         futures = {pool.submit(compute_seed, cell, s, device): (cell, s) for cell, s in todo}
         for future in as_completed(futures):
             done(*futures[future], future.result())
