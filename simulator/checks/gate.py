@@ -45,6 +45,7 @@ from simulator.errors import InvalidParameterError, OutputError, SpecproofError,
 from simulator.jsonfile import check_output_dir, read_json, read_text, write_json
 from simulator.usercode import require
 from simulator.verifiers.registry import check_arithmetic_for
+from simulator.workers import pool_options
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -439,7 +440,7 @@ def _results(todo: list, jobs: int):
         for (case, key, _), result in zip(todo, results):
             yield case, key, result
         return
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), **pool_options()) as pool:
         for (case, key, _), result in zip(todo, pool.map(run_instance, tasks)):
             yield case, key, result
 

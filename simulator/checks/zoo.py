@@ -35,6 +35,7 @@ from simulator.montecarlo.designs import cells, chi_square_pass, serving_pass, s
 from simulator.models import ModelView, SyntheticModel
 from simulator.numeric import human_number
 from simulator.trees import make_topology
+from simulator.workers import pool_options
 
 Tick = Callable[[str, int], None]
 
@@ -172,7 +173,7 @@ def default_pairs(what: Subject, arithmetic: str, jobs: int = 1) -> int:
     tasks = [(what.description, _default_shape(what), seed, arithmetic) for seed in range(DEFAULT_PAIRS)]
     if jobs <= 1:
         return sum(map(_default_pair, tasks))
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), **pool_options()) as pool:
         return sum(pool.map(_default_pair, tasks))
 
 

@@ -130,12 +130,22 @@ def _command(ctx: click.Context) -> str:
 def _bar(total: float, desc: str, unit: str = "it") -> tqdm:
     """A progress bar with an ETA on standard error, shown once a run passes two seconds (and only on a
     terminal)."""
-    return tqdm(total=total, desc=desc, unit=unit, disable=None, file=sys.stderr, delay=2, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, disable=None, file=sys.stderr, delay=2, **_width())
+
+
+def _width() -> dict:
+    """tqdm's width: the terminal's, followed as it changes; 80 columns where the terminal reports a size of 0 × 0
+    (some CI and IDE terminals), with which tqdm would print nothing."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError):
+        columns = 0
+    return {"dynamic_ncols": True} if columns > 0 else {"ncols": 80, "nrows": 24}
 
 
 def _mass_bar(pairs: int, desc: str) -> tqdm:
     """Progress of exact computations, in probability mass enumerated (1 per computation)."""
-    return tqdm(total=pairs, desc=desc, disable=None, file=sys.stderr, delay=2, dynamic_ncols=True,
+    return tqdm(total=pairs, desc=desc, disable=None, file=sys.stderr, delay=2, **_width(),
                 bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
 
 
