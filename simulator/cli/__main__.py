@@ -2,4 +2,5 @@
 
 from simulator.cli.launch import main
 
-main()
+if __name__ == "__main__":  # spawned workers import this module as __mp_main__: they must not run the command
+    main()
