@@ -15,6 +15,7 @@ import itertools
 import random
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Callable
 
 from .rational_lp import satisfiable
 from .symbolic import ALL, LinearFeasibility, Space, normalise, rational
@@ -222,12 +223,14 @@ def _mapped(conditions: dict, image, skip=None) -> dict | None:
     return out
 
 
-def check_cells(paths: list, target: dict, sequences: list, space: Space, feasible: LinearFeasibility
-                 ) -> tuple[list[Cell], int]:
+def check_cells(paths: list, target: dict, sequences: list, space: Space, feasible: LinearFeasibility,
+                on_cell: Callable[[Cell, int], None] | None = None) -> tuple[list[Cell], int]:
     """For each output sequence, split the space until every path ending in it is known valid or not, and check
     the identity in each cell (a sequence's cells need only the atoms of its own paths). A failing cell is searched
     for a witness, and if it has none, for the equalities it forces (:func:`vanishing_terms`), until one witness is
-    found; after that, failing cells are recorded as failing without a search (the verdict is REFUTED)."""
+    found; after that, failing cells are recorded as failing without a search (the verdict is REFUTED).
+    ``on_cell(cell, open)`` hears of each cell as it is decided, with the regions still open (split but not
+    decided, and the sequences not started): the prover's progress and its ``--max-cells`` count."""
     cells: list[Cell] = []
     identities = 0
     memo: dict[frozenset, Reduced | None] = {}
@@ -239,7 +242,7 @@ def check_cells(paths: list, target: dict, sequences: list, space: Space, feasib
             memo[key] = Reduced.of(signs, space)
         return memo[key]
 
-    for seq in sequences:
+    for started, seq in enumerate(sequences, 1):
         mine = [i for i, path in enumerate(paths) if path[0] == seq]
         stack = [({}, mine)]
         while stack:
@@ -288,6 +291,8 @@ def check_cells(paths: list, target: dict, sequences: list, space: Space, feasib
                     stack.append(({**assign, **forced}, valid))
                     continue
             cells.append(cell)
+            if on_cell is not None:
+                on_cell(cell, len(stack) + len(sequences) - started)
     return cells, identities
 
 
@@ -430,14 +435,15 @@ def witness(assign: dict, gap, reduced: Reduced | None, space: Space, feasible: 
         candidate = point
         if attempt:
             mix = Fraction(1, 2 ** (attempt % 12 + 1))
-            candidate = [(1 - mix) * a + mix * b for a, b in zip(point, _random_point(space, rng))]
+            candidate = [(1 - mix) * a + mix * b for a, b in zip(point, random_point(space, rng))]
         if all(_sign(space.evaluate(atom, candidate)) in block for atom, block in assign.items()) and \
                 space.evaluate(gap.numer, candidate) != 0 and space.evaluate(gap.denom, candidate) != 0:
             return candidate
     return None
 
 
-def _random_point(space: Space, rng: random.Random) -> list[Fraction]:
+def random_point(space: Space, rng: random.Random) -> list[Fraction]:
+    """A random exact point of the space: every row of small positive integer weights (1 to 12), normalised."""
     point = [Fraction(0)] * len(space.names)
     for idx in space.slots.values():
         weights = [rng.randint(1, 12) for _ in range(len(idx) + 1)]

@@ -8,7 +8,9 @@ rules run unchanged on :class:`Sym`, a rational function of those symbols. When 
 and branches on their signs where the path's earlier assumptions leave them open; a random choice is a branch
 whose probability is a rational function, and it assumes that probability positive (a branch of probability
 zero is never run, as in the exact engine). A path so yields its output, its probability and the sign
-conditions it assumed.
+conditions it assumed — or, where it reaches a random choice that cannot be made on part of its region (weights
+of zero total mass), it stops there (:class:`PathStuck`) for the prover to decide whether that part has
+probability zero. :func:`estimate_runs` estimates the number of paths before they are enumerated.
 
 A sign is pruned only when the path's conditions cannot hold together, decided exactly by
 :func:`exact.rational_lp.satisfiable` on a relaxation (:class:`LinearFeasibility`): "cannot hold" is exact, so no
@@ -21,7 +23,9 @@ from __future__ import annotations
 import contextvars
 import functools
 import itertools
+import math
 import operator
+import random
 from fractions import Fraction
 from typing import Callable, Iterator, Sequence
 
@@ -175,6 +179,20 @@ class PathDead(BaseException):
     ``except Exception`` (and :func:`simulator.speculation.decide`'s wrapping of a rule's errors) lets it pass."""
 
 
+class PathStuck(BaseException):
+    """A path reached a random choice that cannot be made on part of its region — a categorical of zero total
+    mass, a negative weight, a Bernoulli probability outside ``[0, 1]`` — carrying that :class:`RandomnessError`.
+    The path stops there with the probability of reaching that point and the signs it assumed (the failure's own
+    conditions included). Whether that probability is zero throughout the region (the branch is never taken, as
+    the exact engine never takes a branch of probability zero) or not (the rule fails on model pairs it reaches:
+    a finding) is decided like an identity, on cells (:mod:`exact.prove`). A ``BaseException`` for the reason
+    :class:`PathDead` is."""
+
+    def __init__(self, error: RandomnessError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 _OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
@@ -307,10 +325,12 @@ class SymbolicChooser:
     """The randomness interface and the comparison oracle of one path: follows ``prefix`` of branch indices, then
     branch 0, and records every branch point's width (the enumerator's replay, as :mod:`exact.enumeration`)."""
 
-    def __init__(self, space: Space, prefix: Sequence[int], feasible: Callable[[dict], bool]) -> None:
+    def __init__(self, space: Space, prefix: Sequence[int], feasible: Callable[[dict], bool],
+                 pick: Callable[[int], int] | None = None) -> None:
         self.space = space
         self._prefix = prefix
         self._feasible = feasible
+        self._pick = pick  # past the prefix: which of n options to take (default the first; random for an estimate)
         self.taken: list[int] = []
         self.widths: list[int] = []
         self.prob = space.one
@@ -327,7 +347,7 @@ class SymbolicChooser:
         k = len(self.taken)
         if k >= MAX_CHOICES_PER_EXECUTION:
             raise ChoiceLimitError("rng", f"one symbolic path made more than {MAX_CHOICES_PER_EXECUTION:,} choices")
-        index = self._prefix[k] if k < len(self._prefix) else 0
+        index = self._prefix[k] if k < len(self._prefix) else 0 if self._pick is None else self._pick(len(options))
         self.taken.append(index)
         self.widths.append(len(options))
         return options[index]
@@ -394,7 +414,7 @@ class SymbolicChooser:
     def bernoulli(self, prob) -> bool:
         p = self._lift(prob)
         if self.decide(p, lambda s: s < 0) or self.decide(p - self.space.one, lambda s: s > 0):
-            raise RandomnessError("prob", "a bernoulli probability leaves [0, 1] on part of the model pairs")
+            raise PathStuck(RandomnessError("prob", "a bernoulli probability leaves [0, 1] on part of the model pairs"))
         outcome = self._branch([True, False])
         chance = p if outcome else self.space.one - p
         self.require(chance, lambda s: s > 0)
@@ -405,35 +425,73 @@ class SymbolicChooser:
         values = [self._lift(w) for w in weights]
         for i, w in enumerate(values):
             if self.decide(w, lambda s: s < 0):
-                raise RandomnessError(f"weights[{i}]", "a categorical weight is negative on part of the model pairs")
+                raise PathStuck(RandomnessError(f"weights[{i}]", "a categorical weight is negative on part of the "
+                                                                 "model pairs"))
         mass = sum(values, self.space.field(0))
         if not self.decide(mass, lambda s: s > 0):
-            raise RandomnessError("weights", "categorical weights have zero total mass on part of the model pairs")
+            raise PathStuck(RandomnessError("weights", "categorical weights have zero total mass on part of the model "
+                                                       "pairs"))
         index = self._branch([i for i, w in enumerate(values) if w != 0])
         self.require(values[index], lambda s: s > 0)
         self.prob = self.prob * values[index] / mass
         return index
 
 
-def symbolic_paths(space: Space, program: Callable[[SymbolicChooser], object],
-                   feasible: Callable[[dict], bool]) -> Iterator[tuple[object, object, dict]]:
+def symbolic_paths(space: Space, program: Callable[[SymbolicChooser], object], feasible: Callable[[dict], bool],
+                   stuck: list | None = None, on_run: Callable[[], None] | None = None
+                   ) -> Iterator[tuple[object, object, dict]]:
     """Every path of ``program``: ``(result, probability, sign conditions)``, by the exact engine's walk
-    (:func:`exact.enumeration.replayed`). Paths that die are dropped."""
+    (:func:`exact.enumeration.replayed`). Paths that die are dropped. A path that stops at a random choice it cannot
+    make (:class:`PathStuck`) goes to ``stuck`` as ``(error, probability of reaching it, sign conditions)``; without
+    ``stuck`` its error is raised. ``on_run`` is called once per run (every leaf of the choice tree, dead or not)."""
     dead = object()
 
     def run(prefix: tuple[int, ...]) -> tuple[object, SymbolicChooser]:
-        rng = SymbolicChooser(space, prefix, feasible)
-        token = _ACTIVE.set(rng)
-        try:
-            return program(rng), rng
-        except PathDead:
+        result, rng = _run(space, program, feasible, prefix, None, dead)
+        if on_run is not None:
+            on_run()
+        if isinstance(result, PathStuck):
+            if stuck is None:
+                raise result.error
+            stuck.append((result.error, rng.prob, dict(rng.signs)))
             return dead, rng
-        finally:
-            _ACTIVE.reset(token)
+        return result, rng
 
     for result, rng in replayed(run):
         if result is not dead:
             yield result, rng.prob, dict(rng.signs)
+
+
+def _run(space: Space, program: Callable[[SymbolicChooser], object], feasible: Callable[[dict], bool],
+         prefix: tuple[int, ...], pick: Callable[[int], int] | None, dead: object) -> tuple[object, SymbolicChooser]:
+    """One run of ``program`` along ``prefix`` (then ``pick``'s branches): its result — ``dead`` for a path that
+    died, the :class:`PathStuck` for one that stopped — and its chooser."""
+    rng = SymbolicChooser(space, prefix, feasible, pick)
+    token = _ACTIVE.set(rng)
+    try:
+        return program(rng), rng
+    except PathDead:
+        return dead, rng
+    except PathStuck as stop:
+        return stop, rng
+    finally:
+        _ACTIVE.reset(token)
+
+
+def estimate_runs(space: Space, program: Callable[[SymbolicChooser], object], feasible: Callable[[dict], bool],
+                  descents: int, seed: int = 0) -> Iterator[tuple[float, float]]:
+    """Knuth's estimate of the runs :func:`symbolic_paths` makes (the leaves of the choice tree, as
+    :mod:`exact.size` estimates the exact engine's): ``descents`` runs that take a uniformly random branch at every
+    choice, each giving the product of the branch counts it met. Yields ``(mean, standard error of the mean)``
+    after each descent, so that a caller may stop as soon as the estimate settles its question."""
+    rng = random.Random(seed)
+    samples: list[float] = []
+    for _ in range(descents):
+        _, chooser = _run(space, program, feasible, (), rng.randrange, None)
+        samples.append(float(math.prod(chooser.widths)))
+        mean = sum(samples) / len(samples)
+        spread = sum((x - mean) ** 2 for x in samples) / (len(samples) - 1) if len(samples) > 1 else math.inf
+        yield mean, math.sqrt(spread / len(samples))
 
 
 class LinearFeasibility:
