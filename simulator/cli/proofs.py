@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
-from simulator.cli.main import _bar, _command, _write_json, main
+from simulator.cli.main import _bar, _command, _kept, _shape, _write_json, main
+from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.drafting import DRAFTING
 from simulator.errors import InvalidParameterError
 from simulator.limits import DEFAULT_TIMEOUT, time_limit
 from simulator.numeric import human_number
-from simulator.trees import TOPOLOGIES, shape_from_options
+from simulator.trees import TOPOLOGIES
 
 #: Exit status per verdict (2 is every typed error's and 3 an internal error's, as for the other commands).
 EXIT = {"PROVED": 0, "REFUTED": 1, "UNDECIDED": 4}
@@ -88,10 +90,12 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
         raise InvalidParameterError("max_cells", f"must be ≥ 0 (0: no limit), got {max_cells}")
     if probes < 0:
         raise InvalidParameterError("probes", f"must be ≥ 0, got {probes}")
+    check_output_file(json_out, "json")
+    check_output_dir(Path(case_out).parent, "case_out")  # made if missing
     from exact.prove import ESTIMATE_DESCENTS, Tally  # sympy: imported by this command only (0.7 s at start-up)
     from exact.prove import prove as run_proof
 
-    _, shape = shape_from_options(topology, depth, branching, parents)
+    _, shape = _shape(topology, depth, branching, parents)
     progress = _Progress()
     tally = Tally(max_cells or None, ESTIMATE_DESCENTS, progress)
     try:
@@ -116,7 +120,7 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
                    f"{len(proof.stopped)} cell(s), {zero} where the probability of reaching it is zero (a branch "
                    f"never taken), {len(proof.stopped) - zero} where it may not be")
     if proof.witness is not None:
-        path = proof.witness.write(case_out)
+        path = _kept(lambda: proof.witness.write(case_out)) or "(not written)"
         found = (f"TVD {human_number(proof.witness_tvd)}" if proof.failure is None
                  else f"the rule fails there ({proof.failure})")
         click.echo(f"  witness: {found} by the exact engine; reproducer {path} (specproof certify --case {path})")
