@@ -52,7 +52,7 @@ def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: R
             from err
     except Exception as err:
         raise VerifierFailure(verifier_name(verifier), err, source_line(err)) from err
-    except (SystemExit, KeyboardInterrupt) as err:  # never an exit code of the run's (docs/cli.md#exit-codes)
+    except (SystemExit, KeyboardInterrupt) as err:  # never an exit code of the run's (docs/cli/README.md#exit-codes)
         if isinstance(err, KeyboardInterrupt) and interrupted():
             raise
         raise VerifierFailure(verifier_name(verifier), err, f"{source_line(err)}; {escape_message(err)}") from err

@@ -2,7 +2,7 @@
 leave a run: where an exception came from, an exit or interrupt it raised, a module that fails to import, an
 optional dependency that is missing.
 
-Exit codes must not lie (docs/cli.md#exit-codes): a plugin that calls ``sys.exit(0)`` must not turn a gate
+Exit codes must not lie (docs/cli/README.md#exit-codes): a plugin that calls ``sys.exit(0)`` must not turn a gate
 green, and a ``KeyboardInterrupt`` that no signal caused is the plugin's doing, not the user's Ctrl-C. So the
 command line runs inside :func:`interrupts_recorded`, which records a real SIGINT or SIGTERM before raising
 ``KeyboardInterrupt``; everything that runs user code turns an exit or interrupt it raised into a typed error

@@ -1,6 +1,6 @@
 """The fault battery: every way a user's file, module, output path, environment or code can go wrong gets the
-exit code of docs/cli.md's table, names the culprit, and prints no traceback; an interrupt exits 130; a verdict
-survives a failed write."""
+exit code of docs/cli/README.md's table, names the culprit, and prints no traceback; an interrupt exits 130; a
+verdict survives a failed write."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The gate's fault battery: every way a config, a baselines file, an output path, a missing torch or a
-failing plugin can go wrong ends in the documented exit code (docs/cli.md#exit-codes) with the culprit named and
-no traceback — and, where the verdict was already computed, the verdict kept.
+failing plugin can go wrong ends in the documented exit code (docs/cli/README.md#exit-codes) with the culprit
+named and no traceback — and, where the verdict was already computed, the verdict kept.
 
 Each case runs the gate in this process (and in worker processes where ``--jobs 2`` is the point) on a
 one-instance battery (SpS at depth 1, vocabulary 2), so the whole file takes a few seconds. The facts asserted are derived apart from the gate: the one instance's ``E[τ]`` from

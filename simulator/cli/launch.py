@@ -1,6 +1,6 @@
 """The ``specproof`` executable. SIGINT and SIGTERM exit 130 from its first instant, while the command line is
 still being imported; once a command runs, :class:`simulator.cli.main.SpecproofGroup` takes them over
-(docs/cli.md#exit-codes)."""
+(docs/cli/README.md#exit-codes)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The ``specproof`` command line: ``list``, ``law``, ``certify``, ``mc``, ``generate``, ``dynamic``, ``real``,
 ``theorems``, ``report`` and ``kernels`` here; ``hunt``, ``gate`` and ``zoo`` in :mod:`simulator.cli.checks`
-(docs/cli.md).
+(docs/cli/README.md).
 
 Exit status: 0 on success (``certify``: lossless); 1 for a finding: ``certify``, ``hunt`` or ``generate --exact``
 finds the verifier lossy, ``gate`` a regression, ``mc``'s test rejects the target, ``report``, ``theorems`` or
@@ -58,7 +58,7 @@ from simulator.usercode import (INTERRUPTED_EXIT, check_importable, escape_messa
 
 
 class SpecproofGroup(click.Group):
-    """The exit codes of every command (docs/cli.md#exit-codes): 2 for every typed error (the field named) and
+    """The exit codes of every command (docs/cli/README.md#exit-codes): 2 for every typed error (the field named) and
     for an exit or interrupt raised by user code, 130 for a run stopped by SIGINT or SIGTERM whatever code it
     was about to exit with, 3 with a traceback for anything unforeseen: no error can pass for a verdict (1)."""
 
