@@ -1,20 +1,13 @@
 """The ablation suite's seed times at two commits, measured in step: cell by cell, the two alternating.
 
 Usage: ``python3 benchmarks/ablation_side_by_side.py --before DIR [--after .] [--lanes 2] [--verifiers lv-gr]
-[--rows LOG] [--out reports/ablation_side_by_side.md]`` with ``DIR`` a checkout of the earlier commit
+[--rows LOG] [--out reports/ablation_side_by_side.md]`` with ``DIR`` a checkout of the other commit
 (``git worktree add DIR COMMIT``).
 
-Two runs of :mod:`benchmarks.ablation_time` hours apart see this machine's speed drift by 20%, and two started
-together meet different cells of each other at every moment and finish apart. Here each checkout has a worker
-process per lane that keeps its model's rows between cells, as a sweep's worker does; a lane takes a model
-configuration at a time and runs each of its cells (seed 0, 10^5 trials, exactly as a sweep computes a store
-record) at one checkout and then at the other, in turns (which goes first alternates), so that a drift hits
-both. Each worker times its set-up (the model's rows of every context) when it meets a model. ``--lanes`` lanes
-run at once (one per core). Each row is printed to stderr as a JSON line as it is measured, so that ``--rows``
-can render a report from them later. The suite's projected time on 2 cores is, for each checkout, ``20 ×
-(Σ_models set-up + Σ_cells seed time) / 2`` (:mod:`benchmarks.ablation_time`); their ratio is the number to carry
-to another machine. The accepted-length means of the two are compared too: the same seed and configuration give
-the same numbers at both commits unless the sampling itself changed.
+Separate runs see the machine's speed drift by 20%. Here each lane keeps one worker per checkout and runs every
+cell (seed 0, 10^5 trials, as a sweep computes it) at both, alternating which goes first, so a drift hits both.
+Each row goes to stderr as a JSON line (``--rows`` renders them later). Reported: each checkout's projected suite
+time (:mod:`benchmarks.ablation_time`), their ratio, and whether the accepted-length means agree.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from side_by_side import checkouts, read_rows, two_commit_parser  # benchmarks/, the script's own folder
-from simulator.montecarlo.study import PAPER_SEEDS, ablation_cells, model_key
+from specproof.study import PAPER_SEEDS, ablation_cells, model_key
 
 #: Workers the projection assumes: the 2-core machine's, as :mod:`benchmarks.ablation_time` by default.
 JOBS = 2
@@ -47,7 +40,7 @@ import json, os, sys, time
 for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(name, "1")
 try:
-    from simulator.montecarlo import study
+    from specproof import study
 except ImportError:  # the layout before issue 17
     from simulator import study
 import scipy.optimize, scipy.special, scipy.stats  # loaded once, as in a sweep's worker

@@ -3,15 +3,11 @@
 Usage: ``python3 benchmarks/ablation_time.py [--out reports/ablation_time.md] [--jobs 2] [--verifiers lv-gr]
 [--store reports/store] [--seed 0]``.
 
-Every ablation cell (20 seeds × 10^5 trials at full scale) is timed on one model seed (``--seed``, default 0)
-exactly as the sweep runs it (:func:`simulator.montecarlo.study.compute_seed`, the model's rows built once per model and
-shared, as a sweep's worker shares them): per model configuration the set-up (rows of every context up to
-``H``), per cell the Monte Carlo of one seed. With ``--store``, a cell whose record of that seed in the sweep's
-store holds the time the sweep measured for it takes that time (the record's ``seconds``: the same
-computation) instead of being run again; pick a seed the current code computed. With
-``--verifiers``, only those methods' cells are timed; the other methods' rows are kept from the JSON at
-``--out``. The suite's projected time on ``--jobs`` cores is ``20 × (Σ_models set-up + Σ_cells seed time) /
-jobs``. The paper reports 30 hours on 128 cores. Run it on an otherwise idle machine.
+Each cell (20 seeds × 10^5 trials) is timed on one model seed exactly as a sweep runs it
+(:func:`specproof.study.compute_seed`), with each model's set-up timed once. ``--store`` takes a cell's time from
+the sweep's record of that seed instead (pick a seed the current code computed); ``--verifiers`` times only those
+methods, keeping the other rows from ``--out``. Projected time: ``20 × (Σ_models set-up + Σ_cells seed time) /
+jobs`` (the paper: 30 hours on 128 cores). Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -25,14 +21,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-# One BLAS thread, as a sweep's workers have (simulator.montecarlo.study.run_cells); read as numpy loads.
+# One BLAS thread, as a sweep's workers have (specproof.study.run_cells); read as numpy loads.
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import numpy as np  # noqa: E402
 
-from simulator.montecarlo import study
-from simulator.montecarlo.study import PAPER_SEEDS, Store, ablation_cells, compute_seed, model_key
+from specproof import study
+from specproof.study import PAPER_SEEDS, Store, ablation_cells, compute_seed, model_key
 
 
 def time_cell(cell: study.Cell, seed: int, store: Store | None) -> dict:

@@ -2,12 +2,9 @@
 
 Usage: ``python3 benchmarks/exact_rate.py [--out reports/exact_rate.md] [--vocab 4]``.
 
-Each built-in verifier is certified (exact rationals) on the synthetic pair at ``--vocab`` (default 4), on a
-complete(b = 2, H = 2) tree with i.i.d. drafting (chain-only rules on a chain of depth 2, GBV on a multi-chain,
-controls with a demonstration tree on it; float arithmetic where a rule needs it), the way ``specproof
-certify`` does. The report gives each run's executions (choice-tree leaves plus completed sequences, the count
-``--max-executions`` bounds), its seconds, the rate, the time the default limit would take at that rate, and
-the up-front estimate beside the count. Run it on an otherwise idle machine: one process, one core.
+Each built-in verifier is certified as ``specproof certify`` does (exact rationals, synthetic pair, complete(b = 2,
+H = 2) or the rule's own shape). Reported per run: executions (the count ``--max-executions`` bounds), seconds,
+rate, the default limit's time at that rate, and the up-front estimate. Run it on an idle machine.
 """
 
 from __future__ import annotations

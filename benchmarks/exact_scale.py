@@ -1,16 +1,12 @@
-"""How large a tree the exact engine certifies within a time budget, drafting eagerly ("before") and on demand
-("after", simulator/lazy_draft.py), and for a rule with an exact recursion (``certify --method recursion``) by
-that recursion.
+"""How large a tree the exact engine certifies within a time budget: eagerly, on demand, and by recursion.
 
 Usage: ``python3 benchmarks/exact_scale.py [--budget 600] [--verifiers tv-rrs,trv,...] [--branching 2,3]
 [--vocab 2,3,4] [--max-depth 4] [--modes eager,lazy,recursion] [--out reports/exact_scale.md] [--update]``.
 
-For each verifier (the lossless rules by default), branching ``b`` and vocabulary ``V``, depths 1, 2, … of the
-rule's shape (``complete(b, H)``; chains and multi-chains for the rules defined only there) are certified
-exactly (fractions, the synthetic model with seed 0, the first drafting scheme the rule is lossless under) in a
-child process killed at ``--budget`` seconds, until one does not finish; the table gives the largest depth that
-did, with its time and the executions enumerated, for both engines. No execution limit applies: only time.
-``--update`` with ``--modes`` reruns only those columns of the named rows; each cell keeps the budget it ran under.
+For each verifier, branching and vocabulary, depths 1, 2, … of the rule's shape are certified exactly (synthetic
+model, seed 0) in a child process killed at ``--budget`` seconds, until one does not finish; a cell gives the
+largest depth that did, its time and executions. Modes: drafting eagerly, on demand (:mod:`simulator.lazy_draft`)
+and the rule's recursion (``certify --method recursion``). ``--update`` reruns only the named rows' ``--modes``.
 """
 
 from __future__ import annotations

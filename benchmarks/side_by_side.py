@@ -1,15 +1,12 @@
 """Table 1's seed times at two commits, measured side by side: cell by cell, the two alternating.
 
 Usage: ``python3 benchmarks/side_by_side.py --before DIR [--after .] [--repeats 2] [--cells tv-rrs,trv] [--rows LOG]
-[--out reports/side_by_side.md]`` with ``DIR`` a checkout of the earlier commit (``git worktree add DIR
-COMMIT``).
+[--out reports/side_by_side.md]`` with ``DIR`` a checkout of the other commit (``git worktree add DIR COMMIT``).
 
-:mod:`benchmarks.throughput` times a whole Table 1 run; two such runs minutes apart see this machine's speed
-drift by 10-15 % (reports/benchmarks.md), more than the differences they are meant to show. Here each cell's
-seed 0 (10^6 trials, exactly as a sweep computes a store record, the model's rows built beforehand) runs in a
-fresh process of each checkout in turn, ``--repeats`` times, and the best time of each is kept: a drift hits
-both. The Monte Carlo numbers (accepted-length mean) of the two are printed too: the same seed and
-configuration must give the same numbers at both commits unless the sampling itself changed.
+Two whole runs of :mod:`benchmarks.throughput` see the machine's speed drift by 10-15 %. Here each cell's seed 0
+(10^6 trials, as a sweep computes it) runs in a fresh process of each checkout in turn, ``--repeats`` times,
+keeping each one's best time, so a drift hits both; the accepted-length means must agree unless the sampling
+changed.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simulator.montecarlo.study import PAPER_SEEDS, paper_cells
+from specproof.study import PAPER_SEEDS, paper_cells
 
 #: Workers the projection of Table 1 assumes (the 2-core machine's), as ``benchmarks/throughput.py`` by default.
 JOBS = 2
@@ -37,7 +34,7 @@ for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(name, "1")
 from dataclasses import replace
 try:
-    from simulator.montecarlo import study
+    from specproof import study
 except ImportError:  # the layout before issue 17
     from simulator import study
 import time

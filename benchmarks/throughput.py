@@ -3,18 +3,10 @@
 Usage: ``python3 benchmarks/throughput.py [--out reports/benchmarks.md] [--jobs 2] [--batch 20000]
 [--reference 300] [--trials 1000000]``.
 
-Table 1 of the layer_verification.txt toy study is 22 cells (8 methods on three structures at the base
-configuration V=15, H=4, b=2, ρ=0.5, τ=1; GBV on the multi-chain only), each 20 model seeds × 10^6 trials. A
-sweep computes one store record per cell and seed (:func:`simulator.montecarlo.study.compute_seed`: the Monte Carlo, the
-TVDs, the chi-square test, and the exact ``E[τ]`` of a token-verification cell), records are independent and a
-worker runs one at a time on one core. So the benchmark times seed 0 of every cell exactly as the sweep computes
-it, and the set-up a worker does once per model seed (the model's rows of every context), and projects
-``20 × (set-up × jobs + Σ_cells seed time) / jobs`` on ``--jobs`` cores.
-
-Beside it, for each cell: the batched path's trials per second (``--batch`` trials after a warm-up) and the
-reference path's (``--reference`` trials of the shared implementation). For ``lv-gr``, the method that stands in
-the way, where its time goes: GR problems per trial, Newton evaluations per problem, and the share of the time
-in GR's solver. Run it on an otherwise idle machine.
+Table 1 is 22 cells, each 20 model seeds × 10^6 trials, one store record per cell and seed. This times seed 0
+of every cell exactly as a sweep computes it (:func:`specproof.study.compute_seed`) plus a worker's set-up per
+model seed, and projects ``20 × (set-up × jobs + Σ_cells seed time) / jobs`` on ``--jobs`` cores. Beside it: the
+batched and reference paths' trials per second, and where ``lv-gr``'s time goes. Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -28,19 +20,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-# One BLAS thread, as a sweep's workers have (simulator.montecarlo.study.run_cells); read as numpy loads.
+# One BLAS thread, as a sweep's workers have (specproof.study.run_cells); read as numpy loads.
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import numpy as np  # noqa: E402
 
-from simulator.montecarlo import study
+from specproof import study
 from simulator.montecarlo.batched import batched_rounds, has_batched_path
 from simulator.montecarlo.context_rows import ContextRows
 from simulator.drafting import FixedShape
 from simulator.models import SyntheticModel
 from simulator.montecarlo.engine import run_trials
-from simulator.montecarlo.study import PAPER_SEEDS, compute_seed, model_key, paper_cells
+from specproof.study import PAPER_SEEDS, compute_seed, model_key, paper_cells
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 

@@ -1,18 +1,12 @@
-"""Verifier-trials per second of each rule's batched kernel on torch and on numpy, per verifier and batch size.
+"""Verifier-trials per second of each rule's array rule on torch and on numpy, per verifier and batch size.
 
 Usage: ``python3 benchmarks/torch_throughput.py [--device cpu|cuda] [--batches 1000,10000,100000,1000000]
 [--vocab 32] [--dtype float64|float32] [--budget 3] [--verifiers trv,gbv] [--out reports/torch_throughput.md]``.
 
-The same kernel source runs on both libraries (issue 17): on the CPU the table puts torch's rate beside
-numpy's on the same inputs, with their ratio (numpy's time over torch's: above 1/1.5 ≈ 0.67 means torch is
-within 1.5× of numpy).
-
-Each verifier runs on random rows (``p``, ``q`` positive, from powers of uniforms), tokens and uniforms for a
-``complete(b=2, H=3)`` tree (15 nodes; chains of depth 3 for the block verifiers, ``multi-chain(b=2, H=3)``
-for GBV); the flow-defined rules solve their flows per tree and node on the CPU. The time covers
-``torch_verify`` alone (inputs already on the device), after a warm-up call on 1,000 trees, synchronised on a
-GPU; each cell is the best of repeated calls (``--budget`` seconds, at least one call per library), torch and
-numpy alternating, so that a drift of the machine's speed hits both.
+Random rows, tokens and uniforms on ``complete(b=2, H=3)`` (chains for the block verifiers, a multi-chain for
+GBV). The time covers ``torch_verify`` alone, after a warm-up, synchronised on a GPU; each cell is the best of
+repeated calls within ``--budget`` seconds, torch and numpy alternating. On the CPU numpy's rate stands beside
+torch's, with their ratio (numpy's time over torch's).
 """
 
 from __future__ import annotations
@@ -116,13 +110,13 @@ def main() -> None:
                           **{f"numpy {b}": r for b, r in numpy_rates.items()}}), file=sys.stderr)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
     command = "python3 benchmarks/torch_throughput.py " + " ".join(sys.argv[1:])
-    lines = ["# Batched kernels: verifier-trials per second, torch and numpy", "",
+    lines = ["# Array rules: verifier-trials per second, torch and numpy", "",
              f"Command: `{command}`. Device: {device}; {platform.machine()}, {platform.platform()}, "
              f"Python {platform.python_version()}, torch {torch.__version__}; {args.dtype}, V = {args.vocab}, "
              "complete(b=2, H=3) trees (chains of depth 3 for block verification, multi-chain(b=2, H=3) for GBV). "
              "The flow-defined rules solve a max-flow or GR's dual per tree and node on the CPU (caches cleared "
              f"before timing): they are measured at B = {FLOW_BATCH}.", "",
-             "Each cell: torch's rate; on the CPU also numpy's (the same kernel on numpy arrays) and torch's speed "
+             "Each cell: torch's rate; on the CPU also numpy's (the same array rule on numpy arrays) and torch's speed "
              "relative to numpy (numpy's time / torch's). Each rate is the best of repeated calls, the two libraries "
              f"alternating, over {args.budget:g} s per cell (at least one call each). Torch runs with "
              f"`THP_MEM_ALLOC_ENABLE={os.environ['THP_MEM_ALLOC_ENABLE']}` (its allocator's huge pages: without "

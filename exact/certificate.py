@@ -78,7 +78,7 @@ def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool
 
 def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -> OutputLaw:
     """The round's law by the recursion the registry names for ``verifier`` (``VerifierSpec.exact_law``, e.g. TRV's
-    over subtrees, :mod:`exact.traversal_dp`): the same law as enumeration (the tests compare them wherever
+    over subtrees, :mod:`exact.recursions.traversal_dp`): the same law as enumeration (the tests compare them wherever
     enumeration finishes) at a cost that grows with the sub-problems, not the draft trees. ``executions`` counts
     the sub-problems solved."""
     _, fn = _resolve(verifier)

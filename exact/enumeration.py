@@ -1,16 +1,9 @@
-"""Exhaustive enumeration of a randomised program's choices (docs/engines.md).
+"""Exhaustive enumeration of a randomised program's choices (docs/engines.md, "Exact").
 
-The program is ordinary code that makes every random choice through the randomness interface.
-:class:`EnumeratingChooser` is a handler of that interface which, instead of drawing a uniform, follows a
-given prefix of branch indices, takes branch 0 beyond it and records how many branches each choice had.
-:func:`enumerate_outcomes` walks the tree of choices depth first by replaying prefixes (the shape of
-Hypothesis's ``ChoiceTree``), yielding each complete execution's result with its exact probability.
-Zero-probability branches are pruned, so a rule is never run on an impossible state. Every execution is
-charged to the exact computation in progress (:mod:`simulator.limits`), and one execution may make at most
-:data:`~simulator.limits.MAX_CHOICES_PER_EXECUTION` choices (:class:`~simulator.errors.ChoiceLimitError`).
-
-Branch lists of a categorical are cached per weight vector for the duration of one enumeration: the same
-rows recur in thousands of executions and validating and dividing them again dominated the run time.
+:class:`EnumeratingChooser` is a randomness handler that follows a prefix of branch indices, takes branch 0
+beyond it and records each choice's width; :func:`enumerate_outcomes` replays prefixes depth first (like
+Hypothesis's ``ChoiceTree``), yielding every execution with its exact probability. Zero-probability branches are
+pruned, so a rule never runs on an impossible state. Executions count against :mod:`simulator.limits`.
 """
 
 from __future__ import annotations
@@ -85,7 +78,7 @@ def replayed(run: Callable[[tuple[int, ...]], tuple[T, object]]) -> Iterator[tup
     """The depth-first walk of a tree of choices by replayed prefixes: ``run(prefix)`` runs one execution that
     follows ``prefix`` and then branch 0, and returns its result and the chooser that recorded the branches it
     ``taken`` and each choice's ``widths``; every execution is counted. Shared by this engine and the symbolic
-    prover (:func:`exact.symbolic.symbolic_paths`)."""
+    prover (:func:`exact.prove.symbolic.symbolic_paths`)."""
     count = active_count()
     stack: list[tuple[int, ...]] = [()]
     while stack:
@@ -102,6 +95,8 @@ def replayed(run: Callable[[tuple[int, ...]], tuple[T, object]]) -> Iterator[tup
 def enumerate_outcomes(program: Callable[[EnumeratingChooser], T], exact: bool = True
                        ) -> Iterator[tuple[T, Number]]:
     """Every execution of ``program`` with its probability. The probabilities sum to 1."""
+    # a categorical's branch lists, per weight vector, for this enumeration: the same rows recur in thousands of
+    # executions, and validating and dividing them again dominated the run time
     cache: dict[tuple, list[tuple[int, Number]]] = {}
 
     def run(prefix: tuple[int, ...]) -> tuple[T, EnumeratingChooser]:

@@ -1,28 +1,11 @@
-"""The size of an exact computation, estimated before it starts, and the refusal of one that is too large.
+"""The size of an exact computation, estimated before it starts, and the refusal of one that is too large
+(docs/limits.md, "Exact enumeration").
 
-An exact certificate enumerates every execution of a round (drafting and verification) and every completed
-sequence. Two estimates, by how the round is enumerated:
-
-* **Drafting on demand** (every built-in fixed-shape drafter where node ids cannot depend on the draws,
-  :mod:`simulator.lazy_draft`): a draft token is a choice only if the verifier reads it, so the number of
-  executions depends on the verifier and is not bounded usefully by the trees. It is estimated by Knuth's
-  estimator (Knuth 1975, "Estimating the efficiency of backtrack programs"): a descent of the choice tree that
-  takes a uniformly random branch at every choice, and multiplies the branch counts it meets, gives an unbiased
-  estimate of the number of leaves; :data:`PROBES` such descents give the mean and its standard error. A run is
-  refused up front only when the mean less two standard errors passes the limit (it does not fit, with high
-  confidence), so nothing that fits is refused for want of a bound; one that was estimated to fit and does not
-  is stopped by the execution count at run time (:mod:`simulator.limits`).
-* **Eager drafting** (a drafter without ``lazy``, or a view where it declines): trees × (1 + executions per
-  tree), where *trees* is the drafter's own upper bound (``log10_trees``, see
-  :class:`simulator.drafting.Drafter`: every token a choice among ``V``, fewer for schemes without replacement)
-  — or, when that bound alone fits the limit but the product does not, the trees counted by enumerating the
-  drafter alone —, and *executions per tree* is measured by enumerating the verifier on one tree (the first the
-  engine drafts; a plugin gets the same treatment, under the per-execution limit on random choices and the
-  run's ``--timeout``). Zeros in the rows make the bound an overestimate, and the probe tree may be cheaper
-  than others: the run-time count still holds.
-
-Both add the *completed sequences*, ``V^(H+1)``. Large numbers are kept as base-10 logarithms, so the estimate
-of a tree of a hundred thousand nodes costs nothing.
+Two estimates, by how the round is enumerated: drafted on demand (:mod:`simulator.lazy_draft`), Knuth's
+estimator over the choice tree (:func:`sample_executions`; refused only when the mean less two standard errors
+passes the limit); drafted eagerly, trees × (1 + executions per tree), from the drafter's bound or count
+(:func:`count_trees`) and one probe tree (:func:`probe`). Both add the ``V^(H+1)`` completed sequences. Numbers
+are base-10 logarithms; the run-time count (:mod:`simulator.limits`) still stops anything underestimated.
 """
 
 from __future__ import annotations
@@ -183,7 +166,7 @@ def estimate_round(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
                    context: Context = (), rounds_log10: float = 0.0,
                    extra_sequences_log10: float | None = None) -> SizeEstimate:
     """The size of one round's certificate (or of ``10^rounds_log10`` rounds, for the law of ``N`` tokens, whose
-    completed sequences are ``extra_sequences_log10``). Drafted on demand: sampled (module docstring). Drafted
+    completed sequences are ``extra_sequences_log10``). Drafted on demand: sampled (:func:`sample_executions`). Drafted
     eagerly, only the work the ambient ``max_executions`` affords is done: the bounds first, then the probe, then
     (if the bound was too loose to decide) a count of the trees."""
     fn = verifier if callable(verifier) else load_verifier(verifier)[1]

@@ -1,27 +1,13 @@
-"""A mutation zoo: bug classes that have reached serving systems or published implementations, each written as
-an ordinary torch kernel that draws its own random numbers (``torch.rand``, ``torch.multinomial``,
-``exponential_``) and reusing the helpers of :mod:`examples.torch_kernels`. Every mutant here is LOSSY; the
-correct kernels they mutate are in :mod:`examples.torch_kernels` (``sps_chain``, ``flat_chain_sps``,
-``rrs_tree``, ``match_tree``) and, for block verification, :mod:`simulator.verifiers.block`.
+"""A mutation zoo: bug classes that reached serving systems or published implementations, each an ordinary torch
+kernel drawing its own random numbers. Every mutant is LOSSY; the correct kernels they mutate are in
+:mod:`examples.torch_kernels` and :mod:`simulator.verifiers.block`. Each function's docstring names its bug.
 
-specproof certifies them unmodified (docs/kernels.md)::
+By adapter: ``chain`` — ``sps_chain_stub_uniform``, ``sps_chain_bf16_ratio``, ``sps_chain_cdf_fallback``,
+``greedy_target_chain``, ``bv_cumprod_chain``; ``flat-chain`` — ``flat_chain_off_by_one``; ``tree`` —
+``match_tree_second_chance``, ``rrs_tree_late_update``. Certified unmodified (docs/kernels.md)::
 
     specproof certify --kernel examples.mutants:sps_chain_stub_uniform --adapter chain --depth 2 \\
         --model random-rational --vocab 3 --seeds 8
-
-| mutant | adapter | bug class |
-|---|---|---|
-| ``sps_chain_stub_uniform`` | ``chain`` | the acceptance uniform is a stub ``torch.zeros(())`` |
-| ``match_tree_second_chance`` | ``tree`` | sample-and-match draws a second ``y`` when the first misses every child |
-| ``sps_chain_bf16_ratio`` | ``chain`` | the acceptance ratio reads the draft probability rounded to bfloat16 |
-| ``sps_chain_cdf_fallback`` | ``chain`` | the residual's CDF walked unnormalised, falling back to the last token |
-| ``flat_chain_off_by_one`` | ``flat-chain`` | the rejected draft committed, the recovered token one slot late |
-| ``rrs_tree_late_update`` | ``tree`` | recursive rejection sampling updates the residual one sibling late |
-| ``greedy_target_chain`` | ``chain`` | a sampled draft verified against the greedy (argmax) target |
-| ``bv_cumprod_chain`` | ``chain`` | block verification with ``h_i = p_i`` and the token-level residual |
-
-Tree mutants run with e.g. ``--adapter tree --topology complete --depth 2 --branching 2``; flat-chain ones
-with ``--adapter flat-chain`` (a chain).
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
-"""ADED's adaptive drafts (aded_adaptive_draft_verification.txt): a tri-gram table searched by MCTS.
+"""ADED's adaptive drafts (aded_adaptive_draft_verification.txt; docs/drafting.md): a tri-gram table searched by MCTS.
 
-* :class:`TrigramTable` — Eq. 1 from a corpus of token sequences, ``P(c | a, b) = C(a, b, c) / C(a, b)``,
-  keeping the ``top`` most frequent continuations of each bigram (the paper's elimination threshold ``t``,
-  12); sequences are padded with two start markers (``-1``) so a prompt shorter than two tokens has a row.
-  :meth:`TrigramTable.adjusted` is App. Alg. 2: every tri-gram of the last ``max_length`` tokens gains
-  ``increment`` up to ``max_prob``; an unseen one enters at ``increment``. Scores are exact rationals.
-* :func:`mcts_candidates` — App. Alg. 1 with the PUCT score of Eqs. 2–3,
-  ``Q(s,a) + E·P(s,a)·sqrt(Σ_b N(s,b)) / (1 + N(s,a))``, ``E = C1 + log((Σ_b N(s,b) + C2 + 1) / C2)``:
-  selection by PUCT (``Q`` the mean rollout score, ``0`` unvisited; ``P`` the table's scores at the node,
-  normalised; ties to the first child), expansion of every continuation at once (Alg. 1 line 17) moving
-  to the last, a rollout that samples continuations by score, the score ``1 + Σ`` of the table's scores
-  along the sentence, backpropagation. The sentences are the rollouts', ranked by score (ties by tokens);
-  the top ``candidates`` are kept. Alg. 1 seeds its own generator; ours is seeded by ``(seed, context)``,
-  so a draft is a deterministic function of the table and the context — the exact engine sees no choice.
-* :class:`Aded` — the drafter: candidates merged into a tree (shared prefixes once, children in rank
-  order); ``advance`` updates the table with the generated text (the paper's self-improvement).
+* :class:`TrigramTable` — Eq. 1 from a corpus, updated by App. Alg. 2 (:meth:`TrigramTable.adjusted`);
+* :func:`mcts_candidates` — App. Alg. 1 with the PUCT score of Eqs. 2–3, seeded by ``(seed, context)``: a draft
+  is a deterministic function of the table and the context;
+* :class:`Aded` — the drafter: candidates merged into a tree; ``advance`` updates the table with the generated
+  text (the paper's self-improvement).
 
-ADED verifies by sampling from the target at each position and matching (sample-and-match, lossless for any
-deterministic draft); one target sample per candidate row is the lossy control (``bug-match-per-row``).
-The paper gives no values for Alg. 2's ``increment``, ``max_prob`` and ``max_length``; ours are stated in
-:class:`AdedConfig`.
+Alg. 2's constants, which the paper does not give, are ours (:class:`AdedConfig`).
 """
 
 from __future__ import annotations
@@ -45,7 +32,10 @@ Key = tuple[int, int]
 
 @dataclass(frozen=True)
 class TrigramTable:
-    """Scores ``score(c | a, b)``, per bigram sorted by score (descending), ties by token."""
+    """Scores ``score(c | a, b)``, per bigram sorted by score (descending), ties by token. From a corpus: Eq. 1,
+    ``P(c | a, b) = C(a, b, c) / C(a, b)``, keeping the ``top`` most frequent continuations of each bigram (the
+    paper's elimination threshold ``t``, 12); sequences are padded with two start markers (``-1``) so a prompt
+    shorter than two tokens has a row. Scores are exact rationals."""
 
     rows: tuple[tuple[Key, tuple[tuple[int, Fraction], ...]], ...]
 
@@ -81,7 +71,8 @@ class TrigramTable:
 
     def adjusted(self, tokens: Sequence[int], max_length: int, increment: Fraction,
                  max_prob: Fraction) -> "TrigramTable":
-        """App. Alg. 2 on the last ``max_length`` tokens."""
+        """App. Alg. 2 on the last ``max_length`` tokens: every tri-gram among them gains ``increment`` up to
+        ``max_prob``; an unseen one enters at ``increment``."""
         rows = {key: dict(row) for key, row in self.rows}
         recent = list(tokens)[max(0, len(tokens) - max_length):]
         for a, b, c in zip(recent, recent[1:], recent[2:]):
@@ -154,7 +145,14 @@ def _expand(node: _Node, table: TrigramTable) -> None:
 
 
 def mcts_candidates(table: TrigramTable, context: Context, config: AdedConfig) -> list[tuple[int, ...]]:
-    """The top ``config.candidates`` continuations of ``context`` (up to ``config.length`` tokens each)."""
+    """The top ``config.candidates`` continuations of ``context`` (up to ``config.length`` tokens each).
+
+    App. Alg. 1 with the PUCT score of Eqs. 2–3, ``Q(s,a) + E·P(s,a)·sqrt(Σ_b N(s,b)) / (1 + N(s,a))``,
+    ``E = C1 + log((Σ_b N(s,b) + C2 + 1) / C2)``: selection by PUCT (``Q`` the mean rollout score, ``0`` unvisited;
+    ``P`` the table's scores at the node, normalised; ties to the first child), expansion of every continuation at
+    once (Alg. 1 line 17) moving to the last, a rollout sampling continuations by score, the score ``1 + Σ`` of the
+    table's scores along the sentence, backpropagation. The rollouts' sentences are ranked by score (ties by
+    tokens). Alg. 1 seeds its own generator; ours is seeded by ``(seed, context)``."""
     prev, last = ((START, START) + tuple(context))[-2:]
     root = _Node(last, prev, None)
     rng = np.random.default_rng([config.seed, len(context), *(t + 1 for t in context)])

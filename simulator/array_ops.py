@@ -1,8 +1,10 @@
-"""The arithmetic every batched rule shares, once, for numpy and torch alike (the array API through
+"""The arithmetic every array rule shares, once, for numpy and torch alike (the array API through
 ``array-api-compat``): row sums, the clipped ratio, the residual, the categorical draw from a uniform, integer
-powers and K-SEQ's ``ρ``. Each is the array version of a scalar function of :mod:`simulator.numeric`,
-:mod:`simulator.randomness` or :mod:`simulator.verifiers.single_step`, with the same float operations in the
-same order, so a batched rule decides exactly as its reference on the same uniforms (float64 on the CPU).
+powers, distinct rows and GBV's ranking. Each is the array version of a scalar function of
+:mod:`simulator.numeric`, :mod:`simulator.randomness` or a reference rule, with the same float operations in the
+same order, so an array rule decides exactly as its reference on the same uniforms (float64 on the CPU). The
+single-step rules' own array arithmetic (RRS's targets, K-SEQ's ``ρ*`` and residual) is their array step's
+(:mod:`simulator.verifiers.single_step_arrays`).
 
 Shapes: a row batch is ``[m, V]`` (one row per trial or node), per-row scalars are ``[m]``.
 """
@@ -11,8 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 from array_api_compat import array_namespace, device
-
-from .verifiers.single_step import KSEQ_BISECTION_STEPS
 
 
 def take_rows(table, index):
@@ -59,14 +59,6 @@ def positive_residual(diff, fallback):
     mass = row_sum(diff)
     has = mass > 0
     return xp.where(has[:, None], diff / xp.where(has, mass, xp.ones_like(mass))[:, None], fallback)
-
-
-def rrs_target(p, q, rejections: int):
-    """``[m, V]``: RRS's target after ``rejections`` rejected candidates, ``r_0 = q``, ``r_{i+1} = norm((r_i −
-    p)_+)`` (:func:`positive_residual`, ``r_i`` where the positive part has no mass) — SpS's residual is ``r_1``."""
-    for _ in range(rejections):
-        q = positive_residual(q - p, q)
-    return q
 
 
 def inverse_cdf(running, u):
@@ -170,55 +162,6 @@ def ipow(x, k):
     return out
 
 
-#: Rows per block of :func:`kseq_rho` on numpy: the bisection's ``[V, m]`` temporaries stay in cache (whole
-#: batches of 10^5 rows ran 3-4x slower per row).
-KSEQ_BLOCK_ROWS = 16384
-
-
-def kseq_rho(p, q, k):
-    """``[m]``: :func:`simulator.verifiers.single_step.kseq_rho` row by row (the same bisection, the same float
-    steps); ``k`` a number or one per row. A row of one candidate has ``ρ* = 1`` without a search; the others are
-    bisected :data:`KSEQ_BLOCK_ROWS` rows at a time on numpy (:func:`_kseq_bisection`)."""
-    xp = array_namespace(p, q)
-    count = p.shape[0]
-    ks = xp.broadcast_to(xp.asarray(k, device=device(p)), (count,))
-    rho = xp.ones(count, dtype=p.dtype, device=device(p))
-    several = xp.nonzero(ks > 1)[0]
-    block = KSEQ_BLOCK_ROWS if isinstance(p, np.ndarray) else max(1, several.shape[0])
-    for start in range(0, several.shape[0], block):
-        at = several[start: start + block]
-        rho[at] = _kseq_bisection(p[at], q[at], ks[at])
-    return rho
-
-
-def _kseq_bisection(p, q, k):
-    """The reference's bisection for rows with ``k > 1``. The rows are held transposed, ``[V, m]``, so that ``β``'s
-    sum over tokens adds contiguous rows (:func:`column_sum`). Once every row's midpoint equals its ``lo`` or
-    ``hi`` (after about 53 of the 60 halvings) the rest change nothing, and are skipped: ``hi`` only moves to a
-    midpoint, and a midpoint equal to ``lo`` — 1 with ``f(1) > 0``, or a point where ``f`` was ``> 0`` — moves
-    nothing (rows with ``f(1) ≤ 0`` return 1 whatever their ``hi``)."""
-    xp = array_namespace(p, q)
-    if isinstance(p, np.ndarray):
-        p_t, q_t = np.ascontiguousarray(p.T), np.ascontiguousarray(q.T)
-    else:
-        p_t, q_t = xp.permute_dims(p, (1, 0)), xp.permute_dims(q, (1, 0))
-
-    def f(rho):
-        beta = column_sum(xp.minimum(p_t, q_t / rho[None, :]))
-        return 1 - ipow(1 - beta, k) - rho * beta
-
-    one = xp.ones(p.shape[0], dtype=p.dtype, device=device(p))
-    lo, hi = one, xp.astype(k, p.dtype)
-    at_one = f(lo) <= 0
-    for _ in range(KSEQ_BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        if bool(xp.all((mid == lo) | (mid == hi))):
-            break
-        low_side = f(mid) <= 0
-        hi, lo = xp.where(low_side, mid, hi), xp.where(low_side, lo, mid)
-    return xp.where(at_one, one, hi)
-
-
 def distinct_rows(rows):
     """``(first [d], inverse [m])``: where each distinct row of ``rows`` ``[m, c]`` first stands (in the order
     found) and each row's index among them. Rows are ordered by two keys (the last column, then a fixed projection) and neighbours compared
@@ -236,17 +179,6 @@ def distinct_rows(rows):
     inverse = xp.empty(count, dtype=xp.int64, device=device(rows))
     inverse[order] = xp.cumulative_sum(xp.astype(new, xp.int64)) - 1
     return order[new], inverse
-
-
-def kseq_residual(p, q, rho, k):
-    """``[m, V]``: K-SEQ's residual ``norm((q − γ min(p, q/ρ*))_+)``, ``γ = (1 − (1 − β)^k)/β``, ``β = Σ min(p,
-    q/ρ*)``; ``q`` where ``β = 0`` or nothing is left (:func:`simulator.verifiers.single_step.kseq_plan`)."""
-    xp = array_namespace(p, q)
-    capped = xp.minimum(p, q / rho[:, None])
-    beta = row_sum(capped)
-    empty = beta == 0
-    gamma = (1 - ipow(1 - beta, k)) / xp.where(empty, xp.ones_like(beta), beta)
-    return xp.where(empty[:, None], q, positive_residual(q - gamma[:, None] * capped, q))
 
 
 def _ranking_keys(p, q, clipped: bool):

@@ -1,17 +1,10 @@
 """Drafting schemes (docs/drafting.md; layer_verification.txt App. D.1): how a node's children get their tokens.
 
-Every scheme draws through the randomness interface, node by node in BFS order and child by child, so the
-exact engine enumerates the draft trees with their probabilities from this very code.
-
-* ``iid`` — each child ``~ p_v`` independently (with replacement; duplicate siblings possible);
-* ``without-replacement`` — sequentially from ``p_v`` renormalised over the tokens not yet drafted;
-* ``almost-greedy`` — the top ``c−1`` tokens of ``p_v`` (ties by token id), then one child sampled from the
-  rest renormalised, placed last (Hu et al.'s greedy draft sampling);
-* ``top-k`` — the top ``c`` tokens of ``p_v``, deterministically.
-
-Short-support rule: when fewer tokens have positive draft mass than a scheme needs distinct children, the
-node gets fewer children (never a zero-probability token, never an error); the missing children's subtrees
-are dropped and the surviving nodes keep BFS order.
+Every scheme draws through the randomness interface, node by node in BFS order, so the exact engine enumerates
+the draft trees from this very code. :data:`SCHEMES`: ``iid`` (with replacement), ``without-replacement``,
+``almost-greedy`` (the top ``c−1`` tokens, then one sampled from the rest; Hu et al.) and ``top-k``
+(deterministic). Short-support rule: a node whose draft row has fewer positive tokens than the scheme needs gets
+fewer children, never a zero-probability token; the survivors keep BFS order.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """DySpec's dynamic token trees (dyspec_dynamic_token_tree.txt, Algs. 1–2; corrections in docs/corrections.md).
 
-Both drafters grow the tree from the draft model's own probabilities: every *sampling slot* has an
-estimated value ``v`` (the chance, were the draft model the target, that verification reaches and accepts
-the token sampled there). A slot at node ``u`` samples ``y`` from ``R`` (``p_u`` with the tokens already
-drafted at ``u`` removed, renormalised); it then opens two slots: ``u``'s next sibling slot with value
-``v·(1 − R[y])`` and residual ``R`` without ``y``, and the new node's first child slot with ``v·R[y]`` and
-residual ``p`` of the new node.
-
-* :class:`DySpecBudget` (Alg. 1) fills the slot of largest value until the tree holds ``budget`` draft
-  tokens. Correction: Alg. 1 adds the node before sampling ``y`` (line 6 before 7); we sample first. Ties
-  between equal values go to the slot opened first (a FIFO heap), so the tree is a function of the tokens.
-* :class:`DySpecThreshold` (Alg. 2) grows layer by layer, sampling at a node while its value is at least
-  ``threshold``. Corrections: Alg. 2's ``while v_i < t`` is inverted (read ``v_i ≥ t``), and the depth is
-  capped at ``max_depth`` (with a one-hot ``p`` the value never falls and the tree would never stop).
-
-Every sample goes through the randomness interface, so the exact engine enumerates tree shapes and
-tokens together. The tree's shape depends on the sampled tokens; the siblings at a node are a
-without-replacement sequence from ``p`` whose length is decided before the next sibling is drawn, which is
-why RRSw (DySpec's Alg. 3), TRV, deterministic RRS and sample-and-match stay lossless (docs/rules.md) while
-Layer Verification, which needs one fixed tuple law per node, is undefined on these trees.
+Each *sampling slot* has an estimated value ``v``; a slot at node ``u`` samples ``y`` from ``u``'s residual ``R``
+and opens ``u``'s next sibling slot (``v·(1 − R[y])``) and the new node's first child slot (``v·R[y]``).
+:class:`DySpecBudget` (Alg. 1) fills the slot of largest value up to a budget; :class:`DySpecThreshold` (Alg. 2)
+grows layer by layer above a threshold. The shape depends on the sampled tokens (all drawn through the
+randomness interface), so Layer Verification is undefined on these trees (docs/rules.md).
 """
 
 from __future__ import annotations
@@ -83,7 +69,9 @@ def _check_int(value: object, field: str, minimum: int) -> int:
 
 @dataclass(frozen=True)
 class DySpecBudget:
-    """Alg. 1: the greedy dynamic tree with ``budget`` draft tokens."""
+    """Alg. 1: the greedy dynamic tree with ``budget`` draft tokens, filling the slot of largest value. Correction:
+    Alg. 1 adds the node before sampling ``y`` (line 6 before 7); we sample first. Ties between equal values go to
+    the slot opened first (a FIFO heap), so the tree is a function of the tokens."""
 
     budget: int
     scheme: str = "dyspec"
@@ -127,7 +115,9 @@ class DySpecBudget:
 
 @dataclass(frozen=True)
 class DySpecThreshold:
-    """Alg. 2: sample at a node while its value is at least ``threshold``, layer by layer, to ``max_depth``."""
+    """Alg. 2: sample at a node while its value is at least ``threshold``, layer by layer, to ``max_depth``.
+    Corrections: Alg. 2's ``while v_i < t`` is inverted (read ``v_i ≥ t``), and the depth is capped (with a one-hot
+    ``p`` the value never falls and the tree would never stop)."""
 
     threshold: float
     max_depth: int

@@ -1,29 +1,10 @@
-"""Drafting on demand, for the exact engine (docs/engines.md, "Lazy drafting").
+"""Drafting on demand for the exact engine (docs/engines.md, "Lazy drafting").
 
-Drafted eagerly, a complete(b = 2, H = 3) tree at V = 4 is 4^14 trees before a verifier has looked at any of
-them, while token verification reads the children of the nodes it visits: a few tokens per level. A
-:class:`LazyDraft` hands the verifier a tree of the topology's shape whose tokens and rows are drawn or computed
-when first read. Reading a node's token first draws whatever it is conditioned on and is not drawn yet — its
-ancestors' tokens (its draft row is read at its parent's path) and its earlier siblings' (every scheme draws a
-node's children one after the other, each given the ones before) — and then the token itself, through the
-same randomness interface and from the same scheme code as the eager drafter (:data:`simulator.drafting.SCHEMES`,
-passed in as a :data:`Sampler`).
-Tokens never read are never drawn.
-
-Why the law is unchanged: eager drafting draws each token from a law that depends only on its parent's draft
-row and its earlier siblings. The lazy order draws the tokens read under exactly those conditionals, so the
-tokens a verifier reads have the same joint law as under eager drafting, and the tokens it does not read do
-not change its decision; summing the eager law over them (each conditional sums to one) gives the lazy law.
-The tests compare the two engines' laws on every tree the eager engine finishes (tests/test_lazy_draft.py).
-
-Node ids: the verifier sees the topology's BFS ids, which are the drafted tree's only when every node with
-children gets all of them. That always holds for ``iid`` drafting; for the other schemes a node whose draft row
-has fewer positive tokens than it has children gets fewer (the short-support rule), and the ids of every later
-node shift. :func:`lazy_drafter` therefore reads, once per round, the draft rows of every context a node with
-children can be reached at (``Σ_{d<H} V^d`` at most, far fewer than the trees) and drafts lazily only when each
-has enough positive tokens; otherwise (or past :data:`MAX_SUPPORT_CONTEXTS` contexts) the caller drafts eagerly.
-A model that scores a whole tree in one pass (a causal LM's tree attention) is always drafted eagerly: that pass
-is what its certificate covers.
+A :class:`LazyDraft` is a tree of the topology's shape whose tokens and rows are drawn when first read: reading a
+token first draws its ancestors' and earlier siblings' tokens, each from the eager drafter's own scheme code
+(:data:`simulator.drafting.SCHEMES`). Tokens never read are never drawn, and the law is unchanged
+(tests/test_lazy_draft.py, docs/engines.md for why). :func:`lazy_drafter` declines where node ids could depend
+on the draws; the caller then drafts eagerly.
 """
 
 from __future__ import annotations
@@ -124,9 +105,10 @@ class _Drawn(Sequence):
 def lazy_drafter(topology: Topology, view: ModelView, sample: Sampler,
                  never_short: bool) -> Callable[[Randomness], LazyDraft] | None:
     """A function drafting ``topology`` lazily from ``view`` with the scheme ``sample`` (one :class:`LazyDraft` per
-    execution), or ``None`` when node ids could depend on the draws (module docstring: unless the scheme always
-    gives every child, ``never_short``, when some reachable draft row of a node with children has fewer positive
-    tokens than the node has children, or there are too many such rows to read), and for a model that scores a
+    execution), or ``None`` when node ids could depend on the draws (the verifier sees the topology's BFS ids, the
+    drafted tree's only when every node with children gets all of them: unless the scheme always gives every
+    child, ``never_short``, when some reachable draft row of a node with children has fewer positive tokens than
+    the node has children, or there are more than :data:`MAX_SUPPORT_CONTEXTS` such rows), and for a model that scores a
     tree's rows together (``batch_rows``: a causal LM's tree-attention pass, whose rows — bugs included — are what
     a certificate of it must cover; drawn row by row they would come from other passes)."""
     if getattr(view.model, "batch_rows", None) is not None:

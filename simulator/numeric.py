@@ -235,7 +235,7 @@ def row_cache(maxsize: int):
         @wraps(fn)
         def wrapper(*args):
             row = next((a for a in args if isinstance(a, tuple) and a), ())
-            if row and not isinstance(row[0], (int, float, Fraction)):  # symbolic rows (exact.symbolic): the
+            if row and not isinstance(row[0], (int, float, Fraction)):  # symbolic rows (exact.prove.symbolic): the
                 return fn(*args)  # result depends on the path's sign assumptions, so it is never reused
             return cached(bool(row) and isinstance(row[0], Fraction), *args)
 

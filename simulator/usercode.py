@@ -25,7 +25,7 @@ from typing import Iterator
 from .errors import InvalidParameterError, MissingDependencyError
 
 #: specproof's own packages: a frame in one of them is not user code
-OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package in ("simulator", "exact"))
+OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package in ("simulator", "exact", "specproof"))
 #: the exit status of a run stopped by SIGINT or SIGTERM (the shell's 128 + SIGINT)
 INTERRUPTED_EXIT = 130
 

@@ -1,21 +1,10 @@
-"""Worker processes that die with the process that started them.
+"""Worker processes that die with the process that started them (docs/limits.md, "Sweeps: one writer, no orphans").
 
-A sweep's worker processes (:func:`simulator.montecarlo.study.run_cells`) compute for minutes at a time and write
-nothing themselves: the parent appends their records to the store. If the parent is killed outright (``kill -9``,
-the OOM killer), nothing tells a worker busy inside a seed to stop, and it would run on, orphaned, for the rest of
-its task and hold a core that a resumed sweep needs. :func:`die_with_parent`, run first in each worker (as a
-``ProcessPoolExecutor`` ``initializer``, see :func:`pool_options`), makes the worker die with its parent:
-
-* on Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the worker the moment its parent goes. The
-  parent may already have gone before the call, so the worker then checks that its parent is still the process
-  that started it, and exits if not;
-* on other POSIX systems, a daemon thread polls ``os.getppid()`` every :data:`POLL_SECONDS` and ends the worker
-  (``os._exit``) once the parent has changed (reparented to init or a subreaper).
-
-Linux's signal follows the parent *thread* that created the worker: a worker started from a thread that then ends
-is killed although its parent process lives on. ``ProcessPoolExecutor`` starts its workers in the thread that
-submits the tasks, so submit from a thread that outlives the pool (the main thread, as
-:func:`simulator.montecarlo.study.run_cells` does).
+A sweep's workers compute for minutes and write nothing themselves; killed outright, the parent would leave them
+running, holding cores a resumed sweep needs. :func:`die_with_parent`, run first in each worker
+(:func:`pool_options`), arms ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux and polls ``os.getppid()`` elsewhere.
+Linux's signal follows the parent *thread*: submit to a ``ProcessPoolExecutor`` from a thread that outlives the
+pool (the main thread, as :func:`specproof.study.run_cells` does).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The shared array arithmetic (simulator/array_ops.py): one implementation, bit-identical on numpy and torch, and
-equal row by row to the scalar functions the reference rules use."""
+"""The shared array arithmetic (simulator/array_ops.py), and K-SEQ's ``ρ*`` in its array step
+(simulator/verifiers/single_step_arrays.py): one implementation, bit-identical on numpy and torch, and equal row by
+row to the scalar functions the reference rules use."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from simulator import array_ops
 from simulator.numeric import ipow, ratio, residual
+from simulator.verifiers import single_step_arrays
 from simulator.randomness import categorical_from_uniform
 from simulator.verifiers.single_step import kseq_rho
 
@@ -34,8 +36,8 @@ def test_shared_array_arithmetic_is_the_scalar_reference_on_numpy_and_torch_bit_
         "categorical": (lambda m, w, s: m.categorical(w, s), (p, u),
                         [categorical_from_uniform(float(s), list(w)) for w, s in zip(p, u)]),
         "ipow": (lambda m, a, e: m.ipow(a, e), (x, k), [ipow(float(a), int(e)) for a, e in zip(x, k)]),
-        "kseq_rho": (lambda m, a, b: m.kseq_rho(a, b, np.asarray(k)) if isinstance(a, np.ndarray)
-                     else m.kseq_rho(a, b, torch.from_numpy(k)), (p, q),
+        "kseq_rho": (lambda m, a, b: single_step_arrays.kseq_rho(a, b, np.asarray(k)) if isinstance(a, np.ndarray)
+                     else single_step_arrays.kseq_rho(a, b, torch.from_numpy(k)), (p, q),
                      [kseq_rho(tuple(map(float, a)), tuple(map(float, b)), int(e)) for a, b, e in zip(p, q, k)]),
     }
     for name, (fn, args, expected) in cases.items():
@@ -65,14 +67,14 @@ def test_kseq_rho_in_blocks_is_the_reference_row_by_row(monkeypatch):
     """numpy's ``kseq_rho`` works through blocks of rows (``KSEQ_BLOCK_ROWS``) on transposed copies: a batch of
     several blocks, the last one short, each row with its own ``k``, must give the scalar reference's ``ρ*`` on
     every row, bit for bit (a block boundary that dropped or shifted a row's ``k`` would not)."""
-    monkeypatch.setattr(array_ops, "KSEQ_BLOCK_ROWS", 64)
+    monkeypatch.setattr(single_step_arrays, "KSEQ_BLOCK_ROWS", 64)
     rng = np.random.default_rng(5)
     p, q = _rows(rng, 200, 7), _rows(rng, 200, 7)
     k = rng.integers(1, 5, 200)
     expected = [kseq_rho(tuple(map(float, a)), tuple(map(float, b)), int(e)) for a, b, e in zip(p, q, k)]
-    assert np.array_equal(array_ops.kseq_rho(p, q, k), expected)
+    assert np.array_equal(single_step_arrays.kseq_rho(p, q, k), expected)
     shifted = np.roll(k, 1)
-    assert not np.array_equal(array_ops.kseq_rho(p, q, shifted), expected)
+    assert not np.array_equal(single_step_arrays.kseq_rho(p, q, shifted), expected)
 
 
 def test_guided_inverse_cdf_is_the_full_search_on_numpy_and_torch():

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main as cli
-from simulator.reports import study as study_report
+from specproof.cli import app as cli
+from specproof.reports import toy_study as study_report
 from simulator.verifiers import VERIFIERS
 
 
 def run(args, cwd=None, timeout=300):
     exe = shutil.which("specproof")
-    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "specproof.cli"]
     return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
@@ -115,7 +115,8 @@ def test_report_writes_the_certification_table_plots_records_its_command_and_rec
     assert "Not plotted in this run: accepted length against depth: needs Tables 4, 5, 6" in text
     assert f"`specproof report --out {out} --seeds 2 --trials 30 --verifiers tv-rrs --jobs 1 --cert-vocab 3" in text
     # --no-run now computes nothing it has computed before: every section comes from the store's cache.
-    monkeypatch.setattr(cli, "certification_table", _forbidden)
+    from specproof.cli import sample_commands
+    monkeypatch.setattr(sample_commands, "certification_table", _forbidden)
     for name in ("exact_crosscheck_markdown", "detection_markdown", "paper_scale_detection_markdown", "baseline_sizes"):
         monkeypatch.setattr(study_report, name, _forbidden)
     again = CliRunner().invoke(cli.main, [*args, "--no-run"])

@@ -14,8 +14,8 @@ import pytest
 
 from exact import certify
 from exact.generation_law import generation_law
-from exact.greedy_tree import best_subtree_weight, greedy_subtree
-from exact.theorems import check_dyspec_greedy
+from specproof.reports.greedy_tree import best_subtree_weight, greedy_subtree
+from specproof.reports.theorems import check_dyspec_greedy
 from simulator.aded import Aded, AdedConfig, TrigramTable, candidate_tree, mcts_candidates
 from simulator.drafter_registry import DrafterOptions, make_drafter
 from simulator.drafting import FixedShape

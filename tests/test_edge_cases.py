@@ -208,9 +208,9 @@ def test_gbv_selected_law_when_the_path_mass_is_below_the_last_bit():
     """GBV's law of the best path divides two differences of powers, ``((c + m p_x)^k − c^k)/((A + m)^k − A^k)``.
     Here the first chain's token 2 (``p = 1e-18``, ranked first: ``q/p`` is huge) is selected, so at depth 2
     ``A = F(2) = 1 − 1e-18`` rounds to 1 and ``m = 1e-18`` lies below its last bit: written as differences the
-    law is ``0/0`` (a ZeroDivisionError in the reference, NaN in the kernel). By hand, with ``m`` cancelled: at
+    law is ``0/0`` (a ZeroDivisionError in the reference, NaN in the array rule). By hand, with ``m`` cancelled: at
     ``k = 2``, ``p̃(x) = p_x (2c + m p_x)/(2A + m) ≈ p_x`` — the selected path is the best by a margin, so its
-    next token follows ``p``. The reference and the batched kernel (numpy and torch) both give that."""
+    next token follows ``p``. The reference and the array rule (numpy and torch) both give that."""
     import numpy as np
     from simulator.verifiers.multipath import selected_law
     from simulator.verifiers.batched.frame import Batch, DenseRows, GivenDraft, ReplayStream, TreeShape

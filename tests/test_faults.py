@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli.main import main
+from specproof.cli.app import main
 from simulator.numeric import digit_count, human_number, parse_probability, to_json_number
 
-from test_cli import run, write_case
+from test_cli import write_case
 
 REPO = Path(__file__).resolve().parents[1]
 CHAIN = ["--topology", "chain", "--depth", "1", "--vocab", "2"]
@@ -106,7 +106,7 @@ LONG = {"certify": ["certify", "--verifier", "tv-rrs", "--depth", "3", "--vocab"
 def test_an_interrupt_exits_130_whatever_the_run_was_doing(tmp_path, command, sig):
     (tmp_path / "specproof.toml").write_text(GATE)
     args = [a.format(tmp=tmp_path) for a in LONG[command]]
-    proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "specproof.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO)
     time.sleep(2.0)  # past start-up, inside the computation
     assert proc.poll() is None, proc.communicate()
@@ -172,13 +172,13 @@ def test_parents_beside_the_shape_options_is_refused(extra):
 
 def test_a_misspelt_kernel_module_fails_within_two_seconds_before_torch_loads():
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "simulator.cli", "certify", "--kernel", "nomod.x:f"],
+    result = subprocess.run([sys.executable, "-m", "specproof.cli", "certify", "--kernel", "nomod.x:f"],
                             capture_output=True, text=True, cwd=REPO, timeout=60)
     assert time.monotonic() - start < 2.0
     assert_refused(result, 2, "kernel:", "nomod")
 
 
-NO_TORCH = "import sys; sys.modules['torch'] = None; from simulator.cli.main import main; main()"
+NO_TORCH = "import sys; sys.modules['torch'] = None; from specproof.cli.app import main; main()"
 
 
 @pytest.mark.parametrize("args", [

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from exact import certify, fixed_tree_law, round_law
-from exact.theorems import (CHECKS, check_bv_optimal_on_chains, check_lv_beats_tv, check_single_step,
+from specproof.reports.theorems import (CHECKS, check_bv_optimal_on_chains, check_lv_beats_tv, check_single_step,
                             check_trv_lemma, lp_value, run_checks)
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
@@ -262,8 +262,8 @@ def test_gr_dual_meets_the_kkt_conditions_and_gr_reaches_alpha_star():
 
 
 def test_dynamic_program_equals_enumeration_for_token_verification():
-    # exact.dp (a recursion over contexts, for the paper's scale) against exhaustive enumeration.
-    from exact.dp import DP_RULES, tv_expected_accepted
+    # exact.recursions.token_dp (a recursion over contexts, for the paper's scale) against exhaustive enumeration.
+    from exact.recursions.token_dp import DP_RULES, tv_expected_accepted
     from exact.instances import random_shape
     from simulator.models import SyntheticModel
     rng = np.random.default_rng(8)

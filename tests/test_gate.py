@@ -20,13 +20,13 @@ import pytest
 from click.testing import CliRunner
 
 from exact import certify
-from exact.battery import battery, build, instances
-from exact.hunt import Fixed, hunt
+from specproof.gate.battery import battery, build, instances
+from specproof.gate.hunt import Fixed, hunt
 from exact.reproducer import capture, load_reproducer, pruned
-from exact.shrink import RESEEDS, shrink
+from specproof.gate.shrink import RESEEDS, shrink
 from exact.subject import subject
-from exact.testing import assert_acceptance, assert_lossless, assert_lossy
-from simulator.cli import main as cli
+from specproof.gate.testing import assert_acceptance, assert_lossless, assert_lossy
+from specproof.cli import app as cli
 from simulator.drafter_registry import make_drafter
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel
@@ -39,7 +39,7 @@ GOOD = "examples.plugin_verifier:my_tv"
 
 def run(args, cwd=ROOT, timeout=600):
     exe = shutil.which("specproof")
-    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "specproof.cli"]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
 
@@ -95,7 +95,7 @@ def test_shipped_configs_pass_from_another_directory_the_first_without_torch(tmp
 
     def gate(*args, env=no_torch):
         exe = shutil.which("specproof")
-        cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+        cmd = [exe] if exe else [sys.executable, "-m", "specproof.cli"]
         return subprocess.run(cmd + ["gate", *map(str, args)], cwd=elsewhere, env=env, capture_output=True,
                               text=True, timeout=600)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main as cli
+from specproof.cli import app as cli
 from simulator.models import RandomRationalModel
 
 TINY = '[battery]\nseeds = [0]\nvocab = [2]\ntopologies = ["chain"]\ndepth = 1\ndrafting = ["iid"]\n\n'

@@ -23,11 +23,11 @@ import examples.torch_kernels as zoo  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from exact import certify, fixed_tree_law  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
-from simulator.cli import main as cli  # noqa: E402
+from specproof.cli import app as cli  # noqa: E402
 from simulator.torch_path import capture as torch_capture  # noqa: E402
 from simulator.drafter_registry import DrafterOptions, make_drafter  # noqa: E402
 from simulator.errors import ChoiceLimitError, KernelError, LimitError, SpecproofError  # noqa: E402
-from simulator.reports.kernels import parity, random_instance  # noqa: E402
+from specproof.reports.kernel_report import parity, random_instance  # noqa: E402
 from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.limits import limits  # noqa: E402
 from simulator.models import RandomRationalModel, SyntheticModel  # noqa: E402
@@ -288,7 +288,7 @@ def test_a_bug_hidden_on_chains_shows_only_where_a_node_has_two_children():
 def test_the_kernel_report_writes_its_rows(tmp_path, monkeypatch):
     """``specproof kernels`` on two of its rows (the whole table runs from the CLI): Markdown and JSON written,
     an unexpected verdict marked and turned into exit 1."""
-    from simulator.reports import kernels as kernel_report
+    from specproof.reports import kernel_report
 
     chosen = [r for r in kernel_report._example_rows() if r[0].kernel.endswith((":sps_chain", ":sps_chain_clipped"))
               and r[0].uniforms == "continuous"]

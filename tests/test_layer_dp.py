@@ -1,4 +1,4 @@
-"""Layer Verification's exact law with the deepest level summed in closed form (exact/layer_dp.py) against
+"""Layer Verification's exact law with the deepest level summed in closed form (exact/recursions/layer_dp.py) against
 enumeration of the reference rule.
 
 The reduction is a second method: it must give the very law (every round outcome's probability, as exact fractions)
@@ -12,7 +12,7 @@ import pytest
 from exact import certify
 from exact.certificate import recursion_law, view_law
 from exact.law import OutputLaw
-from exact.layer_dp import LayerReduction, layer_law
+from exact.recursions.layer_dp import LayerReduction, layer_law
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelView, RandomRationalModel, SyntheticModel
@@ -118,7 +118,7 @@ def test_layer_law_refuses_dynamic_trees():
 def test_reduction_certifies_where_enumeration_cannot():
     """complete(b = 2, H = 3) at V = 3: 3^14 ≈ 4.8 million draft trees for enumeration, 729 configurations above
     the leaves here; the certificate is exact (TVD = 0 against the target law computed apart), and its E[τ] agrees
-    with the Monte Carlo engine (the batched kernel, a third implementation) within four standard errors."""
+    with the Monte Carlo engine (the array rule, a third implementation) within four standard errors."""
     model = SyntheticModel(3, 0.5, 1.0, 1.0, seed=2)
     drafter = FixedShape(make_topology("complete", 3, 2))
     cert = certify(model, drafter, "lv-rrs", method="recursion")

@@ -40,7 +40,7 @@ def _cap_memory() -> None:
 def run_capped(args, cwd=None, timeout=120):
     """A specproof command under the memory cap; the test fails (does not hang) past ``timeout``."""
     exe = shutil.which("specproof")
-    cmd = [exe] if exe else [sys.executable, "-m", "simulator.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "specproof.cli"]
     return subprocess.run(cmd + args, capture_output=True, text=True, cwd=cwd, timeout=timeout,
                           preexec_fn=_cap_memory)
 

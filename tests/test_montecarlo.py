@@ -108,7 +108,7 @@ def test_batched_gr_solves_lazily_where_a_dense_table_would_not_fit():
 
 
 def test_the_draft_drawn_on_demand_is_the_reference_draft_and_token_verification_reads_only_its_path():
-    """Monte Carlo's draft draws a token when a kernel first reads it (:class:`IidDraft`). Every token read,
+    """Monte Carlo's draft draws a token when an array rule first reads it (:class:`IidDraft`). Every token read,
     lazily or with the whole tree, is the reference drafter's on the same counter stream; token verification
     (RRS on complete(b = 2, H = 3): 14 draft tokens) draws only the children of the nodes on its path, at most
     ``2·H`` per trial, and still returns the reference's outcome of every trial."""
@@ -127,11 +127,11 @@ def test_the_draft_drawn_on_demand_is_the_reference_draft_and_token_verification
     stream = CounterStream(5, np.arange(trials))
     draft = IidDraft(topology.parents, rows, stream)
     shape = TreeShape(topology.parents, np, None)
-    node, y = VERIFIERS["tv-rrs"].kernel.run(Batch(shape, draft, rows, stream))
+    node, y = VERIFIERS["tv-rrs"].array_rule.run(Batch(shape, draft, rows, stream))
     assert 0 < len(drawn) <= 2 * topology.height * trials < 14 * trials
     view = ModelView(model, "float")
     reference = [FixedShape(topology).draft(view, CounterRandomness(5, t)).tree for t in range(trials)]
-    for t in range(trials):  # the path the kernel walked, and its tokens
+    for t in range(trials):  # the path the array rule walked, and its tokens
         path = [int(node[t])]
         while path[-1]:
             path.append(topology.parents[path[-1]])
@@ -232,7 +232,7 @@ def test_gr_hessian_of_two_token_rows_is_the_general_sum_bit_for_bit():
 
 
 def _lv_gr_nodes(rows: ContextRows, rng: np.random.Generator, k: int, count: int, masses=None) -> tuple:
-    """LV's GR problems as the batched kernel hands them over (``lv_gr_node``'s arguments without the grid): rows of
+    """LV's GR problems as the array rule hands them over (``lv_gr_node``'s arguments without the grid): rows of
     random contexts of ``rows`` at random score masses (or ``masses``), random candidates."""
     vocab = rows.vocab
     ids = rng.integers(0, len(rows.p), count)
@@ -449,7 +449,7 @@ def test_mc_cli_writes_the_summary(tmp_path):
 @pytest.mark.parametrize("name,shape", [("tv-kseq", "complete"), ("trv", "complete"), ("lv-gr", "tapered"),
                                         ("gbv", "multi-chain"), ("tv-gr", "complete")])
 def test_monte_carlo_on_torch_gives_the_numpy_numbers(name, shape, torch_device):
-    """`specproof mc --device`: the same kernels and counter streams on torch (its CPU, and a CUDA GPU where one
+    """`specproof mc --device`: the same array rules and counter streams on torch (its CPU, and a CUDA GPU where one
     is present), so every trial's outcome is the numpy run's, and the summaries are equal."""
     model = SyntheticModel(5, rho=0.4, seed=2)
     drafter = FixedShape(make_topology(shape, 3, 2))
@@ -501,21 +501,30 @@ def test_context_rows_in_bulk_are_the_models_rows_and_a_bad_row_is_named():
     assert err.value.field == 'q["1"][1]'
 
 
-def test_named_rows_are_the_chain_and_a_bad_name_is_refused_by_both_row_sources():
-    """A context's ``("rrs", 2)`` row must be ``norm((norm((q − p)_+) − p)_+)`` computed here by hand, the same in
-    both row sources; a name no rule uses (``("rrs", -1)``, ``("kseq", 0)``, ``"r"``) is refused naming ``which``."""
+def test_derived_rows_are_the_chain_and_a_bad_name_is_refused_by_both_row_sources():
+    """RRS's target after two rejections (``RrsTarget(2)``, the rows its array step names) must be ``norm((norm((q −
+    p)_+) − p)_+)`` computed here by hand, the same in both row sources; rows no rule derives (``RrsTarget(-1)``,
+    ``KseqRho(0)``, ``RrsTarget(True)``) and names that are not rows (``"r"``, ``("rrs", 2)``) are refused naming
+    ``which``."""
     from simulator.verifiers.batched.frame import DenseRows
+    from simulator.verifiers.single_step_arrays import KseqResidual, KseqRho, RrsTarget
 
     rows = ContextRows(SyntheticModel(5, rho=0.4, seed=3), 2)
     p, q = rows.p[3], rows.q[3]
     r1 = np.maximum(q - p, 0) / np.maximum(q - p, 0).sum()
     r2 = np.maximum(r1 - p, 0) / np.maximum(r1 - p, 0).sum()
     x = np.arange(5)
-    assert np.allclose(rows.entry(("rrs", 2), np.full(5, 3), x), r2, rtol=0, atol=1e-15)
+    assert np.allclose(rows.entry(RrsTarget(2), np.full(5, 3), x), r2, rtol=0, atol=1e-15)
     dense = DenseRows(rows.p[None, :4], rows.q[None, :4])
-    assert np.array_equal(dense.entry(("rrs", 2), np.full(5, 3), x), rows.entry(("rrs", 2), np.full(5, 3), x))
-    assert not np.allclose(rows.entry(("rrs", 1), np.full(5, 3), x), r2)
-    for bad in (("rrs", -1), ("kseq", 0), "r", ("rrs", True)):
+    assert np.array_equal(dense.entry(RrsTarget(2), np.full(5, 3), x), rows.entry(RrsTarget(2), np.full(5, 3), x))
+    assert not np.allclose(rows.entry(RrsTarget(1), np.full(5, 3), x), r2)
+    for which in (KseqRho(2), KseqResidual(2)):  # K-SEQ's residual reads its ρ* from the same source
+        assert np.array_equal(dense.rows_of(which, np.arange(3)), rows.table(which)[:3])
+    for bad in (lambda: RrsTarget(-1), lambda: KseqRho(0), lambda: RrsTarget(True)):
+        with pytest.raises(InvalidParameterError) as err:
+            bad()
+        assert err.value.field == "which"
+    for bad in ("r", ("rrs", 2)):
         for source in (rows, dense):
             for read in (source.entry, source.sample):
                 with pytest.raises(InvalidParameterError) as err:

@@ -3,7 +3,7 @@
 from fractions import Fraction as F
 
 from exact import certify, round_law
-from exact.bounds import chain_coupling_bound
+from exact.recursions.bounds import chain_coupling_bound
 from simulator.drafting import FixedShape
 from simulator.models import ModelView, TableModel
 from simulator.trees import make_topology

@@ -1,4 +1,4 @@
-"""Symbolic proofs (exact/prove.py, ``specproof prove``): PROVED for every model pair of a shape and vocabulary,
+"""Symbolic proofs (exact/prove/proof.py, ``specproof prove``): PROVED for every model pair of a shape and vocabulary,
 REFUTED with an exact witness that the ordinary exact engine certifies LOSSY, UNDECIDED never passed off as PROVED,
 and a written certificate re-checked by a second program (sympy on the JSON, the exact engine at random points)."""
 
@@ -14,10 +14,10 @@ import pytest
 import sympy as sp
 
 from exact import certify, round_law
-from exact.cells import Reduced, vanishing_terms
-from exact.closed_forms import FORMS
-from exact.prove import SymbolicView, _expectation, _paths, prove
-from exact.symbolic import LinearFeasibility, Space, normalise
+from exact.prove.cells import Reduced, vanishing_terms
+from exact.recursions.closed_forms import FORMS
+from exact.prove.proof import SymbolicView, _expectation, _paths, prove
+from exact.prove.symbolic import LinearFeasibility, Space, normalise
 from exact.reproducer import load_reproducer
 from simulator.drafting import FixedShape
 from simulator.errors import SymbolicError
@@ -61,11 +61,11 @@ def test_witness_is_a_reproducer_that_certify_case_calls_lossy(tmp_path):
     """The REFUTED command writes the witness; ``specproof certify --case`` (the ordinary engine) finds it LOSSY."""
     case = tmp_path / "case.json"
     cert_json = tmp_path / "proof.json"
-    run = subprocess.run([sys.executable, "-m", "simulator.cli", "prove", "--verifier", "bug-residual-q", "--vocab",
+    run = subprocess.run([sys.executable, "-m", "specproof.cli", "prove", "--verifier", "bug-residual-q", "--vocab",
                           "2", "--case-out", str(case), "--json", str(cert_json)], capture_output=True, text=True)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "REFUTED" in run.stdout
-    check = subprocess.run([sys.executable, "-m", "simulator.cli", "certify", "--case", str(case)],
+    check = subprocess.run([sys.executable, "-m", "specproof.cli", "certify", "--case", str(case)],
                            capture_output=True, text=True)
     assert check.returncode == 1 and "LOSSY" in check.stdout, check.stdout + check.stderr
     assert load_reproducer(case).certify().tvd > 0
@@ -235,7 +235,7 @@ def test_written_certificate_is_rechecked_independently():
 
 def test_prove_stops_at_its_timeout_naming_the_field():
     """A proof too large for its wall-clock limit ends with exit 2 and the field ``timeout``, not a hang."""
-    run = subprocess.run([sys.executable, "-m", "simulator.cli", "prove", "--verifier", "lv-rrs", "--vocab", "3",
+    run = subprocess.run([sys.executable, "-m", "specproof.cli", "prove", "--verifier", "lv-rrs", "--vocab", "3",
                           "--timeout", "1"], capture_output=True, text=True)
     assert run.returncode == 2 and "timeout" in run.stderr, run.stdout + run.stderr
 
@@ -244,7 +244,7 @@ def test_proof_table_covers_every_symbolic_rule_under_each_scheme_and_renders_it
     """``specproof prove-table`` (reports/proofs.md) has a case for every built-in lossless rule the symbolic run can
     follow, under every fixed-shape scheme the rule is lossless under, and one refuting case per control it can
     run; a case's row carries its verdict (or the typed error's reason) into the table."""
-    from exact.proof_table import FIXED_SCHEMES, Case, cases, run_case, table_markdown
+    from exact.prove.proof_table import FIXED_SCHEMES, Case, cases, run_case, table_markdown
     table = cases()
     covered = {(c.verifier, c.drafting) for c in table if c.expect == "PROVED"}
     refuted = {c.verifier for c in table if c.expect == "REFUTED"}

@@ -1,4 +1,4 @@
-"""``specproof prove`` decides or says why (exact/prove.py, simulator/cli/proofs.py, docs/proofs.md): the block
+"""``specproof prove`` decides or says why (exact/prove/proof.py, specproof/cli/prove_commands.py, docs/proofs.md): the block
 verification plugin whose residual takes the next position's weight (tests/plugins/bv_next_weight.py) REFUTED at
 V = 3 on a depth-2 chain with a witness ``certify --case`` calls LOSSY; a random choice the rule cannot make (a
 categorical of zero mass) pruned where it is reached with probability zero and a finding where it is not; the size
@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from exact import certify
-from exact.prove import Tally, prove
+from exact.prove.proof import Tally, prove
 from exact.reproducer import load_reproducer
 from exact.subject import subject
-from simulator.cli.main import main
+from specproof.cli.app import main
 from simulator.drafting import FixedShape
 from simulator.errors import RandomnessError
 from simulator.models import SyntheticModel, TableModel
@@ -44,7 +44,7 @@ def test_next_weight_plugin_is_refuted_at_three_tokens_and_certify_case_calls_th
     engine certifies LOSSY through ``certify --case`` (exit 1) — while Sun et al.'s ``bv`` on the same rows is
     lossless, so the loss is the residual's weight and nothing else of the case."""
     case = tmp_path / "case.json"
-    run = subprocess.run([sys.executable, "-m", "simulator.cli", "prove", "--verifier", FIXTURE, "--topology",
+    run = subprocess.run([sys.executable, "-m", "specproof.cli", "prove", "--verifier", FIXTURE, "--topology",
                           "chain", "--depth", "2", "--vocab", "3", "--case-out", str(case)],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 1 and run.stdout.startswith("REFUTED"), run.stdout + run.stderr

@@ -1,4 +1,4 @@
-"""The exact LP that prunes the prover's branches (exact/rational_lp.py): hand-derived systems, including the
+"""The exact LP that prunes the prover's branches (exact/prove/rational_lp.py): hand-derived systems, including the
 degenerate ones a float solver cannot decide, and random systems against scipy's HiGHS where its answer has a
 clear margin; every point returned satisfies every condition exactly."""
 
@@ -10,7 +10,7 @@ from fractions import Fraction as F
 import numpy as np
 from scipy.optimize import linprog
 
-from exact.rational_lp import satisfiable
+from exact.prove.rational_lp import satisfiable
 
 
 def _holds(forms, point) -> bool:

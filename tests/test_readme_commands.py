@@ -110,7 +110,7 @@ def test_every_readme_command_after_the_second_set_up_command(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(project)}
     launcher = tmp_path / "bin" / "specproof"
     launcher.parent.mkdir()
-    launcher.write_text(f"#!{sys.executable}\nfrom simulator.cli.launch import main\n\n"
+    launcher.write_text(f"#!{sys.executable}\nfrom specproof.cli.launch import main\n\n"
                         "if __name__ == '__main__':\n    main()\n")  # as pip writes an entry point
     launcher.chmod(0o755)
     check_commands(str(launcher), project, env)

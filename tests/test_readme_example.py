@@ -1,4 +1,4 @@
-from exact.testing import assert_lossless
+from specproof.gate.testing import assert_lossless
 
 def test_my_verifier_is_lossless():
     assert_lossless("examples.plugin_verifier:my_tv")

@@ -205,7 +205,7 @@ def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path, 
                                    for i, turns in enumerate([["abc def"], ["hello", "again"]])) + "\n")
     answers = tmp_path / "answers.jsonl"
     exe = shutil.which("specproof")
-    cmd = ([exe] if exe else [sys.executable, "-m", "simulator.cli"]) + [
+    cmd = ([exe] if exe else [sys.executable, "-m", "specproof.cli"]) + [
         "real", "--draft", draft, "--target", target, "--questions", str(questions), "--answers", str(answers),
         "--verifier", "tv-rrs", "--topology", "complete", "--depth", "2", "--branching", "2",
         "--max-new-tokens", "12", "--device", torch_device]

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from simulator.montecarlo import study
+from specproof import study
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
-from simulator.montecarlo.study import Cell, Store, paper_cells, paper_tables, run_cells, summarise_cell
+from specproof.study import Cell, Store, paper_cells, paper_tables, run_cells, summarise_cell
 from simulator.montecarlo.statistics import expected_sample_tvd, tvd_upper_bound
 
 
@@ -121,7 +121,7 @@ def test_first_chain_law_is_the_target_for_the_correct_rule_and_hand_checked_for
     from simulator.montecarlo.context_rows import ContextRows
     from simulator.models import RandomRationalModel
     from simulator.montecarlo.engine import target_table
-    from simulator.reports.study import first_chain_law
+    from specproof.reports.toy_study import first_chain_law
 
     model = RandomRationalModel(3, seed=2, zero_prob=0.0)
     rows = ContextRows(model, 2)
@@ -141,9 +141,9 @@ def test_first_chain_law_is_the_target_for_the_correct_rule_and_hand_checked_for
 
 
 def test_exact_columns_are_computed_once_and_kept_in_the_store(tmp_path, monkeypatch):
-    from exact.dp import tv_expected_accepted
-    from simulator.reports import study as study_report
-    from simulator.reports.study import CellRow
+    from exact.recursions.token_dp import tv_expected_accepted
+    from specproof.reports import toy_study as study_report
+    from specproof.reports.toy_study import CellRow
     from simulator.trees import make_topology
 
     cell = _cells()[0]  # tv-rrs: a token rule the DP covers

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main as cli
+from specproof.cli import app as cli
 from simulator.drafter_registry import make_drafter
 from simulator.drafting import FixedShape
 from simulator.errors import SizeLimitError, StoreError
@@ -25,7 +25,7 @@ from simulator.models import SyntheticModel
 from simulator.montecarlo import engine
 from simulator.montecarlo.engine import (Histogram, empirical_tvd, encode, mean_and_se, monte_carlo, run_trials,
                                          target_table)
-from simulator.montecarlo.study import LOCK_FILE, Cell, Store, run_cells
+from specproof.study import LOCK_FILE, Cell, Store, run_cells
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
@@ -86,7 +86,7 @@ def _alive_after(processes: list[psutil.Process], seconds: float) -> list[int]:
 def test_no_worker_outlives_a_sweep_killed_with_sigkill_and_its_lock_is_released(tmp_path):
     """Two workers busy on seeds of 10^6 trials (seconds each) when the sweep's process is killed outright."""
     out = tmp_path / "out"
-    sweep = subprocess.Popen([sys.executable, "-m", "simulator.cli", "report", "--out", str(out), "--jobs", "2",
+    sweep = subprocess.Popen([sys.executable, "-m", "specproof.cli", "report", "--out", str(out), "--jobs", "2",
                               "--seeds", "4", "--trials", "1000000", *SMALL_REPORT],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parent = psutil.Process(sweep.pid)

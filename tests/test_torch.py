@@ -1,5 +1,5 @@
-"""Each rule's batched kernel against its reference rule, decision for decision, on torch and on numpy (issues 6
-and 17): one kernel source, two array libraries, identical decisions in float64.
+"""Each rule's array rule against its reference rule, decision for decision, on torch and on numpy (issues 6
+and 17): one array rule's source, two array libraries, identical decisions in float64.
 
 Every batched verifier gets 10,000 random trees (random topologies, rows with zeros, tokens drawn from the
 draft rows and some arbitrary ones) and the same uniforms as the shared rule under ReplayRandomness; in
@@ -19,10 +19,9 @@ torch = pytest.importorskip("torch")
 from exact.instances import random_shape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
 from simulator.randomness import ReplayRandomness  # noqa: E402
-from simulator.array_ops import kseq_rho  # noqa: E402
 from simulator.torch_path.verify import FLOW_DEFINED, TORCH_VERIFIERS, torch_verify  # noqa: E402
 from simulator.trees import DraftTree, make_topology  # noqa: E402
-from simulator.verifiers import VERIFIERS  # noqa: E402
+from simulator.verifiers import VERIFIERS, single_step_arrays  # noqa: E402
 
 TREES = 10_000
 BATCH = 500
@@ -94,7 +93,7 @@ def _near_threshold_explains(name, parents, tokens, p, q, uniforms, decision, ex
 
 @pytest.mark.parametrize("name", TORCH_VERIFIERS)
 def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name, torch_device):
-    """On the CPU and, where one is present, on a CUDA GPU: the same kernel, the same decisions."""
+    """On the CPU and, where one is present, on a CUDA GPU: the same array rule, the same decisions."""
     rng = np.random.default_rng(sum(map(ord, name)))
     checked, near = 0, 0
     while checked < TREES:
@@ -109,7 +108,7 @@ def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name, torch_d
                                    as_t(uniforms))
             assert node.device.type == y.device.type == torch_device  # decided where the inputs live
             node, y = node.cpu(), y.cpu()
-            if dtype == torch.float64:  # the same kernel on numpy arrays: the same decisions
+            if dtype == torch.float64:  # the same array rule on numpy arrays: the same decisions
                 on_numpy = torch_verify(name, parents, tokens, p, q, uniforms)
                 assert np.array_equal(on_numpy[0], node.numpy()) and np.array_equal(on_numpy[1], y.numpy()), name
             for b in range(BATCH):
@@ -135,9 +134,8 @@ def test_layer_verification_closed_form_outflow_agrees_with_the_tuple_sum(name, 
     """A real vocabulary rules out LV's tuple-by-tuple outflow; the closed form agrees to rounding (< 1e-15), so
     decisions differ from the shared rule's only at rounding-level thresholds: rare, and here only where the
     test injects uniforms of exactly 0 (a 53-bit uniform is 0 with probability 2^-53)."""
-    import simulator.verifiers.batched.layer as tv
     rng = np.random.default_rng(7)
-    monkeypatch.setattr(tv, "TUPLE_SUM_LIMIT", 0)
+    monkeypatch.setattr(single_step_arrays, "TUPLE_SUM_LIMIT", 0)
     explained = 0
     for _ in range(4):
         parents, tokens, p, q, uniforms = _batch(rng, name, BATCH)
@@ -153,10 +151,11 @@ def test_layer_verification_closed_form_outflow_agrees_with_the_tuple_sum(name, 
     assert explained <= 10
     x = np.concatenate([_rows(rng, (BATCH, 5), 0.2), np.zeros((BATCH, 1))], axis=1)  # LV's dummy: never drafted
     target = _rows(rng, (BATCH, 6), 0.2)
-    rho = kseq_rho(torch.tensor(x), torch.tensor(target), 3) if name == "lv-kseq" else None
-    rule = name[3:]
-    closed = tv._outflow(rule, torch.tensor(x), torch.tensor(target), 3, rho)
-    summed = tv._outflow_by_tuples(rule, torch.tensor(x), torch.tensor(target), 3, rho)
+    step = dict(VERIFIERS[name].array_rule.options)["step"]
+    problem = torch.stack([torch.arange(BATCH, dtype=torch.float64), torch.ones(BATCH, dtype=torch.float64)], dim=1)
+    scale = step.layer_scale(torch.tensor(x), torch.tensor(target), 3, problem)  # K-SEQ's ρ*; RRS: none
+    closed = step.outflow(torch.tensor(x), torch.tensor(target), 3, scale)
+    summed = step.outflow_by_tuples(torch.tensor(x), torch.tensor(target), 3, scale)
     assert float((closed - summed).abs().max()) < 1e-15
 
 

@@ -1,4 +1,4 @@
-"""TRV's exact recursion over subtrees (exact/traversal_dp.py) against enumeration of the reference rule.
+"""TRV's exact recursion over subtrees (exact/recursions/traversal_dp.py) against enumeration of the reference rule.
 
 The recursion is a second method: it must give the very law (every round outcome's probability, as exact
 fractions) that enumerating the reference rule gives, wherever enumeration finishes — on lossless variants and on
@@ -13,7 +13,7 @@ import pytest
 from exact import certify
 from exact.certificate import recursion_law, view_law
 from exact.law import OutputLaw
-from exact.traversal_dp import traversal_law
+from exact.recursions.traversal_dp import traversal_law
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelView, RandomRationalModel, SyntheticModel
@@ -64,7 +64,7 @@ def test_recursion_reproduces_a_lossy_variant_exactly():
 def test_recursion_certifies_where_enumeration_cannot():
     """complete(b = 2, H = 3) at V = 3: 3^14 ≈ 4.8 million draft trees for enumeration; the recursion's certificate is
     exact (TVD = 0 against the target law computed apart), and its E[τ] agrees with the Monte Carlo engine (the
-    batched kernel, a third implementation) within four standard errors."""
+    array rule, a third implementation) within four standard errors."""
     model = SyntheticModel(3, 0.5, 1.0, 1.0, seed=2)
     drafter = FixedShape(make_topology("complete", 3, 2))
     cert = certify(model, drafter, "trv", method="recursion")
@@ -89,7 +89,7 @@ def test_certify_command_by_recursion_and_its_refusals(tmp_path):
     """The command line: TRV by recursion says so; a verifier without a recursion, and a reproducer (certified as
     found, by enumeration), are refused with exit 2 naming ``method``."""
     from click.testing import CliRunner
-    from simulator.cli import main as cli
+    from specproof.cli import app as cli
     shape = ["--topology", "complete", "--depth", "2", "--branching", "2", "--vocab", "3"]
     done = CliRunner().invoke(cli.main, ["certify", "--verifier", "trv", *shape, "--method", "recursion"])
     assert done.exit_code == 0 and "LOSSLESS" in done.output and "sub-problems" in done.output

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from exact.table import TableRow
-from simulator.cli import main as cli
+from specproof.reports.certification import TableRow
+from specproof.cli import app as cli
 from simulator.errors import InvalidParameterError, InvalidTreeError, RandomnessError, StoreError
 from simulator.case import parse_case
-from simulator.reports.dynamic import Tally
+from specproof.reports.dynamic import Tally
 from simulator.models import RandomRationalModel
 from simulator.numeric import human_number
 from simulator.randomness import check_bernoulli
-from simulator.montecarlo.study import Cell, Store
+from specproof.study import Cell, Store
 from simulator.verifiers import VERIFIERS
 
 from test_cli import run, write_case
@@ -43,7 +43,7 @@ def test_the_command_line_starts_without_the_heavy_libraries():
     # 4.7 s before they moved into the functions that use them); `specproof certify` needs none of them.
     import subprocess
     import sys
-    code = ("import sys; import simulator.cli.main; "
+    code = ("import sys; import specproof.cli.app; "
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert loaded.stdout.strip() == ""
@@ -63,7 +63,8 @@ def test_an_internal_error_exits_3_not_1(monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("a bug of our own")
 
-    monkeypatch.setattr(cli, "certify_pairs", explode)
+    from specproof.cli import certify_commands
+    monkeypatch.setattr(certify_commands, "certify_pairs", explode)
     result = CliRunner().invoke(cli.main, ["certify", "--verifier", "tv-sps", "--depth", "1"])
     assert result.exit_code == 3 and "internal error" in result.output and "a bug of our own" in result.output
 

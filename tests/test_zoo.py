@@ -55,7 +55,7 @@ def test_analytic_pass_probabilities_agree_with_draws_from_the_exact_law(shift):
 
 
 def test_every_mutant_of_the_zoo_is_in_the_report_and_lossy_on_its_reference_instance():
-    from simulator.checks.zoo import MUTANTS
+    from specproof.gate.zoo import MUTANTS
 
     assert len(MUTANTS) >= 20 and len({m.name for m in MUTANTS}) == len(MUTANTS)
     assert all(m.bug and m.seen for m in MUTANTS)
@@ -76,7 +76,7 @@ def test_every_mutant_of_the_zoo_is_in_the_report_and_lossy_on_its_reference_ins
 
 
 def test_the_documented_zoo_table_is_the_committed_zoo_report():
-    from simulator.checks.zoo import headline
+    from specproof.gate.zoo import headline
 
     report = json.loads((ROOT / "reports" / "mutation_zoo.json").read_text())
     assert headline(report["rows"]) in (ROOT / "docs" / "gate.md").read_text()

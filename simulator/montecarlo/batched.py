@@ -1,18 +1,11 @@
-"""Batched Monte Carlo rounds: many trials of one configuration at once, decided by the rule's batched kernel from
-the registry (:mod:`simulator.verifiers.batched`, the same kernel the torch path runs).
+"""Batched Monte Carlo rounds (docs/engines.md, "Batched rounds"): many trials of one configuration at once,
+decided by the rule's array rule from the registry (:mod:`simulator.verifiers.batched`, as the torch path runs).
 
-Each trial reads its counter stream (:func:`simulator.randomness.counter_uniform`, computed as the trial reads
-it) in the reference's order: the i.i.d. draft, node by node in BFS order, then the kernel's draws, then the
-completion with the target. The kernel reproduces the reference rule's float operations, so every trial
-returns exactly what :func:`simulator.montecarlo.engine.run_trials` returns on the reference path; the tests check
-this on every verifier with a kernel and every topology.
-
-The rows come from :class:`~simulator.montecarlo.context_rows.ContextRows` (the model's rows per context, computed
-once per model) with its tables computed once per context (K-SEQ's ``ρ*``, GR's steps, GBV's ranking). Two computations
-differ in form from the reference, as the row source allows (``exact_order`` false): LV's outgoing flow in
-closed form, and GR's problems solved as stacks (:mod:`simulator.verifiers.batched.gr_stacks`) on rows in another
-order; each agrees with the reference to rounding (~1e-16 for the sums; GR's ``θ`` to its solver's tolerance), so a
-decision could differ only if a uniform fell that close to its threshold — never observed in the tests.
+Each trial reads its counter stream (:func:`simulator.randomness.counter_uniform`) in the reference's order —
+i.i.d. draft in BFS order, the rule's draws, the completion — so it returns exactly what
+:func:`simulator.montecarlo.engine.run_trials` returns on the reference path (tested for every array rule and
+topology). Rows and per-context tables come from :class:`~simulator.montecarlo.context_rows.ContextRows`; LV's
+closed-form flow and GR's stacked solves agree with the reference to rounding.
 """
 
 from __future__ import annotations
@@ -29,12 +22,13 @@ from simulator.trees import Topology, node_levels
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.batched.frame import Batch, CounterStream, TreeShape
 
-#: the verifiers the batched rounds can run: a kernel, and later tokens that follow the target
-BATCHED = tuple(name for name, spec in VERIFIERS.items() if spec.kernel is not None and spec.kernel.target_completion)
+#: the verifiers the batched rounds can run: an array rule, and later tokens that follow the target
+BATCHED = tuple(name for name, spec in VERIFIERS.items()
+                if spec.array_rule is not None and spec.array_rule.target_completion)
 
 
 def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | None = None) -> bool:
-    """Whether :func:`batched_rounds` runs ``name``: a kernel in the registry, i.i.d. drafting, a topology the rule
+    """Whether :func:`batched_rounds` runs ``name``: an array rule in the registry, i.i.d. drafting, a topology the rule
     is defined on."""
     spec = VERIFIERS.get(name)
     return (name in BATCHED and drafting == "iid" and vocab >= 2
@@ -43,13 +37,13 @@ def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | 
 
 class IidDraft:
     """Every trial's i.i.d. draft (``simulator.drafting`` order: node ``v`` reads its trial's uniform ``v − 1``),
-    each token drawn when a kernel first reads it (:class:`~simulator.verifiers.batched.frame.DraftSource`).
+    each token drawn when an array rule first reads it (:class:`~simulator.verifiers.batched.frame.DraftSource`).
 
     The counter streams make this exact: a node's uniform is a function of its position, so a token drawn late,
-    or never, changes no other draw, and the kernel's own draws start past the draft's ``n − 1`` uniforms as
+    or never, changes no other draw, and the array rule's own draws start past the draft's ``n − 1`` uniforms as
     before. Token verification reads only the candidates of the nodes on its path (at most 8 of complete(b = 2,
     H = 4)'s 30 draft tokens; with SpS, RRS and K-SEQ a candidate only once those before it were rejected), and
-    the rest of the tree is never drawn. A kernel that reads every node
+    the rest of the tree is never drawn. An array rule that reads every node
     (:attr:`tokens`, :attr:`ids`) has the whole tree drawn a depth at a time, one draw for all the depth's nodes
     of all trials. Row ids are context ids (:class:`~simulator.montecarlo.context_rows.ContextRows`): the child
     of id ``i`` by token ``x`` is ``i·V + x + 1``. Arrays are node-major (``[n, B]``: a depth's parents are whole
@@ -115,7 +109,7 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
                    run_trials: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.engine.encode`) of ``trials``, as
     numpy arrays. With ``rows`` a :class:`~simulator.montecarlo.context_rows.DeviceRows` the rounds run on its torch
-    device (the same kernel, the same counter streams: the same numbers in float64). ``run_trials``: the trials per
+    device (the same array rule, the same counter streams: the same numbers in float64). ``run_trials``: the trials per
     seed of the run these belong to (:attr:`~simulator.verifiers.batched.frame.Batch.trials`)."""
     if not has_batched_path(name, drafting, model.vocab, topology):
         raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
@@ -126,7 +120,7 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
     stream = CounterStream(seed, trials)
     draft = IidDraft(topology.parents, rows, stream)
     shape = TreeShape(topology.parents, xp, rows.q.device)
-    node, y = VERIFIERS[name].kernel.run(Batch(shape, draft, rows, stream, run_trials))
+    node, y = VERIFIERS[name].array_rule.run(Batch(shape, draft, rows, stream, run_trials))
     accepted_len = shape.depths[node]
     # Completion with the target up to H+1 tokens, from the id of path + (y,), of length τ+1.
     ids = draft.node_ids(xp.arange(node.shape[0], device=rows.q.device), node) * vocab + y + 1

@@ -1,7 +1,7 @@
 """The rows of a model pair as arrays: ``p`` and ``q`` at every context of length ≤ ``H``, and the per-context tables
-the batched rules read (running sums for sampling, K-SEQ's ``ρ*`` and residual, GR's step tables, GBV's ranking),
-each computed once. Shared by the Monte Carlo engine (:mod:`simulator.montecarlo.batched`), the toy study and the exact
-dynamic programme (:mod:`exact.dp`).
+the array rules read (running sums for sampling, the rows the single-step rules derive — RRS's targets, K-SEQ's
+``ρ*`` and residual —, GR's step tables, GBV's ranking), each computed once. Shared by the Monte Carlo engine
+(:mod:`simulator.montecarlo.batched`), the toy study and the exact dynamic programme (:mod:`exact.recursions.token_dp`).
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ import itertools
 
 import numpy as np
 
-from simulator.array_ops import (guide_buckets, guide_table, guided_inverse_cdf, kseq_residual, kseq_rho, last_positive,
-                                 ranking_tables, rrs_target, take_rows)
-from simulator.verifiers.batched.gr_stacks import MassGrid, tv_gr_tables
+from simulator.array_ops import guide_buckets, guide_table, guided_inverse_cdf, last_positive, ranking_tables, take_rows
+from simulator.verifiers.batched.gr_stacks import MassGrid
 from simulator.models import ModelPair, ModelView, _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
-from simulator.verifiers.batched.frame import flow_step_rows, residual_draw, row_name
+from simulator.verifiers.batched.frame import Derived, residual_draw, rows_name
 
-GR_TABLE_CHUNK = 512  # contexts per stacked GR solve when building step tables
+FLOW_TABLE_CHUNK = 512  # contexts per stacked solve (GR) when building step tables
 
 
 class ContextRows:
@@ -43,11 +42,10 @@ class ContextRows:
             self.q = np.array([view.q(context) for context in contexts], dtype=float).reshape(-1, vocab)
             self.p = np.array([view.p(context) for context in contexts[: self.offsets[height]]],
                               dtype=float).reshape(-1, vocab)
-        self._kseq: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._gr: dict[int, _GRStore] = {}
+        self._flows: dict[tuple[object, int], _FlowStore] = {}
         self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
         self._running: dict[object, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._derived: dict[tuple[str, int], np.ndarray] = {}
+        self._derived: dict[Derived, np.ndarray] = {}
         self.mass_grid = MassGrid(self.p, self.q, self.reach())
 
     def reach(self) -> np.ndarray:
@@ -68,7 +66,7 @@ class ContextRows:
     def sampling_tables(self, which: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The running sums, guide table and last positive index of every row of :meth:`table` ``which``, computed
         once."""
-        which = which if which in ("p", "q") else row_name(which)  # checked before the cache (see :meth:`table`)
+        which = rows_name(which)  # checked before the cache
         if which not in self._running:
             table = self.table(which)
             running = np.cumsum(table, axis=1)
@@ -79,19 +77,20 @@ class ContextRows:
     exact_order, by_context = False, True
 
     def table(self, which: object) -> np.ndarray:
-        """The rows named ``which`` (:meth:`RowSource.entry`) at every context, derived rows computed once."""
-        if which in ("p", "q"):
+        """The rows named ``which`` (:meth:`RowSource.entry`) at every context — a rule's :class:`Derived` rows (or
+        values) at every context with a ``p`` row, computed once."""
+        which = rows_name(which)
+        if isinstance(which, str):
             return getattr(self, which)
-        kind, k = row_name(which)  # checked before the cache, which would take ("rrs", True) for ("rrs", 1)
-        if k == 0:  # RRS's target before any rejection
-            return self.q
-        if (kind, k) not in self._derived:
-            self._derived[kind, k] = (rrs_target(self.p, self.q[: len(self.p)], k) if kind == "rrs"
-                                      else self.kseq_table(k)[1])
-        return self._derived[kind, k]
+        if which not in self._derived:
+            self._derived[which] = which.compute(self.p, self.q[: len(self.p)], self.table)
+        return self._derived[which]
 
     def entry(self, which: object, ids: np.ndarray, x: np.ndarray) -> np.ndarray:
         return self.table(which).ravel().take(ids * self.vocab + x)  # a 1-D gather: a third of ``[ids, x]``'s time
+
+    def value(self, which: Derived, ids: np.ndarray) -> np.ndarray:
+        return self.table(which)[ids]
 
     def rank_tables(self, clipped: bool) -> tuple[np.ndarray, np.ndarray]:
         """GBV's ranking places and the draft mass ranked below each token at every non-leaf context
@@ -106,32 +105,12 @@ class ContextRows:
     def lower(self, ids: np.ndarray) -> np.ndarray:
         return take_rows(self.rank_tables(False)[1], ids)
 
-    def kseq_table(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """K-SEQ's ``ρ*`` ``[C]`` and residual ``[C, V]`` for ``k`` candidates at every non-leaf context (computed
-        once)."""
-        if k not in self._kseq:
-            q, count = self.q[: len(self.p)], np.full(len(self.p), k)
-            rho = kseq_rho(self.p, q, count)
-            self._kseq[k] = (rho, kseq_residual(self.p, q, rho, count))
-        return self._kseq[k]
-
-    def kseq_rho(self, ids: np.ndarray, k: np.ndarray) -> np.ndarray:
-        """K-SEQ's ``ρ*`` ``[m]`` at contexts ``ids`` with ``k[i]`` candidates."""
-        k = np.broadcast_to(np.asarray(k), ids.shape)
-        if len(k) and (k == k[0]).all():  # one candidate count (most levels)
-            return self.kseq_table(int(k[0]))[0][ids]
-        rho = np.empty(len(ids))
-        for count in np.unique(k).tolist():
-            at = k == count
-            rho[at] = self.kseq_table(count)[0][ids[at]]
-        return rho
-
-    def flow_step(self, rule, ids: np.ndarray, cands: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, object]:
-        """A flow-defined rule's step (:meth:`RowSource.flow_step`): GR's from step tables built once per context
-        (:meth:`gr_step`), its residual drawn from running sums and guide tables built with them; another rule's
-        from its reference solver row by row."""
-        if rule.name != "gr":
-            weights, residual = flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)
+    def flow_step(self, step, ids: np.ndarray, cands: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, object]:
+        """A flow-defined rule's step (:meth:`RowSource.flow_step`): from step tables built once per context
+        (:meth:`flow_table_step`) where its array step has ``step_tables`` (GR), its residual drawn from running
+        sums and guide tables built with them; otherwise from its reference solver row by row."""
+        if step.step_tables is None:
+            weights, residual = step.step_rows(self.p[ids], self.q[ids], cands, count)
             return weights, residual_draw(residual)
         width = cands.shape[1]
         weights = np.zeros((len(ids), width + 1))
@@ -142,47 +121,48 @@ class ContextRows:
             code = np.zeros(len(ctx), dtype=np.int64)
             for i in range(k):
                 code = code * self.vocab + cands[at, i]
-            step = self.gr_step(k, ctx, code)
-            weights[at, :k], weights[at, width] = step[:, :k], step[:, k]
+            table = self.flow_table_step(step, k, ctx, code)
+            weights[at, :k], weights[at, width] = table[:, :k], table[:, k]
 
         def emit(at: np.ndarray, u: np.ndarray) -> np.ndarray:
-            """GR's residual token for the rows ``at`` (their contexts already solved), by candidate count."""
+            """The residual token for the rows ``at`` (their contexts already solved), by candidate count."""
             out = np.empty(len(at), dtype=np.int64)
             for k in counts:
                 part = slice(None) if len(counts) == 1 else np.flatnonzero(count[at] == k)
-                store = self._gr[k]
+                store = self._flows[step, k]
                 out[part] = _guided_draw(store.running, store.guide, store.last, ids[at][part], u[part])
             return out
 
         return weights, emit
 
-    def gr_step(self, k: int, ctx: np.ndarray, code: np.ndarray) -> np.ndarray:
-        """GR's step for ``k`` i.i.d. candidates at contexts ``ctx`` whose candidate tuples have base-``V`` codes
-        ``code``: ``[m, k + 1]`` — the flow to each candidate position's token where it first appears (0 for a
-        repeat), then the reject weight, as :meth:`SingleStepRule.step` builds them. GR is solved lazily, once
-        per context reached (``V^k`` tuples per context rule out tables for every context up front at ``k = 3``);
-        the tables are read by one gather."""
-        store = self._gr_store(k, ctx)
+    def flow_table_step(self, step, k: int, ctx: np.ndarray, code: np.ndarray) -> np.ndarray:
+        """The step of the flow rule ``step`` (an array step with ``step_tables``: GR) for ``k`` i.i.d. candidates at
+        contexts ``ctx`` whose candidate tuples have base-``V`` codes ``code``: ``[m, k + 1]`` — the flow to each
+        candidate position's token where it first appears (0 for a repeat), then the reject weight, as
+        :meth:`SingleStepRule.step` builds them. The rule is solved lazily, once per context reached (``V^k`` tuples
+        per context rule out tables for every context up front at ``k = 3``); the tables are read by one gather."""
+        store = self._flow_store(step, k, ctx)
         return take_rows(store.weights, store.slot[ctx] * self.vocab**k + code)
 
-    def gr_tables(self, k: int, contexts: np.ndarray) -> None:
-        """GR's step tables (:func:`simulator.verifiers.batched.gr_stacks.tv_gr_tables`) for the ``contexts`` not yet
-        solved, as one stack. Dense arrays, not the reference solver's dictionaries: 108 KB per context at
-        ``V = 15, k = 3``, a tenth of those."""
-        self._gr_store(k, contexts)
+    def flow_tables(self, step, k: int, contexts: np.ndarray) -> None:
+        """The step tables of ``step`` (its ``step_tables``: GR's
+        :func:`simulator.verifiers.batched.gr_stacks.tv_gr_tables`) for the ``contexts`` not yet solved, as one
+        stack. Dense arrays, not the reference solver's dictionaries: 108 KB per context at ``V = 15, k = 3``, a
+        tenth of those."""
+        self._flow_store(step, k, contexts)
 
-    def _gr_store(self, k: int, contexts: np.ndarray) -> "_GRStore":
-        store = self._gr.setdefault(k, _GRStore(len(self.p), self.vocab, k))
+    def _flow_store(self, step, k: int, contexts: np.ndarray) -> "_FlowStore":
+        store = self._flows.setdefault((step, k), _FlowStore(len(self.p), self.vocab, k))
         missing = np.unique(contexts[store.slot[contexts] < 0]).tolist()
-        for start in range(0, len(missing), GR_TABLE_CHUNK):
-            chunk = missing[start: start + GR_TABLE_CHUNK]
-            store.add(chunk, *tv_gr_tables(self.p[chunk], self.q[chunk], k))
+        for start in range(0, len(missing), FLOW_TABLE_CHUNK):
+            chunk = missing[start: start + FLOW_TABLE_CHUNK]
+            store.add(chunk, *step.step_tables(self.p[chunk], self.q[chunk], k))
         return store
 
 
-class _GRStore:
-    """GR's step tables for ``k`` candidates of the contexts solved so far, one block of ``V^k`` rows per context
-    in one array (grown by doubling), so that a batch's steps are one gather; ``slot[c]`` the block of context
+class _FlowStore:
+    """A flow rule's step tables for ``k`` candidates of the contexts solved so far, one block of ``V^k`` rows per
+    context in one array (grown by doubling), so that a batch's steps are one gather; ``slot[c]`` the block of context
     ``c`` (−1 before it is solved). The residual of each context is kept as :meth:`ContextRows.sample` keeps a
     table's rows: running sums, guide table and last positive token."""
 
@@ -258,7 +238,7 @@ class DeviceRows:
 
     def sample(self, which: object, ctx, u):
         """:meth:`ContextRows.sample` on the device."""
-        which = which if which in ("p", "q") else row_name(which)
+        which = rows_name(which)
         running, guide, last = self._table(("running", which), lambda: self.host.sampling_tables(which))
         index, none = guided_inverse_cdf(running, guide, ctx, u)
         return self.torch.where(none, last[ctx], index)
@@ -266,15 +246,15 @@ class DeviceRows:
     def entry(self, which: object, ids, x):
         if which in ("p", "q"):  # already on the device
             return getattr(self, which)[ids, x]
-        which = row_name(which)
-        return self._table(("table", which), lambda: (self.host.table(which),))[0][ids, x]
+        return self._device_table(which)[ids, x]
 
-    def kseq_rho(self, ids, k):
-        rho = self.torch.empty(ids.shape, dtype=self.q.dtype, device=self.device)
-        for count in self.torch.unique(k).tolist():
-            at = k == count
-            rho[at] = self._table(("kseq", count), lambda: self.host.kseq_table(count))[0][ids[at]]
-        return rho
+    def value(self, which: Derived, ids):
+        return self._device_table(which)[ids]
+
+    def _device_table(self, which: object):
+        """The host's :meth:`ContextRows.table` ``which``, copied to the device once."""
+        which = rows_name(which)
+        return self._table(("table", which), lambda: (self.host.table(which),))[0]
 
     def place(self, ids, x, clipped: bool):
         return self._table(("ranks", clipped), lambda: self.host.rank_tables(clipped))[0][ids, x]
@@ -282,6 +262,6 @@ class DeviceRows:
     def lower(self, ids):
         return self._table(("ranks", False), lambda: self.host.rank_tables(False))[1][ids]
 
-    def flow_step(self, rule, ids, cands, count):
-        weights, emit = self.host.flow_step(rule, *(a.cpu().numpy() for a in (ids, cands, count)))
+    def flow_step(self, step, ids, cands, count):
+        weights, emit = self.host.flow_step(step, *(a.cpu().numpy() for a in (ids, cands, count)))
         return self._put(weights), lambda at, u: self._put(emit(at.cpu().numpy(), u.cpu().numpy()))

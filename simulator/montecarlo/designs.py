@@ -1,30 +1,10 @@
 """Three Monte Carlo test designs of the field, and the probability that each *passes* a verifier, computed from
-the verifier's exact completed law (never by re-running the verifier).
+the verifier's exact completed law (never by re-running the verifier; docs/gate.md, "The mutation zoo").
 
 ``law`` and ``target`` are the completed output law and ``q^(H+1)``, as probability vectors over the
-``V^(H+1)`` sequences in lexicographic order (:func:`cells`).
-
-* **Serving-engine style** (:func:`serving_pass`): ``n = 10^5`` completed sequences; at each position ``j`` the
-  empirical frequency of every token is compared with the target's marginal ``q_j(x)``; the test passes when
-  every ``|f_j(x) − q_j(x)| ≤ 0.01`` (an absolute tolerance, as in ``torch.testing``-style checks). Each cell's
-  count is Binomial(n, law_j(x)), so each cell's pass probability is exact (``scipy.stats.binom``); the joint
-  pass probability lies between the Bonferroni bound ``1 − Σ P(cell fails)`` and the least cell's pass
-  probability: both bounds are exact, and reported as an interval.
-* **Layer Verification's TVD-to-baseline** (:func:`tvd_baseline_pass`; the paper's toy methodology): ``N =
-  10^6`` completed sequences from the verifier and ``N`` drawn directly from the target; each gives an empirical
-  TVD to ``q^(H+1)``; the paper calls a verifier lossless when its TVD matches the baseline's (it reports them
-  to three decimals), so the test passes when ``|TVD_verifier − TVD_baseline| < 0.001``. Each empirical TVD is
-  ``½ Σ_z |K_z/N − q_z|`` with ``K_z ~ Binomial(N, π_z)``: its mean is computed per cell exactly (a sum over the
-  binomial's pmf), its variance as the sum of the cells' variances (Poissonization: the multinomial's covariance
-  is dropped), and the difference of the two TVDs is taken as normal. That normal approximation is the error
-  of this column; ``benchmarks/mc_designs_check.py`` measures it against 4,000 replications drawn from the exact
-  laws (reports/mutation_zoo.md states the largest gap).
-* **specproof's chi-square** (:func:`chi_square_pass`; ``specproof mc`` on one seed): ``n = 10^4`` completed
-  sequences, Pearson's test of the first ``m`` tokens' law (:func:`simulator.montecarlo.engine.tested_prefix`) with
-  cells expected below 5 pooled, at ``α = 10^-3``; any sample on a sequence the target excludes rejects. Pass
-  probability: ``(1 − off-support mass)^n`` (exact) times ``P(χ²_df(λ) ≤ crit)`` with the noncentral
-  chi-square's ``λ = n Σ_c (π_c − q_c)²/q_c`` over the pooled cells — Pearson's statistic under an alternative,
-  to first order. Same check of its error.
+``V^(H+1)`` sequences in lexicographic order (:func:`cells`). The designs: :func:`serving_pass` (exact bounds),
+:func:`tvd_baseline_pass` (Layer Verification's methodology) and :func:`chi_square_pass` (``specproof mc``), the
+last two approximate; :func:`simulated_pass` measures their error.
 """
 
 from __future__ import annotations
@@ -72,7 +52,11 @@ def _marginals(vector: np.ndarray, vocab: int, length: int) -> np.ndarray:
 
 def serving_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, n: int = SERVING_SAMPLES,
                  tolerance: float = SERVING_TOLERANCE) -> Interval:
-    """Exact bounds on the serving-style test's pass probability (module docstring)."""
+    """Exact bounds on the serving-style test's pass probability: ``n`` completed sequences; at each position ``j``
+    every token's empirical frequency must be within ``tolerance`` of the target's marginal ``q_j(x)`` (an absolute
+    tolerance, as in ``torch.testing``-style checks). Each cell's count is Binomial(n, law_j(x)), so each cell's pass
+    probability is exact (``scipy.stats.binom``); the joint one lies between the Bonferroni bound
+    ``1 − Σ P(cell fails)`` and the least cell's, both exact and returned as an interval."""
     ours, theirs = _marginals(law, vocab, length).ravel(), _marginals(target, vocab, length).ravel()
     high_count = np.floor(n * (theirs + tolerance) + 1e-9)
     low_count = np.ceil(n * (theirs - tolerance) - 1e-9)
@@ -102,7 +86,12 @@ def _tvd_moments(law: np.ndarray, target: np.ndarray, n: int) -> tuple[float, fl
 
 def tvd_baseline_pass(law: np.ndarray, target: np.ndarray, n: int = LV_SAMPLES,
                       tolerance: float = LV_TOLERANCE) -> float:
-    """The TVD-to-baseline test's pass probability, by the normal approximation of the module docstring."""
+    """The TVD-to-baseline test's pass probability (Layer Verification's toy methodology): ``n`` completed
+    sequences and ``n`` direct target samples each give an empirical TVD to ``q^(H+1)``; the test passes when they
+    differ by less than ``tolerance`` (the paper reports TVDs to three decimals). Each TVD is
+    ``½ Σ_z |K_z/n − q_z|``, ``K_z ~ Binomial(n, π_z)``: its mean exact per cell, its variance the sum of the
+    cells' (Poissonization: the multinomial's covariance is dropped), and the difference of the two taken as
+    normal — the error of this design, measured by :func:`simulated_pass`."""
     mean_v, var_v = _tvd_moments(law, target, n)
     mean_b, var_b = _tvd_moments(target, target, n)
     sd = np.sqrt(var_v + var_b)
@@ -114,7 +103,12 @@ def tvd_baseline_pass(law: np.ndarray, target: np.ndarray, n: int = LV_SAMPLES,
 
 def chi_square_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, n: int = CHI_SAMPLES,
                     alpha: float = ALPHA) -> float:
-    """specproof's chi-square test's pass probability (module docstring)."""
+    """specproof's chi-square test's pass probability (``specproof mc`` on one seed): ``n`` completed sequences,
+    Pearson's test of the first ``m`` tokens' law (:func:`~simulator.montecarlo.engine.tested_prefix`), cells
+    expected below 5 pooled, at ``alpha``; any sample on a sequence the target excludes rejects. The probability:
+    ``(1 − off-support mass)^n`` (exact) times ``P(χ²_df(λ) ≤ crit)``, the noncentral chi-square with
+    ``λ = n Σ_c (π_c − q_c)²/q_c`` over the pooled cells — Pearson's statistic under an alternative, to first
+    order."""
     m = tested_prefix(vocab, length - 1, n)
     tail = vocab ** (length - m)
     ours, theirs = law.reshape(-1, tail).sum(axis=1), target.reshape(-1, tail).sum(axis=1)
@@ -140,7 +134,8 @@ def simulated_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int,
                    rng: np.random.Generator) -> list[float]:
     """The three designs run ``replications`` times on samples drawn from the exact ``law`` (multinomial counts
     over its cells): the pass frequencies ``[serving, TVD-to-baseline, chi-square]``, the second method that
-    measures the error of the analytic columns."""
+    measures the error of the analytic columns (``specproof zoo`` runs it; reports/mutation_zoo.md states the
+    largest gap)."""
     from simulator.montecarlo.statistics import chi_square
 
     law = law / law.sum()

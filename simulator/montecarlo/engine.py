@@ -1,30 +1,11 @@
-"""The Monte Carlo engine (docs/engines.md): layer_verification.txt's toy methodology, with real statistics.
+"""The Monte Carlo engine (docs/engines.md, "Monte Carlo"): the papers' toy methodology, with real statistics.
 
-For model seed ``s`` (the model pair built with seed ``s``) and trial ``t``, one round is drafted, verified and
-completed to ``H+1`` tokens (with the outcome's completion rule) on trial ``t``'s counter stream under seed
-``s`` (:class:`simulator.randomness.CounterRandomness`): a trial's result depends only on ``(s, t)`` and the
-configuration, never on batch size or order. The reference path runs the shared implementation
-(:func:`simulator.speculation.speculate`) trial by trial; where :mod:`simulator.montecarlo.batched` has a path for the
-verifier it is used instead — it returns the same numbers for every trial, which the tests check.
-
-Per seed the engine reports the mean accepted length, the paper's TVD of the ``N`` completed samples to
-``q^(H+1)`` over all ``V^(H+1)`` cells, the same TVD for ``N`` direct target samples (the paper's baseline), and
-Pearson's chi-square of the completed samples' first ``m`` tokens against the exact target marginal, where
-``m`` is the largest with ``V^m ≤ N/20`` (so cells are well filled; see :mod:`simulator.montecarlo.statistics` for the
-power bound). Across seeds: means, the standard error of the mean accepted length across model seeds (the
-paper's SE), and a Bonferroni combination of the per-seed tests.
-
-Memory stays bounded: trials run in chunks (sized to the tree, :func:`batch_size`), and what a seed keeps of them
-is a histogram of accepted lengths and one of the completed sequences' cells (at most ``min(N, V^(H+1))``
-entries), not one record per trial. The tables a seed needs — the rows of every context up to depth ``H`` and
-the target's joint over ``V^(H+1)`` cells — are sized before they are built (:func:`check_tables`), and
-:func:`monte_carlo` refuses a run whose test could not detect even a total variation of 1 before its trials run
-(:func:`check_power`).
-
-Time is estimated before the run is committed to: the first seed's set-up and its first chunks of trials are timed
-(its *pilot*, kept as part of the run: a trial's result does not depend on which chunk it ran in) and extrapolated
-to every seed and trial (:class:`RunEstimate`), which :func:`monte_carlo` hands to its caller, who may refuse the
-run (``specproof mc`` refuses one estimated past ``--timeout``).
+Trial ``t`` under model seed ``s`` drafts, verifies and completes one round on its own counter stream
+(:class:`simulator.randomness.CounterRandomness`), so its result depends only on ``(s, t)``, never on batch size or
+order; :mod:`simulator.montecarlo.batched` runs the same trials in arrays where it has a path. Per seed: mean
+accepted length, TVD to ``q^(H+1)`` and to direct target samples, a chi-square test (:func:`tested_prefix`).
+Memory is bounded (:func:`check_tables`), and power (:func:`check_power`) and time (:class:`RunEstimate`) are
+checked before a run commits.
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
 """Torch randomness capture: an unmodified torch kernel's random ops, routed to the randomness interface.
 
-While :func:`capture` is active, a :class:`torch.overrides.TorchFunctionMode` sees every torch call the kernel
-makes and hands its random ops to the active handler (:mod:`simulator.randomness`: the exact enumerator,
-seeded sampling, replay) — the kernel's source is not touched (docs/kernels.md).
-
-* ``torch.multinomial`` (with or without replacement, any ``num_samples``), and so
-  ``torch.distributions.Categorical(...).sample()``: one categorical choice per draw on the tensor's own
-  weights, taken exactly (``Fraction(float)``); a zero weight is never drawn.
-* Uniform tensors (``torch.rand``, ``rand_like``, ``Tensor.uniform_``) are *symbolic*: each element is a random
-  variable with an interval of values still possible. Monotone maps with concrete operands (``+ − × ÷`` by a
-  tensor or number, negation, ``log``, ``exp``) are recorded, not computed. A comparison (``< <= > >=``) with a
-  concrete tensor is inverted through those maps to a threshold on the variable and becomes one Bernoulli choice
-  per element, with the exact probability of the sub-interval; the variable keeps the interval chosen, so a
-  later comparison of the same uniform is conditioned on the earlier one (a reused uniform shows as the loss
-  it causes). ``torch.bernoulli(p)`` is a fresh uniform compared ``u < p``.
-* Exponential races: ``Tensor.exponential_()`` makes symbolic Exp(1) variables, and ``-log(u)`` of a uniform is
-  one too. ``argmax`` of ``w / E`` (vLLM's ``probs.div_(q).argmax()``) or of ``l − log E`` (the Gumbel-max
-  trick, also ``l − log(−log u)``) — any common increasing function of ``w_i / E_i`` — is the race's exact law:
-  index ``i`` with probability ``w_i / Σ w``. The variables of a race cannot be used again.
-* Anything else that touches a random value (``==``, ``clamp``, a sum, ``item()``) and every random op this
-  module does not model (``randn``, ``randint``, …; the ones inside torch helpers such as ``F.gumbel_softmax``
-  and dropout, which the function mode cannot see into, are caught because they advance torch's default
-  generator) raises :class:`~simulator.errors.KernelError` naming the op and the kernel's source line. Never
-  an approximation without a word: the tolerance a kernel's certificate states covers float thresholds of
-  ``log``/``exp``.
-
-Two models of a uniform: ``continuous`` (default: ``U(0, 1)``) and ``grid`` — the values torch's CPU generator
-actually produces, ``k·2^−b`` for ``k < 2^b``, with ``b`` = 24 for float32, 53 for float64, 11 for float16 and
-8 for bfloat16 — under which ``u <= 0`` has probability ``2^−b``, not 0. Under ``grid`` a comparison of a
-transformed uniform is decided in real arithmetic on the grid value (the transform's own rounding is not
-modelled). Exponentials are continuous under both models.
+While :func:`capture` is active, a :class:`torch.overrides.TorchFunctionMode` hands the kernel's random ops to the
+active handler (:mod:`simulator.randomness`); the kernel's source is not touched. Modelled exactly:
+``torch.multinomial``, uniforms compared with concrete thresholds (through monotone maps; one Bernoulli each) and
+exponential races (``argmax(w / E)``, Gumbel-max). Any other use of a random value raises
+:class:`~simulator.errors.KernelError`. Uniforms are ``continuous`` or ``grid`` (:data:`GRID_BITS`). The op
+table: docs/kernels.md, "How a kernel's randomness is captured".
 """
 
 from __future__ import annotations
@@ -562,7 +538,7 @@ class _GeneratorWatch:
 
 @contextlib.contextmanager
 def capture(rng: Randomness, uniforms: str = "continuous") -> Iterator[Capture]:
-    """Run torch code with its random ops decided by ``rng`` (module docstring)."""
+    """Run torch code with its random ops decided by ``rng`` (what is modelled: docs/kernels.md)."""
     mode = Capture(rng, uniforms)
     with mode:
         yield mode

@@ -1,21 +1,11 @@
-"""Torch kernels as verifiers: a user's unmodified torch function, an adapter for its calling convention, and the
-capture of its random ops (:mod:`simulator.torch_path.capture`) — together an ordinary verifier ``(tree, p, q, rng)``
-that every engine runs, the exact one included (docs/kernels.md).
+"""Torch kernels as verifiers (docs/kernels.md): a user's unmodified torch function, an adapter for its calling
+convention, and the capture of its random ops (:mod:`simulator.torch_path.capture`) — together an ordinary
+verifier ``(tree, p, q, rng)`` that every engine runs, the exact one included.
 
-An adapter maps specproof's tree and rows to the kernel's tensors and its answer back to ``(node, y)``:
-``adapter(kernel, tree, p, q, vocab, dtype) -> (node, y)``, where ``kernel`` already holds its fixed keyword
-arguments, ``p[v]``/``q[v]`` are the draft/target rows at node ``v`` and the whole adapter runs under the
-capture (so it may draw, as :func:`flat_chain` draws the bonus token). Built in:
-
-* ``chain`` — transformers' convention (``_speculative_sampling``): ``kernel(candidate_input_ids [1, γ],
-  candidate_logits [1, γ, V], candidate_length γ, new_logits [1, γ+1, V]) -> (tokens [1, n+1], n_matches)``;
-  logits are ``log`` of the rows (``-inf`` at a zero).
-* ``flat-chain`` — batched serving (vLLM's rejection sampler): ``kernel(draft_token_ids [T],
-  cu_num_draft_tokens [B], draft_probs [T, V], target_probs [T, V], bonus_token_ids [B, 1]) -> output [B, γ+1]``
-  padded with ``-1`` placeholders; here ``B = 1``, ``T = γ`` and the bonus is drawn from the leaf's target row.
-* ``tree`` — ``kernel(parents [n], tokens [n] (tokens[0] = -1), p [n, V], q [n, V]) -> (node, y)``.
-* ``uniforms`` — :func:`simulator.torch_path.verify.torch_verify`'s convention, by keyword: ``kernel(parents=…,
-  tokens [1, n], p [1, n, V], q [1, n, V], uniforms [1, U]) -> (node [1], y [1])``, the uniforms symbolic.
+An adapter, ``adapter(kernel, tree, p, q, vocab, dtype) -> (node, y)``, maps specproof's tree and rows to the
+kernel's tensors and its answer back; it runs under the capture, so it may draw. Built in (:data:`ADAPTERS`):
+:func:`chain`, :func:`flat_chain`, :func:`tree_adapter` and :func:`uniforms_adapter`, each documenting its
+convention.
 """
 
 from __future__ import annotations
@@ -103,7 +93,9 @@ def _accepted(emitted: list[int], drafted: list[int], vocab: int) -> int:
 
 
 def chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
-    """transformers' convention (module docstring)."""
+    """transformers' convention (``_speculative_sampling``): ``kernel(candidate_input_ids [1, γ], candidate_logits
+    [1, γ, V], candidate_length γ, new_logits [1, γ+1, V]) -> (tokens [1, n+1], n_matches)``; logits are ``log`` of
+    the rows (``-inf`` at a zero)."""
     nodes = chain_nodes(tree, "chain")
     drafted = [tree.tokens[v] for v in nodes[1:]]
     gamma = len(drafted)
@@ -122,7 +114,10 @@ def chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tupl
 
 
 def flat_chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
-    """Batched serving's convention (module docstring); the bonus token is drawn here, before the kernel runs."""
+    """Batched serving's convention (vLLM's rejection sampler): ``kernel(draft_token_ids [T], cu_num_draft_tokens
+    [B], draft_probs [T, V], target_probs [T, V], bonus_token_ids [B, 1]) -> output [B, γ+1]``, padded with ``-1``
+    placeholders; here ``B = 1``, ``T = γ``. The bonus token is drawn here from the leaf's target row, before the
+    kernel runs."""
     nodes = chain_nodes(tree, "flat-chain")
     drafted = [tree.tokens[v] for v in nodes[1:]]
     gamma = len(drafted)
@@ -153,14 +148,16 @@ def _node_and_token(out: object, tree: DraftTree, vocab: int, expected: str) -> 
 
 
 def tree_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
-    """Parents, tokens and per-node rows (module docstring)."""
+    """Parents, tokens and per-node rows: ``kernel(parents [n], tokens [n] (tokens[0] = -1), p [n, V], q [n, V])
+    -> (node, y)``."""
     out = kernel(torch.tensor(tree.parents), torch.tensor([-1, *tree.tokens[1:]]), _rows(p, dtype, vocab),
                  _rows(q, dtype))
     return _node_and_token(out, tree, vocab, "(node, y)")
 
 
 def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
-    """:func:`simulator.torch_path.verify.torch_verify`'s convention, the uniforms symbolic (module docstring)."""
+    """:func:`simulator.torch_path.verify.torch_verify`'s convention, by keyword: ``kernel(parents=…, tokens [1, n],
+    p [1, n, V], q [1, n, V], uniforms [1, U]) -> (node [1], y [1])``, the uniforms symbolic."""
     count = UNIFORMS_PER_NODE * len(tree) + 16
     out = kernel(parents=list(tree.parents), tokens=torch.tensor([[0, *tree.tokens[1:]]]),
                  p=_rows(p, dtype, vocab)[None], q=_rows(q, dtype)[None], uniforms=torch.rand(1, count, dtype=dtype))

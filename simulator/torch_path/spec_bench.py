@@ -45,7 +45,7 @@ def speculative_generate(pair: CausalLMPair, drafter: FixedShape, verifier: str,
                          seed: int) -> Generated:
     """``new_tokens`` tokens after ``pair.prompt`` by draft–verify rounds (the last round may overshoot; it is
     cut)."""
-    usable = [v for v in TORCH_VERIFIERS if VERIFIERS[v].kernel.target_completion]
+    usable = [v for v in TORCH_VERIFIERS if VERIFIERS[v].array_rule.target_completion]
     if verifier not in usable:
         raise InvalidParameterError("verifier", f"specproof real runs the torch path's verifiers whose later "
                                                 f"tokens follow the target: {usable}")

@@ -1,26 +1,10 @@
-"""The torch path's batched verification (docs/engines.md): a batch of trees of one topology with their rows
-given as arrays, on any device, decided by the rule's batched kernel from the registry
-(:mod:`simulator.verifiers.batched`; the same kernel the Monte Carlo engine runs on numpy).
+"""The torch path's batched verification (docs/torch-path.md): a batch of trees of one topology, rows given as
+arrays on any device, decided by the rule's array rule from the registry (:mod:`simulator.verifiers.batched`; the
+Monte Carlo engine runs the same on numpy).
 
-Inputs — torch tensors, or numpy arrays (the same kernel runs on both): ``p[B, n, V]`` and ``q[B, n, V]`` (the
-rows of every node; a leaf's ``p`` is never read), ``tokens[B, n]`` (``tokens[:, 0]`` is ignored) and the random
-numbers, passed in: ``uniforms[B, U]``, read left to right, one per Bernoulli or categorical, exactly as
-:class:`simulator.randomness.ReplayRandomness` feeds the reference rule. Each kernel reproduces its reference's
-decisions: the same acceptance probabilities and residuals, the Bernoulli ``u < a`` (a sure event never fails)
-and the categorical "first index whose running sum exceeds ``u·Σw``". Row sums run left to right on the CPU (as
-:func:`simulator.numeric.total`); on a GPU the scan may round differently in the last bit, so a decision can
-differ only where a uniform lies within rounding of its threshold. In float32 the probabilities themselves
-round differently: decisions differ only where a uniform lies within about 1e-6 of a threshold (the tests
-count and explain each).
-
-Every registered verifier has a kernel (:data:`TORCH_VERIFIERS`). Sums run in the reference's order here
-(:class:`~simulator.verifiers.batched.frame.DenseRows` ``exact_order``): Layer Verification's outgoing flow
-tuple by tuple while ``V^k ≤`` :data:`~simulator.verifiers.batched.layer.TUPLE_SUM_LIMIT` (beyond, a real
-vocabulary, in closed form, which agrees to rounding), the flow-defined rules (``tv-opt``, ``tv-gr``,
-``lv-opt``, ``lv-gr``) by the reference solver per tree and node (a max-flow or a convex dual: no batched form),
-cached by rows. Those compute in float64 whatever the input dtype: the solver is a float64 CPU routine anyway,
-and GR's flows are not continuous in its inputs (its inner set ``H*`` jumps), so float32 rounding of the rows
-Layer Verification feeds it could move a decision by far more than rounding.
+Every registered verifier has one (:data:`TORCH_VERIFIERS`); it decides as the reference rule does on the same
+uniforms, up to rounding at a threshold. The flow-defined rules (:data:`FLOW_DEFINED`) run the reference solver
+per tree and node in float64 whatever the input dtype: GR's flows are not continuous in its inputs.
 """
 
 from __future__ import annotations
@@ -34,8 +18,8 @@ from simulator.trees import check_parents
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.batched.frame import Batch, DenseRows, GivenDraft, ReplayStream, TreeShape
 
-TORCH_VERIFIERS = tuple(name for name, spec in VERIFIERS.items() if spec.kernel is not None)
-FLOW_DEFINED = tuple(name for name in TORCH_VERIFIERS if VERIFIERS[name].kernel.float64)  # solved in float64
+TORCH_VERIFIERS = tuple(name for name, spec in VERIFIERS.items() if spec.array_rule is not None)
+FLOW_DEFINED = tuple(name for name in TORCH_VERIFIERS if VERIFIERS[name].array_rule.float64)  # solved in float64
 
 
 def _check(parents: Sequence[int], tokens: Any, p: Any, q: Any, uniforms: Any) -> tuple[int, ...]:
@@ -82,15 +66,20 @@ def _finite_nonnegative(xp: Any, rows: Any) -> bool:
 
 def torch_verify(name: str, parents: Sequence[int], tokens: Any, p: Any, q: Any,
                  uniforms: Any) -> tuple[Any, Any]:
-    """The accepted node and emitted token of every tree in the batch, ``([B], [B])``, by ``name``'s kernel."""
+    """The accepted node and emitted token of every tree in the batch, ``([B], [B])``, by ``name``'s array rule.
+
+    Torch tensors or numpy arrays: ``p[B, n, V]`` and ``q[B, n, V]`` (the rows of every node; a leaf's ``p`` is
+    never read), ``tokens[B, n]`` (``tokens[:, 0]`` is ignored) and ``uniforms[B, U]``, read left to right, one per
+    Bernoulli or categorical, exactly as :class:`simulator.randomness.ReplayRandomness` feeds the reference rule
+    (the Bernoulli ``u < a``; the categorical's first index whose running sum exceeds ``u·Σw``)."""
     spec = VERIFIERS.get(name)
-    if spec is None or spec.kernel is None:
-        raise InvalidParameterError("verifier", f"no batched kernel for {name!r}; choose from {TORCH_VERIFIERS}")
+    if spec is None or spec.array_rule is None:
+        raise InvalidParameterError("verifier", f"no array rule for {name!r}; choose from {TORCH_VERIFIERS}")
     parents = _check(parents, tokens, p, q, uniforms)
     xp = array_namespace(p)
-    if spec.kernel.float64 and p.dtype != xp.float64:
+    if spec.array_rule.float64 and p.dtype != xp.float64:
         p, q, uniforms = (xp.astype(a, xp.float64) for a in (p, q, uniforms))
     rows = DenseRows(p, q)
     batch = Batch(TreeShape(parents, xp, device(p)), GivenDraft(xp.astype(tokens, xp.int64), rows.ids()), rows,
                   ReplayStream(uniforms))
-    return spec.kernel.run(batch)
+    return spec.array_rule.run(batch)

@@ -5,11 +5,16 @@
 * ``bug-residual-q`` — token verification with SpS that resamples the correction from ``q`` rather than
   ``norm((q−p)_+)`` (a production bug class).
 * ``bug-accept-all`` — every first-child draft token accepted (the uniform stuck at 0).
+
+The two single-step controls have their array steps beside their plans (:data:`RESIDUAL_Q`, :data:`ACCEPT_FIRST`):
+SpS's array step with the same bug.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
+
+from array_api_compat import array_namespace, device
 
 from ..numeric import Number, ratio
 from ..randomness import Randomness
@@ -17,6 +22,7 @@ from ..trees import DraftTree
 from .block import greedy_block_decision
 from .rules import SingleStepRule
 from .single_step import Plan
+from .single_step_arrays import RrsStep
 from .token_tree import tv
 
 Rows = Sequence[Optional[Sequence[Number]]]
@@ -36,5 +42,22 @@ def _accept_first(candidates: Sequence[int], p: Sequence[Number], q: Sequence[Nu
     return Plan(((0, 1),), tuple(q))
 
 
-bug_residual_q = tv(SingleStepRule("bug-residual-q", plan=_sps_residual_q, max_candidates=1))
-bug_accept_all = tv(SingleStepRule("bug-accept-all", plan=_accept_first, max_candidates=1))
+class _ResidualFromTarget(RrsStep):
+    """``bug-residual-q``'s array step: SpS's acceptance, the correction drawn from ``q`` (the bug)."""
+
+    def residual_rows(self, k: int) -> object:
+        return "q"
+
+
+class _AcceptFirst(_ResidualFromTarget):
+    """``bug-accept-all``'s array step: the first candidate accepted surely (the correction, never drawn, ``q``)."""
+
+    def entry_acceptance(self, rows: Any, ids: Any, i: int, x: Any, scale: Any) -> Any:
+        return array_namespace(x).ones(x.shape, dtype=rows.q.dtype, device=device(x))
+
+
+_RESIDUAL_Q_RULE = SingleStepRule("bug-residual-q", plan=_sps_residual_q, max_candidates=1)
+_ACCEPT_FIRST_RULE = SingleStepRule("bug-accept-all", plan=_accept_first, max_candidates=1)
+RESIDUAL_Q, ACCEPT_FIRST = _ResidualFromTarget(_RESIDUAL_Q_RULE), _AcceptFirst(_ACCEPT_FIRST_RULE)
+bug_residual_q = tv(_RESIDUAL_Q_RULE)
+bug_accept_all = tv(_ACCEPT_FIRST_RULE)

@@ -4,7 +4,8 @@ A verifier is a plain function ``verify(tree, p, q, rng)`` returning ``(node, y)
 ``(node, y, completion)`` when later tokens must follow a modified target (greedy BV). ``lossless_under``
 lists the drafting schemes under which the rule is lossless (docs/rules.md); a control lists none. ``shapes``
 lists the topologies a rule is defined on; ``float_only`` marks rules that need irrational arithmetic;
-``kernel`` names the rule's batched array kernel, which every batched engine looks up here.
+``array_rule`` names the rule's array rule (its batched form on numpy and torch), which every batched engine looks
+up here, with the single-step rule it lifts passed as its array step (:mod:`.single_step_arrays`), not by name.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Callable
 from simulator.drafter_registry import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
 from ..usercode import import_user_module
-from . import block, controls, matching, multipath, traversal
-from .batched.ref import KernelRef, kernel
+from . import block, controls, matching, multipath, single_step_arrays as steps, traversal
+from .batched.ref import ArrayRuleRef, FunctionRef, array_rule
 from .layer import lv
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
@@ -25,8 +26,8 @@ Verifier = Callable[..., tuple]
 
 ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
-TRAVERSAL_LAW = "exact.traversal_dp:traversal_law"  # TRV's law by recursion over subtrees
-LAYER_LAW = "exact.layer_dp:layer_law"  # LV's law with the deepest level summed in closed form
+TRAVERSAL_LAW = "exact.recursions.traversal_dp:traversal_law"  # TRV's law by recursion over subtrees
+LAYER_LAW = "exact.recursions.layer_dp:layer_law"  # LV's law with the deepest level summed in closed form
 IID, WOR = ("iid",), ("without-replacement",)
 
 
@@ -44,19 +45,20 @@ class VerifierSpec:
     lossy_on: str = ""
     #: Layer Verification: needs one fixed tuple law per node, which dynamic trees lack (docs/rules.md)
     needs_tuple_law: bool = False
-    #: the batched array kernel (numpy and torch) deciding as ``fn`` does, if any (simulator.verifiers.batched)
-    kernel: KernelRef | None = None
-    #: token verification's single-step rule in the exact dynamic programme over contexts (exact/dp.py), if any
-    exact_dp: str | None = None
+    #: the array rule (numpy and torch) deciding as ``fn`` does, if any (simulator.verifiers.batched)
+    array_rule: ArrayRuleRef | None = None
+    #: token verification's single-step rule, as its array step, in the exact dynamic programme over contexts
+    #: (exact/recursions/token_dp.py), if any
+    exact_dp: steps.ArrayStep | None = None
     #: a recursion computing the round's exact law without enumerating draft trees, ``module:function`` with the
-    #: options selecting the rule (``certify --method recursion``; exact/traversal_dp.py, exact/layer_dp.py), if any
-    exact_law: KernelRef | None = None
-    #: why the symbolic prover (``specproof prove``, exact/prove.py) cannot run the rule (a typed error); empty when
+    #: options selecting the rule (``certify --method recursion``; exact/recursions/traversal_dp.py, exact/recursions/layer_dp.py), if any
+    exact_law: FunctionRef | None = None
+    #: why the symbolic prover (``specproof prove``, exact/prove/proof.py) cannot run the rule (a typed error); empty when
     #: it can
     not_symbolic: str = ""
     #: why the prover answers UNDECIDED without running the rule (K-SEQ's ρ*, not yet a symbol); empty otherwise
     undecided_symbolic: str = ""
-    #: the paper's closed form of ``E[τ]`` on a chain (``exact.closed_forms.FORMS``: ``token``, ``block`` or
+    #: the paper's closed form of ``E[τ]`` on a chain (``exact.recursions.closed_forms.FORMS``: ``token``, ``block`` or
     #: ``greedy-block``), which ``specproof prove`` checks on every cell; empty when there is none
     chain_expectation: str = ""
 
@@ -81,104 +83,104 @@ NOT_SYMBOLIC_FLOW = "is defined by a flow solved numerically (a maximum flow or 
 _SPECS = [
     VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
                  IID + WOR + DYNAMIC,
-                 kernel=kernel("token_tree:tv", plan="sps"), exact_dp="sps",
+                 array_rule=array_rule("token_tree:tv", step=steps.SPS), exact_dp=steps.SPS,
                  chain_expectation="token"),
     VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID,
-                 kernel=kernel("token_tree:tv", plan="rrs"), exact_dp="rrs",
+                 array_rule=array_rule("token_tree:tv", step=steps.RRS), exact_dp=steps.RRS,
                  chain_expectation="token"),
     VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement",
                  WOR + DYNAMIC,
-                 kernel=kernel("token_tree:tv", plan="rrsw"),
+                 array_rule=array_rule("token_tree:tv", step=steps.RRSW),
                  chain_expectation="token"),
     VerifierSpec("tv-det", tv(DETERMINISTIC), "token verification, deterministic RRS (EAGLE-2)",
                  ALL_SCHEMES + DYNAMIC + ("aded",),
-                 kernel=kernel("token_tree:tv", plan="det")),
+                 array_rule=array_rule("token_tree:tv", step=steps.DETERMINISTIC)),
     VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID,
-                 kernel=kernel("token_tree:tv", plan="kseq"), exact_dp="kseq",
+                 array_rule=array_rule("token_tree:tv", step=steps.KSEQ), exact_dp=steps.KSEQ,
                  undecided_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID,
-                 kernel=kernel("token_tree:tv", plan="flow:opt", float64=True),
+                 array_rule=array_rule("token_tree:tv", step=steps.OPT, float64=True),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID,
-                 kernel=kernel("token_tree:tv", plan="flow:gr", float64=True), exact_dp="gr",
+                 array_rule=array_rule("token_tree:tv", step=steps.GR, float64=True), exact_dp=steps.GR,
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="sps"),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "sps"),)),
+                 array_rule=array_rule("layer:lv", step=steps.SPS),
+                 exact_law=FunctionRef(LAYER_LAW, (("rule", "sps"),)),
                  chain_expectation="block"),
     VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="rrs"),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "rrs"),)),
+                 array_rule=array_rule("layer:lv", step=steps.RRS),
+                 exact_law=FunctionRef(LAYER_LAW, (("rule", "rrs"),)),
                  chain_expectation="block"),
     VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="kseq"),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "kseq"),)),
+                 array_rule=array_rule("layer:lv", step=steps.KSEQ),
+                 exact_law=FunctionRef(LAYER_LAW, (("rule", "kseq"),)),
                  undecided_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="opt", float64=True),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "opt"),)),
+                 array_rule=array_rule("layer:lv", step=steps.OPT, float64=True),
+                 exact_law=FunctionRef(LAYER_LAW, (("rule", "opt"),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID, needs_tuple_law=True,
-                 kernel=kernel("layer:lv", rule="gr", float64=True),
-                 exact_law=KernelRef(LAYER_LAW, (("rule", "gr"),)),
+                 array_rule=array_rule("layer:lv", step=steps.GR, float64=True),
+                 exact_law=FunctionRef(LAYER_LAW, (("rule", "gr"),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",),
-                 kernel=kernel("block:bv"),
+                 array_rule=array_rule("block:bv"),
                  chain_expectation="block"),
     VerifierSpec("greedy-bv", block.greedy_bv, "greedy block verification with distribution modification "
                  "(App. C, Alg. 4-6)", IID + WOR, ("chain",),
-                 kernel=kernel("block:bv", greedy=True, target_completion=False),
+                 array_rule=array_rule("block:bv", greedy=True, target_completion=False),
                  chain_expectation="greedy-block"),
     VerifierSpec("trv", traversal.trv, "Traversal Verification (Alg. 3), duplicate siblings merged",
                  IID + WOR + DYNAMIC,
-                 kernel=kernel("traversal:trv"),
-                 exact_law=KernelRef(TRAVERSAL_LAW, (("merge", True), ("zero_draft", True))),
+                 array_rule=array_rule("traversal:trv"),
+                 exact_law=FunctionRef(TRAVERSAL_LAW, (("merge", True), ("zero_draft", True))),
                  chain_expectation="block"),
     VerifierSpec("trv-iid", traversal.trv_iid, "Traversal Verification, duplicates apart, draft unchanged", IID,
-                 kernel=kernel("traversal:trv", merge=False),
-                 exact_law=KernelRef(TRAVERSAL_LAW, (("merge", False), ("zero_draft", False))),
+                 array_rule=array_rule("traversal:trv", merge=False),
+                 exact_law=FunctionRef(TRAVERSAL_LAW, (("merge", False), ("zero_draft", False))),
                  chain_expectation="block"),
     VerifierSpec("gbv", multipath.gbv, "greedy multi-path block verification (K i.i.d. paths)", IID,
                  ("chain", "multi-chain"),
-                 kernel=kernel("multipath:gbv"),
+                 array_rule=array_rule("multipath:gbv"),
                  chain_expectation="block"),
     VerifierSpec("dyspec", tv(RRSW, "without-replacement"), "DySpec's verification (Alg. 3 with U(0,1))",
                  WOR + DYNAMIC,
-                 kernel=kernel("token_tree:tv", plan="rrsw"),
+                 array_rule=array_rule("token_tree:tv", step=steps.RRSW),
                  chain_expectation="token"),
     VerifierSpec("match", matching.match, "sample-and-match: one target draw per node",
                  ALL_SCHEMES + DYNAMIC + ("aded",),
-                 kernel=kernel("matching:match")),
+                 array_rule=array_rule("matching:match")),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
                  "CONTROL: greedy BV completed with the unmodified target", (), ("chain",),
                  lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)",
-                 kernel=kernel("block:bv", greedy=True)),
+                 array_rule=array_rule("block:bv", greedy=True)),
     VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", (),
                  lossy_on="every tree of depth ≥ 1",
-                 kernel=kernel("token_tree:tv", plan="sps-q")),
+                 array_rule=array_rule("token_tree:tv", step=controls.RESIDUAL_Q)),
     VerifierSpec("bug-accept-all", controls.bug_accept_all, "CONTROL: accepts every first-child token", (),
                  lossy_on="every tree of depth ≥ 1",
-                 kernel=kernel("token_tree:tv", plan="first")),
+                 array_rule=array_rule("token_tree:tv", step=controls.ACCEPT_FIRST)),
     VerifierSpec("bug-trv-insertion-order", traversal.bug_trv_insertion_order,
                  "CONTROL: TRV visiting leaves in insertion order", (), ("explicit",),
                  demo=((-1, 0, 0, 1), "without-replacement"),
                  lossy_on="trees whose leaves in index order are not in DFS post-order: explicit trees such as "
                           "-1,0,0,1 and DySpec's dynamic trees (lossless on chains, multi-chains, complete and "
                           "tapered trees, where every leaf is at depth H and the two orders agree)",
-                 kernel=kernel("traversal:trv", post_order=False)),
+                 array_rule=array_rule("traversal:trv", post_order=False)),
     VerifierSpec("bug-gbv-clipped", multipath.bug_gbv_clipped,
                  "CONTROL: GBV selecting by the clipped ratio min(1, q/p)", (), ("chain", "multi-chain"),
                  lossy_on="multi-chains with b ≥ 2 at V ≥ 3 (lossless on a chain: one path, nothing to "
                           "select; and at V = 2, where min(1, q/p) ranks the two tokens as q/p does)",
-                 kernel=kernel("multipath:gbv", clipped=True)),
+                 array_rule=array_rule("multipath:gbv", clipped=True)),
     VerifierSpec("bug-match-per-row", matching.bug_match_per_row,
                  "CONTROL: one target draw per candidate row", (),
                  lossy_on="trees where a node has ≥ 2 children (lossless on chains: one row per node)",
-                 kernel=kernel("matching:match", per_row=True)),
+                 array_rule=array_rule("matching:match", per_row=True)),
     VerifierSpec("bug-dyspec-printed", tv(DYSPEC_PRINTED, "without-replacement"),
                  "CONTROL: DySpec Alg. 3 as printed, c ~ N(0,1) (float only)", (), float_only=True,
                  demo=((-1, 0, 0, 1, 1, 2, 2), "without-replacement"), lossy_on="every tree of depth ≥ 1",
-                 kernel=kernel("token_tree:tv", plan="rrsw-phi")),
+                 array_rule=array_rule("token_tree:tv", step=steps.DYSPEC_PRINTED)),
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}

@@ -4,7 +4,8 @@ A :class:`SingleStepRule` is either *sequential* (a plan from :mod:`.single_step
 feasible flow from :mod:`.flows`, sampled per tuple with one categorical over its flows and a reject
 option). Either way :meth:`SingleStepRule.step` is what token verification runs, and
 :meth:`SingleStepRule.token_acceptance` / :meth:`SingleStepRule.outflow` are what Layer Verification needs —
-computed from the same plan or flow, so each rule is written once.
+computed from the same plan or flow, so each rule is written once. Its array form, for many nodes at once, is its
+array step (:mod:`.single_step_arrays`), which holds the rule and is what the array rules receive.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class SingleStepRule:
                      law: str) -> tuple[list[int], list[Number], Row]:
         """A flow-defined rule's step as one categorical: the distinct candidate tokens (in order of first
         appearance), their flows followed by the reject weight ``P(X) − Σ flows``, and the residual. Shared by
-        :meth:`step` and the batched kernels (``simulator.verifiers.batched.frame.flow_step_rows``)."""
+        :meth:`step` and the rule's array step (``simulator.verifiers.single_step_arrays.FlowStep.step_rows``)."""
         prob_tuple = self.tuple_probability(cands, p, law)  # refuses a tuple the drafting cannot produce
         solution = self.solver(tuple(p), tuple(q), len(cands), law)
         per = solution.flows[cands]

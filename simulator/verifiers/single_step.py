@@ -18,6 +18,9 @@ Verification lifts (layer_verification.txt §3–4, App. E.2).
   of ``p_acc(ρ) = ρ β(ρ)`` on ``[1, k]`` by bisection keeping the upper end (any ``ρ ≥ ρ*`` is lossless, so
   the exact rational bisection point is too); accept ``X_i`` w.p. ``min(1, q/(ρ* p))``; residual
   ``norm((q − γ min(p, q/ρ*))_+)`` with ``γ = p_acc/β``. ``k = 1`` gives ``ρ* = 1``: SpS exactly.
+
+Each plan's array form — the same rule for many nodes at once, numpy and torch alike, which the array rules and the
+exact dynamic programme call — is its array step in :mod:`.single_step_arrays`.
 """
 
 from __future__ import annotations

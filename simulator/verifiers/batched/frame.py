@@ -1,18 +1,18 @@
-"""What a batched kernel reads (package docstring): the tree as arrays, the rows and the uniform streams.
+"""What an array rule reads (package docstring): the tree as arrays, the rows and the uniform streams.
 
 Shapes: ``B`` trees, ``n`` nodes (BFS order, node 0 the root), ``V`` tokens, ``W`` the most children of a node;
-``m`` the trees still open at a step (kernels work on the open trees only, as index arrays into the batch).
+``m`` the trees still open at a step (array rules work on the open trees only, as index arrays into the batch).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from array_api_compat import array_namespace, device as device_of
 
-from ...array_ops import categorical, kseq_residual, kseq_rho, ranked_below, ranking_place, rrs_target
+from ...array_ops import categorical, ranked_below, ranking_place
 from ...errors import InvalidParameterError
 from ...randomness import counter_uniform
 from ...trees import node_children, node_depths, node_levels
@@ -82,9 +82,20 @@ class ReplayStream:
         return self.uniforms[rows, at]
 
 
+class Derived:
+    """Rows ``[C, V]`` or per-row values ``[C]`` that depend on a node's ``p`` and ``q`` rows alone, named by the
+    single-step rule that reads them (:mod:`simulator.verifiers.single_step_arrays`: RRS's target after ``i``
+    rejections, K-SEQ's ``ρ*`` and residual). A key of the row sources — hashable, equal by value — which compute
+    the table once per context where their rows are per context."""
+
+    def compute(self, p: Any, q: Any, derived: Callable[["Derived"], Any]) -> Any:
+        """The table over the rows ``p``, ``q`` ``[C, V]``; ``derived(key)`` is another table over the same rows."""
+        raise NotImplementedError
+
+
 class RowSource(Protocol):
-    """The rows a kernel reads, by row id: ``p [C, V]`` and ``q [C', V]`` tables and the per-row quantities of
-    the rules (computed per call, or looked up in tables computed once)."""
+    """The rows an array rule reads, by row id: ``p [C, V]`` and ``q [C', V]`` tables and the rows the rules derive
+    from them (:class:`Derived`: computed per call, or looked up in tables computed once)."""
 
     p: Any
     q: Any
@@ -104,13 +115,11 @@ class RowSource(Protocol):
         uniforms ``u`` ``[m]`` (where the rows are per context, a table of running sums is summed once)."""
 
     def entry(self, which: object, ids: Any, x: Any) -> Any:
-        """Token ``x[i]``'s entry ``[m]`` in the row named ``which`` of each id: ``"p"``, ``"q"``, ``("rrs", i)`` —
-        RRS's target after ``i`` rejections, ``r_0 = q``, ``r_{i+1} = norm((r_i − p)_+)`` (SpS's residual is ``r_1``)
-        — or ``("kseq", k)``, K-SEQ's residual for ``k`` candidates (:func:`~simulator.array_ops.kseq_residual`).
-        These rows depend on the node's rows alone, so rows per context compute them once."""
+        """Token ``x[i]``'s entry ``[m]`` in the row named ``which`` of each id: ``"p"``, ``"q"`` or a rule's
+        :class:`Derived` rows (RRS's target after ``i`` rejections, K-SEQ's residual for ``k`` candidates)."""
 
-    def kseq_rho(self, ids: Any, k: Any) -> Any:
-        """K-SEQ's ``ρ*`` ``[m]`` for ``k`` candidates (a number or one per row)."""
+    def value(self, which: Derived, ids: Any) -> Any:
+        """The per-row value ``[m]`` named ``which`` (a :class:`Derived` of one value a row: K-SEQ's ``ρ*``)."""
 
     def place(self, ids: Any, x: Any, clipped: bool) -> Any:
         """GBV's ranking place of token ``x`` ``[m]`` in each row (0 best; ``clipped``: the control's ranking)."""
@@ -118,18 +127,19 @@ class RowSource(Protocol):
     def lower(self, ids: Any) -> Any:
         """The draft mass ranked below each token ``[m, V]`` (:func:`simulator.array_ops.ranked_below`)."""
 
-    def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
-        """A flow-defined rule's step weights ``[m, W + 1]`` (:func:`flow_step_rows`) and the draw from its residual,
-        ``emit(at, u)``: :func:`~simulator.array_ops.categorical` over the residual rows ``at`` (indices into the
-        ``m`` rows) with uniforms ``u`` — only the rejected rows' residuals are read."""
+    def flow_step(self, step: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
+        """A flow-defined rule's step weights ``[m, W + 1]``
+        (:meth:`~simulator.verifiers.single_step_arrays.FlowStep.step_rows`, for the rule's array step ``step``)
+        and the draw from its residual, ``emit(at, u)``: :func:`~simulator.array_ops.categorical` over the residual
+        rows ``at`` (indices into the ``m`` rows) with uniforms ``u`` — only the rejected rows' residuals are read."""
 
 
-def row_name(which: object) -> tuple[str, int]:
-    """A derived row's name (:meth:`RowSource.entry`) as ``(kind, k)``; anything else is refused, naming it."""
-    if (not isinstance(which, tuple) or len(which) != 2 or which[0] not in ("rrs", "kseq")
-            or type(which[1]) is not int or which[1] < (0 if which[0] == "rrs" else 1)):
-        raise InvalidParameterError("which", f"rows are 'p', 'q', ('rrs', i ≥ 0) or ('kseq', k ≥ 1), not {which!r}")
-    return which
+def rows_name(which: object) -> object:
+    """A name of rows a row source holds — ``"p"``, ``"q"`` or a rule's :class:`Derived` rows — as given; anything
+    else is refused, naming ``which``."""
+    if isinstance(which, Derived) or (isinstance(which, str) and which in ("p", "q")):
+        return which
+    raise InvalidParameterError("which", f"rows are 'p', 'q' or a rule's derived rows, not {which!r}")
 
 
 @dataclass
@@ -152,14 +162,12 @@ class DenseRows:
         return xp.reshape(xp.arange(batch * n, dtype=xp.int64, device=device_of(self.q)), (batch, n))
 
     def rows_of(self, which: object, ids: Any) -> Any:
-        """The rows named ``which`` (:meth:`RowSource.entry`) of ``ids`` ``[m, V]``, computed for these rows."""
-        if which in ("p", "q"):
+        """The rows named ``which`` (:meth:`RowSource.entry`) of ``ids`` ``[m, V]`` (or the values ``[m]`` of a
+        :class:`Derived` of one value a row), computed for these rows."""
+        which = rows_name(which)
+        if isinstance(which, str):
             return getattr(self, which)[ids]
-        kind, k = row_name(which)
-        p, q = self.p[ids], self.q[ids]
-        if kind == "kseq":
-            return kseq_residual(p, q, kseq_rho(p, q, k), k)
-        return rrs_target(p, q, k)
+        return which.compute(self.p[ids], self.q[ids], lambda key: self.rows_of(key, ids))
 
     def sample(self, which: object, ids: Any, u: Any) -> Any:
         return categorical(self.rows_of(which, ids), u)
@@ -169,8 +177,8 @@ class DenseRows:
             return getattr(self, which)[ids, x]
         return array_namespace(x).take_along_axis(self.rows_of(which, ids), x[:, None], axis=1)[:, 0]
 
-    def kseq_rho(self, ids: Any, k: Any) -> Any:
-        return kseq_rho(self.p[ids], self.q[ids], k)
+    def value(self, which: Derived, ids: Any) -> Any:
+        return self.rows_of(which, ids)
 
     def place(self, ids: Any, x: Any, clipped: bool) -> Any:
         return ranking_place(self.p[ids], self.q[ids], x, clipped)
@@ -178,33 +186,14 @@ class DenseRows:
     def lower(self, ids: Any) -> Any:
         return ranked_below(self.p[ids], self.q[ids])
 
-    def flow_step(self, rule: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
-        weights, residual = flow_step_rows(rule, self.p[ids], self.q[ids], cands, count)
+    def flow_step(self, step: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
+        weights, residual = step.step_rows(self.p[ids], self.q[ids], cands, count)
         return weights, residual_draw(residual)
 
 
 def residual_draw(residual: Any) -> Any:
     """The draw of a rejection's token from residual rows ``[m, V]``: ``emit(at, u)`` for the rows ``at``."""
     return lambda at, u: categorical(residual[at], u)
-
-
-def flow_step_rows(rule: Any, p: Any, q: Any, cands: Any, count: Any) -> tuple[Any, Any]:
-    """:meth:`SingleStepRule.flow_weights` row by row: each distinct token's flow at the candidate position where
-    it first appears (0 for a repeat and past ``count``), the reject weight in the last column ``[m, W + 1]``; and
-    the residual ``[m, V]``. Zero weights change no categorical draw, so positions stand in for the tokens."""
-    xp = array_namespace(p, q)
-    m, width = cands.shape
-    weights = [[0.0] * (width + 1) for _ in range(m)]
-    residual = []
-    for i, (pr, qr, row, k) in enumerate(zip(p.tolist(), q.tolist(), cands.tolist(), count.tolist())):
-        used = tuple(row[:k])
-        tokens, flows, rest = rule.flow_weights(used, pr, qr, "iid")
-        for x, flow in zip(tokens, flows):
-            weights[i][used.index(x)] = flow
-        weights[i][width] = flows[-1]
-        residual.append(rest)
-    return (xp.asarray(weights, dtype=p.dtype, device=device_of(p)),
-            xp.asarray(residual, dtype=p.dtype, device=device_of(p)))
 
 
 class DraftSource(Protocol):
@@ -247,21 +236,21 @@ class GivenDraft:
 
 @dataclass
 class Batch:
-    """One kernel call's input: the drafted trees (:class:`DraftSource`, row ids into ``rows``), the tree's shape and
-    the uniform stream."""
+    """One array rule call's input: the drafted trees (:class:`DraftSource`, row ids into ``rows``), the tree's shape
+    and the uniform stream."""
 
     shape: TreeShape
     draft: DraftSource
     rows: Any
     stream: Any
-    #: the run's trials per seed, where known (a configuration value, never the batch's size): a kernel may
+    #: the run's trials per seed, where known (a configuration value, never the batch's size): an array rule may
     #: choose how to compute from it, never what — Layer Verification over GR warm-starts Newton at the contexts
     #: a run visits often (:class:`~simulator.verifiers.batched.gr_stacks.MassGrid`)
     trials: int | None = None
 
     @property
     def tokens(self) -> Any:
-        """Every drafted token ``[B, n]`` (a kernel that reads the whole tree)."""
+        """Every drafted token ``[B, n]`` (an array rule that reads the whole tree)."""
         return self.draft.tokens
 
     @property

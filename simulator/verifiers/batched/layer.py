@@ -1,38 +1,26 @@
 """Layer Verification, batched (reference: :mod:`simulator.verifiers.layer`, Algs. 1–2, Eqs. 1–2, App. E.2).
 
 Forward (Alg. 1), depth by depth: ``A_t`` the score mass of the depth's non-leaf nodes, ``λ_v = a_v/A_t``; the
-single-step rule ``rule`` (``sps``, ``rrs``, ``kseq``, ``opt``, ``gr``) solves each node's transformed problem —
-draft ``(p_v, 0)``, target ``(A_t q_v, 1 − A_t)`` — and children get ``a_w = λ_v f(X → x_w)/P(X)/#[x_w ∈ X]``,
-the node its outgoing flow ``λ_v Σ_X f(X → x)``. Nodes of a depth with the same number of candidates are
-solved as one stack. Backward (Alg. 2): from the deepest depth up, one categorical over the depth's nodes
-(``a_v − Σ flow_v``) and ⊥ (``1 − Σ a_v``); on a node, ``y`` from ``norm(a_v q_v − flow_v)`` (Eq. 2).
-
-The outgoing flow: with ``rows.exact_order`` and ``V^k ≤`` :data:`TUPLE_SUM_LIMIT`, summed tuple by tuple in
-the reference's order; otherwise in closed form under i.i.d. tuples (:func:`_outflow`), which agrees to
-rounding (~1e-16). GR's problems: with ``exact_order`` by the reference solver per node, otherwise stacked
-(:func:`simulator.verifiers.batched.gr_stacks.lv_gr_node`, numpy, to the solver's tolerance); OPT's by the reference
-solver.
+single-step rule — its array step (:class:`~simulator.verifiers.single_step_arrays.ArrayStep`, from the registry:
+SpS, RRS, K-SEQ, OPT, GR) — solves each node's transformed problem, draft ``(p_v, 0)``, target ``(A_t q_v, 1 −
+A_t)`` (:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.acceptance_and_outflow`), and children get ``a_w
+= λ_v f(X → x_w)/P(X)/#[x_w ∈ X]``, the node its outgoing flow ``λ_v Σ_X f(X → x)``. Nodes of a depth with the same
+number of candidates are solved as one stack. Backward (Alg. 2): from the deepest depth up, one categorical over
+the depth's nodes (``a_v − Σ flow_v``) and ⊥ (``1 − Σ a_v``); on a node, ``y`` from ``norm(a_v q_v − flow_v)``
+(Eq. 2).
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
-import numpy as np
-from array_api_compat import array_namespace, device, to_device
-
-from simulator.verifiers.batched.gr_stacks import lv_gr_node
-from ...array_ops import categorical, distinct_rows, kseq_rho, positive_residual, ratio, row_sum, take_rows
-from ..rules import GR, OPT
+from ...array_ops import categorical, positive_residual, row_sum, take_rows
+from ..single_step_arrays import ArrayStep
 from .frame import Batch
 
-TUPLE_SUM_LIMIT = 256  # LV's outflow: summed tuple by tuple (as the reference) up to this many tuples
-_FLOW_RULES = {"opt": OPT, "gr": GR}
 
-
-def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
-    """The accepted node and emitted token of every tree, ``([B], [B])``."""
+def lv(batch: Batch, step: ArrayStep) -> tuple[Any, Any]:
+    """The accepted node and emitted token of every tree, ``([B], [B])``, lifting the single-step rule ``step``."""
     xp, shape, rows = batch.xp, batch.shape, batch.rows
     size, n, vocab = batch.size, shape.n, rows.vocab
     dtype = rows.q.dtype
@@ -47,7 +35,7 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
         mass = scores[:, inner[0]]
         for v in inner[1:]:
             mass = mass + scores[:, v]  # A_t
-        jobs = [(v, batch.where_true((mass > 0) & (scores[:, v] != 0)), shape.children[v][:1 if rule == "sps" else None])
+        jobs = [(v, batch.where_true((mass > 0) & (scores[:, v] != 0)), shape.children[v][:step.max_candidates])
                 for v in inner]
         jobs = [job for job in jobs if job[1].shape[0]]
         for k in sorted({len(kids) for _, _, kids in jobs}):
@@ -63,7 +51,7 @@ def lv(batch: Batch, rule: str) -> tuple[Any, Any]:
             cands = xp.concat([batch.tokens[at[:, None], xp.asarray(kids, device=batch.device)[None, :]]
                                for _, at, kids in group])  # [m, k]
             problem = xp.stack([xp.astype(ids, dtype), a], axis=1)  # equal (context, A_t): equal rows
-            total_accept, outflow = _node_acceptance(batch, rule, p_ext, q_ext, cands, problem, len(group))
+            total_accept, outflow = step.acceptance_and_outflow(batch, p_ext, q_ext, cands, problem, len(group))
             same = cands[:, :, None] == cands[:, None, :]
             share = lam[:, None] * total_accept / xp.astype(xp.sum(xp.astype(same, xp.int64), axis=2), dtype)
             start = 0
@@ -106,117 +94,3 @@ def _backward(batch: Batch, scores: Any, flows: Any, outgoing: Any) -> tuple[Any
         y[at] = categorical(res, batch.stream.take(at))
         node[at] = v
     return node, y
-
-
-def _node_acceptance(batch: Batch, rule: str, p: Any, q: Any, cands: Any, problem: Any,
-                     nodes: int) -> tuple[Any, Any]:
-    """Per candidate position the rule's acceptance of its token (summed over the positions holding it, as
-    ``token_acceptance``'s dictionary: first occurrence, then in order) ``[m, k]``, and the outgoing flow
-    ``[m, V+1]``, at transformed rows ``p``, ``q`` ``[m, V+1]``; rows with equal ``problem`` rows (``[m, 2]``:
-    context id and ``A_t``) are equal. ``nodes``: the tree's nodes these rows come from (each trial brings one
-    problem a node)."""
-    xp = batch.xp
-    k = cands.shape[1]
-    if rule == "opt" or (rule == "gr" and batch.rows.exact_order):
-        return _reference_flows(_FLOW_RULES[rule], p, q, cands)
-    if rule == "gr":
-        accept, out = lv_gr_node(*(np.asarray(to_device(a, "cpu"), dtype=float) for a in (p, q)),
-                                 np.asarray(to_device(cands, "cpu")), np.asarray(to_device(problem, "cpu"), dtype=float),
-                                 batch.rows.mass_grid, (batch.trials or 0) * nodes)
-        return (xp.asarray(accept, dtype=p.dtype, device=batch.device),
-                xp.asarray(out, dtype=p.dtype, device=batch.device))
-    rho = _distinct_kseq_rho(p, q, k, problem) if rule == "kseq" else None
-    accept = _plan_acceptance(rule, cands, p, q, rho)
-    total_accept = []
-    for i in range(k):
-        same = cands == cands[:, i:i + 1]
-        summed = xp.where(same[:, 0], accept[:, 0], xp.zeros_like(accept[:, 0]))
-        for j in range(1, k):
-            summed = xp.where(same[:, j], summed + accept[:, j], summed)
-        total_accept.append(summed)
-    vocab = p.shape[1] - 1
-    if batch.rows.exact_order and vocab**k <= TUPLE_SUM_LIMIT:
-        return xp.stack(total_accept, axis=1), _outflow_by_tuples(rule, p, q, k, rho)
-    return xp.stack(total_accept, axis=1), _outflow(rule, p, q, k, rho)
-
-
-def _distinct_kseq_rho(p: Any, q: Any, k: int, problem: Any) -> Any:
-    """K-SEQ's ``ρ*`` per row, bisected once per distinct ``problem`` (context id and ``A_t``): the nodes of a depth
-    share them in every trial at the root, in most at depth 1 and a fifth at depth 2 on complete trees."""
-    first, inverse = distinct_rows(problem)
-    return kseq_rho(p[first], q[first], k)[inverse]
-
-
-def _plan_acceptance(rule: str, cands: Any, p: Any, q: Any, rho: Any) -> Any:
-    """``P(accept position i | X)`` of the SpS, RRS or K-SEQ plan (``single_step.plan_acceptance``), ``[m, k]``."""
-    xp = array_namespace(p)
-    every = xp.arange(p.shape[0], device=device(p))
-    out, target, reach = [], q, None
-    for i in range(cands.shape[1]):
-        x = cands[:, i]
-        if rule == "kseq":
-            prob = ratio(q[every, x], rho * p[every, x])
-        else:
-            prob = ratio(target[every, x], p[every, x])
-            if i + 1 < cands.shape[1]:  # the residual the next position is checked against
-                target = positive_residual(target - p, target)
-        out.append(prob if reach is None else reach * prob)
-        reach = (1 - prob) if reach is None else reach * (1 - prob)
-    return xp.stack(out, axis=1)
-
-
-def _outflow(rule: str, p: Any, q: Any, k: int, rho: Any) -> Any:
-    """``Σ_X f(X → x)`` in closed form under i.i.d. tuples: RRS ``Σ_{i<k} reach_i min(p, r_i)`` with ``r_{i+1} =
-    norm((r_i − p)_+)``, ``reach_{i+1} = reach_i (1 − Σ min(p, r_i))``; K-SEQ ``Σ_{i<k} (1 − β)^i min(p, q/ρ)``
-    with ``β = Σ min(p, q/ρ)``."""
-    xp = array_namespace(p)
-    out = xp.zeros_like(q)
-    reach = xp.ones_like(q[:, 0])
-    if rule == "kseq":
-        capped = xp.minimum(p, q / rho[:, None])
-        miss = 1 - row_sum(capped)
-        for _ in range(k):
-            out = out + reach[:, None] * capped
-            reach = reach * miss
-        return out
-    target = q
-    for i in range(k):
-        capped = xp.minimum(p, target)
-        out = out + reach[:, None] * capped
-        if i + 1 < k:
-            reach = reach * (1 - row_sum(capped))
-            target = positive_residual(target - p, target)
-    return out
-
-
-def _outflow_by_tuples(rule: str, p: Any, q: Any, k: int, rho: Any) -> Any:
-    """``Σ_X P(X) Σ_{i: X_i = x} P(accept i | X)`` tuple by tuple, as ``rules._outflow`` adds it up: tuples in
-    product order (over the real tokens: the dummy is never drafted), each token's acceptance summed over its
-    positions first."""
-    xp = array_namespace(p)
-    m, vocab = p.shape[0], p.shape[1] - 1
-    out = xp.zeros_like(q)
-    for tup in itertools.product(range(vocab), repeat=k):
-        prob = p[:, tup[0]]
-        for x in tup[1:]:
-            prob = prob * p[:, x]
-        cands = xp.broadcast_to(xp.asarray(tup, dtype=xp.int64, device=device(p))[None, :], (m, k))
-        accept = _plan_acceptance(rule, cands, p, q, rho)
-        for x in dict.fromkeys(tup):
-            at = [i for i, t in enumerate(tup) if t == x]
-            summed = accept[:, at[0]]
-            for i in at[1:]:
-                summed = summed + accept[:, i]
-            out[:, x] = out[:, x] + prob * summed
-    return out
-
-
-def _reference_flows(rule: Any, p: Any, q: Any, cands: Any) -> tuple[Any, Any]:
-    """A flow-defined rule's acceptance and outgoing flow, row by row with the reference solver."""
-    xp = array_namespace(p)
-    accept, out = [], []
-    for pr, qr, row in zip(p.tolist(), q.tolist(), cands.tolist()):
-        got = rule.token_acceptance(tuple(row), tuple(pr), tuple(qr), "iid")
-        accept.append([got.get(x, 0.0) for x in row])
-        out.append(list(rule.outflow(tuple(pr), tuple(qr), len(row), "iid")))
-    return (xp.asarray(accept, dtype=p.dtype, device=device(p)), xp.asarray(out, dtype=p.dtype, device=device(p)))

@@ -47,7 +47,7 @@ def _flat(table: Any) -> Any:
 
 
 def _row_major(table: Any) -> Any:
-    """``table`` laid out row-major, as a view of its :func:`_flat` copy: the state the kernel writes through flat
+    """``table`` laid out row-major, as a view of its :func:`_flat` copy: the state the array rule writes through flat
     views must be (an elementwise result follows its inputs' layout, which may be transposed)."""
     return array_namespace(table).reshape(_flat(table), table.shape)
 

@@ -1,0 +1,421 @@
+"""Proofs of losslessness for every model pair of a shape and vocabulary (``specproof prove``, docs/proofs.md).
+
+The round runs on symbolic rows (:mod:`exact.prove.symbolic`), each path ending in a sequence ``s`` with a
+probability and the sign conditions it assumed. The space of model pairs is cut into cells by those signs
+(:mod:`exact.prove.cells`); in each, ``Σ_paths P(path) = q^(H+1)(s)`` is checked as an identity of rational
+functions. A failing cell with an exact witness point is REFUTED (the exact engine confirms it); one without is
+UNDECIDED, never PROVED. :class:`Tally` counts the proof's size against ``max_cells``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Iterator, Sequence
+
+from simulator.drafting import FixedShape, check_drafting
+from simulator.errors import (InvalidParameterError, RandomnessError, SizeLimitError, SymbolicError,
+                              VerifierFailure)
+from simulator.limits import computation
+from simulator.speculation import complete, speculate
+from simulator.trees import Topology
+from simulator.verifiers import VERIFIERS
+
+from .cells import WITNESS_TRIES, Cell, Reduced, check_cells, path_valid, random_point
+from exact.recursions.closed_forms import FORMS, Form
+from exact.reproducer import Reproducer
+from exact.subject import Subject, subject
+from .symbolic import LinearFeasibility, Space, Sym, context_key, estimate_runs, symbolic_paths
+
+#: Random descents of the choice tree behind the up-front estimate of the runs (each one symbolic run); from
+#: :data:`FIRST_VERDICT` descents on, a proof is refused as soon as the estimate's lower end passes the limit.
+ESTIMATE_DESCENTS = 32
+FIRST_VERDICT = 8
+
+
+class SymbolicView:
+    """The round's view of the symbolic rows (what :class:`simulator.models.ModelView` offers the engines)."""
+
+    arithmetic = "symbolic"
+    context: tuple[int, ...] = ()
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+        self.vocab = space.vocab
+        self.key = ("symbolic", id(space))
+
+    def p(self, suffix) -> tuple[Sym, ...]:
+        return self.space.row("p", tuple(suffix))
+
+    def q(self, suffix) -> tuple[Sym, ...]:
+        return self.space.row("q", tuple(suffix))
+
+    def prefetch(self, name: str, suffixes) -> None:
+        return None
+
+
+@dataclass
+class Tally:
+    """How far a proof got, counted as it goes, and its limit: ``runs`` of the symbolic program, cells decided
+    (``proved``: the identity holds; ``failing``: it does not), ``open`` regions split but not yet decided, and a
+    ``finding`` once a witness point is known. Past ``max_cells`` runs plus cells it stops the proof
+    (:class:`SizeLimitError`); ``descents`` random descents estimate the runs before they start (0: no estimate);
+    ``listener`` hears every step (the command line's progress bar)."""
+
+    max_cells: int | None = None
+    descents: int = 0
+    listener: Callable[["Tally"], None] | None = None
+    stage: str = "set-up"
+    estimate: tuple[float, float, int] | None = None  # runs: mean, standard error and descents made (Knuth)
+    runs: int = 0
+    proved: int = 0
+    failing: int = 0
+    open: int = 0
+    finding: str | None = None
+
+    @property
+    def cells(self) -> int:
+        """The size so far: runs plus cells decided (what ``max_cells`` bounds)."""
+        return self.runs + self.proved + self.failing
+
+    def begin(self, stage: str) -> None:
+        self.stage, self.open = stage, 0
+        self._step()
+
+    def run(self) -> None:
+        """One more run of the symbolic program (a leaf of the choice tree)."""
+        self.runs += 1
+        self._step()
+
+    def cell(self, cell: Cell, open_regions: int) -> None:
+        """One more cell decided, ``open_regions`` still open."""
+        if cell.holds:
+            self.proved += 1
+        else:
+            self.failing += 1
+            if cell.witness is not None and self.finding is None:
+                self.finding = "a failing cell with a witness point (to be certified by the exact engine)"
+        self.open = open_regions
+        self._step()
+
+    def _step(self) -> None:
+        if self.max_cells is not None and self.cells > self.max_cells:
+            raise SizeLimitError("max_cells", f"the proof passed the limit of {self.max_cells:,} cells (--max-cells) "
+                                              f"as it went: {self.describe()}; raise --max-cells (0: no limit), or "
+                                              "reduce --vocab, --depth or --branching")
+        if self.listener is not None:
+            self.listener(self)
+
+    def describe_estimate(self) -> str:
+        """The up-front estimate in words."""
+        if self.estimate is None:
+            return "not estimated"
+        mean, error, made = self.estimate
+        low = max(mean - 2 * error, 0.0)
+        return (f"about {mean:,.0f} runs of the symbolic program ({made} random descents of its choice tree; at "
+                f"least {low:,.0f} with 95% confidence), then the cells of the identity check, counted as they are "
+                "decided")
+
+    def check_estimate(self) -> None:
+        """Refuse a proof whose estimated runs alone pass ``max_cells`` with 95% confidence."""
+        if self.estimate is None or self.max_cells is None:
+            return
+        mean, error, _ = self.estimate
+        if mean - 2 * error > self.max_cells:
+            raise SizeLimitError("max_cells", f"estimated {self.describe_estimate()}: over the limit of "
+                                              f"{self.max_cells:,} cells (--max-cells); the size grows with --vocab, "
+                                              "--depth and --branching: reduce them, or raise --max-cells (0: no limit)")
+
+    def describe(self) -> str:
+        """What was decided so far, in words (a stopped proof's message)."""
+        found = self.finding or "no finding yet"
+        return (f"stage {self.stage}: {self.runs:,} runs of the symbolic program, {self.proved + self.failing:,} "
+                f"cells decided ({self.proved:,} proved, {self.failing:,} failing), {self.open:,} open; {found}")
+
+
+@dataclass
+class Proof:
+    """The verdict and the evidence (``to_json`` is the certificate a second program can re-check)."""
+
+    verdict: str
+    verifier: str
+    config: dict
+    paths: int
+    cells: list[Cell]
+    space: Space
+    seconds: float
+    reason: str = ""
+    witness: Reproducer | None = None
+    witness_tvd: object = None
+    identities: int = 0
+    #: on a chain, the rule's E[τ] against its paper's closed form (:mod:`exact.recursions.closed_forms`), cell by cell
+    expectations: list["Expectation"] = field(default_factory=list)
+    #: the exact engine's error at the witness when the rule fails there (rather than being lossy)
+    failure: str | None = None
+    #: paths that stopped at a random choice they cannot make, and the cells of their regions with the error of
+    #: each (``holds``: the probability of reaching it is zero there, a branch never taken; a region with no cell
+    #: is empty)
+    stops: int = 0
+    stopped: list[tuple[str, Cell]] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        names = self.space.names
+        cells = [{"sequence": list(c.sequence), "signs": _signs_json(c.signs),
+                  "valid_paths": c.paths, "identity_holds": c.holds,
+                  "witness": None if c.witness is None else [f"{v.numerator}/{v.denominator}" for v in c.witness]}
+                 for c in self.cells]
+        rows = {f"{name}({context_key(ctx) or 'root'})": [str(v.value.as_expr()) for v in self.space.row(name, ctx)]
+                for name, ctx in self.space.slots}
+        return {"specproof": "proof", "verdict": self.verdict, "verifier": self.verifier, "config": self.config,
+                "symbols": names, "rows": rows, "domain": "every symbol ≥ 0 and every row's last entry ≥ 0",
+                "paths": self.paths, "cells": cells, "identities": self.identities, "reason": self.reason,
+                "stops": self.stops,
+                "seconds": round(self.seconds, 3),
+                "witness": None if self.witness is None else self.witness.to_json(), "failure": self.failure,
+                "stopped": [{"error": error, "signs": _signs_json(c.signs), "probability_zero": c.holds,
+                             "witness": None if c.witness is None else [f"{v.numerator}/{v.denominator}"
+                                                                        for v in c.witness]}
+                            for error, c in self.stopped],
+                "expectations": [{"form": e.form, "rows": e.rows, "holds": e.holds,
+                                  "cells": [{"term": list(key) if isinstance(key, tuple) else key,
+                                             "signs": _signs_json(signs), "probability": str(value.as_expr())}
+                                            for key, signs, value in e.cells]} for e in self.expectations]}
+
+
+def _signs_json(signs: dict) -> dict:
+    return {str(a.as_expr()): sorted(b) for a, b in sorted(signs.items(), key=lambda t: str(t[0]))}
+
+
+def _contexts(vocab: int, depth: int) -> list[tuple[int, ...]]:
+    return [c for d in range(depth + 1) for c in itertools.product(range(vocab), repeat=d)]
+
+
+def _unsupported(name: str) -> str | None:
+    """Why the registry says a built-in rule cannot run symbolically, or ``None``."""
+    spec = VERIFIERS.get(name)
+    if spec is None:
+        return None
+    if spec.float_only:
+        return f"{name} computes with irrational numbers (the normal CDF)"
+    return f"{name} {spec.not_symbolic}" if spec.not_symbolic else None
+
+
+def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, probes: int = 0,
+          tally: Tally | None = None) -> Proof:
+    """Prove or refute losslessness of ``verifier`` for every model pair of ``topology`` (drafted by ``scheme``)
+    over ``vocab`` tokens. ``probes`` random exact points are certified by the exact engine first (a loss found
+    there refutes at once); ``tally`` counts the proof's size against its limit and reports progress. Raises
+    :class:`SymbolicError` for a rule the symbolic run cannot follow, :class:`SizeLimitError` past the tally's
+    ``max_cells``."""
+    started = time.perf_counter()
+    tally = tally if tally is not None else Tally()
+    what = subject(verifier, "verifier")
+    reason = _unsupported(what.name)
+    if reason is not None:
+        raise SymbolicError("verifier", reason)
+    check_drafting(scheme)
+    if scheme not in what.schemes:
+        raise InvalidParameterError("drafting", f"{what.name} is defined under {list(what.schemes)}, not {scheme!r}")
+    height = topology.height
+    space = Space(vocab, _contexts(vocab, height - 1), _contexts(vocab, height))
+    config = {"topology": topology.name, "parents": list(topology.parents), "drafting": scheme, "vocab": vocab}
+    spec = VERIFIERS.get(what.name)
+    if spec is not None and spec.undecided_symbolic:
+        return Proof("UNDECIDED", what.name, config, 0, [], space, time.perf_counter() - started,
+                     reason=f"not run: {what.name} {spec.undecided_symbolic}")
+    view = SymbolicView(space)
+    drafter = FixedShape(topology, scheme)
+    feasible = LinearFeasibility(space)
+
+    def case(point: Sequence[Fraction]) -> Reproducer:
+        rows = space.rows_at(point)
+        return Reproducer(vocab, rows["p"], rows["q"], scheme, what.description, tuple(topology.parents))
+
+    def program(rng):
+        outcome = speculate(view, drafter, what.fn, rng)
+        return complete(outcome, view, height, rng), outcome.path
+
+    if probes:
+        tally.begin("probes")
+        found = _probe(space, case, probes)
+        if found is not None:
+            proof = Proof("REFUTED", what.name, config, 0, [], space, 0.0)
+            proof.witness, proof.witness_tvd, proof.failure, index = found
+            proof.reason = (f"random exact point {index} of {probes}, certified by the exact engine before the "
+                            "symbolic run, " + ("is lossy" if proof.failure is None else "makes the rule fail"))
+            proof.seconds = time.perf_counter() - started
+            return proof
+    if tally.descents:
+        tally.begin("estimate")
+        with _followed(what.name):
+            for made, (mean, error) in enumerate(estimate_runs(space, program, feasible, tally.descents), 1):
+                tally.estimate = (mean, error, made)
+                if made >= min(FIRST_VERDICT, tally.descents):
+                    tally.check_estimate()
+    tally.begin("paths")
+    stuck: list = []
+    runs = _paths(space, program, feasible, what.name, stuck, tally.run)
+    paths = [(sequence, prob, signs, accepted) for (sequence, accepted), prob, signs in runs]
+    stopped = _stopped(stuck, space, feasible, tally)
+    sequences = list(itertools.product(range(vocab), repeat=height + 1))
+    target = {s: _joint(space, s) for s in sequences}
+    proof = Proof("PROVED", what.name, config, len(paths), [], space, 0.0, stops=len(stuck), stopped=stopped)
+    failed_stop = next((c for _, c in stopped if c.witness is not None), None)
+    if failed_stop is None:  # the law's identity, cell by cell (moot once the rule is known to fail somewhere)
+        tally.begin("cells")
+        proof.cells, proof.identities = check_cells(paths, target, sequences, space, feasible, tally.cell)
+    failing = [c for c in proof.cells if not c.holds] + [c for _, c in stopped if not c.holds]
+    witnessed = [c for c in failing if c.witness is not None]
+    if witnessed:
+        proof.verdict = "REFUTED"
+        proof.witness = case(witnessed[0].witness)
+        proof.witness_tvd, proof.failure = _confirm(proof.witness, what.name)
+        proof.reason = ("the identity fails on a cell with an exact rational witness" if failed_stop is None else
+                        "the rule makes a random choice it cannot make (a categorical of zero total mass, a weight "
+                        "or probability out of range) with positive probability on a cell, with an exact witness")
+        if proof.failure is not None:
+            proof.reason += "; the exact engine's run fails there"
+    elif failing:
+        proof.verdict = "UNDECIDED"
+        stops = sum(1 for _, c in stopped if not c.holds)
+        proof.reason = (f"the identity fails on {len(failing) - stops} cell(s)"
+                        + (f", and {stops} cell(s) may reach a random choice the rule cannot make," if stops else "")
+                        + f" whose non-linear conditions gave no witness in {WITNESS_TRIES} points (they may be empty)")
+    else:
+        pruned = (f"; {len(stuck)} path(s) stop at a random choice the rule cannot make, only where their "
+                  "probability is zero" if stuck else "")
+        proof.reason = (f"the identity holds on all {len(proof.cells)} cells: lossless for every model pair of this "
+                        f"shape and vocabulary (V = {vocab}) under {scheme} drafting{pruned}")
+    form = FORMS.get(spec.chain_expectation) if spec is not None else None
+    if form is not None and failed_stop is None and topology.parents == tuple(range(-1, len(topology.parents) - 1)):
+        tally.begin("E[τ]")
+        proof.expectations = _expectations(form, paths, space, drafter, what, height, tally)
+    proof.seconds = time.perf_counter() - started
+    return proof
+
+
+def _probe(space: Space, case: Callable[[Sequence[Fraction]], Reproducer], probes: int
+           ) -> tuple[Reproducer, object, str | None, int] | None:
+    """The first of ``probes`` random exact points of the space (:func:`exact.prove.cells.random_point`, a fixed seed)
+    where the exact engine finds the rule lossy or failing: ``(reproducer, TVD, failure, its number)``."""
+    rng = random.Random(0)
+    for index in range(1, probes + 1):
+        found = case(random_point(space, rng))
+        tvd, failure = _confirm(found, None)
+        if failure is not None or tvd != 0:
+            return found, tvd, failure, index
+    return None
+
+
+def _confirm(case: Reproducer, name: str | None) -> tuple[object, str | None]:
+    """The exact engine on a point: ``(TVD, None)``, or ``(None, the error)`` where the rule fails there (a random
+    choice it cannot make). With ``name`` the point is a witness of the symbolic run, and the exact engine must
+    agree that it is lossy or failing: a lossless witness is an engine bug, never a verdict."""
+    try:
+        tvd = case.certify().tvd
+    except RandomnessError as err:
+        return None, str(err)
+    if name is not None and tvd == 0:
+        raise RuntimeError(f"prove: the witness of a failing cell certifies LOSSLESS ({name})")
+    return tvd, None
+
+
+def _stopped(stuck: list, space: Space, feasible: LinearFeasibility, tally: Tally) -> list[tuple[str, Cell]]:
+    """The regions of the paths that stopped at a random choice they cannot make, each decided like a sequence's
+    identity with target 0 (:func:`exact.prove.cells.check_cells`, the path alone): a cell where the probability of
+    reaching the choice is zero is a branch never taken; a failing cell gets a witness point where one exists.
+    A region the decomposition finds empty has no cell."""
+    if not stuck:
+        return []
+    tally.begin("stopped paths")
+    keys = list(range(len(stuck)))
+    cells, _ = check_cells([(k, prob, signs) for k, (_, prob, signs) in enumerate(stuck)],
+                           {k: space.field(0) for k in keys}, keys, space, feasible, tally.cell)
+    return [(str(stuck[c.sequence][0]), c) for c in cells if c.paths]  # the cells where the path runs
+
+
+def _paths(space: Space, program, feasible: LinearFeasibility, name: str, stuck: list | None = None,
+           on_run: Callable[[], None] | None = None) -> list:
+    """Every path of ``program`` on ``space``; the paths that stopped at a random choice they cannot make go to
+    ``stuck`` (:func:`exact.prove.symbolic.symbolic_paths`; without it, their error is raised). A rule the symbolic run
+    cannot follow raises :class:`SymbolicError`."""
+    with computation(), _followed(name):
+        return list(symbolic_paths(space, program, feasible, stuck, on_run))
+
+
+@contextmanager
+def _followed(name: str) -> Iterator[None]:
+    """A rule's division by a symbolic zero, or a symbolic error wrapped as the rule's failure, raised as the
+    :class:`SymbolicError` it is (the symbolic run cannot follow the rule), wherever the rule runs symbolically."""
+    try:
+        yield
+    except VerifierFailure as err:
+        if isinstance(err.error, (SymbolicError, ZeroDivisionError)):
+            raise SymbolicError("verifier", f"{name}: {err.error}") from err
+        raise
+
+
+@dataclass
+class Expectation:
+    """A rule's ``E[τ]`` on a chain against its paper's closed form, term by term: ``cells`` pairs each term's key
+    (an accepted prefix ``x^ℓ`` or a length ``ℓ``) and a cell's sign conditions with the rule's probability of that
+    term there (a rational function; ``E[τ]`` is their sum), and ``holds`` says whether every term equals the
+    form's on every cell."""
+
+    form: str
+    rows: str
+    holds: bool
+    cells: list[tuple[object, dict, object]]
+
+
+def _expectations(forms: tuple, paths: list, space: Space, drafter, what: Subject, height: int,
+                  tally: Tally) -> list[Expectation]:
+    """The rule's ``E[τ]`` on a chain against its paper's closed form (:mod:`exact.recursions.closed_forms`) for every model
+    pair (from the proof's own paths) and, where the paper gives one, against the form for context-independent rows
+    (a second, smaller space whose one ``p`` row and one ``q`` row serve every context)."""
+    general, context_free = forms
+    out = [_expectation(general, "every pair of rows", [(path[3], path[1], path[2]) for path in paths], space,
+                        LinearFeasibility(space), height, tally.cell)]
+    if context_free is not None:
+        shared = Space.context_free(space.vocab)
+        view, feasible = SymbolicView(shared), LinearFeasibility(shared)
+        rounds = _paths(shared, lambda rng: speculate(view, drafter, what.fn, rng).path, feasible, what.name,
+                        on_run=tally.run)
+        out.append(_expectation(context_free, "context-independent rows", rounds, shared, feasible, height,
+                                tally.cell))
+    return out
+
+
+def _expectation(form: Form, rows: str, paths: list, space: Space, feasible: LinearFeasibility,
+                 height: int, on_cell: Callable[[Cell, int], None] | None = None) -> Expectation:
+    """For every term of the form, ``Σ_{paths counting towards it} P(path) − term`` is zero on every cell of the
+    decomposition of those paths and of the term's own branches (each ``min`` is a comparison). ``paths`` are
+    ``(accepted tokens, probability, signs)``; ``on_cell`` hears of each cell (:func:`exact.prove.cells.check_cells`)."""
+    view = SymbolicView(space)
+    rounds = [(key, prob, signs) for accepted, prob, signs in paths for key in form.keys_of(accepted)]
+    keys = form.keys(space.vocab, height)
+    closed = [(key, -(value.value if isinstance(value, Sym) else space.field(value)), signs) for key in keys
+              for value, _, signs in symbolic_paths(space, lambda rng: form.term(view, key), feasible)]
+    cells, _ = check_cells(rounds + closed, {key: space.field(0) for key in keys}, keys, space, feasible, on_cell)
+    values = []
+    for cell in cells:
+        value = sum((prob for key, prob, signs in rounds if key == cell.sequence and path_valid(signs, cell.signs)),
+                    space.field(0))
+        reduced = Reduced.of(cell.signs, space)
+        if reduced is not None:  # the value as the cell's equalities leave it
+            value = space.field(reduced.substitute(value.numer)) / space.field(reduced.substitute(value.denom))
+        values.append((cell.sequence, cell.signs, value))
+    return Expectation(form.text, rows, all(cell.holds for cell in cells), values)
+
+
+def _joint(space: Space, sequence: Sequence[int]):
+    prob = space.one
+    for k, token in enumerate(sequence):
+        prob = prob * space.row("q", tuple(sequence[:k]))[token].value
+    return prob
+
+

@@ -1,1 +1,0 @@
-"""The command line: a thin layer over the library's functions (``specproof``)."""

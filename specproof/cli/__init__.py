@@ -1,0 +1,1 @@
+"""The ``specproof`` command line, one module per command family (docs/cli/README.md)."""

@@ -1,0 +1,8 @@
+"""The whole command line: the group with every command family registered on it (docs/cli/README.md)."""
+
+from __future__ import annotations
+
+from specproof.cli import certify_commands, gate_commands, prove_commands, sample_commands, torch_commands  # noqa: F401
+from specproof.cli.group import main
+
+__all__ = ["main"]

@@ -1,0 +1,168 @@
+"""The commands that search and gate: ``hunt`` (instance search to the first loss), ``gate`` (a battery against
+committed baselines, for CI) and ``zoo`` (the mutation zoo report). Registered on :func:`specproof.cli.group.main`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from exact.subject import subject
+from simulator.aded import AdedConfig
+from simulator.drafter_registry import DrafterOptions
+from simulator.errors import InvalidParameterError, TimeLimitError
+from simulator.jsonfile import check_output_dir, check_output_file
+from simulator.models import make_model
+from simulator.numeric import ARITHMETICS
+from simulator.verifiers.registry import check_arithmetic_for
+from specproof.cli.group import main
+from specproof.cli.options import (certificate_lines, certified_subject, command_line, given_options, kernel_options,
+                                   model_options, progress_bar, shrunk, tree_options, tree_shape, write_output)
+from specproof.gate.hunt import Fixed
+from specproof.gate.hunt import hunt as run_hunt
+
+
+@main.command()
+@model_options
+@tree_options
+@kernel_options
+@click.option("--time-limit", type=float, default=60.0, show_default=True, help="seconds to search")
+@click.option("--hunt-seed", type=int, default=0, show_default=True, help="seed of the search itself")
+@click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
+@click.option("--shrink-time", type=float, default=10.0, show_default=True, help="seconds the shrinker may take")
+@click.option("--case-out", type=click.Path(dir_okay=False), default="specproof-case.json", show_default=True,
+              help="where the shrunk reproducer goes")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
+@click.pass_context
+def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, kernel, adapter, dtype, uniforms,
+         kernel_kwargs, time_limit, hunt_seed, arithmetic, shrink_time, case_out, json_out, **tree) -> None:
+    """Search model pairs, vocabularies, shapes and drafting schemes (then local moves on rows) for a pair on which
+    the verifier or kernel is lossy. Options given are held fixed, the others searched. Exit 1 on a loss (shrunk
+    reproducer written), 0 when the time limit ends without one."""
+    if not time_limit > 0:
+        raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
+    check_output_file(json_out, "json")
+    check_output_dir(Path(case_out).parent, "case_out")  # made if missing
+    name, _, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs)
+    what = subject(kernel_spec.describe() if kernel_spec is not None else name)
+    check_arithmetic_for(what.name, arithmetic)
+    fixed = _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree)
+    with progress_bar(None, f"hunt {what.name}", "pair") as bar:
+        result = run_hunt(what, time_limit, fixed, hunt_seed, arithmetic, shrink_time, lambda n: bar.update(1))
+    out = {"verifier": what.name, "subject": what.description, **result.to_json()}
+    if result.found is None and result.pairs == 0:
+        raise TimeLimitError("time_limit", f"no model pair was certified within {time_limit:g} s, so there is no "
+                                           "verdict: raise --time-limit")
+    if result.found is None:
+        click.echo(f"{what.name}: no loss found")
+        click.echo(f"  covers: {result.coverage()} — these pairs only, not every pair")
+        write_output(json_out, out)
+        sys.exit(0)
+    cert = result.found_certificate
+    click.echo(f"{what.name}: LOSSY on pair {result.pairs} of the hunt ({result.seconds:.1f} s)")
+    for line in certificate_lines(cert):
+        click.echo(line)
+    click.echo(f"  covers: {result.coverage()}")
+    out["reproducer"] = shrunk(result.found, what, shrink_time, case_out)
+    write_output(json_out, out)
+    sys.exit(1)
+
+
+def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) -> Fixed:
+    """The hunt's fixed options: those given on the command line."""
+    given = set(given_options(ctx, ("model_kind", "vocab", "seed", "rho", "tau_p", "tau_q", "topology", "depth", "branching",
+                             "parents", "drafting", "budget", "threshold", "max_depth")))
+    table = make_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q) if model_kind == "table" else None
+    topology = None
+    if given & {"topology", "depth", "branching", "parents"}:
+        topology = tree_shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])[1]
+    options = None
+    if given & {"budget", "threshold", "max_depth"}:
+        options = DrafterOptions(tree["budget"], tree["threshold"], tree["max_depth"], AdedConfig())
+    pick = lambda key, value: value if key in given else None  # noqa: E731
+    return Fixed(pick("model_kind", model_kind), table, pick("seed", seed), pick("vocab", vocab), topology,
+                 pick("drafting", tree["drafting"]), options, pick("rho", rho), pick("tau_p", tau_p),
+                 pick("tau_q", tau_q))
+
+
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="specproof.toml: what is checked, the battery, the expected verdicts (docs/gate.md)")
+@click.option("--jobs", type=int, default=1, show_default=True, help="worker processes certifying instances")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="write JUnit XML here")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False),
+              help="write the Markdown summary here  [default: $GITHUB_STEP_SUMMARY when set]")
+@click.option("--update-baselines", is_flag=True, help="rewrite the baselines file with the E[τ] of this run")
+@click.option("--fresh", is_flag=True, help="certify everything again, ignoring results kept in the state folder")
+@click.pass_context
+def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fresh) -> None:
+    """The regression gate: certify every check of the config on its battery, compare exact E[τ] with the
+    baselines, hunt. Exit 0 when every check holds, 1 on a regression, 2 on a bad config or output path, or when
+    a check erred and none regressed (every check runs and is reported either way)."""
+    import time
+
+    from simulator.jsonfile import write_text
+    from specproof.cli.options import kept
+    from specproof.gate.runner import BASELINES_FIELD, load_config, run_gate, verdict, write_baselines
+    from specproof.reports.gate_summary import junit, markdown
+
+    if jobs < 1:
+        raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
+    start = time.monotonic()
+    summary_field = "summary" if summary_path else "summary ($GITHUB_STEP_SUMMARY)"
+    summary_path = summary_path or os.environ.get("GITHUB_STEP_SUMMARY") or None
+    check_output_file(junit_path, "junit")
+    check_output_file(summary_path, summary_field)
+    config = load_config(config_path)
+    if update_baselines:
+        check_output_file(config.resolve("baselines"), BASELINES_FIELD)
+    with progress_bar(None, "gate", "instance") as bar:
+        def total(n: int) -> None:
+            bar.total = n
+            bar.refresh()
+        outcomes = run_gate(config, jobs, fresh, bar.update, total, record_errors=True,
+                            warn=lambda message: click.echo(f"warning: {message}", err=True))
+    written = update_baselines and kept(lambda: write_baselines(config.resolve("baselines"), outcomes))
+    if written:
+        for outcome in outcomes:
+            for case in outcome.cases:
+                if case.error is None:
+                    case.baseline, case.moved = case.result["expected_accepted"], False
+    text = markdown(outcomes, command_line(ctx))
+    click.echo(text)
+    for outcome in outcomes:
+        for error in outcome.errors:
+            click.echo(f"error: check {outcome.check.name!r}: {error}", err=True)
+    if summary_path:
+        kept(lambda: write_text(summary_path, text, summary_field))
+    if junit_path:
+        kept(lambda: write_text(junit_path, junit(outcomes, time.monotonic() - start), "junit"))
+    if written:
+        click.echo(f"baselines written to {written}")
+    sys.exit(verdict(outcomes))
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True,
+              help="folder for mutation_zoo.md/json (the committed ones: --out reports)")
+@click.option("--jobs", type=int, default=1, show_default=True, help="worker processes for the gate's battery")
+@click.pass_context
+def zoo(ctx, out_dir: str, jobs: int) -> None:
+    """The mutation zoo: every mutant through the gate, with exact TVD, default-pair share, hunt time, shrunk
+    size and the pass probability of three Monte Carlo test designs. Exit 1 when the gate misses a mutant."""
+    from specproof.cli.options import StageBars
+    from specproof.gate.zoo import write_zoo_report
+
+    check_output_dir(out_dir, "out")
+
+    if jobs < 1:
+        raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
+    ticks = StageBars()
+    try:
+        ok = write_zoo_report(Path(out_dir), command_line(ctx), jobs, ticks)
+    finally:
+        ticks.close()
+    click.echo(f"written to {out_dir}/mutation_zoo.md")
+    sys.exit(0 if ok else 1)

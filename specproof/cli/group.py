@@ -1,0 +1,77 @@
+"""The ``specproof`` click group and the exit code every way out of a command gets (docs/cli/README.md#exit-codes)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from concurrent.futures.process import BrokenProcessPool
+
+import click
+
+from simulator.errors import SpecproofError
+from simulator.usercode import (INTERRUPTED_EXIT, escape_message, interrupted, interrupts_recorded, raised_by_user_code,
+                                source_line)
+
+
+class SpecproofGroup(click.Group):
+    """The exit codes of every command (docs/cli/README.md#exit-codes): 2 for every typed error (the field named) and
+    for an exit or interrupt raised by user code, 130 for a run stopped by SIGINT or SIGTERM whatever code it
+    was about to exit with, 3 with a traceback for anything unforeseen: no error can pass for a verdict (1)."""
+
+    def invoke(self, ctx: click.Context):
+        with interrupts_recorded():
+            try:
+                result = super().invoke(ctx)
+            except BaseException as err:  # noqa: BLE001 — every way out gets its code here
+                _exit_for(err)
+                raise
+            if interrupted():
+                _exit_interrupted()
+            return result
+
+
+def _exit_for(err: BaseException) -> None:
+    """Exit with the code ``err`` stands for; return for a command's own exit and click's usage errors, which
+    go on as they are."""
+    if interrupted():
+        _exit_interrupted()
+    if isinstance(err, SystemExit):
+        if raised_by_user_code(err):
+            _fail(f"error: user code raised {escape_message(err)} ({source_line(err)})", 2)
+        return
+    if isinstance(err, (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)):
+        return
+    if isinstance(err, KeyboardInterrupt):
+        _fail(f"error: user code raised {escape_message(err)} ({source_line(err)})", 2)
+    if isinstance(err, SpecproofError):
+        _fail(f"error: {err.field}: {err.message}", 2)
+    if isinstance(err, BrokenPipeError):  # the reader went away (``| head``): stdout is closed, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE_EXIT)
+    if isinstance(err, BrokenProcessPool):  # killed from outside: the OOM killer, a kill -9 of one worker
+        _fail("error: jobs: a worker process died abruptly (killed, or out of memory), so there is no verdict: run "
+              "again, or with fewer --jobs", 2)
+    if isinstance(err, OSError) and err.filename is not None:  # a folder removed meanwhile, a full disk
+        _fail(f"error: file: {err.filename}: {err.strerror or err}", 2)
+    # a bug of specproof's own: never exit 1, which means LOSSY
+    _fail("internal error (a bug in specproof, not a verdict):\n" + "".join(traceback.format_exception(err)), 3)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def _exit_interrupted() -> None:
+    _fail("interrupted (SIGINT or SIGTERM): no verdict", INTERRUPTED_EXIT)
+
+
+#: the exit status when standard output's reader has gone (the shell's 128 + SIGPIPE)
+BROKEN_PIPE_EXIT = 141
+
+
+@click.group(cls=SpecproofGroup)
+@click.version_option(package_name="specproof")
+def main() -> None:
+    """specproof: exact certificates and measurements for speculative-decoding verifiers."""

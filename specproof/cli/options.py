@@ -1,0 +1,307 @@
+"""What the commands share: the model, tree, kernel, case and limit options, progress bars, output writing and
+the drafter and subject built from the options."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import click
+from tqdm import tqdm
+
+from simulator.aded import AdedConfig
+from simulator.drafter_registry import DRAFTERS, DrafterOptions, make_drafter
+from simulator.drafting import DRAFTING
+from simulator.errors import InvalidParameterError, OutputError, SpecproofError
+from simulator.jsonfile import read_json, write_json
+from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, limits, progress_note, time_limit
+from simulator.models import MODELS, make_model
+from simulator.numeric import human_number
+from simulator.trees import TOPOLOGIES, shape_from_options
+from simulator.usercode import check_importable, require
+from simulator.verifiers import load_verifier
+from simulator.verifiers.registry import check_pairing
+from specproof.gate.shrink import shrink as shrink_case
+
+
+def command_line(ctx: click.Context) -> str:
+    """The command line that re-runs this command: its name and every option's value (defaults included)."""
+    words = ["specproof", ctx.info_name or ""]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if not isinstance(param, click.Option) or value is None or value is False:
+            continue
+        flag = max(param.opts, key=len)
+        for item in (value if param.multiple else [value]):
+            words += [flag] if param.is_flag else [flag, str(item)]
+    return shlex.join(words)
+
+
+def progress_bar(total: float, desc: str, unit: str = "it") -> tqdm:
+    """A progress bar with an ETA on standard error, shown once a run passes two seconds (and only on a
+    terminal)."""
+    return tqdm(total=total, desc=desc, unit=unit, disable=None, file=sys.stderr, delay=2, **bar_width())
+
+
+def bar_width() -> dict:
+    """tqdm's width: the terminal's, followed as it changes; 80 columns where the terminal reports a size of 0 × 0
+    (some CI and IDE terminals), with which tqdm would print nothing."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError):
+        columns = 0
+    return {"dynamic_ncols": True} if columns > 0 else {"ncols": 80, "nrows": 24}
+
+
+def mass_bar(pairs: int, desc: str) -> tqdm:
+    """Progress of exact computations, in probability mass enumerated (1 per computation)."""
+    return tqdm(total=pairs, desc=desc, disable=None, file=sys.stderr, delay=2, **bar_width(),
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
+
+
+class StageBars:
+    """``tick(stage, total)``: one more unit of ``stage``; a bar per stage, opened on its first tick."""
+
+    def __init__(self) -> None:
+        self.stage: str | None = None
+        self.bar: tqdm | None = None
+
+    def __call__(self, stage: str, total: int) -> None:
+        if stage != self.stage:
+            self.close()
+            self.stage, self.bar = stage, progress_bar(total, stage)
+        self.bar.update(1)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def limit_options(fn):
+    options = [
+        click.option("--max-executions", type=int, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
+                     help="most executions one exact computation may enumerate (estimated up front; 0: no limit)"),
+        click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
+                     help="wall-clock limit of the run in seconds (0: none)"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@contextmanager
+def limited(max_executions: int, timeout: float, progress=None) -> Iterator[int | None]:
+    """The run under ``--max-executions`` and ``--timeout``; yields the execution limit (``None``: none)."""
+    if max_executions < 0:
+        raise InvalidParameterError("max_executions", f"must be ≥ 0 (0: no limit), got {max_executions}")
+    cap = max_executions or None
+    with time_limit(timeout, progress_note), limits(cap, progress):
+        yield cap
+
+
+def write_output(path: str | None, data: object, field: str = "json") -> None:
+    """Write an output once the verdict is printed: a failure (a full disk) is reported on standard error,
+    naming the file, and the command still exits with its verdict's code — the result is never lost."""
+    if path:
+        kept(lambda: write_json(path, data, field))
+
+
+def kept(write: Callable[[], object]) -> object:
+    """``write()``, reporting an :class:`OutputError` on standard error instead of raising it (``None``)."""
+    try:
+        return write()
+    except OutputError as err:
+        click.echo(f"error: {err.field}: {err.message} (the verdict above stands)", err=True)
+        return None
+
+
+def model_options(fn):
+    options = [
+        click.option("--model", "model_kind", type=click.Choice(list(MODELS)), default="synthetic",
+                     show_default=True),
+        click.option("--table", "table_path", type=click.Path(dir_okay=False), help="table JSON (--model table)"),
+        click.option("--vocab", type=int, default=3, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--rho", type=float, default=0.5, show_default=True),
+        click.option("--tau-p", type=float, default=1.0, show_default=True),
+        click.option("--tau-q", type=float, default=1.0, show_default=True),
+        click.option("--zero-prob", type=float, default=0.25, show_default=True,
+                     help="random-rational: chance that a weight is zeroed"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def tree_options(fn):
+    options = [
+        click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=None,
+                     help="tree shape  [default: complete; chain with --adapter chain or flat-chain]"),
+        click.option("--depth", type=int, default=2, show_default=True, help="draft depth H"),
+        click.option("--branching", type=int, default=2, show_default=True, help="branching b"),
+        click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)"),
+        click.option("--drafting", type=click.Choice(list(DRAFTERS)), default="iid", show_default=True),
+        click.option("--budget", type=int, default=6, show_default=True, help="dyspec: draft tokens per tree"),
+        click.option("--threshold", type=float, default=0.1, show_default=True,
+                     help="dyspec-threshold: least estimated value to sample at"),
+        click.option("--max-depth", type=int, default=4, show_default=True, help="dyspec-threshold: depth cap"),
+        click.option("--corpus", "corpus_path", type=click.Path(dir_okay=False),
+                     help="aded: JSON list of token sequences (default: 32 sampled from the draft model)"),
+        click.option("--mcts-iterations", type=int, default=150, show_default=True, help="aded: MCTS iterations"),
+        click.option("--candidates", type=int, default=24, show_default=True, help="aded: candidate sequences"),
+        click.option("--candidate-length", type=int, default=4, show_default=True, help="aded: tokens per candidate"),
+        click.option("--verifier", help="built-in name (specproof list) or module:function"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def named_verifier(tree: dict):
+    """The ``--verifier`` of the tree options, required."""
+    if tree["verifier"] is None:
+        raise InvalidParameterError("verifier", "missing: pass --verifier NAME (specproof list) or module:function")
+    return load_verifier(tree["verifier"])
+
+
+def tree_shape(topology: str | None, depth: int, branching: int, parents: str | None):
+    """:func:`shape_from_options`, refusing ``--parents`` beside a ``--topology``, ``--depth`` or
+    ``--branching`` given on the command line (the parent list fixes all three)."""
+    if parents is not None:
+        ctx = click.get_current_context(silent=True)
+        given = given_options(ctx, ("topology", "depth", "branching")) if ctx is not None else []
+        if given:
+            raise InvalidParameterError("parents", f"--parents fixes the whole tree: drop --{given[0]} (or drop "
+                                                   "--parents)")
+    return shape_from_options(topology, depth, branching, parents)
+
+
+def build_drafter(model, tree: dict):
+    """The drafter of the tree options, with the configuration to print and store."""
+    scheme = tree["drafting"]
+    topology, shape = tree_shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])
+    corpus = read_json(tree["corpus_path"], "corpus") if tree["corpus_path"] else None
+    if corpus is not None and not (isinstance(corpus, list) and all(isinstance(c, list) for c in corpus)):
+        raise SpecproofError("corpus", "must be a JSON list of token-id lists")
+    options = DrafterOptions(tree["budget"], tree["threshold"], tree["max_depth"],
+                             AdedConfig(tree["mcts_iterations"], tree["candidate_length"], tree["candidates"]),
+                             corpus)
+    drafter = make_drafter(scheme, shape, model, options)
+    if tree["verifier"] is not None:
+        check_pairing(tree["verifier"], scheme)
+    config = drafter.describe()
+    if scheme in DRAFTING and topology != "explicit":
+        config["branching"] = tree["branching"]
+    return drafter, config
+
+
+def model_factory(model_kind: str, table_path: str | None, vocab: int, rho: float, tau_p: float, tau_q: float,
+               zero_prob: float):
+    """The model of each seed (one table model for every seed)."""
+    return lambda s: make_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q, zero_prob)
+
+
+def check_count(field: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise InvalidParameterError(field, f"must be at least {minimum}, got {value}")
+
+
+def certificate_lines(cert, indent: str = "  ") -> list[str]:
+    lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}",
+             f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; block efficiency "
+             f"{human_number(cert.expected_accepted + 1)}"]
+    if cert.off_support:
+        lines.append(f"{indent}support violation: mass {human_number(cert.off_support)} on sequences the target "
+                     "gives probability 0 (LOSSY whatever the tolerance)")
+    if cert.counterexample is not None:
+        ce = cert.counterexample
+        lines.append(f"{indent}counterexample: sequence {list(ce.sequence)} has probability "
+                     f"{human_number(ce.verifier_prob)} under the verifier, {human_number(ce.target_prob)} under "
+                     "the target")
+    lines.append(f"{indent}{cert.executions:,} " + ("executions enumerated" if cert.method == "enumerate" else
+                                                     "sub-problems of the exact recursion solved (LV: drafts "
+                                                     "above the deepest level)"))
+    return lines
+
+
+def kernel_options(fn):
+    options = [
+        click.option("--kernel", help="an unmodified torch function module:function, certified through --adapter "
+                                      "(instead of --verifier; docs/kernels.md)"),
+        click.option("--adapter", default="tree", show_default=True,
+                     help="the kernel's calling convention: chain, flat-chain, tree, uniforms or module:function"),
+        click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
+                     help="the kernel's input dtype"),
+        click.option("--uniforms", type=click.Choice(["continuous", "grid"]), default="continuous",
+                     show_default=True, help="model of a torch uniform: U(0,1), or torch's float grid k·2^-b"),
+        click.option("--kernel-kwargs", help="fixed keyword arguments of the kernel, NAME=VALUE,..."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def certified_subject(tree: dict, kernel: str | None, adapter: str, dtype: str, uniforms: str, kernel_kwargs: str | None):
+    """``(name, verifier, what to print about its arithmetic)`` for ``--verifier`` or ``--kernel``."""
+    if kernel is None:
+        for option, value, default in (("adapter", adapter, "tree"), ("dtype", dtype, "float64"),
+                                       ("uniforms", uniforms, "continuous"), ("kernel-kwargs", kernel_kwargs, None)):
+            if value != default:
+                raise InvalidParameterError(option, f"--{option} applies to --kernel only")
+        return (*named_verifier(tree), None)
+    if tree["verifier"] is not None:
+        raise InvalidParameterError("kernel", "pass --verifier or --kernel, not both")
+    for option, spec in (("kernel", kernel), ("adapter", adapter)):  # a misspelt module fails before torch loads
+        if ":" in spec:
+            check_importable(spec.partition(":")[0], option)
+    require("torch", "--kernel", "kernel")
+    from simulator.torch_path.kernels import CHAIN_ADAPTERS, Kernel, parse_kwargs  # torch only for a kernel
+    if tree["topology"] is None and tree["parents"] is None and adapter in CHAIN_ADAPTERS:
+        tree["topology"] = "chain"
+    verifier = Kernel(kernel, adapter, dtype, uniforms, parse_kwargs(kernel_kwargs))
+    return kernel, verifier, verifier
+
+
+def case_options(fn):
+    options = [
+        click.option("--case", "case_path", type=click.Path(dir_okay=False),
+                     help="a reproducer (hunt, gate, --shrink): its model table, shape, drafting and subject; "
+                          "--verifier or --kernel certify another subject on it"),
+        click.option("--shrink", is_flag=True, help="on a lossy verdict, shrink it to a small reproducer, written to "
+                                                    "--case-out and into --json"),
+        click.option("--shrink-time", type=float, default=10.0, show_default=True, help="seconds the shrinker may take"),
+        click.option("--case-out", type=click.Path(dir_okay=False), default="specproof-case.json", show_default=True,
+                     help="--shrink: where the reproducer goes"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def given_options(ctx: click.Context, names) -> list[str]:
+    """The options among ``names`` given on the command line (not left at their defaults)."""
+    return [n for n in names if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+
+
+def exactness(cert, kernel_spec, arithmetic: str) -> str:
+    if kernel_spec is not None:
+        return (f"torch kernel through adapter {kernel_spec.adapter}, {kernel_spec.dtype}, {kernel_spec.uniforms} "
+                f"uniforms; tolerance {human_number(cert.tolerance)}")
+    return "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
+
+
+def shrunk(case, what, seconds: float, case_out: str) -> dict:
+    """Shrink a lossy case, write the reproducer, say so; its JSON for the certificate."""
+    found = shrink_case(case, seconds, what)
+    small = found.case
+    path = kept(lambda: small.write(case_out, found.certificate))
+    if path is None:
+        return small.to_json(found.certificate)
+    ended = "complete" if found.complete else f"stopped at the {seconds:g} s bound"
+    click.echo(f"  reproducer: {small.nodes} draft node(s), vocab {small.vocab}, depth {small.depth} "
+               f"({found.kept} shrinking steps, {ended}), TVD {human_number(found.certificate.tvd)}; "
+               f"written to {path} (specproof certify --case {path})")
+    return small.to_json(found.certificate)

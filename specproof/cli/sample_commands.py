@@ -1,0 +1,314 @@
+"""``specproof mc``, ``generate``, ``report``, ``dynamic`` and ``theorems``: Monte Carlo, the main report and the
+papers' claims (docs/cli/sample.md)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from exact.generation_law import generation_law
+from exact.size import SizeEstimate, estimate_generation
+from simulator.errors import InvalidParameterError, SpecproofError
+from simulator.jsonfile import check_output_dir, check_output_file, write_json, write_text
+from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, time_limit
+from simulator.models import SyntheticModel
+from simulator.montecarlo.engine import monte_carlo
+from simulator.montecarlo.generations import run_generations
+from simulator.numeric import ARITHMETICS, human_number, to_json_number
+from simulator.verifiers.registry import check_arithmetic_for
+from specproof.cli.group import main
+from specproof.cli.options import (StageBars, build_drafter, check_count, command_line, kept, limit_options, limited,
+                                   mass_bar, model_factory, model_options, named_verifier, progress_bar, tree_options,
+                                   write_output)
+from specproof.reports.certification import Planned, certification_table, estimate_table, plan_table, table_markdown
+from specproof.reports.dynamic import write_dynamic_report
+from specproof.reports.theorems import CHECKS, run_checks, theorems_markdown
+from specproof.reports.toy_study import write_study_report
+from specproof.study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
+
+QUICK_TABLES = (1,)
+
+
+QUICK_SEEDS, QUICK_TRIALS = 3, 1000
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True,
+              help="folder for the reports (the committed ones are made with --full --out reports)")
+@click.option("--full", is_flag=True, help="the paper's scale: 20 seeds, Table 1 at 1e6 and ablations at 1e5 trials")
+@click.option("--tables", default=None, help="comma-separated paper tables (1,4-15); quick default: 1; --full: all")
+@click.option("--seeds", "study_seeds", type=int, default=None, help="study: model seeds per cell")
+@click.option("--trials", "study_trials", type=int, default=None, help="study: trials per seed")
+@click.option("--verifiers", default=None, help="comma-separated: run only these methods' cells (others: not run)")
+@click.option("--jobs", type=int, default=2, show_default=True, help="worker processes for the study")
+@click.option("--scheduler", default=None,
+              help="run the study's cells on Dask: 'local' (a LocalCluster of --jobs workers) or a scheduler address")
+@click.option("--device", default=None, help="the study's batched rounds with torch on this device (cpu, cuda); "
+                                             "default: numpy. The same records either way")
+@click.option("--no-run", is_flag=True, help="write the reports from what the store holds, computing nothing new")
+@click.option("--store", "store_dir", type=click.Path(file_okay=False), default=None,
+              help="resumable cell store (default OUT/store)")
+@click.option("--cert-vocab", type=int, default=3, show_default=True, help="certification table: vocabulary")
+@click.option("--cert-depth", type=int, default=2, show_default=True, help="certification table: depth")
+@click.option("--cert-branching", type=int, default=2, show_default=True, help="certification table: branching")
+@click.option("--cert-seed", type=int, default=0, show_default=True, help="certification table: model seed")
+@click.option("--cert-arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
+              help="certification table: arithmetic")
+@click.option("--max-executions", type=int, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
+              help="most executions one certificate of the table may enumerate (0: no limit)")
+@click.pass_context
+def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, scheduler, device, no_run, store_dir,
+           cert_vocab, cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
+    """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
+    chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
+    for field, value, minimum in (("seeds", study_seeds, 1), ("trials", study_trials, 2), ("jobs", jobs, 1)):
+        if value is not None:
+            check_count(field, value, minimum)
+    seeds = study_seeds if study_seeds is not None else (PAPER_SEEDS if full else QUICK_SEEDS)
+    trials = {t: study_trials if study_trials is not None else (PAPER_TRIALS[t] if full else QUICK_TRIALS)
+              for t in chosen}
+    cells = [cell for t in chosen for _, _, cell in paper_cells(t, seeds, trials[t])]
+    if verifiers:
+        wanted = {v.strip() for v in verifiers.split(",")}
+        unknown = wanted - {c.verifier for c in cells}
+        if unknown:
+            raise SpecproofError("verifiers", f"no cells for {sorted(unknown)} in tables {list(chosen)}")
+        cells = [c for c in cells if c.verifier in wanted]
+    out = Path(out_dir)
+    check_output_dir(out, "out")
+    if store_dir is not None:
+        check_output_dir(store_dir, "store")
+    store = Store(store_dir or out / "store")
+    with limited(max_executions, 0) as cap:
+        try:
+            model = SyntheticModel(vocab=cert_vocab, seed=cert_seed)
+            plans = plan_table(model, cert_depth, cert_branching, cert_arithmetic)
+        except InvalidParameterError as err:  # the table's options are --cert-…
+            message = err.message
+            for option in ("vocab", "depth", "branching", "seed"):
+                message = message.replace(f"--{option}", f"--cert-{option}")
+            raise InvalidParameterError(f"cert_{err.field}", message) from None
+        for estimate in estimate_table(model, plans):  # refused before anything is written
+            _cert_options(estimate).check(cap)
+    from contextlib import nullcontext
+
+    # A sweep holds the store's lock to its end: a second sweep on the store refuses at once, naming the lock and
+    # its holder. --no-run only reads the store (its cache entries are written whole, by a rename) and takes none,
+    # so a sweep running meanwhile does not hold it up.
+    with nullcontext() if no_run else store.lock():
+        with limited(max_executions, 0) as cap:
+            out.mkdir(parents=True, exist_ok=True)
+            ok = _certification_report(out, store, model, plans, cert_depth, cert_branching, cert_arithmetic, cap)
+        unique = list(dict.fromkeys(cells))
+        total = sum(c.seeds * c.trials for c in unique)
+        with progress_bar(len(unique) * seeds, "cells x seeds", "seed") as bar, progress_bar(total, "trials", "trial") as trial_bar:
+            done = sum(1 for c in unique for s in range(c.seeds) if store.load(c, s) is not None)
+            bar.update(done)
+            if not no_run:
+                run_cells(unique, store, jobs, lambda cell, s, n: (bar.update(1), trial_bar.update(n)), scheduler,
+                          device)
+        write_study_report(out, chosen, store, seeds, trials, command_line(ctx))
+    click.echo(f"written to {out}/")
+    sys.exit(0 if ok else 1)
+
+
+def _cert_options(estimate: SizeEstimate) -> SizeEstimate:
+    """The options of the report's certification table (``--cert-…``; its dynamic drafters' settings are fixed)."""
+    return replace(estimate, options=tuple(f"cert-{o}" for o in estimate.options
+                                           if o in ("vocab", "depth", "branching")))
+
+
+def _parse_tables(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(","):
+        a, _, b = part.strip().partition("-")
+        try:
+            out.extend(range(int(a), int(b or a) + 1))
+        except ValueError:
+            raise SpecproofError("tables", f"expected numbers like 1,4-6, got {text!r}") from None
+    bad = [t for t in out if t not in PAPER_TRIALS]
+    if bad:
+        raise SpecproofError("tables", f"no toy table {bad[0]}; choose from {sorted(PAPER_TRIALS)}")
+    return tuple(dict.fromkeys(out))
+
+
+def _certification_report(out: Path, store: Store, model: SyntheticModel, plans: list[Planned], depth: int,
+                          branching: int, arithmetic: str, cap: int | None) -> bool:
+    """``certification.md/.json``, computed once per configuration and code version (the store's cache)."""
+    title = (f"Certification table: synthetic model (V={model.vocab}, rho=0.5, tau_p=tau_q=1, seed={model.seed}), "
+             f"depth {depth}, branching {branching}, {arithmetic} arithmetic")
+
+    def compute() -> dict:
+        ticks = StageBars()
+        try:
+            rows = certification_table(model, depth, branching, arithmetic, tick=ticks)
+        finally:
+            ticks.close()
+        return {"markdown": table_markdown(rows, title), "ok": all(r.as_expected for r in rows),
+                "rows": [{"verifier": r.verifier, "topology": r.topology, "drafting": r.drafting,
+                          "expected_lossless": r.expected_lossless, "verdict": r.verdict.replace("*", ""),
+                          **r.certificate.to_json()} for r in rows]}
+
+    params = {"model": model.describe(), "depth": depth, "branching": branching, "arithmetic": arithmetic,
+              "max_executions": cap}
+    table = store.cached("certification", params, compute)
+    (out / "certification.md").write_text(table["markdown"])
+    write_json(out / "certification.json", table["rows"])
+    click.echo(table["markdown"])
+    return table["ok"]
+
+
+@main.command()
+@model_options
+@tree_options
+@click.option("--seeds", type=int, default=5, show_default=True, help="model seeds --seed … --seed+K−1")
+@click.option("--trials", type=int, default=10_000, show_default=True, help="rounds per model seed")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary here")
+@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
+              help="wall-clock limit of the run in seconds (0: none)")
+@click.option("--device", default=None, help="run the batched rounds with torch on this device (cpu, cuda, "
+                                             "cuda:1); default: numpy. The same numbers either way")
+def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds, trials, json_out, timeout, device,
+       **tree) -> None:
+    """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test.
+    Exit 1 when the test rejects the target."""
+    check_output_file(json_out, "json")
+    name, fn = named_verifier(tree)
+    model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
+    drafter, drafting = build_drafter(model_for(seed), tree)  # validates the options once, up front
+    check_count("seeds", seeds, 1)
+    check_count("trials", trials, 2)
+    from simulator.montecarlo.engine import ANNOUNCE_SECONDS
+
+    def estimated(run) -> None:
+        """After the first seed's pilot: refuse a run estimated past --timeout, show the estimate of a long one."""
+        run.check(timeout)
+        if run.seconds >= ANNOUNCE_SECONDS:
+            tqdm.write(f"mc {name}: {run.describe()}", file=sys.stderr)
+
+    with progress_bar(seeds * trials, f"mc {name}", "trial") as bar, time_limit(timeout):
+        summary = monte_carlo(model_for, drafter, name, fn, seeds, trials, bar.update, first_seed=seed, device=device,
+                              estimate=estimated)
+    which = f"model seeds {seed}–{seed + seeds - 1}" if seeds > 1 else f"model seed {seed}"
+    click.echo(f"{name}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()) + f": {which} x {trials} trials")
+    se_kind = "across model seeds" if seeds > 1 else "within the one seed"
+    click.echo(f"  accepted length {summary.accept_len_mean:.4f} (SE {summary.accept_len_se:.4f}, {se_kind})")
+    click.echo(f"  TVD of completed samples to q^(H+1) {summary.tvd:.4f}; direct target samples "
+               f"{summary.baseline_tvd:.4f}")
+    verdict = "REJECTS" if summary.test_rejects else "does not reject"
+    click.echo(f"  chi-square on the first {summary.test_prefix} token(s) ({summary.test_cells} cells), "
+               f"alpha {summary.test_alpha:g} over all seeds: {verdict} the target "
+               f"(min p {summary.test_min_p_value:.3g}); "
+               f"detects any TVD >= {summary.detectable_tvd:.4f} on that law with power 0.9")
+    write_output(json_out, summary.to_json())
+    sys.exit(1 if summary.test_rejects else 0)
+
+
+@main.command()
+@model_options
+@tree_options
+@click.option("--tokens", type=int, default=8, show_default=True, help="tokens to generate (N)")
+@click.option("--exact", "exact_law", is_flag=True, help="the exact law of the first N tokens (small models only)")
+@click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
+              help="--exact: arithmetic")
+@click.option("--seeds", type=int, default=5, show_default=True,
+              help="Monte Carlo: model seeds --seed … --seed+K−1")
+@click.option("--trials", type=int, default=1000, show_default=True, help="Monte Carlo: generations per seed")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
+@limit_options
+def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, tokens, exact_law, arithmetic, seeds,
+             trials, json_out, max_executions, timeout, **tree) -> None:
+    """Several draft-verify rounds until N tokens exist, drafter state carried across rounds: the exact law of
+    the first N tokens against the target's (--exact; exit 1 when lossy), or Monte Carlo accepted per round."""
+    check_output_file(json_out, "json")
+    name, fn = named_verifier(tree)
+    model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
+    model = model_for(seed)
+    drafter, drafting = build_drafter(model, tree)
+    label = ", ".join(f"{k} {v}" for k, v in drafting.items())
+    if exact_law:
+        check_arithmetic_for(name, arithmetic)
+        check_count("tokens", tokens, 1)
+        with mass_bar(1, f"generate {name}") as bar, limited(max_executions, timeout, bar.update) as cap:
+            estimate_generation(model, drafter, fn, tokens, arithmetic).check(cap)
+            result = generation_law(model, drafter, fn, tokens, arithmetic)
+        verdict = "LOSSLESS" if result.lossless else "LOSSY"
+        click.echo(f"{name}: {verdict} over the first {tokens} tokens ({label}; model {model.describe()['model']}, "
+                   f"seed {seed})")
+        click.echo(f"  TVD to q^{tokens} = {human_number(result.tvd)}; E[rounds] = "
+                   f"{human_number(result.expected_rounds)}; "
+                   f"E[accepted draft tokens] = {human_number(result.expected_accepted)}")
+        if result.counterexample is not None:
+            ce = result.counterexample
+            click.echo(f"  counterexample: {list(ce.sequence)} has {human_number(ce.verifier_prob)} vs target "
+                       f"{human_number(ce.target_prob)}")
+        click.echo(f"  covers: this model pair (seed {seed}), not every pair")
+        out = {"verifier": name, "tokens": tokens, "lossless": result.lossless,
+               "tvd": to_json_number(result.tvd, arithmetic),
+               "expected_rounds": to_json_number(result.expected_rounds, arithmetic),
+               "expected_accepted": to_json_number(result.expected_accepted, arithmetic),
+               "model": model.describe(), **drafting}
+    else:
+        with progress_bar(seeds * trials, f"generate {name}", "generation") as bar, time_limit(timeout):
+            summary = run_generations(model_for, drafter, name, fn, seeds, trials, tokens, bar.update,
+                                      first_seed=seed)
+        click.echo(f"{name}, {label}: model seeds {seed}–{seed + seeds - 1} x {trials} generations of {tokens} "
+                   "tokens")
+        se = ("SE " + f"{summary.accepted_per_round_se:.4f}" if summary.accepted_per_round_se is not None
+              else f"no SE: {summary.se_note}")
+        click.echo(f"  accepted per round {summary.accepted_per_round:.4f} ({se}); rounds {summary.rounds_mean:.3f}")
+        out = {**summary.to_json(), **drafting}
+    write_output(json_out, out)
+    sys.exit(0 if not exact_law or result.lossless else 1)
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.option("--instances", type=int, default=40, show_default=True, help="random models per DySpec drafter")
+@click.option("--seeds", type=int, default=10, show_default=True, help="model seeds of the Monte Carlo comparison")
+@click.option("--trials", type=int, default=200, show_default=True, help="generations per model seed")
+@click.option("--tokens", type=int, default=10, show_default=True, help="tokens per generation")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random instances")
+@click.pass_context
+def dynamic(ctx, out_dir: str, instances: int, seeds: int, trials: int, tokens: int, seed: int) -> None:
+    """DySpec's and ADED's drafters: exact certificates, D.1 greedy check, accepted tokens per round vs fixed trees.
+    Exit 1 when a rule expected lossless is lossy on some instance."""
+    for field, value, minimum in (("instances", instances, 1), ("seeds", seeds, 2), ("trials", trials, 1),
+                                  ("tokens", tokens, 1)):
+        check_count(field, value, minimum)
+    check_output_dir(out_dir, "out")
+    ticks = StageBars()
+    try:
+        ok = write_dynamic_report(Path(out_dir), instances, seeds, trials, tokens, seed, command_line(ctx), ticks)
+    finally:
+        ticks.close()
+    click.echo(f"written to {out_dir}/dynamic.md")
+    sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.option("--scale", type=float, default=1.0, show_default=True,
+              help="multiplies every check's default instance count")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--check", "only", multiple=True, type=click.Choice(list(CHECKS)), help="run only these (repeatable)")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the Markdown report here")
+@click.pass_context
+def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str | None) -> None:
+    """Check the papers' claims on random exact instances: claim, instances, worst margin, verdict."""
+    if not scale > 0:
+        raise SpecproofError("scale", f"must be positive, got {scale}")
+    check_output_file(out_path, "out")
+    ticks = StageBars()
+    try:
+        checks = run_checks(scale, seed, only or None, tick=ticks)
+    finally:
+        ticks.close()
+    text = theorems_markdown(checks, command_line(ctx))
+    click.echo(text)
+    if out_path:
+        kept(lambda: write_text(out_path, text, "out"))
+    sys.exit(0 if all(c.as_expected for c in checks) else 1)

@@ -1,0 +1,104 @@
+"""Batteries: the instances a gate check or a pytest assertion certifies a subject on.
+
+A battery is a dict (a gate config's ``[battery]`` table; keyword arguments of :mod:`specproof.gate.testing`): models
+(``random-rational``, ``synthetic``) × seeds × vocabularies × shapes × drafting schemes. Shapes are the
+battery's topologies at its ``depth`` and ``branching`` that the subject is defined on; DySpec's dynamic
+drafting ignores them (``budget``, ``threshold``, ``max_depth`` apply). Drafting: the battery's list, else the
+schemes the subject claims losslessness under (ADED excepted: its drafts depend on history).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from simulator.aded import AdedConfig
+from simulator.drafter_registry import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
+from simulator.drafting import Drafter
+from simulator.errors import InvalidParameterError
+from simulator.models import ModelPair, RandomRationalModel, SyntheticModel, _check_real
+from simulator.numeric import ARITHMETICS
+from simulator.trees import TOPOLOGIES, make_topology
+
+from exact.subject import Subject
+
+DEFAULTS: dict[str, object] = {
+    "models": ["random-rational"], "seeds": [0, 1, 2], "vocab": [2, 3], "topologies": ["chain", "complete"],
+    "depth": 2, "branching": 2, "drafting": [], "arithmetic": "fraction", "budget": 4, "threshold": 0.2,
+    "max_depth": 2, "zero_prob": 0.25, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0,
+}
+MODEL_KINDS = ("random-rational", "synthetic")
+#: the real-valued keys: the range each model or drafter accepts, as ``(low, high, low excluded)``
+REALS: dict[str, tuple[float, float, bool]] = {
+    "rho": (0.0, 1.0, False), "zero_prob": (0.0, 1.0, False), "threshold": (0.0, 1.0, True),
+    "tau_p": (0.0, math.inf, True), "tau_q": (0.0, math.inf, True),
+}
+
+
+def battery(given: object = None, where: str = "battery", base: dict | None = None) -> dict:
+    """``given`` over ``base`` (default :data:`DEFAULTS`), validated: a typed error names the key."""
+    b = merged(DEFAULTS if base is None else base, {} if given is None else given, where)
+
+    def names(key: str, allowed) -> None:
+        if not isinstance(b[key], list) or any(v not in allowed for v in b[key]):
+            raise InvalidParameterError(f"{where}.{key}", f"must be a list drawn from {sorted(allowed)}, got {b[key]!r}")
+
+    names("models", MODEL_KINDS)
+    names("topologies", TOPOLOGIES)
+    names("drafting", set(DRAFTERS) - {"aded"})
+    for key in ("seeds", "vocab"):
+        if not isinstance(b[key], list) or not b[key] or any(isinstance(v, bool) or not isinstance(v, int) or v < 0
+                                                             for v in b[key]):
+            raise InvalidParameterError(f"{where}.{key}", f"must be a non-empty list of integers ≥ 0, got {b[key]!r}")
+    if any(v < 1 for v in b["vocab"]):
+        raise InvalidParameterError(f"{where}.vocab", f"a vocabulary has at least 1 token, got {b['vocab']!r}")
+    for key in ("depth", "branching", "budget", "max_depth"):
+        if isinstance(b[key], bool) or not isinstance(b[key], int) or b[key] < (0 if key == "depth" else 1):
+            raise InvalidParameterError(f"{where}.{key}", f"must be an integer ≥ {0 if key == 'depth' else 1}, "
+                                                          f"got {b[key]!r}")
+    for key, (low, high, low_open) in REALS.items():
+        _check_real(b[key], f"{where}.{key}", low, high, low_open)
+    if b["arithmetic"] not in ARITHMETICS:
+        raise InvalidParameterError(f"{where}.arithmetic", f"must be one of {ARITHMETICS}, got {b['arithmetic']!r}")
+    return b
+
+
+def merged(base: dict, given: object, where: str) -> dict:
+    """``given`` (a table of a config) over ``base``; a key ``base`` lacks is an error naming it."""
+    if not isinstance(given, dict):
+        raise InvalidParameterError(where, "must be a table")
+    unknown = set(given) - set(base)
+    if unknown:
+        raise InvalidParameterError(f"{where}.{sorted(unknown)[0]}", f"unknown key (known: {', '.join(base)})")
+    return {**base, **given}
+
+
+def instances(b: dict, what: Subject) -> list[dict]:
+    """Every instance of battery ``b`` for ``what`` (module docstring), as JSON-able dicts."""
+    schemes = b["drafting"] or [s for s in what.schemes if s in DRAFTERS and s != "aded"] or ["iid"]
+    out = []
+    for kind, seed, vocab, scheme in itertools.product(b["models"], b["seeds"], b["vocab"], schemes):
+        if scheme in DYNAMIC:
+            out.append({"model": kind, "seed": seed, "vocab": vocab, "drafting": scheme})
+            continue
+        for topology in b["topologies"]:
+            if what.allows(make_topology(topology, b["depth"], b["branching"]).parents):
+                out.append({"model": kind, "seed": seed, "vocab": vocab, "topology": topology, "drafting": scheme})
+    return out
+
+
+def instance_key(inst: dict) -> str:
+    """How an instance is named in reports and baselines: ``random-rational seed=0 V=2 chain iid``."""
+    shape = inst.get("topology", "dynamic")
+    return f"{inst['model']} seed={inst['seed']} V={inst['vocab']} {shape} {inst['drafting']}"
+
+
+def build(inst: dict, b: dict) -> tuple[ModelPair, Drafter]:
+    """The model and drafter of one instance of battery ``b``."""
+    if inst["model"] == "synthetic":
+        model: ModelPair = SyntheticModel(inst["vocab"], b["rho"], b["tau_p"], b["tau_q"], inst["seed"])
+    else:
+        model = RandomRationalModel(inst["vocab"], inst["seed"], zero_prob=b["zero_prob"])
+    topology = make_topology(inst["topology"], b["depth"], b["branching"]) if "topology" in inst else None
+    options = DrafterOptions(b["budget"], b["threshold"], b["max_depth"], AdedConfig())
+    return model, make_drafter(inst["drafting"], topology, model, options)

@@ -1,0 +1,174 @@
+"""Instance search: model pairs, vocabularies, shapes and drafting schemes, then local moves on the rows, until a
+pair shows a loss or the time is up.
+
+A subtle bug can hide from most pairs (some real bug classes show on one random pair in eight, or fewer), so
+one certificate rarely settles a question; :func:`hunt` certifies pair after pair. Each option the caller fixes
+(:class:`Fixed`) is held, the others are drawn from a generator seeded by ``seed``: the same seed and options
+give the same sequence of pairs on any machine. After each fresh pair that certifies lossless, ``LOCAL_MOVES``
+moves replace one row the certification read by a new random row and keep the change when the exact TVD does
+not decrease (a float kernel's rounding-level TVD climbs; an exact rule's zero TVD walks). The first lossy pair
+is shrunk (:mod:`specproof.gate.shrink`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+
+from simulator.drafter_registry import DrafterOptions, make_drafter
+from simulator.errors import InvalidDistributionError, InvalidParameterError, TimeLimitError
+from simulator.limits import until
+from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
+from simulator.trees import Topology, make_topology
+
+from specproof.gate.battery import MODEL_KINDS
+from exact.certificate import Certificate
+from exact.instances import random_options, random_shape
+from exact.reproducer import Reproducer, capture
+from specproof.gate.shrink import Shrunk, shrink
+from exact.subject import Subject
+
+LOCAL_MOVES = 3
+#: a fresh pair's enumeration is kept small: vocab ** draft nodes stays below this
+MAX_OUTCOMES = 3000
+SEARCHED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "dyspec", "dyspec-threshold")
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """The options held fixed (``None``: searched)."""
+
+    model: str | None = None
+    table: ModelPair | None = None  # --model table: these rows, every pair
+    seed: int | None = None
+    vocab: int | None = None
+    topology: Topology | None = None
+    drafting: str | None = None
+    options: DrafterOptions | None = None  # DySpec's settings, when given
+    rho: float | None = None
+    tau_p: float | None = None
+    tau_q: float | None = None
+
+
+@dataclass
+class HuntResult:
+    """What the hunt certified, and the shrunk counterexample if it found one."""
+
+    pairs: int
+    local_moves: int
+    seconds: float
+    covered: dict[str, Counter] = field(default_factory=dict)
+    found: Reproducer | None = None  # the first lossy case, as found
+    found_certificate: Certificate | None = None
+    shrunk: Shrunk | None = None
+
+    def coverage(self) -> str:
+        parts = [f"{self.pairs} model pair(s) certified ({self.local_moves} of them by local moves on rows) in "
+                 f"{self.seconds:.1f} s"]
+        for key, counts in self.covered.items():
+            parts.append(f"{key}: " + ", ".join(f"{k} ×{n}" for k, n in sorted(counts.items(), key=str)))
+        return "; ".join(parts)
+
+    def to_json(self) -> dict:
+        out: dict = {"pairs": self.pairs, "local_moves": self.local_moves, "seconds": round(self.seconds, 3),
+                     "covered": {k: {str(a): n for a, n in v.items()} for k, v in self.covered.items()},
+                     "lossy": self.found is not None,
+                     "scope": "the pairs certified, not every pair"}
+        if self.found is not None:
+            out["found"] = self.found.to_json(self.found_certificate)
+        if self.shrunk is not None:
+            out["shrunk"] = self.shrunk.case.to_json(self.shrunk.certificate)
+            out["shrink_complete"] = self.shrunk.complete
+        return out
+
+
+def hunt(what: Subject, time_limit: float, fixed: Fixed = Fixed(), seed: int = 0, arithmetic: str = "fraction",
+         shrink_time: float = 10.0, on_pair: Callable[[int], None] = lambda n: None) -> HuntResult:
+    """Certify pairs until one is lossy or ``time_limit`` seconds pass (module docstring)."""
+    if not time_limit > 0:
+        raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
+    rng = np.random.default_rng(seed)
+    start = time.monotonic()
+    result = HuntResult(0, 0, 0.0, {k: Counter() for k in ("model", "vocab", "shape", "drafting")})
+    schemes = [s for s in what.schemes if s in SEARCHED_SCHEMES] or ["iid"]
+    deadline = start + time_limit
+    while time.monotonic() < deadline:
+        try:
+            with until(deadline):
+                case, labels = _fresh_case(rng, what, fixed, schemes, arithmetic)
+                cert = case.certify(what)
+        except TimeLimitError:
+            break
+        for key, label in labels.items():
+            result.covered[key][label] += 1
+        result.pairs += 1
+        on_pair(result.pairs)
+        for _ in range(LOCAL_MOVES):
+            if not cert.lossless or time.monotonic() >= deadline:
+                break
+            moved = _moved(case, rng)
+            try:
+                with until(deadline):
+                    moved_cert = moved.certify(what)
+            except InvalidDistributionError:  # the new row reaches a context the table does not hold
+                continue
+            except TimeLimitError:
+                break
+            result.pairs += 1
+            result.local_moves += 1
+            on_pair(result.pairs)
+            if moved_cert.tvd >= cert.tvd:
+                case, cert = moved, moved_cert
+        if not cert.lossless:
+            result.found, result.found_certificate = case, cert
+            result.shrunk = shrink(case, shrink_time, what)
+            break
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: list[str],
+                arithmetic: str) -> tuple[Reproducer, dict[str, object]]:
+    vocab = fixed.table.vocab if fixed.table is not None else fixed.vocab or int(rng.integers(2, 5))
+    kind = fixed.model or MODEL_KINDS[int(rng.random() < 0.25)]
+    seed = fixed.seed if fixed.seed is not None else int(rng.integers(2**31))
+    model: ModelPair
+    if fixed.table is not None:
+        model = fixed.table
+    elif kind == "synthetic":
+        model = SyntheticModel(vocab, fixed.rho if fixed.rho is not None else float(rng.uniform(0, 1)),
+                               fixed.tau_p or float(rng.uniform(0.3, 2)), fixed.tau_q or float(rng.uniform(0.3, 2)),
+                               seed)
+    else:
+        model = RandomRationalModel(vocab, seed, zero_prob=0.3)
+    scheme = fixed.drafting or schemes[int(rng.integers(len(schemes)))]
+    nodes = 1
+    while vocab ** (nodes + 1) <= MAX_OUTCOMES and nodes < 7:
+        nodes += 1
+    topology = fixed.topology
+    if topology is None:
+        topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes)
+    options = fixed.options or random_options(rng, nodes)
+    drafter = make_drafter(scheme, topology, model, options)
+    case = capture(model, drafter, what, arithmetic)
+    shape = topology.name if scheme not in ("dyspec", "dyspec-threshold") else "dynamic"
+    return case, {"model": kind, "vocab": vocab, "shape": shape, "drafting": scheme}
+
+
+def _moved(case: Reproducer, rng: np.random.Generator) -> Reproducer:
+    """``case`` with one row it reads replaced by a new random row of small integer weights (zeros frequent)."""
+    name = "p" if rng.random() < 0.5 and case.p else "q"
+    table = getattr(case, name)
+    contexts = sorted(table, key=lambda c: (len(c), c))
+    ctx = contexts[int(rng.integers(len(contexts)))]
+    weights = rng.integers(0, 5, size=case.vocab)
+    weights[rng.random(case.vocab) < 0.3] = 0
+    if weights.sum() == 0:
+        weights[int(rng.integers(case.vocab))] = 1
+    row = tuple(Fraction(int(w), int(weights.sum())) for w in weights)
+    return replace(case, **{name: {**table, ctx: row}})

@@ -1,0 +1,499 @@
+"""The regression gate (docs/gate.md): a battery of exact certificates for every verifier, plugin or kernel a
+config names, checked against expected verdicts and committed acceptance baselines.
+
+A check passes when its expectation (``lossless``, with a bounded :func:`specproof.gate.hunt.hunt` finding no
+loss, or ``lossy``, a negative control) holds on every instance and each instance's exact ``E[τ]`` matches its
+baseline. Finished instances are kept in a state folder while their :func:`fingerprint` holds, so a rerun
+certifies only what is missing. Config problems are typed errors raised before anything is certified;
+:func:`verdict` gives the exit code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import os
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fractions import Fraction
+from importlib.metadata import PackageNotFoundError, version
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable, Iterator
+
+from specproof.gate.battery import battery, build, instance_key, instances, merged
+from exact.certificate import certify
+from specproof.gate.hunt import hunt
+from exact.reproducer import capture
+from specproof.gate.shrink import shrink
+from exact.subject import Subject, subject
+
+from simulator.errors import InvalidParameterError, OutputError, SpecproofError, TimeLimitError
+from simulator.jsonfile import check_output_dir, read_json, read_text, write_json
+from simulator.usercode import require
+from simulator.verifiers.registry import check_arithmetic_for
+from simulator.workers import pool_options
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+EXPECT = ("lossless", "lossy")
+GATE_DEFAULTS: dict[str, object] = {"baselines": "specproof-baselines.json", "state": ".specproof-gate",
+                                    "hunt_seconds": 5.0, "shrink_seconds": 10.0, "tolerance": 1e-9,
+                                    "pythonpath": []}
+BASELINES_FIELD = "config.gate.baselines"
+STATE_FIELD = "config.gate.state"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    description: dict  # the subject, as in a reproducer
+    expect: str
+    battery: dict
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    gate: dict
+    checks: tuple[Check, ...]
+
+    def resolve(self, key: str) -> Path:
+        """A gate path, relative to the config file."""
+        return (self.path.parent / str(self.gate[key])).resolve()
+
+    def search_path(self) -> list[str]:
+        """Where the config's module names are looked up, in order: its ``pythonpath`` folders (relative to the
+        config file), the working directory, the config's folder and its project's root — the nearest folder at
+        or above the config's that holds a ``pyproject.toml``, as pytest finds its rootdir. So a config that names
+        ``examples.plugin_verifier:my_tv`` finds it from any working directory."""
+        folder = self.path.resolve().parent
+        root = next((d for d in (folder, *folder.parents) if (d / "pyproject.toml").is_file()), None)
+        found = [str((folder / entry).resolve()) for entry in self.gate.get("pythonpath", [])]
+        found += [os.getcwd(), str(folder)] + ([str(root)] if root is not None else [])
+        return list(dict.fromkeys(found))
+
+    @contextmanager
+    def import_path(self) -> Iterator[None]:
+        """:meth:`search_path` in front of ``sys.path`` for the block, then taken out again; worker processes
+        started in the block inherit it."""
+        added = [entry for entry in self.search_path() if entry not in sys.path]
+        sys.path[:0] = added
+        try:
+            yield
+        finally:
+            for entry in added:
+                if entry in sys.path:
+                    sys.path.remove(entry)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate ``specproof.toml``; every problem is a typed error naming the field
+    (``config.check[2].expect``, say), raised before anything runs. Kernel checks on a machine without torch are
+    refused together, each named, with the extra that installs torch."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(read_text(path, "config"))
+    except tomllib.TOMLDecodeError as err:
+        raise InvalidParameterError("config", f"{path} is not TOML: {err}") from None
+    except RecursionError:
+        raise InvalidParameterError("config", f"{path} nests arrays or tables too deeply to read") from None
+    unknown = set(data) - {"gate", "battery", "check"}
+    if unknown:
+        raise InvalidParameterError(f"config.{sorted(unknown)[0]}", "unknown table (expected gate, battery, check)")
+    gate = merged(GATE_DEFAULTS, data.get("gate", {}), "config.gate")
+    for key in ("hunt_seconds", "shrink_seconds", "tolerance"):
+        _number(gate[key], f"config.gate.{key}")
+    for key in ("baselines", "state"):
+        if not isinstance(gate[key], str) or not gate[key]:
+            raise InvalidParameterError(f"config.gate.{key}", f"must be a path (a string), got {gate[key]!r}")
+    _pythonpath(gate["pythonpath"], path.parent)
+    shared = battery(data.get("battery", {}), "config.battery")
+    raw = data.get("check")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidParameterError("config.check", "missing: add at least one [[check]] table")
+    _require_torch(raw)
+    checks, names = [], set()
+    with Config(path, gate, ()).import_path():
+        for i, entry in enumerate(raw):
+            check = _check(entry, shared, f"config.check[{i}]")
+            if check.name in names:
+                raise InvalidParameterError(f"config.check[{i}].name",
+                                            f"{check.name!r} is used twice: name the checks")
+            names.add(check.name)
+            checks.append(check)
+    return Config(path, gate, tuple(checks))
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InvalidParameterError(where, f"must be a finite number ≥ 0, got {value!r}")
+    return float(value)
+
+
+def _pythonpath(value: object, folder: Path) -> None:
+    """``[gate] pythonpath``: folders (relative to the config file) that must exist."""
+    if not isinstance(value, list) or not all(isinstance(entry, str) for entry in value):
+        raise InvalidParameterError("config.gate.pythonpath", f"must be a list of folders, got {value!r}")
+    for i, entry in enumerate(value):
+        if not (folder / entry).is_dir():
+            raise InvalidParameterError(f"config.gate.pythonpath[{i}]", f"no folder {folder / entry}")
+
+
+def _require_torch(raw: list) -> None:
+    """Refuse every kernel check at once when torch is not installed, before any module is imported."""
+    kernels = [(f"config.check[{i}]", entry.get("name", entry["kernel"])) for i, entry in enumerate(raw)
+               if isinstance(entry, dict) and "kernel" in entry]
+    if kernels:
+        listed = ", ".join(f"{where} ({name!r})" for where, name in kernels)
+        require("torch", f"the torch-kernel check{'s' * (len(kernels) > 1)} {listed}", f"{kernels[0][0]}.kernel")
+
+
+def _check(entry: object, shared: dict, where: str) -> Check:
+    if not isinstance(entry, dict):
+        raise InvalidParameterError(where, "must be a table")
+    entry = dict(entry)
+    expect = entry.pop("expect", None)
+    if expect not in EXPECT:
+        raise InvalidParameterError(f"{where}.expect", f"must be one of {EXPECT}, got {expect!r}")
+    name = entry.pop("name", None)
+    own = battery(entry.pop("battery", {}), f"{where}.battery", shared)
+    try:
+        what = subject(entry, where)  # imports the plugin or kernel now: a bad name is a config error
+        check_arithmetic_for(what.name, own["arithmetic"])
+    except SpecproofError as err:  # named by its check: config.check[3].verifier
+        if err.field.startswith(where):
+            raise
+        raise InvalidParameterError(f"{where}.{err.field}", err.message) from None
+    if name is None:
+        name = what.name + (f" ({entry['adapter']})" if "adapter" in entry else "")
+    if not isinstance(name, str) or not name:
+        raise InvalidParameterError(f"{where}.name", "must be a non-empty string")
+    return Check(name, entry, expect, own)
+
+
+def run_instance(task: tuple[dict, dict, dict]) -> dict:
+    """Certify one instance (a worker's job): the verdict, TVD and ``E[τ]`` as JSON; a typed error (a verifier
+    that raised, a limit) as ``{"error": {"field": ..., "message": ...}}``, so that it stays this instance's."""
+    description, b, inst = task
+    try:
+        what = subject(description)
+        model, drafter = build(inst, b)
+        cert = certify(model, drafter, what.fn, b["arithmetic"])
+    except SpecproofError as err:
+        return {"error": {"field": err.field, "message": err.message}}
+    js = cert.to_json()
+    return {"lossless": cert.lossless, "tvd": js["tvd"], "off_support": js["off_support"],
+            "expected_accepted": js["expected_accepted"], "arithmetic": cert.arithmetic}
+
+
+# ---- state and baselines -----------------------------------------------------------------------------------------
+def fingerprint(check: Check, what: Subject, inst: dict | str) -> str:
+    """What a kept result depends on: the check's description, the instance, the arithmetic, specproof's version
+    and the bytes of the subject's source file."""
+    try:
+        source = Path(inspect.getsourcefile(getattr(what.fn, "fn", None) or what.fn) or "").read_bytes()
+    except (TypeError, OSError):
+        source = b""
+    text = json.dumps([check.description, check.battery, inst, _version()], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode() + hashlib.sha256(source).digest()).hexdigest()[:32]
+
+
+def _version() -> str:
+    try:
+        return version("specproof")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "source"
+
+
+def _stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+class State:
+    """Finished results, one JSON file each under ``folder`` (the gate's resume store).
+
+    The folder is made (or refused, :class:`OutputError` on ``config.gate.state``) before anything is certified.
+    A result that cannot be kept later (a full disk) is reported once through ``warn`` and the run goes on: the
+    store only saves a rerun time, so losing it must not lose the verdict."""
+
+    def __init__(self, folder: Path, fresh: bool = False, warn: Callable[[str], None] = _stderr) -> None:
+        self.folder = folder
+        self.fresh = fresh
+        self.warn = warn
+        self.failed = False
+
+    def open(self) -> State:
+        check_output_dir(self.folder, STATE_FIELD)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputError(STATE_FIELD, f"cannot make the folder {self.folder}: {err.strerror or err}") from None
+        return self
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+    def load(self, key: str) -> dict | None:
+        path = self._path(key)
+        if self.fresh or not path.exists():
+            return None
+        try:
+            kept = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
+            return None  # a file cut off mid-write, or not text: certify again
+        return kept if isinstance(kept, dict) and "error" not in kept else None
+
+    def save(self, key: str, result: dict) -> None:
+        path = self._path(key)
+        tmp = path.with_suffix(".tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(result))
+            tmp.replace(path)  # atomic: an interrupted write leaves no half file
+        except OSError as err:
+            self.lost(f"cannot keep results in {self.folder}: {err.strerror or err} (a rerun certifies them again)")
+
+    def lost(self, message: str) -> None:
+        """Report a write under the state folder that failed (the first one only)."""
+        if not self.failed:
+            self.failed = True
+            self.warn(f"{STATE_FIELD}: {message}")
+
+
+def acceptance(value: object, where: str) -> Fraction:
+    """A baseline ``E[τ]``: ``"n/d"`` or a finite number; anything else is an error naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InvalidParameterError(BASELINES_FIELD, f"{where}: expected \"n/d\" or a number, got {value!r}")
+    try:
+        return Fraction(value) if isinstance(value, (int, float)) else Fraction(value.strip())
+    except (ValueError, ZeroDivisionError, OverflowError):
+        raise InvalidParameterError(BASELINES_FIELD, f"{where}: {value!r} is not a finite number") from None
+
+
+def load_baselines(path: Path) -> dict[str, dict[str, str | float]]:
+    """The baselines file (none when it does not exist), checked whole before anything is certified: a JSON
+    object of check name → object of instance → ``E[τ]`` (:func:`acceptance`)."""
+    if not path.exists():
+        return {}
+    data = read_json(path, BASELINES_FIELD)
+    if not isinstance(data, dict):
+        raise InvalidParameterError(BASELINES_FIELD, f"{path}: expected an object of checks, got "
+                                                     f"{type(data).__name__}")
+    for check, values in data.items():
+        if not isinstance(values, dict):
+            raise InvalidParameterError(BASELINES_FIELD, f"{path}: {check!r}: expected an object of instances, "
+                                                         f"got {type(values).__name__}")
+        for key, value in values.items():
+            acceptance(value, f"{path}: {check!r}: {key!r}")
+    return data
+
+
+def same_acceptance(current: str | float, baseline: str | float, exact: bool, tolerance: float) -> bool:
+    if exact:
+        return Fraction(str(current)) == Fraction(str(baseline))
+    return abs(float(Fraction(str(current))) - float(Fraction(str(baseline)))) <= tolerance
+
+
+# ---- the run -----------------------------------------------------------------------------------------------------
+@dataclass
+class Case:
+    """One instance of one check, with its result and what the gate concluded."""
+
+    key: str
+    result: dict
+    baseline: str | float | None = None
+    moved: bool = False
+
+    @property
+    def error(self) -> str | None:
+        """``field: message`` of the typed error that stopped this instance's certificate (``None``: certified)."""
+        err = self.result.get("error")
+        return None if err is None else f"{err['field']}: {err['message']}"
+
+    @property
+    def lossy(self) -> bool:
+        return self.error is None and not self.result["lossless"]
+
+
+@dataclass
+class CheckOutcome:
+    check: Check
+    subject: Subject
+    cases: list[Case] = field(default_factory=list)
+    hunt: dict | None = None
+    reproducer: str | None = None
+    error: str | None = None  # a typed error outside the instances (the hunt)
+
+    @property
+    def lossy_cases(self) -> list[Case]:
+        return [c for c in self.cases if c.lossy]
+
+    @property
+    def errors(self) -> list[str]:
+        """Every typed error of this check: ``INSTANCE: field: message`` per instance, then the hunt's."""
+        return [f"{c.key}: {c.error}" for c in self.cases if c.error] + ([self.error] if self.error else [])
+
+    @property
+    def failures(self) -> list[str]:
+        """Why this check is a regression (empty: it holds, or it has only errors)."""
+        out = []
+        if self.check.expect == "lossless" and self.lossy_cases:
+            out.append(f"LOSSY on {len(self.lossy_cases)} of {len(self.cases)} instances "
+                       f"(first: {self.lossy_cases[0].key}, TVD {self.lossy_cases[0].result['tvd']})")
+        if self.check.expect == "lossy" and not self.lossy_cases and not self.errors:
+            out.append(f"expected LOSSY (a control), certified LOSSLESS on all {len(self.cases)} instances")
+        moved = [c for c in self.cases if c.moved]
+        if moved:
+            out.append(f"E[τ] moved on {len(moved)} instance(s) (first: {moved[0].key}: "
+                       f"{moved[0].result['expected_accepted']} vs baseline {moved[0].baseline})")
+        if self.hunt_failure:
+            out.append(self.hunt_failure)
+        return out
+
+    @property
+    def hunt_failure(self) -> str | None:
+        """Why the hunt fails this check: it found a loss."""
+        if self.hunt is None or not self.hunt["lossy"]:
+            return None
+        return f"the hunt found a loss after {self.hunt['pairs']} pairs"
+
+
+def verdict(outcomes: list[CheckOutcome]) -> int:
+    """The gate's exit code: 1 when any check regressed (its errors listed beside it), else 2 when any check
+    erred (no verdict for it), else 0."""
+    if any(o.failures for o in outcomes):
+        return 1
+    return 2 if any(o.errors for o in outcomes) else 0
+
+
+def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[[int], None] = lambda n: None,
+             total: Callable[[int], None] = lambda n: None, record_errors: bool = False,
+             warn: Callable[[str], None] = _stderr) -> list[CheckOutcome]:
+    """Certify every instance of every check (``jobs`` worker processes), then hunt and shrink in this one.
+
+    The state folder and the baselines file are checked before anything is certified. A typed error of one
+    instance or hunt (a verifier that raised, a limit) is kept on its check's outcome when ``record_errors``
+    (the gate command: every check still runs and is reported), else raised.
+    ``warn`` hears of results that could not be kept (a full disk)."""
+    with config.import_path():
+        baselines = load_baselines(config.resolve("baselines"))
+        state = State(config.resolve("state"), fresh, warn).open()
+        outcomes, todo = [], []
+        for check in config.checks:
+            what = subject(check.description)
+            outcome = CheckOutcome(check, what)
+            for inst in instances(check.battery, what):
+                key = fingerprint(check, what, inst)
+                outcome.cases.append(Case(instance_key(inst), state.load(key) or {}))
+                if not outcome.cases[-1].result:
+                    todo.append((outcome.cases[-1], key, (check.description, check.battery, inst)))
+            outcomes.append(outcome)
+        total(len(todo))
+        tick(sum(len(o.cases) for o in outcomes) - len(todo))
+        for case, key, result in _results(todo, jobs):
+            case.result = result
+            if "error" in result:  # not kept: the next run tries again
+                if not record_errors:
+                    raise SpecproofError(**result["error"])
+            else:
+                state.save(key, result)
+            tick(1)
+        tolerance = float(config.gate["tolerance"])
+        for outcome in outcomes:
+            exact = outcome.check.battery["arithmetic"] == "fraction" and "kernel" not in outcome.check.description
+            for case in outcome.cases:
+                case.baseline = baselines.get(outcome.check.name, {}).get(case.key)
+                if case.baseline is not None and case.error is None:
+                    case.moved = not same_acceptance(case.result["expected_accepted"], case.baseline, exact,
+                                                     tolerance)
+            try:
+                _hunt(outcome, config, state)
+            except SpecproofError as err:
+                if not record_errors:
+                    raise
+                outcome.error = f"hunt: {err.field}: {err.message}"
+            _reproduce(outcome, config, state)
+    return outcomes
+
+
+def _results(todo: list, jobs: int):
+    """``(case, key, result)`` for each task, in parallel when ``jobs > 1`` (results in submission order)."""
+    tasks = [task for _, _, task in todo]
+    if jobs <= 1 or len(tasks) <= 1:
+        results = map(run_instance, tasks)
+        for (case, key, _), result in zip(todo, results):
+            yield case, key, result
+        return
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), **pool_options()) as pool:
+        for (case, key, _), result in zip(todo, pool.map(run_instance, tasks)):
+            yield case, key, result
+
+
+def _hunt(outcome: CheckOutcome, config: Config, state: State) -> None:
+    """A bounded hunt for a check expected lossless that no instance failed or erred on (kept in the state like
+    an instance). A hunt that certified no pair in its time shows nothing: a :class:`TimeLimitError`, not
+    "holds" (and not kept, so a rerun hunts again)."""
+    seconds = float(config.gate["hunt_seconds"])
+    if outcome.check.expect != "lossless" or seconds <= 0 or outcome.lossy_cases or outcome.errors:
+        return
+    key = fingerprint(outcome.check, outcome.subject, f"hunt {seconds}")
+    kept = state.load(key)
+    if kept is None:
+        found = hunt(outcome.subject, seconds, arithmetic=outcome.check.battery["arithmetic"],
+                     shrink_time=float(config.gate["shrink_seconds"]))
+        if not found.pairs:
+            raise TimeLimitError("config.gate.hunt_seconds", f"the hunt certified no model pair within {seconds:g} s, "
+                                                             "so it gives no verdict: raise hunt_seconds (0: no hunt)")
+        kept = {"lossy": found.found is not None, "pairs": found.pairs, "coverage": found.coverage(),
+                "shrunk": found.shrunk.case.to_json(found.shrunk.certificate) if found.shrunk else None}
+        state.save(key, kept)
+    outcome.hunt = kept
+
+
+def _reproduce(outcome: CheckOutcome, config: Config, state: State) -> None:
+    """For a lossless check found lossy: the shrunk reproducer, written beside the state (a write that fails is
+    reported through the state's warning; the failure stands without a reproducer)."""
+    if outcome.check.expect != "lossless" or not outcome.failures:
+        return
+    folder = config.resolve("state") / "cases"
+    path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", outcome.check.name) + ".json")
+    try:
+        if outcome.lossy_cases:
+            inst = next(i for i in instances(outcome.check.battery, outcome.subject)
+                        if instance_key(i) == outcome.lossy_cases[0].key)
+            model, drafter = build(inst, outcome.check.battery)
+            try:
+                case = capture(model, drafter, outcome.subject, outcome.check.battery["arithmetic"])
+                found = shrink(case, float(config.gate["shrink_seconds"]), outcome.subject)
+            except SpecproofError:  # ADED's drafts have no reproducer: the failure stands without one
+                return
+            found.case.write(path, found.certificate)
+        elif outcome.hunt is not None and outcome.hunt.get("shrunk"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, outcome.hunt["shrunk"], STATE_FIELD)
+        else:
+            return
+    except OutputError as err:
+        state.lost(err.message)
+        return
+    except OSError as err:
+        state.lost(f"cannot write {path}: {err.strerror or err}")
+        return
+    outcome.reproducer = str(path)
+
+
+def write_baselines(path: Path, outcomes: list[CheckOutcome]) -> Path:
+    """This run's ``E[τ]`` per check and instance (an instance that erred keeps its old baseline, if any)."""
+    write_json(path, {o.check.name: {c.key: c.result["expected_accepted"] if c.error is None else c.baseline
+                                     for c in o.cases if c.error is None or c.baseline is not None}
+                      for o in outcomes}, BASELINES_FIELD)
+    return path

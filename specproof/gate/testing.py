@@ -1,0 +1,102 @@
+"""pytest helpers: a user's test suite certifies its verifier or kernel in three lines.
+
+    from specproof.gate.testing import assert_lossless
+
+    def test_my_verifier_is_lossless():
+        assert_lossless("examples.plugin_verifier:my_tv")
+
+Each helper certifies exactly on a battery (:mod:`specproof.gate.battery`; keyword arguments override its keys, e.g.
+``vocab=[3], topologies=["chain"], depth=3``). A failure raises ``AssertionError`` with the instance, the TVD,
+the counterexample sequence and the path of a written reproducer (``CASE.json``, shrunk), which
+``specproof certify --case`` certifies again. What a passing assertion covers is the battery, not every pair.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+
+from simulator.numeric import Number, human_number
+
+from specproof.gate.battery import battery, build, instance_key, instances
+from exact.certificate import Certificate, certify
+from exact.reproducer import capture
+from specproof.gate.shrink import shrink
+from exact.subject import subject
+
+#: seconds the shrinker may spend on a failure's reproducer
+SHRINK_SECONDS = 5.0
+
+
+def _battery_certificates(verifier: object, overrides: dict):
+    what = subject(verifier)
+    b = battery(overrides)
+    for inst in instances(b, what):
+        model, drafter = build(inst, b)
+        yield what, b, inst, certify(model, drafter, what.fn, b["arithmetic"])
+
+
+def assert_lossless(verifier: object, case_dir: str | os.PathLike | None = None, **overrides: object) -> int:
+    """Certify ``verifier`` (a registry name, ``module:function``, a verifier function or a
+    :class:`simulator.torch_path.kernels.Kernel`) LOSSLESS on every instance of the battery; returns how many there
+    were. On a loss, the shrunk reproducer is written to ``case_dir`` (default: ``$SPECPROOF_CASE_DIR``, else the
+    system's temporary folder)."""
+    count = 0
+    for what, b, inst, cert in _battery_certificates(verifier, overrides):
+        count += 1
+        if not cert.lossless:
+            model, drafter = build(inst, b)
+            path = _reproducer(capture(model, drafter, what, b["arithmetic"]), what, case_dir, inst)
+            raise AssertionError(f"{what.name} is LOSSY on {instance_key(inst)}: {_evidence(cert)}; reproducer "
+                                 f"written to {path} (specproof certify --case {path})")
+    return count
+
+
+def assert_lossy(verifier: object, **overrides: object) -> Certificate:
+    """Certify ``verifier`` LOSSY on at least one instance of the battery (a negative control: the same battery
+    must be able to fail); returns the first lossy certificate."""
+    tried = []
+    for what, _, inst, cert in _battery_certificates(verifier, overrides):
+        if not cert.lossless:
+            return cert
+        tried.append(instance_key(inst))
+    raise AssertionError(f"{subject(verifier).name} certified LOSSLESS on all {len(tried)} instances of the battery "
+                         f"({tried[0]} … {tried[-1]}): expected a loss")
+
+
+def assert_acceptance(verifier: object, expected: Number | str, tolerance: float = 0.0,
+                      **overrides: object) -> Number:
+    """Certify the exact expected number of accepted draft tokens ``E[τ]`` on the battery's first instance and
+    compare it with ``expected`` (a number or ``"n/d"``): equal under fractions when ``tolerance`` is 0, else
+    within ``tolerance``. Returns ``E[τ]``."""
+    what, _, inst, cert = next(_battery_certificates(verifier, overrides))
+    got = cert.expected_accepted
+    want = Fraction(expected) if isinstance(expected, str) else expected
+    if tolerance == 0 and Fraction(got) != Fraction(want):
+        raise AssertionError(f"{what.name} on {instance_key(inst)}: E[τ] = {human_number(got)}, expected exactly "
+                             f"{human_number(Fraction(want))}")
+    if tolerance and abs(float(got) - float(want)) > tolerance:
+        raise AssertionError(f"{what.name} on {instance_key(inst)}: E[τ] = {float(got)!r}, expected {float(want)!r} "
+                             f"± {tolerance:g}")
+    return got
+
+
+def _evidence(cert: Certificate) -> str:
+    text = f"TVD {human_number(cert.tvd)} (tolerance {human_number(cert.tolerance)})"
+    if cert.off_support:
+        text += f", mass {human_number(cert.off_support)} on sequences the target excludes"
+    ce = cert.counterexample
+    if ce is not None:
+        text += (f"; sequence {list(ce.sequence)} has probability {human_number(ce.verifier_prob)} under the "
+                 f"verifier, {human_number(ce.target_prob)} under the target")
+    return text
+
+
+def _reproducer(case, what, case_dir, inst: dict) -> Path:
+    folder = Path(case_dir or os.environ.get("SPECPROOF_CASE_DIR") or Path(tempfile.gettempdir()) / "specproof-cases")
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{what.name} {instance_key(inst)}") + ".json"
+    found = shrink(case, SHRINK_SECONDS, what)
+    return found.case.write(folder / name, found.certificate)

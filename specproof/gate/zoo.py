@@ -1,0 +1,312 @@
+"""The mutation zoo (``specproof zoo``): real bug classes of speculative-decoding verifiers, each written as an
+ordinary torch kernel or a plugin, and what each kind of test does with it.
+
+Every mutant is put through the gate as a check expected lossless (the default battery and a bounded hunt:
+:mod:`specproof.gate.runner`); a mutant the gate misses stays in the table. For each one the report gives the exact TVD
+on its reference instance (the first instance that showed the loss), the share of ``certify``'s default random
+pairs that show it, the time ``hunt`` needs to find it and the size of the shrunk reproducer, and the
+probability that each of three Monte Carlo test designs *passes* it (:mod:`simulator.montecarlo.designs`), computed from
+the reference instance's exact law.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from specproof.gate.battery import build, instance_key, instances
+from exact.certificate import certify, view_law
+from specproof.gate.hunt import hunt
+from exact.reproducer import Reproducer, capture
+from exact.subject import Subject, subject
+
+from simulator.drafter_registry import make_drafter
+from specproof.gate.runner import GATE_DEFAULTS, Check, CheckOutcome, Config, run_gate
+from simulator.montecarlo.designs import cells, chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass
+from simulator.models import ModelView, SyntheticModel
+from simulator.numeric import human_number
+from simulator.trees import make_topology
+from simulator.workers import pool_options
+
+Tick = Callable[[str, int], None]
+
+#: the gate's battery for every mutant (a mutant may override keys)
+BATTERY = {"seeds": [0, 1, 2], "vocab": [2, 3], "topologies": ["chain", "complete", "multi-chain"]}
+DEFAULT_PAIRS = 16  # certify's default model (synthetic, vocab 3, seeds 0..15) on the mutant's default shape
+HUNT_SECONDS = 120.0
+SHRINK_SECONDS = 20.0
+REPLICATIONS = 2000  # draws from the exact law per design, to measure the analytic pass probabilities' error
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    subject: dict
+    bug: str  # the bug class, one line
+    seen: str  # where such a bug reached
+    battery: dict = field(default_factory=dict)
+
+
+def _kernel(function: str, adapter: str = "chain", module: str = "examples.mutants", **extra) -> dict:
+    return {"kernel": f"{module}:{function}", "adapter": adapter, **extra}
+
+
+EX = "examples.torch_kernels"
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("accept-all", {"verifier": "bug-accept-all"}, "acceptance rule: every draft token accepted",
+           "acceptance stubbed out while a pipeline is brought up"),
+    Mutant("stub-uniform", _kernel("sps_chain_stub_uniform"), "acceptance rule: a stub uniform (zeros) compared "
+           "where torch.rand belongs", "test stubs left in sampler code"),
+    Mutant("residual-target", _kernel("sps_chain_target_residual", module=EX), "residual drawn from the target q, "
+           "not norm((q − p)+)", "rejection samplers of serving engines and reimplementations"),
+    Mutant("previous-row", _kernel("sps_chain_previous_row", module=EX), "position i verified against the target "
+           "row of position i − 1", "logits-at-t-predict-t+1 layouts in speculative decoding loops"),
+    Mutant("reused-uniform", _kernel("sps_chain_reused_uniform", module=EX), "the uniform that rejected also draws "
+           "the replacement", "fused rejection-sampling kernels saving a random draw"),
+    Mutant("bonus-rejected-sibling", _kernel("rrs_tree_first_residual", "tree", EX), "tree: token after all children "
+           "rejected drawn from the first rejected sibling's residual", "tree verifiers (SpecInfer-style RRS)"),
+    Mutant("late-residual-update", _kernel("rrs_tree_late_update", "tree"), "tree: a rejection handled one step "
+           "late (the next sibling tested against the stale residual)", "recursive rejection sampling loops"),
+    Mutant("traversal-leaf-order", {"verifier": "bug-trv-insertion-order", "shapes": ["explicit"]},
+           "traversal verification visiting leaves in insertion order, not DFS post-order",
+           "Traversal Verification reimplementations on sparse trees"),
+    Mutant("match-per-row", {"verifier": "bug-match-per-row"}, "one target sample per candidate row instead of per "
+           "node", "tree sample-and-match implementations batching rows"),
+    Mutant("match-second-chance", _kernel("match_tree_second_chance", "tree"), "exact-match acceptance biased toward "
+           "candidates (a second target draw on a miss)", "typical/lenient acceptance heuristics shipped as exact"),
+    Mutant("gbv-clipped-ranking", {"verifier": "bug-gbv-clipped"}, "multi-path selection ranked by the clipped "
+           "ratio min(1, q/p)", "multi-draft block verification implementations"),
+    Mutant("clipped-acceptance", _kernel("sps_chain_clipped", module=EX), "acceptance probability clipped to [0.1, 1] "
+           "(never reject outright)", "heuristic acceptance floors"),
+    Mutant("temperature-unverified", _kernel("tempered_chain_unscaled_verify", f"{EX}:tempered_adapter", EX,
+                                             shapes=["chain"]),
+           "temperature applied to the sampled rows but not to the verified rows", "sampling-parameter plumbing "
+           "in serving engines (temperature, top-k)"),
+    Mutant("bf16-ratio", _kernel("sps_chain_bf16_ratio"), "draft sampled in one precision, its ratio read in "
+           "bfloat16", "mixed-precision draft/verify paths"),
+    Mutant("zero-uniform", _kernel("sps_chain_le", module=EX, uniforms="grid"), "u <= ratio accepts a zero-probability "
+           "draft when torch.rand returns 0", "rejection samplers comparing with <= on the float grid"),
+    Mutant("cdf-fallback", _kernel("sps_chain_cdf_fallback"), "inverse-CDF walk over an unnormalised residual "
+           "falling back to the last index", "hand-written categorical samplers"),
+    Mutant("placeholder-token", _kernel("match_tree_placeholder", "tree", EX), "a -1 padding slot read as a node and "
+           "its token", "padded child tables in batched tree verification"),
+    Mutant("off-by-one-commit", _kernel("flat_chain_off_by_one", "flat-chain"), "the rejected (unverified) draft "
+           "committed before the recovered token", "output indexing of batched rejection samplers"),
+    Mutant("greedy-target", _kernel("greedy_target_chain"), "greedy (argmax) target verification of drafts sampled "
+           "at temperature > 0", "greedy verification paths used under sampling"),
+    Mutant("block-cumprod", _kernel("bv_cumprod_chain"), "block verification with per-level products of ratios and "
+           "an unmodified token-level residual", "block verification reimplementations"),
+    Mutant("greedy-bv-unmodified", {"verifier": "bug-greedy-bv-nomod"}, "greedy block verification completing with "
+           "the unmodified target", "greedy block verification without its distribution modification"),
+    Mutant("dyspec-printed", {"verifier": "bug-dyspec-printed"}, "DySpec's Alg. 3 as printed: c ~ N(0, 1) in place "
+           "of U(0, 1)", "a published algorithm listing", {"arithmetic": "float"}),
+)
+
+
+@dataclass
+class Row:
+    name: str
+    kind: str  # "torch kernel" or "plugin"
+    subject: dict
+    bug: str
+    seen: str
+    flagged: bool
+    flagged_by: str
+    reference: str  # the instance whose law the other columns use
+    tvd: float
+    tvd_exact: str
+    default_pairs: str
+    hunt_seconds: float | None
+    shrunk: str
+    serving: str
+    tvd_baseline: float | None
+    chi_square: float | None
+    simulated: list[float]  # the three designs' pass frequencies over REPLICATIONS draws from the exact law
+    seconds: float
+    reproducer: dict = field(default_factory=dict)  # the reference instance, certifiable with --case
+
+
+def gate_outcomes(mutants: tuple[Mutant, ...], state: Path, jobs: int = 1,
+                  tick: Callable[[int], None] = lambda n: None) -> list[CheckOutcome]:
+    """Every mutant through the gate as a check expected lossless (default battery, bounded hunt)."""
+    from specproof.gate.battery import battery
+
+    checks = tuple(Check(m.name, m.subject, "lossless", battery({**BATTERY, **m.battery}, f"zoo.{m.name}"))
+                   for m in mutants)
+    config = Config(state / "zoo.toml", {**GATE_DEFAULTS, "state": "state", "baselines": "none.json"}, checks)
+    return run_gate(config, jobs, tick=tick)
+
+
+def _default_shape(what: Subject) -> tuple[int, ...]:
+    """The control's demo tree where it has one; else a multi-chain of two chains of depth 2 (a node with two
+    children, where tree bugs show, at a size a torch kernel enumerates in seconds); else a chain of depth 2."""
+    from simulator.verifiers import VERIFIERS
+
+    spec = VERIFIERS.get(what.name)
+    if spec is not None and spec.demo is not None:
+        return tuple(spec.demo[0])
+    name = "multi-chain" if "multi-chain" in what.shapes else "chain"
+    return make_topology(name, 2, 2 if name == "multi-chain" else 1).parents
+
+
+def _default_pair(task: tuple[dict, tuple[int, ...], int, str]) -> bool:
+    """Whether one default pair shows the loss (a worker's job)."""
+    description, parents, seed, arithmetic = task
+    what = subject(description)
+    model = SyntheticModel(3, seed=seed)
+    drafter = make_drafter(what.schemes[0], make_topology("explicit", parents=parents), model)
+    return not certify(model, drafter, what.fn, arithmetic).lossless
+
+
+def default_pairs(what: Subject, arithmetic: str, jobs: int = 1) -> int:
+    """How many of certify's default random pairs (synthetic, vocab 3, seeds 0..DEFAULT_PAIRS-1) show the loss on
+    :func:`_default_shape`."""
+    tasks = [(what.description, _default_shape(what), seed, arithmetic) for seed in range(DEFAULT_PAIRS)]
+    if jobs <= 1:
+        return sum(map(_default_pair, tasks))
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), **pool_options()) as pool:
+        return sum(pool.map(_default_pair, tasks))
+
+
+def _reference(outcome: CheckOutcome) -> tuple[Reproducer, str] | None:
+    b = outcome.check.battery
+    if outcome.lossy_cases:
+        key = outcome.lossy_cases[0].key
+        inst = next(i for i in instances(b, outcome.subject) if instance_key(i) == key)
+        return capture(*build(inst, b), outcome.subject, b["arithmetic"]), f"{key} (depth {b['depth']})"
+    if outcome.hunt is not None and outcome.hunt.get("shrunk"):
+        from exact.reproducer import parse_reproducer
+
+        return parse_reproducer(outcome.hunt["shrunk"]), "the gate's hunt (shrunk)"
+    return None
+
+
+def mutant_row(mutant: Mutant, outcome: CheckOutcome, rng: np.random.Generator, jobs: int = 1) -> Row:
+    start = time.perf_counter()
+    what = outcome.subject
+    arithmetic = outcome.check.battery["arithmetic"]
+    flagged = bool(outcome.failures)
+    flagged_by = (f"battery: LOSSY on {len(outcome.lossy_cases)} of {len(outcome.cases)}" if outcome.lossy_cases
+                  else "hunt" if flagged else "missed")
+    shown = default_pairs(what, arithmetic, jobs)
+    found = hunt(what, HUNT_SECONDS, seed=0, arithmetic=arithmetic, shrink_time=SHRINK_SECONDS)
+    shrunk = "—"
+    if found.shrunk is not None:
+        c = found.shrunk.case
+        shrunk = f"{c.nodes} node(s), V={c.vocab}, depth {c.depth}"
+    row = Row(mutant.name, "torch kernel" if "kernel" in mutant.subject else "plugin", mutant.subject, mutant.bug,
+              mutant.seen, flagged, flagged_by, "—", 0.0, "0", f"{shown}/{DEFAULT_PAIRS}",
+              found.seconds if found.found is not None else None, shrunk, "—", None, None, [], 0.0)
+    reference = _reference(outcome)
+    if reference is not None:
+        case, row.reference = reference
+        view = ModelView(case.model(), arithmetic)
+        drafter = case.drafter()
+        law = view_law(view, drafter, what.fn)
+        length = drafter.height + 1
+        ours, theirs = cells(law.completed(), case.vocab, length), cells(law.target(), case.vocab, length)
+        distance = law.distance()
+        row.tvd, row.tvd_exact = float(distance.tvd), human_number(distance.tvd)
+        row.serving = str(serving_pass(ours, theirs, case.vocab, length))
+        row.tvd_baseline = tvd_baseline_pass(ours, theirs)
+        row.chi_square = chi_square_pass(ours, theirs, case.vocab, length)
+        row.simulated = simulated_pass(ours, theirs, case.vocab, length, REPLICATIONS, rng)
+        row.reproducer = case.to_json()
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def run_zoo(jobs: int = 1, tick: Tick = lambda stage, total: None) -> list[Row]:
+    rng = np.random.default_rng(20261125)
+    with tempfile.TemporaryDirectory() as folder:
+        outcomes = gate_outcomes(MUTANTS, Path(folder), jobs, lambda n: tick("gate", 0))
+        rows = []
+        for mutant, outcome in zip(MUTANTS, outcomes):
+            rows.append(mutant_row(mutant, outcome, rng, jobs))
+            tick("mutants", len(MUTANTS))
+    return rows
+
+
+def _p(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def markdown(rows: list[Row], command: str, seconds: float) -> str:
+    gaps = [abs(a - b) for r in rows if r.simulated
+            for a, b in zip((r.tvd_baseline, r.chi_square), r.simulated[1:])]  # the serving column is exact
+    flagged = sum(r.flagged for r in rows)
+    lines = [
+        "# The mutation zoo", "",
+        f"Generated by `{command}` on {platform.machine()} / Python {platform.python_version()} in "
+        f"{seconds / 60:.1f} min. {len(rows)} mutants, each a bug class that reached a serving system or a "
+        "published implementation, written as an ordinary torch kernel (`examples/mutants.py`, "
+        "`examples/torch_kernels.py`, certified unmodified) or a plugin (`simulator/verifiers/controls.py`).", "",
+        f"**The gate flags {flagged} of {len(rows)}.**", "",
+        "| mutant | bug class | kind | gate | exact TVD | default pairs showing it | hunt finds it in | shrunk "
+        "reproducer | P(pass) serving test | P(pass) TVD-to-baseline | P(pass) chi-square |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        gate = ("FLAGGED" if r.flagged else "**missed**") + f" ({r.flagged_by})"
+        hunt_time = "not in 120 s" if r.hunt_seconds is None else f"{r.hunt_seconds:.1f} s"
+        lines.append(f"| {r.name} | {r.bug} | {r.kind} | {gate} | {r.tvd_exact} | {r.default_pairs} | {hunt_time} | "
+                     f"{r.shrunk} | {r.serving} | {_p(r.tvd_baseline)} | {_p(r.chi_square)} |")
+    lines += [
+        "", "## Columns", "",
+        "- **gate**: `specproof gate` with the mutant as a check expected lossless, on the default battery "
+        "(random-rational seeds 0–2, vocab 2 and 3, chain / complete / multi-chain at depth 2, branching 2, the "
+        "shapes each is defined on) and a 5 s hunt; FLAGGED when the gate exits 1.",
+        "- **exact TVD**: on the reference instance, the first instance that showed the loss (listed in the JSON "
+        "with its reproducer); the Monte Carlo columns use the same instance's exact completed law.",
+        f"- **default pairs**: of `certify`'s default model (synthetic, vocab 3, seeds 0–{DEFAULT_PAIRS - 1}), "
+        "how many are LOSSY on a multi-chain of two chains of depth 2 (a chain of depth 2 where the mutant is "
+        "chain-only; the control's demo tree where it has one). Synthetic rows have no zeros: a bug that needs "
+        "a zero (a support violation) cannot show there.",
+        f"- **hunt**: `specproof hunt` (seed 0) until the first loss, at most {HUNT_SECONDS:.0f} s; the shrunk "
+        "reproducer's draft nodes, vocabulary and depth.",
+        "- **P(pass)**: the probability that a test design *passes* the mutant at its own sample size, from the "
+        "exact law (docs/gate.md, `simulator/montecarlo/designs.py`). *Serving test*: 10^5 draws, every per-position "
+        "token frequency within 0.01 of the target's marginal; exact per cell, shown as the exact interval "
+        "between the Bonferroni bound and the weakest cell. *TVD-to-baseline* (Layer Verification's method): "
+        "10^6 draws, passes when the empirical TVD is within 0.001 of the same TVD of 10^6 direct target draws; "
+        "normal approximation. *Chi-square* (specproof mc, one seed): 10^4 draws, Pearson at alpha 10^-3 on the "
+        "tested prefix, any off-support sample rejects; noncentral chi-square approximation.",
+        f"- Error of the approximations, measured: {REPLICATIONS} replications of each test drawn from each "
+        f"mutant's exact law; the largest gap between the analytic and the simulated pass probability over all "
+        f"mutants is {max(gaps, default=0):.3f} (binomial noise of the simulation alone: about "
+        f"{3 * 0.5 / np.sqrt(REPLICATIONS):.3f} at 3 sigma).", "",
+        "A LOSSY verdict is a proof of a loss on that instance; a FLAGGED mutant was flagged on the instances "
+        "listed, which is all a gate can say.", ""]
+    return "\n".join(lines)
+
+
+def headline(rows: list[dict]) -> str:
+    """The README's table: per mutant, the gate's verdict, the exact TVD and each Monte Carlo design's chance to
+    pass it (rows as in ``mutation_zoo.json``)."""
+    lines = ["| mutant | bug class | specproof gate | exact TVD | P(pass): serving test (10^5) | "
+             "TVD-to-baseline (10^6) | chi-square (10^4) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['bug']} | {'FLAGGED' if r['flagged'] else '**missed**'} | {r['tvd_exact']} | "
+                     f"{r['serving']} | {_p(r['tvd_baseline'])} | {_p(r['chi_square'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_zoo_report(out: Path, command: str, jobs: int = 1, tick: Tick = lambda stage, total: None) -> bool:
+    """Write ``mutation_zoo.md`` and ``.json``; True when the gate flags every mutant."""
+    start = time.perf_counter()
+    rows = run_zoo(jobs, tick)
+    seconds = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mutation_zoo.md").write_text(markdown(rows, command, seconds))
+    (out / "mutation_zoo.json").write_text(json.dumps({"command": command, "seconds": seconds,
+                                                       "rows": [asdict(r) for r in rows]}, indent=1,
+                                                      default=str))
+    return all(r.flagged for r in rows)

@@ -1,0 +1,469 @@
+"""The layer_verification.txt toy study as a grid of Monte Carlo cells, run through a resumable store.
+
+A :class:`Cell` is one configuration (verifier, tree, synthetic model parameters, model seeds, trials per seed).
+The paper's tables (Table 1 and the ablations of Tables 4–15, transcribed with their source lines in
+``data/layer_verification_toy.json``) map to cells by :func:`paper_cells`; equal configurations in different
+tables share their cell. :class:`Store` keeps one record per (cell, model seed), a line appended to its method's
+JSON Lines file when that seed finishes, so an interrupted sweep resumes where it stopped and a finished seed is
+never recomputed; records depend only on the cell and the seed (their wall time ``seconds`` aside), so a resumed
+sweep — in local processes or on a Dask cluster (:func:`run_cells`) — gives the same numbers. One process at a time
+appends to a store: a sweep holds its lock (:meth:`Store.lock`) and a second sweep on it refuses at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
+
+from simulator.montecarlo.context_rows import ContextRows
+from simulator.drafting import FixedShape
+from simulator.errors import InvalidParameterError, StoreError
+from simulator.models import SyntheticModel
+from simulator.montecarlo.engine import MCSummary, SeedResult, run_seed, summarise
+from simulator.montecarlo.statistics import ChiSquare
+from simulator.trees import make_topology
+from simulator.verifiers import VERIFIERS
+from simulator.workers import pool_options
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: stores are not locked
+    fcntl = None  # type: ignore[assignment]
+
+#: The paper's base configuration (docs/models.md) and its structures.
+BASE = {"vocab": 15, "depth": 4, "branching": 2, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0}
+STRUCTURES = {"Multi-Chain": "multi-chain", "Tapered-Tree": "tapered", "Complete-Tree": "complete"}
+#: Ablation tables: the structure and the factor each varies (layer_verification.txt App. G).
+ABLATIONS = {
+    4: ("complete", "depth"), 5: ("tapered", "depth"), 6: ("multi-chain", "depth"),
+    7: ("complete", "branching"), 8: ("tapered", "branching"), 9: ("multi-chain", "branching"),
+    10: ("complete", "rho"), 11: ("tapered", "rho"), 12: ("multi-chain", "rho"),
+    13: ("complete", "temperature"), 14: ("tapered", "temperature"), 15: ("multi-chain", "temperature"),
+}
+#: Trials per seed: Table 1 at 10^6; the ablations at 10^5 (what their baseline TVDs imply; see the report).
+PAPER_TRIALS = {1: 10**6, **{t: 10**5 for t in ABLATIONS}}
+PAPER_SEEDS = 20
+
+
+@dataclass(frozen=True)
+class Cell:
+    verifier: str
+    topology: str
+    vocab: int
+    depth: int
+    branching: int
+    rho: float
+    tau_p: float
+    tau_q: float
+    seeds: int
+    trials: int
+
+    def key(self) -> str:
+        """A file-name-safe identifier of everything but the number of seeds (records are per seed)."""
+        return (f"{self.verifier}_{self.topology}_V{self.vocab}_H{self.depth}_b{self.branching}_rho{self.rho:g}"
+                f"_tp{self.tau_p:g}_tq{self.tau_q:g}_N{self.trials}")
+
+    def model(self, seed: int) -> SyntheticModel:
+        return SyntheticModel(self.vocab, self.rho, self.tau_p, self.tau_q, seed)
+
+
+def paper_tables() -> dict:
+    """The transcribed tables: ``{"Table n": {"title", "source_line", "columns", "rows": {method: [...]}}}``."""
+    text = resources.files("simulator").joinpath("data/layer_verification_toy.json").read_text()
+    return json.loads(text)
+
+
+def _column_config(table: int, column: str) -> dict:
+    """The configuration of one column of a paper table (its header, e.g. ``$H = 3$``)."""
+    if table == 1:
+        return {**BASE, "topology": STRUCTURES[column]}
+    structure, factor = ABLATIONS[table]
+    numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", column)]
+    config = {**BASE, "topology": structure}
+    if factor == "temperature":
+        config["tau_p"], config["tau_q"] = numbers
+    elif factor == "rho":
+        config["rho"] = numbers[0]
+    else:
+        config[factor] = int(numbers[0])
+    return config
+
+
+def paper_cells(table: int, seeds: int = PAPER_SEEDS, trials: int | None = None) -> Iterator[tuple[str, int, Cell]]:
+    """``(method, column index, cell)`` for every method row (not the baseline) of a paper table."""
+    spec = paper_tables()[f"Table {table}"]
+    for method, values in spec["rows"].items():
+        if method == "baseline":
+            continue
+        for index, column in enumerate(spec["columns"]):
+            if values[index]["accept_len"] is None:
+                continue
+            config = _column_config(table, column)
+            yield method, index, Cell(method, config["topology"], config["vocab"], config["depth"],
+                                      config["branching"], config["rho"], config["tau_p"], config["tau_q"],
+                                      seeds, trials or PAPER_TRIALS[table])
+
+
+def ablation_cells(seeds: int = PAPER_SEEDS) -> list[Cell]:
+    """The ablation suite's distinct cells (Tables 4–15; a configuration in several tables once), by model
+    configuration (:func:`model_key`), so that cells sharing a model's rows come together."""
+    cells = list(dict.fromkeys(c for t in ABLATIONS for _, _, c in paper_cells(t, seeds)))
+    return sorted(cells, key=lambda c: model_key(c, 0))
+
+
+def model_key(cell: Cell, seed: int) -> tuple:
+    """What a cell's model rows depend on: cells with equal keys share :class:`ContextRows`."""
+    return cell.vocab, cell.rho, cell.tau_p, cell.tau_q, cell.depth, seed
+
+
+@lru_cache(maxsize=2)
+def _rows(vocab: int, rho: float, tau_p: float, tau_q: float, depth: int, seed: int) -> ContextRows:
+    return ContextRows(SyntheticModel(vocab, rho, tau_p, tau_q, seed), depth)
+
+
+def exact_accept_len(cell: Cell, seed: int) -> float | None:
+    """The exact ``E[τ]`` of a token-verification cell for one model seed (:mod:`exact.recursions.token_dp`), else ``None``."""
+    from exact.recursions.token_dp import DP_RULES, tv_expected_accepted
+
+    if cell.verifier not in DP_RULES:
+        return None
+    shape = make_topology(cell.topology, cell.depth, cell.branching)
+    return tv_expected_accepted(cell.model(seed), shape, cell.verifier, _rows(*model_key(cell, seed)))
+
+
+def compute_seed(cell: Cell, seed: int, device: str | None = None) -> dict:
+    """One model seed of a cell, as a store record (a top-level function so worker processes can run it); the
+    record keeps the wall time of its Monte Carlo (``seconds``, set-up shared with earlier cells of the same model
+    aside) and, for token verification, the exact ``E[τ]`` (``exact_accept_len``). ``device``: the batched rounds
+    on that torch device (the same numbers)."""
+    import scipy.optimize, scipy.special, scipy.stats  # noqa: E401,F401  loaded on first use: not in the timed record
+    start = time.perf_counter()
+    shape = make_topology(cell.topology, cell.depth, cell.branching)
+    rows = _rows(*model_key(cell, seed))
+    result = run_seed(cell.model(seed), FixedShape(shape), cell.verifier, VERIFIERS[cell.verifier].fn, seed,
+                      cell.trials, rows=rows, device=device)
+    seconds = time.perf_counter() - start
+    record = {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result), "seconds": seconds}
+    exact = exact_accept_len(cell, seed)
+    return record if exact is None else {**record, "exact_accept_len": exact}
+
+
+def _result_json(result: SeedResult) -> dict:
+    return asdict(result)  # the chi-square test nests as a dict
+
+
+def summarise_cell(cell: Cell, records: list[dict]) -> MCSummary:
+    """The cross-seed summary of a cell's stored records (as ``specproof mc`` prints)."""
+    results = [SeedResult(**{**{k: r[k] for k in SeedResult.__dataclass_fields__ if k != "test"},
+                             "test": ChiSquare(**r["test"])}) for r in records]
+    return summarise(cell.verifier, results, cell.vocab, cell.depth)
+
+
+#: The fields a seed record must hold for a summary (:func:`summarise_cell`); a record without one is incomplete.
+RECORD_FIELDS = ("cell", *SeedResult.__dataclass_fields__)
+T = TypeVar("T")
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of specproof's own source and data files: cached results are valid for this code only."""
+    digest = hashlib.sha256()
+    base = Path(__file__).resolve().parents[2]
+    for package in ("simulator", "exact"):
+        for path in sorted((base / package).rglob("*")):
+            if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(base)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # atomic: a killed run never leaves half a cache entry
+
+
+class Store:
+    """The sweep's records: one append-only JSON Lines file per method, ``root/<verifier>.jsonl``, a line per
+    (cell, model seed); report sections computed once per configuration and code version under ``root/cache/``.
+
+    A record is appended in one ``write`` on a file opened for appending, when its seed finishes, by the process
+    that runs the sweep (workers hand records back). A sweep killed mid-append leaves at most a partial last
+    line: it is not a record, and the next append cuts it off. When a (cell, seed) has several lines the last one
+    holds (a record rewritten with a new field). A store in the earlier layout (``root/<cell>/seed-<s>.json``,
+    a file per record) is converted on first use, every record kept as it was.
+
+    Whatever appends holds the store's lock (:meth:`lock`): a sweep for its whole run, any other append for that
+    append. Two sweeps on one store would each compute every missing record and append it, doubling the store;
+    the second refuses instead, naming the lock and the process holding it. Reading takes no lock (a line being
+    appended is not yet a record), nor does :meth:`cached` (each entry is written whole, by a rename).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._index: dict[tuple[str, int], tuple[dict, str]] | None = None
+        self._lock_fd: int | None = None
+        self._lock_depth = 0
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / LOCK_FILE
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the store's exclusive lock in the block (re-entrant: nested blocks of this object share it).
+
+        An ``flock`` on :data:`LOCK_FILE` in the store's root, which holds the holder's process id. It is not
+        waited for: if another process holds it, :class:`StoreError` names the file and that process at once.
+        The holder removes the file as it releases the lock; if the holder dies instead (``kill -9`` included),
+        the kernel releases the lock and the file stays, naming a process that no longer holds it. Worker
+        processes do not inherit it."""
+        if self._lock_depth == 0:
+            self._lock_fd = _acquire(self.lock_file)
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0 and self._lock_fd is not None:
+                self.lock_file.unlink(missing_ok=True)  # still held: a process waiting on this file checks it
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None
+
+    def file(self, cell: Cell) -> Path:
+        return self.root / f"{cell.verifier}.jsonl"
+
+    def _records(self) -> dict[tuple[str, int], tuple[dict, str]]:
+        """``(cell key, seed) -> (record, where)``, read once (``where``: ``file:line`` for messages)."""
+        if self._index is None:
+            self._convert_legacy()
+            self._index = {}
+            for path in sorted(self.root.glob("*.jsonl")):
+                lines = path.read_text().split("\n")
+                for number, line in enumerate(lines[:-1], start=1):  # lines[-1]: "" or a cut-off append
+                    where = f"{path}:{number}"
+                    try:
+                        record = json.loads(line)
+                        key = (Cell(**{**record["cell"], "seeds": 0}).key(), int(record["seed"]))
+                    except (ValueError, TypeError, KeyError) as err:
+                        raise StoreError("store", f"{where} is unreadable ({err}); delete that line and re-run "
+                                                  "the same command: the sweep recomputes that record") from None
+                    self._index[key] = (record, where)
+        return self._index
+
+    def load(self, cell: Cell, seed: int) -> dict | None:
+        """The record of (cell, seed), ``None`` if there is none; :class:`StoreError` naming the file and line when
+        it is unreadable or incomplete."""
+        found = self._records().get((cell.key(), seed))
+        if found is None:
+            return None
+        record, where = found
+        missing = [f for f in RECORD_FIELDS if f not in record]
+        if not missing and not isinstance(record["test"], dict):
+            missing = ["test"]
+        elif not missing:
+            missing = [f"test.{f}" for f in ChiSquare.__dataclass_fields__ if f not in record["test"]]
+        if missing:
+            raise StoreError("store", f"{where} is incomplete (no {', '.join(missing)}); delete that line and re-run "
+                                      "the same command: the sweep recomputes that record")
+        return record
+
+    def save(self, record: dict, cell: Cell, seed: int) -> None:
+        """Append ``record`` for (cell, seed) (it must carry its ``cell`` and ``seed``)."""
+        path = self.file(cell)
+        line = json.dumps(record, allow_nan=False) + "\n"
+        self._records()  # read before appending: a cut-off last line is dropped, not glued to this one
+        with self.lock():
+            _cut_partial_line(path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        self._records()[(cell.key(), seed)] = (record, f"{path}:end")
+
+    def cached(self, name: str, params: dict, compute: Callable[[], T]) -> T:
+        """``compute()`` (JSON data) once per ``name``, ``params`` and code version; later calls read it back."""
+        key = hashlib.sha256(json.dumps([name, params, code_fingerprint()], sort_keys=True).encode()).hexdigest()[:16]
+        path = self.root / "cache" / f"{name}-{key}.json"
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except ValueError:
+                pass  # a damaged cache entry is recomputed
+        value = compute()
+        _atomic_write(path, json.dumps(value, indent=1, allow_nan=False) + "\n")
+        return value
+
+    def records(self, cell: Cell) -> list[dict]:
+        return [r for r in (self.load(cell, s) for s in range(cell.seeds)) if r is not None]
+
+    def _convert_legacy(self) -> None:
+        """Append the records of the earlier layout (a JSON file per record) in cell and seed order, then remove
+        their files; a record file that does not parse is left where it is, for the user to see."""
+        legacy = sorted(self.root.glob("*/seed-*.json"), key=lambda p: (p.parent.name, int(p.stem[5:])))
+        if not legacy:
+            return
+        with self.lock():
+            for path in legacy:
+                try:
+                    record = json.loads(path.read_text())
+                    cell = Cell(**{**record["cell"], "seeds": 0})
+                except (ValueError, TypeError, KeyError):
+                    continue
+                _cut_partial_line(self.file(cell))
+                with open(self.file(cell), "a") as out:
+                    out.write(json.dumps(record, allow_nan=False) + "\n")
+                path.unlink()
+            for folder in {p.parent for p in legacy}:
+                if folder.exists() and not any(folder.iterdir()):
+                    folder.rmdir()
+
+
+#: The lock file in a store's root while a process holds its lock (:meth:`Store.lock`): that process's id.
+LOCK_FILE = ".sweep.lock"
+
+
+def _acquire(path: Path) -> int | None:
+    """An open descriptor of ``path`` holding its exclusive ``flock``, the holder's pid written in it; ``None``
+    where there is no ``flock`` (not POSIX). :class:`StoreError` if another process holds it.
+
+    A holder removes the file as it lets go, so the file locked may have been removed meanwhile: the lock
+    counts only while ``path`` is still that file; otherwise it is taken again on the file now there."""
+    if fcntl is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inheritable: spawned workers do not hold the lock
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreError("store", f"cannot lock {path}: {err}") from None
+            who = f"process {holder}" if holder.isdigit() else "another process"
+            raise StoreError("store", f"{path} is held by {who}, which is writing this store (a sweep): wait for "
+                                      "it to finish (or stop it), or give this run another --store") from None
+        try:
+            current = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _cut_partial_line(path: Path) -> None:
+    """Drop a cut-off last line (a sweep killed mid-append) so that the next record starts on its own line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        data = f.seek(0) or f.read()
+        f.truncate(data.rfind(b"\n") + 1)
+
+
+#: Environment variables that set the BLAS and OpenMP thread pools of a process as its numpy loads.
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def _one_thread_each() -> Iterator[None]:
+    """Worker processes started inside get one BLAS thread each (unless the user set otherwise): the workers
+    already keep every core busy, and a BLAS pool per worker would oversubscribe them (GR's solver multiplies
+    matrices of a thousand instances at a time). The workers are spawned, so they read this as numpy loads."""
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
+              progress: Callable[[Cell, int, int], None] | None = None, scheduler: str | None = None,
+              device: str | None = None) -> None:
+    """Compute every missing (cell, seed) record; ``progress(cell, seed, trials)`` after each one; ``device``: a
+    torch device for the batched rounds (:func:`compute_seed`).
+
+    ``jobs`` local worker processes, or with ``scheduler`` a Dask cluster: ``"local"`` starts a
+    ``dask.distributed`` LocalCluster of ``jobs`` single-threaded worker processes, anything else is the address
+    of a running scheduler (``tcp://host:8786``). Records depend only on the cell and the seed, so every way of
+    running gives the same numbers; this process writes them all to the store as they come back, holding the
+    store's lock throughout (:meth:`Store.lock`: a second sweep on the store refuses at once). Local worker
+    processes die with this one (:mod:`simulator.workers`), so a killed sweep leaves none running.
+    """
+    with store.lock():
+        _run_cells(cells, store, jobs, progress, scheduler, device)
+
+
+def _run_cells(cells: list[Cell], store: Store, jobs: int, progress: Callable[[Cell, int, int], None] | None,
+               scheduler: str | None, device: str | None) -> None:
+    todo = [(cell, s) for cell in dict.fromkeys(cells) for s in range(cell.seeds) if store.load(cell, s) is None]
+    # Seed by seed, so that a sweep stopped early leaves every cell with about as many seeds; within a seed the
+    # same model next to each other, so a worker reuses the model's rows (see _rows).
+    todo.sort(key=lambda item: (item[1], model_key(*item)))
+
+    def done(cell: Cell, s: int, record: dict) -> None:
+        store.save(record, cell, s)
+        if progress is not None:
+            progress(cell, s, cell.trials)
+
+    if scheduler is not None:
+        return _run_on_dask(todo, scheduler, jobs, done, device)
+    if jobs <= 1:
+        for cell, s in todo:
+            done(cell, s, compute_seed(cell, s, device))
+        return
+    with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                                 **pool_options()) as pool:
+        futures = {pool.submit(compute_seed, cell, s, device): (cell, s) for cell, s in todo}
+        for future in as_completed(futures):
+            done(*futures[future], future.result())
+
+
+def _run_on_dask(todo: list[tuple[Cell, int]], scheduler: str, jobs: int,
+                 done: Callable[[Cell, int, dict], None], device: str | None) -> None:
+    try:
+        from distributed import Client, LocalCluster, as_completed as dask_completed
+    except ImportError:
+        raise InvalidParameterError("scheduler", "needs dask.distributed: pip install 'dask[distributed]'") from None
+    with _one_thread_each(), ExitStack() as stack:
+        if scheduler == "local":
+            cluster = stack.enter_context(LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        else:
+            try:
+                client = stack.enter_context(Client(scheduler))  # dask config: distributed.comm.timeouts.connect
+            except (OSError, TimeoutError) as err:
+                raise InvalidParameterError("scheduler", f"cannot reach a Dask scheduler at {scheduler!r}: {err}") \
+                    from None
+        # pure=False: a seed is computed once per submission, never deduplicated against another sweep's key
+        futures = {client.submit(compute_seed, cell, s, device, pure=False): (cell, s) for cell, s in todo}
+        for future in dask_completed(futures):
+            done(*futures[future], future.result())
