@@ -4,10 +4,10 @@ Usage: ``python3 benchmarks/ablation_side_by_side.py --before DIR [--after .] [-
 [--rows LOG] [--out reports/ablation_side_by_side.md]`` with ``DIR`` a checkout of the other commit
 (``git worktree add DIR COMMIT``).
 
-Separate runs see the machine's speed drift by 20%. Here each lane keeps one worker per checkout and runs every
-cell (seed 0, 10^5 trials, as a sweep computes it) at both, alternating which goes first, so a drift hits both.
-Each row goes to stderr as a JSON line (``--rows`` renders them later). Reported: each checkout's projected suite
-time (:mod:`benchmarks.ablation_time`), their ratio, and whether the accepted-length means agree.
+The machine's speed drifts by 20% between runs, so each lane keeps a worker per checkout and runs every cell
+(seed 0, as a sweep computes it) at both, alternating which goes first. Rows go to stderr as JSON lines
+(``--rows`` renders them later). Reported: each checkout's projected suite time (:mod:`benchmarks.ablation_time`),
+their ratio, and whether the accepted-length means agree.
 """
 
 from __future__ import annotations
@@ -41,8 +41,11 @@ for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(name, "1")
 try:
     from specproof import study
-except ImportError:  # the layout before issue 17
-    from simulator import study
+except ImportError:  # an older checkout: the study in the core package
+    try:
+        from simulator.montecarlo import study
+    except ImportError:  # older still: the study module at the package's top
+        from simulator import study
 import scipy.optimize, scipy.special, scipy.stats  # loaded once, as in a sweep's worker
 built = None
 for line in sys.stdin:

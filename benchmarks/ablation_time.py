@@ -3,11 +3,11 @@
 Usage: ``python3 benchmarks/ablation_time.py [--out reports/ablation_time.md] [--jobs 2] [--verifiers lv-gr]
 [--store reports/store] [--seed 0]``.
 
-Each cell (20 seeds × 10^5 trials) is timed on one model seed exactly as a sweep runs it
-(:func:`specproof.study.compute_seed`), with each model's set-up timed once. ``--store`` takes a cell's time from
-the sweep's record of that seed instead (pick a seed the current code computed); ``--verifiers`` times only those
-methods, keeping the other rows from ``--out``. Projected time: ``20 × (Σ_models set-up + Σ_cells seed time) /
-jobs`` (the paper: 30 hours on 128 cores). Run it on an idle machine.
+Each cell (20 seeds × 10^5 trials) is timed on one model seed as a sweep runs it
+(:func:`specproof.study.compute_seed`), each model's set-up once. ``--store`` takes a cell's time from the sweep's
+record of that seed; ``--verifiers`` times only those methods, keeping the other rows of ``--out``. Projected:
+``20 × (Σ_models set-up + Σ_cells seed time) / jobs`` (the paper: 30 hours on 128 cores). Run it on an idle
+machine.
 """
 
 from __future__ import annotations

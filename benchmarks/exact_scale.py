@@ -3,10 +3,10 @@
 Usage: ``python3 benchmarks/exact_scale.py [--budget 600] [--verifiers tv-rrs,trv,...] [--branching 2,3]
 [--vocab 2,3,4] [--max-depth 4] [--modes eager,lazy,recursion] [--out reports/exact_scale.md] [--update]``.
 
-For each verifier, branching and vocabulary, depths 1, 2, … of the rule's shape are certified exactly (synthetic
-model, seed 0) in a child process killed at ``--budget`` seconds, until one does not finish; a cell gives the
-largest depth that did, its time and executions. Modes: drafting eagerly, on demand (:mod:`simulator.lazy_draft`)
-and the rule's recursion (``certify --method recursion``). ``--update`` reruns only the named rows' ``--modes``.
+Depths 1, 2, … of each rule's shape are certified exactly in a child process killed at ``--budget`` seconds,
+until one does not finish; a cell gives the largest depth that did, its time and executions. Modes: eager
+drafting, on demand (:mod:`simulator.lazy_draft`), the rule's recursion (``certify --method recursion``).
+``--update`` reruns only the named rows' ``--modes``.
 """
 
 from __future__ import annotations

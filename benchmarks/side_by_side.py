@@ -3,10 +3,9 @@
 Usage: ``python3 benchmarks/side_by_side.py --before DIR [--after .] [--repeats 2] [--cells tv-rrs,trv] [--rows LOG]
 [--out reports/side_by_side.md]`` with ``DIR`` a checkout of the other commit (``git worktree add DIR COMMIT``).
 
-Two whole runs of :mod:`benchmarks.throughput` see the machine's speed drift by 10-15 %. Here each cell's seed 0
-(10^6 trials, as a sweep computes it) runs in a fresh process of each checkout in turn, ``--repeats`` times,
-keeping each one's best time, so a drift hits both; the accepted-length means must agree unless the sampling
-changed.
+Whole runs of :mod:`benchmarks.throughput` see the machine's speed drift by 10-15 %, so each cell's seed 0 runs
+in a fresh process of each checkout in turn, ``--repeats`` times, keeping each one's best time; the
+accepted-length means must agree unless the sampling changed.
 """
 
 from __future__ import annotations
@@ -35,8 +34,11 @@ for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 from dataclasses import replace
 try:
     from specproof import study
-except ImportError:  # the layout before issue 17
-    from simulator import study
+except ImportError:  # an older checkout: the study in the core package
+    try:
+        from simulator.montecarlo import study
+    except ImportError:  # older still: the study module at the package's top
+        from simulator import study
 import time
 cell = [c for _, _, c in study.paper_cells(1)][int(sys.argv[1])]
 start = time.perf_counter()

@@ -3,10 +3,10 @@
 Usage: ``python3 benchmarks/throughput.py [--out reports/benchmarks.md] [--jobs 2] [--batch 20000]
 [--reference 300] [--trials 1000000]``.
 
-Table 1 is 22 cells, each 20 model seeds × 10^6 trials, one store record per cell and seed. This times seed 0
-of every cell exactly as a sweep computes it (:func:`specproof.study.compute_seed`) plus a worker's set-up per
-model seed, and projects ``20 × (set-up × jobs + Σ_cells seed time) / jobs`` on ``--jobs`` cores. Beside it: the
-batched and reference paths' trials per second, and where ``lv-gr``'s time goes. Run it on an idle machine.
+Table 1 is 22 cells of 20 model seeds × 10^6 trials. This times seed 0 of every cell as a sweep computes it
+(:func:`specproof.study.compute_seed`), plus a worker's set-up per model seed, and projects
+``20 × (set-up × jobs + Σ_cells seed time) / jobs`` on ``--jobs`` cores. Beside it: the batched and reference
+paths' trials per second, and where ``lv-gr``'s time goes. Run it on an idle machine.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Reproducer files: a model pair as a table, a tree shape, a drafting scheme and the subject, certified whole.
+"""Reproducer files (docs/gate.md, "Reproducers and shrinking"): a model pair as a table, a tree shape, a drafting
+scheme and the subject, certified whole.
 
-A loss is a property of the output law averaged over every draft tree the drafter can produce, so a reproducer
-keeps the drafting (not one fixed tree): ``specproof certify --case FILE`` enumerates it again and certifies
-the subject LOSSY. The JSON object::
-
-    {"specproof": "reproducer", "vocab": 2,
-     "p": {"": ["1/2", "1/2"]}, "q": {"": ["1", "0"], "0": ["1/2", "1/2"], "1": ["0", "1"]},
-     "parents": [-1, 0], "drafting": "iid",
-     "subject": {"verifier": "bug-residual-q"}, "arithmetic": "fraction"}
-
-``p``/``q`` hold the rows of every context the certification reads (keys as in ``--table``: ``""`` the round's
-empty prefix, ``"0,1"`` a context); ``parents`` is the fixed shape (absent for DySpec's dynamic trees, which take
-``options``: ``budget``, or ``threshold`` and ``max_depth``). ``found`` (informative) records the TVD and size.
+A loss is a property of the output law over every draft tree the drafter can produce, so a reproducer keeps the
+drafting, not one fixed tree: ``specproof certify --case FILE`` enumerates it again and certifies the subject
+LOSSY. :class:`Reproducer` gives the JSON format; :func:`capture` records the rows a certification reads.
 """
 
 from __future__ import annotations
@@ -57,7 +49,17 @@ class RecordingModel:
 
 @dataclass(frozen=True)
 class Reproducer:
-    """A model table, a drafting configuration and a subject description (module docstring)."""
+    """A model table, a drafting configuration and a subject description. As JSON::
+
+        {"specproof": "reproducer", "vocab": 2,
+         "p": {"": ["1/2", "1/2"]}, "q": {"": ["1", "0"], "0": ["1/2", "1/2"], "1": ["0", "1"]},
+         "parents": [-1, 0], "drafting": "iid",
+         "subject": {"verifier": "bug-residual-q"}, "arithmetic": "fraction"}
+
+    ``p``/``q`` hold the rows of every context the certification reads (keys as in ``--table``: ``""`` the round's
+    empty prefix, ``"0,1"`` a context); ``parents`` is the fixed shape (absent for DySpec's dynamic trees, which
+    take ``options``: ``budget``, or ``threshold`` and ``max_depth``). ``found`` (informative) records the TVD and
+    size."""
 
     vocab: int
     p: Rows

@@ -1,12 +1,11 @@
-"""What a battery, a hunt or a gate checks: a built-in verifier, a ``module:function`` plugin, or a torch kernel
-through its adapter, with the tree shapes it is defined on and the drafting schemes it claims losslessness under.
+"""What a battery, a hunt or a gate checks (:class:`Subject`): a built-in verifier, a ``module:function`` plugin,
+or a torch kernel through its adapter, with the tree shapes it is defined on and the drafting schemes it claims
+losslessness under.
 
-A subject is described by a small JSON object, the same in a gate config, a reproducer file and a certificate:
+Its description is a small JSON object, the same in a gate config, a reproducer and a certificate:
 ``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
-"chain", "dtype": "float64", "uniforms": "continuous", "kernel_kwargs": {}}``. Built-ins bring their registry
-entry (shapes, schemes); a plugin runs on every shape under ``iid`` drafting unless told otherwise; a kernel with a
-chain adapter runs on chains only. ``"shapes"`` (topology names) and ``"schemes"`` (drafting schemes) override
-where a subject is defined and what it claims.
+"chain", ...}`` (:data:`KERNEL_KEYS`). Defaults: a built-in's registry entry; a plugin, every shape under
+``iid``; a chain adapter, chains. ``"shapes"`` and ``"schemes"`` override them.
 """
 
 from __future__ import annotations

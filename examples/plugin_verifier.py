@@ -1,5 +1,5 @@
 """A verifier written as a plugin (``module:function``, against specproof's randomness interface), and a twin
-with one small deliberate bug: the examples of the README's pytest section and of the gate's tests.
+with one small deliberate bug: the README's example (certify, gate, pytest) and the gate's tests.
 
     specproof certify --verifier examples.plugin_verifier:my_tv --topology chain --depth 3 --model random-rational
 """

@@ -6,18 +6,8 @@ specproof certifies them unmodified (docs/kernels.md)::
     specproof certify --kernel examples.torch_kernels:sps_chain --adapter chain --depth 2 --model random-rational
     specproof certify --kernel examples.torch_kernels:sps_chain_reused_uniform --adapter chain --depth 2 ...
 
-Conventions (the adapters of :mod:`simulator.torch_path.kernels`):
-
-* ``chain`` — transformers' ``_speculative_sampling``: ``(candidate_input_ids [1, γ], candidate_logits
-  [1, γ, V], candidate_length, new_logits [1, γ+1, V]) -> (tokens [1, n+1], n_matches)``;
-* ``flat-chain`` — batched serving: ``(draft_token_ids [T], cu_num_draft_tokens [B], draft_probs [T, V],
-  target_probs [T, V], bonus_token_ids [B, 1]) -> output [B, γ+1]`` padded with ``-1``;
-* ``tree`` — ``(parents [n], tokens [n], p [n, V], q [n, V]) -> (node, y)``, ``tokens[0] = -1``;
-* ``examples.torch_kernels:tempered_adapter`` — a convention of our own, the worked example of a user adapter:
-  ``(drafts [γ], draft_logits [γ, V], target_logits [γ+1, V], temperature) -> tokens [n+1]``, both models
-  sampled at ``softmax(logits / temperature)``.
-
-Every kernel here is lossless or lossy by construction; which, and why, is in its docstring.
+The calling conventions are the adapters of :mod:`simulator.torch_path.kernels`, plus :func:`tempered_adapter`,
+the worked example of a user's own adapter. Each kernel's docstring says whether it is lossless, and why.
 """
 
 from __future__ import annotations
@@ -237,8 +227,10 @@ def match_tree_placeholder(parents, tokens, p, q):
 
 # ---- the tempered convention (adapter: examples.torch_kernels:tempered_adapter) ---------------------------------
 def tempered_adapter(kernel, tree, p, q, vocab, dtype):
-    """A user adapter (docs/kernels.md): the chain as logits at :data:`TEMPERATURE`, chosen so that
-    ``softmax(logits / T)`` is the row itself; the answer ``tokens [n+1]`` mapped back to ``(node, y)``."""
+    """A user adapter (docs/kernels.md) for ``kernel(drafts [γ], draft_logits [γ, V], target_logits [γ+1, V],
+    temperature) -> tokens [n+1]``, both models sampled at ``softmax(logits / temperature)``: the chain as logits
+    at :data:`TEMPERATURE`, chosen so that ``softmax(logits / T)`` is the row itself; the answer mapped back to
+    ``(node, y)``."""
     nodes = chain_nodes(tree, "tempered")  # refuses a tree that is not a chain
     drafts = [tree.tokens[v] for v in nodes[1:]]
 

@@ -1,14 +1,8 @@
-"""``CASE.json``: one fixed draft tree with its rows, for ``specproof law``.
+"""``CASE.json``: one fixed draft tree with its rows, for ``specproof law`` (docs/certificates.md).
 
-Fields: ``vocab``; ``parents`` (root first, ``-1``; BFS order); ``tokens`` (``null`` for the root);
-``p`` and ``q``, objects from node index (a string) to a row of probabilities (numbers, or exact
-``"3/10"`` strings) — ``p`` for every non-leaf node, ``q`` for every node; ``verifier`` (a built-in name
-or ``module:function``); optionally ``draft``: ``"sampled"`` (the default) or ``"deterministic"``.
-
-A sampled draft never holds a token its parent's draft row gives probability zero (no drafting scheme
-proposes one), so such a case is refused with an error naming the node and token. ``"deterministic"``
-declares point-mass candidates (ADED's, REST's, EAGLE's top-k) whose tokens need not be supported by ``p``;
-only the rules that never read ``p`` at a drafted token are defined there (``tv-det``, ``match``).
+:func:`load_case` reads and validates a file (fields: :func:`parse_case`). A sampled draft never holds a token its
+parent's draft row gives probability zero, so such a case is refused; ``"draft": "deterministic"`` declares
+point-mass candidates, on which only the rules that never read ``p`` at a drafted token are defined.
 """
 
 from __future__ import annotations
@@ -59,6 +53,12 @@ def _rows(data: dict, name: str, n: int, vocab: int, needed: list[bool], arithme
 
 
 def parse_case(data: object, arithmetic: str) -> Case:
+    """A case from its JSON object. Fields: ``vocab``; ``parents`` (root first, ``-1``; BFS order); ``tokens``
+    (``null`` for the root); ``p`` and ``q``, objects from node index (a string) to a row of probabilities (numbers,
+    or exact ``"3/10"`` strings) — ``p`` for every non-leaf node, ``q`` for every node; ``verifier`` (a built-in
+    name or ``module:function``); optionally ``draft``: ``"sampled"`` (the default) or ``"deterministic"``
+    (point-mass candidates such as ADED's, REST's, EAGLE's top-k, whose tokens need not be supported by ``p``;
+    only the rules that never read ``p`` at a drafted token, such as ``tv-det`` and ``match``, are defined there)."""
     if not isinstance(data, dict):
         raise InvalidParameterError("case", "must be a JSON object")
     for key in ("vocab", "parents", "tokens", "p", "q", "verifier"):

@@ -1,11 +1,9 @@
-"""Reading the project's input files (tables, cases, corpora) with errors that name the option they came from,
-and writing its outputs: paths checked before a computation starts, writes that report a failure by file.
+"""Reading the project's input files (tables, cases, corpora) and writing its outputs, with errors that name the
+option or file.
 
-Every way a file can be wrong is a typed error naming the option: unreadable, not text (a binary file), not
-JSON, nested past Python's recursion limit. An output path is checked up front (its directory exists and is
-writable) so that a run is refused before it computes; a write that still fails afterwards (a full disk) is
-:class:`simulator.errors.OutputError` naming the file, which the command line reports without losing the verdict
-it already printed.
+Every way an input can be wrong (unreadable, binary, not JSON, nested too deep) is a typed error naming its
+option. An output path is checked before a computation starts; a write that still fails (a full disk) is
+:class:`simulator.errors.OutputError` naming the file, reported without losing the verdict already printed.
 """
 
 from __future__ import annotations

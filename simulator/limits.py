@@ -1,18 +1,10 @@
-"""Limits that keep every run finite: executions per exact computation, and wall-clock time.
+"""Limits that keep every run finite: executions per exact computation, and wall-clock time (docs/limits.md).
 
-An *exact computation* (a certificate, a fixed tree's law, the law of ``N`` generated tokens) enumerates
-executions — leaves of the choice tree of drafter and verifier — and completed sequences. It may enumerate at
-most ``max_executions`` of them together (default :data:`DEFAULT_MAX_EXECUTIONS`, at most about five minutes
-on one core of the CI machine); past that it stops with :class:`ExecutionLimitError`. The limit is ambient, set with
-:func:`limits` (the command line's ``--max-executions``), and each top-level computation counts afresh:
-:func:`computation` opens a count, and computations nested inside it (a round's law inside the law of a
-generation) join it. One execution may also make at most :data:`MAX_CHOICES_PER_EXECUTION` random choices
-(``exact.enumeration`` enforces it; a Monte Carlo trial's counter stream holds
-:data:`simulator.randomness.MAX_UNIFORMS_PER_TRIAL`).
-
-:func:`time_limit` stops a whole run after ``seconds`` of wall-clock time with :class:`TimeLimitError`, also
-inside code that never returns to the engine (a plugin looping without calling ``rng``). It uses ``SIGALRM``,
-so it acts in the main thread of a POSIX process only; elsewhere it does nothing.
+An exact computation may enumerate at most ``max_executions`` executions and completed sequences together
+(ambient, set by :func:`limits`; :class:`ExecutionLimitError` past it); :func:`computation` opens a count that
+nested computations join. One execution makes at most :data:`MAX_CHOICES_PER_EXECUTION` random choices.
+:func:`time_limit` stops a run after ``seconds`` with :class:`TimeLimitError`, even inside a plugin that never
+returns, through ``SIGALRM``: only in the main thread of a POSIX process.
 """
 
 from __future__ import annotations
@@ -170,7 +162,8 @@ def active_count() -> Count:
 @contextmanager
 def time_limit(seconds: float | None, describe: Callable[[], str] | None = None) -> Iterator[None]:
     """Raise :class:`TimeLimitError` in the block after ``seconds`` of wall-clock time (``None`` or 0: no limit).
-    ``describe()`` says how far the run got, for the message."""
+    ``describe()`` says how far the run got, for the message. Uses ``SIGALRM``, so it acts in the main thread of a
+    POSIX process only; elsewhere it does nothing."""
     if seconds is not None and (isinstance(seconds, bool) or not seconds >= 0):
         raise InvalidParameterError("timeout", f"must be a number of seconds ≥ 0, got {seconds!r}")
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()

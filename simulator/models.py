@@ -1,14 +1,11 @@
-"""Model pairs: a draft ``p`` and a target ``q``, each a next-token distribution per context.
+"""Model pairs (docs/models.md): a draft ``p`` and a target ``q``, each a next-token distribution per context (the
+whole token prefix, a tuple of ints). Every model is lazy and deterministic: a context's rows depend only on
+the parameters and the context, never on query order.
 
-A context is the whole token prefix as a tuple of ints. Every model here is lazy and deterministic per
-context: the rows of a context depend only on the model's parameters and the context, never on query order.
-
-* :class:`SyntheticModel` — docs/models.md (layer_verification.txt App. G): correlated Gaussian logits.
-* :class:`TableModel` — explicit rows per context (floats or exact ``Fraction``s), prefix-dependent.
-* :class:`RandomRationalModel` — small-integer weights per context (optional zeros), for exact tests.
-
-:class:`ModelView` is what drafters and completions see: one round's model, its context, and the
-arithmetic (``fraction`` or ``float``) in which rows are validated, converted and cached.
+* :class:`SyntheticModel` — correlated Gaussian logits (layer_verification.txt App. G);
+* :class:`TableModel` — explicit rows per context, floats or exact ``Fraction``s;
+* :class:`RandomRationalModel` — small-integer weights per context, for exact tests;
+* :class:`ModelView` — one round's model and context, rows validated and cached in its arithmetic.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""The one randomness interface. Drafters and verifiers make every random choice through it.
+"""The one randomness interface (docs/randomness.md). Drafters and verifiers make every random choice through it.
 
-Two calls, each consuming exactly one uniform ``u`` in ``[0, 1]`` (docs/randomness.md):
-
-* ``bernoulli(prob) -> bool`` is ``u < prob``; ``prob == 1`` is always true (so ``u = 1``, possible only in
-  replay, cannot fail a sure event);
-* ``categorical(weights) -> int`` is the smallest index whose running sum of weights exceeds ``u·Σw``, in
-  index order (weights need not be normalised; a zero weight is never chosen; ``u = 1`` picks the last
-  positive weight).
-
-Handlers (engines) differ only in where ``u`` comes from: :class:`SamplingRandomness` draws it from a seeded
-generator, :class:`ReplayRandomness` reads it from a given array (the torch path feeds the same array), and
-the exact engine's chooser (``exact.enumeration``) explores every outcome with its probability. Rules never
-know which handler runs them.
+Two calls, each consuming exactly one uniform ``u`` in ``[0, 1]``: ``bernoulli(prob)`` is ``u < prob``, always true
+at ``prob == 1``; ``categorical(weights)`` is the smallest index whose running sum exceeds ``u·Σw`` (weights
+unnormalised; a zero weight is never chosen). Handlers differ only in where ``u`` comes from:
+:class:`SamplingRandomness` (a seeded generator), :class:`ReplayRandomness` (a given array, as the torch path
+feeds) and the exact engine's enumerating chooser (:mod:`exact.enumeration`). Rules never know which runs them.
 """
 
 from __future__ import annotations
@@ -28,7 +21,10 @@ from .numeric import Number, total
 
 
 class Randomness(Protocol):
-    """What a drafter or verifier may ask for."""
+    """What a drafter or verifier may ask for. ``bernoulli(prob)`` is ``u < prob``, and ``prob == 1`` is always true
+    (so ``u = 1``, possible only in replay, cannot fail a sure event); ``categorical(weights)`` is the smallest
+    index whose running sum of weights exceeds ``u·Σw``, in index order (``u = 1`` picks the last positive
+    weight)."""
 
     def bernoulli(self, prob: Number) -> bool: ...
 

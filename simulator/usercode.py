@@ -1,11 +1,9 @@
-"""Code specproof did not write — plugins, kernels, adapters and the modules that hold them — and the ways it can
-leave a run: where an exception came from, an exit or interrupt it raised, a module that fails to import, an
-optional dependency that is missing.
+"""Code specproof did not write — plugins, kernels, adapters and their modules — and the ways it can leave a run:
+an exception, an exit or interrupt it raised, a failed import, a missing optional dependency.
 
-Exit codes must not lie (docs/cli/README.md#exit-codes): a plugin that calls ``sys.exit(0)`` must not turn a gate
-green, and a ``KeyboardInterrupt`` that no signal caused is the plugin's doing, not the user's Ctrl-C. So the
-command line runs inside :func:`interrupts_recorded`, which records a real SIGINT or SIGTERM before raising
-``KeyboardInterrupt``; everything that runs user code turns an exit or interrupt it raised into a typed error
+Exit codes must not lie (docs/cli/README.md#exit-codes): a plugin's ``sys.exit(0)`` must not turn a gate green, nor
+its ``KeyboardInterrupt`` pass for the user's Ctrl-C. The command line runs inside :func:`interrupts_recorded`,
+which records a real SIGINT or SIGTERM; code running user code turns an exit or interrupt into a typed error
 unless :func:`interrupted` says the run was interrupted.
 """
 

@@ -1,13 +1,10 @@
 """The layer_verification.txt toy study as a grid of Monte Carlo cells, run through a resumable store.
 
-A :class:`Cell` is one configuration (verifier, tree, synthetic model parameters, model seeds, trials per seed).
-The paper's tables (Table 1 and the ablations of Tables 4–15, transcribed with their source lines in
-``data/layer_verification_toy.json``) map to cells by :func:`paper_cells`; equal configurations in different
-tables share their cell. :class:`Store` keeps one record per (cell, model seed), a line appended to its method's
-JSON Lines file when that seed finishes, so an interrupted sweep resumes where it stopped and a finished seed is
-never recomputed; records depend only on the cell and the seed (their wall time ``seconds`` aside), so a resumed
-sweep — in local processes or on a Dask cluster (:func:`run_cells`) — gives the same numbers. One process at a time
-appends to a store: a sweep holds its lock (:meth:`Store.lock`) and a second sweep on it refuses at once.
+A :class:`Cell` is one configuration; :func:`paper_cells` maps the paper's Tables 1 and 4–15 (transcribed with
+their source lines in ``simulator/data/layer_verification_toy.json``) to cells. :class:`Store` appends one record
+per (cell, model seed) as each seed finishes, so an interrupted sweep resumes without recomputing, and records
+depend only on the cell and seed, so a resumed sweep — local or on Dask (:func:`run_cells`) — gives the same
+numbers. One sweep at a time holds a store's lock (:meth:`Store.lock`).
 """
 
 from __future__ import annotations

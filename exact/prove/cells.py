@@ -1,11 +1,10 @@
 """The cell decomposition behind a symbolic proof (:mod:`exact.prove.proof`, docs/proofs.md).
 
-For each output sequence, the space of model pairs is split by the signs of the atoms its paths assumed —
-depth first, one atom at a time, only while some path's validity is open, signs no path tells apart kept together
-— and never into a cell the exact LP of a McCormick relaxation rules out (:class:`exact.prove.symbolic.LinearFeasibility`).
-In each cell the valid paths are known and the identity ``Σ P(path) = q^(H+1)(s)`` is checked as an identity of
-rational functions once the cell's equalities are substituted (:class:`Reduced`, :func:`vanishes`); a failing
-cell is searched for an exact witness point (:func:`witness`).
+For each output sequence the space of model pairs is split depth first by the signs of the atoms its paths
+assumed, only while some path's validity is open, never into a cell the relaxation rules out
+(:class:`exact.prove.symbolic.LinearFeasibility`). In each cell ``Σ P(path) = q^(H+1)(s)`` is checked as an
+identity of rational functions (:class:`Reduced`, :func:`vanishes`); a failing cell is searched for an exact
+witness point (:func:`witness`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """A small exact linear program: is a system of linear sign conditions on non-negative rationals satisfiable?
 
-The symbolic prover (:mod:`exact.prove.proof`) prunes a branch only when its linear conditions cannot hold together, so
-the decision must be exact: a float solver's "infeasible" near a degenerate system (``g > 0`` beside ``g < 0``:
-the best slack is exactly 0) would drop a region that exists, and a proof would skip it. The systems are tiny
-(a dozen variables, a few dozen conditions), so a dense two-phase simplex on :class:`fractions.Fraction` with
-Bland's rule (no cycling) decides them exactly.
-
-A condition is ``a·x + c  ⋈  0`` with ``⋈`` one of ``>``, ``>=``, ``=``; every variable is ``≥ 0``. Strict
-conditions share one slack ``t``: the system holds iff ``max t`` subject to ``a·x + c ≥ t`` (strict ones),
-``a·x + c ≥ 0``, ``= 0``, ``0 ≤ t ≤ 1`` is positive.
+The symbolic prover prunes a branch only when its conditions cannot hold together, so the decision must be exact:
+a float solver's "infeasible" near a degenerate system (``g > 0`` beside ``g < 0``) would drop a region that
+exists. The systems are tiny, so :func:`satisfiable` runs a dense two-phase simplex on
+:class:`fractions.Fraction` with Bland's rule (no cycling).
 """
 
 from __future__ import annotations
@@ -50,7 +45,11 @@ def _simplex(table: list[list[Fraction]], basis: list[int], objective: list[Frac
 
 def satisfiable(forms: Sequence[Form], size: int) -> tuple[bool, list[Fraction] | None]:
     """Whether the conditions hold together for some ``x ≥ 0`` (``size`` variables), and such an ``x``: a point
-    with every strict condition strict (the slack-maximising vertex)."""
+    with every strict condition strict (the slack-maximising vertex).
+
+    A condition is ``a·x + c  ⋈  0`` with ``⋈`` one of ``>``, ``>=``, ``=``. Strict conditions share one slack
+    ``t``: the system holds iff ``max t`` subject to ``a·x + c ≥ t`` (strict ones), ``a·x + c ≥ 0``, ``= 0``,
+    ``0 ≤ t ≤ 1`` is positive."""
     strict = [f for f in forms if f[2] == ">"]
     rows: list[tuple[list[Fraction], Fraction, bool]] = []  # A y (≤ or =) b over y = (x, t)
     for coeffs, const, rel in forms:

@@ -1,1 +1,2 @@
-"""The Monte Carlo engine: the reference path and the batched rounds, the statistics of a run, the toy study's sweep and its store, multi-round generations."""
+"""The Monte Carlo engine: the reference path and the batched rounds, rows per context, the statistics of a run,
+the test designs' pass probabilities, and multi-round generations."""

@@ -1,12 +1,10 @@
 """Multi-round generation: draft–verify rounds until ``N`` tokens exist, drafter state carried across rounds.
 
-:class:`GenerationState` holds what a generation carries between rounds and :meth:`GenerationState.after` is
-the one transition: Monte Carlo samples :func:`generate` (:func:`run_generations`); the exact engine
-(:func:`exact.generation_law.generation_law`) takes each round's exact law and applies the same transition to
-every outcome, so the rounds' choices are summed per round rather than multiplied out across rounds.
-After each round the drafter advances on the whole history (ADED updates its tri-gram table) and the next
-round's view follows the round's completion rule (greedy BV's modified target stays in force until its
-window has passed; every other rule leaves the target alone).
+:class:`GenerationState` holds what a generation carries between rounds and :meth:`GenerationState.after` is the
+one transition, shared by Monte Carlo (:func:`generate`, :func:`run_generations`) and the exact engine
+(:func:`exact.generation_law.generation_law`, which applies it to every outcome of each round's law). After a
+round the drafter advances on the history (ADED's table) and the next view follows the round's completion rule
+(greedy BV's modified target, for its window).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""Real causal-LM pairs (transformers) for every engine: processed next-token rows and one-pass tree scoring.
+"""Real causal-LM pairs (transformers) for every engine: processed next-token rows and one-pass tree scoring
+(docs/torch-path.md, "Real model pairs").
 
-* :class:`Processing` — temperature, top-k and top-p applied once to a model's logits; the processed rows are
-  what drafting samples from and what verification reads (docs/controls.md lists a mismatch between the two as a bug).
-* :func:`load_causal_lm` — a model from a local directory (``local_files_only``: nothing is fetched).
-* :class:`CausalLMPair` — a :class:`simulator.models.ModelPair` over a prompt: ``p(c)``/``q(c)`` run the draft
-  and target model on ``prompt + c`` (cached), and :meth:`CausalLMPair.batch_rows` many contexts in one
-  tree-attention pass — drafting asks for a layer at a time and the target scores a drafted tree at once
-  (:meth:`simulator.models.ModelView.prefetch`) — so the exact engine, Monte Carlo and the torch path use a
-  real pair like any other, with the rows a deployment computes.
-* :func:`tree_attention` and :func:`score_tree` — a tree in one forward pass: every node attends to the
-  prompt and to its own ancestors, at position ``len(prompt) − 1 + depth``.
-* :class:`ReprocessedDraft` — the mismatched-processing negative control (draft rows verified under another
-  temperature than the tokens were sampled with).
+* :class:`Processing` — temperature, top-k and top-p, applied once: drafting samples from and verification reads
+  the same processed rows;
+* :func:`load_causal_lm` — a model from a local directory (nothing is fetched);
+* :class:`CausalLMPair` — a :class:`simulator.models.ModelPair` over a prompt, scoring a whole tree in one pass
+  (:func:`tree_attention`, :func:`score_tree`);
+* :class:`ReprocessedDraft` — the mismatched-processing negative control.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""Speculative generation on real model pairs and a Spec-Bench-compatible runner (``specproof real``).
+"""Speculative generation on real model pairs and a Spec-Bench-compatible runner (``specproof real``,
+docs/cli/real.md).
 
-Each round drafts a tree layer by layer with the draft model (one tree-attention pass per layer gives the
-processed rows the scheme samples each node's children from, through the randomness interface), scores the
-whole tree with the target in one forward pass (:meth:`simulator.torch_path.real.CausalLMPair.batch_rows`), and lets the
-batched torch verifier decide (:func:`simulator.torch_path.verify.torch_verify`, uniforms from the round's
-generator). Target-only decoding
-samples the same processed target rows token by token: the baseline for block efficiency and tokens/s.
-
-Spec-Bench (Xia et al. 2024) reads ``question.jsonl`` lines ``{"question_id", "category", "turns": [...]}``
-and writes one answer line per question: ``{"question_id", "answer_id", "model_id", "choices": [{"index": 0,
-"turns": [...], "idxs": [...], "new_tokens": [...], "wall_time": [...], "accept_lengths": [[...], ...]}],
-"tstamp"}``, where ``accept_lengths`` holds the tokens emitted per step (accepted draft tokens + 1).
+:func:`speculative_generate` drafts a tree layer by layer with the draft model, scores it with the target in one
+pass (:meth:`simulator.torch_path.real.CausalLMPair.batch_rows`) and lets the batched torch verifier decide
+(:func:`simulator.torch_path.verify.torch_verify`); :func:`target_generate` is the target-only baseline for block
+efficiency and tokens/s. :func:`run_spec_bench` reads and writes Spec-Bench's files (Xia et al. 2024).
 """
 
 from __future__ import annotations
@@ -101,6 +95,7 @@ class BenchSummary:
 
 
 def read_questions(path: str) -> list[dict]:
+    """Spec-Bench's ``question.jsonl``: one ``{"question_id", "category", "turns": [...]}`` object per line."""
     out = []
     for i, line in enumerate(Path(path).read_text().splitlines()):
         if not line.strip():
@@ -119,7 +114,10 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
                    answers: str, new_tokens: int, draft_processing: Processing, target_processing: Processing,
                    seed: int, model_id: str) -> BenchSummary:
     """Answer every turn of every question speculatively (and once target-only, for the baseline); write
-    Spec-Bench's answer lines to ``answers``."""
+    Spec-Bench's answer lines to ``answers``, one per question: ``{"question_id", "answer_id", "model_id",
+    "choices": [{"index": 0, "turns": [...], "idxs": [...], "new_tokens": [...], "wall_time": [...],
+    "accept_lengths": [[...], ...]}], "tstamp"}``, where ``accept_lengths`` holds the tokens emitted per step
+    (accepted draft tokens + 1)."""
     steps, emitted, kept, spec_seconds, base_seconds, base_tokens = 0, 0, 0, 0.0, 0.0, 0
     with open(answers, "w") as out:
         for qi, question in enumerate(questions):

@@ -1,13 +1,9 @@
-"""Instance search: model pairs, vocabularies, shapes and drafting schemes, then local moves on the rows, until a
-pair shows a loss or the time is up.
+"""Instance search (docs/gate.md, "Hunting"): model pairs, vocabularies, shapes and drafting schemes, then local
+moves on the rows, until a pair shows a loss or the time is up.
 
-A subtle bug can hide from most pairs (some real bug classes show on one random pair in eight, or fewer), so
-one certificate rarely settles a question; :func:`hunt` certifies pair after pair. Each option the caller fixes
-(:class:`Fixed`) is held, the others are drawn from a generator seeded by ``seed``: the same seed and options
-give the same sequence of pairs on any machine. After each fresh pair that certifies lossless, ``LOCAL_MOVES``
-moves replace one row the certification read by a new random row and keep the change when the exact TVD does
-not decrease (a float kernel's rounding-level TVD climbs; an exact rule's zero TVD walks). The first lossy pair
-is shrunk (:mod:`specproof.gate.shrink`).
+Some bug classes show on one random pair in eight, or fewer, so one certificate rarely settles a question.
+:func:`hunt` certifies pair after pair, deterministically for a given seed; the first lossy pair is shrunk
+(:mod:`specproof.gate.shrink`).
 """
 
 from __future__ import annotations
@@ -89,7 +85,13 @@ class HuntResult:
 
 def hunt(what: Subject, time_limit: float, fixed: Fixed = Fixed(), seed: int = 0, arithmetic: str = "fraction",
          shrink_time: float = 10.0, on_pair: Callable[[int], None] = lambda n: None) -> HuntResult:
-    """Certify pairs until one is lossy or ``time_limit`` seconds pass (module docstring)."""
+    """Certify pairs until one is lossy or ``time_limit`` seconds pass, then shrink it.
+
+    Each option the caller fixes (``fixed``) is held; the others are drawn from a generator seeded by ``seed``, so
+    the same seed and options give the same sequence of pairs on any machine. After each fresh pair that certifies
+    lossless, :data:`LOCAL_MOVES` moves replace one row the certification read by a new random row and keep the
+    change when the exact TVD does not decrease (a float kernel's rounding-level TVD climbs; an exact rule's zero
+    TVD walks)."""
     if not time_limit > 0:
         raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
     rng = np.random.default_rng(seed)

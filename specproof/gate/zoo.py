@@ -1,12 +1,10 @@
-"""The mutation zoo (``specproof zoo``): real bug classes of speculative-decoding verifiers, each written as an
+"""The mutation zoo (``specproof zoo``, docs/gate.md): real bug classes of speculative-decoding verifiers, each an
 ordinary torch kernel or a plugin, and what each kind of test does with it.
 
-Every mutant is put through the gate as a check expected lossless (the default battery and a bounded hunt:
-:mod:`specproof.gate.runner`); a mutant the gate misses stays in the table. For each one the report gives the exact TVD
-on its reference instance (the first instance that showed the loss), the share of ``certify``'s default random
-pairs that show it, the time ``hunt`` needs to find it and the size of the shrunk reproducer, and the
-probability that each of three Monte Carlo test designs *passes* it (:mod:`simulator.montecarlo.designs`), computed from
-the reference instance's exact law.
+Each mutant goes through the gate as a check expected lossless (:mod:`specproof.gate.runner`). The report gives its
+exact TVD on a reference instance, the share of ``certify``'s default pairs that show it, ``hunt``'s time, the
+shrunk reproducer's size, and the probability that each Monte Carlo test design passes it
+(:mod:`simulator.montecarlo.designs`).
 """
 
 from __future__ import annotations

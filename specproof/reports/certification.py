@@ -1,11 +1,9 @@
 """The certification table: every built-in verifier certified exactly on one small synthetic instance.
 
-Each verifier is certified under every drafting scheme it is lossless under (docs/rules.md) and, for controls,
-under i.i.d. drafting; chain-only rules run on a chain of the same depth; the dynamic drafters run with
-:data:`TABLE_DRAFTERS` (small enough to enumerate in seconds). A row passes when the verdict
-matches the expectation: a lossless rule certified. A control certified lossless on this one instance is
-"not shown here" rather than a contradiction: a rule expected lossy is contradicted only by a proof, and one
-instance can miss its bug (a control's ``lossy_on`` names the shapes where it shows).
+Each verifier runs under every drafting scheme it is lossless under (docs/rules.md), controls under i.i.d.
+drafting, chain-only rules on a chain, dynamic drafters as :data:`TABLE_DRAFTERS`. A lossless rule certified
+lossless passes. A control certified lossless here is "not shown here", not a contradiction: one instance can
+miss its bug (its ``lossy_on`` names the shapes where it shows); only a proof contradicts an expected loss.
 """
 
 from __future__ import annotations

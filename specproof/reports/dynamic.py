@@ -1,13 +1,9 @@
 """The dynamic-drafter report (``specproof dynamic``): DySpec's and ADED's drafters, certified and measured.
 
-1. Exact certificates (rationals; DySpec's printed rule in float64, it needs the normal CDF) of every
-   verifier paired with DySpec's trees (Alg. 1 with budgets 1–6, Alg. 2) on random rational instances of
-   vocabulary 2–4: how many are lossless, the worst TVD, a counterexample where lossy.
-2. ADED's drafts over three rounds (the law of the first 7 tokens; each round emits at most 3): sample-and-
-   match and the one-draw-per-candidate-row control.
+1. Exact certificates of every verifier on DySpec's trees (Algs. 1–2), on random rational instances.
+2. ADED's drafts over three rounds: sample-and-match and the one-draw-per-candidate-row control.
 3. DySpec's App. D.1 greedy optimality against exhaustive enumeration.
-4. Monte Carlo on the synthetic default: accepted draft tokens per round of DySpec's tree against fixed trees
-   with the same number of draft tokens (drafted without replacement), under each verifier lossless on both.
+4. Monte Carlo: accepted draft tokens per round of DySpec's tree against fixed trees of as many draft tokens.
 """
 
 from __future__ import annotations

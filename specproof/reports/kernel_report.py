@@ -1,15 +1,12 @@
-"""The kernel report (``specproof kernels``): every torch kernel specproof knows, certified unmodified.
+"""The kernel report (``specproof kernels``): every torch kernel specproof knows, certified unmodified
+(docs/kernels.md).
 
-Three groups, each row a kernel through an adapter on a few model pairs (docs/kernels.md):
+1. transformers' ``_speculative_sampling`` as installed, in float64, float32, on torch's grid and in ensemble mode.
+2. Every array rule of :mod:`simulator.torch_path.verify`, black-box through the ``uniforms`` adapter: its law
+   against the shared rule's exact law (:func:`parity`), and its certificate.
+3. The example kernels of ``examples/torch_kernels.py``: production bug classes and their correct twins.
 
-1. transformers' ``_speculative_sampling`` as installed: chains of depth 1–3 (float64 and float32), on
-   torch's float grid, and its ensemble mode (``assistant_ensemble_weight=0.5``, biased by design).
-2. Every kernel of :mod:`simulator.torch_path.verify` black-box through the ``uniforms`` adapter: the largest TVD
-   between its law and its shared rule's exact law over a battery of small trees (:func:`parity`), and its
-   certificate on the shape and drafting its registry entry names.
-3. The example kernels of ``examples/torch_kernels.py``: eight production bug classes and their correct twins.
-
-A row's expectation is stated with it; a verdict against it is marked, and makes the command exit 1.
+A verdict against a row's stated expectation is marked and makes the command exit 1.
 """
 
 from __future__ import annotations
