@@ -1,12 +1,10 @@
-"""The arithmetic every array rule shares, once, for numpy and torch alike (the array API through
-``array-api-compat``): row sums, the clipped ratio, the residual, the categorical draw from a uniform, integer
-powers, distinct rows and GBV's ranking. Each is the array version of a scalar function of
-:mod:`simulator.numeric`, :mod:`simulator.randomness` or a reference rule, with the same float operations in the
-same order, so an array rule decides exactly as its reference on the same uniforms (float64 on the CPU). The
-single-step rules' own array arithmetic (RRS's targets, K-SEQ's ``ρ*`` and residual) is their array step's
-(:mod:`simulator.verifiers.single_step_arrays`).
+"""The arithmetic every array rule shares, written once for numpy and torch (the array API, ``array-api-compat``):
+row sums, the clipped ratio, the residual, the categorical draw, integer powers, distinct rows and GBV's ranking.
+Each mirrors a scalar function of :mod:`simulator.numeric`, :mod:`simulator.randomness` or a reference rule
+operation for operation, so an array rule decides exactly as its reference on the same uniforms (float64 on the
+CPU). Single-step rules' own arithmetic is in :mod:`simulator.verifiers.single_step_arrays`.
 
-Shapes: a row batch is ``[m, V]`` (one row per trial or node), per-row scalars are ``[m]``.
+Shapes: a row batch is ``[m, V]`` (a row per trial or node), per-row scalars ``[m]``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Exact ``E[τ]`` of token verification at the paper's scale, by dynamic programming over contexts.
+"""Exact ``E[τ]`` of token verification at the paper's scale, by dynamic programming over contexts, where
+enumerating draft trees is out of reach (``15^30`` at ``V = 15, H = 4``).
 
-Enumerating draft trees is out of reach at ``V = 15, H = 4`` (``15^30`` trees), but token verification only
-walks down one path, so its expected accepted length obeys a recursion over (shape node, context):
-``E(v, c) = E_X[Σ_i 1{position i accepted | X} (1 + E(w_i, c·X_i))]`` with ``X`` the children's i.i.d. tokens and
-``w_i`` the ``i``-th child. The expectation over ``X`` is the single-step rule's own
-(:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.accepted_mean`: for SpS, RRS and K-SEQ a sum that
-factorises over positions, for GR a sum over its tabulated flows), so this module holds the recursion only; the
-registry names each rule's array step for it (``VerifierSpec.exact_dp``). Every context of a level is handled at
-once (numpy, float64: exact up to rounding, ~1e-15).
+Token verification walks down one path, so ``E(v, c) = E_X[Σ_i 1{i accepted | X} (1 + E(w_i, c·X_i))]`` over
+(shape node, context), ``X`` the children's i.i.d. tokens, ``w_i`` the ``i``-th child. This module holds the
+recursion; the expectation over ``X`` is the single-step rule's
+(:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.accepted_mean`).
 """
 
 from __future__ import annotations
@@ -26,7 +23,11 @@ DP_RULES = tuple(name for name, spec in VERIFIERS.items() if spec.exact_dp is no
 
 def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
                          rows: ContextRows | None = None) -> float:
-    """Exact ``E[τ]`` of ``verifier`` (one of :data:`DP_RULES`) under i.i.d. drafting."""
+    """Exact ``E[τ]`` of ``verifier`` (one of :data:`DP_RULES`) under i.i.d. drafting. The registry names the rule's
+    array step for it (:class:`~simulator.verifiers.registry.VerifierSpec`'s ``exact_dp``), whose
+    :meth:`~simulator.verifiers.single_step_arrays.ArrayStep.accepted_mean` is for SpS, RRS and K-SEQ a sum that
+    factorises over positions, for GR a sum over its tabulated flows. Every context of a level is handled at once
+    (numpy, float64: exact up to rounding, ~1e-15)."""
     if verifier not in DP_RULES:
         raise InvalidParameterError("verifier", f"the DP covers {DP_RULES}, not {verifier!r}")
     step = VERIFIERS[verifier].exact_dp

@@ -59,8 +59,8 @@ class ContextRows:
         return reach
 
     def sample(self, which: object, ctx: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """:func:`categorical` over the row of :meth:`table` ``which`` of each context ``ctx`` with uniforms ``u``,
-        from running sums and a guide table computed once per table (:func:`guided_inverse_cdf`)."""
+        """:func:`simulator.array_ops.categorical` over the row of :meth:`table` ``which`` of each context ``ctx`` with
+        uniforms ``u``, from running sums and a guide table computed once per table (:func:`guided_inverse_cdf`)."""
         return _guided_draw(*self.sampling_tables(which), ctx, u)
 
     def sampling_tables(self, which: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -73,12 +73,13 @@ class ContextRows:
             self._running[which] = (running, guide_table(running, guide_buckets(self.vocab)), last_positive(table))
         return self._running[which]
 
-    #: the Monte Carlo engine's sums (closed forms, stacked solves), rows per context: see :class:`RowSource`
+    #: the Monte Carlo engine's sums (closed forms, stacked solves), rows per context: see
+    #: :class:`~simulator.verifiers.batched.frame.RowSource`
     exact_order, by_context = False, True
 
     def table(self, which: object) -> np.ndarray:
-        """The rows named ``which`` (:meth:`RowSource.entry`) at every context — a rule's :class:`Derived` rows (or
-        values) at every context with a ``p`` row, computed once."""
+        """The rows named ``which`` (:meth:`~simulator.verifiers.batched.frame.RowSource.entry`) at every context — a
+        rule's :class:`Derived` rows (or values) at every context with a ``p`` row, computed once."""
         which = rows_name(which)
         if isinstance(which, str):
             return getattr(self, which)
@@ -106,9 +107,10 @@ class ContextRows:
         return take_rows(self.rank_tables(False)[1], ids)
 
     def flow_step(self, step, ids: np.ndarray, cands: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, object]:
-        """A flow-defined rule's step (:meth:`RowSource.flow_step`): from step tables built once per context
-        (:meth:`flow_table_step`) where its array step has ``step_tables`` (GR), its residual drawn from running
-        sums and guide tables built with them; otherwise from its reference solver row by row."""
+        """A flow-defined rule's step (:meth:`~simulator.verifiers.batched.frame.RowSource.flow_step`): from step
+        tables built once per context (:meth:`flow_table_step`) where its array step has ``step_tables`` (GR), its
+        residual drawn from running sums and guide tables built with them; otherwise from its reference solver row by
+        row."""
         if step.step_tables is None:
             weights, residual = step.step_rows(self.p[ids], self.q[ids], cands, count)
             return weights, residual_draw(residual)
@@ -139,8 +141,9 @@ class ContextRows:
         """The step of the flow rule ``step`` (an array step with ``step_tables``: GR) for ``k`` i.i.d. candidates at
         contexts ``ctx`` whose candidate tuples have base-``V`` codes ``code``: ``[m, k + 1]`` — the flow to each
         candidate position's token where it first appears (0 for a repeat), then the reject weight, as
-        :meth:`SingleStepRule.step` builds them. The rule is solved lazily, once per context reached (``V^k`` tuples
-        per context rule out tables for every context up front at ``k = 3``); the tables are read by one gather."""
+        :meth:`~simulator.verifiers.rules.SingleStepRule.step` builds them. The rule is solved lazily, once per context
+        reached (``V^k`` tuples per context rule out tables for every context up front at ``k = 3``); the tables are
+        read by one gather."""
         store = self._flow_store(step, k, ctx)
         return take_rows(store.weights, store.slot[ctx] * self.vocab**k + code)
 

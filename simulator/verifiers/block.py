@@ -1,13 +1,6 @@
-"""Block verification on a chain draft (block_verification.txt, Sun et al., ICLR 2025).
-
-* ``bv`` — Algorithm 2 with Eqs. 4–5: ``p_0 = 1``, ``p_i = min(1, p_{i−1} q(X_i)/p(X_i))``,
-  ``h_i = S_i / (S_i + 1 − p_i)`` with ``S_i = Σ_x (p_i q_i(x) − p_i^draft(x))_+`` (``h_i = 0`` when
-  ``S_i = 0``), ``h_γ = p_γ``; ``τ`` is the *last* ``i`` whose Bernoulli(``h_i``) succeeds (0 if none);
-  the correction is drawn from ``norm((p_τ q_τ − p_τ^draft)_+)``, or from ``q_γ`` when ``τ = γ``.
-* ``greedy-bv`` — Appendix C, Algorithm 4: ``p_i = p_{i−1} q/p`` without the ``min``,
-  ``h_i = Σ(p_i q − p)_+ / Σ(p − p_i q)_+`` (Bernoulli of ``min(1, h_i)``), the last level accepted with
-  probability ``min(1, p_γ)``, correction from Eq. 30. It is lossless only with the distribution
-  modification of Algorithm 5 (Lemma 8), which it returns as a :class:`GreedyBlockCompletion`.
+"""Block verification on a chain draft (block_verification.txt, Sun et al., ICLR 2025): ``bv`` (Algorithm 2,
+:func:`block_verify`) and ``greedy-bv`` (Appendix C, Algorithm 4, :func:`greedy_block_decision`), lossless only
+with the distribution modification of Algorithm 5 (Lemma 8), which it returns as a :class:`GreedyBlockCompletion`.
 
 Every level draws its Bernoulli in order ``i = 1..γ`` (no early exit), then the correction token.
 """
@@ -41,7 +34,10 @@ def bv(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
 
 def block_verify(tree: DraftTree, nodes: Sequence[int], p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
     """Algorithm 2 along ``nodes`` (a root-to-leaf chain of ``tree``); ``p`` may be any draft law of the chain
-    (GBV passes the selected path's law)."""
+    (GBV passes the selected path's law). With Eqs. 4–5: ``p_0 = 1``, ``p_i = min(1, p_{i−1} q(X_i)/p(X_i))``,
+    ``h_i = S_i / (S_i + 1 − p_i)`` with ``S_i = Σ_x (p_i q_i(x) − p_i^draft(x))_+`` (``h_i = 0`` when ``S_i = 0``),
+    ``h_γ = p_γ``; ``τ`` is the *last* ``i`` whose Bernoulli(``h_i``) succeeds (0 if none); the correction is drawn
+    from ``norm((p_τ q_τ − p_τ^draft)_+)``, or from ``q_γ`` when ``τ = γ``."""
     gamma = len(nodes) - 1
     weights: list[Number] = [1]  # p_0 .. p_γ
     tau = 0
@@ -65,7 +61,9 @@ def block_verify(tree: DraftTree, nodes: Sequence[int], p: Rows, q: Rows, rng: R
 
 def greedy_block_decision(tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
                           verifier: str = "greedy-bv") -> tuple[int, int, int]:
-    """Algorithm 4; returns ``(node, y, γ)``."""
+    """Algorithm 4; returns ``(node, y, γ)``. ``p_i = p_{i−1} q/p`` without the ``min``,
+    ``h_i = Σ(p_i q − p)_+ / Σ(p − p_i q)_+`` (Bernoulli of ``min(1, h_i)``), the last level accepted with
+    probability ``min(1, p_γ)``, the correction from Eq. 30."""
     nodes = chain_of(tree, verifier)
     gamma = len(nodes) - 1
     weights: list[Number] = [1]

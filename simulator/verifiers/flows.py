@@ -1,30 +1,9 @@
-"""Single-step rules as flow networks (docs/rules.md; layer_verification.txt §3, App. C, E.2).
+"""Single-step rules as flow networks (docs/rules.md; layer_verification.txt §3, App. C, E.2): the tuple laws, the
+optimum ``α*``, and the flow-defined rules OPT (:func:`opt_flow`) and GR (:func:`gr_flow`).
 
-At one node with ``k`` candidates the network is source → tuple ``X`` (capacity ``P(X)``, the tuple law of the
-drafting scheme) → token ``x ∈ set(X)`` → sink (capacity ``q(x)``). A rule's *flow* ``f(X → x)`` is
-``P(X) · P(the rule accepts a candidate holding x | X)``; its *outgoing flow* at ``x`` is ``Σ_X f(X → x)``.
-A rule is lossless iff its outgoing flow never exceeds ``q`` and its residual is ``norm(q − outflow)``.
-
-This module holds the tuple laws, the optimum ``α*`` (O(V log V) for i.i.d. tuples), and the two rules that
-are defined by their flows rather than by a sequential procedure:
-
-* OPT — an exact maximum flow (networkx; rational capacities are scaled to integers, so rationals in give
-  rationals out). Its acceptance equals ``α*``.
-* GR (Global Resolution, Thomas & Pal, ICLR 2026) — a *reconstruction*: the paper is not in papers/ and its
-  code is not public. Following the structure docs/rules.md records, ``H*`` is the smallest minimiser of ``α*``;
-  tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject weight 1),
-  tuples with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens
-  (no reject). ``θ`` minimises the convex ``Σ_X P(X) log Z_X(θ) − Σ_y q(y) θ_y`` over ``|θ| ≤ 30`` with
-  ``θ_y ≤ 0`` for outside tokens; its gradient is expected flow minus ``q``, so at the optimum
-  inside tokens are saturated and outside tokens are within capacity, saturated where ``θ_y < 0`` (without
-  the sign bound the outside part is unbounded below whenever outside capacity exceeds outside mass).
-  Solver (:func:`.gr_solver.gr_dual`): projected Newton with the analytic Hessian, on tuples merged by token set,
-  to a projected gradient of 1e-12 in a handful of iterations. It replaced scipy's L-BFGS-B (still the
-  fallback should Newton stop short), which was several times slower — GR is solved at every node of a
-  Monte Carlo sweep — and stopped with projected gradients up to ~1e-6. Any residual overshoot is clipped
-  (flows into an over-full token are scaled down, the excess rejected), so capacities hold exactly and GR
-  is lossless exactly; only its acceptance is approximate. Stated tolerance: acceptance ≥ ``α* − 1e-6``
-  (checked in the tests).
+At a node with ``k`` candidates: source → tuple ``X`` (capacity ``P(X)``, the tuple law) → token ``x ∈ set(X)`` →
+sink (capacity ``q(x)``). A rule's flow ``f(X → x)`` is ``P(X)·P(accept a candidate holding x | X)``; the rule is
+lossless iff its outflow ``Σ_X f(X → x)`` never exceeds ``q``; its residual is ``norm(q − outflow)``.
 """
 
 from __future__ import annotations
@@ -136,7 +115,8 @@ def _lcm(values: Sequence[int]) -> int:
 @row_cache(2048)
 def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     """An exact maximum flow of the tuple → token network on integer capacities (rationals, or floats as the
-    binary fractions they are, scaled by a common denominator).
+    binary fractions they are, scaled by a common denominator), by networkx: OPT. Rationals in give rationals out,
+    and its acceptance equals ``α*``.
 
     A maximum flow is not unique and the rule's law depends on which one it is, so the choice is pinned:
     Edmonds–Karp (shortest augmenting paths, found in a fixed node order) on integer node labels, whose
@@ -173,7 +153,19 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
 
 @row_cache(256)  # a k = 3 solution holds V^3 tuples: a larger cache costs gigabytes
 def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
-    """The GR reconstruction described in the module docstring."""
+    """GR (Global Resolution, Thomas & Pal, ICLR 2026) — a *reconstruction*: we do not have its paper or code, so it
+    follows the structure docs/rules.md records. ``H*`` is the smallest minimiser of ``α*`` (:func:`alpha_star`);
+    tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject weight 1), tuples
+    with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens (no reject).
+
+    ``θ`` minimises the convex ``Σ_X P(X) log Z_X(θ) − Σ_y q(y) θ_y`` over ``|θ| ≤ 30`` with ``θ_y ≤ 0`` for outside
+    tokens; its gradient is expected flow minus ``q``, so at the optimum inside tokens are saturated and outside
+    tokens are within capacity, saturated where ``θ_y < 0`` (without the sign bound the outside part is unbounded
+    below whenever outside capacity exceeds outside mass). It is solved by :func:`.gr_solver.gr_dual`: projected
+    Newton with the analytic Hessian, on tuples merged by token set, to a projected gradient of 1e-12 (scipy's
+    L-BFGS-B as the fallback should Newton stop short). Any residual overshoot is clipped (flows into an over-full
+    token are scaled down, the excess rejected), so capacities hold exactly and GR is lossless exactly; only its
+    acceptance is approximate: at least ``α* − 1e-6`` (:data:`GR_TOLERANCE`, checked in the tests)."""
     exact = isinstance(p[0], Fraction)
     laws = tuple_law(p, k, law)
     _, inner = alpha_star(p, q, k, law)

@@ -1,15 +1,9 @@
-"""GR's dual problem, solved for one instance or for many at once (:mod:`.flows` holds GR itself).
+"""GR's dual problem, solved for one instance (:func:`gr_dual`) or a stack of many (:func:`gr_dual_batch`);
+:mod:`.flows` holds GR itself.
 
-GR's ``θ`` minimises ``Σ_r probs_r log(reject_r + member_r·e^θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper``, one
-row ``r`` per candidate tuple (``member`` its 0/1 token row, ``reject`` 1 where it has a reject option). The
-solver is written once, for a stack of ``M`` instances (``[M, R]`` and ``[M, F, F]`` arrays): every instance
-runs its own iterations (converged instances stop, the others go on) and every operation on an instance reads
-only that instance's slice — its sums over rows and tokens are BLAS matrix products with the shared 0/1 row
-matrix, on stacks padded to whole tiles of rows so that each entry is summed in the same order whatever the
-number of instances (:func:`_product`) — so an
-instance's ``θ`` does not depend on what else is in the stack: the reference path solves one instance at a
-time, Layer Verification's batched Monte Carlo path (:mod:`simulator.verifiers.batched.gr_stacks`) thousands, and an
-instance solved alone and in a stack gets the same ``θ`` (the tests check it bit for bit).
+``θ`` minimises ``Σ_r probs_r log(reject_r + member_r·e^θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper``, one row ``r``
+per candidate tuple (``member`` its 0/1 token row, ``reject`` 1 where it has a reject option). An instance's ``θ``
+is the same bit for bit alone or in any stack (the tests check it).
 """
 
 from __future__ import annotations
@@ -31,7 +25,7 @@ LEVENBERG = 1e-12
 #: 5 of 474,430). Convergence is still judged by the projected gradient alone, so a step taken this way can cost
 #: an iteration but never the tolerance; it saves the objective's evaluation (:meth:`_Stack.move`).
 FULL_STEP = 0.1
-ROW_TILE = 16  # BLAS products see whole tiles of rows (:func:`_product`): a multiple of 4, 8 and 16-row kernels
+ROW_TILE = 16  # BLAS products see whole tiles of rows (:func:`_product`): a multiple of 4-, 8- and 16-row blocks
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -348,6 +342,12 @@ def gr_dual_batch(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarr
     ones, so its Hessian is block diagonal. An instance Newton stops short on is solved again by L-BFGS-B. The
     flow is the one Newton's convergence test computed (recomputed for an instance L-BFGS-B solved): the same
     numbers as evaluating it afresh at the returned ``θ``.
+
+    Every instance runs its own iterations (converged instances stop, the others go on) and every operation on an
+    instance reads only that instance's slice — its sums over rows and tokens are BLAS matrix products with the
+    shared 0/1 row matrix, on stacks padded to whole tiles of rows (:func:`_product`) — so an instance's ``θ`` does
+    not depend on the stack: the reference path solves one instance at a time (:func:`gr_dual`), Layer
+    Verification's batched Monte Carlo path (:mod:`simulator.verifiers.batched.gr_stacks`) thousands.
     """
     reject = reject.astype(bool)
     upper = np.where(inner, GR_BOUND, 0.0)

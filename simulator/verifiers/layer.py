@@ -1,16 +1,8 @@
-"""Layer Verification (layer_verification.txt, Algs. 1–2 / 4, Eqs. 1–2, App. E.2).
+"""Layer Verification (layer_verification.txt, Algs. 1–2 / 4, Eqs. 1–2, App. E.2): a single-step rule lifted to a
+tree by forward node scoring (:func:`score_nodes`, Alg. 1) and backward sampling (:func:`sample_back`, Alg. 2).
 
-Forward node scoring (Alg. 1): ``a_0 = 1``; for each depth ``t``, with ``A_t`` the total score of the
-non-leaf nodes of that depth and ``λ_v = a_v / A_t``, the single-step rule solves the node's transformed
-problem — draft row ``p̃ = (p_v, 0)`` and target row ``q̃ = (A_t q_v, 1 − A_t)`` over ``Σ ∪ {Δ}`` (the dummy
-token Δ is never drafted, App. E.2) — and the children get ``a_w = λ_v · f(X → x_w)/P(X) / #[x_w ∈ X]``;
-the node's outgoing flow is ``flow_v(x) = λ_v Σ_X f(X → x)`` over real tokens, under the drafting scheme's
-tuple law.
-
-Backward sampling (Alg. 2): from depth ``H`` up to 0, one categorical over the nodes of the depth and ⊥ with
-weights ``a_v − Σ_x flow_v(x)`` and ``1 − Σ_v a_v`` (Eq. 1 times its common denominator); on a node, ``y``
-from ``norm(a_v q_v − flow_v)`` (Eq. 2). Assumption 4.2 (``flow_v ≤ a_v q_v``) holds whenever the rule is a
-lossless single-step rule for the tuple law, and is what makes LV lossless (Theorem 4.3).
+Assumption 4.2 (``flow_v ≤ a_v q_v``) holds whenever the rule is a lossless single-step rule for the tuple law, and
+is what makes LV lossless (Theorem 4.3).
 """
 
 from __future__ import annotations
@@ -35,7 +27,11 @@ class NodeScores:
 
 
 def score_nodes(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, law: str) -> NodeScores:
-    """The forward node-scoring stage (Alg. 1)."""
+    """The forward node-scoring stage (Alg. 1): ``a_0 = 1``; for each depth ``t``, with ``A_t`` the total score of
+    the non-leaf nodes of that depth and ``λ_v = a_v / A_t``, the single-step rule solves the node's transformed
+    problem (:func:`transformed_problem`; the dummy token Δ is never drafted, App. E.2) and the children get
+    ``a_w = λ_v · f(X → x_w)/P(X) / #[x_w ∈ X]``; the node's outgoing flow is ``flow_v(x) = λ_v Σ_X f(X → x)`` over
+    real tokens, under the drafting scheme's tuple law."""
     n, vocab = len(tree), len(q[0])
     zero = q[0][0] * 0
     scores: list[Number] = [zero] * n
@@ -69,7 +65,10 @@ def transformed_problem(p_v: Sequence[Number], q_v: Sequence[Number], mass: Numb
 
 def sample_back(levels: Sequence[Sequence[int]], scores: Sequence[Number], flows: Sequence[Sequence[Number]],
                 q: Rows, rng: Randomness) -> tuple[int, int]:
-    """The backward sampling stage (Alg. 2) over ``levels`` (the node ids of each depth, the root's first)."""
+    """The backward sampling stage (Alg. 2) over ``levels`` (the node ids of each depth, the root's first): from
+    depth ``H`` up to 0, one categorical over the nodes of the depth and ⊥ with weights ``a_v − Σ_x flow_v(x)`` and
+    ``1 − Σ_v a_v`` (Eq. 1 times its common denominator); on a node, ``y`` from ``norm(a_v q_v − flow_v)``
+    (Eq. 2)."""
     zero = scores[0] * 0
     for depth in range(len(levels) - 1, -1, -1):
         nodes = levels[depth]

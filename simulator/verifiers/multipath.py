@@ -1,12 +1,6 @@
 """Greedy multi-path block verification (GBV; Thomas & Pal 2026, as specified in docs/rules.md) for multi-chain
-drafts of ``K`` i.i.d. paths.
-
-At each prefix ``c`` tokens are ranked by the unclipped ratio ``r_c(x) = q(x|c)/p(x|c)`` (higher first; ties by
-smaller token id; ``p = 0`` ranks first), which orders whole paths lexicographically; the maximum of the ``K``
-drafted paths is selected. Its law: with ``F_c(x)`` the draft mass ranked below ``x``, ``A(root) = 0``,
-``X(root) = 1``, ``A(cx) = A(c) + X(c) F_c(x)``, ``X(cx) = X(c) p(x|c)``, the selected path's next-token law is
-``p̃(x|c) = [(A + X F_c(x) + X p(x|c))^K − (A + X F_c(x))^K] / [(A + X)^K − A^K]``. Block verification then
-runs on the selected path with ``p̃`` in place of ``p``.
+drafts of ``K`` i.i.d. paths: the best drafted path by the ranking of :func:`ranking` is selected, and block
+verification runs on it with the selected path's law ``p̃`` (:func:`selected_law`) in place of ``p``.
 
 ``bug-gbv-clipped`` selects by the clipped ratio ``min(1, q/p)`` but keeps the unclipped law — the tie-break
 mismatch between selection and its probability law of docs/controls.md.
@@ -39,7 +33,9 @@ def _clipped(qx: Number, px: Number) -> tuple[int, Number]:
 
 
 def ranking(p: Sequence[Number], q: Sequence[Number], score: Ranker = _unclipped) -> list[int]:
-    """Tokens from best to worst: by ``score(q, p)`` descending, ties by token id."""
+    """Tokens from best to worst: by ``score(q, p)`` descending, ties by token id. GBV ranks the tokens at each prefix
+    ``c`` by the unclipped ratio ``r_c(x) = q(x|c)/p(x|c)`` (``p = 0`` first), which orders whole paths
+    lexicographically; the maximum of the ``K`` drafted paths is selected."""
     def key(x: int) -> tuple:
         tier, value = score(q[x], p[x])
         return -tier, -value, x
@@ -60,7 +56,9 @@ def _chains(tree: DraftTree) -> list[list[int]]:
 
 
 def selected_law(tree: DraftTree, path: Sequence[int], p: Rows, q: Rows, k: int) -> list[tuple[Number, ...] | None]:
-    """``p̃`` along ``path`` (the law of the lexicographic maximum of ``k`` i.i.d. paths), per node."""
+    """``p̃`` along ``path`` (the law of the lexicographic maximum of ``k`` i.i.d. paths), per node. With ``F_c(x)``
+    the draft mass ranked below ``x``, ``A(root) = 0``, ``X(root) = 1``, ``A(cx) = A(c) + X(c) F_c(x)``,
+    ``X(cx) = X(c) p(x|c)``: ``p̃(x|c) = [(A + X F_c(x) + X p(x|c))^K − (A + X F_c(x))^K] / [(A + X)^K − A^K]``."""
     zero = q[0][0] * 0
     below, mass = zero, zero + 1  # A(c), X(c)
     out: list[tuple[Number, ...] | None] = [None] * len(tree)

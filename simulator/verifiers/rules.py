@@ -1,11 +1,10 @@
 """The single-step rules as objects every lift uses: sampling a step, and its flows (docs/rules.md).
 
-A :class:`SingleStepRule` is either *sequential* (a plan from :mod:`.single_step`) or *flow-defined* (a
-feasible flow from :mod:`.flows`, sampled per tuple with one categorical over its flows and a reject
-option). Either way :meth:`SingleStepRule.step` is what token verification runs, and
-:meth:`SingleStepRule.token_acceptance` / :meth:`SingleStepRule.outflow` are what Layer Verification needs —
-computed from the same plan or flow, so each rule is written once. Its array form, for many nodes at once, is its
-array step (:mod:`.single_step_arrays`), which holds the rule and is what the array rules receive.
+A :class:`SingleStepRule` is either *sequential* (a plan from :mod:`.single_step`) or *flow-defined* (a feasible
+flow from :mod:`.flows`). :meth:`SingleStepRule.step` is what token verification runs,
+:meth:`SingleStepRule.token_acceptance` and :meth:`SingleStepRule.outflow` what Layer Verification needs — all from
+the same plan or flow, so each rule is written once. Its array form, which the array rules receive, is its array
+step (:mod:`.single_step_arrays`).
 """
 
 from __future__ import annotations
@@ -33,6 +32,8 @@ class SingleStepRule:
         return tuple(candidates[: self.max_candidates])
 
     def step(self, candidates: Sequence[int], p: Row, q: Row, rng: Randomness, law: str) -> ss.StepResult:
+        """Token verification's step: a sequential rule runs its plan; a flow-defined rule samples the tuple with one
+        categorical over its flows and a reject option (:meth:`flow_weights`)."""
         cands = self.used(candidates)
         if self.plan is not None:
             return ss.run_plan(self.plan(cands, p, q), rng)

@@ -1,26 +1,10 @@
 """Single-step rules at one node (docs/rules.md): ``k`` candidate tokens, the node's draft row ``p`` and target
 row ``q``.
 
-Sequential rules are written once as a *plan*: the acceptance probability of each candidate given that the
-earlier ones were rejected, and the residual after all rejections. The plan is deterministic, so the same
-function serves sampling (:func:`run_plan`: one Bernoulli per candidate, in order, first success wins) and
-flows (:func:`plan_acceptance`: ``P(accept position i | X) = a_i Π_{j<i}(1 − a_j)``), which Layer
-Verification lifts (layer_verification.txt §3–4, App. E.2).
-
-* SpS (Leviathan et al.) — accept ``x`` w.p. ``min(1, q(x)/p(x))``; residual ``norm((q−p)_+)``.
-* RRS (with replacement; SpecInfer/EAGLE) — sequential SpS; after a rejection ``q ← norm((q−p)_+)``.
-* RRSw (without replacement; Jeon et al.) — as RRS, and also ``p(x) ← 0`` renormalised; stops when the
-  draft has no mass left. DySpec's verification (its Alg. 3) is this rule; its printed ``c ~ N(0, 1)``
-  (accept w.p. ``Φ(q/p)``) is kept as a negative control through ``accept``.
-* Deterministic RRS (point-mass drafts, EAGLE-2) — accept a distinct ``x`` w.p. ``q(x)``; else ``q(x) ← 0``
-  renormalised. Its acceptance never reads ``p``, so it is lossless under every drafting scheme.
-* K-SEQ (SpecTr, Sun et al. 2023) — ``β(ρ) = Σ min(p, q/ρ)``, ``p_acc(ρ) = 1 − (1 − β)^k``; ``ρ*`` is the root
-  of ``p_acc(ρ) = ρ β(ρ)`` on ``[1, k]`` by bisection keeping the upper end (any ``ρ ≥ ρ*`` is lossless, so
-  the exact rational bisection point is too); accept ``X_i`` w.p. ``min(1, q/(ρ* p))``; residual
-  ``norm((q − γ min(p, q/ρ*))_+)`` with ``γ = p_acc/β``. ``k = 1`` gives ``ρ* = 1``: SpS exactly.
-
-Each plan's array form — the same rule for many nodes at once, numpy and torch alike, which the array rules and the
-exact dynamic programme call — is its array step in :mod:`.single_step_arrays`.
+The sequential rules — SpS, RRS, RRSw (and DySpec's Alg. 3 as printed), deterministic RRS, K-SEQ — are each written
+once as a deterministic *plan* (:class:`Plan`), so that one function serves sampling (:func:`run_plan`) and the
+flows Layer Verification lifts (:func:`plan_acceptance`; layer_verification.txt §3–4, App. E.2). Each plan's array
+form, for many nodes at once, is its array step in :mod:`.single_step_arrays`.
 """
 
 from __future__ import annotations
@@ -39,13 +23,16 @@ Row = tuple[Number, ...]
 
 @dataclass(frozen=True)
 class Plan:
-    """Per-candidate acceptance probabilities (each given the earlier rejections) and the final residual."""
+    """Per-candidate acceptance probabilities (each given the earlier rejections) and the final residual.
+    Deterministic, so the same plan serves sampling and flows."""
 
     steps: tuple[tuple[int, Number], ...]  # (candidate position, acceptance probability)
     residual: Row
 
 
 def run_plan(plan: Plan, rng: Randomness) -> StepResult:
+    """Sample a plan: one Bernoulli per candidate, in order, the first success wins (its position, no residual);
+    when every one fails, no position and the residual."""
     for index, prob in plan.steps:
         if rng.bernoulli(prob):
             return index, None
@@ -53,7 +40,7 @@ def run_plan(plan: Plan, rng: Randomness) -> StepResult:
 
 
 def plan_acceptance(plan: Plan, k: int) -> list[Number]:
-    """``P(accept position i | candidates)`` for every position ``i < k``."""
+    """``P(accept position i | candidates) = a_i Π_{j<i}(1 − a_j)`` for every position ``i < k``."""
     out: list[Number] = [0] * k
     reach: Number = 1
     for index, prob in plan.steps:
@@ -63,11 +50,13 @@ def plan_acceptance(plan: Plan, k: int) -> list[Number]:
 
 
 def sps_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    """SpS (Leviathan et al.): accept ``x`` w.p. ``min(1, q(x)/p(x))``; residual ``norm((q−p)_+)``."""
     x = candidates[0]
     return Plan(((0, ratio(q[x], p[x])),), residual(q, p))
 
 
 def rrs_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    """RRS with replacement (SpecInfer/EAGLE): sequential SpS; after a rejection ``q ← norm((q−p)_+)``."""
     steps, target = [], tuple(q)
     for i, x in enumerate(candidates):
         steps.append((i, ratio(target[x], p[x])))
@@ -84,6 +73,9 @@ def _normal_cdf_acceptance(numerator: Number, denominator: Number) -> float:
 
 def rrsw_plan(candidates: Sequence[int], p: Row, q: Row,
               accept: Callable[[Number, Number], Number] = ratio) -> Plan:
+    """RRS without replacement (Jeon et al.): as RRS, and also ``p(x) ← 0`` renormalised; stops when the draft has no
+    mass left. DySpec's verification (its Alg. 3) is this rule; ``accept`` swaps in another acceptance probability
+    (:func:`dyspec_printed_plan`)."""
     steps, target, draft = [], tuple(q), list(p)
     for i, x in enumerate(candidates):
         steps.append((i, accept(target[x], draft[x])))
@@ -96,10 +88,13 @@ def rrsw_plan(candidates: Sequence[int], p: Row, q: Row,
 
 
 def dyspec_printed_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    """DySpec's Alg. 3 as printed, ``c ~ N(0, 1)`` (accept w.p. ``Φ(q/p)``): kept as a negative control."""
     return rrsw_plan(candidates, p, q, accept=_normal_cdf_acceptance)
 
 
 def deterministic_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    """Deterministic RRS (point-mass drafts, EAGLE-2): accept a distinct ``x`` w.p. ``q(x)``; else ``q(x) ← 0``
+    renormalised. Its acceptance never reads ``p``, so it is lossless under every drafting scheme."""
     steps, target, seen = [], list(q), set()
     for i, x in enumerate(candidates):
         if x in seen:
@@ -149,6 +144,10 @@ def kseq_rho(p: Row, q: Row, k: int) -> Number:
 
 
 def kseq_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    """K-SEQ (SpecTr, Sun et al. 2023): ``β(ρ) = Σ min(p, q/ρ)``, ``p_acc(ρ) = 1 − (1 − β)^k``, ``ρ*`` the root of
+    ``p_acc(ρ) = ρ β(ρ)`` on ``[1, k]`` (:func:`kseq_rho`: any ``ρ ≥ ρ*`` is lossless, so the exact rational
+    bisection point is too); accept ``X_i`` w.p. ``min(1, q/(ρ* p))``; residual ``norm((q − γ min(p, q/ρ*))_+)``
+    with ``γ = p_acc/β``. ``k = 1`` gives ``ρ* = 1``: SpS exactly."""
     k = len(candidates)
     rho = kseq_rho(tuple(p), tuple(q), k)
     beta = _beta(p, q, rho)

@@ -1,27 +1,7 @@
-"""The array step of every single-step rule, beside its reference: SpS, RRS, RRSw (and DySpec's Alg. 3 as printed),
-deterministic RRS and K-SEQ mirror the plans of :mod:`.single_step`, OPT and GR the flows of :mod:`.flows`, the
-rules themselves being the objects of :mod:`.rules` (docs/rules.md). Each is written once against the Python
-array API (``array-api-compat``), numpy and torch alike, with its reference's float operations in the same
-order, so that an array rule lifting it decides exactly as the reference lift does on the same uniforms (float64
-on the CPU).
-
-An :class:`ArrayStep` holds its reference :class:`~.rules.SingleStepRule` and does, for many nodes at once, what a
-lift asks of a single-step rule:
-
-* :meth:`ArrayStep.step` — token verification's step at the current node of each open tree: the accepted
-  candidate and the draw of a rejection's token (the array form of :meth:`SingleStepRule.step`, lifted by
-  :mod:`simulator.verifiers.batched.token_tree`);
-* :meth:`ArrayStep.acceptance_and_outflow` — Layer Verification's node problem: each candidate's token acceptance
-  and the outgoing flow (:meth:`SingleStepRule.token_acceptance`, :meth:`SingleStepRule.outflow`; lifted by
-  :mod:`simulator.verifiers.batched.layer`);
-* :meth:`ArrayStep.accepted_mean` — ``E[Σ_i 1{candidate i accepted} b_i(X_i)]`` under i.i.d. candidates, which the
-  exact dynamic programme for token verification (:mod:`exact.recursions.token_dp`) sums over contexts.
-
-The registry hands each array rule, and the exact programme, the step of its rule as an object
-(``VerifierSpec.array_rule``'s options, ``VerifierSpec.exact_dp``): none of them chooses a rule by a name. Rows a
-step derives from a node's rows alone (RRS's target after ``i`` rejections, K-SEQ's ``ρ*`` and residual) are named
-by :class:`~simulator.verifiers.batched.frame.Derived` keys, which a row source computes once per context where
-its rows are per context.
+"""The array step of every single-step rule, beside its reference (docs/rules.md): the plans of :mod:`.single_step`
+and the flows of :mod:`.flows` for many nodes at once. Each is written once for numpy and torch (the array API,
+``array-api-compat``) with its reference's float operations in the same order, so an array rule lifting it
+decides exactly as the reference lift on the same uniforms (float64 on the CPU).
 
 Shapes: ``m`` nodes (one per open tree), ``V`` tokens, ``k`` candidates, ``W`` the most children of a node.
 """
@@ -57,8 +37,19 @@ FLOW_MEAN_CHUNK = 256
 
 
 class ArrayStep:
-    """A single-step rule in array form (module docstring). A step does what the lifts of its rule in the registry
-    ask of it; the others refuse."""
+    """A single-step rule in array form: it holds its reference :class:`~.rules.SingleStepRule` and does, for many
+    nodes at once, what a lift asks of it — :meth:`step` for token verification (the array form of
+    :meth:`SingleStepRule.step`, lifted by :mod:`simulator.verifiers.batched.token_tree`),
+    :meth:`acceptance_and_outflow` for Layer Verification (:meth:`SingleStepRule.token_acceptance` and
+    :meth:`SingleStepRule.outflow`, lifted by :mod:`simulator.verifiers.batched.layer`), :meth:`accepted_mean` for
+    the exact dynamic programme (:mod:`exact.recursions.token_dp`). A step does what the lifts of its rule in the
+    registry ask of it; the others refuse.
+
+    The registry hands each array rule, and the exact programme, its rule's step as an object (the options of a
+    :class:`~simulator.verifiers.registry.VerifierSpec`'s ``array_rule``, its ``exact_dp``): none of them chooses a
+    rule by a name. Rows a step derives from a node's rows alone (RRS's target after ``i`` rejections, K-SEQ's ``ρ*``
+    and residual) are named by :class:`~simulator.verifiers.batched.frame.Derived` keys, which a row source computes
+    once per context where its rows are per context."""
 
     def __init__(self, rule: SingleStepRule) -> None:
         self.rule = rule

@@ -1,20 +1,11 @@
-"""Traversal Verification (traversal_verification.txt, Weng et al., NeurIPS 2025, Alg. 3, Eqs. 1–3).
+"""Traversal Verification (traversal_verification.txt, Weng et al., NeurIPS 2025, Alg. 3, Eqs. 1–3):
+:func:`traversal_verify` and the rules built on it.
 
-Leaves are visited in DFS post-order: the chain ``α`` from the root to the first remaining leaf is accepted
-with probability ``p_α(leaf)`` (one Bernoulli); on rejection the leaf is deleted and its parent ``u`` updated:
-the target ``q_u ← norm((p_α(u) q_u − p_u)_+)`` (Eq. 1), the draft ``p_u(x_leaf) ← 0`` renormalised (Eq. 2),
-the rate ``p_α(u) ← S/(S + 1 − p_α(u))`` with ``S = Σ_x (p_α(u) q_u − p_u)_+`` (Eq. 3; 0 when ``S = 0``, as BV
-does), and the rates of ``u``'s remaining subtree are recomputed, ``p(c) = min(1, p(u) q_u(x_c)/p_u(x_c))``
-(line 13). When the root itself is accepted, ``y`` is drawn from its current target.
-
-Alg. 3's zeroing update (Eq. 2) is right for without-replacement trees and lossy on i.i.d. trees with
-duplicate siblings (docs/corrections.md). Two lossless handlings of i.i.d. trees:
-
-* ``trv`` — duplicate siblings are merged into one node, recursively (a trie of the drafted paths, the merged
-  node's subtree the union of theirs), then Alg. 3 runs with the zeroing update;
-* ``trv-iid`` — duplicates stay separate nodes and the draft is left unchanged on rejection.
-
-``bug-trv-insertion-order`` visits leaves in insertion (node-index) order instead of DFS post-order.
+Alg. 3's zeroing update (Eq. 2) is right for without-replacement trees and lossy on i.i.d. trees with duplicate
+siblings (docs/corrections.md). Two lossless handlings of i.i.d. trees: ``trv`` merges duplicate siblings into one
+node, recursively (:func:`trv`); ``trv-iid`` keeps them apart and leaves the draft unchanged on rejection
+(:func:`trv_iid`). The control ``bug-trv-insertion-order`` visits leaves in node-index order instead of DFS
+post-order.
 """
 
 from __future__ import annotations
@@ -53,6 +44,15 @@ def _trie(tree: DraftTree, merge: bool) -> tuple[list[int], list[int], list[list
 
 def traversal_verify(tree: DraftTree, p: Rows, q: Rows, rng: Randomness, merge: bool = True,
                      zero_draft: bool = True, post_order: bool = True) -> tuple[int, int]:
+    """Alg. 3. Leaves are visited in DFS post-order (``post_order=False``: in insertion order): the chain ``α`` from
+    the root to the first remaining leaf is accepted with probability ``p_α(leaf)`` (one Bernoulli); on rejection
+    the leaf is deleted and its parent ``u`` updated (:func:`reject_child`): the target
+    ``q_u ← norm((p_α(u) q_u − p_u)_+)`` (Eq. 1), the draft ``p_u(x_leaf) ← 0`` renormalised (Eq. 2, with
+    ``zero_draft``), the rate ``p_α(u) ← S/(S + 1 − p_α(u))`` with ``S = Σ_x (p_α(u) q_u − p_u)_+`` (Eq. 3; 0 when
+    ``S = 0``, as BV does); then the rates of ``u``'s remaining subtree are recomputed (line 13,
+    :func:`child_rate`). When the root itself is accepted, ``y`` is drawn from its current target. With ``merge``,
+    duplicate siblings are merged into one node, recursively (:func:`_trie`: a trie of the drafted paths, the merged
+    node's subtree the union of theirs)."""
     rep, source, kids = _trie(tree, merge)
     n = len(rep)
     parent = [-1] * n

@@ -1,4 +1,4 @@
-"""What an array rule reads (package docstring): the tree as arrays, the rows and the uniform streams.
+"""What an array rule reads (:class:`Batch`): the tree as arrays, the rows and the uniform streams.
 
 Shapes: ``B`` trees, ``n`` nodes (BFS order, node 0 the root), ``V`` tokens, ``W`` the most children of a node;
 ``m`` the trees still open at a step (array rules work on the open trees only, as index arrays into the batch).
@@ -236,8 +236,12 @@ class GivenDraft:
 
 @dataclass
 class Batch:
-    """One array rule call's input: the drafted trees (:class:`DraftSource`, row ids into ``rows``), the tree's shape
-    and the uniform stream."""
+    """One array rule call's input: the tree's structure as arrays (:class:`TreeShape`), the drafted trees
+    (:class:`DraftSource`: tokens ``[B, n]`` and a row id per node ``[B, n]``) into ``rows``, a :class:`RowSource`
+    (the model's rows per context for Monte Carlo, the given rows of each tree and node for the torch path), and
+    the uniform stream (each tree's uniforms, read in the reference's order). The lifts of a single-step rule
+    (:mod:`.token_tree`, :mod:`.layer`) receive that rule as its array step
+    (:class:`~simulator.verifiers.single_step_arrays.ArrayStep`) and call it."""
 
     shape: TreeShape
     draft: DraftSource

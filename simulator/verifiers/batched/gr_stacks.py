@@ -1,18 +1,10 @@
-"""Layer Verification over GR, batched: the GR problems of many nodes solved as one stack.
+"""GR's problems of many nodes solved as one stack, for the batched lifts: Layer Verification over GR
+(:func:`lv_gr_node`) and token verification's GR step tables (:func:`tv_gr_tables`).
 
-LV hands each non-leaf node a transformed problem — draft ``(p_v, 0)``, target ``(A_t q_v, 1 − A_t)`` with
-``A_t`` the score mass of the node's depth (:mod:`simulator.verifiers.layer`) — and ``A_t`` depends on the whole
-drafted tree, so every node of every trial brings a GR problem of its own. The reference path builds GR's
-flow dictionaries over all ``V^k`` tuples per problem (:func:`simulator.verifiers.flows.gr_flow`); here the
-problems of a level's nodes across a batch of trials are stacked and solved by the same dual solver
-(:func:`simulator.verifiers.gr_solver.gr_dual_batch`), and LV reads off the two things it needs in closed
-form: the acceptance of the drafted tuple's tokens and the outgoing flow.
-
-Each problem is GR's as :func:`~simulator.verifiers.flows.gr_flow` states it — ``H*`` from the same
-sequential scan as :func:`~simulator.verifiers.flows.alpha_star`, tuples merged by token set (``P(set X = S)``,
-here in closed form per set; the reference sums the tuples of a set), over-full tokens clipped — so a trial's
-outcome equals the reference path's to rounding (the solver sees rows in another order and sums differ in
-their last bits).
+Each problem is GR's as :func:`~simulator.verifiers.flows.gr_flow` states it — ``H*`` from the same scan as
+:func:`~simulator.verifiers.flows.alpha_star`, tuples merged by token set, over-full tokens clipped — solved by
+:func:`simulator.verifiers.gr_solver.gr_dual_batch`, so a trial's outcome equals the reference path's to rounding
+(the solver sees rows in another order and sums differ in their last bits).
 """
 
 from __future__ import annotations
@@ -244,12 +236,17 @@ def _slopes(p: np.ndarray, q: np.ndarray, k: int, inner: np.ndarray, theta: np.n
 def lv_gr_node(p: np.ndarray, q: np.ndarray, cands: np.ndarray, problem: np.ndarray,
                grid: MassGrid | None = None, scale: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """GR at one LV node for a batch of trials: the transformed draft rows ``p`` ``[m, V+1]`` and target rows
-    ``q`` (:func:`simulator.verifiers.layer.score_nodes`), the drafted candidates ``[m, k]`` and ``problem``
+    ``q`` (:func:`simulator.verifiers.layer.score_nodes`: draft ``(p_v, 0)``, target ``(A_t q_v, 1 − A_t)``, with
+    ``A_t`` the score mass of the node's depth), the drafted candidates ``[m, k]`` and ``problem``
     ``[m, 2]``, the row id and ``A_t`` (equal rows for equal ``problem``). With ``grid`` (rows per context: the
     row id is the context's), Newton starts from the grid's guess at the contexts ``scale`` makes worth a grid
     (:meth:`MassGrid.guess`). Returns, per candidate position, GR's
     acceptance of its token given the tuple (``f(X → x)/P(X)``; 0 for a token GR does not route to) and the
-    outgoing flow ``Σ_X f(X → x)`` ``[m, V+1]``."""
+    outgoing flow ``Σ_X f(X → x)`` ``[m, V+1]``, both in closed form.
+
+    ``A_t`` depends on the whole drafted tree, so every node of every trial brings a GR problem of its own; where
+    the reference builds GR's flow dictionaries over all ``V^k`` tuples per problem
+    (:func:`simulator.verifiers.flows.gr_flow`), the problems of a level's nodes across the batch are stacked."""
     count, k = cands.shape
     # A token no trial can draft (LV's dummy Δ) has no rows and no flow: GR is solved without it, on V^k rather
     # than (V+1)^k tuples (its θ would sit at its bound and its outflow is 0).

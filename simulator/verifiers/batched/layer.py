@@ -1,13 +1,7 @@
-"""Layer Verification, batched (reference: :mod:`simulator.verifiers.layer`, Algs. 1–2, Eqs. 1–2, App. E.2).
-
-Forward (Alg. 1), depth by depth: ``A_t`` the score mass of the depth's non-leaf nodes, ``λ_v = a_v/A_t``; the
-single-step rule — its array step (:class:`~simulator.verifiers.single_step_arrays.ArrayStep`, from the registry:
-SpS, RRS, K-SEQ, OPT, GR) — solves each node's transformed problem, draft ``(p_v, 0)``, target ``(A_t q_v, 1 −
-A_t)`` (:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.acceptance_and_outflow`), and children get ``a_w
-= λ_v f(X → x_w)/P(X)/#[x_w ∈ X]``, the node its outgoing flow ``λ_v Σ_X f(X → x)``. Nodes of a depth with the same
-number of candidates are solved as one stack. Backward (Alg. 2): from the deepest depth up, one categorical over
-the depth's nodes (``a_v − Σ flow_v``) and ⊥ (``1 − Σ a_v``); on a node, ``y`` from ``norm(a_v q_v − flow_v)``
-(Eq. 2).
+"""Layer Verification, batched (reference: :mod:`simulator.verifiers.layer`, Algs. 1–2, Eqs. 1–2, App. E.2):
+:func:`lv` lifts a single-step rule given as its array step (:class:`~simulator.verifiers.single_step_arrays.ArrayStep`,
+from the registry: SpS, RRS, K-SEQ, OPT, GR), scoring forward depth by depth (Alg. 1), then sampling backward from
+the deepest depth up (Alg. 2, :func:`_backward`).
 """
 
 from __future__ import annotations
@@ -20,7 +14,13 @@ from .frame import Batch
 
 
 def lv(batch: Batch, step: ArrayStep) -> tuple[Any, Any]:
-    """The accepted node and emitted token of every tree, ``([B], [B])``, lifting the single-step rule ``step``."""
+    """The accepted node and emitted token of every tree, ``([B], [B])``, lifting the single-step rule ``step``.
+
+    Forward (Alg. 1), depth by depth: ``A_t`` the score mass of the depth's non-leaf nodes, ``λ_v = a_v/A_t``; the
+    step solves each node's transformed problem, draft ``(p_v, 0)``, target ``(A_t q_v, 1 − A_t)``
+    (:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.acceptance_and_outflow`), and children get
+    ``a_w = λ_v f(X → x_w)/P(X)/#[x_w ∈ X]``, the node its outgoing flow ``λ_v Σ_X f(X → x)``. Nodes of a depth with
+    the same number of candidates are solved as one stack."""
     xp, shape, rows = batch.xp, batch.shape, batch.rows
     size, n, vocab = batch.size, shape.n, rows.vocab
     dtype = rows.q.dtype
@@ -67,7 +67,8 @@ def lv(batch: Batch, step: ArrayStep) -> tuple[Any, Any]:
 
 def _backward(batch: Batch, scores: Any, flows: Any, outgoing: Any) -> tuple[Any, Any]:
     """Alg. 2: the accepted node and the emitted token (Eq. 2); ``flows [n, B, V]``, ``outgoing [B, n]`` their row
-    sums, summed when the flows were set (0 where none was)."""
+    sums, summed when the flows were set (0 where none was). From the deepest depth up, one categorical over the
+    depth's nodes (``a_v − Σ flow_v``) and ⊥ (``1 − Σ a_v``); on a node, ``y`` from ``norm(a_v q_v − flow_v)``."""
     xp, rows = batch.xp, batch.rows
     node, y = batch.full(batch.size, -1), batch.full(batch.size, 0)
     for level in reversed(batch.shape.levels):

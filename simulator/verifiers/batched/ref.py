@@ -28,7 +28,8 @@ class FunctionRef:
 @dataclass(frozen=True)
 class ArrayRuleRef(FunctionRef):
     """A rule's array rule in the registry: a function of :mod:`simulator.verifiers.batched` taking a
-    :class:`~simulator.verifiers.batched.frame.Batch` and returning ``(node [B], y [B])``.
+    :class:`~simulator.verifiers.batched.frame.Batch` and returning ``(node [B], y [B])``, with its options. Engines
+    look an array rule up here, never by the rule's name.
 
     ``float64``: the array rule computes in float64 whatever its inputs (the flow-defined rules, whose solver is a
     float64 CPU routine). ``target_completion``: the tokens after the emitted one follow the target (false for

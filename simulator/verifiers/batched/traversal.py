@@ -1,14 +1,6 @@
 """Traversal Verification, batched (reference: :func:`simulator.verifiers.traversal.traversal_verify`, Weng et
-al. 2025, Alg. 3, Eqs. 1–3).
-
-Rates (line 13) are computed as the DFS reaches a node (each rejection's recomputation of the subtree done
-lazily: the same numbers); the control, which may jump anywhere, recomputes the subtree as Alg. 3 states it.
-
-``merge`` (``trv``): duplicate siblings are merged into one node, recursively — each tree of the batch gets its
-own trie, held as ``rep [B, n]`` (the node standing for each node: the first in BFS order under the same
-merged parent with the same token) — and a rejected token is zeroed in its parent's draft (Eq. 2). Without it
-(``trv-iid``) every node stands for itself and the draft is left unchanged. ``post_order=False`` is the control
-``bug-trv-insertion-order`` (the alive leaf of smallest index instead of DFS post-order).
+al. 2025, Alg. 3, Eqs. 1–3): :func:`trv`, with duplicate siblings merged (``trv``) or kept apart (``trv-iid``),
+and the control ``bug-trv-insertion-order``.
 """
 
 from __future__ import annotations
@@ -62,7 +54,8 @@ def _columns(table: Any, cols: list[int]) -> list[Any]:
 
 def _sources(batch: Batch, rep: Any) -> Any:
     """``[B, n]``: the node whose rows a representative reads — the first member of its group (BFS order) that
-    has children in the drafted tree, else itself (a leaf carries no draft row; ``traversal._trie``)."""
+    has children in the drafted tree, else itself (a leaf carries no draft row;
+    :func:`simulator.verifiers.traversal._trie`)."""
     source = batch.xp.asarray(rep, copy=True)
     for w in range(batch.shape.n - 1, 0, -1):  # the smallest member with children wins
         if batch.shape.children[w]:
@@ -71,7 +64,14 @@ def _sources(batch: Batch, rep: Any) -> Any:
 
 
 def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any, Any]:
-    """The accepted node and emitted token of every tree, ``([B], [B])``."""
+    """The accepted node and emitted token of every tree, ``([B], [B])``.
+
+    Rates (line 13) are computed as the DFS reaches a node (each rejection's recomputation of the subtree done
+    lazily: the same numbers); the control, which may jump anywhere, recomputes the subtree as Alg. 3 states it.
+    ``merge`` (``trv``): duplicate siblings are merged into one node, recursively — each tree of the batch gets its
+    own trie, held as ``rep [B, n]`` (:func:`_trie`) — and a rejected token is zeroed in its parent's draft (Eq. 2).
+    Without it (``trv-iid``) every node stands for itself and the draft is left unchanged. ``post_order=False`` is
+    the control ``bug-trv-insertion-order`` (the alive leaf of smallest index instead of DFS post-order)."""
     xp, shape, rows, stream = batch.xp, batch.shape, batch.rows, batch.stream
     size, n = batch.size, shape.n
     everyone = batch.arange(size)
@@ -160,7 +160,7 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
     order = None if post_order else _trie_order(batch, alive, tparent)
 
     # The control: line 13 before any rejection, densely (every alive node below the root, every row the model's),
-    # and after each rejection for the whole remaining subtree, as Alg. 3 states it (:func:`refresh`).
+    # and after each rejection for the whole remaining subtree, as Alg. 3 states it (``refresh`` below).
     for start, end in spans if order is not None else ():
         par = tparent[:, start:end]  # [B, L]; −1 for a node merged into another
         safe = xp.where(par >= 0, par, xp.zeros_like(par))
