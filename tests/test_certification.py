@@ -22,6 +22,7 @@ LOSSLESS = [name for name, spec in VERIFIERS.items() if not spec.is_control]
 CONTROLS = [name for name, spec in VERIFIERS.items() if spec.is_control]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", LOSSLESS)
 def test_lossless_verifier_certifies_tvd_exactly_zero_on_100_instances(name):
     # 100 instances: enough for every coverage assertion below, for every rule (zeros: 85 to 91 of them)
@@ -48,6 +49,7 @@ def arithmetic_of(name: str) -> str:
     return "float" if VERIFIERS[name].float_only else "fraction"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONTROLS)
 def test_negative_control_is_flagged_with_a_counterexample(name):
     # The synthetic default instance (V=3, depth 2, branching 2; a control's demonstration tree where it
@@ -84,6 +86,7 @@ def test_same_harness_rejects_a_control_that_it_certifies_otherwise():
 GR_BASED = ["tv-gr", "lv-gr"]  # GR's optimiser sees slightly different inputs in float64: agreement to its tolerance
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", LOSSLESS + [c for c in CONTROLS if not VERIFIERS[c].float_only])
 def test_float64_agrees_with_fraction_within_1e_12(name):
     bound = GR_TOLERANCE if name in GR_BASED else 1e-12
@@ -97,6 +100,7 @@ def test_float64_agrees_with_fraction_within_1e_12(name):
         assert abs(float(exact.discrepancies()[0]) - approx.discrepancies()[0]) <= 1e-12
 
 
+@pytest.mark.slow
 def test_engine_target_law_equals_brute_force_joint():
     for inst in random_instances(VERIFIERS["tv-rrs"], 20, seed=5):
         law = round_law(inst.model, inst.drafter, "tv-rrs")

@@ -59,6 +59,7 @@ def test_law_rejects_bad_cases_with_exit_2_naming_the_field(tmp_path, overrides,
     assert field in result.stderr
 
 
+@pytest.mark.slow
 def test_certify_exit_codes_and_json(tmp_path):
     out = tmp_path / "cert.json"
     ok = run(["certify", "--verifier", "bv", "--topology", "chain", "--depth", "2", "--json", str(out)])
@@ -100,6 +101,7 @@ def test_list_names_everything():
         assert f" {name} " in out
 
 
+@pytest.mark.slow
 def test_report_writes_the_certification_table_plots_records_its_command_and_recomputes_nothing(
         tmp_path, monkeypatch):
     out = tmp_path / "r"
@@ -155,6 +157,7 @@ def test_user_verifier_defined_outside_the_project(tmp_path):
     (["--verifier", "bug-gbv-clipped", "--topology", "multi-chain"], 1),
     (["--verifier", "bug-trv-insertion-order", "--parents", "-1,0,0,1", "--drafting", "without-replacement"], 1),
 ])
+@pytest.mark.slow
 def test_certify_accepts_the_tree_verifiers_by_name(args, code):
     result = run(["certify", *args])
     assert result.returncode == code, result.stdout + result.stderr
@@ -177,6 +180,7 @@ def test_law_runs_traversal_on_the_papers_tree(tmp_path):
     assert sum(F(e["prob"]) for e in out["law"] if e["path"] == [0, 1]) == F(2, 3)
 
 
+@pytest.mark.slow
 def test_theorems_prints_and_writes_the_table(tmp_path):
     out = tmp_path / "t.md"
     result = run(["theorems", "--scale", "0.05", "--check", "single-step", "--check", "chains", "--out", str(out)])
@@ -194,6 +198,7 @@ def test_report_rejects_bad_study_options_naming_the_field(tmp_path, args, field
     assert not (tmp_path / "r").exists()  # rejected before any work
 
 
+@pytest.mark.slow
 def test_generate_exact_and_monte_carlo(tmp_path):
     # Sample-and-match on ADED's drafts over at least three rounds: lossless exactly; one draw per row: lossy.
     aded = ["--drafting", "aded", "--candidate-length", "2", "--candidates", "3", "--mcts-iterations", "10",
@@ -222,6 +227,7 @@ def test_generate_rejects_bad_drafter_settings_naming_the_field(args, field):
     assert result.returncode == 2 and f"error: {field}:" in result.stderr
 
 
+@pytest.mark.slow
 def test_dynamic_writes_its_report(tmp_path):
     result = run(["dynamic", "--out", str(tmp_path), "--instances", "10", "--seeds", "2", "--trials", "5",
                   "--tokens", "3"])

@@ -44,6 +44,7 @@ def test_every_control_has_its_shapes_here():
     assert set(SHAPES) == {name for name, spec in VERIFIERS.items() if spec.is_control}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_control_is_lossy_where_its_entry_says_and_lossless_where_its_bug_cannot_show(name):
     lossy, lossless = SHAPES[name]

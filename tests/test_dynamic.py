@@ -63,6 +63,7 @@ def test_dyspec_settings_are_checked():
         assert err.value.field == field
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vocab,budgets", [(2, range(1, 7)), (3, range(1, 7)), (4, (2, 4, 6))])
 def test_dyspec_trees_are_certified_under_rrsw_and_trv_and_flag_the_wrong_rules(vocab, budgets):
     for budget in budgets:
@@ -155,6 +156,7 @@ def aded(model, length=2, candidates=3) -> Aded:
         aded=AdedConfig(iterations=15, length=length, candidates=candidates)))
 
 
+@pytest.mark.slow
 def test_aded_over_three_rounds_is_certified_under_sample_and_match_and_per_row_is_flagged():
     for seed in range(2):
         model = RandomRationalModel(3, seed=seed, zero_prob=0.0)
@@ -180,6 +182,7 @@ def test_generation_law_carries_greedy_bv_modified_target_across_rounds():
     assert generation_law(model, chain, "bv", 5).tvd == 0
 
 
+@pytest.mark.slow
 def test_monte_carlo_generation_agrees_with_the_exact_rounds():
     model = SyntheticModel(3, seed=0)
     drafter = DySpecBudget(3)

@@ -162,6 +162,7 @@ def test_trv_lemma_check_rejects_traversal_in_insertion_order():
     assert not check.holds and check.worst_margin < 0
 
 
+@pytest.mark.slow
 def test_lv_does_not_always_beat_tv_exact_counterexample():
     # Found by `specproof theorems` (lv-vs-tv): on this tapered tree LV-lifted RRS accepts less than TV-lifted
     # RRS. Both are lossless; the gap is confirmed by a second method (Monte Carlo, 20,000 rounds each).

@@ -82,6 +82,7 @@ def without_torch(folder: Path) -> dict:
     return {**os.environ, "PYTHONPATH": str(folder)}
 
 
+@pytest.mark.slow
 def test_shipped_configs_pass_from_another_directory_the_first_without_torch(tmp_path):
     # the examples folder, unchanged, in a fresh project; every command run from a folder outside it
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
@@ -119,6 +120,7 @@ def test_shipped_configs_pass_from_another_directory_the_first_without_torch(tmp
     assert junit_counts(junit)[:2] == (9, 0) and "no baseline" not in out.stdout
 
 
+@pytest.mark.slow
 def test_gate_counts_by_hand_resumes_and_catches_a_moved_acceptance(tmp_path):
     config = write_config(tmp_path, SMALL)
     junit = tmp_path / "out.xml"
@@ -234,6 +236,7 @@ def test_shrinking_is_deterministic_keeps_the_loss_and_respects_its_time_bound()
         shrink(capture(model, make_drafter("iid", make_topology("chain", 1, 1)), subject("tv-sps"), "fraction"), 1)
 
 
+@pytest.mark.slow
 def test_certify_shrink_writes_a_reproducer_into_the_json(tmp_path):
     case_out, json_out = tmp_path / "case.json", tmp_path / "cert.json"
     out = run(["certify", "--verifier", "bug-match-per-row", "--model", "random-rational", "--vocab", "3",
@@ -252,6 +255,7 @@ def test_certify_shrink_writes_a_reproducer_into_the_json(tmp_path):
 
 
 # ---- hunting ------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_hunt_finds_a_bug_hidden_from_chains_and_holds_given_options(tmp_path):
     found = hunt(subject("bug-match-per-row"), 30, seed=0, shrink_time=5)
     assert found.found is not None and found.shrunk is not None and not found.shrunk.case.certify().lossless

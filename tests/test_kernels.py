@@ -202,6 +202,7 @@ def test_transformers_sampler_on_the_grid_accepts_a_zero_probability_draft(hf_sa
 
 
 # ---- the torch path black-box -----------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TORCH_VERIFIERS)
 def test_every_torch_verify_kernel_has_its_shared_rules_law(name):
     """Black-box: the kernel's own code, its uniforms symbolic, against the shared rule's exact law (float64,
@@ -219,6 +220,7 @@ def test_parity_can_fail():
     assert sum(abs(ours.get(k, 0) - sps.get(k, 0)) for k in set(ours) | set(sps)) / 2 > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(CONTROL_SHAPES) & set(TORCH_VERIFIERS) - {"bug-greedy-bv-nomod"}))
 def test_every_torch_control_is_flagged_black_box(name):
     """The controls certified through their torch kernel, on the shape their registry entry names lossy.
@@ -360,6 +362,7 @@ def kernel_retrying(parents, tokens, p, q):
             return 0, 0
 
 
+@pytest.mark.slow
 def test_a_kernel_with_endless_executions_stops_at_the_execution_cap():
     with pytest.raises(LimitError), limits(max_executions=200):
         _chain_certificate(RandomRationalModel(3, seed=1), 1, Kernel("test_kernels:kernel_retrying", "tree",

@@ -31,12 +31,14 @@ def _view(seed: int, vocab: int = 3) -> ModelView:
     return ModelView(RandomRationalModel(vocab=vocab, seed=seed, zero_prob=0.2), "fraction")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["lv-sps", "lv-rrs", "lv-kseq"])
 @pytest.mark.parametrize("shape,depth,branching,scheme", SHAPES)
 def test_layer_law_equals_enumeration(name, shape, depth, branching, scheme):
     recursion_matches_enumeration(name, shape, depth, branching, scheme, range(3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["lv-opt", "lv-gr"])
 def test_flow_defined_lifts_equal_enumeration(name):
     drafter = FixedShape(make_topology("complete", 2, 2))
@@ -44,6 +46,7 @@ def test_flow_defined_lifts_equal_enumeration(name):
     assert recursion_law(view, drafter, name).outcomes == view_law(view, drafter, VERIFIERS[name].fn).outcomes
 
 
+@pytest.mark.slow
 def test_leaves_at_several_depths():
     """An explicit tree whose leaves lie at depths 1, 2 and 3: only the depth-3 ones are summed in closed form,
     the shallower leaves' tokens (which change their inner siblings' scores) are enumerated."""
@@ -115,6 +118,7 @@ def test_layer_law_refuses_dynamic_trees():
         layer_law(_view(0), object(), "rrs")
 
 
+@pytest.mark.slow
 def test_reduction_certifies_where_enumeration_cannot():
     """complete(b = 2, H = 3) at V = 3: 3^14 ≈ 4.8 million draft trees for enumeration, 729 configurations above
     the leaves here; the certificate is exact (TVD = 0 against the target law computed apart), and its E[τ] agrees

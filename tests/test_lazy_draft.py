@@ -27,6 +27,7 @@ def laws(model, drafter, name, arithmetic="fraction"):
     return lazy, eager
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL)
 def test_lazy_and_eager_enumeration_give_identical_laws(name):
     # Random rational models (zeros in 30% of entries: short rows, pruned branches), every shape and scheme the

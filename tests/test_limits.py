@@ -57,6 +57,7 @@ def run_capped(args, cwd=None, timeout=120):
     (["mc", "--verifier", "tv-rrs", "--vocab", "100000"], ["--vocab", "--depth"]),
     (["generate", "--verifier", "tv-rrs", "--depth", "50", "--branching", "10"], ["--depth", "--branching"]),
 ])
+@pytest.mark.slow
 def test_out_of_reach_runs_are_refused_at_once_naming_the_options(args, options):
     start = time.perf_counter()
     result = run_capped(args, timeout=60)
@@ -106,6 +107,7 @@ def test_the_estimate_counts_what_the_run_enumerates():
         lambda rng: threshold.draft(ModelView(model), rng))))
 
 
+@pytest.mark.slow
 def test_run_time_count_stops_a_run_the_estimate_underrates(tmp_path):
     # One tree of the 3^6 (all tokens 2) costs 2^16 executions, every other one: the estimate's random descents
     # (64 of them, seeded) miss it and the estimate passes; the count then stops the run with exit 2 and says
@@ -166,6 +168,7 @@ def plugins(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_an_endless_loop_of_rng_calls_stops_at_the_choice_budget_naming_the_verifier(plugins):
     for command in (["certify", "--topology", "chain", "--depth", "1"],
                     ["mc", "--topology", "chain", "--depth", "1", "--seeds", "1", "--trials", "100"]):
@@ -174,6 +177,7 @@ def test_an_endless_loop_of_rng_calls_stops_at_the_choice_budget_naming_the_veri
         assert "loops:rng_forever" in result.stderr and "loops.py:7" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_a_loop_without_rng_is_stopped_by_the_timeout(plugins):
     for command in (["certify", "--topology", "chain", "--depth", "1"], ["law", "--case", "case.json"],
                     ["mc", "--topology", "chain", "--depth", "1", "--seeds", "1", "--trials", "100"]):

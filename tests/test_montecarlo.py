@@ -71,6 +71,7 @@ CONFIGS = [(4, "complete", 2, 2), (5, "tapered", 3, 3), (3, "multi-chain", 3, 2)
            (6, "explicit", None, None)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BATCHED)
 @pytest.mark.parametrize("vocab,shape,depth,branching", CONFIGS)
 def test_batched_path_returns_the_reference_outcome_of_every_trial(name, vocab, shape, depth, branching):
@@ -86,6 +87,7 @@ def test_batched_path_returns_the_reference_outcome_of_every_trial(name, vocab, 
     assert np.array_equal(codes, encode(sequences, vocab))
 
 
+@pytest.mark.slow
 def test_batched_paths_match_the_reference_on_random_explicit_trees():
     from exact.instances import random_shape
     rng = np.random.default_rng(0)
@@ -395,6 +397,7 @@ def test_empirical_tvd_by_hand():
 
 @pytest.mark.parametrize("name,shape", [("tv-rrs", "complete"), ("tv-kseq", "tapered"), ("trv", "complete"),
                                         ("lv-rrs", "multi-chain"), ("greedy-bv", "chain")])
+@pytest.mark.slow
 def test_monte_carlo_mean_agrees_with_exact_expected_accepted(name, shape):
     # Vocab 3, depth 2: small enough for the exact engine. |mean − E[τ]| within 4 standard errors.
     topology = make_topology(shape, 2, 2)
@@ -434,6 +437,7 @@ def test_power_bound_and_chi_square_calibration():
     assert 20 - 14 <= rejects <= 20 + 14
 
 
+@pytest.mark.slow
 def test_mc_cli_writes_the_summary(tmp_path):
     from test_cli import run
     out = tmp_path / "mc.json"

@@ -52,11 +52,13 @@ def test_lossless_rule_is_proved_for_every_pair_and_its_control_refuted(name, sc
     assert not cert.lossless and cert.tvd > 0
 
 
+@pytest.mark.slow
 def test_tv_sps_is_proved_at_three_tokens():
     """V = 3 (10 symbols): every drafted pair, every sign pattern of ``q − p``, every zero in a row."""
     assert prove("tv-sps", ONE_LEVEL, "iid", 3).verdict == "PROVED"
 
 
+@pytest.mark.slow
 def test_witness_is_a_reproducer_that_certify_case_calls_lossy(tmp_path):
     """The REFUTED command writes the witness; ``specproof certify --case`` (the ordinary engine) finds it LOSSY."""
     case = tmp_path / "case.json"
@@ -99,6 +101,7 @@ def _gbv_worst_path(tree, p, q, rng):
     return greedy_multipath_verify(tree, p, q, rng, select_by=reversed_ratio)
 
 
+@pytest.mark.slow
 def test_gbv_ranking_runs_symbolically_and_is_proved_with_a_control_refuted():
     """GBV ranks by ``q/p`` with ``p = 0`` first (a tier, not a float infinity): PROVED on two paths of one token at
     V = 2; the same selection turned upside down (the law kept) REFUTED there, its witness certified LOSSY."""
@@ -223,6 +226,7 @@ def _recheck(certificate: dict, subject: str, topology, trials: int, seed: int) 
     return found_off
 
 
+@pytest.mark.slow
 def test_written_certificate_is_rechecked_independently():
     """PROVED tv-rrs: at 12 random exact points every sequence lies in exactly one cell of the certificate and the
     exact engine's law equals the target there. The same re-check on the REFUTED control's certificate finds
@@ -233,6 +237,7 @@ def test_written_certificate_is_rechecked_independently():
     assert _recheck(control, "bug-residual-q", ONE_LEVEL, trials=12, seed=1) > 0
 
 
+@pytest.mark.slow
 def test_prove_stops_at_its_timeout_naming_the_field():
     """A proof too large for its wall-clock limit ends with exit 2 and the field ``timeout``, not a hang."""
     run = subprocess.run([sys.executable, "-m", "specproof.cli", "prove", "--verifier", "lv-rrs", "--vocab", "3",

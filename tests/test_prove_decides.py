@@ -93,6 +93,7 @@ def test_undecided_exits_4():
     assert run.exit_code == 4 and run.stdout.startswith("UNDECIDED"), run.output
 
 
+@pytest.mark.slow
 def test_timeout_prints_what_was_decided_so_far(monkeypatch):
     """A proof stopped by ``--timeout`` during its cells: exit 2, the time-limit error naming the stage, the runs,
     the cells decided (proved and failing) and the regions still open. Each cell is slowed to 0.2 s so that the

@@ -123,6 +123,7 @@ def test_exact_end_to_end_law_on_a_tiny_llama_pair(tiny_pair, name, shape, depth
     assert 0 < accepted < depth  # a real draft: sometimes accepted, not always
 
 
+@pytest.mark.slow
 def test_mismatched_draft_temperature_is_flagged_by_the_same_check(tiny_pair):
     draft, target = tiny_pair
     pair = CausalLMPair(draft, target, [1, 2])
@@ -193,6 +194,7 @@ def _save_pair_with_tokenizer(root) -> tuple[str, str]:
     return dirs[0], dirs[1]
 
 
+@pytest.mark.slow
 def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path, torch_device):
     import json
     import shutil

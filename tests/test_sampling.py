@@ -43,6 +43,7 @@ def chi_square_rejects(samples, law: dict) -> bool:
 CASES = [("tv-rrs", "complete", 1, 3, "iid"), ("greedy-bv", "chain", 2, 2, "iid")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,shape,depth,vocab,drafting", CASES)
 def test_sampling_mode_matches_exact_law_and_detects_a_control(name, shape, depth, vocab, drafting):
     model = SyntheticModel(vocab=vocab, seed=11)

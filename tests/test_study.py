@@ -89,6 +89,7 @@ def test_parallel_workers_give_the_same_records(tmp_path):
     assert all(numbers(serial.records(c)) == numbers(parallel.records(c)) for c in cells)
 
 
+@pytest.mark.slow
 def test_a_dask_local_cluster_sweep_equals_the_local_process_sweep_record_for_record(tmp_path):
     pytest.importorskip("distributed")
     cells = _cells()

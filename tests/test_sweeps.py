@@ -185,6 +185,7 @@ def _seed_by_hand(model, drafter, name: str, seed: int, trials: int) -> dict:
             "tvd": empirical_tvd(Histogram.of(encode(sequences, model.vocab), len(table)), table)}
 
 
+@pytest.mark.slow
 def test_mc_numbers_are_the_same_with_the_estimate_and_without_it(tmp_path):
     """``specproof mc`` (which runs the pilot) against :func:`monte_carlo` without an estimate, on the batched path
     (the same chunks, timed or not); and the reference path, whose chunks grow from a few trials as the pilot

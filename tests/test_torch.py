@@ -91,6 +91,7 @@ def _near_threshold_explains(name, parents, tokens, p, q, uniforms, decision, ex
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TORCH_VERIFIERS)
 def test_batched_torch_verifier_decides_exactly_as_the_shared_rule(name, torch_device):
     """On the CPU and, where one is present, on a CUDA GPU: the same array rule, the same decisions."""

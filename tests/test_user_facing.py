@@ -69,6 +69,7 @@ def test_an_internal_error_exits_3_not_1(monkeypatch):
     assert result.exit_code == 3 and "internal error" in result.output and "a bug of our own" in result.output
 
 
+@pytest.mark.slow
 def test_mc_exits_1_when_its_test_rejects_and_2_when_it_has_no_power(tmp_path):
     base = ["mc", "--topology", "chain", "--depth", "1", "--seeds", "2", "--trials", "4000"]
     assert run([*base, "--verifier", "tv-sps"]).returncode == 0
@@ -170,6 +171,7 @@ def test_flow_rules_and_gbv_refuse_a_zero_probability_token_with_a_typed_error(t
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_real_with_an_empty_model_directory_names_the_directory(tmp_path):
     pytest.importorskip("transformers")
     (tmp_path / "empty").mkdir()
@@ -202,6 +204,7 @@ def test_a_float_only_rule_under_fractions_says_to_pass_arithmetic_float():
     assert result.returncode == 2 and "--arithmetic float" in result.stderr
 
 
+@pytest.mark.slow
 def test_mc_and_generate_honour_seed(tmp_path):
     outs = {}
     for command in ("mc", "generate"):

@@ -54,6 +54,7 @@ def test_analytic_pass_probabilities_agree_with_draws_from_the_exact_law(shift):
     assert abs(chi_square_pass(law, target, 3, 2) - sim[2]) <= noise + 0.03
 
 
+@pytest.mark.slow
 def test_every_mutant_of_the_zoo_is_in_the_report_and_lossy_on_its_reference_instance():
     from specproof.gate.zoo import MUTANTS
 
