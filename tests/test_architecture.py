@@ -279,3 +279,43 @@ def test_module_file_names_repeat_only_for_a_rule_and_its_array_form():
                 if paths == sorted([f"simulator/verifiers/{name}", f"simulator/verifiers/batched/{name}"])}
     assert {name: paths for name, paths in repeated.items() if name not in parallel} == {
         "testing.py": ["exact/testing.py", "specproof/gate/testing.py"]}  # the alias of ALIASES
+
+
+def _module_graph(modules: dict[str, ast.Module]):
+    """Module-level imports as a directed graph of the tree's own modules (``from pkg import sub`` is an edge to
+    ``pkg.sub``; an import of a module's own parent package, initialised first anyway, is no edge)."""
+    import networkx as nx
+
+    def dotted(path: str) -> str:
+        return path[:-3].replace("/", ".").removesuffix(".__init__")
+
+    known = {dotted(p) for p in modules}
+    graph = nx.DiGraph()
+    for path, tree in modules.items():
+        source, package = dotted(path), path.rsplit("/", 1)[0].split("/")
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join((package[: len(package) - node.level + 1] if node.level else [])
+                                + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                while parts and ".".join(parts) not in known:
+                    parts.pop()
+                target = ".".join(parts)
+                if target and target != source and not source.startswith(target + "."):
+                    graph.add_edge(source, target)
+    return graph
+
+
+def test_no_import_cycle():
+    import networkx as nx
+
+    assert list(nx.simple_cycles(_module_graph(_layer_modules()))) == []
+    planted = {"specproof/cli/a.py": ast.parse("from specproof.cli import b\n"),
+               "specproof/cli/b.py": ast.parse("from specproof.cli.a import main\n")}
+    assert list(nx.simple_cycles(_module_graph(planted))) != []
