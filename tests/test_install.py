@@ -28,7 +28,7 @@ def test_a_non_editable_install_runs_specproof_from_elsewhere(tmp_path):
     helped = subprocess.run([str(target / "bin" / "specproof"), "--help"], capture_output=True, text=True,
                             cwd=elsewhere, env=env, timeout=60)
     assert helped.returncode == 0, helped.stderr
-    for command in ("certify", "prove", "mc", "report", "gate", "hunt", "zoo", "kernels", "real", "list"):
+    for command in ("certify", "prove", "mc", "report", "gate", "hunt", "zoo", "kernels", "real", "fetch", "list"):
         assert command in helped.stdout
     listed = subprocess.run([str(target / "bin" / "specproof"), "list"], capture_output=True, text=True,
                             cwd=elsewhere, env=env, timeout=60)

@@ -1,6 +1,6 @@
 """Every command the README shows, run as a new user would after each of its two set-up commands: in a fresh
-virtual environment holding only ``pip install -e .`` (no torch), and in the test environment (torch and the
-test extra). A command passes when it exits 0, 1 or 2, or is still running at 60 s, and prints no traceback:
+virtual environment holding only ``pip install -e .`` (no torch), and in the test environment (torch, the test
+and real extras). A command passes when it exits 0, 1 or 2, or is still running at 60 s, and prints no traceback:
 no documented command may end in exit 3 (a bug) or a Python traceback, whatever is installed."""
 
 from __future__ import annotations

@@ -135,14 +135,14 @@ def test_mismatched_draft_temperature_is_flagged_by_the_same_check(tiny_pair):
 
 def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, monkeypatch):
     """A common deployment bug: numbering the tree's tokens 0..L−1 instead of by depth."""
-    import simulator.torch_path.real as real
-    original = real.tree_attention
+    import simulator.torch_path.kv_cache as kv_cache
+    original = kv_cache.tree_inputs
 
-    def sequential(prompt_len, parents, dtype, device):
-        mask, positions = original(prompt_len, parents, dtype, device)
-        return mask, torch.arange(positions.shape[1], device=device)[None]
+    def sequential(cached, context_len, pending, parents, nodes, slot, dtype, device):
+        mask, positions = original(cached, context_len, pending, parents, nodes, slot, dtype, device)
+        return mask, torch.arange(cached, cached + positions.shape[1], device=device)[None]
 
-    monkeypatch.setattr(real, "tree_attention", sequential)
+    monkeypatch.setattr(kv_cache, "tree_inputs", sequential)
     draft, target = tiny_pair
     pair = CausalLMPair(draft, target, [1, 2])
     drafter = FixedShape(make_topology("complete", 2, 2), "without-replacement")
@@ -224,3 +224,79 @@ def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path, 
                                              choice["wall_time"]):
             assert new == 12 and steps == len(accepts) and wall > 0
             assert all(1 <= a <= 3 for a in accepts) and sum(accepts) >= 12  # depth 2: 1–3 tokens per step
+
+
+# --- the KV-cached real path (simulator.torch_path.kv_cache, simulator.torch_path.spec_bench) ---------------------
+
+def _round_mismatches(draft, target, name: str, shape, drafting: str, seed: int) -> tuple[int, int]:
+    """Generate 12 tokens on the cached path, then replay every round on the reference: the reference drafting on
+    rows from fresh passes over the round's context (:class:`CausalLMPair`, no cache) with the round's drafting
+    uniforms, and the reference rule with its verification uniforms. Returns (rounds, rounds that differ)."""
+    from simulator.randomness import ReplayRandomness
+    from simulator.torch_path.kv_cache import CachedLM
+    from simulator.torch_path.spec_bench import speculative_generate
+    from simulator.verifiers import VERIFIERS
+
+    processing = Processing(temperature=1.0)
+    drafter = FixedShape(shape, drafting)
+    result = speculative_generate(CachedLM(draft, processing), CachedLM(target, processing), [1, 2], drafter,
+                                  name, 12, seed)
+    wrong = 0
+    for r in result.rounds:
+        view = ModelView(CausalLMPair(draft, target, r.context, processing, processing), "float")
+        drafted = drafter.draft(view, ReplayRandomness(list(r.draft_uniforms)))
+        node, y = VERIFIERS[name].fn(drafted.tree, drafted.p, drafted.q, ReplayRandomness(list(r.verify_uniforms)))[:2]
+        wrong += (tuple(drafted.tree.tokens[1:]) != r.tokens[1:]) or (node, y) != (r.node, r.emitted)
+    return len(result.rounds), wrong
+
+
+@pytest.mark.parametrize("name,shape,drafting", [
+    ("tv-rrs", ("complete", 2, 2), "iid"),
+    ("tv-rrsw", ("complete", 3, 2), "without-replacement"),
+    ("bv", ("chain", 3, 1), "iid"),
+    ("gbv", ("multi-chain", 2, 3), "iid"),
+    ("trv", ("complete", 2, 2), "without-replacement"),
+])
+def test_cached_generation_decides_as_the_reference_round_by_round(tiny_pair, name, shape, drafting):
+    rounds, wrong = _round_mismatches(*tiny_pair, name, make_topology(*shape), drafting, seed=3)
+    assert rounds >= 4 and wrong == 0
+
+
+def test_a_cache_cut_to_the_wrong_branch_is_caught_by_the_same_replay(tiny_pair, monkeypatch):
+    import simulator.torch_path.kv_cache as kv_cache
+    keep = kv_cache._keep_positions
+    # A cache cut to its first entries instead of the accepted path's: right only when the first branch won.
+    monkeypatch.setattr(kv_cache, "_keep_positions", lambda cache, index: keep(cache, torch.arange(len(index))))
+    rounds, wrong = _round_mismatches(*tiny_pair, "tv-rrs", make_topology("complete", 2, 2), "iid", seed=3)
+    assert wrong >= 1
+
+
+def test_cached_rows_follow_plain_forward_passes_token_by_token(tiny_pair):
+    from simulator.torch_path.kv_cache import CachedLM
+    _, target = tiny_pair
+    cached, context = CachedLM(target, Processing()), [1, 2]
+    with torch.no_grad():
+        for x in [3, 0, 2, 2, 1]:
+            row = cached.extend(context, (-1,), (0,), ())[0]
+            plain = torch.softmax(target(input_ids=torch.tensor([context])).logits[0, -1].double(), -1)
+            assert float((row - plain).abs().max()) <= 1e-6
+            cached.commit(())
+            context.append(x)
+    assert cached.passes == 5
+
+
+def test_self_drafts_share_the_targets_tensors_and_name_bad_specs(tiny_pair):
+    from simulator.torch_path.real import self_draft
+    _, target = tiny_pair
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(self_draft(target, "self:skip=")(ids).logits, target(ids).logits)
+        one, two = self_draft(target, "self:exit=1"), self_draft(target, "self:skip=1")
+        assert torch.equal(one(ids).logits, two(ids).logits)  # both keep layer 0 only
+        assert not torch.allclose(one(ids).logits, target(ids).logits)
+    assert one.config.num_hidden_layers == 1 and target.config.num_hidden_layers == 2
+    assert one.model.layers[0].mlp.up_proj.weight.data_ptr() == target.model.layers[0].mlp.up_proj.weight.data_ptr()
+    for bad in ("self:skip=0,1", "self:skip=5", "self:exit=0", "self:exit=3", "self:drop=1", "self:skip=x"):
+        with pytest.raises(InvalidParameterError) as err:
+            self_draft(target, bad)
+        assert err.value.field == "draft"

@@ -3,15 +3,17 @@
 
 * :class:`Processing` — temperature, top-k and top-p, applied once: drafting samples from and verification reads
   the same processed rows;
-* :func:`load_causal_lm` — a model from a local directory (nothing is fetched);
+* :func:`load_causal_lm` — a model from a directory, a GGUF file or a fetched name (nothing from a model hub);
+  :func:`load_tokenizer` its tokenizer; :func:`self_draft` a draft made of the target's own layers;
 * :class:`CausalLMPair` — a :class:`simulator.models.ModelPair` over a prompt, scoring a whole tree in one pass
-  (:func:`tree_attention`, :func:`score_tree`);
+  (:func:`score_tree`);
 * :class:`ReprocessedDraft` — the mismatched-processing negative control.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -23,7 +25,8 @@ from simulator.errors import InvalidParameterError
 from simulator.models import Context, ModelView
 from simulator.randomness import Randomness
 from simulator.torch_path.devices import usable_device
-from simulator.trees import DraftTree, node_depths
+from simulator.torch_path.kv_cache import CachedLM
+from simulator.trees import DraftTree
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Processing:
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax(logits.double() / self.temperature, dim=-1)
+        if not self.top_k and self.top_p == 1:
+            return probs
         keep = torch.ones_like(probs, dtype=torch.bool)
         order = torch.argsort(probs, dim=-1, descending=True, stable=True)
         ranked = probs.gather(-1, order)
@@ -58,59 +63,187 @@ class Processing:
         return kept / kept.sum(dim=-1, keepdim=True)
 
 
-def load_causal_lm(path: str, dtype: torch.dtype = torch.float64, field: str = "model", device: str = "cpu"):
-    """A causal LM from a local directory, in evaluation mode (eager attention: it takes 4-D tree masks), on
-    ``device`` (``cpu``, ``cuda``, ``cuda:1``). A directory that is missing, holds no ``config.json``, or that
-    transformers cannot load raises :class:`InvalidParameterError` on ``field`` naming the directory; a device
-    torch cannot use raises it on ``device``."""
+def load_causal_lm(source: str, dtype: torch.dtype = torch.float64, field: str = "model", device: str = "cpu",
+                   cache_dir: str | None = None):
+    """A causal LM in evaluation mode on ``device`` (``cpu``, ``cuda``, ``cuda:1``), from ``source``: a local
+    directory saved by ``save_pretrained``, a ``.gguf`` file, or a name :mod:`simulator.torch_path.fetch` knows
+    (``smollm2``). A GGUF file is converted once into ``cache_dir`` (:func:`model_directory`). Nothing comes from a
+    model hub. A source that is missing or that transformers cannot load raises :class:`InvalidParameterError` on
+    ``field``; a device torch cannot use raises it on ``device``."""
     from transformers import AutoModelForCausalLM
 
-    folder = Path(path)
-    if not folder.is_dir():
-        raise InvalidParameterError(field, f"{path} is not a directory")
-    if not (folder / "config.json").is_file():
-        raise InvalidParameterError(field, f"{path} holds no config.json: not a saved causal LM "
-                                           "(save one with model.save_pretrained(DIR))")
+    folder = model_directory(source, field, cache_dir)
+    on = usable_device(device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype,
-                                                     attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype)
     except (OSError, ValueError) as err:
-        raise InvalidParameterError(field, f"cannot load a causal LM from {path}: {err}") from None
-    return model.to(usable_device(device)).eval()
+        raise InvalidParameterError(field, f"cannot load a causal LM from {source}: {err}") from None
+    return model.to(on).eval()
 
 
-def tree_attention(prompt_len: int, parents: Sequence[int], dtype: torch.dtype,
-                   device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """The additive 4-D mask ``[1, 1, L, L]`` and position ids ``[1, L]`` for ``prompt + draft nodes 1..n−1``
-    on ``device``: the prompt is causal; node ``v`` sees the prompt and its ancestors, at
-    ``prompt_len − 1 + depth(v)``."""
-    n = len(parents)
-    length = prompt_len + n - 1
-    allowed = torch.tril(torch.ones(length, length, dtype=torch.bool))
-    allowed[prompt_len:, prompt_len:] = False
-    depth = node_depths(parents)
-    for v in range(1, n):
-        a = v
-        while a > 0:
-            allowed[prompt_len + v - 1, prompt_len + a - 1] = True
-            a = parents[a]
-    mask = torch.zeros(1, 1, length, length, dtype=dtype)
-    mask[0, 0][~allowed] = torch.finfo(dtype).min
-    positions = list(range(prompt_len)) + [prompt_len - 1 + depth[v] for v in range(1, n)]
-    return mask.to(device), torch.tensor([positions], device=device)
+def model_directory(source: str, field: str = "model", cache_dir: str | None = None) -> Path:
+    """The ``save_pretrained`` directory behind ``source`` (:func:`load_causal_lm`). A fetched name is fetched
+    first; a ``.gguf`` file is loaded once with transformers' GGUF reader (which dequantises to float32, about
+    30 s for SmolLM2-135M on 2 cores) and saved with its tokenizer under ``<cache>/converted/<sha256>``, which
+    later loads take in about 2 s."""
+    from simulator.torch_path.fetch import ARTIFACTS, cache_dir as resolve_cache, fetch
+
+    if source in ARTIFACTS:
+        source = str(fetch(source, cache_dir))
+    path = Path(source)
+    if path.is_file() and path.suffix == ".gguf":
+        return _converted(path, resolve_cache(cache_dir), field)
+    if not path.is_dir():
+        raise InvalidParameterError(field, f"{source} is neither a model directory, a .gguf file nor a known name "
+                                           f"({', '.join(ARTIFACTS)})")
+    if not (path / "config.json").is_file():
+        raise InvalidParameterError(field, f"{source} holds no config.json: not a saved causal LM "
+                                           "(save one with model.save_pretrained(DIR))")
+    return path
+
+
+def _converted(gguf: Path, cache: Path, field: str) -> Path:
+    """``gguf`` saved as a transformers directory (float32 weights and the tokenizer) under ``cache``, keyed by
+    the file's SHA-256; written to a temporary folder and renamed, so an interrupted conversion leaves nothing."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from simulator.usercode import require
+
+    with open(gguf, "rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest() if hasattr(hashlib, "file_digest") else \
+            hashlib.sha256(handle.read()).hexdigest()
+    target = cache / "converted" / digest[:16]
+    if (target / "config.json").is_file():
+        return target
+    require("gguf", f"loading {gguf.name}", "real")
+    require("accelerate", f"loading {gguf.name}", "real")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
+    try:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        except (OSError, ValueError) as err:
+            raise InvalidParameterError(field, f"transformers cannot read {gguf}: {err}") from None
+        # The weights are dequantised already; without these marks save_pretrained refuses a "quantized" model.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(scratch)
+        tokenizer.save_pretrained(scratch)
+        scratch.rename(target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+#: the chat template used where a tokenizer has none: ChatML, the format SmolLM2-Instruct was trained on
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def load_tokenizer(source: str, field: str = "target", cache_dir: str | None = None):
+    """The tokenizer saved with ``source``'s model (:func:`model_directory`) and whether its chat template is
+    its own: where it has none, :data:`CHATML` is set and ``False`` returned, for the output to say so."""
+    from transformers import AutoTokenizer
+
+    folder = model_directory(source, field, cache_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise InvalidParameterError(field, f"no tokenizer in {source}: {err}") from None
+    own = bool(getattr(tokenizer, "chat_template", None))
+    if not own:
+        tokenizer.chat_template = CHATML
+    return tokenizer, own
+
+
+def self_draft(target, spec: str, field: str = "draft"):
+    """A draft made of ``target``'s own layers (self-speculative decoding, as in Draft & Verify and SWIFT):
+    ``self:skip=12,14,16,18`` drops those decoder layers, ``self:exit=K`` keeps the first ``K`` (then the final
+    norm and head). It is a model of the target's class with a config of fewer layers, its tensors the target's
+    own (no copy: the same storage), so transformers' assisted generation can run it as an assistant too."""
+    layers = target.config.num_hidden_layers
+    kind, _, value = spec.removeprefix("self:").partition("=")
+    try:
+        numbers = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidParameterError(field, f"{spec!r}: layer numbers must be integers") from None
+    if kind == "skip" and all(0 <= i < layers for i in numbers) and len(set(numbers)) < layers:
+        kept = [i for i in range(layers) if i not in set(numbers)]
+    elif kind == "exit" and len(numbers) == 1 and 1 <= numbers[0] <= layers:
+        kept = list(range(numbers[0]))
+    else:
+        raise InvalidParameterError(field, f"{spec!r}: expected self:skip=I,J,... (layers 0..{layers - 1}, not all) "
+                                           f"or self:exit=K (1 ≤ K ≤ {layers})")
+    return _with_layers(target, kept)
+
+
+def load_pair(draft: str, target: str, dtype: torch.dtype, device: str = "cpu", cache_dir: str | None = None):
+    """``(draft, target)`` models from the command line's ``--draft`` and ``--target`` (:func:`load_causal_lm`;
+    a ``self:`` draft is :func:`self_draft` of the target), checked to share a vocabulary."""
+    target_model = load_causal_lm(target, dtype, "target", device, cache_dir)
+    if draft.startswith("self:"):
+        return self_draft(target_model, draft), target_model
+    draft_model = load_causal_lm(draft, dtype, "draft", device, cache_dir)
+    check_vocabularies(draft_model, target_model)
+    return draft_model, target_model
+
+
+def check_vocabularies(draft, target) -> None:
+    """Refuse a draft and a target whose vocabularies differ, naming ``draft``."""
+    if draft.config.vocab_size != target.config.vocab_size:
+        raise InvalidParameterError("draft", "draft and target vocabularies differ "
+                                             f"({draft.config.vocab_size} vs {target.config.vocab_size})")
+
+
+def _with_layers(target, kept: list[int]):
+    """``target``'s class over the decoder layers ``kept`` (renumbered 0..), sharing every tensor."""
+    import copy
+
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = len(kept)
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = [config.layer_types[i] for i in kept]
+    new_index = {old: new for new, old in enumerate(kept)}
+    layer_key = re.compile(r"(^|\.)layers\.(\d+)\.")
+
+    def renamed(name: str) -> str | None:
+        found = layer_key.search(name)
+        if found is None:
+            return name
+        old = int(found.group(2))
+        if old not in new_index:
+            return None
+        return name[:found.start(2)] + str(new_index[old]) + name[found.end(2):]
+
+    with torch.device("meta"):
+        draft = type(target)(config)
+    state = {renamed(k): v for k, v in target.state_dict(keep_vars=True).items()}
+    draft.load_state_dict({k: v for k, v in state.items() if k is not None}, assign=True)
+    buffers = dict(target.named_buffers())
+    for name, buffer in list(draft.named_buffers()):
+        if buffer.is_meta:  # non-persistent buffers (rotary frequencies) are not in a state dict
+            source = next(k for k in buffers if renamed(k) == name)
+            owner, _, leaf = name.rpartition(".")
+            draft.get_submodule(owner)._buffers[leaf] = buffers[source]
+    draft.generation_config = copy.deepcopy(target.generation_config)
+    if getattr(target, "_tied_weights_keys", None) and config.tie_word_embeddings:
+        draft.tie_weights()
+    return draft.eval()
 
 
 @torch.no_grad()
 def score_tree(model, prompt: Sequence[int], tree: DraftTree, processing: Processing) -> torch.Tensor:
     """Processed next-token rows ``[n, V]`` of every node of ``tree`` (node 0: after the prompt), one pass, on
-    the model's device."""
+    the model's device (:class:`simulator.torch_path.kv_cache.CachedLM` on an empty cache)."""
     if not prompt:
         raise InvalidParameterError("prompt", "tree scoring needs at least one prompt token")
-    weights = next(model.parameters())
-    mask, positions = tree_attention(len(prompt), tree.parents, weights.dtype, weights.device)
-    ids = torch.tensor([list(prompt) + [int(t) for t in tree.tokens[1:]]], device=weights.device)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[0]
-    return processing(logits[len(prompt) - 1:])
+    return CachedLM(model, processing).extend(prompt, tree.parents, tree.tokens, range(1, len(tree)))
 
 
 class CausalLMPair:
@@ -122,9 +255,7 @@ class CausalLMPair:
 
     def __init__(self, draft, target, prompt: Sequence[int], draft_processing: Processing = Processing(),
                  target_processing: Processing = Processing()) -> None:
-        if draft.config.vocab_size != target.config.vocab_size:
-            raise InvalidParameterError("draft", "draft and target vocabularies differ "
-                                                 f"({draft.config.vocab_size} vs {target.config.vocab_size})")
+        check_vocabularies(draft, target)
         if not prompt:
             raise InvalidParameterError("prompt", "needs at least one token")
         self.draft, self.target, self.prompt = draft, target, tuple(prompt)

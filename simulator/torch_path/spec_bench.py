@@ -1,10 +1,13 @@
-"""Speculative generation on real model pairs and a Spec-Bench-compatible runner (``specproof real``,
+"""KV-cached speculative generation on real model pairs and a Spec-Bench-compatible runner (``specproof real``,
 docs/cli/real.md).
 
-:func:`speculative_generate` drafts a tree layer by layer with the draft model, scores it with the target in one
-pass (:meth:`simulator.torch_path.real.CausalLMPair.batch_rows`) and lets the batched torch verifier decide
-(:func:`simulator.torch_path.verify.torch_verify`); :func:`target_generate` is the target-only baseline for block
-efficiency and tokens/s. :func:`run_spec_bench` reads and writes Spec-Bench's files (Xia et al. 2024).
+:func:`speculative_generate` drafts a fixed-shape tree a level at a time (one draft pass per level, that level's
+nodes in one batch, :mod:`simulator.drafting_arrays`), scores it with the target in one pass over its KV cache
+(:class:`simulator.torch_path.kv_cache.CachedLM`), and lets the rule's array rule decide
+(:func:`simulator.torch_path.verify.torch_verify`); rows stay tensors on the models' device. On the same
+uniforms it decides exactly as the reference drafting and rule on the same rows (tested). :func:`target_generate`
+is the target-only baseline, cached too. :func:`run_spec_bench` reads and writes Spec-Bench's files (Xia et al.
+2024).
 """
 
 from __future__ import annotations
@@ -19,79 +22,191 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from simulator.array_ops import categorical
 from simulator.drafting import FixedShape
+from simulator.drafting_arrays import array_scheme
 from simulator.errors import InvalidParameterError
-from simulator.models import ModelView
-from simulator.randomness import SamplingRandomness
-from simulator.torch_path.real import CausalLMPair, Processing
+from simulator.torch_path.kv_cache import CachedLM
+from simulator.torch_path.real import Processing
 from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify
 from simulator.verifiers import VERIFIERS
 
 
 @dataclass
-class Generated:
-    tokens: list[int]
-    accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per step
-    seconds: float = 0.0
+class Round:
+    """One draft–verify round as it was decided: the tree's tokens, the uniforms read, the accepted node and the
+    token emitted after it (for the decision-by-decision check against the reference)."""
 
-
-def speculative_generate(pair: CausalLMPair, drafter: FixedShape, verifier: str, new_tokens: int,
-                         seed: int) -> Generated:
-    """``new_tokens`` tokens after ``pair.prompt`` by draft–verify rounds (the last round may overshoot; it is
-    cut)."""
-    usable = [v for v in TORCH_VERIFIERS if VERIFIERS[v].array_rule.target_completion]
-    if verifier not in usable:
-        raise InvalidParameterError("verifier", f"specproof real runs the torch path's verifiers whose later "
-                                                f"tokens follow the target: {usable}")
-    start = time.perf_counter()
-    rng, uniforms = SamplingRandomness([seed, 0]), np.random.default_rng([seed, 1])
-    out = Generated([])
-    view = ModelView(pair, "float")
-    while len(out.tokens) < new_tokens:
-        draft = drafter.draft(view, rng)  # a draft pass per layer, one target pass for the tree
-        tree, n = draft.tree, len(draft.tree)
-        zeros = (0.0,) * pair.vocab
-        p = torch.tensor([[row if row is not None else zeros for row in draft.p]], dtype=torch.float64)
-        q = torch.tensor([draft.q], dtype=torch.float64)
-        tokens = torch.tensor([[0] + [int(t) for t in tree.tokens[1:]]])
-        u = torch.tensor(uniforms.random((1, 2 * n + 2)))
-        node, y = torch_verify(verifier, tree.parents, tokens, p, q, u)
-        block = list(tree.path(int(node[0]))) + [int(y[0])]
-        out.tokens.extend(block)
-        out.accept_lengths.append(len(block))
-        view = view.advanced(tuple(block))
-    out.tokens = out.tokens[:new_tokens]
-    out.seconds = time.perf_counter() - start
-    return out
-
-
-@torch.no_grad()
-def target_generate(pair: CausalLMPair, new_tokens: int, seed: int) -> Generated:
-    """Target-only decoding: one token per forward pass from the processed target row."""
-    start = time.perf_counter()
-    rng = SamplingRandomness([seed, 2])
-    out = Generated([])
-    context: tuple[int, ...] = ()
-    while len(out.tokens) < new_tokens:
-        x = rng.categorical(pair.q(context))
-        out.tokens.append(x)
-        out.accept_lengths.append(1)
-        context = context + (x,)
-    out.seconds = time.perf_counter() - start
-    return out
+    context: tuple[int, ...]
+    tokens: tuple[int, ...]
+    draft_uniforms: tuple[float, ...]
+    verify_uniforms: tuple[float, ...]
+    node: int
+    emitted: int
 
 
 @dataclass
+class Generated:
+    tokens: list[int]
+    accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per step (target pass)
+    seconds: float = 0.0
+    draft_passes: int = 0
+    target_passes: int = 0
+    rounds: list[Round] = field(default_factory=list)
+
+
+def real_verifiers() -> list[str]:
+    """The verifiers ``specproof real`` runs: an array rule whose later tokens follow the target."""
+    return [v for v in TORCH_VERIFIERS if VERIFIERS[v].array_rule.target_completion]
+
+
+def speculative_generate(draft: CachedLM, target: CachedLM, context: Sequence[int], drafter: FixedShape,
+                         verifier: str, new_tokens: int, seed: int, stop: Sequence[int] = ()) -> Generated:
+    """Up to ``new_tokens`` tokens after ``context`` by draft–verify rounds (a round may overshoot; the output is
+    cut), ending early after a token of ``stop``. Drafting reads uniforms from ``numpy.random.default_rng([seed,
+    0])`` a level at a time, in the reference's order; the rule reads ``2n + 2`` per round from ``[seed, 1]``."""
+    if verifier not in real_verifiers():
+        raise InvalidParameterError("verifier", f"the real path runs the torch path's verifiers whose later "
+                                                f"tokens follow the target: {real_verifiers()}")
+    draw = array_scheme(drafter.scheme)
+    parents = tuple(drafter.topology.parents)
+    n = len(parents)
+    children: list[list[int]] = [[] for _ in parents]
+    for v in range(1, n):
+        children[parents[v]].append(v)
+    drafting, verifying = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
+    start = time.perf_counter()
+    out, context = Generated([]), list(context)
+    passes = draft.passes, target.passes
+    while len(out.tokens) < new_tokens and not (out.tokens and out.tokens[-1] in stop):
+        tokens = [0] * n
+        p_rows: dict[int, torch.Tensor] = {}
+        used: list[float] = []
+        for level in drafter.topology.levels():
+            growing = [v for v in level if children[v]]
+            if not growing:
+                break
+            rows = draft.extend(context, parents, tokens, [v for v in growing if v > 0])
+            for v, row in zip(growing, rows[-len(growing):]):
+                p_rows[v] = row
+                u = drafting.random(len(children[v]))
+                used.extend(u.tolist())
+                kids = draw(row[None, :], torch.as_tensor(u[None, :], device=row.device))[0].tolist()
+                for kid, token in zip(children[v], kids):
+                    tokens[kid] = token
+        q = target.extend(context, parents, tokens, range(1, n))
+        p = torch.zeros_like(q)
+        for v, row in p_rows.items():
+            p[v] = row
+        u = verifying.random((1, 2 * n + 2))
+        node, y = torch_verify(verifier, parents, torch.tensor([tokens], device=q.device), p[None], q[None],
+                               torch.as_tensor(u, device=q.device))
+        node, y = int(node[0]), int(y[0])
+        path = []
+        while node > 0:
+            path.insert(0, node)
+            node = parents[node]
+        block = [tokens[v] for v in path] + [y]
+        out.rounds.append(Round(tuple(context), tuple(tokens), tuple(used), tuple(u[0].tolist()),
+                                path[-1] if path else 0, y))
+        draft.commit(path)
+        target.commit(path)
+        context.extend(block)
+        out.tokens.extend(block)
+        out.accept_lengths.append(len(block))
+    out.tokens = _cut(out.tokens, new_tokens, stop)
+    out.seconds = time.perf_counter() - start
+    out.draft_passes, out.target_passes = draft.passes - passes[0], target.passes - passes[1]
+    return out
+
+
+def target_generate(target: CachedLM, context: Sequence[int], new_tokens: int, seed: int,
+                    stop: Sequence[int] = ()) -> Generated:
+    """Target-only decoding over the KV cache: one token per forward pass from the processed target row, drawn
+    from ``numpy.random.default_rng([seed, 2])``."""
+    uniforms = np.random.default_rng([seed, 2])
+    start = time.perf_counter()
+    out, context = Generated([]), list(context)
+    passes = target.passes
+    while len(out.tokens) < new_tokens and not (out.tokens and out.tokens[-1] in stop):
+        row = target.extend(context, (-1,), (0,), ())
+        x = int(categorical(row, torch.as_tensor(uniforms.random(1), device=row.device))[0])
+        target.commit(())
+        context.append(x)
+        out.tokens.append(x)
+        out.accept_lengths.append(1)
+    out.seconds = time.perf_counter() - start
+    out.target_passes = target.passes - passes
+    return out
+
+
+def _cut(tokens: list[int], limit: int, stop: Sequence[int]) -> list[int]:
+    """``tokens`` up to ``limit``, and up to the first stop token (kept)."""
+    tokens = tokens[:limit]
+    for i, x in enumerate(tokens):
+        if x in stop:
+            return tokens[:i + 1]
+    return tokens
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One question's totals over its turns: the speculative run and the target-only baseline."""
+
+    question_id: object
+    tokens: int  # kept tokens
+    emitted: int  # tokens emitted by the rounds (the last round's overshoot included)
+    steps: int  # rounds: target passes after the prompt's
+    seconds: float
+    draft_passes: int
+    baseline_tokens: int
+    baseline_seconds: float
+
+    @property
+    def block_efficiency(self) -> float:
+        return self.emitted / self.steps
+
+
+@dataclass(frozen=True)
 class BenchSummary:
-    questions: int
-    tokens: int  # generated (kept) tokens
-    block_efficiency: float  # tokens per target forward pass (mean emitted per step)
-    tokens_per_s: float
-    baseline_tokens_per_s: float
+    """A run's totals; standard errors are across questions (each question's own block efficiency)."""
+
+    answered: tuple[Answered, ...]
+
+    @property
+    def questions(self) -> int:
+        return len(self.answered)
+
+    @property
+    def tokens(self) -> int:
+        return sum(a.tokens for a in self.answered)
+
+    @property
+    def block_efficiency(self) -> float:
+        """Tokens emitted per target pass (mean tokens per step), over all steps."""
+        return sum(a.emitted for a in self.answered) / sum(a.steps for a in self.answered)
+
+    @property
+    def block_efficiency_se(self) -> float:
+        values = np.array([a.block_efficiency for a in self.answered])
+        return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / sum(a.seconds for a in self.answered)
+
+    @property
+    def baseline_tokens_per_s(self) -> float:
+        seconds = sum(a.baseline_seconds for a in self.answered)
+        return sum(a.baseline_tokens for a in self.answered) / seconds if seconds else float("nan")
 
     @property
     def speedup(self) -> float:
         return self.tokens_per_s / self.baseline_tokens_per_s
+
+    @property
+    def draft_passes_per_step(self) -> float:
+        return sum(a.draft_passes for a in self.answered) / sum(a.steps for a in self.answered)
 
 
 def read_questions(path: str) -> list[dict]:
@@ -110,41 +225,64 @@ def read_questions(path: str) -> list[dict]:
     return out
 
 
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """The token ids of ``messages`` under the tokenizer's chat template, ready for the assistant's reply."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+    return list(ids["input_ids"])
+
+
 def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier: str, drafter: FixedShape,
-                   answers: str, new_tokens: int, draft_processing: Processing, target_processing: Processing,
-                   seed: int, model_id: str) -> BenchSummary:
-    """Answer every turn of every question speculatively (and once target-only, for the baseline); write
-    Spec-Bench's answer lines to ``answers``, one per question: ``{"question_id", "answer_id", "model_id",
-    "choices": [{"index": 0, "turns": [...], "idxs": [...], "new_tokens": [...], "wall_time": [...],
-    "accept_lengths": [[...], ...]}], "tstamp"}``, where ``accept_lengths`` holds the tokens emitted per step
-    (accepted draft tokens + 1)."""
-    steps, emitted, kept, spec_seconds, base_seconds, base_tokens = 0, 0, 0, 0.0, 0.0, 0
-    with open(answers, "w") as out:
+                   answers: str | None, new_tokens: int, processing: Processing, seed: int, model_id: str,
+                   baseline: bool = True, progress=None) -> BenchSummary:
+    """Answer every turn of every question speculatively (and target-only, for the baseline, when ``baseline``),
+    under the tokenizer's chat template, each turn continuing the conversation with the speculative answer; stop
+    at ``new_tokens`` or the end-of-sequence token. Writes Spec-Bench's answer lines to ``answers`` (unless
+    ``None``), one per question: ``{"question_id", "answer_id", "model_id", "choices": [{"index": 0, "turns": [...],
+    "idxs": [...], "new_tokens": [...], "wall_time": [...], "accept_lengths": [[...], ...]}], "tstamp"}``, where
+    ``accept_lengths`` holds the tokens emitted per step (accepted draft tokens + 1). ``progress(i)`` is called
+    after question ``i``."""
+    stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    answered = []
+    out = open(answers, "w") if answers is not None else None
+    try:
         for qi, question in enumerate(questions):
-            history: list[int] = []
+            messages: list[dict] = []
             turns, idxs, news, walls, accepts = [], [], [], [], []
+            totals = dict(tokens=0, emitted=0, steps=0, seconds=0.0, draft_passes=0, baseline_tokens=0,
+                          baseline_seconds=0.0)
             for ti, turn in enumerate(question["turns"]):
-                history = history + list(tokenizer(str(turn))["input_ids"]) or [0]
-                pair = CausalLMPair(draft, target, history, draft_processing, target_processing)
-                result = speculative_generate(pair, drafter, verifier, new_tokens, seed + 1000 * qi + ti)
-                baseline = target_generate(pair, new_tokens, seed + 1000 * qi + ti)
-                history = history + result.tokens
-                turns.append(tokenizer.decode(result.tokens))
+                messages.append({"role": "user", "content": str(turn)})
+                context = chat_ids(tokenizer, messages)
+                turn_seed = seed + 1000 * qi + ti
+                result = speculative_generate(CachedLM(draft, processing), CachedLM(target, processing), context,
+                                              drafter, verifier, new_tokens, turn_seed, stop)
+                if baseline:
+                    base = target_generate(CachedLM(target, processing), context, new_tokens, turn_seed, stop)
+                    totals["baseline_tokens"] += len(base.tokens)
+                    totals["baseline_seconds"] += base.seconds
+                text = tokenizer.decode(result.tokens, skip_special_tokens=True)
+                messages.append({"role": "assistant", "content": text})
+                turns.append(text)
                 idxs.append(len(result.accept_lengths))
                 news.append(len(result.tokens))
                 walls.append(result.seconds)
                 accepts.append(result.accept_lengths)
-                steps += len(result.accept_lengths)
-                emitted += sum(result.accept_lengths)
-                kept += len(result.tokens)
-                spec_seconds += result.seconds
-                base_seconds += baseline.seconds
-                base_tokens += len(baseline.tokens)
-            out.write(json.dumps({"question_id": question["question_id"], "answer_id": uuid.uuid4().hex,
-                                  "model_id": model_id, "choices": [{"index": 0, "turns": turns, "idxs": idxs,
-                                                                      "new_tokens": news, "wall_time": walls,
-                                                                      "accept_lengths": accepts}],
-                                  "tstamp": time.time()}) + "\n")
-    return BenchSummary(len(questions), kept, emitted / steps if steps else 0.0,
-                        kept / spec_seconds if spec_seconds else 0.0,
-                        base_tokens / base_seconds if base_seconds else 0.0)
+                totals["tokens"] += len(result.tokens)
+                totals["emitted"] += sum(result.accept_lengths)
+                totals["steps"] += len(result.accept_lengths)
+                totals["seconds"] += result.seconds
+                totals["draft_passes"] += result.draft_passes
+            answered.append(Answered(question["question_id"], **totals))
+            if out is not None:
+                out.write(json.dumps({"question_id": question["question_id"], "answer_id": uuid.uuid4().hex,
+                                      "model_id": model_id, "choices": [{"index": 0, "turns": turns, "idxs": idxs,
+                                                                          "new_tokens": news, "wall_time": walls,
+                                                                          "accept_lengths": accepts}],
+                                      "tstamp": time.time()}) + "\n")
+                out.flush()
+            if progress is not None:
+                progress(qi)
+    finally:
+        if out is not None:
+            out.close()
+    return BenchSummary(tuple(answered))

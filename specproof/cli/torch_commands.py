@@ -8,63 +8,81 @@ from pathlib import Path
 
 import click
 
-from simulator.drafting import DRAFTING, FixedShape
-from simulator.errors import SpecproofError
+from simulator.drafting import FixedShape
+from simulator.drafting_arrays import ARRAY_SCHEMES
+from simulator.errors import InvalidParameterError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.trees import TOPOLOGIES
 from simulator.usercode import require
 from specproof.cli.group import main
-from specproof.cli.options import StageBars, check_count, command_line, tree_shape
+from specproof.cli.options import StageBars, check_count, command_line, progress_bar, tree_shape
 
 
 @main.command()
-@click.option("--draft", "draft_dir", required=True, type=click.Path(file_okay=False), help="draft model directory")
-@click.option("--target", "target_dir", required=True, type=click.Path(file_okay=False),
-              help="target model directory (its tokenizer is used)")
+@click.option("--target", required=True,
+              help="target model: a saved directory, a .gguf file or a fetched name (smollm2); its tokenizer is used")
+@click.option("--draft", required=True,
+              help="draft model: a directory, a .gguf file, a fetched name, or the target's own layers: "
+                   "self:skip=I,J,... or self:exit=K")
 @click.option("--questions", required=True, type=click.Path(dir_okay=False), help="Spec-Bench question.jsonl")
-@click.option("--answers", required=True, type=click.Path(dir_okay=False), help="answers .jsonl to write")
-@click.option("--verifier", required=True, help="a verifier with a torch path (simulator.torch_path.verify)")
+@click.option("--max-questions", type=int, help="only the first N questions")
+@click.option("--answers", type=click.Path(dir_okay=False), help="answers .jsonl to write (Spec-Bench's format)")
+@click.option("--verifier", required=True, help="a verifier with an array rule whose later tokens follow the target")
 @click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True)
 @click.option("--depth", type=int, default=3, show_default=True)
 @click.option("--branching", type=int, default=2, show_default=True)
 @click.option("--parents", help="explicit parent list (implies --topology explicit)")
-@click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True)
-@click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option("--drafting", type=click.Choice(list(ARRAY_SCHEMES)), default="iid", show_default=True)
+@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="per turn")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=0, show_default=True)
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--device", default="cpu", show_default=True,
-              help="where the two models run (cpu, cuda, cuda:1); the verifier decides on the CPU")
-def real(draft_dir, target_dir, questions, answers, verifier, topology, depth, branching, parents, drafting,
-         max_new_tokens, temperature, top_k, top_p, seed, device) -> None:
-    """Spec-Bench-compatible run on a local draft/target pair: answers in Spec-Bench's format, block efficiency
-    and tokens/s against target-only decoding."""
+@click.option("--device", default="cpu", show_default=True, help="where the models and the verifier run (cpu, cuda, cuda:1)")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]), default="float32", show_default=True,
+              help="the models' weights; rows are processed and verified in float64")
+@click.option("--baseline/--no-baseline", default=True, show_default=True, help="also decode target-only")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="where fetched and converted models live")
+def real(target, draft, questions, max_questions, answers, verifier, topology, depth, branching, parents, drafting,
+         max_new_tokens, temperature, top_k, top_p, seed, device, dtype, baseline, cache_dir) -> None:
+    """Spec-Bench-compatible run on a real pair, KV-cached: answers in Spec-Bench's format, block efficiency
+    (tokens per target pass, SE across questions) and tokens/s against target-only decoding."""
     require("transformers", "specproof real", "real")
-    check_output_file(answers, "answers")
-    from transformers import AutoTokenizer
-
-    from simulator.torch_path.real import Processing, load_causal_lm
-    from simulator.torch_path.spec_bench import read_questions, run_spec_bench
-
+    if answers is not None:
+        check_output_file(answers, "answers")
     check_count("max_new_tokens", max_new_tokens, 1)
+    if max_questions is not None:
+        check_count("max_questions", max_questions, 1)
+    import torch
+
+    from simulator.torch_path.real import Processing, load_pair, load_tokenizer
+    from simulator.torch_path.spec_bench import read_questions, real_verifiers, run_spec_bench
+
+    if verifier not in real_verifiers():
+        raise InvalidParameterError("verifier", f"choose from {real_verifiers()}")
     _, shape = tree_shape(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
-    draft = load_causal_lm(draft_dir, field="draft", device=device)
-    target = load_causal_lm(target_dir, field="target", device=device)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)
-    except (OSError, ValueError) as err:
-        raise SpecproofError("target", f"no tokenizer in {target_dir}: {err}") from None
-    summary = run_spec_bench(draft, target, tokenizer, read_questions(questions), verifier,
-                             FixedShape(shape, drafting), answers, max_new_tokens, processing, processing, seed,
-                             f"specproof-{verifier}")
-    click.echo(f"{verifier} on {topology} {list(shape.parents)}, drafting {drafting}: {summary.questions} questions, "
+    chosen = read_questions(questions)[:max_questions]
+    draft_model, target_model = load_pair(draft, target, getattr(torch, dtype), device, cache_dir)
+    tokenizer, own_template = load_tokenizer(target, "target", cache_dir)
+    if not own_template:
+        click.echo("note: the target's tokenizer has no chat template; using ChatML")
+    with progress_bar(len(chosen), "questions") as bar:
+        summary = run_spec_bench(draft_model, target_model, tokenizer, chosen, verifier, FixedShape(shape, drafting),
+                                 answers, max_new_tokens, processing, seed, f"specproof-{verifier}", baseline,
+                                 lambda i: bar.update(1))
+    click.echo(f"{verifier} on {topology} {list(shape.parents)}, drafting {drafting}, draft {draft}: "
+               f"{summary.questions} questions (ids {', '.join(str(a.question_id) for a in summary.answered)}), "
                f"{summary.tokens} tokens")
-    click.echo(f"  block efficiency {summary.block_efficiency:.3f} tokens per target pass; "
-               f"{summary.tokens_per_s:.1f} tokens/s vs target-only {summary.baseline_tokens_per_s:.1f} "
-               f"(x{summary.speedup:.2f})")
-    click.echo(f"  answers written to {answers}")
+    click.echo(f"  block efficiency {summary.block_efficiency:.3f} ± {summary.block_efficiency_se:.3f} tokens per "
+               f"target pass (SE across questions); {summary.draft_passes_per_step:.2f} draft passes per step")
+    if baseline:
+        click.echo(f"  {summary.tokens_per_s:.1f} tokens/s vs target-only {summary.baseline_tokens_per_s:.1f} "
+                   f"(x{summary.speedup:.2f})")
+    else:
+        click.echo(f"  {summary.tokens_per_s:.1f} tokens/s")
+    if answers is not None:
+        click.echo(f"  answers written to {answers}")
 
 
 @main.command()
