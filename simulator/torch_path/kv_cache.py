@@ -12,6 +12,7 @@ processed (:class:`simulator.torch_path.real.Processing`), as tensors on the mod
 from __future__ import annotations
 
 import inspect
+import time
 from typing import Sequence
 
 import torch
@@ -46,7 +47,8 @@ def tree_inputs(cached: int, context_len: int, pending: int, parents: Sequence[i
 
 
 class CachedLM:
-    """``model`` with a KV cache and the processing its rows get; ``passes`` counts forward passes."""
+    """``model`` with a KV cache and the processing its rows get; ``passes`` counts forward passes and ``seconds``
+    the wall time spent in them (with the processing; on a GPU, launch time unless the caller synchronises)."""
 
     def __init__(self, model, processing) -> None:
         from transformers import DynamicCache
@@ -56,6 +58,7 @@ class CachedLM:
         self.fed = 0  # the leading context tokens the cache holds, at positions 0..fed-1
         self.slot: dict[int, int] = {}  # this round's tree nodes -> their cache positions
         self.passes = 0
+        self.seconds = 0.0
         parameters = inspect.signature(model.forward).parameters
         self._cache_keyword = "cache" if "cache" in parameters else "past_key_values"  # renamed in transformers 5
         self._keep_logits = "logits_to_keep" in parameters
@@ -85,10 +88,13 @@ class CachedLM:
         ids = torch.tensor([pending + [int(tokens[v]) for v in nodes]], device=weights.device)
         wanted = len(nodes) + (1 if pending else 0)
         extra = {"logits_to_keep": wanted} if self._keep_logits else {}
+        start = time.perf_counter()
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                             **{self._cache_keyword: self.cache}, **extra).logits[0, -wanted:]
+        rows = self.processing(logits)
+        self.seconds += time.perf_counter() - start
         self.passes += 1
-        return self.processing(logits)
+        return rows
 
     def commit(self, path: Sequence[int]) -> None:
         """End the round: the context grows by ``path``'s tokens (root excluded, shallowest first) and whatever
@@ -103,6 +109,15 @@ class CachedLM:
             _keep_positions(self.cache, index)
         self.fed += len(kept)
         self.slot = {}
+
+    def rewind(self, length: int) -> None:
+        """Keep the entries of the first ``length`` context tokens and drop the rest (this round's tree included),
+        as if only those had been fed: many first rounds then run from one cached prompt."""
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.fed:
+            raise InvalidParameterError("length", f"must be an integer in 0..{self.fed} (the tokens fed), got {length!r}")
+        if self.length > length:
+            _keep_positions(self.cache, torch.arange(length, device=next(self.model.parameters()).device))
+        self.fed, self.slot = length, {}
 
 
 def _keep_positions(cache, index: torch.Tensor) -> None:

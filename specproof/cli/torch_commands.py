@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -16,6 +18,7 @@ from simulator.trees import TOPOLOGIES
 from simulator.usercode import require
 from specproof.cli.group import main
 from specproof.cli.options import StageBars, check_count, command_line, progress_bar, tree_shape
+from specproof.reports.real_transfer import FIT_MODES, PREDICT_SEEDS
 
 
 @main.command()
@@ -83,6 +86,86 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
         click.echo(f"  {summary.tokens_per_s:.1f} tokens/s")
     if answers is not None:
         click.echo(f"  answers written to {answers}")
+
+
+@main.command("real-report")
+@click.option("--target", default="smollm2", show_default=True, help="the target (a fetched name, directory or .gguf)")
+@click.option("--questions", type=click.Path(dir_okay=False),
+              help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)")
+@click.option("--max-questions", type=int, default=10, show_default=True)
+@click.option("--max-new-tokens", type=int, default=32, show_default=True, help="per turn")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.pass_context
+def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, device, out_dir) -> None:
+    """Every verifier of the real path on its shapes, over MT-bench on a real pair with self-drafts: accepted
+    tokens per step (SE across questions), block efficiency, tokens/s, speed-up; real_pair.md/json/png."""
+    require("transformers", "specproof real-report", "real")
+    check_output_dir(out_dir, "out")
+    check_count("max_questions", max_questions, 2)
+    check_count("max_new_tokens", max_new_tokens, 1)
+    from simulator.torch_path.fetch import fetch
+    from simulator.torch_path.spec_bench import read_questions
+    from specproof.reports.real_pair import run_real_pair, write_real_pair_report
+
+    chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
+    ticks = StageBars()
+    before = os.getloadavg()[0]
+    try:
+        rows, baseline = run_real_pair(target, chosen, max_new_tokens, seed, device, ticks)
+    finally:
+        ticks.close()
+    write_real_pair_report(Path(out_dir), rows, baseline, [q["question_id"] for q in chosen], max_new_tokens,
+                           command_line(ctx), device, (before, os.getloadavg()[0]))
+    click.echo(f"written to {out_dir}/real_pair.md")
+
+
+@main.command("real-transfer")
+@click.option("--pair", default="reports/real_pair.json", show_default=True, type=click.Path(dir_okay=False),
+              help="the real rows: real_pair.json written by specproof real-report")
+@click.option("--target", default="smollm2", show_default=True, help="the target the pair file was made with")
+@click.option("--questions", type=click.Path(dir_okay=False),
+              help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)")
+@click.option("--max-questions", type=int, default=10, show_default=True,
+              help="measure Σ min(p, q) on the first N questions")
+@click.option("--fit", "fit_mode", type=click.Choice(FIT_MODES), default="shared",
+              show_default=True, help="what is fitted: τ_p = τ_q, τ_q = 1, or all three")
+@click.option("--seeds", type=int, default=PREDICT_SEEDS, show_default=True, help="model seeds of the fitted pair")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.pass_context
+def real_transfer(ctx, pair, target, questions, max_questions, fit_mode, seeds, out_dir) -> None:
+    """Fit the toy study's synthetic pair to a real pair's per-position Σ min(p, q) and compare its predicted
+    accepted tokens per step with the real rows of real_pair.json; real_transfer.md/json/png."""
+    require("transformers", "specproof real-transfer", "real")
+    check_output_dir(out_dir, "out")
+    check_count("max_questions", max_questions, 1)
+    check_count("seeds", seeds, 2)
+    from simulator.torch_path.fetch import fetch
+    from simulator.torch_path.spec_bench import read_questions
+    from specproof.reports.real_transfer import measure_overlaps, read_pair, run_transfer, write_transfer_report
+
+    pair_data, rows = read_pair(pair)
+    chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
+    ticks = StageBars()
+    try:
+        start = time.perf_counter()
+        real = measure_overlaps(target, list(dict.fromkeys(r.draft for r in rows)), chosen, tick=ticks)
+        measured = time.perf_counter() - start
+        transfer = run_transfer(rows, real, [q["question_id"] for q in chosen], fit_mode, seeds, tick=ticks)
+    finally:
+        ticks.close()
+    transfer.seconds["measure"] = measured
+    write_transfer_report(Path(out_dir), transfer, pair, pair_data, command_line(ctx))
+    fit, stats = transfer.fits[transfer.main_draft], transfer.stats
+    click.echo(f"fit ({fit.mode}): rho {fit.rho:.3f}, tau_p {fit.tau_p:.3f}, tau_q {fit.tau_q:.3f}; "
+               f"W1 {fit.distance:.4f} (noise floor {fit.noise:.4f})")
+    overall = stats["spearman_overall"]
+    click.echo(f"Spearman overall {'–' if overall is None else f'{overall:.2f}'}; largest error "
+               f"{stats['largest_error']['error']:+.3f} ({stats['largest_error']['row']})")
+    click.echo(f"stages: measure {measured:.0f} s, fit {transfer.seconds['fit']:.0f} s, "
+               f"predict {transfer.seconds['predict']:.0f} s")
+    click.echo(f"written to {out_dir}/real_transfer.md")
 
 
 @main.command()
