@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Sequence
+from typing import Callable, Sequence
 
 from simulator.errors import InvalidParameterError
 from simulator.limits import computation
@@ -177,6 +177,23 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
     return Certificate(name, arithmetic, lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),
                        distance.off_support, reason, method)
+
+
+def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
+                    reference: Callable[[int], dict[tuple[int, ...], float]], tolerance: float, reason: str,
+                    config: dict | None = None) -> Certificate:
+    """:func:`certify` in float64 against a reference law of the first ``H+1`` tokens computed another way
+    (``reference(H + 1)``: a causal LM's joint from plain forward passes, while the rule reads tree-pass rows,
+    :mod:`simulator.torch_path.crosscheck`) instead of the view's own ``q^(H+1)``. Lossless means TVD ≤
+    ``tolerance`` (``reason`` says why that much) and no mass on a sequence the reference gives probability 0."""
+    name, fn = _resolve(verifier)
+    with computation() as scope:
+        law = _view_law(ModelView(model, "float"), drafter, fn, scope.advance)
+        distance = law.distance(reference(drafter.height + 1))
+    lossless = distance.tvd <= tolerance and distance.off_support == 0
+    return Certificate(name, "float", lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
+                       None if lossless else distance.counterexample, law.executions, dict(config or {}),
+                       distance.off_support, reason)
 
 
 def _tolerance(fn: Verifier, exact: bool) -> tuple[Number, str]:

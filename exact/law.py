@@ -105,9 +105,10 @@ class OutputLaw:
         distance = self.distance()
         return distance.tvd, distance.counterexample
 
-    def distance(self) -> "Distance":
-        """TVD to the target, the worst sequence, and the mass on sequences the target gives probability 0."""
-        mine, target = self.completed(), self.target()
+    def distance(self, reference: dict[Sequence_, Number] | None = None) -> "Distance":
+        """TVD to the target, the worst sequence, and the mass on sequences the target gives probability 0;
+        ``reference``: a law over ``Σ^(H+1)`` computed elsewhere, instead of the view's ``q^(H+1)``."""
+        mine, target = self.completed(), (self.target() if reference is None else reference)
         tvd = self._zero
         off_support = self._zero
         worst: tuple[Number, Sequence_] | None = None

@@ -114,7 +114,8 @@ class CachedLM:
         """Keep the entries of the first ``length`` context tokens and drop the rest (this round's tree included),
         as if only those had been fed: many first rounds then run from one cached prompt."""
         if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.fed:
-            raise InvalidParameterError("length", f"must be an integer in 0..{self.fed} (the tokens fed), got {length!r}")
+            raise InvalidParameterError("length", f"must be an integer in 0..{self.fed} (the tokens fed), "
+                                                  f"got {length!r}")
         if self.length > length:
             _keep_positions(self.cache, torch.arange(length, device=next(self.model.parameters()).device))
         self.fed, self.slot = length, {}

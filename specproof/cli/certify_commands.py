@@ -23,10 +23,11 @@ from simulator.numeric import ARITHMETICS, to_json_number
 from simulator.trees import TOPOLOGIES
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import check_arithmetic_for
+from specproof.cli.certify_real import CAUSAL_LM, certify_causal_lm, certify_model_options, refuse_real_options
 from specproof.cli.group import main
 from specproof.cli.options import (build_drafter, case_options, certificate_lines, certified_subject, check_count,
                                    exactness, given_options, kernel_options, limit_options, limited, mass_bar,
-                                   model_factory, model_options, shrunk, tree_options, write_output)
+                                   model_factory, shrunk, tree_options, write_output)
 
 
 @main.command("list")
@@ -34,6 +35,8 @@ def list_cmd() -> None:
     """Every built-in model kind, topology, drafting scheme and verifier, one line each."""
     for name, text in MODELS.items():
         click.echo(f"model      {name:22s} {text}")
+    click.echo(f"model      {CAUSAL_LM:22s} a real causal-LM pair after a prompt, certify only: --target --draft "
+               "--prompt --top-k")
     for name, text in TOPOLOGIES.items():
         click.echo(f"topology   {name:22s} {text}")
     for name, text in DRAFTERS.items():
@@ -62,7 +65,7 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 
 
 @main.command()
-@model_options
+@certify_model_options
 @click.option("--seeds", "pairs", type=int, default=1, show_default=True,
               help="certify model seeds --seed … --seed+K−1, stopping at the first lossy pair")
 @tree_options
@@ -76,13 +79,18 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
 @limit_options
 @click.pass_context
-def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, pairs, kernel, adapter, dtype,
-            uniforms, kernel_kwargs, case_path, shrink, shrink_time, case_out, arithmetic, method, json_out,
-            max_executions, timeout, **tree) -> None:
-    """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1).
-    Exit 0 lossless, 1 lossy."""
+def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, target, draft, prompt, top_k,
+            temperature, cache_dir, device, pairs, kernel, adapter, dtype, uniforms, kernel_kwargs, case_path, shrink,
+            shrink_time, case_out, arithmetic, method, json_out, max_executions, timeout, **tree) -> None:
+    """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1); with
+    --model causal-lm, on a real pair's rows after a prompt. Exit 0 lossless, 1 lossy."""
     check_count("seeds", pairs, 1)
     check_output_file(json_out, "json")
+    real = dict(target=target, draft=draft, prompt=prompt, top_k=top_k, temperature=temperature, cache_dir=cache_dir,
+                device=device)
+    if model_kind == CAUSAL_LM:
+        return certify_causal_lm(ctx, real, tree, json_out, max_executions, timeout)
+    refuse_real_options(real)
     if shrink:
         check_output_dir(Path(case_out).parent, "case_out")  # made if missing
     if case_path is not None:

@@ -118,9 +118,10 @@ def kept(write: Callable[[], object]) -> object:
         return None
 
 
-def model_options(fn):
+def model_options(fn, kinds: tuple[str, ...] = tuple(MODELS)):
+    """The model options; ``kinds``: the ``--model`` choices (``certify`` adds ``causal-lm``)."""
     options = [
-        click.option("--model", "model_kind", type=click.Choice(list(MODELS)), default="synthetic",
+        click.option("--model", "model_kind", type=click.Choice(list(kinds)), default="synthetic",
                      show_default=True),
         click.option("--table", "table_path", type=click.Path(dir_okay=False), help="table JSON (--model table)"),
         click.option("--vocab", type=int, default=3, show_default=True),

@@ -1,0 +1,310 @@
+"""The exact cross-check on a real pair's rows (``specproof certify --model causal-lm``, docs/cli/certify.md).
+
+The exact engine enumerates every draft tree and verifier choice of one round after a prompt. It reads the rows
+as generation computes them (:class:`simulator.torch_path.kv_cache.CachedLM`, the serving loop's model): the
+draft scores a tree a level at a time and the target scores it in one pass, over the prompt's KV cache. The
+tree is the union of every tree the drafter can draft, so each pass holds every sibling a row could wrongly see.
+The completed law of the first ``H+1`` tokens is compared with the target's joint from plain causal forward
+passes of every prefix (:class:`PlainRows`: transformers' own mask and positions, none of specproof's tree code).
+
+A real vocabulary (49,152 for SmolLM2) is far too large to enumerate or to run rules on row by row, so the pair
+is restricted to its reachable support (:class:`SupportPair`): the union of the positive tokens of every
+draft and target row at every context reachable within ``H+1`` tokens. Top-k processing zeroes every other
+token, so the restriction drops no mass and renormalises nothing; a row that puts mass outside the support is
+refused, never cut. Nothing iterates over the full vocabulary beyond one tensor operation per row.
+
+* :data:`TOLERANCE` and its reason — what the certificate (:func:`exact.certificate.certify_against` with
+  :meth:`SupportPair.plain_joint`) allows;
+* :func:`monte_carlo_accepted` — the Monte Carlo engine's reference rounds on the same rows;
+* :func:`first_rounds` — accepted lengths of real first rounds on the KV-cached serving loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from simulator.drafting import Drafter, FixedShape
+from simulator.errors import InvalidParameterError
+from simulator.models import Context
+from simulator.torch_path.kv_cache import CachedLM
+from simulator.torch_path.real import Processing, check_vocabularies
+from simulator.verifiers.registry import Verifier, load_verifier
+
+#: LOSSLESS means TVD ≤ this (and no mass on a sequence the plain joint gives probability 0)
+TOLERANCE = 1e-6
+TOLERANCE_REASON = ("float64 models, but transformers' LlamaRMSNorm normalises in float32 whatever the model's "
+                    "dtype: the tree passes the rule reads and the plain passes of the target's joint sum in other "
+                    "orders, so they agree only to float32 rounding (~1e-7 per row); a wrong mask, position or "
+                    "processing moves the law by 1e-4 or more")
+#: the most contexts whose rows the support may need (every reachable context up to depth H): one tree pass holds
+#: them all, and its rows are a [contexts, vocabulary] float64 array (1,024 × 49,152: 400 MB)
+MAX_CONTEXTS = 1024
+#: the most contexts one plain pass runs as a batch (each holds its own copy of the prompt's keys and values)
+PLAIN_BATCH = 64
+
+
+def _cache_keyword(model) -> str:
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+class PlainRows:
+    """Processed next-token rows of ``prompt + context`` from transformers' own causal forward passes: the
+    prompt's keys and values computed once, then each context fed on top of them with the model's own causal
+    mask and positions (no attention mask, no position ids given); contexts of one length run as batches of up to
+    :data:`PLAIN_BATCH`, each its own sequence. ``passes`` counts forward passes."""
+
+    def __init__(self, model, prompt: Sequence[int], processing: Processing) -> None:
+        self.model, self.processing = model, processing
+        self._keyword = _cache_keyword(model)
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([list(prompt)], device=model.device), use_cache=True,
+                        logits_to_keep=1)
+        self.passes = 1
+        self._prompt_cache = getattr(out, self._keyword)
+        self.root = processing(out.logits[0, -1])
+
+    @torch.no_grad()
+    def rows(self, contexts: Sequence[Context]) -> list[torch.Tensor]:
+        """The row of each context (``()``: the prompt's own)."""
+        out: list[torch.Tensor | None] = [self.root if not c else None for c in contexts]
+        by_length: dict[int, list[int]] = {}
+        for i, c in enumerate(contexts):
+            if c:
+                by_length.setdefault(len(c), []).append(i)
+        for where_all in by_length.values():
+            for start in range(0, len(where_all), PLAIN_BATCH):
+                where = where_all[start:start + PLAIN_BATCH]
+                cache = copy.deepcopy(self._prompt_cache)
+                if len(where) > 1:
+                    cache.batch_repeat_interleave(len(where))
+                ids = torch.tensor([list(contexts[i]) for i in where], device=self.model.device)
+                logits = self.model(input_ids=ids, use_cache=True, logits_to_keep=1,
+                                    **{self._keyword: cache}).logits[:, -1]
+                self.passes += 1
+                for i, row in zip(where, self.processing(logits)):
+                    out[i] = row
+        return out  # type: ignore[return-value]
+
+
+def _trie(contexts: Sequence[Context]) -> tuple[list[Context], list[int]]:
+    """``contexts`` and their prefixes as a BFS-ordered tree (by depth, then lexicographically; the root ``()``
+    first) and its parent list."""
+    keys = sorted({c[:d] for c in contexts for d in range(len(c) + 1)} | {()}, key=lambda k: (len(k), k))
+    node = {k: i for i, k in enumerate(keys)}
+    return keys, [-1] + [node[k[:-1]] for k in keys[1:]]
+
+
+class SupportPair:
+    """A draft and a target causal LM after ``prompt``, as a model pair over their reachable support.
+
+    A context is reachable when each of its tokens has mass in the draft or the target row before it, plain or
+    tree pass (what drafting, any verifier's emitted token and completion can reach). The reachable contexts are
+    those of depth ``≤ height``; the support is the union of the positive tokens of their rows (the draft's below
+    depth ``height``). Token ``i`` of this pair is ``tokens[i]`` of the model. Rows are the model's rows read at
+    those tokens, renormalised by nothing.
+
+    * ``p(c)``, ``q(c)`` — tree-pass rows, as the serving loop computes them (:class:`CachedLM`, both caches
+      holding the prompt but its last token): the draft scores the tree of every reachable context of depth
+      ``< height`` a level at a time (the first pass feeds the prompt's last token, each later level's nodes see
+      the earlier levels in the cache), the target scores every reachable context in one pass. Where a tree row
+      gives mass to a token its plain row does not (a bug, or a near-tie at the top-k boundary), the contexts
+      through it are reachable too, and the trees are scored again with them.
+    * :meth:`plain_joint` — the target's joint over ``Σ^length`` from :class:`PlainRows` alone.
+    """
+
+    def __init__(self, draft, target, prompt: Sequence[int], draft_processing: Processing,
+                 target_processing: Processing, height: int) -> None:
+        check_vocabularies(draft, target)
+        if len(prompt) < 2:
+            raise InvalidParameterError("prompt", "needs at least two tokens")
+        if isinstance(height, bool) or not isinstance(height, int) or height < 0:
+            raise InvalidParameterError("depth", f"must be an integer ≥ 0, got {height!r}")
+        self.draft, self.target, self.prompt = draft, target, tuple(int(t) for t in prompt)
+        self.draft_processing, self.target_processing = draft_processing, target_processing
+        self.height = height
+        self.full_vocab = int(target.config.vocab_size)
+        self._models = {"p": (draft, draft_processing), "q": (target, target_processing)}
+        self._plain_source = {name: PlainRows(model, self.prompt, processing)
+                              for name, (model, processing) in self._models.items()}
+        self._cached: dict[str, CachedLM] = {}
+        self.tree_passes = {"p": 0, "q": 0}
+        self.rescored = 0  # times the trees were scored again with contexts only tree rows reach
+        contexts: set[Context] = {()}
+        plain: dict[tuple[str, Context], dict[int, float]] = {}  # rows kept sparse: their positive entries
+        self._grow(contexts, plain, [()], lambda key: plain[key])
+        while True:
+            tree = self._score_trees(contexts)
+            more = [c + (t,) for (name, c), row in tree.items() if len(c) < height for t in row
+                    if c + (t,) not in contexts]
+            if not more:
+                break
+            self.rescored += 1
+            contexts.update(more)
+            self._grow(contexts, plain, more, lambda key: plain[key] if key not in tree else tree[key])
+        rows = list(plain.values()) + list(tree.values())
+        self.tokens: tuple[int, ...] = tuple(sorted({t for row in rows for t in row}))
+        self.vocab = len(self.tokens)
+        self._index = {t: i for i, t in enumerate(self.tokens)}
+        self._plain = {(name, self.restricted(c)): self._restrict(row, name, c) for (name, c), row in plain.items()}
+        self._tree = {(name, self.restricted(c)): self._restrict(row, name, c) for (name, c), row in tree.items()}
+
+    # ---- the support --------------------------------------------------------------------------------------
+    def _names(self, context: Context) -> tuple[str, ...]:
+        return ("p", "q") if len(context) < self.height else ("q",)
+
+    def _grow(self, contexts: set[Context], plain: dict, frontier: list[Context], row) -> None:
+        """Add to ``contexts`` every context reachable from ``frontier`` through tokens positive in the plain rows
+        (or in ``row(key)``, the freshest row of a context), computing the plain rows of every new context."""
+        while frontier:
+            for name in ("p", "q"):
+                todo = [c for c in frontier if name in self._names(c) and (name, c) not in plain]
+                plain.update(zip(((name, c) for c in todo), map(_sparse, self._plain_source[name].rows(todo))))
+            deeper = []
+            for c in frontier:
+                if len(c) < self.height:
+                    found = set()
+                    for name in ("p", "q"):
+                        found |= set(plain[name, c]) | set(row((name, c)))
+                    deeper.extend(c + (t,) for t in sorted(found) if c + (t,) not in contexts)
+            contexts.update(deeper)
+            if len(contexts) > MAX_CONTEXTS:
+                raise InvalidParameterError("top_k", f"the reachable contexts up to depth {self.height} pass "
+                                                     f"{MAX_CONTEXTS:,}: lower --top-k or --depth")
+            frontier = deeper
+
+    @torch.no_grad()
+    def _score_trees(self, contexts: set[Context]) -> dict[tuple[str, Context], dict[int, float]]:
+        """Tree-pass rows (sparse) of every context: the draft's below depth ``height`` a level at a
+        time, the target's in one pass; each model's cache cut back to the prompt but its last token after."""
+        out: dict[tuple[str, Context], dict[int, float]] = {}
+        for name, (model, processing) in self._models.items():
+            lm = self._cached.get(name)
+            if lm is None:
+                lm = self._cached[name] = CachedLM(model, processing)
+                lm.extend(self.prompt[:-1], (-1,), (0,), ())
+                lm.commit(())
+            keys, parents = _trie([c for c in contexts if name in self._names(c)])
+            tokens = [0] + [k[-1] for k in keys[1:]]
+            depth = [len(k) for k in keys]
+            batches = ([[v for v in range(1, len(keys)) if depth[v] == d] for d in range(max(depth) + 1)]
+                       if name == "p" else [list(range(1, len(keys)))])
+            for nodes in batches:
+                pending = lm.fed < len(self.prompt)
+                rows = lm.extend(self.prompt, parents, tokens, nodes)
+                self.tree_passes[name] += 1
+                out.update(zip(((name, keys[v]) for v in ([0] if pending else []) + nodes), map(_sparse, rows)))
+            lm.rewind(len(self.prompt) - 1)
+        return out
+
+    def restricted(self, context: Sequence[int]) -> Context:
+        """A context in model token ids, in this pair's ids."""
+        return tuple(self._index[t] for t in context)
+
+    def original(self, context: Sequence[int]) -> Context:
+        """A context in this pair's ids, in model token ids."""
+        return tuple(self.tokens[i] for i in context)
+
+    def _restrict(self, row: dict[int, float], name: str, context: Context) -> list[float]:
+        """A sparse row at the support's tokens; refused if it has mass elsewhere."""
+        stray = sorted(set(row) - set(self._index))
+        if stray:
+            raise InvalidParameterError("context", f"the {name} row after {list(context)} puts mass on token(s) "
+                                                   f"{stray[:5]} outside the support")
+        return [row.get(t, 0.0) for t in self.tokens]
+
+    def _row(self, name: str, context: Context) -> list[float]:
+        try:
+            return self._tree[name, tuple(context)]
+        except KeyError:  # the engines read reachable contexts only
+            raise InvalidParameterError("context", f"{name} row after {list(self.original(context))}: not a context "
+                                                   f"reachable within {self.height + 1} tokens") from None
+
+    def p(self, context: Context) -> list[float]:
+        return self._row("p", context)
+
+    def q(self, context: Context) -> list[float]:
+        return self._row("q", context)
+
+    def plain_joint(self, length: int) -> dict[tuple[int, ...], float]:
+        """``q^length`` after the prompt from the plain rows alone (zero cells omitted), in this pair's ids."""
+        out: dict[tuple[int, ...], float] = {}
+        stack: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
+        while stack:
+            block, prob = stack.pop()
+            if len(block) == length:
+                out[block] = prob
+                continue
+            for x, qx in enumerate(self._plain_row(block)):
+                if qx > 0:
+                    stack.append((block + (x,), prob * qx))
+        return out
+
+    def _plain_row(self, context: Context) -> list[float]:
+        key = ("q", tuple(context))
+        if key not in self._plain:  # a context only tree rows reach: its plain row has no mass there
+            full = self.original(context)
+            self._plain[key] = self._restrict(_sparse(self._plain_source["q"].rows([full])[0]), "q", full)
+        return self._plain[key]
+
+    @property
+    def passes(self) -> dict[str, dict[str, int]]:
+        """Forward passes run so far, per model: plain (the prompt's included) and tree (the cache's prefill
+        not counted)."""
+        return {name: {"plain": self._plain_source[name].passes, "tree": self.tree_passes[name]}
+                for name in ("p", "q")}
+
+    def tree_gap(self) -> float:
+        """The largest difference between a tree-pass row and the plain-pass row of the same context."""
+        return max((max(abs(a - b) for a, b in zip(row, self._plain[key])) for key, row in self._tree.items()
+                    if key in self._plain), default=0.0)
+
+    def describe(self) -> dict:
+        return {"model": "causal-lm", "vocab": self.full_vocab, "support": self.vocab, "prompt": list(self.prompt),
+                "draft_processing": vars(self.draft_processing), "target_processing": vars(self.target_processing)}
+
+
+def _sparse(row: torch.Tensor) -> dict[int, float]:
+    """A full-vocabulary row's positive entries, token → probability (the floats the row holds)."""
+    at = torch.nonzero(row > 0).flatten()
+    return dict(zip(at.tolist(), row[at].tolist()))
+
+
+def monte_carlo_accepted(pair: SupportPair, drafter: Drafter, verifier: str | Verifier, trials: int,
+                         seed: int = 0) -> tuple[float, float]:
+    """Mean accepted length and its standard error over ``trials`` rounds of the Monte Carlo engine's reference
+    path (:func:`simulator.montecarlo.engine.run_trials`: each trial on its own counter stream) on ``pair``'s
+    rows."""
+    from simulator.models import ModelView
+    from simulator.montecarlo.engine import mean_and_se, run_trials
+
+    _, fn = (None, verifier) if callable(verifier) else load_verifier(verifier)
+    accepted, _ = run_trials(pair, drafter, fn, seed, range(trials), ModelView(pair, "float"))
+    return mean_and_se(np.bincount(accepted, minlength=drafter.height + 1))
+
+
+def first_rounds(draft, target, prompt: Sequence[int], processing: Processing, drafter: FixedShape, verifier: str,
+                 rounds: int, first_seed: int = 0) -> np.ndarray:
+    """Accepted lengths of ``rounds`` real first rounds after ``prompt`` on the KV-cached serving loop
+    (:func:`simulator.torch_path.spec_bench.speculative_generate` for one token, seeds ``first_seed …``). Both
+    caches hold the prompt but its last token, computed once; each round feeds that token and its tree on top
+    and is then cut back (:meth:`CachedLM.rewind`), so a round costs what a later round of a generation costs."""
+    from simulator.torch_path.spec_bench import speculative_generate
+
+    if len(prompt) < 2:
+        raise InvalidParameterError("prompt", "needs at least two tokens")
+    lms = [CachedLM(draft, processing), CachedLM(target, processing)]
+    for lm in lms:
+        lm.extend(list(prompt[:-1]), (-1,), (0,), ())
+        lm.commit(())
+    out = np.empty(rounds, dtype=np.int64)
+    for i in range(rounds):
+        generated = speculative_generate(*lms, list(prompt), drafter, verifier, 1, first_seed + i)
+        out[i] = generated.accept_lengths[0] - 1
+        for lm in lms:
+            lm.rewind(len(prompt) - 1)
+    return out
