@@ -13,7 +13,7 @@ from fractions import Fraction
 from simulator.drafting import Drafter
 from simulator.montecarlo.generations import GenerationState, check_length
 from simulator.limits import computation
-from simulator.models import Context, ModelPair, ModelView
+from simulator.models import Context, ModelPair, ModelView, sequence_law
 from simulator.numeric import Number, check_arithmetic
 from simulator.verifiers.registry import Verifier, load_verifier
 
@@ -34,20 +34,6 @@ class GenerationLaw:
     rounds: dict[int, Number]  # P(number of rounds = r)
     round_laws: int  # distinct rounds solved exactly
     lossless: bool
-
-
-def _target(view: ModelView, length: int, zero: Number) -> dict[tuple[int, ...], Number]:
-    out: dict[tuple[int, ...], Number] = {}
-    stack: list[tuple[tuple[int, ...], Number]] = [((), zero + 1)]
-    while stack:
-        block, prob = stack.pop()
-        if len(block) == length:
-            out[block] = prob
-            continue
-        for x, qx in enumerate(view.q(block)):
-            if qx > 0:
-                stack.append((block + (x,), prob * qx))
-    return out
 
 
 def generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier, length: int,
@@ -88,7 +74,7 @@ def _generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier
             solved += 1
         for outcome, p in round_laws[key]:
             stack.append((state.after(outcome), prob * p))
-    target = _target(view, length, zero)
+    target = sequence_law(view.q, length, zero + 1)
     tvd, worst = zero, None
     for seq in sorted(set(law) | set(target)):
         gap = abs(law.get(seq, zero) - target.get(seq, zero))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -316,3 +316,20 @@ def make_model(model_kind: str, table_path: str | Path | None, vocab: int, seed:
     if table_path is None:
         raise InvalidParameterError("table", "--model table needs --table FILE")
     return TableModel.from_file(table_path)
+
+
+def sequence_law(row: Callable[[Context], Sequence[Number]], length: int,
+                 one: Number = 1.0) -> dict[Context, Number]:
+    """The law of ``length`` tokens drawn one after another from ``row(context)`` (zero cells omitted): the
+    target's joint ``q^length`` when ``row`` is a target row. ``one`` sets the arithmetic (``Fraction(1)``)."""
+    out: dict[Context, Number] = {}
+    stack: list[tuple[Context, Number]] = [((), one)]
+    while stack:
+        block, prob = stack.pop()
+        if len(block) == length:
+            out[block] = prob
+            continue
+        for x, px in enumerate(row(block)):
+            if px > 0:
+                stack.append((block + (x,), prob * px))
+    return out

@@ -23,3 +23,18 @@ def torch_device(request) -> str:
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device here")
     return request.param
+
+
+@pytest.fixture
+def sequential_tree_positions(monkeypatch) -> None:
+    """A planted deployment bug in the torch path's tree scoring: tree tokens numbered sequentially instead of by
+    depth (simulator.torch_path.kv_cache.tree_inputs keeps its mask, loses its positions)."""
+    torch = pytest.importorskip("torch")
+    import simulator.torch_path.kv_cache as kv_cache
+    original = kv_cache.tree_inputs
+
+    def sequential(cached, context_len, pending, parents, nodes, slot, dtype, device):
+        mask, positions = original(cached, context_len, pending, parents, nodes, slot, dtype, device)
+        return mask, torch.arange(cached, cached + positions.shape[1], device=device)[None]
+
+    monkeypatch.setattr(kv_cache, "tree_inputs", sequential)

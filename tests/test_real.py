@@ -133,16 +133,8 @@ def test_mismatched_draft_temperature_is_flagged_by_the_same_check(tiny_pair):
     assert end_to_end_tvd(pair, drafter, "tv-rrsw")[0] > 1e-4
 
 
-def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, monkeypatch):
+def test_tree_scoring_with_sequential_positions_is_flagged(tiny_pair, sequential_tree_positions):
     """A common deployment bug: numbering the tree's tokens 0..L−1 instead of by depth."""
-    import simulator.torch_path.kv_cache as kv_cache
-    original = kv_cache.tree_inputs
-
-    def sequential(cached, context_len, pending, parents, nodes, slot, dtype, device):
-        mask, positions = original(cached, context_len, pending, parents, nodes, slot, dtype, device)
-        return mask, torch.arange(cached, cached + positions.shape[1], device=device)[None]
-
-    monkeypatch.setattr(kv_cache, "tree_inputs", sequential)
     draft, target = tiny_pair
     pair = CausalLMPair(draft, target, [1, 2])
     drafter = FixedShape(make_topology("complete", 2, 2), "without-replacement")

@@ -111,19 +111,11 @@ def test_the_control_is_lossy_on_the_real_pair(smollm2):
 
 
 @pytest.mark.slow
-def test_a_tree_position_bug_is_lossy_on_the_real_pair(smollm2, monkeypatch):
+def test_a_tree_position_bug_is_lossy_on_the_real_pair(smollm2, sequential_tree_positions):
     """Tree tokens numbered sequentially instead of by depth: the union tree's siblings get wrong positions."""
-    import simulator.torch_path.kv_cache as kv_cache
     from simulator.torch_path.crosscheck import SupportPair
     from specproof.reports.real_crosscheck import certify_real
 
-    original = kv_cache.tree_inputs
-
-    def sequential(cached, context_len, pending, parents, nodes, slot, dtype, device):
-        mask, positions = original(cached, context_len, pending, parents, nodes, slot, dtype, device)
-        return mask, torch.arange(cached, cached + positions.shape[1], device=device)[None]
-
-    monkeypatch.setattr(kv_cache, "tree_inputs", sequential)
     processing = smollm2["processing"]
     pair = SupportPair(smollm2["draft"], smollm2["target"], smollm2["ids"], processing, processing, 2)
     assert pair.tree_gap() > 1e-3

@@ -30,7 +30,7 @@ import torch
 
 from simulator.drafting import Drafter, FixedShape
 from simulator.errors import InvalidParameterError
-from simulator.models import Context
+from simulator.models import Context, sequence_law
 from simulator.torch_path.kv_cache import CachedLM
 from simulator.torch_path.real import Processing, check_vocabularies
 from simulator.verifiers.registry import Verifier, load_verifier
@@ -232,17 +232,7 @@ class SupportPair:
 
     def plain_joint(self, length: int) -> dict[tuple[int, ...], float]:
         """``q^length`` after the prompt from the plain rows alone (zero cells omitted), in this pair's ids."""
-        out: dict[tuple[int, ...], float] = {}
-        stack: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
-        while stack:
-            block, prob = stack.pop()
-            if len(block) == length:
-                out[block] = prob
-                continue
-            for x, qx in enumerate(self._plain_row(block)):
-                if qx > 0:
-                    stack.append((block + (x,), prob * qx))
-        return out
+        return sequence_law(self._plain_row, length)
 
     def _plain_row(self, context: Context) -> list[float]:
         key = ("q", tuple(context))
