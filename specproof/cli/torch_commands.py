@@ -77,8 +77,10 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
     click.echo(f"{verifier} on {topology} {list(shape.parents)}, drafting {drafting}, draft {draft}: "
                f"{summary.questions} questions (ids {', '.join(str(a.question_id) for a in summary.answered)}), "
                f"{summary.tokens} tokens")
-    click.echo(f"  block efficiency {summary.block_efficiency:.3f} ± {summary.block_efficiency_se:.3f} tokens per "
-               f"target pass (SE across questions); {summary.draft_passes_per_step:.2f} draft passes per step")
+    spread = (f" ± {summary.block_efficiency_se:.3f}" if summary.questions > 1 else "") + " tokens per target pass" + \
+        (" (SE across questions)" if summary.questions > 1 else " (one question: no standard error)")
+    click.echo(f"  block efficiency {summary.block_efficiency:.3f}{spread}; "
+               f"{summary.draft_passes_per_step:.2f} draft passes per step")
     if baseline:
         click.echo(f"  {summary.tokens_per_s:.1f} tokens/s vs target-only {summary.baseline_tokens_per_s:.1f} "
                    f"(x{summary.speedup:.2f})")
