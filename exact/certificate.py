@@ -22,7 +22,7 @@ from simulator.drafting import Drafter
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import Verifier, check_pairing, load_verifier, verifier_name
 
-from .enumeration import enumerate_outcomes
+from .enumeration import Branch, enumerate_outcomes, located
 from .law import Counterexample, OutputLaw
 
 FLOAT_TOLERANCE = 1e-10
@@ -70,9 +70,10 @@ def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool
             advance(float(prob))
         return
     for draft, p_draft in enumerate_outcomes(lambda rng: drafter.draft(view, rng), exact):
-        for outcome, p_verify in enumerate_outcomes(
-                lambda rng: decide(draft.tree, draft.p, draft.q, fn, rng, view.vocab), exact):
-            yield outcome, p_draft * p_verify
+        with located(lambda: Branch(p_draft), outer=True):
+            for outcome, p_verify in enumerate_outcomes(
+                    lambda rng: decide(draft.tree, draft.p, draft.q, fn, rng, view.vocab), exact):
+                yield outcome, p_draft * p_verify
         advance(float(p_draft))
 
 

@@ -8,10 +8,12 @@ pruned, so a rule never runs on an impossible state. Executions count against :m
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from simulator.errors import ChoiceLimitError, ExactnessError
+from simulator.errors import ChoiceLimitError, ExactnessError, LimitError, SpecproofError
 from simulator.limits import MAX_CHOICES_PER_EXECUTION, active_count
 from simulator.numeric import Number
 from simulator.randomness import check_bernoulli, check_weights
@@ -74,6 +76,37 @@ class EnumeratingChooser:
         return self._choose(branches)  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class Branch:
+    """Where an execution failed: the probability of the branch it was on and the choices that led there, each
+    ``(branch taken, of how many)`` (a user reads a probability of ``2^-52`` as float rounding at once)."""
+
+    prob: Number
+    choices: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, chooser: EnumeratingChooser) -> "Branch":
+        return cls(chooser.prob, tuple(zip(chooser.taken, chooser.widths)))
+
+
+@contextlib.contextmanager
+def located(where: Callable[[], Branch], outer: bool = False) -> Iterator[None]:
+    """A typed error raised inside says on which branch (``err.branch``; limits aside): ``where()`` at the time
+    of the error. ``outer``: that branch was decided before the failing enumeration began (a draft, then its
+    verification), so an error that already carries its branch is placed inside it."""
+    try:
+        yield
+    except LimitError:
+        raise
+    except SpecproofError as err:
+        here, inner = where(), getattr(err, "branch", None)
+        if inner is None:
+            err.branch = here  # type: ignore[attr-defined]
+        elif outer:
+            err.branch = Branch(here.prob * inner.prob, here.choices + inner.choices)  # type: ignore[attr-defined]
+        raise
+
+
 def replayed(run: Callable[[tuple[int, ...]], tuple[T, object]]) -> Iterator[tuple[T, object]]:
     """The depth-first walk of a tree of choices by replayed prefixes: ``run(prefix)`` runs one execution that
     follows ``prefix`` and then branch 0, and returns its result and the chooser that recorded the branches it
@@ -101,7 +134,8 @@ def enumerate_outcomes(program: Callable[[EnumeratingChooser], T], exact: bool =
 
     def run(prefix: tuple[int, ...]) -> tuple[T, EnumeratingChooser]:
         chooser = EnumeratingChooser(prefix, exact, cache)
-        return program(chooser), chooser
+        with located(lambda: Branch.of(chooser)):
+            return program(chooser), chooser
 
     for result, chooser in replayed(run):
         yield result, chooser.prob  # type: ignore[attr-defined]

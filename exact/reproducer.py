@@ -16,7 +16,7 @@ from typing import Sequence
 from simulator.drafter_registry import DRAFTERS, DrafterOptions, make_drafter
 from simulator.drafting import Drafter, FixedShape
 from simulator.dyspec import DySpecBudget, DySpecThreshold
-from simulator.errors import InvalidParameterError
+from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import read_json, write_json
 from simulator.models import Context, ModelPair, TableModel
 from simulator.numeric import Number, check_arithmetic, to_json_number
@@ -140,6 +140,23 @@ def capture(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: str) 
     parents, options = _shape(drafter)
     return Reproducer(model.vocab, table["p"], table["q"], drafter.scheme, what.description, parents, options,
                       arithmetic)
+
+
+def failing_case(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: str) -> Reproducer | None:
+    """The reproducer of a certification that fails inside the subject (an error raised on a branch, e.g. by a
+    torch kernel): the rows read up to the failure, which an enumeration of the case reads again in the same
+    order and so reaches the same branch; ``None`` when it certifies without failing."""
+    recording = RecordingModel(model)
+    try:
+        certify(recording, drafter, what.fn, arithmetic)
+    except SpecproofError as err:
+        if not hasattr(err, "branch"):
+            return None
+        table = {name: {ctx: tuple(row) for ctx, row in read.items()} for name, read in recording.read.items()}
+        parents, options = _shape(drafter)
+        return Reproducer(model.vocab, table["p"], table["q"], drafter.scheme, what.description, parents, options,
+                          arithmetic)
+    return None
 
 
 def pruned(case: Reproducer) -> Reproducer:

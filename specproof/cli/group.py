@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import traceback
@@ -31,6 +32,19 @@ class SpecproofGroup(click.Group):
             return result
 
 
+def _where(err: SpecproofError) -> str:
+    """Where an enumeration met ``err`` (:class:`exact.enumeration.Branch`) and where its case went, if known."""
+    branch = getattr(err, "branch", None)
+    if branch is None:
+        return ""
+    prob = float(branch.prob)
+    scale = f" = 2^{math.log2(prob):.1f}" if 0 < prob < 1e-6 else ""
+    choices = ", ".join(f"{taken + 1} of {width}" for taken, width in branch.choices) or "none"
+    case = getattr(err, "case", None)
+    return (f"\n  on a branch of probability {prob:.6g}{scale}, reached by the choices [{choices}] "
+            f"(the branch taken of each random choice, in order)" + (f"\n  case: {case}" if case else ""))
+
+
 def _exit_for(err: BaseException) -> None:
     """Exit with the code ``err`` stands for; return for a command's own exit and click's usage errors, which
     go on as they are."""
@@ -45,7 +59,7 @@ def _exit_for(err: BaseException) -> None:
     if isinstance(err, KeyboardInterrupt):
         _fail(f"error: user code raised {escape_message(err)} ({source_line(err)})", 2)
     if isinstance(err, SpecproofError):
-        _fail(f"error: {err.field}: {err.message}", 2)
+        _fail(f"error: {err.field}: {err.message}{_where(err)}", 2)
     if isinstance(err, BrokenPipeError):  # the reader went away (``| head``): stdout is closed, as SIGPIPE would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(BROKEN_PIPE_EXIT)
