@@ -18,7 +18,7 @@ from simulator.trees import make_topology, node_depths
 from simulator.usercode import require
 from simulator.verifiers.registry import ALL_SHAPES, VERIFIERS, Verifier, load_verifier, verifier_name
 
-KERNEL_KEYS = ("kernel", "adapter", "dtype", "uniforms", "kernel_kwargs")
+KERNEL_KEYS = ("kernel", "adapter", "dtype", "uniforms", "kernel_kwargs", "kernel_init", "import_path")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
     unknown = set(desc) - {"verifier", *KERNEL_KEYS, "schemes", "shapes"}
     if unknown:
         raise InvalidParameterError(f"{field_name}.{sorted(unknown)[0]}", "unknown key (expected verifier, or kernel "
-                                                                          "with adapter, dtype, uniforms, kernel_kwargs)")
+                                                                          f"with {', '.join(KERNEL_KEYS[1:])})")
     if ("verifier" in desc) == ("kernel" in desc):
         raise InvalidParameterError(field_name, "give exactly one of verifier or kernel")
     if "schemes" in desc:
@@ -86,14 +86,17 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
     require("torch", f"the kernel {desc['kernel']!r}", field_name)
     from simulator.torch_path.kernels import Kernel  # torch only when a kernel is checked
 
-    kwargs = desc.get("kernel_kwargs", {})
-    if not isinstance(kwargs, dict):
-        raise InvalidParameterError(f"{field_name}.kernel_kwargs", "must be a table of NAME = VALUE")
+    tables = {key: desc.get(key, {}) for key in ("kernel_kwargs", "kernel_init")}
+    for key, table in tables.items():
+        if not isinstance(table, dict):
+            raise InvalidParameterError(f"{field_name}.{key}", "must be a table of NAME = VALUE")
+    import_path = _strings(desc["import_path"], f"{field_name}.import_path") if "import_path" in desc else ()
     for key in ("kernel", "adapter", "dtype", "uniforms"):
         if key in desc and not isinstance(desc[key], str):
             raise InvalidParameterError(f"{field_name}.{key}", "must be a string")
     kernel = Kernel(desc["kernel"], desc.get("adapter", "tree"), desc.get("dtype", "float64"),
-                    desc.get("uniforms", "continuous"), dict(kwargs))
+                    desc.get("uniforms", "continuous"), dict(tables["kernel_kwargs"]),
+                    init=dict(tables["kernel_init"]), import_path=import_path)
     return _kernel_subject(kernel, {**kernel.describe(), **{k: desc[k] for k in ("schemes", "shapes") if k in desc}},
                            schemes, shapes)
 

@@ -18,10 +18,11 @@ import threading
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from .errors import InvalidParameterError, MissingDependencyError
 
+T = TypeVar("T")
 #: specproof's own packages: a frame in one of them is not user code
 OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package in ("simulator", "exact", "specproof"))
 #: the exit status of a run stopped by SIGINT or SIGTERM (the shell's 128 + SIGINT)
@@ -142,6 +143,32 @@ def check_importable(module_name: str, field: str) -> None:
     if found is None:
         raise InvalidParameterError(field, f"cannot import module {module_name!r}: no such module (searched the "
                                            f"working directory {os.getcwd()} and sys.path)")
+
+
+def add_import_path(directories: Sequence[str], field: str) -> None:
+    """Put each directory first on ``sys.path`` (the first given searched first), so that a user's modules in a
+    source tree that is not installed can be imported; a directory that does not exist is
+    :class:`InvalidParameterError` on ``field``."""
+    for directory in reversed(directories):
+        path = Path(directory).expanduser().resolve()
+        if not path.is_dir():
+            raise InvalidParameterError(field, f"{directory!r} is not a directory")
+        if str(path) in sys.path:
+            sys.path.remove(str(path))
+        sys.path.insert(0, str(path))
+
+
+def run_user_code(call: Callable[[], T], field: str, what: str) -> T:
+    """``call()``, a user's code (a constructor, a hook); anything it raises — an exit or interrupt included — is
+    :class:`InvalidParameterError` on ``field`` saying ``what`` raised it and the line that raised."""
+    try:
+        return call()
+    except (KeyboardInterrupt, SystemExit) as err:
+        if isinstance(err, KeyboardInterrupt) and interrupted():
+            raise
+        raise InvalidParameterError(field, f"{what} raised {escape_message(err)} ({source_line(err)})") from None
+    except Exception as err:  # noqa: BLE001 — the user's code: any error is theirs, named with its line
+        raise InvalidParameterError(field, f"{what} raised {_described(err)}") from None
 
 
 #: optional dependencies: module -> the extra that installs it

@@ -2,10 +2,11 @@
 
 While :func:`capture` is active, a :class:`torch.overrides.TorchFunctionMode` hands the kernel's random ops to the
 active handler (:mod:`simulator.randomness`); the kernel's source is not touched. Modelled exactly:
-``torch.multinomial``, uniforms compared with concrete thresholds (through monotone maps; one Bernoulli each) and
-exponential races (``argmax(w / E)``, Gumbel-max). Any other use of a random value raises
+``torch.multinomial``, uniforms compared with concrete thresholds (through monotone maps, clamps and masked fills;
+one Bernoulli each) and exponential races (``argmax(w / E)``, Gumbel-max). Any other use of a random value raises
 :class:`~simulator.errors.KernelError`. Uniforms are ``continuous`` or ``grid`` (:data:`GRID_BITS`). The op
-table: docs/kernels.md, "How a kernel's randomness is captured".
+table: docs/kernels.md, "How a kernel's randomness is captured". The lowest precision of the kernel's concrete
+arithmetic is recorded (:class:`Precision`): its certificate is judged at it.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
+import sys
 import traceback
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterator
+from types import FrameType
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -25,6 +28,7 @@ from torch.utils._pytree import tree_flatten
 
 from simulator.errors import KernelError
 from simulator.randomness import Randomness
+from simulator.torch_path.random_sources import NOT_KERNEL, RandomSources
 
 UNIFORM_MODELS = ("continuous", "grid")
 #: torch calls one kernel call may make: a kernel looping without drawing is stopped here (a loop that draws
@@ -46,6 +50,13 @@ _BINARY = {"add": ("add", "add"), "__add__": ("add", "add"), "__radd__": ("add",
            "div_": ("div", "rdiv"), "__rdiv__": ("rdiv", None), "__rtruediv__": ("rdiv", None)}
 _UNARY = {"neg": "neg", "__neg__": "neg", "negative": "neg", "neg_": "neg", "log": "log", "log_": "log",
           "exp": "exp", "exp_": "exp", "reciprocal": "reciprocal", "reciprocal_": "reciprocal"}
+# clamps: the keywords of their (lower, upper) bounds, in positional order; min(max(x, lo), hi) is monotone in x
+# and in each bound
+_CLAMP = {"clamp": ("min", "max"), "clamp_": ("min", "max"), "clip": ("min", "max"), "clip_": ("min", "max"),
+          "clamp_min": ("min", None), "clamp_min_": ("min", None), "clamp_max": (None, "max"),
+          "clamp_max_": (None, "max")}
+# the floating dtypes whose arithmetic is tracked, by machine epsilon: a larger epsilon is a lower precision
+_EPS = {dtype: torch.finfo(dtype).eps for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
 # ops that move elements around: applied to the variable ids and to every recorded operand alike
 _LAYOUT = {"__getitem__", "gather", "index_select", "squeeze", "unsqueeze", "view", "reshape", "expand",
            "expand_as", "broadcast_to", "flatten", "permute", "transpose", "t", "clone", "contiguous", "flip",
@@ -75,7 +86,8 @@ class Variable:
 @dataclass
 class Symbolic:
     """A tensor of random values: the variable of each element and the maps applied to it, in order; each
-    map's operand is a float64 tensor of the same shape (``None`` for a unary map)."""
+    map's operand is a float64 tensor of the same shape (``None`` for a unary map), a copy (the kernel may later
+    change the tensor it came from). A ``fill`` operand (``masked_fill``) is NaN where the element is not filled."""
 
     ids: torch.Tensor
     ops: list[tuple[str, torch.Tensor | None]] = field(default_factory=list)
@@ -93,13 +105,27 @@ class Symbolic:
                         [(n, None if c is None else c.broadcast_to(shape)) for n, c in self.ops])
 
 
-_OWN = (str(Path(__file__).resolve().parents[1]), str(Path(torch.__file__).resolve().parent))
+@dataclass
+class Precision:
+    """The lowest floating precision a kernel's concrete arithmetic produced (``None``: none yet), with the kernel
+    line where it first appeared. One record serves every call of a kernel, so a line is looked up once per new
+    low, not once per call."""
+
+    dtype: torch.dtype | None = None
+    line: str = ""
+    eps: float = 0.0  # the recorded dtype's machine epsilon (0: none recorded)
+
+    @property
+    def name(self) -> str | None:
+        return None if self.dtype is None else str(self.dtype).removeprefix("torch.")
 
 
-def kernel_line() -> str:
-    """The innermost frame of the current stack outside specproof and torch: the kernel's line."""
-    for frame in reversed(traceback.extract_stack()[:-1]):
-        if not str(Path(frame.filename).resolve()).startswith(_OWN) and "contextlib" not in frame.filename:
+def kernel_line(start: FrameType | None = None) -> str:
+    """The innermost frame outside specproof, torch and the random libraries, from ``start`` (default: the
+    caller's frame) outward: the kernel's line."""
+    stack = traceback.extract_stack(start) if start is not None else traceback.extract_stack()[:-1]
+    for frame in reversed(stack):
+        if not str(Path(frame.filename).resolve()).startswith(NOT_KERNEL) and "contextlib" not in frame.filename:
             return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
     return "no kernel frame"
 
@@ -118,17 +144,19 @@ def _exact(x: float) -> Fraction | float:
 class Capture(TorchFunctionMode):
     """The mode: symbolic random tensors for one kernel call, decided through ``rng``."""
 
-    def __init__(self, rng: Randomness, uniforms: str = "continuous") -> None:
+    def __init__(self, rng: Randomness, uniforms: str = "continuous", precision: Precision | None = None) -> None:
         super().__init__()
         if uniforms not in UNIFORM_MODELS:
             raise KernelError("uniforms", f"must be one of {UNIFORM_MODELS}, got {uniforms!r}")
         self.rng, self.grid = rng, uniforms == "grid"
+        self.precision = precision if precision is not None else Precision()
         self.variables: list[Variable] = []
         self._symbolic: dict[int, tuple[torch.Tensor, Symbolic]] = {}
         self.calls = 0
         self.decisions = 0  # uniform comparisons decided by a choice (the grid model's error bound counts them)
         self.grid_bits: int | None = None
-        self.watch = _GeneratorWatch()
+        self.watch = _GeneratorWatch(default_generators())
+        self.sources = RandomSources(lambda: torch.rand((), dtype=torch.float64), kernel_line)
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
     def symbolic(self, x: object) -> Symbolic | None:
@@ -157,6 +185,7 @@ class Capture(TorchFunctionMode):
 
     def _real(self, func, args, kwargs):
         """Run ``func`` for its shape and dtype (its random numbers are discarded, the generator put back)."""
+        self.watch.add(kwargs.get("generator"))
         out = func(*args, **kwargs)
         self.watch.drew()
         return out
@@ -177,14 +206,41 @@ class Capture(TorchFunctionMode):
         """A call on concrete values, run as is; one that drew random numbers past this module is refused."""
         if name in _RANDOM_NAMES:
             raise _fail(name, "a random op specproof does not model exactly")
+        self.watch.add(kwargs.get("generator"))
         out = func(*args, **kwargs)
-        if self.watch.drew():
-            raise _fail(name, "drew random numbers inside a torch helper specproof does not model exactly")
+        moved = self.watch.drew()
+        if moved is not None:
+            raise _fail(name, moved)
+        if isinstance(out, torch.Tensor) and _EPS.get(out.dtype, 0.0) > self.precision.eps:
+            self._lowered(out.dtype, args, kwargs)
         return out
+
+    def _lowered(self, dtype: torch.dtype, args, kwargs) -> None:
+        """Record a concrete result below the precision seen so far. Random values do not count (their maps are
+        resolved in exact arithmetic, whatever their dtype: a float32 ``torch.rand(())`` beside float64 rows
+        changes nothing); nor does a result made from no floating tensor without ``dtype=`` (``torch.zeros(3)``,
+        ``mask.float()``): exact values in torch's default dtype, which the kernel did not choose. Arithmetic on
+        such a tensor counts where its result keeps the low precision."""
+        floating = any(isinstance(y, torch.Tensor) and y.dtype.is_floating_point
+                       for x in (*args, *kwargs.values()) for y in (x if isinstance(x, (list, tuple)) else (x,)))
+        if floating or kwargs.get("dtype") is not None:
+            self.precision.dtype, self.precision.eps, self.precision.line = dtype, _EPS[dtype], kernel_line()
 
     # ---- the mode ------------------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        # the capture's own Python is not the kernel's: no profiler (inline: a torch call is the hot path)
+        sources = self.sources
+        sources.busy = True
+        if sources.active:
+            sys.setprofile(None)
+        try:
+            return self._dispatch(func, args, kwargs or {})
+        finally:
+            sources.busy = False
+            if sources.active:
+                sys.setprofile(sources.profile)
+
+    def _dispatch(self, func, args, kwargs):
         name = getattr(func, "__name__", str(func))
         self.calls += 1
         if self.calls > MAX_TORCH_CALLS:
@@ -211,6 +267,10 @@ class Capture(TorchFunctionMode):
             return self._binary(name, args, kwargs)
         if name in _UNARY:
             return self._map(args[0], _UNARY[name], None, in_place=name.endswith("_"))
+        if name in _CLAMP:
+            return self._clamp(name, args, kwargs)
+        if name in ("masked_fill", "masked_fill_"):
+            return self._masked_fill(name, args, kwargs)
         if name in _LAYOUT:
             sym = self.symbolic(args[0])
             if sym is None or any(self.symbolic(x) is not None for x in flat[1:]):
@@ -307,31 +367,96 @@ class Capture(TorchFunctionMode):
             op, sym_arg, other = second, b, a
             if op is None:
                 raise _fail(name, "unexpected operand order")
-        if in_place and sa is None:  # concrete.div_(random): the concrete tensor becomes random
-            result = self._map(sym_arg, op, other, in_place=False)
-            self._register(a, self.symbolic(result))
-            return a
+        dtype = a.dtype if in_place else torch.result_type(a, b)
+        own = in_place and sa is not None  # the random tensor itself is modified
         if op == "sub":
-            return self._map(sym_arg, "add", -_as_tensor(other), in_place)
-        if op == "rsub":
-            negated = self._map(sym_arg, "neg", None, in_place)
-            return self._map(negated, "add", other, in_place=True)
-        return self._map(sym_arg, op, other, in_place)
+            result = self._map(sym_arg, "add", -_as_tensor(other), own, dtype)
+        elif op == "rsub":
+            result = self._map(self._map(sym_arg, "neg", None, own, dtype), "add", other, own, dtype)
+        else:
+            result = self._map(sym_arg, op, other, own, dtype)
+        return self._become(a, result, name) if in_place and sa is None else result
 
-    def _map(self, x: torch.Tensor, op: str, operand, in_place: bool) -> torch.Tensor:
+    def _become(self, target: torch.Tensor, result: torch.Tensor, op: str) -> torch.Tensor:
+        """``target``, a concrete tensor modified in place by a random operand (``c.div_(u)``), holding ``result``'s
+        random values from now on."""
+        if result.shape != target.shape:
+            raise _fail(op, "an in-place op that broadcasts a concrete tensor")
+        sym = self.symbolic(result)
+        return self._register(target, Symbolic(sym.ids, list(sym.ops)))
+
+    def _map(self, x: torch.Tensor, op: str, operand, in_place: bool,
+             dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``op`` with a concrete ``operand`` applied to the random tensor ``x``: to ``x`` itself (``in_place``) or
+        into a new random tensor of ``dtype`` (default: ``x``'s)."""
         sym = self.symbolic(x)
         shape = x.shape
         if operand is not None:
             operand = _as_tensor(operand)
             shape = torch.broadcast_shapes(shape, operand.shape)
         base = sym.broadcast(shape)
-        ops = base.ops + [(op, None if operand is None else operand.to(torch.float64).broadcast_to(shape))]
+        # copied: ``.to`` returns the tensor itself when it is float64 already, and the operand may be the very
+        # tensor registered (filled with NaN) next (``c.div_(u)``) or one the kernel changes later
+        ops = base.ops + [(op, None if operand is None
+                           else operand.detach().to(torch.float64, copy=True).broadcast_to(shape))]
         if in_place:
             if shape != x.shape:
                 raise _fail(op, "an in-place op that broadcasts a random tensor")
+            if x._base is not None and self.symbolic(x._base) is not None:
+                raise _fail(op, "an in-place op on a view of a random tensor (the tensor viewed would not see it)")
             return self._register(x, Symbolic(base.ids, ops))
-        fake = torch.empty(shape, dtype=x.dtype, device=x.device)
+        fake = torch.empty(shape, dtype=dtype or x.dtype, device=x.device)
         return self._register(fake, Symbolic(base.ids, ops))
+
+    def _clamp(self, name: str, args, kwargs) -> torch.Tensor:
+        """``clamp(x, lo, hi) = min(max(x, lo), hi)``, monotone in ``x`` and in each bound: recorded as ``max`` and
+        ``min`` maps of the one random argument, which :meth:`_resolve` inverts exactly."""
+        x, positional, (lo_key, hi_key) = args[0], list(args[1:]), _CLAMP[name]
+        lo = kwargs.get(lo_key, positional.pop(0) if positional else None) if lo_key else None
+        hi = kwargs.get(hi_key, positional.pop(0) if positional else None) if hi_key else None
+        if lo is None and hi is None:
+            raise _fail(name, "neither min nor max given")
+        random = [v for v in (x, lo, hi) if self.symbolic(v) is not None]
+        if len(random) > 1:
+            raise _fail(name, "a clamp of two random values cannot be resolved exactly")
+        in_place = name.endswith("_")
+        dtype = x.dtype if in_place else torch.clamp(x, lo, hi).dtype  # torch's promotion, on the NaN placeholders
+        if random[0] is x:
+            out = x
+            for op, bound in (("max", lo), ("min", hi)):
+                if bound is not None:
+                    out = self._map(out, op, bound, in_place or out is not x, dtype)
+            return out
+        if random[0] is lo:  # min(max(lo, x), hi): max with the concrete x, then min with hi
+            out = self._map(lo, "max", x, False, dtype)
+            out = out if hi is None else self._map(out, "min", hi, True)
+        else:  # min(hi, max(x, lo)): the concrete part clamped first
+            out = self._map(hi, "min", x if lo is None else torch.clamp(x, min=lo), False, dtype)
+        return self._become(x, out, name) if in_place else out
+
+    def _masked_fill(self, name: str, args, kwargs) -> torch.Tensor:
+        """``x.masked_fill(mask, value)`` with a concrete mask: a random ``x``'s masked elements become the constant
+        ``value``; a concrete ``x`` filled with a random 0-dim ``value`` is that value with its unmasked elements
+        kept constant. Either way a ``fill`` map, constant where filled."""
+        x = args[0]
+        mask = kwargs.get("mask", args[1] if len(args) > 1 else None)
+        value = kwargs.get("value", args[2] if len(args) > 2 else None)
+        if self.symbolic(mask) is not None:
+            raise _fail(name, "a random mask is not modelled")
+        if self.symbolic(x) is not None and self.symbolic(value) is not None:
+            raise _fail(name, "a fill of two random values cannot be resolved exactly")
+        mask, in_place = _as_tensor(mask).to(torch.bool), name.endswith("_")
+        nan = torch.tensor(math.nan, dtype=torch.float64)
+        if self.symbolic(x) is not None:
+            constant = _as_tensor(value).to(torch.float64)
+            if constant.isnan().any():
+                raise _fail(name, "a NaN fill value")
+            return self._map(x, "fill", torch.where(mask, constant, nan), in_place)
+        kept = x.to(torch.float64)
+        if (kept.isnan() & ~mask).any():
+            raise _fail(name, "NaN among the elements a random fill keeps")
+        out = self._map(value, "fill", torch.where(mask, nan, kept), False, x.dtype)
+        return self._become(x, out, name) if in_place else out
 
     # ---- comparisons --------------------------------------------------------------------------------------
     def _compare(self, cmp: str, args) -> torch.Tensor:
@@ -375,8 +500,20 @@ class Capture(TorchFunctionMode):
                 if threshold <= 0:  # exp(·) > 0 ≥ threshold
                     return cmp in ("gt", "ge")
                 threshold = _exact(math.log(threshold))
+            elif op in ("max", "min"):  # a clamp's bound c: where c alone settles the comparison, no choice
+                c = _exact(c)
+                if (op == "max") == (cmp in ("gt", "ge")):
+                    if _HOLDS[cmp](c, threshold):  # max(x, c) > t when c > t; min(x, c) < t when c < t
+                        return True
+                elif not _HOLDS[cmp](c, threshold):  # max(x, c) < t needs c < t; min(x, c) > t needs c > t
+                    return False
+            elif op == "fill":
+                if not math.isnan(c):  # a filled element is the constant c whatever x is
+                    return _HOLDS[cmp](_exact(c), threshold)
             else:
                 raise _fail(op, "a comparison through this map is not modelled")
+            if threshold != threshold:  # ∞ − ∞ through an infinite operand
+                raise _fail(op, "a threshold is NaN")
         return self._decide(var, cmp, threshold)
 
     def _decide(self, var: int, cmp: str, t: Fraction | float) -> bool:
@@ -462,6 +599,8 @@ class Capture(TorchFunctionMode):
             raise _fail("argmax", "a race on a random value already compared or raced")
         state, scale, w, lw, s = ("U" if v.kind == "uniform" else "E"), Fraction(1), Fraction(1), 0.0, 1.0
         for op, c in ops:
+            if op == "fill" and math.isnan(c):  # an element masked_fill left alone
+                continue
             c = None if c is None else _exact(c)
             if state == "U" and op == "log":
                 state = "logU"
@@ -517,28 +656,93 @@ def _as_tensor(x) -> torch.Tensor:
     return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.float64)
 
 
+def default_generators() -> list[torch.Generator]:
+    """torch's default generators: the CPU one and, once CUDA is initialised, one per CUDA device."""
+    return [torch.default_generator, *torch.cuda.default_generators]
+
+
 class _GeneratorWatch:
     """Notices random numbers drawn past :class:`Capture`: a random op inside a torch helper the function mode
-    cannot see into (``F.gumbel_softmax``, dropout) advances torch's default generator, a routed op does not.
-    Cheaper by an order of magnitude than a dispatch mode on every ATen op, and it names the torch call."""
+    cannot see into (``F.gumbel_softmax``, dropout) advances a generator, a routed op does not. Watched: the
+    ``generators`` given (:func:`default_generators`) and any a call names by ``generator=``. Cheaper by an order
+    of magnitude than a dispatch mode on every ATen op, and it names the torch call."""
 
-    def __init__(self) -> None:
-        self.generator = torch.default_generator
-        self.state = self.generator.get_state()
-        self.fingerprint = self.state.numpy().tobytes()
+    def __init__(self, generators: Sequence[torch.Generator]) -> None:
+        self.saved: dict[int, tuple[torch.Generator, torch.Tensor, bytes]] = {}
+        for generator in generators:
+            self.add(generator)
+        self.cuda_devices = len(torch.cuda.default_generators)
 
-    def drew(self) -> bool:
-        """Whether the generator moved since the last look (then it is put back: a kernel under capture never
-        disturbs the caller's random stream)."""
-        if self.generator.get_state().numpy().tobytes() == self.fingerprint:
-            return False
-        self.generator.set_state(self.state)
-        return True
+    def add(self, generator: torch.Generator | None) -> None:
+        """Watch ``generator`` too, from its state now (``None``: nothing to add)."""
+        if generator is not None and id(generator) not in self.saved:
+            state = generator.get_state()
+            self.saved[id(generator)] = (generator, state, state.numpy().tobytes())
+
+    def drew(self) -> str | None:
+        """What moved since the last look, or ``None``. A generator that moved is put back: a kernel under capture
+        never disturbs the caller's random streams. CUDA initialised since the watch began is reported too: its
+        generators did not exist to be watched, so a draw in that call cannot be told apart."""
+        moved = None
+        for generator, state, fingerprint in self.saved.values():
+            if generator.get_state().numpy().tobytes() != fingerprint:
+                generator.set_state(state)
+                moved = "drew random numbers inside a torch helper specproof does not model exactly"
+        if len(torch.cuda.default_generators) != self.cuda_devices:
+            for generator in torch.cuda.default_generators:
+                self.add(generator)
+            self.cuda_devices = len(torch.cuda.default_generators)
+            moved = ("initialised CUDA inside the kernel, so a draw on its generators cannot be seen (initialise it "
+                     "before: torch.cuda.init() when the kernel's module is imported)")
+        return moved
+
+
+def compiled_code_eager() -> contextlib.AbstractContextManager:
+    """``torch.compile``d code runs eagerly inside the block (the ``force_eager`` stance, torch ≥ 2.6), so the mode
+    sees its ops one by one instead of dynamo tracing and caching graphs around the mode's own decisions. Without
+    dynamo imported nothing can have been compiled, and importing it costs seconds: then nothing to do."""
+    stance = getattr(torch.compiler, "set_stance", None)
+    if "torch._dynamo" not in sys.modules or stance is None:
+        return contextlib.nullcontext()
+    return stance("force_eager")
+
+
+#: how to get Python in place of TorchScript the capture cannot run as Python
+SCRIPTED_WAY_OUT = "run with PYTORCH_JIT=0 or define it without @torch.jit.script"
 
 
 @contextlib.contextmanager
-def capture(rng: Randomness, uniforms: str = "continuous") -> Iterator[Capture]:
-    """Run torch code with its random ops decided by ``rng`` (what is modelled: docs/kernels.md)."""
-    mode = Capture(rng, uniforms)
-    with mode:
+def scripted_code_as_python() -> Iterator[None]:
+    """TorchScript runs in its own interpreter, which no torch function mode sees: its random ops would escape and
+    it would compute on the placeholders of random values. Inside the block a scripted function runs as the
+    Python function torch keeps beside it (``_torchdynamo_inline``), its ops seen; a scripted method (a
+    ``ScriptModule``'s), which keeps none, is refused, named. The two classes' ``__call__`` are replaced for the
+    block (one capture runs at a time in a process) and put back after, even on error."""
+    function, method = torch.jit.ScriptFunction, torch._C.ScriptMethod
+    saved = vars(function)["__call__"], vars(method)["__call__"]
+
+    def as_python(self, *args, **kwargs):
+        original = getattr(self, "_torchdynamo_inline", None)
+        if original is None:
+            raise _fail(self.qualified_name.removeprefix("__torch__."),
+                        f"a TorchScript function without its Python source: {SCRIPTED_WAY_OUT}")
+        return original(*args, **kwargs)
+
+    def refused(self, *args, **kwargs):
+        name = f"{self.owner._type().qualified_name().removeprefix('__torch__.')}.{self.name}"
+        raise _fail(name, f"a TorchScript module's method, whose ops the capture cannot see: {SCRIPTED_WAY_OUT}")
+
+    function.__call__, method.__call__ = as_python, refused
+    try:
+        yield
+    finally:
+        function.__call__, method.__call__ = saved
+
+
+@contextlib.contextmanager
+def capture(rng: Randomness, uniforms: str = "continuous", precision: Precision | None = None) -> Iterator[Capture]:
+    """Run torch code with its random ops decided by ``rng`` (what is modelled: docs/kernels.md); ``precision``
+    collects the lowest precision of its concrete arithmetic across calls."""
+    mode = Capture(rng, uniforms, precision)
+    with compiled_code_eager(), scripted_code_as_python(), mode, mode.sources:
         yield mode

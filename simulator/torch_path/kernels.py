@@ -5,7 +5,7 @@ verifier ``(tree, p, q, rng)`` that every engine runs, the exact one included.
 An adapter, ``adapter(kernel, tree, p, q, vocab, dtype) -> (node, y)``, maps specproof's tree and rows to the
 kernel's tensors and its answer back; it runs under the capture, so it may draw. Built in (:data:`ADAPTERS`):
 :func:`chain`, :func:`flat_chain`, :func:`tree_adapter` and :func:`uniforms_adapter`, each documenting its
-convention.
+convention, and the shipped verifiers' conventions of :mod:`simulator.torch_path.conventions`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import torch
 
 from simulator.errors import InvalidParameterError, KernelError, UnsupportedDraftError
 from simulator.randomness import Randomness
-from simulator.torch_path.capture import UNIFORM_MODELS, capture
+from simulator.torch_path.capture import UNIFORM_MODELS, Precision, capture
+from simulator.torch_path.loading import load_kernel, run_before_kernel_import, scripting_off
 from simulator.trees import DraftTree
+from simulator.usercode import add_import_path
 from simulator.verifiers.registry import load_callable
 
 Adapter = Callable[..., tuple[int, int]]
@@ -124,17 +126,24 @@ def flat_chain(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) ->
     bonus = torch.multinomial(_rows([q[nodes[-1]]], dtype), 1)
     out = kernel(torch.tensor(drafted), torch.tensor([gamma]), _rows([p[v] for v in nodes[:-1]], dtype),
                  _rows([q[v] for v in nodes[:-1]], dtype), bonus.reshape(1, 1))
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, gamma + 1):
+    emitted = _padded(out, drafted, vocab)
+    return nodes[len(emitted) - 1], emitted[-1]
+
+
+def _padded(out: object, drafted: list[int], vocab: int) -> list[int]:
+    """A batched sampler's output checked: shape ``[1, γ+1]``, the accepted drafts, one token, then ``-1``
+    placeholders; the tokens it emitted."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, len(drafted) + 1):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise KernelError("kernel", f"returned {shape}, expected output token ids of shape [1, {gamma + 1}]")
+        raise KernelError("kernel", f"returned {shape}, expected output token ids of shape [1, {len(drafted) + 1}]")
     row = _ints(out, "output token ids")
     width = next((i for i, t in enumerate(row) if t == PLACEHOLDER), len(row))
     if any(t != PLACEHOLDER for t in row[width:]):
         raise KernelError("kernel", f"returned {row}: a token after a -1 placeholder")
     if width == 0:
         raise KernelError("kernel", f"returned {row}: only placeholders, where at least one token must be")
-    n = _accepted(row[:width], drafted, vocab)
-    return nodes[n], row[n]
+    _accepted(row[:width], drafted, vocab)
+    return row[:width]
 
 
 def _node_and_token(out: object, tree: DraftTree, vocab: int, expected: str) -> tuple[int, int]:
@@ -164,20 +173,26 @@ def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dty
     return _node_and_token(out, tree, vocab, "(node [1], y [1])")
 
 
-ADAPTERS: dict[str, Adapter] = {"chain": chain, "flat-chain": flat_chain, "tree": tree_adapter,
-                                "uniforms": uniforms_adapter}
-CHAIN_ADAPTERS = ("chain", "flat-chain")
+#: by name; the conventions of shipped verifiers (:mod:`simulator.torch_path.conventions`) as ``module:function``
+#: references, loaded when named: that module builds on the helpers here, so importing it here would be circular
+ADAPTERS: dict[str, Adapter | str] = {"chain": chain, "flat-chain": flat_chain, "tree": tree_adapter,
+                                      "uniforms": uniforms_adapter,
+                                      "eagle": "simulator.torch_path.conventions:eagle_adapter",
+                                      "vllm": "simulator.torch_path.conventions:vllm_adapter",
+                                      "specinfer": "simulator.torch_path.conventions:specinfer_adapter"}
+CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm")
 
 
-def parse_kwargs(text: str | None) -> dict[str, object]:
-    """``NAME=VALUE,...``: each value a Python literal (``0.5``, ``True``, ``'x'``) or else a plain string."""
+def parse_kwargs(text: str | None, field_name: str = "kernel-kwargs") -> dict[str, object]:
+    """``NAME=VALUE,...``: each value a Python literal (``0.5``, ``True``, ``'x'``) or else a plain string; a
+    malformed item is :class:`InvalidParameterError` on ``field_name``."""
     out: dict[str, object] = {}
     for item in (text or "").split(","):
         if not item.strip():
             continue
         name, sep, value = item.partition("=")
         if not sep or not name.strip().isidentifier():
-            raise InvalidParameterError("kernel-kwargs", f"expected NAME=VALUE, got {item!r}")
+            raise InvalidParameterError(field_name, f"expected NAME=VALUE, got {item!r}")
         try:
             out[name.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):
@@ -187,9 +202,10 @@ def parse_kwargs(text: str | None) -> dict[str, object]:
 
 @dataclass
 class Kernel:
-    """A torch kernel as a verifier: ``kernel`` (``module:function``) through ``adapter``, in ``dtype``, its
-    uniforms under the ``uniforms`` model. Call it as any verifier; :meth:`float_tolerance` states what its
-    certificate may allow."""
+    """A torch kernel as a verifier: ``kernel`` (``module:function``, ``module:Class`` or ``module:Class.method``,
+    a class constructed with ``init``; :mod:`.loading`) through ``adapter``, in ``dtype``, its uniforms under the
+    ``uniforms`` model, ``import_path`` put first on ``sys.path`` to find them. Call it as any verifier;
+    :meth:`float_tolerance` states what its certificate may allow."""
 
     kernel: str
     adapter: str = "tree"
@@ -197,39 +213,59 @@ class Kernel:
     uniforms: str = "continuous"
     kwargs: dict = field(default_factory=dict)
     fn: Callable | None = None
+    init: dict = field(default_factory=dict)
+    import_path: Sequence[str] = ()
     max_decisions: int = field(default=0, init=False)
     grid_bits: int | None = field(default=None, init=False)
+    precision: Precision = field(default_factory=Precision, init=False)  # the lowest its arithmetic reached
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise InvalidParameterError("dtype", f"must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         if self.uniforms not in UNIFORM_MODELS:
             raise InvalidParameterError("uniforms", f"must be one of {UNIFORM_MODELS}, got {self.uniforms!r}")
-        self.fn = self.fn or load_callable(self.kernel, "kernel")
-        if self.adapter in ADAPTERS:
-            self._adapt = ADAPTERS[self.adapter]
-        elif ":" in self.adapter:
-            self._adapt = load_callable(self.adapter, "adapter")
-        else:
+        if self.adapter not in ADAPTERS and ":" not in self.adapter:
             raise InvalidParameterError("adapter", f"unknown adapter {self.adapter!r}: one of {tuple(ADAPTERS)} "
                                                    "or module:function")
+        add_import_path(self.import_path, "import-path")
+        adapter_module = None if self.adapter in ADAPTERS else self.adapter.partition(":")[0]  # a user's adapter
+        with scripting_off():  # a module first imported here keeps its @torch.jit.script helpers in Python
+            known = ADAPTERS.get(self.adapter, self.adapter)
+            self._adapt = load_callable(known, "adapter") if isinstance(known, str) else known
+            if self.fn is None:  # the adapter first: its hook may stub what the kernel's module imports
+                run_before_kernel_import(self._adapt, adapter_module)
+                self.fn = load_kernel(self.kernel, self.init)
         self._bound = functools.partial(self.fn, **self.kwargs)
         self.__module__, _, name = self.kernel.partition(":")
         self.__qualname__ = f"{name} (adapter {self.adapter})"
 
     def __call__(self, tree: DraftTree, p, q, rng: Randomness) -> tuple[int, int]:
-        with capture(rng, self.uniforms) as mode:
+        with capture(rng, self.uniforms, self.precision) as mode:
             out = self._adapt(self._bound, tree, p, q, len(q[0]), DTYPES[self.dtype])
         self.max_decisions = max(self.max_decisions, mode.decisions)
         if mode.grid_bits is not None:
             self.grid_bits = mode.grid_bits if self.grid_bits is None else min(self.grid_bits, mode.grid_bits)
         return out
 
+    def judged_precision(self) -> tuple[str, str]:
+        """The precision the certificate judges this kernel at, and why: the lower of its input dtype and the
+        lowest its arithmetic reached, never below float32 (read after the law is enumerated). A float32 kernel fed
+        float64 rows is judged as float32; a bfloat16 one at float32's tolerance still, so its own rounding shows
+        as a loss."""
+        seen = self.precision
+        if seen.dtype is None or seen.eps <= torch.finfo(DTYPES[self.dtype]).eps:
+            return self.dtype, (f"{self.dtype} kernel: its inputs are the rows rounded to {self.dtype} and its "
+                                f"branch probabilities its own {self.dtype} values taken exactly")
+        floor = "" if seen.dtype == torch.float32 else f" (the loosest allowed: {seen.name}'s own rounding is a loss)"
+        return "float32", (f"the kernel computes in {seen.name} (first at {seen.line}); judged at float32's "
+                           f"tolerance{floor}")
+
     def float_tolerance(self) -> tuple[float, str]:
-        """The TVD this kernel's certificate allows, and why (read after the law is enumerated)."""
-        base = FLOAT64_TOLERANCE if self.dtype == "float64" else FLOAT32_TOLERANCE
-        reason = (f"{self.dtype} kernel: its inputs are the rows rounded to {self.dtype} and its branch "
-                  f"probabilities its own {self.dtype} values taken exactly; rounding stays below {base:g}")
+        """The TVD this kernel's certificate allows, and why (read after the law is enumerated): that of the
+        precision :meth:`judged_precision` names."""
+        judged, why = self.judged_precision()
+        base = FLOAT64_TOLERANCE if judged == "float64" else FLOAT32_TOLERANCE
+        reason = f"precision {judged}: {why}; rounding stays below {base:g}"
         if self.grid_bits is None:
             return base, reason
         grid = self.max_decisions * 2.0 ** -self.grid_bits
@@ -237,5 +273,10 @@ class Kernel:
                              f"per execution × 2^-{self.grid_bits} (one grid cell each)")
 
     def describe(self) -> dict[str, object]:
+        """The description that rebuilds this kernel (:mod:`exact.subject`); ``kernel_init`` and ``import_path``
+        only when given."""
+        extra = {"kernel_init": dict(self.init)} if self.init else {}
+        if self.import_path:
+            extra["import_path"] = list(self.import_path)
         return {"kernel": self.kernel, "adapter": self.adapter, "dtype": self.dtype, "uniforms": self.uniforms,
-                "kernel_kwargs": dict(self.kwargs)}
+                "kernel_kwargs": dict(self.kwargs), **extra}

@@ -11,12 +11,12 @@ import click
 from exact import fixed_tree_law
 from exact.certificate import METHODS
 from exact.pairs import certify_pairs
-from exact.reproducer import capture, load_reproducer
+from exact.reproducer import capture, failing_case, load_reproducer
 from exact.size import estimate_round
 from exact.subject import subject
 from simulator.case import load_case
 from simulator.drafter_registry import DRAFTERS
-from simulator.errors import InvalidParameterError
+from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.models import MODELS
 from simulator.numeric import ARITHMETICS, to_json_number
@@ -26,7 +26,7 @@ from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.certify_real import CAUSAL_LM, certify_causal_lm, certify_model_options, refuse_real_options
 from specproof.cli.group import main
 from specproof.cli.options import (build_drafter, case_options, certificate_lines, certified_subject, check_count,
-                                   exactness, given_options, kernel_options, limit_options, limited, mass_bar,
+                                   exactness, given_options, kept, kernel_options, limit_options, limited, mass_bar,
                                    model_factory, shrunk, tree_options, write_output)
 
 
@@ -80,7 +80,8 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 @limit_options
 @click.pass_context
 def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, target, draft, prompt, top_k,
-            temperature, cache_dir, device, pairs, kernel, adapter, dtype, uniforms, kernel_kwargs, case_path, shrink,
+            temperature, cache_dir, device, pairs, kernel, adapter, dtype, uniforms, kernel_kwargs, kernel_init,
+            import_path, case_path, shrink,
             shrink_time, case_out, arithmetic, method, json_out, max_executions, timeout, **tree) -> None:
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1); with
     --model causal-lm, on a real pair's rows after a prompt. Exit 0 lossless, 1 lossy."""
@@ -97,12 +98,14 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
         if method != "enumerate":  # a reproducer is certified as it was found: by enumeration
             raise InvalidParameterError("method", "--case certifies by enumeration; --method recursion applies to "
                                                   "a model and shape given by the options")
-        return _certify_case(ctx, case_path, tree, kernel, adapter, dtype, uniforms, kernel_kwargs, shrink,
-                             shrink_time, case_out, json_out, max_executions, timeout)
+        kernel_opts = (kernel, adapter, dtype, uniforms, kernel_kwargs, kernel_init, import_path)
+        return _certify_case(ctx, case_path, tree, kernel_opts, shrink, shrink_time, case_out, json_out,
+                             max_executions, timeout)
     if model_kind == "table" and pairs > 1:
         raise InvalidParameterError("seeds", "a table model has no seed: --seeds K needs a synthetic or "
                                              "random-rational model")
-    name, fn, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs)
+    name, fn, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs, kernel_init,
+                                              import_path)
     check_arithmetic_for(name, arithmetic)
     model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
 
@@ -113,11 +116,18 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
     model = model_for(seed)
     drafter, drafting = build_drafter(model, tree)
     described = {} if kernel_spec is None else kernel_spec.describe()
-    with mass_bar(pairs, f"certify {name}") as bar, limited(max_executions, timeout, bar.update) as cap:
-        if method == "enumerate":  # the size estimate is enumeration's
-            estimate_round(model, drafter, fn, arithmetic).check(cap)
-        result = certify_pairs(pair, range(seed, seed + pairs), fn, arithmetic,
-                               config=lambda s: {**model_for(s).describe(), **drafting, **described}, method=method)
+    try:
+        with mass_bar(pairs, f"certify {name}") as bar, limited(max_executions, timeout, bar.update) as cap:
+            if method == "enumerate":  # the size estimate is enumeration's
+                estimate_round(model, drafter, fn, arithmetic).check(cap)
+            result = certify_pairs(pair, range(seed, seed + pairs), fn, arithmetic,
+                                   config=lambda s: {**model_for(s).describe(), **drafting, **described},
+                                   method=method)
+    except SpecproofError as err:
+        if hasattr(err, "branch"):
+            err.case = _failing_case(ctx, pair, range(seed, seed + pairs), subject(described or name), arithmetic,
+                                     case_out)
+        raise
     cert = result.deciding
     click.echo(f"{name}: {'LOSSLESS' if result.lossless else 'LOSSY'} ({exactness(cert, kernel_spec, arithmetic)})")
     click.echo(f"  model {cert.config['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items())
@@ -136,9 +146,23 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
     sys.exit(0 if result.lossless else 1)
 
 
-def _certify_case(ctx, case_path, tree, kernel, adapter, dtype, uniforms, kernel_kwargs, shrink, shrink_time,
-                  case_out, json_out, max_executions, timeout) -> None:
-    """``certify --case``: the reproducer's subject (or --verifier/--kernel) on its table, shape and drafting."""
+def _failing_case(ctx, pair, seeds, what, arithmetic: str, case_out: str) -> str:
+    """Where the case of an error raised inside the subject went (``--case-out``, written only when given), or how
+    to get it."""
+    if "case_out" not in given_options(ctx, ("case_out",)):
+        return "pass --case-out FILE to write it as a reproducer"
+    for s in seeds:  # the pairs before the failing one certified; the failing one fails again, recorded
+        case = failing_case(*pair(s), what, arithmetic)
+        if case is not None:
+            path = kept(lambda: case.write(case_out))
+            return f"written to {path} (specproof certify --case {path})" if path else "not written"
+    return "not reproduced: the failure did not recur"
+
+
+def _certify_case(ctx, case_path, tree, kernel_opts, shrink, shrink_time, case_out, json_out, max_executions,
+                  timeout) -> None:
+    """``certify --case``: the reproducer's subject (or --verifier/--kernel) on its table, shape and drafting;
+    ``kernel_opts``: the kernel options, in :func:`certified_subject`'s order."""
     held = given_options(ctx, ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs",
                         "topology", "depth", "branching", "parents", "drafting", "budget", "threshold", "max_depth",
                         "corpus_path", "arithmetic"))
@@ -146,8 +170,8 @@ def _certify_case(ctx, case_path, tree, kernel, adapter, dtype, uniforms, kernel
         raise InvalidParameterError("case", f"the case holds the model, tree, drafting and arithmetic: drop "
                                             f"--{held[0].replace('_path', '').replace('_', '-')}")
     case = load_reproducer(case_path)
-    if tree["verifier"] is not None or kernel is not None:
-        name, _, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs)
+    if tree["verifier"] is not None or kernel_opts[0] is not None:
+        name, _, kernel_spec = certified_subject(tree, *kernel_opts)
         what = subject(kernel_spec.describe() if kernel_spec is not None else name)
     else:
         what, kernel_spec = subject(case.subject, "case.subject"), None

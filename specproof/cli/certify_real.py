@@ -21,7 +21,8 @@ REAL_OPTIONS = ("target", "draft", "prompt", "top_k", "temperature", "cache_dir"
 #: the certify options ``--model causal-lm`` refuses: the synthetic and table models', seeds, kernels, reproducers,
 #: exact arithmetic and the recursions (a real pair is certified in float64 by enumeration)
 NOT_REAL = ("table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "kernel", "adapter", "dtype",
-            "uniforms", "kernel_kwargs", "case_path", "shrink", "shrink_time", "case_out", "arithmetic", "method")
+            "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink", "shrink_time", "case_out",
+            "arithmetic", "method")
 
 
 def causal_lm_options(fn):
@@ -60,10 +61,9 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
     """Certify ``--verifier`` on a real pair's rows after ``--prompt``: exit 0 LOSSLESS, 1 LOSSY."""
     held = given_options(ctx, NOT_REAL)
     if held:
-        flag = held[0].replace("_path", "").replace("_", "-")
-        raise InvalidParameterError(held[0].removesuffix("_path"), f"--{flag} does not apply to --model causal-lm "
-                                                                    "(a real pair, certified in float64 by enumeration "
-                                                                    "on its rows): drop it")
+        flag = max(next(p for p in ctx.command.params if p.name == held[0]).opts, key=len)  # --seeds for pairs
+        raise InvalidParameterError(flag.lstrip("-"), f"{flag} does not apply to --model causal-lm (a real pair, "
+                                                      "certified in float64 by enumeration on its rows): drop it")
     for field, what in (("target", "a saved directory, a .gguf file or smollm2"),
                         ("draft", "a model, or the target's layers: self:skip=12,14,16,18"),
                         ("prompt", "the user message, under the target's chat template")):

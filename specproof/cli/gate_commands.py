@@ -37,7 +37,8 @@ from specproof.gate.hunt import hunt as run_hunt
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
 @click.pass_context
 def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, kernel, adapter, dtype, uniforms,
-         kernel_kwargs, time_limit, hunt_seed, arithmetic, shrink_time, case_out, json_out, **tree) -> None:
+         kernel_kwargs, kernel_init, import_path, time_limit, hunt_seed, arithmetic, shrink_time, case_out, json_out,
+         **tree) -> None:
     """Search model pairs, vocabularies, shapes and drafting schemes (then local moves on rows) for a pair on which
     the verifier or kernel is lossy. Options given are held fixed, the others searched. Exit 1 on a loss (shrunk
     reproducer written), 0 when the time limit ends without one."""
@@ -45,7 +46,8 @@ def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob,
         raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
     check_output_file(json_out, "json")
     check_output_dir(Path(case_out).parent, "case_out")  # made if missing
-    name, _, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs)
+    name, _, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs, kernel_init,
+                                             import_path)
     what = subject(kernel_spec.describe() if kernel_spec is not None else name)
     check_arithmetic_for(what.name, arithmetic)
     fixed = _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree)

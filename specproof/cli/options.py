@@ -7,7 +7,8 @@ import os
 import shlex
 import sys
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from fractions import Fraction
+from typing import Callable, Iterator, Sequence
 
 import click
 from tqdm import tqdm
@@ -19,9 +20,9 @@ from simulator.errors import InvalidParameterError, OutputError, SpecproofError
 from simulator.jsonfile import read_json, write_json
 from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, limits, progress_note, time_limit
 from simulator.models import MODELS, make_model
-from simulator.numeric import human_number
+from simulator.numeric import Number, human_number
 from simulator.trees import TOPOLOGIES, shape_from_options
-from simulator.usercode import check_importable, require
+from simulator.usercode import add_import_path, check_importable, require
 from simulator.verifiers import load_verifier
 from simulator.verifiers.registry import check_pairing
 from specproof.gate.shrink import shrink as shrink_case
@@ -140,7 +141,7 @@ def model_options(fn, kinds: tuple[str, ...] = tuple(MODELS)):
 def tree_options(fn):
     options = [
         click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=None,
-                     help="tree shape  [default: complete; chain with --adapter chain or flat-chain]"),
+                     help="tree shape  [default: complete; chain with --adapter chain, flat-chain or vllm]"),
         click.option("--depth", type=int, default=2, show_default=True, help="draft depth H"),
         click.option("--branching", type=int, default=2, show_default=True, help="branching b"),
         click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)"),
@@ -210,13 +211,33 @@ def check_count(field: str, value: int, minimum: int) -> None:
         raise InvalidParameterError(field, f"must be at least {minimum}, got {value}")
 
 
+#: floats that stand in for a zero, ``(name, value)``: a clamp to ``finfo.tiny`` (``clamp(q - p, min=tiny)``) or to
+#: the smallest subnormal leaves mass of about their size where the target has none. float16's are left out: they
+#: are ordinary probabilities (6e-5, 6e-8), no sign of a clamp
+FLOAT_FLOORS = (("finfo(float64).tiny", 2.0**-1022), ("float64's smallest subnormal", 2.0**-1074),
+                ("finfo(float32).tiny", 2.0**-126), ("float32's smallest subnormal", 2.0**-149))
+#: a support violation within this factor of a floor, either way, is traced to it (about one floor per excluded
+#: token at each position a rejection reaches: at most the vocabulary times the depth)
+FLOOR_FACTOR = 2**10
+
+
+def support_source(mass: Number) -> str:
+    """Where a support violation's ``mass`` likely comes from, when it is within :data:`FLOOR_FACTOR` of one of
+    :data:`FLOAT_FLOORS` (``"; about 0.99 × finfo(float32).tiny (1.2e-38): ..."``), else ``""``."""
+    for name, floor in FLOAT_FLOORS:
+        ratio = Fraction(mass) / Fraction(floor)
+        if Fraction(1, FLOOR_FACTOR) <= ratio <= FLOOR_FACTOR:
+            return f"; about {float(ratio):.2g} × {name} ({floor:.2g}): a clamp to it where a zero belongs?"
+    return ""
+
+
 def certificate_lines(cert, indent: str = "  ") -> list[str]:
     lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}",
              f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; block efficiency "
              f"{human_number(cert.expected_accepted + 1)}"]
     if cert.off_support:
         lines.append(f"{indent}support violation: mass {human_number(cert.off_support)} on sequences the target "
-                     "gives probability 0 (LOSSY whatever the tolerance)")
+                     f"gives probability 0, LOSSY whatever the tolerance{support_source(cert.off_support)}")
     if cert.counterexample is not None:
         ce = cert.counterexample
         lines.append(f"{indent}counterexample: sequence {list(ce.sequence)} has probability "
@@ -231,38 +252,53 @@ def certificate_lines(cert, indent: str = "  ") -> list[str]:
 def kernel_options(fn):
     options = [
         click.option("--kernel", help="an unmodified torch function module:function, certified through --adapter "
-                                      "(instead of --verifier; docs/kernels.md)"),
+                                      "(instead of --verifier; docs/kernels.md); module:Class or "
+                                      "module:Class.method constructs the class (--kernel-init) and calls the "
+                                      "instance or its method"),
         click.option("--adapter", default="tree", show_default=True,
-                     help="the kernel's calling convention: chain, flat-chain, tree, uniforms or module:function"),
+                     help="the kernel's calling convention: chain, flat-chain, tree, uniforms, eagle, vllm, "
+                          "specinfer or module:function"),
         click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
                      help="the kernel's input dtype"),
         click.option("--uniforms", type=click.Choice(["continuous", "grid"]), default="continuous",
                      show_default=True, help="model of a torch uniform: U(0,1), or torch's float grid k·2^-b"),
         click.option("--kernel-kwargs", help="fixed keyword arguments of the kernel, NAME=VALUE,..."),
+        click.option("--kernel-init", help="module:Class or module:Class.method: the constructor's keyword "
+                                           "arguments, NAME=VALUE,..."),
+        click.option("--import-path", multiple=True, type=click.Path(),
+                     help="a directory put first on sys.path before the adapter and kernel are imported "
+                          "(repeatable)"),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-def certified_subject(tree: dict, kernel: str | None, adapter: str, dtype: str, uniforms: str, kernel_kwargs: str | None):
+def certified_subject(tree: dict, kernel: str | None, adapter: str, dtype: str, uniforms: str,
+                      kernel_kwargs: str | None, kernel_init: str | None = None, import_path: Sequence[str] = ()):
     """``(name, verifier, what to print about its arithmetic)`` for ``--verifier`` or ``--kernel``."""
     if kernel is None:
         for option, value, default in (("adapter", adapter, "tree"), ("dtype", dtype, "float64"),
-                                       ("uniforms", uniforms, "continuous"), ("kernel-kwargs", kernel_kwargs, None)):
+                                       ("uniforms", uniforms, "continuous"), ("kernel-kwargs", kernel_kwargs, None),
+                                       ("kernel-init", kernel_init, None), ("import-path", tuple(import_path), ())):
             if value != default:
                 raise InvalidParameterError(option, f"--{option} applies to --kernel only")
         return (*named_verifier(tree), None)
     if tree["verifier"] is not None:
         raise InvalidParameterError("kernel", "pass --verifier or --kernel, not both")
-    for option, spec in (("kernel", kernel), ("adapter", adapter)):  # a misspelt module fails before torch loads
-        if ":" in spec:
-            check_importable(spec.partition(":")[0], option)
+    add_import_path(import_path, "import-path")
+    # a misspelt module fails before torch loads; of the kernel's only the top-level package, whose lookup runs
+    # nothing: its parent packages' imports must wait for the adapter's before_kernel_import hook
+    for option, module in (("kernel", kernel.partition(":")[0].partition(".")[0] if ":" in kernel else ""),
+                           ("adapter", adapter.partition(":")[0] if ":" in adapter else "")):
+        if module:
+            check_importable(module, option)
     require("torch", "--kernel", "kernel")
     from simulator.torch_path.kernels import CHAIN_ADAPTERS, Kernel, parse_kwargs  # torch only for a kernel
     if tree["topology"] is None and tree["parents"] is None and adapter in CHAIN_ADAPTERS:
         tree["topology"] = "chain"
-    verifier = Kernel(kernel, adapter, dtype, uniforms, parse_kwargs(kernel_kwargs))
+    verifier = Kernel(kernel, adapter, dtype, uniforms, parse_kwargs(kernel_kwargs),
+                      init=parse_kwargs(kernel_init, "kernel-init"), import_path=tuple(import_path))
     return kernel, verifier, verifier
 
 
@@ -289,8 +325,9 @@ def given_options(ctx: click.Context, names) -> list[str]:
 
 def exactness(cert, kernel_spec, arithmetic: str) -> str:
     if kernel_spec is not None:
-        return (f"torch kernel through adapter {kernel_spec.adapter}, {kernel_spec.dtype}, {kernel_spec.uniforms} "
-                f"uniforms; tolerance {human_number(cert.tolerance)}")
+        return (f"torch kernel through adapter {kernel_spec.adapter}, {kernel_spec.dtype} rows, judged at "
+                f"{kernel_spec.judged_precision()[0]} precision, {kernel_spec.uniforms} uniforms; tolerance "
+                f"{human_number(cert.tolerance)}")
     return "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
 
 

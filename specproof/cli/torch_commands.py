@@ -188,3 +188,18 @@ def kernels(ctx, out_dir: str) -> None:
         ticks.close()
     click.echo(f"written to {out_dir}/kernels.md")
     sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.pass_context
+def clients(ctx, out_dir: str) -> None:
+    """Certify samplers other projects ship (transformers', vLLM 0.6.3's), unmodified, each by the command the
+    report shows. Writes clients.md/json; exit 1 on a verdict against its expectation (docs/kernels.md)."""
+    require("torch", "specproof clients", "clients")
+    check_output_dir(out_dir, "out")
+    from specproof.reports.clients import write_clients_report  # torch only here
+
+    ok = write_clients_report(Path(out_dir), command_line(ctx))
+    click.echo(f"written to {out_dir}/clients.md")
+    sys.exit(0 if ok else 1)

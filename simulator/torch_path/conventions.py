@@ -1,0 +1,137 @@
+"""Adapters for the calling conventions of shipped verifiers (docs/kernels.md, "Conventions of shipped
+verifiers"): EAGLE's candidate paths (:func:`eagle_adapter`), vLLM's batched rejection sampler
+(:func:`vllm_adapter`) and SpecInfer's token tree (:func:`specinfer_adapter`). Each lays specproof's tree and rows
+out as the convention does and checks the kernel's answer, a :class:`KernelError` naming what is wrong.
+
+:data:`simulator.torch_path.kernels.ADAPTERS` names them by ``module:function`` reference: this module builds on
+that one's helpers, so that one cannot import this one.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+
+import torch
+
+from simulator.errors import KernelError
+from simulator.torch_path.kernels import PLACEHOLDER, _ints, _one, _padded, _rows, _token, chain_nodes
+from simulator.trees import TreeStructure
+
+
+def eagle_buffers(tree: TreeStructure) -> tuple[list[list[int]], list[list[int]]]:
+    """EAGLE's ``tree_choices`` and root-to-leaf paths for a BFS-ordered tree, laid out as its
+    ``generate_tree_buffers`` does: each non-root node as its child ranks from the root, in BFS order (EAGLE sorts
+    them by length, then ranks: the same order); each path as its node ids from the root, ordered by their ids
+    (EAGLE's sorted ``retrieve_indices``: depth-first order of the leaves)."""
+    choices: list[list[int]] = [[]]
+    for v in range(1, len(tree)):
+        parent = tree.parents[v]
+        choices.append([*choices[parent], tree.children(parent).index(v)])
+    paths = []
+    for leaf in (v for v in range(len(tree)) if not tree.children(v)):
+        path = [leaf]
+        while path[-1] != 0:
+            path.append(tree.parents[path[-1]])
+        paths.append(path[::-1])
+    return choices[1:], sorted(paths)
+
+
+def eagle_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+    """EAGLE's and Medusa's convention (``evaluate_posterior``'s sampling path): ``kernel(tree_choices,
+    retrieve_indices [P, H+1], candidates [P, H+1], target_probs [n, V], draft_probs [n, V]) -> (best_candidate,
+    accept_length, token)``, nodes flattened in BFS order, one row per root-to-leaf path, ``-1`` past a path's end
+    and at the root's token; the answer is node ``retrieve_indices[best_candidate, accept_length]``, then
+    ``token``."""
+    choices, paths = eagle_buffers(tree)
+    width = tree.height + 1
+    indices = [path + [PLACEHOLDER] * (width - len(path)) for path in paths]
+    tokens = [PLACEHOLDER, *tree.tokens[1:]]
+    candidates = [[PLACEHOLDER if v == PLACEHOLDER else tokens[v] for v in row] for row in indices]
+    out = kernel(choices, torch.tensor(indices), torch.tensor(candidates), _rows(q, dtype), _rows(p, dtype, vocab))
+    if not isinstance(out, tuple) or len(out) != 3:
+        raise KernelError("kernel", f"returned {type(out).__name__}, expected (best_candidate, accept_length, token)")
+    best, length = _one(out[0], "best_candidate"), _one(out[1], "accept_length")
+    if not 0 <= best < len(paths):
+        raise KernelError("kernel", f"returned best_candidate {best}, not a path index (0..{len(paths) - 1})")
+    if not 0 <= length < len(paths[best]):
+        raise KernelError("kernel", f"returned accept_length {length} on path {best}, which has "
+                                    f"{len(paths[best]) - 1} draft tokens")
+    return paths[best][length], _token(_one(out[2], "token"), "token", vocab)
+
+
+def vllm_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+    """vLLM's ``RejectionSampler.forward(target_with_bonus_probs [B, k+1, V], bonus_token_ids [B, 1], draft_probs
+    [B, k, V], draft_token_ids [B, k]) -> output_token_ids [B, k+1]``: the accepted drafts, the recovered or bonus
+    token, then ``-1`` placeholders; here ``B = 1``, a chain of ``k`` drafts. The bonus is drawn here from the
+    leaf's target row by ``torch.multinomial`` before the kernel runs, as vLLM's sampler draws it."""
+    nodes = chain_nodes(tree, "vllm")
+    drafted = [tree.tokens[v] for v in nodes[1:]]
+    _counters_made(kernel)
+    bonus = torch.multinomial(_rows([q[nodes[-1]]], dtype), 1)
+    out = kernel(_rows([q[v] for v in nodes], dtype)[None], bonus.reshape(1, 1),
+                 _rows([p[v] for v in nodes[:-1]], dtype)[None], torch.tensor([drafted]))
+    emitted = _padded(out, drafted, vocab)
+    return nodes[len(emitted) - 1], emitted[-1]
+
+
+def _counters_made(kernel) -> None:
+    """vLLM's samplers add to acceptance counters their worker makes with ``init_gpu_tensors(device)``
+    (``SpecDecodeBaseSampler``); for a method of such a sampler (``--kernel module:RejectionSampler.forward``)
+    the adapter makes them on the CPU when they are missing, as the worker would on its device."""
+    owner = getattr(getattr(kernel, "func", kernel), "__self__", None)
+    if getattr(owner, "num_accepted_tokens", 0) is None and callable(getattr(owner, "init_gpu_tensors", None)):
+        owner.init_gpu_tensors("cpu")
+
+
+def _vllm_imports() -> None:
+    """vLLM 0.6.3's sampler modules (``specproof fetch vllm-sampler``) import two small modules of the vLLM
+    package beyond torch: ``vllm.envs`` (read for ``VLLM_USE_FLASHINFER_SAMPLER``) and ``vllm.logger``. Where
+    they are not already imported, this installs stand-ins for them (FlashInfer off, the standard logger), so
+    the sampler imports without vLLM's heavy package ``__init__``: the fetched folder has none, so ``vllm`` is a
+    namespace package there."""
+    for name, attributes in (("vllm.envs", {"VLLM_USE_FLASHINFER_SAMPLER": False}),
+                             ("vllm.logger", {"init_logger": logging.getLogger})):
+        if name not in sys.modules:
+            stand_in = types.ModuleType(name, "a stand-in installed by specproof's vllm adapter")
+            stand_in.__dict__.update(attributes)
+            sys.modules[name] = stand_in
+
+
+vllm_adapter.before_kernel_import = _vllm_imports  # type: ignore[attr-defined]
+
+
+def preorder(tree: TreeStructure) -> list[int]:
+    """The nodes in depth-first pre-order, each node's children in rank order (the order they were drafted)."""
+    order, stack = [], [0]
+    while stack:
+        v = stack.pop()
+        order.append(v)
+        stack.extend(reversed(tree.children(v)))
+    return order
+
+
+def specinfer_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+    """SpecInfer's token tree: ``kernel(tokens [n], parents [n], draft_probs [n, V], target_probs [n, V]) ->
+    tokens [m+1]``, nodes in depth-first pre-order, ``tokens[0] = parents[0] = -1``; the answer is the verified
+    sequence, ``m`` tokens accepted down the tree and one more. It is mapped to a node by walking from the root by
+    token; where siblings share a token the first is taken (every node it could be gives the same sequence, and a
+    verdict reads only the sequence)."""
+    order = preorder(tree)
+    position = {v: i for i, v in enumerate(order)}
+    out = kernel(torch.tensor([PLACEHOLDER, *(tree.tokens[v] for v in order[1:])]),
+                 torch.tensor([PLACEHOLDER, *(position[tree.parents[v]] for v in order[1:])]),
+                 _rows([p[v] for v in order], dtype, vocab), _rows([q[v] for v in order], dtype))
+    if not isinstance(out, torch.Tensor) or out.dim() != 1 or len(out) == 0:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise KernelError("kernel", f"returned {shape}, expected a token sequence of shape [m+1]")
+    emitted = _ints(out, "the token sequence")
+    node = 0
+    for i, token in enumerate(emitted[:-1]):
+        child = next((c for c in tree.children(node) if tree.tokens[c] == _token(token, f"token {i}", vocab)), None)
+        if child is None:
+            raise KernelError("kernel", f"returned {emitted}: token {i} ({token}) is no child's token after "
+                                        f"{emitted[:i]} in the tree")
+        node = child
+    return node, _token(emitted[-1], f"token {len(emitted) - 1}", vocab)
