@@ -277,6 +277,22 @@ def test_cached_rows_follow_plain_forward_passes_token_by_token(tiny_pair):
     assert cached.passes == 5
 
 
+def test_the_cpu_head_gives_the_heads_product_and_leaves_the_model_as_it_was(tiny_pair):
+    """Inside a cached pass the output head computes in MKL's faster layout, one row and several; outside, the
+    model's own head runs untouched (transformers' generate, measured beside it, gets the model as loaded)."""
+    from simulator.torch_path.kv_cache import CachedLM
+    _, target = tiny_pair
+    head = target.get_output_embeddings()
+    lm = CachedLM(target, Processing())
+    assert "forward" not in vars(head)
+    for hidden in (torch.randn(1, 1, 16, dtype=torch.float64), torch.randn(1, 5, 16, dtype=torch.float64)):
+        with torch.no_grad(), lm._head:
+            fast = head(hidden)
+        assert fast.shape == (*hidden.shape[:-1], VOCAB)
+        assert torch.allclose(fast, hidden @ head.weight.T, rtol=1e-12, atol=1e-12)
+    assert "forward" not in vars(head) and lm._head.transposed is CachedLM(target, Processing())._head.transposed
+
+
 def test_self_drafts_share_the_targets_tensors_and_name_bad_specs(tiny_pair):
     from simulator.torch_path.real import self_draft
     _, target = tiny_pair
