@@ -1,6 +1,6 @@
 """The exact cross-check on a real trained pair, rule by rule: writes ``reports/real_crosscheck.md`` and ``.json``.
 
-Usage: ``python3 benchmarks/real_crosscheck.py [--rounds 64] [--mc-trials 4000] [--top-k 3] [--threads N]
+Usage: ``python3 benchmarks/real_crosscheck.py [--rounds 2000] [--mc-trials 4000] [--top-k 3] [--threads N]
 [--target smollm2] [--draft self:skip=12,14,16,18] [--prompt TEXT] [--cache-dir DIR]
 [--out reports/real_crosscheck.md]``.
 
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--draft", default=DRAFT)
     parser.add_argument("--prompt", default=PROMPT)
     parser.add_argument("--top-k", type=int, default=TOP_K)
-    parser.add_argument("--rounds", type=int, default=64, help="real first rounds per row")
+    parser.add_argument("--rounds", type=int, default=2000, help="real first rounds per row")
     parser.add_argument("--mc-trials", type=int, default=4000, help="Monte Carlo trials per row")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--cache-dir")

@@ -293,6 +293,20 @@ def test_the_cpu_head_gives_the_heads_product_and_leaves_the_model_as_it_was(tin
     assert "forward" not in vars(head) and lm._head.transposed is CachedLM(target, Processing())._head.transposed
 
 
+@pytest.mark.parametrize("name,shape", [("tv-rrs", ("complete", 2, 2)), ("bv", ("chain", 3, 1))])
+def test_remembered_passes_give_the_rounds_computed_passes_give(tiny_pair, name, shape):
+    """First rounds with passes taken from a memo decide as the rounds that run every pass, round by round,
+    with fewer passes computed."""
+    from simulator.torch_path import crosscheck
+
+    drafter, prompt, processing = FixedShape(make_topology(*shape), "iid"), [1, 2, 3], Processing(top_k=3)
+    plain = crosscheck.first_rounds(*tiny_pair, prompt, processing, drafter, name, 60, memo=False)
+    remembered = crosscheck.first_rounds(*tiny_pair, prompt, processing, drafter, name, 60)
+    assert remembered.accepted.tolist() == plain.accepted.tolist()
+    assert remembered.passes == plain.passes == plain.computed
+    assert 2 < remembered.computed < plain.passes / 2, (remembered.computed, plain.passes)
+
+
 def test_self_drafts_share_the_targets_tensors_and_name_bad_specs(tiny_pair):
     from simulator.torch_path.real import self_draft
     _, target = tiny_pair

@@ -125,8 +125,8 @@ def test_a_tree_position_bug_is_lossy_on_the_real_pair(smollm2, sequential_tree_
 @pytest.mark.slow
 @pytest.mark.parametrize("name,drafter", [("tv-rrs", COMPLETE), ("bv", CHAIN)])
 def test_exact_monte_carlo_and_real_rounds_agree(smollm2, name, drafter):
-    """The first round's accepted length three ways: exact, Monte Carlo on the same rows (2,000 trials), 30 real
-    first rounds of the cached loop; each pair within 3 combined standard errors."""
+    """The first round's accepted length three ways: exact, Monte Carlo on the same rows (2,000 trials), 200 real
+    first rounds of the cached loop (passes from a memo); each pair within 3 combined standard errors."""
     import numpy as np
 
     from simulator.montecarlo.engine import mean_and_se
@@ -136,7 +136,7 @@ def test_exact_monte_carlo_and_real_rounds_agree(smollm2, name, drafter):
     exact = float(certify_real(smollm2["pair"], drafter, name).expected_accepted)
     mc, mc_se = monte_carlo_accepted(smollm2["pair"], drafter, name, 2000)
     accepted = first_rounds(smollm2["draft"], smollm2["target"], smollm2["ids"], smollm2["processing"], drafter,
-                            name, 30)
+                            name, 200).accepted
     real, real_se = mean_and_se(np.bincount(accepted, minlength=3))
     assert abs(exact - mc) <= 3 * mc_se, (exact, mc, mc_se)
     assert abs(exact - real) <= 3 * real_se, (exact, real, real_se)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -277,12 +278,83 @@ def monte_carlo_accepted(pair: SupportPair, drafter: Drafter, verifier: str | Ve
     return mean_and_se(np.bincount(accepted, minlength=drafter.height + 1))
 
 
+#: the most passes :class:`RoundPasses` remembers (each row by its nonzero entries: a few per row under top-k)
+MEMO_PASSES = 20_000
+
+
+class RoundPasses:
+    """``lm`` (a :class:`CachedLM` holding a fixed prefix) for many first rounds, each forward pass computed once.
+
+    Every first round starts from the same cache, so a pass is fixed by the calls of its round so far (the tokens
+    fed, the tree and the nodes): the same calls give the same rows, bit for bit, on a deterministic device. The
+    rows of a call already made are taken from a memo; a new call first feeds ``lm`` the round's earlier calls it
+    skipped, so its keys and values are those of the round, then runs for real. The serving loop around it
+    (drafting, the rule, the cache's commit) runs every round. Rows are kept by their nonzero entries (top-k rows:
+    k per row), at most :data:`MEMO_PASSES` passes. ``computed`` counts the passes run, ``passes`` the
+    passes the rounds asked for (as :class:`CachedLM`'s)."""
+
+    def __init__(self, lm: CachedLM) -> None:
+        self.lm, self.start = lm, lm.fed
+        self.memo: dict[tuple, torch.Tensor] = {}
+        self.calls: list[tuple] = []  # this round's calls: (context, parents, tokens, nodes)
+        self.fed_calls = 0  # how many of them lm has been fed
+        self.passes = 0
+        self.committed = False
+
+    @property
+    def computed(self) -> int:
+        return self.lm.passes
+
+    def extend(self, context: Sequence[int], parents: Sequence[int], tokens: Sequence[int],
+               nodes: Sequence[int]) -> torch.Tensor:
+        if self.committed:
+            raise InvalidParameterError("rounds", "a round's passes after its commit: rewind first")
+        call = (tuple(context[self.start:]), tuple(parents), tuple(int(t) for t in tokens), tuple(nodes))
+        self.calls.append(call)
+        self.passes += 1
+        key = tuple((c, p, tuple(t[v] for v in n), n) for c, p, t, n in self.calls)
+        kept = self.memo.get(key)
+        if kept is not None:
+            at, values, shape = kept
+            return torch.zeros(shape, dtype=values.dtype, device=values.device).index_put_(at, values)
+        for pending, tree, fed, which in self.calls[self.fed_calls:-1]:
+            self.lm.extend(list(context[:self.start]) + list(pending), tree, fed, which)
+        rows = self.lm.extend(context, parents, tokens, nodes)
+        self.fed_calls = len(self.calls)
+        if len(self.memo) < MEMO_PASSES:
+            at = torch.nonzero(rows, as_tuple=True)
+            self.memo[key] = (at, rows[at], rows.shape)
+        return rows
+
+    def commit(self, path: Sequence[int]) -> None:
+        """The round's end: nothing to keep, the next round starts from the prefix again (:meth:`rewind`)."""
+        self.committed = True
+
+    def rewind(self) -> None:
+        """Back to the prefix for the next round."""
+        if self.fed_calls:
+            self.lm.rewind(self.start)
+        self.calls, self.fed_calls, self.committed = [], 0, False
+
+
+@dataclass(frozen=True)
+class FirstRounds:
+    """What :func:`first_rounds` ran: each round's accepted length, the forward passes the rounds asked for and
+    those computed (the rest from :class:`RoundPasses`' memo)."""
+
+    accepted: np.ndarray
+    passes: int
+    computed: int
+
+
 def first_rounds(draft, target, prompt: Sequence[int], processing: Processing, drafter: FixedShape, verifier: str,
-                 rounds: int, first_seed: int = 0) -> np.ndarray:
+                 rounds: int, first_seed: int = 0, memo: bool = True) -> FirstRounds:
     """Accepted lengths of ``rounds`` real first rounds after ``prompt`` on the KV-cached serving loop
     (:func:`simulator.torch_path.spec_bench.speculative_generate` for one token, seeds ``first_seed …``). Both
     caches hold the prompt but its last token, computed once; each round feeds that token and its tree on top
-    and is then cut back (:meth:`CachedLM.rewind`), so a round costs what a later round of a generation costs."""
+    and is then cut back, so a round costs what a later round of a generation costs. With ``memo``, a pass the
+    rounds already ran is taken from :class:`RoundPasses` (the decisions are the same: tested), which makes
+    thousands of rounds affordable: top-k rows draft few distinct trees."""
     from simulator.torch_path.spec_bench import speculative_generate
 
     if len(prompt) < 2:
@@ -291,10 +363,13 @@ def first_rounds(draft, target, prompt: Sequence[int], processing: Processing, d
     for lm in lms:
         lm.extend(list(prompt[:-1]), (-1,), (0,), ())
         lm.commit(())
-    out = np.empty(rounds, dtype=np.int64)
+    before = sum(lm.passes for lm in lms)
+    loops = [RoundPasses(lm) for lm in lms] if memo else lms
+    out, passes = np.empty(rounds, dtype=np.int64), 0
     for i in range(rounds):
-        generated = speculative_generate(*lms, list(prompt), drafter, verifier, 1, first_seed + i)
+        generated = speculative_generate(*loops, list(prompt), drafter, verifier, 1, first_seed + i)
         out[i] = generated.accept_lengths[0] - 1
-        for lm in lms:
-            lm.rewind(len(prompt) - 1)
-    return out
+        passes += generated.draft_passes + generated.target_passes
+        for loop in loops:
+            loop.rewind() if memo else loop.rewind(len(prompt) - 1)
+    return FirstRounds(out, passes, sum(lm.passes for lm in lms) - before)
