@@ -20,12 +20,16 @@ from simulator.randomness import check_bernoulli, check_weights
 
 T = TypeVar("T")
 
+#: entries of a chooser's memo of branch lists (by weight vector, and by the identity of a row or probability object
+#: seen before) before it is emptied
+IDENTITY_MEMO = 100_000
+
 
 class EnumeratingChooser:
     """Follows ``prefix`` of branch indices, then branch 0; multiplies the probabilities of the branches taken."""
 
     def __init__(self, prefix: Sequence[int], exact: bool,
-                 cache: dict[tuple, list[tuple[int, Number]]] | None = None) -> None:
+                 cache: dict | None = None) -> None:
         self._prefix = prefix
         self._exact = exact
         self._cache = {} if cache is None else cache
@@ -38,6 +42,13 @@ class EnumeratingChooser:
             raise ExactnessError("arithmetic", f"a float ({value!r}, as {field}) reached the randomness interface "
                                                "under fraction arithmetic: this code computes in floats; pass "
                                                "--arithmetic float (or compute with Fractions)")
+
+    def _remember(self, value: object, branches: list) -> None:
+        """Keep ``branches`` by the identity of ``value`` and hold ``value``, so its id is not reused meanwhile;
+        values made afresh at every call never hit, so the memo is emptied past :data:`IDENTITY_MEMO` entries."""
+        if len(self._cache) >= IDENTITY_MEMO:
+            self._cache.clear()
+        self._cache[id(value)] = (value, branches)
 
     def _choose(self, branches: list[tuple[object, Number]]) -> object:
         k = len(self.taken)
@@ -56,13 +67,20 @@ class EnumeratingChooser:
         return self._prefix[k] if k < len(self._prefix) else 0
 
     def bernoulli(self, prob: Number) -> bool:
-        prob = check_bernoulli(prob)
-        self._check_exact(prob, "prob")
+        held = self._cache.get(id(prob))  # the same probability object again (a cached plan's step)
+        if held is not None and held[0] is prob:
+            return self._choose(held[1])  # type: ignore[return-value]
+        checked = check_bernoulli(prob)
+        self._check_exact(checked, "prob")
         one = Fraction(1) if self._exact else 1.0
-        branches = [(True, prob), (False, one - prob)]
-        return self._choose([(v, w) for v, w in branches if w > 0])  # type: ignore[return-value]
+        branches = [(v, w) for v, w in ((True, checked), (False, one - checked)) if w > 0]
+        self._remember(prob, branches)
+        return self._choose(branches)  # type: ignore[return-value]
 
     def categorical(self, weights: Sequence[Number]) -> int:
+        held = self._cache.get(id(weights))  # the same row object again (a view's row, a cached plan's residual)
+        if held is not None and held[0] is weights and type(weights) is tuple:  # a list may have changed since
+            return self._choose(held[1])  # type: ignore[return-value]
         key = tuple(weights)
         branches = self._cache.get(key)
         if branches is None:
@@ -73,6 +91,8 @@ class EnumeratingChooser:
             mass = conv(sum(weights))
             branches = [(i, conv(w) / mass) for i, w in enumerate(weights) if w > 0]
             self._cache[key] = branches
+        if type(weights) is tuple:
+            self._remember(weights, branches)
         return self._choose(branches)  # type: ignore[return-value]
 
 
@@ -130,7 +150,7 @@ def enumerate_outcomes(program: Callable[[EnumeratingChooser], T], exact: bool =
     """Every execution of ``program`` with its probability. The probabilities sum to 1."""
     # a categorical's branch lists, per weight vector, for this enumeration: the same rows recur in thousands of
     # executions, and validating and dividing them again dominated the run time
-    cache: dict[tuple, list[tuple[int, Number]]] = {}
+    cache: dict = {}  # by weight vector, and by the identity of a row object seen before
 
     def run(prefix: tuple[int, ...]) -> tuple[T, EnumeratingChooser]:
         chooser = EnumeratingChooser(prefix, exact, cache)

@@ -111,3 +111,23 @@ def test_probabilities_of_all_executions_sum_to_one_and_law_matches_enumeration_
     inst = next(random_instances(VERIFIERS["tv-det"], 1, seed=3))
     law = round_law(inst.model, inst.drafter, "tv-det")
     assert law.total() == 1 and law.executions >= len(law.outcomes)
+
+
+def test_memo_of_branches_follows_a_list_that_changed_and_a_tuple_seen_again():
+    # The chooser memoises branch lists by the identity of a row object (tuples: immutable). A list changed in place
+    # between two draws, as drafting without replacement may do, must be read afresh: P(0 then 1) with weights
+    # [1, 1, 2] and then [0, 1, 2] is 1/4 · 1/3, not 1/4 · 1/4.
+    from exact.enumeration import enumerate_outcomes
+
+    def draws(rng):
+        weights = [Fraction(1), Fraction(1), Fraction(2)]
+        first = rng.categorical(weights)
+        weights[first] = Fraction(0)
+        return first, rng.categorical(weights)
+
+    law = dict(enumerate_outcomes(draws))
+    assert law[(0, 1)] == Fraction(1, 4) * Fraction(1, 3)
+    assert sum(law.values()) == 1
+    row = (Fraction(1, 3), Fraction(2, 3))
+    assert dict(enumerate_outcomes(lambda rng: (rng.categorical(row), rng.categorical(row)))) == {
+        (0, 0): Fraction(1, 9), (0, 1): Fraction(2, 9), (1, 0): Fraction(2, 9), (1, 1): Fraction(4, 9)}

@@ -10,6 +10,7 @@ step (:mod:`.single_step_arrays`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable, Optional, Sequence
 
 from ..errors import UnsupportedDraftError
@@ -31,12 +32,28 @@ class SingleStepRule:
     def used(self, candidates: Sequence[int]) -> tuple[int, ...]:
         return tuple(candidates[: self.max_candidates])
 
+    def planned(self, p: Row, q: Row, cands: tuple[int, ...]) -> ss.Plan:
+        """A sequential rule's plan for the candidates ``cands`` at the rows ``p``, ``q``, computed once per distinct
+        (rows, candidates) and shared (:func:`_plan`)."""
+        p, q, cands = tuple(p), tuple(q), tuple(cands)
+        if p and not isinstance(p[0], (int, float, Fraction)):  # symbolic rows: a plan holds for its path only
+            return self.plan(cands, p, q)  # type: ignore[misc]
+        key = (self, id(p), id(q), cands)  # a model view hands out the same row objects: no rational hashed
+        hit = _PLANS_BY_ROW.get(key)
+        if hit is not None and hit[0] is p and hit[1] is q:
+            return hit[2]
+        plan = _plan(self, p, q, cands)
+        if len(_PLANS_BY_ROW) >= PLAN_CACHE:
+            _PLANS_BY_ROW.clear()
+        _PLANS_BY_ROW[key] = (p, q, plan)  # the rows held: their ids are not reused while the entry lives
+        return plan
+
     def step(self, candidates: Sequence[int], p: Row, q: Row, rng: Randomness, law: str) -> ss.StepResult:
         """Token verification's step: a sequential rule runs its plan; a flow-defined rule samples the tuple with one
         categorical over its flows and a reject option (:meth:`flow_weights`)."""
         cands = self.used(candidates)
         if self.plan is not None:
-            return ss.run_plan(self.plan(cands, p, q), rng)
+            return ss.run_plan(self.planned(p, q, cands), rng)
         tokens, weights, residual = self.flow_weights(cands, p, q, law)
         choice = rng.categorical(weights)
         if choice == len(tokens):
@@ -62,7 +79,7 @@ class SingleStepRule:
         cands = self.used(candidates)
         if self.plan is not None:
             out: dict[int, Number] = {}
-            for x, prob in zip(cands, ss.plan_acceptance(self.plan(cands, p, q), len(cands))):
+            for x, prob in zip(cands, ss.plan_acceptance(self.planned(p, q, cands), len(cands))):
                 out[x] = out.get(x, 0) + prob
             return out
         solution = self.solver(tuple(p), tuple(q), len(cands), law)
@@ -83,6 +100,19 @@ class SingleStepRule:
     def outflow(self, p: Row, q: Row, k: int, law: str) -> Row:
         """``Σ_X f(X → x)`` under the tuple law, for every token ``x``."""
         return _outflow(self, tuple(p), tuple(q), min(k, self.max_candidates or k), law)
+
+
+#: plans kept: the exact engine meets the same (rows, candidates) in thousands of executions (a tree's nodes share
+#: contexts, and every branch of the enumeration repeats them), and a plan's residuals over rationals dominated its time
+PLAN_CACHE = 16384
+
+
+_PLANS_BY_ROW: dict[tuple, tuple[Row, Row, ss.Plan]] = {}
+
+
+@row_cache(PLAN_CACHE)
+def _plan(rule: SingleStepRule, p: Row, q: Row, cands: tuple[int, ...]) -> ss.Plan:
+    return rule.plan(cands, p, q)  # type: ignore[misc]
 
 
 @row_cache(8192)
