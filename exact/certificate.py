@@ -23,6 +23,7 @@ from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import Verifier, check_pairing, load_verifier, verifier_name
 
 from .enumeration import Branch, enumerate_outcomes, located
+from .recursions.token_law import ArrayLaw
 from .law import Counterexample, OutputLaw
 
 FLOAT_TOLERANCE = 1e-10
@@ -77,7 +78,7 @@ def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool
         advance(float(p_draft))
 
 
-def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -> OutputLaw:
+def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -> OutputLaw | ArrayLaw:
     """The round's law by the recursion the registry names for ``verifier`` (``VerifierSpec.exact_law``, e.g. TRV's
     over subtrees, :mod:`exact.recursions.traversal_dp`): the same law as enumeration (the tests compare them wherever
     enumeration finishes) at a cost that grows with the sub-problems, not the draft trees. ``executions`` counts
@@ -89,7 +90,10 @@ def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -
         covered = [n for n, s in VERIFIERS.items() if s.exact_law is not None]
         raise InvalidParameterError("method", f"no exact recursion for {name!r}; the recursion covers {covered}")
     check_pairing(name, drafter.scheme)
-    outcomes, solved = spec.exact_law.resolve()(view, drafter)
+    result = spec.exact_law.resolve()(view, drafter)
+    if isinstance(result, ArrayLaw):  # a law already over Σ^(H+1), beside the target's (token verification's)
+        return _checked(result)
+    outcomes, solved = result  # the round's outcomes and the sub-problems solved (TRV, LV)
     law = _checked(OutputLaw(outcomes.items(), drafter.height, view, view.arithmetic == "fraction"))
     law.executions = solved
     return law
@@ -174,6 +178,7 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
                else recursion_law(view, drafter, fn))
         distance = law.distance()
     tolerance, reason = _tolerance(fn, law.exact)
+    reason = getattr(law, "tolerance_reason", reason)  # a recursion's own rounding argument
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     return Certificate(name, arithmetic, lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),

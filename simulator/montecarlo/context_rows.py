@@ -154,6 +154,10 @@ class ContextRows:
         tenth of those."""
         self._flow_store(step, k, contexts)
 
+    def flow_residuals(self, step, k: int, contexts: np.ndarray) -> np.ndarray:
+        """The residual rows ``[m, V]`` of ``step`` (with ``step_tables``) for ``k`` candidates at ``contexts``."""
+        return self._flow_store(step, k, contexts).residual[contexts]
+
     def _flow_store(self, step, k: int, contexts: np.ndarray) -> "_FlowStore":
         store = self._flows.setdefault((step, k), _FlowStore(len(self.p), self.vocab, k))
         missing = np.unique(contexts[store.slot[contexts] < 0]).tolist()
@@ -167,13 +171,14 @@ class _FlowStore:
     """A flow rule's step tables for ``k`` candidates of the contexts solved so far, one block of ``V^k`` rows per
     context in one array (grown by doubling), so that a batch's steps are one gather; ``slot[c]`` the block of context
     ``c`` (−1 before it is solved). The residual of each context is kept as :meth:`ContextRows.sample` keeps a
-    table's rows: running sums, guide table and last positive token."""
+    table's rows (running sums, guide table and last positive token), and as a row for the exact recursions."""
 
     def __init__(self, contexts: int, vocab: int, k: int) -> None:
         self.size, self.buckets = vocab**k, guide_buckets(vocab)
         self.slot = np.full(contexts, -1, dtype=np.int64)
         self.weights = np.empty((0, k + 1))
         self.running = np.zeros((contexts, vocab))
+        self.residual = np.zeros((contexts, vocab))
         self.guide: np.ndarray | None = None  # [C, G], in the narrow integer type guide_table picks for V
         self.last = np.zeros(contexts, dtype=np.int64)
         self.count = 0
@@ -187,6 +192,7 @@ class _FlowStore:
         start = self.count * self.size
         self.weights[start: need] = np.asarray(tables).reshape(-1, self.weights.shape[1])
         self.slot[contexts] = np.arange(self.count, self.count + len(contexts))
+        self.residual[contexts] = residuals
         self.running[contexts] = running = np.cumsum(residuals, axis=1)
         guide = guide_table(running, self.buckets)
         if self.guide is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from array_api_compat import array_namespace, device
+from array_api_compat import array_namespace
 
 from ..numeric import Number, ratio
 from ..randomness import Randomness
@@ -52,8 +52,8 @@ class _ResidualFromTarget(RrsStep):
 class _AcceptFirst(_ResidualFromTarget):
     """``bug-accept-all``'s array step: the first candidate accepted surely (the correction, never drawn, ``q``)."""
 
-    def entry_acceptance(self, rows: Any, ids: Any, i: int, x: Any, scale: Any) -> Any:
-        return array_namespace(x).ones(x.shape, dtype=rows.q.dtype, device=device(x))
+    def accept(self, target: Any, p: Any, scale: Any) -> Any:
+        return array_namespace(target).ones_like(target)
 
 
 _RESIDUAL_Q_RULE = SingleStepRule("bug-residual-q", plan=_sps_residual_q, max_candidates=1)

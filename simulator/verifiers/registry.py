@@ -25,6 +25,7 @@ ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
 TRAVERSAL_LAW = "exact.recursions.traversal_dp:traversal_law"  # TRV's law by recursion over subtrees
 LAYER_LAW = "exact.recursions.layer_dp:layer_law"  # LV's law with the deepest level summed in closed form
+TOKEN_LAW = "exact.recursions.token_law:token_law"  # token verification's law over (prefix, shape node)
 IID, WOR = ("iid",), ("without-replacement",)
 
 
@@ -54,7 +55,8 @@ class VerifierSpec:
     #: (exact/recursions/token_dp.py), if any
     exact_dp: steps.ArrayStep | None = None
     #: a recursion computing the round's exact law without enumerating draft trees, ``module:function`` with the
-    #: options selecting the rule (``certify --method recursion``; exact/recursions/traversal_dp.py, exact/recursions/layer_dp.py), if any
+    #: options selecting the rule (``certify --method recursion``; exact/recursions/traversal_dp.py,
+    #: exact/recursions/layer_dp.py, exact/recursions/token_law.py), if any
     exact_law: FunctionRef | None = None
     #: why the symbolic prover (``specproof prove``, exact/prove/proof.py) cannot run the rule (a typed error); empty when
     #: it can
@@ -87,9 +89,11 @@ _SPECS = [
     VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
                  IID + WOR + DYNAMIC,
                  array_rule=array_rule("token_tree:tv", step=steps.SPS), exact_dp=steps.SPS,
+                 exact_law=FunctionRef(TOKEN_LAW, (("step", steps.SPS),)),
                  chain_expectation="token"),
     VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.RRS), exact_dp=steps.RRS,
+                 exact_law=FunctionRef(TOKEN_LAW, (("step", steps.RRS),)),
                  chain_expectation="token"),
     VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement",
                  WOR + DYNAMIC,
@@ -100,12 +104,14 @@ _SPECS = [
                  array_rule=array_rule("token_tree:tv", step=steps.DETERMINISTIC)),
     VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.KSEQ), exact_dp=steps.KSEQ,
+                 exact_law=FunctionRef(TOKEN_LAW, (("step", steps.KSEQ),)),
                  undecided_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.OPT, float64=True),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.GR, float64=True), exact_dp=steps.GR,
+                 exact_law=FunctionRef(TOKEN_LAW, (("step", steps.GR),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True,
                  array_rule=array_rule("layer:lv", step=steps.SPS),
@@ -160,10 +166,12 @@ _SPECS = [
                  array_rule=array_rule("block:bv", greedy=True)),
     VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", (),
                  lossy_on="every tree of depth ≥ 1",
-                 array_rule=array_rule("token_tree:tv", step=controls.RESIDUAL_Q)),
+                 array_rule=array_rule("token_tree:tv", step=controls.RESIDUAL_Q),
+                 exact_law=FunctionRef(TOKEN_LAW, (("step", controls.RESIDUAL_Q),))),
     VerifierSpec("bug-accept-all", controls.bug_accept_all, "CONTROL: accepts every first-child token", (),
                  lossy_on="every tree of depth ≥ 1",
-                 array_rule=array_rule("token_tree:tv", step=controls.ACCEPT_FIRST)),
+                 array_rule=array_rule("token_tree:tv", step=controls.ACCEPT_FIRST),
+                 exact_law=FunctionRef(TOKEN_LAW, (("step", controls.ACCEPT_FIRST),))),
     VerifierSpec("bug-trv-insertion-order", traversal.bug_trv_insertion_order,
                  "CONTROL: TRV visiting leaves in insertion order", (), ("explicit",),
                  demo=((-1, 0, 0, 1), "without-replacement"),

@@ -79,11 +79,23 @@ class ArrayStep:
         from (each trial brings one problem a node)."""
         raise NotImplementedError(f"no Layer Verification step of {self.rule.name}")
 
+    def token_law(self, rows: Any, ids: Any, k: int) -> tuple[Any, Any]:
+        """The step's law over ``k`` i.i.d. candidates at the contexts ``ids`` ``[m]`` of a
+        :class:`~simulator.montecarlo.context_rows.ContextRows`: ``P(candidate i accepted, holding token x)``
+        ``[m, k, V]`` and ``P(every candidate rejected, correction x)`` ``[m, V]``. What the exact recursions over
+        contexts read (:mod:`exact.recursions.token_law`, :mod:`exact.recursions.token_dp`)."""
+        raise NotImplementedError(f"no exact recursion step of {self.rule.name}")
+
     def accepted_mean(self, rows: Any, ids: Any, below: list[Any]) -> Any:
         """``E[Σ_i 1{candidate i accepted} b_i(X_i)]`` over ``k = len(below)`` i.i.d. candidates at the contexts
-        ``ids`` ``[m]`` of a :class:`~simulator.montecarlo.context_rows.ContextRows`, ``b_i = below[i]`` ``[m, V]``
-        by token: what :mod:`exact.recursions.token_dp` sums."""
-        raise NotImplementedError(f"no exact dynamic programme step of {self.rule.name}")
+        ``ids`` ``[m]``, ``b_i = below[i]`` ``[m, V]`` by token, from :meth:`token_law`: what
+        :mod:`exact.recursions.token_dp` sums."""
+        accepted, _ = self.token_law(rows, ids, len(below))
+        xp = array_namespace(accepted)
+        total = xp.zeros(accepted.shape[0], dtype=accepted.dtype, device=device(accepted))
+        for i, value in enumerate(below):
+            total = total + xp.sum(accepted[:, i, :] * value, axis=1)
+        return total
 
 
 # ---- sequential rules whose acceptances do not depend on the tokens rejected: SpS, RRS, K-SEQ -------------------
@@ -230,19 +242,20 @@ class SequentialStep(ArrayStep):
                 out[:, x] = out[:, x] + prob * summed
         return out
 
-    def accepted_mean(self, rows: Any, ids: Any, below: list[Any]) -> Any:
-        """With i.i.d. candidates the sum factorises: ``Σ_i reach_i Σ_x p(x) a_i(x) b_i(x)``, ``reach_{i+1} =
-        reach_i Σ_x p(x)(1 − a_i(x))``."""
+    def token_law(self, rows: Any, ids: Any, k: int) -> tuple[Any, Any]:
+        """With i.i.d. candidates: ``reach_i p(x) a_i(x)``, ``reach_{i+1} = reach_i Σ_x p(x)(1 − a_i(x))``; the
+        rejection ``reach_k`` times the residual's row."""
         xp = array_namespace(rows.p)
         p, q = rows.p[ids], rows.q[ids]
-        scale = self.dp_scale(rows, ids, len(below))
-        total = xp.zeros(p.shape[0], dtype=p.dtype, device=device(p))
+        scale = self.dp_scale(rows, ids, k)
         reach = xp.ones(p.shape[0], dtype=p.dtype, device=device(p))
-        for value, target in zip(below, self.targets(p, q)):
+        accepted = []
+        for _, target in zip(range(k), self.targets(p, q)):
             accept = self.accept(target, p, scale)
-            total = total + reach * xp.sum(p * accept * value, axis=1)
+            accepted.append(reach[:, None] * p * accept)
             reach = reach * xp.sum(p * (1 - accept), axis=1)
-        return total
+        residual = rows.table(self.residual_rows(k))[ids]
+        return xp.stack(accepted, axis=1), reach[:, None] * residual
 
 
 class RrsStep(SequentialStep):
@@ -601,25 +614,26 @@ class FlowStep(ArrayStep):
         return (xp.asarray(accept, dtype=p.dtype, device=device(p)),
                 xp.asarray(out, dtype=p.dtype, device=device(p)))
 
-    def accepted_mean(self, rows: Any, ids: Any, below: list[Any]) -> Any:
-        """``Σ_X Σ_i f(X → x_i) b_i(x_i)`` from the tabulated flows (the rule's ``step_tables``, numpy): the tuple's
-        flow to each position times ``b_i`` of its token, summed over the tuples per position, then over the
-        positions in order. Contexts are read :data:`FLOW_MEAN_CHUNK` at a time (the tables are ``V^k`` rows
-        each)."""
-        k = len(below)
-        size = rows.vocab**k
-        tuples = np.array(np.unravel_index(np.arange(size), (rows.vocab,) * k)).T  # [tuple, position] tokens
-        out = np.zeros(len(ids))
+    def token_law(self, rows: Any, ids: Any, k: int) -> tuple[Any, Any]:
+        """From the tabulated flows (the rule's ``step_tables``, numpy): each tuple's flow to a position added to
+        that position's token, and the reject weights' sum times the residual. Contexts are read
+        :data:`FLOW_MEAN_CHUNK` at a time (the tables are ``V^k`` rows each)."""
+        if self.step_tables is None:
+            raise NotImplementedError(f"no exact recursion step of {self.rule.name}: its flows are solved tuple by "
+                                      "tuple, with no tables per context")
+        vocab, size = rows.vocab, rows.vocab**k
+        tuples = np.array(np.unravel_index(np.arange(size), (vocab,) * k)).T  # [tuple, position] tokens
+        accepted, rejected = np.zeros((len(ids), k, vocab)), np.zeros(len(ids))
         rows.flow_tables(self, k, ids)  # the level's contexts solved as stacks
         for start in range(0, len(ids), FLOW_MEAN_CHUNK):
             at = np.arange(start, min(start + FLOW_MEAN_CHUNK, len(ids)))
             weights = rows.flow_table_step(self, k, np.repeat(ids[at], size), np.tile(np.arange(size), len(at)))
             weights = weights.reshape(len(at), size, k + 1)
-            total = 0
             for i in range(k):
-                total = total + (weights[:, :, i] * below[i][at][:, tuples[:, i]]).sum(axis=1)
-            out[at] = total
-        return out
+                for x in range(vocab):
+                    accepted[at, i, x] = weights[:, tuples[:, i] == x, i].sum(axis=1)
+            rejected[at] = weights[:, :, k].sum(axis=1)
+        return accepted, rejected[:, None] * rows.flow_residuals(self, k, ids)
 
 
 SPS = RrsStep(rules.SPS)

@@ -244,8 +244,9 @@ def certificate_lines(cert, indent: str = "  ") -> list[str]:
                      f"{human_number(ce.verifier_prob)} under the verifier, {human_number(ce.target_prob)} under "
                      "the target")
     lines.append(f"{indent}{cert.executions:,} " + ("executions enumerated" if cert.method == "enumerate" else
-                                                     "sub-problems of the exact recursion solved (LV: drafts "
-                                                     "above the deepest level)"))
+                                                     "sub-problems of the exact recursion solved (token "
+                                                     "verification: node and context; TRV: subtrees; LV: drafts above "
+                                                     "the deepest level)"))
     return lines
 
 
