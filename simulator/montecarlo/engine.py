@@ -295,7 +295,7 @@ class _Pilot:
 
     def __init__(self, seeds: int, trials: int, report: Callable[[RunEstimate], None]) -> None:
         # Loaded on a seed's first use (the test's power, its p-values): once a process, not a seed's set-up.
-        import scipy.optimize, scipy.special, scipy.stats  # noqa: E401,F401
+        import scipy.optimize, scipy.special  # noqa: E401,F401
         self.seeds, self.trials, self.report = seeds, trials, report
         self.mark = time.perf_counter()
         self.set_up = 0.0

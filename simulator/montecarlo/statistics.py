@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy  # its submodules load on first use: scipy.stats and scipy.optimize cost seconds at every CLI start
+import scipy  # its submodules load on first use: scipy.optimize costs half a second at every CLI start
+import scipy.special  # the distribution functions below, without scipy.stats (a second at every run's start)
 
 from simulator.errors import InvalidParameterError
 
@@ -20,7 +21,8 @@ from simulator.errors import InvalidParameterError
 def power_lower_bound(samples: int, cells: int, tvd: float, alpha: float) -> float:
     """The chi-square test's power against any alternative at ``tvd`` from the null, ``N`` samples."""
     df = cells - 1
-    return float(scipy.stats.ncx2.sf(scipy.stats.chi2.isf(alpha, df), df, 4 * samples * tvd**2))
+    critical = 2 * scipy.special.gammainccinv(df / 2, alpha)  # chi2.isf(α, df)
+    return float(1 - scipy.special.chndtr(critical, df, 4 * samples * tvd**2))  # ncx2.sf, to ~1e-16 absolute
 
 
 def detectable_tvd(samples: int, cells: int, alpha: float, power: float) -> float:
@@ -68,7 +70,8 @@ def chi_square(observed: np.ndarray, expected_prob: np.ndarray, alpha: float, mi
     obs, exp = obs[keep], exp[keep]
     statistic = float(((obs - exp) ** 2 / exp).sum())
     df = max(len(exp) - 1, 1)
-    return ChiSquare(statistic, len(exp), float(scipy.stats.chi2.sf(statistic, df)), alpha, impossible)
+    return ChiSquare(statistic, len(exp), float(scipy.special.gammaincc(df / 2, statistic / 2)), alpha,
+                     impossible)  # the p-value chi2.sf(statistic, df)
 
 
 def expected_sample_tvd(table: np.ndarray, n: int) -> float:
@@ -77,7 +80,10 @@ def expected_sample_tvd(table: np.ndarray, n: int) -> float:
     ``E|X − nq| = 2 (m+1)(1−q) P(X = m+1)``, ``m = ⌊nq⌋``."""
     q = table[table > 0]
     m = np.floor(n * q)
-    mad = 2 * (m + 1) * (1 - q) * scipy.stats.binom.pmf(m + 1, n, q)
+    k = m + 1  # P(X = k) of Bin(n, q), from log-gamma
+    log_pmf = (scipy.special.gammaln(n + 1) - scipy.special.gammaln(k + 1) - scipy.special.gammaln(n - k + 1)
+               + scipy.special.xlogy(k, q) + scipy.special.xlog1py(n - k, -q))
+    mad = 2 * k * (1 - q) * np.exp(log_pmf)
     return float(0.5 * mad.sum() / n)
 
 
