@@ -1,12 +1,14 @@
 """Verifier-trials per second of each rule's array rule on torch and on numpy, per verifier and batch size.
 
 Usage: ``python3 benchmarks/torch_throughput.py [--device cpu|cuda] [--batches 1000,10000,100000,1000000]
-[--vocab 32] [--dtype float64|float32] [--budget 3] [--verifiers trv,gbv] [--out reports/torch_throughput.md]``.
+[--vocab 32] [--dtype float64|float32] [--budget 3] [--verifiers trv,gbv] [--workers 1]
+[--out reports/torch_throughput.md]``.
 
 Random rows, tokens and uniforms on ``complete(b=2, H=3)`` (chains for the block verifiers, a multi-chain for
 GBV). The time covers ``torch_verify`` alone, after a warm-up, synchronised on a GPU; each cell is the best of
 repeated calls within ``--budget`` seconds, torch and numpy alternating. On the CPU numpy's rate stands beside
-torch's, with their ratio (numpy's time over torch's).
+torch's, with their ratio (numpy's time over torch's). Torch's CPU threads are set as the Monte Carlo engine sets
+them, this process's share of the cores among ``--workers`` processes (``set_torch_threads``), and recorded.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch  # noqa: E402
 
+from simulator.torch_path.devices import set_torch_threads  # noqa: E402
 from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from simulator.verifiers import flows, rules  # noqa: E402
@@ -94,8 +97,11 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of repeated calls per cell")
     parser.add_argument("--verifiers", default="", help="only these (comma-separated; default: every rule)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes sharing the cores: torch gets cores // workers threads (at least one)")
     parser.add_argument("--out", default="reports/torch_throughput.md")
     args = parser.parse_args()
+    threads = set_torch_threads(args.workers) if args.device == "cpu" else torch.get_num_threads()
     wanted = [name for name in args.verifiers.split(",") if name] or list(TORCH_VERIFIERS)
     batches = [int(b) for b in args.batches.split(",")]
     dtype = getattr(torch, args.dtype)
@@ -112,7 +118,9 @@ def main() -> None:
     command = "python3 benchmarks/torch_throughput.py " + " ".join(sys.argv[1:])
     lines = ["# Array rules: verifier-trials per second, torch and numpy", "",
              f"Command: `{command}`. Device: {device}; {platform.machine()}, {platform.platform()}, "
-             f"Python {platform.python_version()}, torch {torch.__version__}; {args.dtype}, V = {args.vocab}, "
+             f"Python {platform.python_version()}, torch {torch.__version__} with {threads} intra-op thread(s) "
+             f"(--workers {args.workers}; numpy's elementwise operations run on one); {args.dtype}, "
+             f"V = {args.vocab}, "
              "complete(b=2, H=3) trees (chains of depth 3 for block verification, multi-chain(b=2, H=3) for GBV). "
              "The flow-defined rules solve a max-flow or GR's dual per tree and node on the CPU (caches cleared "
              f"before timing): they are measured at B = {FLOW_BATCH}.", "",

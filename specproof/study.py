@@ -140,17 +140,18 @@ def exact_accept_len(cell: Cell, seed: int) -> float | None:
     return tv_expected_accepted(cell.model(seed), shape, cell.verifier, _rows(*model_key(cell, seed)))
 
 
-def compute_seed(cell: Cell, seed: int, device: str | None = None) -> dict:
+def compute_seed(cell: Cell, seed: int, device: str | None = None, workers: int = 1) -> dict:
     """One model seed of a cell, as a store record (a top-level function so worker processes can run it); the
     record keeps the wall time of its Monte Carlo (``seconds``, set-up shared with earlier cells of the same model
     aside) and, for token verification, the exact ``E[τ]`` (``exact_accept_len``). ``device``: the batched rounds
-    on that torch device (the same numbers)."""
-    import scipy.optimize, scipy.special, scipy.stats  # noqa: E401,F401  loaded on first use: not in the timed record
+    on that torch device (the same numbers), with its share of the cores among ``workers`` processes on this
+    machine."""
+    import scipy.optimize, scipy.special  # noqa: E401,F401  loaded on first use: not in the timed record
     start = time.perf_counter()
     shape = make_topology(cell.topology, cell.depth, cell.branching)
     rows = _rows(*model_key(cell, seed))
     result = run_seed(cell.model(seed), FixedShape(shape), cell.verifier, VERIFIERS[cell.verifier].fn, seed,
-                      cell.trials, rows=rows, device=device)
+                      cell.trials, rows=rows, device=device, workers=workers)
     seconds = time.perf_counter() - start
     record = {"cell": asdict(replace(cell, seeds=0)), "seed": seed, **_result_json(result), "seconds": seconds}
     exact = exact_accept_len(cell, seed)
@@ -438,7 +439,7 @@ def _run_cells(cells: list[Cell], store: Store, jobs: int, progress: Callable[[C
         return
     with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                                  **pool_options()) as pool:
-        futures = {pool.submit(compute_seed, cell, s, device): (cell, s) for cell, s in todo}
+        futures = {pool.submit(compute_seed, cell, s, device, jobs): (cell, s) for cell, s in todo}
         for future in as_completed(futures):
             done(*futures[future], future.result())
 
@@ -461,6 +462,7 @@ def _run_on_dask(todo: list[tuple[Cell, int]], scheduler: str, jobs: int,
                 raise InvalidParameterError("scheduler", f"cannot reach a Dask scheduler at {scheduler!r}: {err}") \
                     from None
         # pure=False: a seed is computed once per submission, never deduplicated against another sweep's key
-        futures = {client.submit(compute_seed, cell, s, device, pure=False): (cell, s) for cell, s in todo}
+        workers = jobs if scheduler == "local" else 1  # a remote worker's machine is its own
+        futures = {client.submit(compute_seed, cell, s, device, workers, pure=False): (cell, s) for cell, s in todo}
         for future in dask_completed(futures):
             done(*futures[future], future.result())

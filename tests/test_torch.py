@@ -195,3 +195,23 @@ def test_a_drafted_token_of_zero_draft_mass_is_a_typed_error_not_a_nan(name, par
     with pytest.raises(UnsupportedDraftError, match="token 1 has zero draft probability") as err:
         torch_verify(name, parents, tokens, p, p.clone(), torch.rand((2, 8), dtype=torch.float64))
     assert err.value.field == "tokens"
+
+
+def test_torch_threads_are_the_process_share_of_the_cores():
+    from simulator.montecarlo.context_rows import ContextRows
+    from simulator.models import SyntheticModel
+    from simulator.montecarlo.engine import torch_rows
+    from simulator.torch_path.devices import usable_cores
+
+    before = torch.get_num_threads()
+    try:
+        rows = ContextRows(SyntheticModel(vocab=3), 1)
+        cores = usable_cores()
+        torch_rows(rows, "cpu", workers=cores)  # the workers fill the cores: one thread each
+        assert torch.get_num_threads() == 1
+        torch_rows(rows, "cpu", workers=1)
+        assert torch.get_num_threads() == cores
+        torch_rows(rows, "cpu", workers=4 * cores)  # more workers than cores: still one
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -358,12 +358,14 @@ def _baseline_time(table: np.ndarray, seed: int, trials: int) -> float:
 
 def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, seed: int, trials: int,
              progress: Callable[[int], None] | None = None, rows: ContextRows | None = None,
-             power_alpha: float | None = None, device: str | None = None, pilot: _Pilot | None = None) -> SeedResult:
+             power_alpha: float | None = None, device: str | None = None, pilot: _Pilot | None = None,
+             workers: int = 1) -> SeedResult:
     """One model seed: ``rows`` (the model's rows up to depth H) may be shared between verifiers. With
     ``power_alpha`` (the seed's share of the false-alarm rate) a test without power is refused before the trials
     run (:func:`check_power`); the toy study, which reports accepted lengths, runs without it. With ``device`` (a
     torch device) the batched rounds run there (:func:`torch_rows`): the same numbers as on numpy. ``pilot``
-    times this seed for the run's estimate (:func:`monte_carlo`)."""
+    times this seed for the run's estimate (:func:`monte_carlo`); ``workers``: the processes sharing the cores (torch's
+    CPU threads)."""
     height = drafter.height
     check_tables(model.vocab, height, ("vocab", *getattr(drafter, "size_options", ("depth",))))
     rows = rows or ContextRows(model, height)
@@ -382,7 +384,7 @@ def run_seed(model: ModelPair, drafter: Drafter, name: str, verifier: Verifier, 
     view = None if batched else ModelView(model, "float")
     if not batched:
         chunk = min(chunk, REFERENCE_CHUNK)
-    round_rows = torch_rows(rows, device) if batched and device is not None else rows
+    round_rows = torch_rows(rows, device, workers) if batched and device is not None else rows
     if pilot is not None:
         pilot.set_up_done(table, seed)
     # The batched path runs chunks of the size above. The reference path runs its trials one by one, so its chunks
@@ -452,11 +454,14 @@ def summarise(name: str, results: list[SeedResult], vocab: int, height: int) -> 
           "baseline_tvd": r.baseline_tvd, "test_p_value": r.test.p_value} for r in results])
 
 
-def torch_rows(rows: ContextRows, device: str) -> DeviceRows:
-    """``rows`` on a torch device; an unknown or unavailable device is an error naming ``device``."""
-    from simulator.torch_path.devices import usable_device
+def torch_rows(rows: ContextRows, device: str, workers: int = 1) -> DeviceRows:
+    """``rows`` on a torch device; an unknown or unavailable device is an error naming ``device``. On the CPU torch
+    gets this process's share of the cores, ``workers`` processes sharing them
+    (:func:`~simulator.torch_path.devices.set_torch_threads`)."""
+    from simulator.torch_path.devices import set_torch_threads, usable_device
 
-    usable_device(device)
+    if usable_device(device).type == "cpu":
+        set_torch_threads(workers)
     return DeviceRows(rows, device)
 
 

@@ -3,6 +3,7 @@ rather than a failure deep inside a kernel or a model's forward pass."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from simulator.errors import InvalidParameterError
@@ -24,3 +25,22 @@ def usable_device(device: str, field: str = "device") -> "torch.device":
         return torch.zeros(1, device=device).device
     except (RuntimeError, AssertionError) as err:
         raise InvalidParameterError(field, f"torch cannot use device {device!r}: {err}") from None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def set_torch_threads(workers: int = 1) -> int:
+    """Set torch's intra-op threads on the CPU to this process's share of the cores, ``workers`` processes sharing
+    them (one each when the workers fill the cores), instead of inheriting torch's default of every core in every
+    process, whose threads then spin against each other. Returns the count set."""
+    import torch
+
+    threads = max(1, usable_cores() // max(1, workers))
+    torch.set_num_threads(threads)
+    return threads
