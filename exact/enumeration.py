@@ -35,7 +35,15 @@ class EnumeratingChooser:
         self._cache = {} if cache is None else cache
         self.taken: list[int] = []
         self.widths: list[int] = []
-        self.prob: Number = Fraction(1) if exact else 1.0
+        # Under fractions the product is kept as an unreduced numerator and denominator, reduced once when read:
+        # Fraction's multiplication reduces at every factor, and that was most of an execution's time.
+        self._num, self._den = 1, 1
+        self._float = 1.0
+
+    @property
+    def prob(self) -> Number:
+        """The product of the probabilities of the branches taken so far."""
+        return Fraction(self._num, self._den) if self._exact else self._float
 
     def _check_exact(self, value: object, field: str) -> None:
         if self._exact and isinstance(value, float):
@@ -59,7 +67,11 @@ class EnumeratingChooser:
         self.taken.append(index)
         self.widths.append(len(branches))
         value, prob = branches[index]
-        self.prob = self.prob * prob
+        if self._exact:
+            self._num *= prob.numerator
+            self._den *= prob.denominator
+        else:
+            self._float = self._float * prob
         return value
 
     def _branch(self, k: int, width: int) -> int:
