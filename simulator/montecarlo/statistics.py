@@ -12,8 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy  # its submodules load on first use: scipy.optimize costs half a second at every CLI start
-import scipy.special  # the distribution functions below, without scipy.stats (a second at every run's start)
+import scipy  # its submodules load on first use (scipy.special here; scipy.stats, a second, is not needed)
 
 from simulator.errors import InvalidParameterError
 
