@@ -140,6 +140,19 @@ def exact_accept_len(cell: Cell, seed: int) -> float | None:
     return tv_expected_accepted(cell.model(seed), shape, cell.verifier, _rows(*model_key(cell, seed)))
 
 
+def exact_law_summary(cell: Cell, seed: int) -> dict:
+    """One model seed of a cell certified by the rule's exact recursion over ``Σ^(H+1)`` (``certify --method
+    recursion``, float64: ``VerifierSpec.exact_law``): verdict, TVD to ``q^(H+1)``, its tolerance, ``E[τ]`` and the
+    recursion's sub-problems. Under the ambient execution limit (:func:`simulator.limits.limits`); past it,
+    :class:`simulator.errors.ExecutionLimitError`."""
+    from exact.certificate import certify
+
+    shape = FixedShape(make_topology(cell.topology, cell.depth, cell.branching))
+    cert = certify(cell.model(seed), shape, cell.verifier, "float", method="recursion")
+    return {"lossless": cert.lossless, "tvd": float(cert.tvd), "tolerance": float(cert.tolerance),
+            "accept_len": float(cert.expected_accepted), "subproblems": cert.executions}
+
+
 def compute_seed(cell: Cell, seed: int, device: str | None = None, workers: int = 1) -> dict:
     """One model seed of a cell, as a store record (a top-level function so worker processes can run it); the
     record keeps the wall time of its Monte Carlo (``seconds``, set-up shared with earlier cells of the same model
@@ -176,10 +189,11 @@ T = TypeVar("T")
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """A hash of specproof's own source and data files: cached results are valid for this code only."""
+    """A hash of specproof's own source and data files (its three packages): cached results are valid for this code
+    only."""
     digest = hashlib.sha256()
-    base = Path(__file__).resolve().parents[2]
-    for package in ("simulator", "exact"):
+    base = Path(__file__).resolve().parents[1]
+    for package in ("simulator", "exact", "specproof"):
         for path in sorted((base / package).rglob("*")):
             if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(base)).encode())

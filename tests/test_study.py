@@ -165,3 +165,16 @@ def test_exact_columns_are_computed_once_and_kept_in_the_store(tmp_path, monkeyp
     again = CellRow(4, "$H = 2$", "tv-rrs", cell, {}, summary)
     study_report._add_exact([again], store)
     assert (again.exact, again.exact_z) == (row.exact, row.exact_z)
+
+
+def test_the_code_fingerprint_reads_every_package(tmp_path, monkeypatch):
+    """Cached report sections are keyed by it: a fingerprint of no files would never invalidate them."""
+    import hashlib
+
+    assert study.code_fingerprint() != hashlib.sha256().hexdigest()[:16]
+    read = []
+    original = study.Path.read_bytes
+    monkeypatch.setattr(study.Path, "read_bytes", lambda self: read.append(self) or original(self))
+    study.code_fingerprint.__wrapped__()  # past its cache
+    assert {p.relative_to(study.Path(study.__file__).parents[1]).parts[0] for p in read} == {
+        "simulator", "exact", "specproof"}
