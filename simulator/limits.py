@@ -88,8 +88,9 @@ class Count:
                                   f"{self.sequences:,} completed sequences; {self.mass:.1%} of the probability mass "
                                   "done): raise --max-executions, or reduce the model or tree")
 
-    def execution(self) -> None:
-        self.executions += 1
+    def execution(self, count: int = 1) -> None:
+        """``count`` more executions (a recursion counts the elementary steps of its sub-problems in bulk)."""
+        self.executions += count
         self._check()
 
     def sequence(self) -> None:

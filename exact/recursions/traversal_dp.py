@@ -4,7 +4,10 @@
 TRV (:mod:`simulator.verifiers.traversal`) visits leaves in DFS post-order: once inside a node's subtree it stays
 there until it accepts or deletes the node, and the parent's update (Eqs. 1–3) reads the deleted node's token
 only. So a subtree is a sub-problem ``S(context, rate, shape)`` — the law of acceptances inside it and the
-probability it is deleted — memoised by its arguments. Exact under fractions.
+probability it is deleted — memoised by its arguments. Exact under fractions. Each sub-problem solved, and each
+(state, draw) pair its children's law folds, counts as an execution of the computation (:mod:`simulator.limits`):
+the count follows the work, so ``--max-executions`` stops a recursion too large to finish as it stops an
+enumeration.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, Sequence
 
 from simulator.drafting import SCHEMES, FixedShape
 from simulator.errors import InvalidParameterError
+from simulator.limits import active_count
 from simulator.models import Context, ModelView
 from simulator.numeric import Number
 from simulator.speculation import RoundOutcome
@@ -44,6 +48,7 @@ class TraversalRecursion:
         self.memo: dict[tuple, tuple[Accepts, Number]] = {}
         self.draws: dict[tuple, list[tuple[tuple[int, ...], Number]]] = {}
         self.solved = 0
+        self.count = active_count()
 
     def root(self, shape: Shape) -> dict[RoundOutcome, Number]:
         """The round's law on a tree of ``shape``: the root's subtree, whose deletion also emits from its
@@ -59,6 +64,7 @@ class TraversalRecursion:
         if key in self.memo:
             return self.memo[key]
         self.solved += 1
+        self.count.execution()
         zero = self.one * 0
         accepts: Accepts = {}
         deleted = zero
@@ -108,6 +114,7 @@ class TraversalRecursion:
                             grown[at] = (x, grown[at][1] + (kid,))
                     key = tuple(grown)
                     folded[key] = folded.get(key, self.one * 0) + prob * p_tokens
+            self.count.execution(len(states) * len(law))
             states = folded
         return list(states.items())
 
