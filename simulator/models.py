@@ -10,10 +10,11 @@ the parameters and the context, never on query order.
 
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -63,6 +64,66 @@ def _context_seed(seed: int, context: Context) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(words))
 
 
+def _context_normals(seed: int, tokens: np.ndarray, count: int) -> np.ndarray:
+    """``[m, count]``: the first ``count`` standard normals of :func:`_context_seed`'s generator for each row of
+    ``tokens`` (``[m, ℓ]``, contexts of one length), computed on arrays where the key is one ``uint32`` word an entry
+    (:func:`simulator.seeded_normals.standard_normals`), generator by generator otherwise."""
+    from .seeded_normals import standard_normals
+
+    m, length = tokens.shape
+    if not 0 <= seed < 2**32 or (tokens.size and not 0 <= int(tokens.min()) <= int(tokens.max()) < 2**32):
+        return np.array([_context_seed(seed, tuple(int(t) for t in row)).standard_normal(count) for row in tokens]
+                        ).reshape(m, count)
+    key = np.empty((m, length + 2), dtype=np.uint32)
+    key[:, 0], key[:, 1], key[:, 2:] = seed, length, tokens
+    return standard_normals(key, count)
+
+
+def _blocks(contexts: Sequence[Context]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The positions of ``contexts`` of each length and their tokens ``[m, ℓ]``."""
+    by_length: dict[int, list[int]] = {}
+    for i, context in enumerate(contexts):
+        by_length.setdefault(len(context), []).append(i)
+    return [(np.array(at), np.array([contexts[i] for i in at], dtype=np.int64).reshape(len(at), length))
+            for length, at in by_length.items()]
+
+
+class ContextTree(Sequence):
+    """Every context of length ``≤ height`` over ``vocab`` tokens, by length and then base-``vocab`` code (the
+    order of :class:`simulator.montecarlo.context_rows.ContextRows`), as a sequence of tuples that also hands its
+    blocks of one length over as token arrays (:meth:`blocks`)."""
+
+    def __init__(self, vocab: int, height: int) -> None:
+        self.vocab, self.height = vocab, height
+        self.offsets = [sum(vocab**j for j in range(level)) for level in range(height + 2)]
+
+    def __len__(self) -> int:
+        return self.offsets[-1]
+
+    def __getitem__(self, i: int) -> Context:  # type: ignore[override]
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        level = max(k for k in range(self.height + 1) if self.offsets[k] <= i)
+        code, out = i - self.offsets[level], []
+        for _ in range(level):
+            code, token = divmod(code, self.vocab)
+            out.append(token)
+        return tuple(reversed(out))
+
+    def __iter__(self) -> Iterator[Context]:
+        for level in range(self.height + 1):
+            yield from itertools.product(range(self.vocab), repeat=level)
+
+    def level(self, length: int) -> np.ndarray:
+        """``[V^ℓ, ℓ]``: the contexts of length ``ℓ`` by code, first token first."""
+        codes = np.arange(self.vocab**length, dtype=np.int64)
+        powers = self.vocab ** np.arange(length - 1, -1, -1, dtype=np.int64)
+        return (codes[:, None] // powers[None, :]) % self.vocab
+
+    def blocks(self) -> list[tuple[slice, np.ndarray]]:
+        return [(slice(self.offsets[k], self.offsets[k + 1]), self.level(k)) for k in range(self.height + 1)]
+
+
 def _softmax(logits: np.ndarray) -> list[float]:
     return _softmax_array(logits).tolist()
 
@@ -104,10 +165,13 @@ class SyntheticModel:
         """``p`` and ``q`` of many contexts as arrays ``[C, V]``, the numbers :meth:`p` and :meth:`q` give: each
         context's normals from its own generator (once for both rows), then the same elementwise arithmetic on
         all rows at once (a row's sum over its last axis is the sum a single row gets; the tests compare every
-        row)."""
+        row). The generators run on arrays, a block of contexts of one length at a time
+        (:func:`simulator.seeded_normals.standard_normals`: the same normals in a fifth of the time); ``contexts``
+        may be a :class:`ContextTree`, whose blocks are arrays already."""
+        blocks = contexts.blocks() if isinstance(contexts, ContextTree) else _blocks(contexts)
         normals = np.empty((len(contexts), 3, self.vocab))
-        for i, context in enumerate(contexts):
-            normals[i] = _context_seed(self.seed, context).standard_normal((3, self.vocab))
+        for at, tokens in blocks:
+            normals[at] = _context_normals(self.seed, tokens, 3 * self.vocab).reshape(-1, 3, self.vocab)
         u, eps_p, eps_q = normals[:, 0], normals[:, 1], normals[:, 2]
         logits_p, logits_q = self.rho * u + (1 - self.rho) * eps_p, self.rho * u + (1 - self.rho) * eps_q
         return _softmax_array(logits_p / self.tau_p), _softmax_array(logits_q / self.tau_q)

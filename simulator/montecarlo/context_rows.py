@@ -12,7 +12,7 @@ import numpy as np
 
 from simulator.array_ops import guide_buckets, guide_table, guided_inverse_cdf, last_positive, ranking_tables, take_rows
 from simulator.verifiers.batched.gr_stacks import MassGrid
-from simulator.models import ModelPair, ModelView, _row_field
+from simulator.models import ContextTree, ModelPair, ModelView, _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
 from simulator.verifiers.batched.frame import Derived, residual_draw, rows_name
 
@@ -29,9 +29,8 @@ class ContextRows:
     def __init__(self, model: ModelPair, height: int) -> None:
         vocab = self.vocab = model.vocab
         self.height = height
-        self.offsets = [sum(vocab**j for j in range(level)) for level in range(height + 2)]
-        contexts = [context for level in range(height + 1)
-                    for context in itertools.product(range(vocab), repeat=level)]  # by length, then code
+        contexts = ContextTree(vocab, height)  # by length, then code
+        self.offsets = contexts.offsets
         if hasattr(model, "row_arrays"):  # the model's rows as arrays at once, checked in bulk
             p, self.q = model.row_arrays(contexts)
             self.p = p[: self.offsets[height]]
@@ -40,7 +39,7 @@ class ContextRows:
         else:
             view = ModelView(model, "float")
             self.q = np.array([view.q(context) for context in contexts], dtype=float).reshape(-1, vocab)
-            self.p = np.array([view.p(context) for context in contexts[: self.offsets[height]]],
+            self.p = np.array([view.p(context) for context in itertools.islice(contexts, self.offsets[height])],
                               dtype=float).reshape(-1, vocab)
         self._flows: dict[tuple[object, int], _FlowStore] = {}
         self._ranks: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
@@ -211,7 +210,7 @@ def _guided_draw(running: np.ndarray, guide: np.ndarray, last: np.ndarray, ctx: 
     return index
 
 
-def _check_rows(rows: np.ndarray, contexts: list[tuple[int, ...]], name: str) -> None:
+def _check_rows(rows: np.ndarray, contexts: ContextTree, name: str) -> None:
     """The check :class:`~simulator.models.ModelView` makes of each row (finite, non-negative, summing to 1 within
     :data:`~simulator.numeric.SUM_TOLERANCE`), on all rows at once; a row that is not clearly fine is checked by
     :func:`~simulator.numeric.as_distribution` itself, which names it in its error."""
