@@ -21,6 +21,7 @@ from exact import round_law
 from exact.certificate import recursion_law
 from exact.recursions.token_dp import DP_RULES
 from specproof.reports.certification import plan_table
+from specproof.reports.toy_exact import add_exact_laws, exact_markdown
 
 from simulator.montecarlo.batched import has_batched_path
 from simulator.montecarlo.context_rows import ContextRows
@@ -46,6 +47,8 @@ class CellRow:
     ours: dict | None  # summary, or None when the store has no record yet
     exact: float | None = None  # mean over the run seeds of the exact E[τ] (token verification: exact.recursions.token_dp)
     exact_z: float | None = None  # the largest |MC − exact| over those seeds, in within-seed standard errors
+    law: dict | None = None  # the seeds certified by the rule's exact recursion (specproof.reports.toy_exact)
+    law_note: str | None = None  # why no recursion certified the cell
 
     @property
     def sigmas(self) -> float | None:
@@ -65,6 +68,7 @@ def collect(tables: list[int], store: Store, seeds: int, trials: dict[int, int])
             ours = summarise_cell(cell, records).to_json() if records else None
             out.append(CellRow(t, columns[index], method, cell, spec[f"Table {t}"]["rows"][method][index], ours))
     _add_exact(out, store)
+    add_exact_laws(out, store)
     return out
 
 
@@ -141,9 +145,10 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
         columns = spec[f"Table {t}"]["columns"]
         lines += [f"### {spec[f'Table {t}']['title']}", "",
                   f"Ours: {seeds} model seeds × {trials[t]:,} trials per seed. Each cell: paper ± SE / ours ± SE "
-                  f"/ difference in SEs; then TVD paper / ours; for token verification, the exact E[τ] (dynamic "
-                  f"programme over contexts, mean over the seeds run) and the largest per-seed distance of our Monte "
-                  f"Carlo mean from it in standard errors.", "",
+                  f"/ difference in SEs; then TVD paper / ours; where an exact method reaches, the exact E[τ] (mean "
+                  f"over the seeds run: token verification's dynamic programme over contexts, else the rule's law "
+                  f"recursion) with the largest per-seed distance of our Monte Carlo mean from it in standard "
+                  f"errors, and the exact TVD of the round's law to q^(H+1) over the seeds (see Exact columns).", "",
                   "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
         for method in dict.fromkeys(r.method for r in table_rows):
             cells = []
@@ -165,6 +170,8 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
                 tvd = "" if o is None else f"; TVD {_fmt(r.paper['tvd'], 4)} / {o['tvd']:.4f}"
                 if r.exact is not None:
                     tvd += f"; exact E[τ] {r.exact:.3f} (MC within {r.exact_z:.1f} SE)"
+                if r.law is not None:
+                    tvd += f"; exact TVD ≤ {r.law['max_tvd']:.0e} ({r.law['lossless']}/{r.law['seeds']} LOSSLESS)"
                 cells.append(f"{r.paper['accept_len']:.2f} ± {r.paper['se']:.2f} / {ours}{sig}{tvd}")
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         base = []
@@ -315,8 +322,9 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
     crosscheck, crosscheck_data = store.cached("exact-crosscheck", {}, exact_crosscheck_markdown)
     small, small_data = store.cached("detection-small", {}, lambda: detection_markdown(SyntheticModel(3, seed=0), 2, 2))
     large, large_data = store.cached("detection-paper-scale", {}, paper_scale_detection_markdown)
+    exact, exact_data = exact_markdown(rows, store)
     text = "\n".join(header) + agreement + "\n" + baseline_markdown(baselines) + "\n" + crosscheck + "\n" + \
-        small + large + \
+        exact + "\n" + small + large + \
         "\n## Tables\n\n" + tables_markdown(rows, baselines, seeds, trials)
     text += "\n## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({Path(p).name})" for p in pngs) + "\n"
     if no_plot:
@@ -325,7 +333,8 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
     data = {"command": command, "agreement": counts,
             "cells": [{"table": r.table, "column": r.column, "method": r.method, "config": r.cell.__dict__,
                        "paper": r.paper, "ours": r.ours, "sigmas": r.sigmas, "exact_expected_accepted": r.exact,
-                       "exact_max_z": r.exact_z} for r in rows],
+                       "exact_max_z": r.exact_z, "exact_law": r.law, "exact_law_note": r.law_note} for r in rows],
+            "exact_columns": exact_data,
             "baselines": [{"table": t, "column": c, **b} for (t, c), b in baselines.items()],
             "detection": {"small_instance": small_data, "paper_scale": large_data},
             "exact_crosscheck": crosscheck_data}
