@@ -17,11 +17,28 @@ import scipy  # its submodules load on first use (scipy.special here; scipy.stat
 from simulator.errors import InvalidParameterError
 
 
+def _stats_ufunc(name: str):
+    """The ``scipy.special`` ufunc behind a ``scipy.stats`` method (``_ncx2_sf``, ``_binom_pmf``), reached without
+    importing ``scipy.stats``; ``None`` where this scipy has none of that name."""
+    from scipy.special import _ufuncs
+
+    return getattr(_ufuncs, name, None)
+
+
 def power_lower_bound(samples: int, cells: int, tvd: float, alpha: float) -> float:
-    """The chi-square test's power against any alternative at ``tvd`` from the null, ``N`` samples."""
+    """The chi-square test's power against any alternative at ``tvd`` from the null, ``N`` samples:
+    ``ncx2.sf(chi2.isf(α, df), df, 4Nδ²)`` computed by the functions ``scipy.stats`` calls (the same numbers,
+    bit for bit, without loading ``scipy.stats``)."""
     df = cells - 1
-    critical = 2 * scipy.special.gammainccinv(df / 2, alpha)  # chi2.isf(α, df)
-    return float(1 - scipy.special.chndtr(critical, df, 4 * samples * tvd**2))  # ncx2.sf, to ~1e-16 absolute
+    critical = scipy.special.chdtri(df, alpha)  # chi2.isf(α, df)
+    noncentrality = 4 * samples * tvd**2
+    sf = _stats_ufunc("_ncx2_sf")
+    if noncentrality == 0:
+        return float(scipy.special.chdtrc(df, critical))  # chi2.sf
+    if sf is None:
+        return float(1 - scipy.special.chndtr(critical, df, noncentrality))  # to ~1e-16 absolute
+    with np.errstate(over="ignore"):
+        return float(sf(critical, df, noncentrality))
 
 
 def detectable_tvd(samples: int, cells: int, alpha: float, power: float) -> float:
@@ -79,10 +96,14 @@ def expected_sample_tvd(table: np.ndarray, n: int) -> float:
     ``E|X − nq| = 2 (m+1)(1−q) P(X = m+1)``, ``m = ⌊nq⌋``."""
     q = table[table > 0]
     m = np.floor(n * q)
-    k = m + 1  # P(X = k) of Bin(n, q), from log-gamma
-    log_pmf = (scipy.special.gammaln(n + 1) - scipy.special.gammaln(k + 1) - scipy.special.gammaln(n - k + 1)
-               + scipy.special.xlogy(k, q) + scipy.special.xlog1py(n - k, -q))
-    mad = 2 * k * (1 - q) * np.exp(log_pmf)
+    k = m + 1  # P(X = k) of Bin(n, q): binom.pmf's own function where scipy has it, else from log-gamma
+    pmf = _stats_ufunc("_binom_pmf")
+    if pmf is not None:
+        mad = 2 * k * (1 - q) * pmf(k, n, q)
+    else:
+        log_pmf = (scipy.special.gammaln(n + 1) - scipy.special.gammaln(k + 1) - scipy.special.gammaln(n - k + 1)
+                   + scipy.special.xlogy(k, q) + scipy.special.xlog1py(n - k, -q))
+        mad = 2 * k * (1 - q) * np.exp(log_pmf)
     return float(0.5 * mad.sum() / n)
 
 
