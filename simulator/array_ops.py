@@ -100,7 +100,7 @@ def guide_table(running: np.ndarray, buckets: int) -> np.ndarray:
             break
         first = first + low - high
     steps = np.diff(first, axis=1, prepend=0, append=buckets + 1)  # edges per count of running sums ≤ them
-    dtype = np.int16 if vocab < 2**15 - 1 else np.int32
+    dtype = np.int8 if vocab < 2**7 - 1 else np.int16 if vocab < 2**15 - 1 else np.int32  # −1 − V .. V
     token = np.repeat(np.tile(np.arange(vocab + 1, dtype=dtype), count), steps.reshape(-1)).reshape(count, -1)
     low, high = token[:, :-1], token[:, 1:]
     return np.where(low != high, -1 - low, low)  # unsettled: −1 − the token at the lower edge
@@ -115,7 +115,7 @@ def guided_inverse_cdf(running, guide, ctx, u):
     xp = array_namespace(running, u)
     vocab, buckets = running.shape[1], guide.shape[1]
     bucket = xp.astype(u * buckets, xp.int64)  # u = 1 (allowed) belongs to the last bucket, whose edges reach Σw
-    bucket = xp.where(bucket < buckets, bucket, xp.full_like(bucket, buckets - 1))
+    bucket = xp.minimum(bucket, xp.full_like(bucket, buckets - 1))
     index = xp.astype(xp.take(xp.reshape(guide, (-1,)), ctx * buckets + bucket), xp.int64)
     search = xp.nonzero(index < 0)[0]
     if search.shape[0]:
@@ -131,7 +131,9 @@ def guided_inverse_cdf(running, guide, ctx, u):
             active = active[xp.take(flat, base[active] + found[active]) <= threshold[active]]
         index[search] = found
     none = index >= vocab
-    return xp.where(none, xp.zeros_like(index), index), none
+    if bool(xp.any(none)):  # rare: u = 1, or rounding at the top
+        index = xp.where(none, xp.zeros_like(index), index)
+    return index, none
 
 
 def last_positive(weights):

@@ -9,6 +9,7 @@ feeds) and the exact engine's enumerating chooser (:mod:`exact.enumeration`). Ru
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Protocol, Sequence
@@ -154,14 +155,24 @@ def _splitmix(z):
 _MIX1_U64, _MIX2_U64 = np.uint64(_MIX1 % 2**64), np.uint64(_MIX2 % 2**64)
 
 
-def _splitmix_inplace(u: np.ndarray) -> None:
+def _splitmix_inplace(u: np.ndarray, scratch: np.ndarray | None = None) -> None:
     """:func:`_splitmix` on a numpy uint64 array, overwriting it: the same bits without a temporary per step
-    (uint64 products wrap modulo 2^64 as the int64 ones do); five times faster on the engine's blocks."""
-    u ^= u >> np.uint64(30)
+    (uint64 products wrap modulo 2^64 as the int64 ones do; the shifts go to ``scratch``, an array like ``u``);
+    five times faster on the engine's blocks."""
+    t = np.empty_like(u) if scratch is None else scratch
+    u ^= np.right_shift(u, np.uint64(30), out=t)
     u *= _MIX1_U64
-    u ^= u >> np.uint64(27)
+    u ^= np.right_shift(u, np.uint64(27), out=t)
     u *= _MIX2_U64
-    u ^= u >> np.uint64(31)
+    u ^= np.right_shift(u, np.uint64(31), out=t)
+
+
+@functools.lru_cache(maxsize=256)
+def _stream_key(seed: int) -> np.uint64:
+    """The seed's key, ``splitmix(seed·φ + φ)`` (:func:`counter_uniform`), as a uint64."""
+    with np.errstate(over="ignore"):
+        key = _splitmix(np.asarray(_signed(seed & 0xFFFFFFFFFFFFFFFF), dtype=np.int64) * _GOLDEN + _GOLDEN)
+    return np.uint64(int(key) % 2**64)
 
 
 def counter_uniform(seed: int, trials, index):
@@ -173,20 +184,29 @@ def counter_uniform(seed: int, trials, index):
     One implementation for numpy and torch (any device): ``trials`` and ``index`` are integer arrays of either
     library (``array-api-compat`` picks the namespace), the result a float64 array of the same library, bit for
     bit the same numbers. The hash runs on int64 bit patterns with masked shifts (module ``_splitmix``)."""
+    if type(index) is np.ndarray and index.dtype == np.int64 and (
+            type(trials) is np.ndarray and trials.dtype == np.int64 or isinstance(trials, int)):
+        # numpy: the same steps in place on the uint64 view of a fresh array (a 0-d result too is an array we own)
+        if index.size and int(index.max()) >= MAX_UNIFORMS_PER_TRIAL:
+            raise RandomnessError("uniforms", f"a trial may draw at most {MAX_UNIFORMS_PER_TRIAL} uniforms")
+        u = np.asarray(np.left_shift(trials, 20) | index).view(np.uint64)
+        scratch = np.empty_like(u)
+        _splitmix_inplace(u, scratch)
+        u += _stream_key(seed)
+        _splitmix_inplace(u, scratch)
+        u >>= np.uint64(11)
+        out = u.astype(np.float64)
+        out *= 1.0 / 2**53
+        return out
     xp = array_namespace(trials, index) if not isinstance(trials, int) else array_namespace(index)
     index = xp.asarray(index, dtype=xp.int64)
     trials = xp.asarray(trials, dtype=xp.int64)
     if index.shape != (0,) and int(xp.max(index)) >= MAX_UNIFORMS_PER_TRIAL:
         raise RandomnessError("uniforms", f"a trial may draw at most {MAX_UNIFORMS_PER_TRIAL} uniforms")
+    if isinstance(index, np.ndarray):
+        return counter_uniform(seed, trials, index)  # now int64 arrays: the path above
     with np.errstate(over="ignore"):
         key = _splitmix(xp.asarray(_signed(seed & 0xFFFFFFFFFFFFFFFF), dtype=xp.int64) * _GOLDEN + _GOLDEN)
-        if isinstance(index, np.ndarray):  # the same steps in place on the uint64 view of a fresh array
-            u = np.asarray((trials << 20) | index).view(np.uint64)  # a 0-d result too is an array we own
-            _splitmix_inplace(u)
-            u += key.view(np.uint64)
-            _splitmix_inplace(u)
-            u >>= np.uint64(11)
-            return u.astype(np.float64) * (1.0 / 2**53)
         z = _splitmix(_splitmix((trials << 20) | index) + key)
     return xp.astype(_shift_right(z, 11), xp.float64) * (1.0 / 2**53)
 

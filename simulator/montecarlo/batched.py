@@ -54,21 +54,26 @@ class IidDraft:
         self.parents, self.rows, self.stream = parents, rows, stream
         self.size, n = stream.pos.shape[0], len(parents)
         self.start = stream.skip(n - 1)  # node v's uniform is at start + v − 1
+        # the same start for every tree (a fresh stream): a number, not a gather per read
+        self._start = int(self.start[0]) if self.size and bool(xp.all(self.start == self.start[0])) else None
         on = stream.pos.device
         self.parent = xp.asarray([max(0, u) for u in parents], dtype=xp.int64, device=on)
-        self._tokens = xp.zeros((n, self.size), dtype=xp.int64, device=on)
-        self._flat_ids = xp.zeros(n * self.size, dtype=xp.int64, device=on)  # the root's context id is 0
+        # A node's id is written when it is drawn, before it is read: only the root's (context 0) is set here.
+        self._flat_ids = xp.empty(n * self.size, dtype=xp.int64, device=on)
+        self._flat_ids[: self.size] = 0
         self._ids = xp.reshape(self._flat_ids, (n, self.size))  # a view: 1-D gathers (a third of 2-D's time) read it
-        self._whole = False  # every node drawn
+        self._tokens = None  # every node's token [n, B], once every node is drawn (:meth:`_draw_all`)
 
     def node_ids(self, trees: Any, nodes: Any) -> Any:
         return self.xp.take(self._flat_ids, nodes * self.size + trees)
 
-    def read(self, trees: Any, nodes: Any) -> Any:
+    def read(self, trees: Any, nodes: Any, parent_ids: Any = None) -> Any:
         xp = self.xp
-        above = xp.take(self._flat_ids, xp.take(self.parent, nodes) * self.size + trees)
-        drawn = self.rows.sample("p", above, self.stream.at(trees, xp.take(self.start, trees) + nodes - 1))
-        self._flat_ids[nodes * self.size + trees] = above * self.rows.vocab + drawn + 1  # tokens: :meth:`_draw_all`
+        if parent_ids is None:
+            parent_ids = xp.take(self._flat_ids, xp.take(self.parent, nodes) * self.size + trees)
+        at = nodes - 1 + (self._start if self._start is not None else xp.take(self.start, trees))
+        drawn = self.rows.sample("p", parent_ids, self.stream.at(trees, at))
+        self._flat_ids[nodes * self.size + trees] = parent_ids * self.rows.vocab + drawn + 1  # tokens: _draw_all
         return drawn
 
     def children(self, trees: Any, kids: Any) -> Any:
@@ -90,10 +95,10 @@ class IidDraft:
 
     def _draw_all(self) -> None:
         """Draws every node, a depth at a time (once; a node drawn before is drawn again, to the same token)."""
-        if self._whole:
+        if self._tokens is not None:
             return
-        self._whole = True
         xp, on, everyone = self.xp, self.stream.pos.device, slice(None)
+        self._tokens = xp.zeros((len(self.parents), self.size), dtype=xp.int64, device=on)
         for level in node_levels(self.parents)[1:]:
             start, end = level[0], level[-1] + 1  # BFS: a depth is a run of node ids
             steps = xp.arange(start - 1, end - 1, dtype=xp.int64, device=on)

@@ -206,7 +206,8 @@ def _guided_draw(running: np.ndarray, guide: np.ndarray, last: np.ndarray, ctx: 
     """:func:`~simulator.array_ops.categorical` over the rows ``ctx`` of a table kept as running sums, guide table and
     last positive token per row (:func:`guided_inverse_cdf`)."""
     index, none = guided_inverse_cdf(running, guide, ctx, u)
-    index[none] = last[ctx[none]]
+    if none.any():
+        index[none] = last[ctx[none]]
     return index
 
 

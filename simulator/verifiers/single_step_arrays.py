@@ -141,26 +141,58 @@ class SequentialStep(ArrayStep):
         """The same per context ``[m, 1]`` of the exact dynamic programme (``None``: none)."""
         return None
 
+    #: whether the acceptance depends on the node's count of candidates (K-SEQ's ``ρ*``), not only on the position
+    by_count = False
+
     def entry_acceptance(self, rows: Any, ids: Any, i: int, x: Any, scale: Any) -> Any:
         """Candidate ``i``'s acceptance ``[m]``, token ``x`` at rows ``ids`` of the row source ``rows``."""
         return self.accept(rows.entry(self.target_rows(i), ids, x), rows.entry("p", ids, x), scale)
 
+    def acceptance_rows(self, i: int, k: int | None) -> "Acceptance":
+        """The row source's name of candidate ``i``'s acceptance of every token at a node of ``k`` candidates
+        (``k`` unused unless :attr:`by_count`): :meth:`accept` over whole rows, computed once per context where the
+        rows are per context — one read a candidate, where :meth:`entry_acceptance` reads two entries and divides."""
+        return Acceptance(self, i, k if self.by_count else None)
+
+    def table_scale(self, derived: Callable[[Derived], Any], k: int) -> Any:
+        """The scale :meth:`accept` takes over whole rows ``[C, 1]`` at nodes of ``k`` candidates, from the row
+        source's tables ``derived`` (``None``: none)."""
+        return None
+
     def step(self, batch: Any, trees: Any, ids: Any, kids: Any, count: Any) -> tuple[Any, Any]:
         xp, rows, stream = batch.xp, batch.rows, batch.stream
-        m = trees.shape[0]
-        accepted = batch.full(m, -1)
-        open_ = xp.ones(m, dtype=xp.bool, device=batch.device)
-        scale = self.tv_scale(rows, ids, count)
+        tables = rows.by_context  # acceptance tables per context: one read a candidate
+        scale = None if tables else self.tv_scale(rows, ids, count)
+        counts = xp.unique_values(count).tolist() if tables and self.by_count else None
+        # ``at``: the rows still open that have a candidate ``i`` (``None``: every row, as at ``i = 0``, since every
+        # node here has a candidate)
+        at, count_at, hit = None, count, None
         for i in range(kids.shape[1]):
-            at = batch.where_true(open_ & (i < count))
-            if at.shape[0] == 0:
-                break
-            x = batch.draft.read(trees[at], kids[at, i])
-            prob = self.entry_acceptance(rows, ids[at], i, x, None if scale is None else scale[at])
-            u = stream.take(trees[at])
+            if i:
+                keep = ~hit & (count_at > i)
+                at = batch.where_true(keep) if at is None else at[keep]
+                if at.shape[0] == 0:
+                    break
+                count_at = count[at]
+            trees_at, ids_at = (trees, ids) if at is None else (trees[at], ids[at])
+            x = batch.draft.read(trees_at, kids[:, i] if at is None else kids[:, i][at], ids_at)
+            if not tables:
+                prob = self.entry_acceptance(rows, ids_at, i, x, None if scale is None else
+                                             (scale if at is None else scale[at]))
+            elif counts is None or len(counts) == 1:
+                prob = rows.entry(self.acceptance_rows(i, counts[0] if counts else None), ids_at, x)
+            else:
+                prob = xp.zeros(x.shape, dtype=rows.q.dtype, device=batch.device)
+                for k in counts:
+                    part = batch.where_true(count_at == k)
+                    prob[part] = rows.entry(self.acceptance_rows(i, k), ids_at[part], x[part])
+            u = stream.take(trees_at)
             hit = (prob == 1) | (u < prob)
-            accepted[at[hit]] = i
-            open_[at[hit]] = False
+            chosen = xp.where(hit, xp.full_like(x, i), xp.full_like(x, -1))
+            if at is None:
+                accepted = chosen
+            else:
+                accepted[at] = chosen  # the rows ``at`` were open: none accepted yet
 
         def emit(at: Any, u: Any) -> Any:
             """The rejection's token for the trees ``at`` (all their candidates rejected), by candidate count."""
@@ -304,6 +336,23 @@ class RrsTarget(Derived):
         return next(itertools.islice(RRS.targets(p, q), self.rejections, None))
 
 
+@dataclass(frozen=True)
+class Acceptance(Derived):
+    """A sequential step's acceptance of every token ``[C, V]`` for its candidate at ``position`` (at nodes of
+    ``candidates`` candidates where it depends on their count: K-SEQ): :meth:`SequentialStep.accept` over whole rows,
+    the same float operations on each entry as over the entries read one at a time."""
+
+    step: SequentialStep
+    position: int
+    candidates: int | None = None
+
+    def compute(self, p: Any, q: Any, derived: Callable[[Derived], Any]) -> Any:
+        name = self.step.target_rows(self.position)
+        target = q if name == "q" else derived(name)
+        scale = None if self.candidates is None else self.step.table_scale(derived, self.candidates)
+        return self.step.accept(target, p, scale)
+
+
 class KseqStep(SequentialStep):
     """K-SEQ (SpecTr; :func:`~.single_step.kseq_plan`): every candidate accepted with ``min(1, q(x)/(ρ* p(x)))``, the
     residual ``norm((q − γ min(p, q/ρ*))_+)`` (:func:`kseq_residual`), ``ρ*`` bisected row by row as the reference
@@ -323,6 +372,11 @@ class KseqStep(SequentialStep):
 
     def capped(self, target: Any, p: Any, scale: Any) -> Any:
         return array_namespace(p).minimum(p, target / scale[:, None])
+
+    by_count = True
+
+    def table_scale(self, derived: Callable[[Derived], Any], k: int) -> Any:
+        return derived(KseqRho(k))[:, None]
 
     def tv_scale(self, rows: Any, ids: Any, count: Any) -> Any:
         """``ρ*`` of each node's count of candidates, from the row source's tables, one count at a time."""
@@ -468,8 +522,8 @@ class RowUpdateStep(ArrayStep):
             at, x, prob = self.candidate(rows, at, cands[at, i])
             u = stream.take(trees[at])
             hit = (prob == 1) | (u < prob)
-            accepted[at[hit]] = i
-            open_[at[hit]] = False
+            accepted[at] = xp.where(hit, xp.full_like(at, i), xp.full_like(at, -1))  # ``at`` were open: none accepted
+            open_[at] = ~hit
             self.reject(batch, rows, at[~hit], x[~hit], open_)
         return accepted, residual_draw(self.correction_rows(rows))
 

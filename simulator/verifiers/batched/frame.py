@@ -50,8 +50,9 @@ class CounterStream:
         self.pos = xp.zeros(trials.shape, dtype=xp.int64, device=device_of(trials))
 
     def take(self, rows: Any) -> Any:
-        out = counter_uniform(self.seed, self.trials[rows], self.pos[rows])
-        self.pos[rows] += 1
+        at = self.pos[rows]
+        out = counter_uniform(self.seed, self.trials[rows], at)
+        self.pos[rows] = at + 1
         return out
 
     def skip(self, count: int) -> Any:
@@ -209,9 +210,9 @@ class DraftSource(Protocol):
         """The row id ``[m]`` of node ``nodes[i]`` of tree ``trees[i]``: the root, or a node read before by
         :meth:`read` or :meth:`children`."""
 
-    def read(self, trees: Any, nodes: Any) -> Any:
-        """The token ``[m]`` of node ``nodes[i]`` (not the root) of tree ``trees[i]``, whose parent's id was read;
-        its own id can be read after."""
+    def read(self, trees: Any, nodes: Any, parent_ids: Any = None) -> Any:
+        """The token ``[m]`` of node ``nodes[i]`` (not the root) of tree ``trees[i]``, whose parent's id was read
+        (``parent_ids``: those ids, where the caller has them); its own id can be read after."""
 
     def children(self, trees: Any, kids: Any) -> Any:
         """:meth:`read` of the nodes ``kids`` (``[m, W]``, −1 padded: the children of one node of each tree
@@ -227,7 +228,7 @@ class GivenDraft:
     def node_ids(self, trees: Any, nodes: Any) -> Any:
         return self.ids[trees, nodes]
 
-    def read(self, trees: Any, nodes: Any) -> Any:
+    def read(self, trees: Any, nodes: Any, parent_ids: Any = None) -> Any:
         return self.tokens[trees, nodes]
 
     def children(self, trees: Any, kids: Any) -> Any:
