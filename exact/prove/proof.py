@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from simulator.drafting import FixedShape, check_drafting
 from simulator.errors import (InvalidParameterError, RandomnessError, SizeLimitError, SymbolicError,
@@ -31,10 +31,15 @@ from exact.reproducer import Reproducer
 from exact.subject import Subject, subject
 from .symbolic import LinearFeasibility, Space, Sym, context_key, estimate_runs, symbolic_paths
 
+if TYPE_CHECKING:
+    from .lifting import Lifted
+
 #: Random descents of the choice tree behind the up-front estimate of the runs (each one symbolic run); from
 #: :data:`FIRST_VERDICT` descents on, a proof is refused as soon as the estimate's lower end passes the limit.
 ESTIMATE_DESCENTS = 32
 FIRST_VERDICT = 8
+#: how a proof is made: ``auto`` lifts a token-verification lift and runs the cells for any other rule
+METHODS = ("auto", "lifting", "cells")
 
 
 class SymbolicView:
@@ -161,16 +166,19 @@ class Proof:
     #: is empty)
     stops: int = 0
     stopped: list[tuple[str, Cell]] = field(default_factory=list)
+    #: how the verdict was reached: ``cells``, ``lifting`` (with its claims and hypotheses in ``lifting``), or
+    #: ``probe`` (a random point the exact engine found lossy before any symbolic run)
+    method: str = "cells"
+    lifting: "Lifted | None" = None
 
     def to_json(self) -> dict:
         names = self.space.names
-        cells = [{"sequence": list(c.sequence), "signs": _signs_json(c.signs),
-                  "valid_paths": c.paths, "identity_holds": c.holds,
-                  "witness": None if c.witness is None else [f"{v.numerator}/{v.denominator}" for v in c.witness]}
-                 for c in self.cells]
+        cells = cells_json(self.cells) if self.lifting is None else [
+            {"k": claim.k, **cell} for claim in self.lifting.claims for cell in cells_json(claim.cells)]
         rows = {f"{name}({context_key(ctx) or 'root'})": [str(v.value.as_expr()) for v in self.space.row(name, ctx)]
                 for name, ctx in self.space.slots}
         return {"specproof": "proof", "verdict": self.verdict, "verifier": self.verifier, "config": self.config,
+                "method": self.method, **({} if self.lifting is None else {"lifting": self.lifting.to_json()}),
                 "symbols": names, "rows": rows, "domain": "every symbol ≥ 0 and every row's last entry ≥ 0",
                 "paths": self.paths, "cells": cells, "identities": self.identities, "reason": self.reason,
                 "stops": self.stops,
@@ -184,6 +192,15 @@ class Proof:
                                   "cells": [{"term": list(key) if isinstance(key, tuple) else key,
                                              "signs": _signs_json(signs), "probability": str(value.as_expr())}
                                             for key, signs, value in e.cells]} for e in self.expectations]}
+
+
+def cells_json(cells: list[Cell]) -> list[dict]:
+    """Cells as the certificate lists them: the output sequence, the atoms' signs, the valid paths, whether the
+    identity holds, and the witness point where it fails."""
+    return [{"sequence": list(c.sequence), "signs": _signs_json(c.signs), "valid_paths": c.paths,
+             "identity_holds": c.holds,
+             "witness": None if c.witness is None else [f"{v.numerator}/{v.denominator}" for v in c.witness]}
+            for c in cells]
 
 
 def _signs_json(signs: dict) -> dict:
@@ -205,14 +222,19 @@ def _unsupported(name: str) -> str | None:
 
 
 def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, probes: int = 0,
-          tally: Tally | None = None) -> Proof:
+          tally: Tally | None = None, method: str = "cells") -> Proof:
     """Prove or refute losslessness of ``verifier`` for every model pair of ``topology`` (drafted by ``scheme``)
     over ``vocab`` tokens. ``probes`` random exact points are certified by the exact engine first (a loss found
-    there refutes at once); ``tally`` counts the proof's size against its limit and reports progress. Raises
-    :class:`SymbolicError` for a rule the symbolic run cannot follow, :class:`SizeLimitError` past the tally's
-    ``max_cells``."""
+    there refutes at once); ``tally`` counts the proof's size against its limit and reports progress. ``method``
+    (:data:`METHODS`): ``cells`` runs the whole round symbolically; ``lifting`` proves the single-step rule of a
+    token-verification lift and lifts it to every tree of the shape's branchings (:mod:`exact.prove.lifting`),
+    refusing a verifier that is not one; ``auto`` lifts where it can and runs the cells elsewhere (the command
+    line's default). Raises :class:`SymbolicError` for a rule the symbolic run cannot follow,
+    :class:`SizeLimitError` past the tally's ``max_cells``."""
     started = time.perf_counter()
     tally = tally if tally is not None else Tally()
+    if method not in METHODS:
+        raise InvalidParameterError("method", f"unknown method {method!r}; choose from {list(METHODS)}")
     what = subject(verifier, "verifier")
     reason = _unsupported(what.name)
     if reason is not None:
@@ -227,6 +249,13 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
     if spec is not None and spec.undecided_symbolic:
         return Proof("UNDECIDED", what.name, config, 0, [], space, time.perf_counter() - started,
                      reason=f"not run: {what.name} {spec.undecided_symbolic}")
+    lift = None
+    if method != "cells":
+        from .lifting import lift_for  # the lifting builds on this module's machinery
+        lift, why = lift_for(what)
+        if lift is None and method == "lifting":
+            raise InvalidParameterError("method", f"{what.name} is not lifted: {why}; --method cells runs the "
+                                                  "cell search on this shape")
     view = SymbolicView(space)
     drafter = FixedShape(topology, scheme)
     feasible = LinearFeasibility(space)
@@ -243,59 +272,113 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
         tally.begin("probes")
         found = _probe(space, case, probes)
         if found is not None:
-            proof = Proof("REFUTED", what.name, config, 0, [], space, 0.0)
+            proof = Proof("REFUTED", what.name, config, 0, [], space, 0.0, method="probe")
             proof.witness, proof.witness_tvd, proof.failure, index = found
             proof.reason = (f"random exact point {index} of {probes}, certified by the exact engine before the "
                             "symbolic run, " + ("is lossy" if proof.failure is None else "makes the rule fail"))
             proof.seconds = time.perf_counter() - started
             return proof
+    if lift is not None:
+        from .lifting import prove_lifted
+        return prove_lifted(what, lift, topology, scheme, vocab, config, tally, started)
     if tally.descents:
-        tally.begin("estimate")
-        with _followed(what.name):
-            for made, (mean, error) in enumerate(estimate_runs(space, program, feasible, tally.descents), 1):
-                tally.estimate = (mean, error, made)
-                if made >= min(FIRST_VERDICT, tally.descents):
-                    tally.check_estimate()
+        estimate(space, program, feasible, what.name, tally)
     tally.begin("paths")
     stuck: list = []
     runs = _paths(space, program, feasible, what.name, stuck, tally.run)
     paths = [(sequence, prob, signs, accepted) for (sequence, accepted), prob, signs in runs]
-    stopped = _stopped(stuck, space, feasible, tally)
     sequences = list(itertools.product(range(vocab), repeat=height + 1))
     target = {s: _joint(space, s) for s in sequences}
-    proof = Proof("PROVED", what.name, config, len(paths), [], space, 0.0, stops=len(stuck), stopped=stopped)
-    failed_stop = next((c for _, c in stopped if c.witness is not None), None)
-    if failed_stop is None:  # the law's identity, cell by cell (moot once the rule is known to fail somewhere)
-        tally.begin("cells")
-        proof.cells, proof.identities = check_cells(paths, target, sequences, space, feasible, tally.cell)
-    failing = [c for c in proof.cells if not c.holds] + [c for _, c in stopped if not c.holds]
-    witnessed = [c for c in failing if c.witness is not None]
-    if witnessed:
-        proof.verdict = "REFUTED"
-        proof.witness = case(witnessed[0].witness)
+    decided = decide(paths, target, sequences, stuck, space, feasible, tally)
+    proof = Proof("PROVED", what.name, config, len(paths), decided.cells, space, 0.0, identities=decided.identities,
+                  stops=len(stuck), stopped=decided.stopped)
+    proof.verdict = decided.verdict
+    if decided.witnessed is not None:
+        proof.witness = case(decided.witnessed.witness)
         proof.witness_tvd, proof.failure = _confirm(proof.witness, what.name)
-        proof.reason = ("the identity fails on a cell with an exact rational witness" if failed_stop is None else
-                        "the rule makes a random choice it cannot make (a categorical of zero total mass, a weight "
-                        "or probability out of range) with positive probability on a cell, with an exact witness")
+        proof.reason = decided.describe()
         if proof.failure is not None:
             proof.reason += "; the exact engine's run fails there"
-    elif failing:
-        proof.verdict = "UNDECIDED"
-        stops = sum(1 for _, c in stopped if not c.holds)
-        proof.reason = (f"the identity fails on {len(failing) - stops} cell(s)"
-                        + (f", and {stops} cell(s) may reach a random choice the rule cannot make," if stops else "")
-                        + f" whose non-linear conditions gave no witness in {WITNESS_TRIES} points (they may be empty)")
+    elif proof.verdict == "UNDECIDED":
+        proof.reason = decided.describe()
     else:
-        pruned = (f"; {len(stuck)} path(s) stop at a random choice the rule cannot make, only where their "
-                  "probability is zero" if stuck else "")
         proof.reason = (f"the identity holds on all {len(proof.cells)} cells: lossless for every model pair of this "
-                        f"shape and vocabulary (V = {vocab}) under {scheme} drafting{pruned}")
+                        f"shape and vocabulary (V = {vocab}) under {scheme} drafting{decided.describe()}")
     form = FORMS.get(spec.chain_expectation) if spec is not None else None
+    failed_stop = decided.failed_stop
     if form is not None and failed_stop is None and topology.parents == tuple(range(-1, len(topology.parents) - 1)):
         tally.begin("E[τ]")
         proof.expectations = _expectations(form, paths, space, drafter, what, height, tally)
     proof.seconds = time.perf_counter() - started
     return proof
+
+
+@dataclass
+class Decided:
+    """The law's identity decided on the paths of a symbolic run: its cells (none when a stopped path already fails
+    with a witness: the identity is moot), the cells of the stopped paths' regions, and the verdict they give."""
+
+    cells: list[Cell]
+    identities: int
+    stops: int
+    stopped: list[tuple[str, Cell]]
+
+    @property
+    def failed_stop(self) -> Cell | None:
+        """A stopped path's cell where the choice is reached with positive probability, with a witness point."""
+        return next((c for _, c in self.stopped if c.witness is not None), None)
+
+    @property
+    def failing(self) -> list[Cell]:
+        return [c for c in self.cells if not c.holds] + [c for _, c in self.stopped if not c.holds]
+
+    @property
+    def witnessed(self) -> Cell | None:
+        """The first failing cell with a witness point (what a REFUTED verdict is certified on), or ``None``."""
+        return next((c for c in self.failing if c.witness is not None), None)
+
+    @property
+    def verdict(self) -> str:
+        return "REFUTED" if self.witnessed is not None else "UNDECIDED" if self.failing else "PROVED"
+
+    def describe(self) -> str:
+        """Why: the failing cell's kind (REFUTED), the cells left without a witness (UNDECIDED), or for PROVED the
+        note on paths stopped where they are never reached (empty when there are none)."""
+        if self.witnessed is not None:
+            return ("the identity fails on a cell with an exact rational witness" if self.failed_stop is None else
+                    "the rule makes a random choice it cannot make (a categorical of zero total mass, a weight or "
+                    "probability out of range) with positive probability on a cell, with an exact witness")
+        if self.failing:
+            stops = sum(1 for _, c in self.stopped if not c.holds)
+            return (f"the identity fails on {len(self.failing) - stops} cell(s)"
+                    + (f", and {stops} cell(s) may reach a random choice the rule cannot make," if stops else "")
+                    + f" whose non-linear conditions gave no witness in {WITNESS_TRIES} points (they may be empty)")
+        return (f"; {self.stops} path(s) stop at a random choice the rule cannot make, only where their probability "
+                "is zero" if self.stops else "")
+
+
+def decide(paths: list, target: dict, sequences: list, stuck: list, space: Space, feasible: LinearFeasibility,
+           tally: Tally) -> Decided:
+    """``Σ P(path) = target(s)`` for every output sequence ``s``, cell by cell
+    (:func:`exact.prove.cells.check_cells`; ``paths`` are ``(s, probability, signs, ...)``), after the regions of
+    the ``stuck`` paths (:func:`_stopped`); the identity is not checked once a stopped path fails with a witness."""
+    stopped = _stopped(stuck, space, feasible, tally)
+    decided = Decided([], 0, len(stuck), stopped)
+    if decided.failed_stop is None:  # the law's identity, cell by cell (moot once the rule fails somewhere)
+        tally.begin("cells")
+        decided.cells, decided.identities = check_cells(paths, target, sequences, space, feasible, tally.cell)
+    return decided
+
+
+def estimate(space: Space, program, feasible: LinearFeasibility, name: str, tally: Tally) -> None:
+    """Knuth's estimate of the runs of ``program`` (:func:`exact.prove.symbolic.estimate_runs`) into the tally, which
+    refuses the proof as soon as the estimate passes its limit (from :data:`FIRST_VERDICT` descents on)."""
+    tally.begin("estimate")
+    with _followed(name):
+        for made, (mean, error) in enumerate(estimate_runs(space, program, feasible, tally.descents), 1):
+            tally.estimate = (mean, error, made)
+            if made >= min(FIRST_VERDICT, tally.descents):
+                tally.check_estimate()
 
 
 def _probe(space: Space, case: Callable[[Sequence[Fraction]], Reproducer], probes: int

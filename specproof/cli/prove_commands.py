@@ -80,9 +80,13 @@ class _Progress:
                    "limit)")
 @click.option("--probes", type=int, default=DEFAULT_PROBES, show_default=True,
               help="random exact points certified by the exact engine before the symbolic run (0: none)")
+@click.option("--method", type=click.Choice(["auto", "lifting", "cells"]), default="auto", show_default=True,
+              help="lifting: prove a token-verification lift's single step for every branching of the shape and lift "
+                   "it to every tree of those branchings; cells: run the whole round symbolically; auto: lifting "
+                   "where the verifier is a lift, cells elsewhere")
 @click.pass_context
 def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, json_out, case_out, timeout,
-          max_cells, probes) -> None:
+          max_cells, probes, method) -> None:
     """Prove a verifier lossless for EVERY model pair of this shape and vocabulary, or refute it with an exact
     witness. Exit 0 PROVED, 1 REFUTED, 4 UNDECIDED, 2 a typed error (a size or time limit included)."""
     if vocab < 2:
@@ -101,16 +105,29 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
     tally = Tally(max_cells or None, ESTIMATE_DESCENTS, progress)
     try:
         with time_limit(timeout, tally.describe):
-            proof = run_proof(verifier, shape, drafting, vocab, probes, tally)
+            proof = run_proof(verifier, shape, drafting, vocab, probes, tally, method)
     finally:
         progress.close()
     where = (f"{shape.name} tree (parents {list(shape.parents)}), V = {vocab}, {drafting} drafting")
-    click.echo(f"{proof.verdict}: {proof.verifier} on the {where}")
+    lifted = proof.lifting
+    if lifted is not None and proof.verdict == "PROVED":
+        click.echo(f"PROVED by lifting: {lifted.covers} ({proof.verifier}; asked: the {where})")
+    else:
+        click.echo(f"{proof.verdict}{' by lifting' if lifted is not None else ''}: {proof.verifier} on the {where}")
     click.echo(f"  {proof.reason}")
     click.echo(f"  {proof.paths} paths, {len(proof.cells)} cells, {proof.identities} identities checked, "
                f"{len(proof.space.names)} symbols, {proof.seconds:.1f} s")
+    if lifted is not None:
+        for claim in lifted.claims:
+            click.echo(f"  claim {claim.describe()}: {claim.verdict} ({claim.paths} paths, {len(claim.cells)} cells, "
+                       f"{claim.seconds:.1f} s)")
+        click.echo("  hypotheses of the token-tree argument (docs/proofs.md, \"Proofs by lifting\"):")
+        for h in lifted.hypotheses:
+            click.echo(f"    - {h.name}: {h.statement} [checked: {h.checked}]")
     if proof.verdict == "PROVED":
-        click.echo("  covers: every pair of draft and target rows at every context of this shape (not one model)")
+        click.echo("  covers: every pair of draft and target rows at every context " +
+                   (f"of {lifted.covers} (this shape's depth and any other)" if lifted is not None
+                    else "of this shape (not one model)"))
     for e in proof.expectations:
         terms = len({key for key, _, _ in e.cells})
         click.echo(f"  E[τ] ({e.rows}): {'equals' if e.holds else 'DIFFERS FROM'} the closed form {e.form}, "
