@@ -1,6 +1,8 @@
 """The proof table (``specproof prove-table``, ``reports/proofs.md``): every built-in rule the symbolic run can
 follow, proved or refuted on the small shapes it supports, each negative control refuted with its witness, and
-the rules it cannot follow with the reason; each case under a wall-clock limit, with the time it took."""
+the rules it cannot follow with the reason; the token-verification lifts also by lifting (exact/prove/lifting.py),
+beside their cell search and on a tree the cell search cannot reach; each case under a wall-clock limit, with the
+time it took."""
 
 from __future__ import annotations
 
@@ -23,9 +25,12 @@ SHAPES = {
     "chain, depth 2": {"name": "chain", "depth": 2, "branching": 1},
     "explicit -1,0,0,1": {"name": "explicit", "parents": (-1, 0, 0, 1)},
     "two paths of 1 token": {"name": "multi-chain", "depth": 1, "branching": 2},
+    "complete, b = 2, depth 3": {"name": "complete", "depth": 3, "branching": 2},
 }
 TREE_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "tv-det", "dyspec", "trv", "trv-iid", "lv-sps", "lv-rrs", "match")
 CHAIN_RULES = ("bv", "greedy-bv", "gbv")
+#: the token-verification lifts proved by lifting (exact/prove/lifting.py) beside their cell search
+LIFTED_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "tv-det", "dyspec")
 FIXED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")  # the schemes of a fixed shape
 
 
@@ -36,13 +41,16 @@ class Case:
     vocab: int
     drafting: str = "iid"
     expect: str = "PROVED"
+    method: str = "cells"  # or "lifting" (exact.prove.proof.METHODS)
 
 
 def cases() -> list[Case]:
     """The table's cases: lossless rules at V = 2 and 3 on one-level trees and chains of depth 1 and 2 (depth 2 at
     V = 2), under every fixed-shape drafting scheme each is lossless under, GBV on two paths, the controls where
     they are lossy (``bug-gbv-clipped`` needs V = 3: at V = 2 its clipped ranking orders the tokens as the
-    unclipped one does), and the rules the symbolic run cannot follow."""
+    unclipped one does), and the rules the symbolic run cannot follow; then the token-verification lifts by
+    lifting at V = 3, on one level (beside its cell search) and on the complete tree of branching 2 and depth 3,
+    with two controls refuted there."""
     out = []
     for rule in TREE_RULES:
         for scheme in _schemes(rule):
@@ -63,6 +71,12 @@ def cases() -> list[Case]:
             ("tv-opt", "lv-opt", "tv-gr", "lv-gr", "bug-dyspec-printed")]
     out += [Case("gbv", "two paths of 1 token", v) for v in (2, 3)]
     out += [Case("bug-gbv-clipped", "two paths of 1 token", 3, expect="REFUTED")]
+    for rule in LIFTED_RULES:  # by lifting: one level at V = 3 beside its cell search, and a tree it cannot reach
+        for scheme in _schemes(rule):
+            out += [Case(rule, shape, 3, scheme, method="lifting")
+                    for shape in ("one level, 2 children", "complete, b = 2, depth 3")]
+    out += [Case(rule, "complete, b = 2, depth 3", 3, expect="REFUTED", method="lifting")
+            for rule in ("bug-residual-q", "bug-accept-all")]
     return out
 
 
@@ -75,10 +89,10 @@ def run_case(case: Case, seconds: float) -> dict:
     topology = make_topology(**SHAPES[case.shape])
     started = time.perf_counter()
     row = {"verifier": case.verifier, "shape": case.shape, "vocab": case.vocab, "drafting": case.drafting,
-           "expect": case.expect}
+           "expect": case.expect, "method": case.method}
     try:
         with time_limit(seconds):
-            proof = prove(case.verifier, topology, case.drafting, case.vocab)
+            proof = prove(case.verifier, topology, case.drafting, case.vocab, method=case.method)
         row.update(verdict=proof.verdict, paths=proof.paths, cells=len(proof.cells), identities=proof.identities,
                    symbols=len(proof.space.names), reason=proof.reason,
                    expectation="; ".join(f"{'=' if e.holds else '≠'} {e.form.split(' (')[-1].rstrip(')')}"
@@ -106,11 +120,16 @@ def table_markdown(rows: list[dict], command: str, seconds: float) -> str:
              "paper's closed form (`=` holds for every pair of rows; docs/proofs.md): Leviathan et al.'s for token "
              "verification (and `(1 − α^{γ+1})/(1 − α)` on context-independent rows), Sun et al.'s Lemma 3 for block "
              "verification and the rules that reduce to it on a chain, Lemma 9 for greedy block verification.", "",
-             "| verifier | shape | V | drafting | verdict | expected | paths | cells | symbols | witness TVD | E[τ] "
-             "| time (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Method `lifting` (docs/proofs.md, \"Proofs by lifting\"): the rule's single step proved for every "
+             "branching of the shape (its paths, cells and symbols are the single step's), then lifted by the "
+             "token-tree argument; PROVED then covers every tree whose branchings are among the shape's, at that V "
+             "and scheme. `cells`: the whole round run symbolically.", "",
+             "| verifier | shape | V | drafting | method | verdict | expected | paths | cells | symbols | witness TVD "
+             "| E[τ] | time (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['verifier']} | {r['shape']} | {r['vocab']} | {r['drafting']} | **{r['verdict']}** | "
+        lines.append(f"| {r['verifier']} | {r['shape']} | {r['vocab']} | {r['drafting']} | {r.get('method', 'cells')} "
+                     f"| **{r['verdict']}** | "
                      f"{r['expect']} | {r.get('paths', '')} | {r.get('cells', '')} | {r.get('symbols', '')} | "
                      f"{r.get('witness_tvd') or ''} | {r.get('expectation', '')} | {r['seconds']:.1f} |")
     notes = [r for r in rows if r["verdict"] in ("error", "UNDECIDED", "NOT FINISHED")]
