@@ -35,6 +35,13 @@ def has_batched_path(name: str, drafting: str, vocab: int, topology: Topology | 
             and (topology is None or topology.name in spec.shapes))
 
 
+def path_nodes(name: str, topology: Topology) -> int | None:
+    """The most nodes ``name``'s array rule reads in one trial where it reads only each trial's path
+    (:meth:`~simulator.verifiers.batched.ref.ArrayRuleRef.path_nodes`), else ``None``: the engine's chunks are sized
+    by it."""
+    return VERIFIERS[name].array_rule.path_nodes(topology.parents)
+
+
 class IidDraft:
     """Every trial's i.i.d. draft (``simulator.drafting`` order: node ``v`` reads its trial's uniform ``v − 1``),
     each token drawn when an array rule first reads it (:class:`~simulator.verifiers.batched.frame.DraftSource`).

@@ -188,7 +188,7 @@ class SequentialStep(ArrayStep):
                     prob[part] = rows.entry(self.acceptance_rows(i, k), ids_at[part], x[part])
             u = stream.take(trees_at)
             hit = (prob == 1) | (u < prob)
-            chosen = xp.where(hit, xp.full_like(x, i), xp.full_like(x, -1))
+            chosen = xp.astype(hit, xp.int64) * (i + 1) - 1  # i where accepted, else −1
             if at is None:
                 accepted = chosen
             else:

@@ -38,6 +38,13 @@ class ArrayRuleRef(FunctionRef):
     float64: bool = False
     target_completion: bool = True
 
+    def path_nodes(self, parents: tuple[int, ...]) -> int | None:
+        """The most nodes the array rule reads in one trial, where it reads only each trial's path from the root and
+        the children of its nodes (its function's ``path_nodes``: token verification); ``None`` where it reads the
+        whole tree."""
+        count = getattr(self.resolve().func, "path_nodes", None)
+        return None if count is None else count(parents)
+
     def run(self, batch: Any) -> tuple[Any, Any]:
         """The array rule on ``batch``. On torch it runs under ``inference_mode`` (no autograd bookkeeping: a few µs
         less per operation, which is most of a small batch's time); its results are copied out as ordinary

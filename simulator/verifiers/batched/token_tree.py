@@ -11,8 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...trees import node_children
 from ..single_step_arrays import ArrayStep
 from .frame import Batch
+
+
+def path_nodes(parents: tuple[int, ...]) -> int:
+    """The most nodes :func:`tv` reads in one trial: the root and the children of each node on a path from the root
+    (a draft drawn on demand draws no other; the Monte Carlo engine sizes its chunks by this)."""
+    children = node_children(parents)
+    most = [0] * len(parents)
+    for v in reversed(range(len(parents))):  # BFS order: children after their parent
+        most[v] = len(children[v]) + max((most[c] for c in children[v]), default=0)
+    return 1 + most[0]
 
 
 def tv(batch: Batch, step: ArrayStep) -> tuple[Any, Any]:
@@ -33,19 +44,23 @@ def tv(batch: Batch, step: ArrayStep) -> tuple[Any, Any]:
             done = open_[leaf]
             node[done] = v[leaf]
             y[done] = rows.sample("q", ids[leaf], stream.take(done))
-            inner = ~leaf
-            open_, v, ids, count = open_[inner], v[inner], ids[inner], count[inner]
-            if open_.shape[0] == 0:
+            inner = batch.where_true(~leaf)
+            if inner.shape[0] == 0:
                 break
+            open_, v, ids, count = (xp.take(a, inner) for a in (open_, v, ids, count))
         used = count if most is None else xp.minimum(count, xp.full_like(count, most))  # SpS: the first child
         accepted, emit = step.step(batch, open_, ids, xp.take(shape.kids, v, axis=0), used)  # kids [m, W], −1 padded
         moved = accepted >= 0
         stop = batch.where_true(~moved)
         if stop.shape[0]:
-            trees = open_[stop]
-            node[trees] = v[stop]
+            trees = xp.take(open_, stop)
+            node[trees] = xp.take(v, stop)
             y[trees] = emit(stop, stream.take(trees))
-            open_, v, accepted = open_[moved], v[moved], accepted[moved]
+            go = batch.where_true(moved)
+            open_, v, accepted = (xp.take(a, go) for a in (open_, v, accepted))
         v = xp.take(kids_flat, v * width + accepted)
         ids = batch.draft.node_ids(open_, v)
     return node, y
+
+
+tv.path_nodes = path_nodes  # type: ignore[attr-defined]  # it reads each trial's path only (see ArrayRuleRef)
