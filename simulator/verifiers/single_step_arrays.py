@@ -29,7 +29,7 @@ from .single_step import KSEQ_BISECTION_STEPS
 #: LV's outgoing flow is summed tuple by tuple, as the reference sums it, up to this many tuples ``V^k`` (where the
 #: row source asks for the reference's order); in closed form beyond
 TUPLE_SUM_LIMIT = 256
-#: Rows per block of :func:`kseq_rho` on numpy: the bisection's ``[V, m]`` temporaries stay in cache (whole
+#: Rows per block of :func:`kseq_rho` on the CPU (numpy and torch): the bisection's ``[V, m]`` temporaries stay in cache (whole
 #: batches of 10^5 rows ran 3-4x slower per row).
 KSEQ_BLOCK_ROWS = 16384
 #: contexts whose step tables ``[V^k, k + 1]`` :meth:`FlowStep.accepted_mean` reads at once
@@ -159,6 +159,10 @@ class SequentialStep(ArrayStep):
         source's tables ``derived`` (``None``: none)."""
         return None
 
+    def scale_rows(self, k: int) -> object:
+        """The row source's name of :meth:`tv_scale`'s values at nodes of ``k`` candidates (``None``: no scale)."""
+        return None
+
     def step(self, batch: Any, trees: Any, ids: Any, kids: Any, count: Any) -> tuple[Any, Any]:
         xp, rows, stream = batch.xp, batch.rows, batch.stream
         tables = rows.by_context  # acceptance tables per context: one read a candidate
@@ -194,15 +198,27 @@ class SequentialStep(ArrayStep):
             else:
                 accepted[at] = chosen  # the rows ``at`` were open: none accepted yet
 
+        def draw(k: int, at: Any, u: Any) -> Any:
+            """The residual's token for ``k`` candidates at the rows ``at``. Rows given per node (no tables) compute the
+            residual for these rows; the scale found above for them (K-SEQ's ``ρ*``: the same bisection, row by row)
+            is handed to it rather than found again."""
+            name, scale_name = self.residual_rows(k), self.scale_rows(k)
+            if tables or scale is None or scale_name is None or not isinstance(name, Derived):
+                return rows.sample(name, ids[at], u)
+            known, ids_at = scale[at], ids[at]
+            residual = name.compute(rows.p[ids_at], rows.q[ids_at],
+                                    lambda key: known if key == scale_name else rows.rows_of(key, ids_at))
+            return categorical(residual, u)
+
         def emit(at: Any, u: Any) -> Any:
             """The rejection's token for the trees ``at`` (all their candidates rejected), by candidate count."""
             counts = count[at]
             if at.shape[0] == 0 or bool(xp.all(counts == counts[0])):  # one table for all
-                return rows.sample(self.residual_rows(int(counts[0]) if at.shape[0] else 1), ids[at], u)
+                return draw(int(counts[0]) if at.shape[0] else 1, at, u)
             out = xp.zeros(at.shape, dtype=xp.int64, device=batch.device)
             for k in xp.unique_values(counts).tolist():
                 part = batch.where_true(counts == k)
-                out[part] = rows.sample(self.residual_rows(k), ids[at[part]], u[part])
+                out[part] = draw(k, at[part], u[part])
             return out
 
         return accepted, emit
@@ -378,6 +394,9 @@ class KseqStep(SequentialStep):
     def table_scale(self, derived: Callable[[Derived], Any], k: int) -> Any:
         return derived(KseqRho(k))[:, None]
 
+    def scale_rows(self, k: int) -> object:
+        return KseqRho(k)
+
     def tv_scale(self, rows: Any, ids: Any, count: Any) -> Any:
         """``ρ*`` of each node's count of candidates, from the row source's tables, one count at a time."""
         xp = array_namespace(ids)
@@ -440,7 +459,8 @@ def kseq_rho(p: Any, q: Any, k: Any) -> Any:
     ks = xp.broadcast_to(xp.asarray(k, device=device(p)), (count,))
     rho = xp.ones(count, dtype=p.dtype, device=device(p))
     several = xp.nonzero(ks > 1)[0]
-    block = KSEQ_BLOCK_ROWS if isinstance(p, np.ndarray) else max(1, several.shape[0])
+    on_cpu = isinstance(p, np.ndarray) or str(device(p)) == "cpu"  # a GPU takes every row at once
+    block = KSEQ_BLOCK_ROWS if on_cpu else max(1, several.shape[0])
     for start in range(0, several.shape[0], block):
         at = several[start: start + block]
         rho[at] = _kseq_bisection(p[at], q[at], ks[at])
@@ -458,6 +478,8 @@ def _kseq_bisection(p: Any, q: Any, k: Any) -> Any:
         p_t, q_t = np.ascontiguousarray(p.T), np.ascontiguousarray(q.T)
     else:
         p_t, q_t = xp.permute_dims(p, (1, 0)), xp.permute_dims(q, (1, 0))
+        if str(device(p)) == "cpu":  # torch on the CPU: contiguous rows too (the sums add whole rows)
+            p_t, q_t = p_t.contiguous(), q_t.contiguous()
 
     def f(rho: Any) -> Any:
         beta = column_sum(xp.minimum(p_t, q_t / rho[None, :]))
