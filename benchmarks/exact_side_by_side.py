@@ -25,7 +25,7 @@ from pathlib import Path
 from side_by_side import checkouts, read_rows, two_commit_parser  # benchmarks/, the script's own folder
 
 SYNTHETIC = ["--model", "synthetic", "--topology", "complete", "--branching", "2"]
-#: (label, command arguments): the issue's measurements of the exact engine, the recursion and Monte Carlo
+#: (label, command arguments): the issue's measurements of the exact engine, the recursion, Monte Carlo and the prover
 COMMANDS = [
     ("certify tv-rrs, complete(2, 3), V = 4, fractions",
      ["certify", "--verifier", "tv-rrs", *SYNTHETIC, "--depth", "3", "--vocab", "4"]),
@@ -42,6 +42,8 @@ COMMANDS = [
     ("mc tv-rrs, complete(2, 4), V = 15, 1 seed × 10^6 trials",
      ["mc", "--verifier", "tv-rrs", *SYNTHETIC, "--depth", "4", "--vocab", "15", "--seeds", "1", "--trials",
       "1000000"]),
+    ("prove tv-rrs, complete(2, 3), V = 3, every model pair",
+     ["prove", "--verifier", "tv-rrs", "--topology", "complete", "--branching", "2", "--depth", "3", "--vocab", "3"]),
 ]
 ROW_KEYS = ("label", "before_s", "after_s", "ratio", "before_out", "after_out")
 
@@ -59,7 +61,7 @@ def run(root: Path, args: list[str], timeout: float) -> tuple[float | str, str]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = [line.strip() for line in done.stdout.splitlines()
-             if line.strip().startswith(("tv-", "bug-", "E[accepted]", "accepted length", "TVD"))]
+             if line.strip().startswith(("tv-", "bug-", "E[accepted]", "accepted length", "TVD", "PROVED"))]
     if done.returncode == 2:
         return "refused", done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     return cpu, " / ".join(lines)
