@@ -41,7 +41,7 @@ def test_exact_columns_equal_enumeration_and_reject_the_control(tmp_path):
     assert tv_rrs.law["max_dp_gap"] < 1e-12  # the dynamic programme's E[τ] (a third method) agrees
     assert trv.exact == pytest.approx(np.mean([_enumerated(trv.cell, s).expected_accepted for s in range(2)]))
     md, data = toy_exact.exact_markdown(rows, store)
-    assert data["certified_seed_cells"] == 6 and data["lossless"] == 4 and "| trv | – | – | H = 2, b = 2 |" in md
+    assert data["certified_seed_cells"] == 6 and data["lossless"] == 4 and "| trv | – | – | (2, 2) |" in md
 
 
 def test_a_cell_past_the_limit_stays_monte_carlo_and_blocks_larger_cells_once(tmp_path, monkeypatch):

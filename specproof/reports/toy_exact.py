@@ -50,7 +50,7 @@ def add_exact_laws(rows: list[Row], store: Store) -> None:
     blocked: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
     for r in sorted((r for r in rows if r.ours is not None), key=lambda r: (r.cell.depth, r.cell.branching)):
         if VERIFIERS[r.method].exact_law is None:
-            r.law_note = "no exact recursion for this rule; enumeration of its draft trees is out of reach at V = 15"
+            r.law_note = "no exact recursion for this rule (enumerating its draft trees is not attempted here)"
             continue
         key = (r.method, r.cell.topology)
         note = next((f"larger than H = {d}, b = {b}, where {why}" for d, b, why in blocked.get(key, ())
@@ -116,13 +116,13 @@ def exact_markdown(rows: list[Row], store: Store) -> tuple[str, dict]:
     reach: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for r in certified.values():
         reach.setdefault((r.method, r.cell.topology), []).append((r.cell.depth, r.cell.branching))
-    lines += ["The largest cell each recursion reaches at V = 15, by structure (H, b):", "",
+    lines += ["The largest cells each recursion certified here, by structure, as (H, b) (none larger in both):", "",
               "| method | " + " | ".join(_STRUCTURES) + " |", "|---|" + "---|" * len(_STRUCTURES)]
     for method in dict.fromkeys(r.method for r in rows if VERIFIERS[r.method].exact_law is not None):
         cells = []
         for topology in _STRUCTURES:
             got = reach.get((method, topology))
-            cells.append("–" if not got else ", ".join(f"H = {d}, b = {b}" for d, b in _maxima(got)))
+            cells.append("–" if not got else ", ".join(f"({d}, {b})" for d, b in _maxima(got)))
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     only = {}
     for r in rows:
