@@ -105,7 +105,10 @@ def render(rows: list[dict], command: str, commits: dict[str, str], repeats: int
         lines.append(f"| {r['label']} | {shown(r['before_s'])} | {shown(r['after_s'])} | {ratio} | "
                      f"{r['after_out'] or '–'} |")
     lines += ["", "Where both finished, the two outputs' verdict and `E[τ]` lines are equal (checked by the script: a "
-                  "row whose outputs differ stops it).", ""]
+                  "row whose outputs differ stops it)."]
+    lines += [""] + [f"* Refused by the before checkout: {r['label']}: {r['before_out'] or '(no message)'}"
+              for r in rows if r["before_s"] == "refused"]
+    lines.append("")
     return "\n".join(lines)
 
 
