@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol
 
 from array_api_compat import array_namespace, device as device_of
 
-from ...array_ops import categorical, ranked_below, ranking_place
+from ...array_ops import categorical, ranked_below, ranking_place, take_rows
 from ...errors import InvalidParameterError
 from ...randomness import counter_uniform
 from ...trees import node_children, node_depths, node_levels
@@ -167,8 +167,8 @@ class DenseRows:
         :class:`Derived` of one value a row), computed for these rows."""
         which = rows_name(which)
         if isinstance(which, str):
-            return getattr(self, which)[ids]
-        return which.compute(self.p[ids], self.q[ids], lambda key: self.rows_of(key, ids))
+            return take_rows(getattr(self, which), ids)
+        return which.compute(take_rows(self.p, ids), take_rows(self.q, ids), lambda key: self.rows_of(key, ids))
 
     def sample(self, which: object, ids: Any, u: Any) -> Any:
         return categorical(self.rows_of(which, ids), u)
@@ -182,13 +182,13 @@ class DenseRows:
         return self.rows_of(which, ids)
 
     def place(self, ids: Any, x: Any, clipped: bool) -> Any:
-        return ranking_place(self.p[ids], self.q[ids], x, clipped)
+        return ranking_place(take_rows(self.p, ids), take_rows(self.q, ids), x, clipped)
 
     def lower(self, ids: Any) -> Any:
-        return ranked_below(self.p[ids], self.q[ids])
+        return ranked_below(take_rows(self.p, ids), take_rows(self.q, ids))
 
     def flow_step(self, step: Any, ids: Any, cands: Any, count: Any) -> tuple[Any, Any]:
-        weights, residual = step.step_rows(self.p[ids], self.q[ids], cands, count)
+        weights, residual = step.step_rows(take_rows(self.p, ids), take_rows(self.q, ids), cands, count)
         return weights, residual_draw(residual)
 
 
