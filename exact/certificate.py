@@ -3,19 +3,18 @@
 Under ``fraction`` arithmetic lossless means TVD == 0 exactly. Under ``float`` it means
 TVD ≤ :data:`FLOAT_TOLERANCE`: the completed law is a sum of at most a few ``10^5`` products of a dozen
 rounded factors, each carrying a relative error near ``1e-16``, so rounding stays far below ``1e-12``
-(the test suite checks float64 against Fraction to that bound); ``1e-10`` leaves a margin of 100.
+(the test suite checks float64 against exact rationals to that bound); ``1e-10`` leaves a margin of 100.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Callable, Sequence
 
 from simulator.errors import InvalidParameterError
 from simulator.limits import computation
 from simulator.models import Context, ModelPair, ModelView
-from simulator.numeric import Number, check_arithmetic, to_json_number
+from simulator.numeric import Number, check_arithmetic, rational, to_json_number
 from simulator.speculation import decide, lazy_program
 from simulator.trees import DraftTree
 from simulator.drafting import Drafter
@@ -207,6 +206,6 @@ def _tolerance(fn: Verifier, exact: bool) -> tuple[Number, str]:
     if callable(stated):
         return stated()
     if exact:
-        return Fraction(0), "exact rationals: lossless means TVD = 0"
+        return rational(0), "exact rationals: lossless means TVD = 0"
     return FLOAT_TOLERANCE, ("float64 enumeration: rounding of a few hundred thousand products of a dozen factors "
                              "stays below 1e-12")

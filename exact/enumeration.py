@@ -9,13 +9,13 @@ pruned, so a rule never runs on an impossible state. Executions count against :m
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Callable, Iterator, Sequence, TypeVar
 
 from simulator.errors import ChoiceLimitError, ExactnessError, LimitError, SpecproofError
 from simulator.limits import MAX_CHOICES_PER_EXECUTION, active_count
-from simulator.numeric import Number
+from simulator.numeric import RATIONALS, Number, rational_type
 from simulator.randomness import check_bernoulli, check_weights
 
 T = TypeVar("T")
@@ -32,24 +32,27 @@ class EnumeratingChooser:
                  cache: dict | None = None) -> None:
         self._prefix = prefix
         self._exact = exact
+        self._rational = rational_type() if exact else float
         self._cache = {} if cache is None else cache
         self.taken: list[int] = []
         self.widths: list[int] = []
-        # Under fractions the product is kept as an unreduced numerator and denominator, reduced once when read:
-        # Fraction's multiplication reduces at every factor, and that was most of an execution's time.
+        # Under rationals the product is kept as an unreduced numerator and denominator, reduced once when read:
+        # a rational's multiplication reduces at every factor, and that was most of an execution's time.
         self._num, self._den = 1, 1
         self._float = 1.0
 
     @property
     def prob(self) -> Number:
         """The product of the probabilities of the branches taken so far."""
-        return Fraction(self._num, self._den) if self._exact else self._float
+        return self._rational(self._num, self._den) if self._exact else self._float
 
     def _check_exact(self, value: object, field: str) -> None:
-        if self._exact and isinstance(value, float):
+        """Under rationals, a real number that is not exact (a float, or gmpy2's ``mpfr`` that a rational mixed
+        with a float becomes) is refused as the float it came from."""
+        if self._exact and isinstance(value, numbers.Real) and not isinstance(value, (int, *RATIONALS)):
             raise ExactnessError("arithmetic", f"a float ({value!r}, as {field}) reached the randomness interface "
                                                "under fraction arithmetic: this code computes in floats; pass "
-                                               "--arithmetic float (or compute with Fractions)")
+                                               "--arithmetic float (or compute with exact rationals)")
 
     def _remember(self, value: object, branches: list) -> None:
         """Keep ``branches`` by the identity of ``value`` and hold ``value``, so its id is not reused meanwhile;
@@ -82,9 +85,9 @@ class EnumeratingChooser:
         held = self._cache.get(id(prob))  # the same probability object again (a cached plan's step)
         if held is not None and held[0] is prob:
             return self._choose(held[1])  # type: ignore[return-value]
+        self._check_exact(prob, "prob")
         checked = check_bernoulli(prob)
-        self._check_exact(checked, "prob")
-        one = Fraction(1) if self._exact else 1.0
+        one = self._rational(1)
         branches = [(v, w) for v, w in ((True, checked), (False, one - checked)) if w > 0]
         self._remember(prob, branches)
         return self._choose(branches)  # type: ignore[return-value]
@@ -96,10 +99,10 @@ class EnumeratingChooser:
         key = tuple(weights)
         branches = self._cache.get(key)
         if branches is None:
-            check_weights(weights)
             for i, w in enumerate(weights):
                 self._check_exact(w, f"weights[{i}]")
-            conv = Fraction if self._exact else float
+            check_weights(weights)
+            conv = self._rational
             mass = conv(sum(weights))
             branches = [(i, conv(w) / mass) for i, w in enumerate(weights) if w > 0]
             self._cache[key] = branches

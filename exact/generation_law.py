@@ -8,13 +8,12 @@ of :func:`simulator.speculation.speculate`); rounds are chained by the same tran
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 
 from simulator.drafting import Drafter
 from simulator.montecarlo.generations import GenerationState, check_length
 from simulator.limits import computation
 from simulator.models import Context, ModelPair, ModelView, sequence_law
-from simulator.numeric import Number, check_arithmetic
+from simulator.numeric import Number, check_arithmetic, rational
 from simulator.verifiers.registry import Verifier, load_verifier
 
 from exact.certificate import FLOAT_TOLERANCE, view_law
@@ -50,7 +49,7 @@ def _generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier
     check_length(length)
     name, fn = (getattr(verifier, "__name__", "verifier"), verifier) if callable(verifier) else load_verifier(verifier)
     view = ModelView(model, arithmetic, context)
-    zero: Number = Fraction(0) if exact else 0.0
+    zero: Number = rational(0) if exact else 0.0
     law: dict[tuple[int, ...], Number] = {}
     rounds: dict[int, Number] = {}
     expected_rounds = expected_accepted = zero

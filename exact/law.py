@@ -8,13 +8,12 @@ or greedy BV's modified target); a verifier is lossless iff the completed law eq
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Iterable
 
 from simulator.completion import TARGET
 from simulator.limits import Count, active_count
 from simulator.models import ModelView
-from simulator.numeric import Number
+from simulator.numeric import Number, rational
 from simulator.speculation import RoundOutcome
 
 Sequence_ = tuple[int, ...]
@@ -37,7 +36,7 @@ class OutputLaw:
         self.exact = exact
         self.height = height
         self.view = view
-        zero: Number = Fraction(0) if exact else 0.0
+        zero: Number = rational(0) if exact else 0.0
         self._zero = zero
         # Aggregated as the executions stream in: memory grows with the distinct outcomes, not the executions.
         self.outcomes: dict[RoundOutcome, Number] = {}
@@ -97,7 +96,7 @@ class OutputLaw:
         """The target's joint ``q^(H+1)`` over ``Σ^(H+1)`` (zero cells omitted)."""
         self._require_view()
         out: dict[Sequence_, Number] = {}
-        self._extend(out, (), Fraction(1) if self.exact else 1.0, TARGET, active_count())
+        self._extend(out, (), rational(1) if self.exact else 1.0, TARGET, active_count())
         return out
 
     def discrepancies(self) -> tuple[Number, Counterexample | None]:

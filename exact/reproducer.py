@@ -19,7 +19,7 @@ from simulator.dyspec import DySpecBudget, DySpecThreshold
 from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import read_json, write_json
 from simulator.models import Context, ModelPair, TableModel
-from simulator.numeric import Number, check_arithmetic, to_json_number
+from simulator.numeric import Number, check_arithmetic, is_rational, to_json_number
 from simulator.trees import check_parents, make_topology
 
 from .certificate import Certificate, certify
@@ -114,7 +114,7 @@ class Reproducer:
                 else {"drafting": self.drafting, **self.options})
 
     def to_json(self, cert: Certificate | None = None) -> dict:
-        num = lambda v: to_json_number(v, "fraction" if isinstance(v, Fraction) else "float")  # noqa: E731
+        num = lambda v: to_json_number(v, "fraction" if is_rational(v) else "float")  # noqa: E731
         rows = {name: {",".join(map(str, ctx)): [num(v) for v in row] for ctx, row in sorted(table.items())}
                 for name, table in (("p", self.p), ("q", self.q))}
         out = {"specproof": "reproducer", "vocab": self.vocab, **rows, **self.shape_json(), "subject": self.subject,

@@ -12,13 +12,12 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Sequence
 
 from .drafting import Draft
 from .errors import InvalidParameterError
 from .models import Context, ModelView
-from .numeric import Number, normalise, total
+from .numeric import Number, normalise, rational, total
 from .randomness import Randomness
 from .trees import MAX_TREE_NODES, DraftTree
 
@@ -40,7 +39,7 @@ class _Growing:
         self.parents: list[int] = [-1]
         self.tokens: list[int | None] = [None]
         self.paths: list[Context] = [()]
-        self.one: Number = Fraction(1) if view.arithmetic == "fraction" else 1.0
+        self.one: Number = rational(1) if view.arithmetic == "fraction" else 1.0
 
     def add(self, parent: int, token: int) -> int:
         self.parents.append(parent)

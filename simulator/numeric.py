@@ -1,12 +1,17 @@
 """Arithmetic shared by every engine: validation, normalisation and residuals of probability vectors.
 
-Vectors are plain tuples whose entries are either all ``float`` or all ``fractions.Fraction``; the same
-code runs under both, which is what lets the exact engine certify the very functions that sample.
+Vectors are plain tuples whose entries are either all ``float`` or all exact rationals; the same code runs under
+both, which is what lets the exact engine certify the very functions that sample. Exact rows are made by
+:func:`rational`: ``gmpy2.mpq`` where gmpy2 is installed (GMP's integers: several times faster than Python's at
+the hundreds of digits an exact law reaches), ``fractions.Fraction`` otherwise or when the environment variable
+``SPECPROOF_RATIONALS=fraction`` asks for it. The two are the same numbers (equal, with equal hashes, printed
+alike), so every output is the same with either.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 from contextlib import contextmanager
 from decimal import Context as DecimalContext, Decimal
@@ -17,6 +22,16 @@ from typing import Iterable, Iterator, Literal, Sequence, Union
 import numpy as np
 
 from .errors import InvalidDistributionError, InvalidParameterError
+
+try:
+    from gmpy2 import mpq as _mpq
+except ImportError:  # the optional extra ``specproof[gmpy2]`` is not installed
+    _mpq = None
+
+#: The exact rational types a row may hold: ``Fraction`` always, ``gmpy2.mpq`` where installed.
+RATIONALS: tuple[type, ...] = (Fraction,) if _mpq is None else (Fraction, type(_mpq()))
+#: Implementations of exact rationals, by the name ``SPECPROOF_RATIONALS`` takes.
+RATIONAL_BACKENDS: tuple[str, ...] = ("gmpy2", "fraction")
 
 Number = Union[float, Fraction]
 Arithmetic = Literal["fraction", "float"]
@@ -32,18 +47,53 @@ def check_arithmetic(arithmetic: str, field: str = "arithmetic") -> str:
     return arithmetic
 
 
+def rational_backend() -> str:
+    """The rationals exact rows are made of: ``SPECPROOF_RATIONALS`` (``gmpy2`` or ``fraction``) if set, else
+    ``gmpy2`` where it is installed. Asking for ``gmpy2`` without it installed is an error, not a quiet fallback."""
+    return _backend(os.environ.get("SPECPROOF_RATIONALS", "").strip())
+
+
+@lru_cache(maxsize=None)
+def _backend(asked: str) -> str:
+    if not asked:
+        return "fraction" if _mpq is None else "gmpy2"
+    if asked not in RATIONAL_BACKENDS:
+        raise InvalidParameterError("SPECPROOF_RATIONALS", f"must be one of {RATIONAL_BACKENDS}, got {asked!r}")
+    if asked == "gmpy2" and _mpq is None:
+        raise InvalidParameterError("SPECPROOF_RATIONALS", "gmpy2 is not installed (pip install 'specproof[gmpy2]')")
+    return asked
+
+
+def rational_type() -> type:
+    """The type :func:`rational` makes now (hot loops look it up once)."""
+    return _mpq if _mpq is not None and rational_backend() == "gmpy2" else Fraction  # type: ignore[return-value]
+
+
+def rational(value: object = 0, denominator: object = None) -> Number:
+    """``value`` (an int, a float taken exactly, a rational or a ``"num/den"`` string), or ``value/denominator``
+    for integers, as the current backend's rational (:func:`rational_backend`): the one constructor of the exact
+    numbers that enter the engines' arithmetic."""
+    make = rational_type()
+    return make(value) if denominator is None else make(value, denominator)
+
+
+def is_rational(value: object) -> bool:
+    """Whether ``value`` is an exact rational of either implementation (``int`` aside)."""
+    return isinstance(value, RATIONALS)
+
+
 def parse_probability(value: object, field: str) -> Number:
     """A probability from JSON: a number, or a string ``"3/10"`` / ``"0.3"`` read exactly."""
     if isinstance(value, bool):
         raise InvalidDistributionError(field, f"expected a probability, got {value!r}")
-    if isinstance(value, (int, Fraction)):
-        return Fraction(value)
+    if isinstance(value, int) or is_rational(value):
+        return rational(value)
     if isinstance(value, float):
         return value
     if isinstance(value, str):
         try:
             with unlimited_digits():
-                return Fraction(value.strip())
+                return rational(Fraction(value.strip()))
         except (ValueError, ZeroDivisionError):
             raise InvalidDistributionError(field, f"cannot read {quoted(value)} as a probability") from None
     raise InvalidDistributionError(field, f"expected a number or a 'num/den' string, got {quoted(value)}")
@@ -52,7 +102,7 @@ def parse_probability(value: object, field: str) -> Number:
 def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic: str) -> tuple[Number, ...]:
     """Validate a probability row and return it in the requested arithmetic.
 
-    Under ``fraction`` every entry becomes an exact ``Fraction``; a row that came from floats (a softmax, say)
+    Under ``fraction`` every entry becomes an exact :func:`rational`; a row that came from floats (a softmax, say)
     is converted exactly and renormalised exactly, so that it sums to 1 with no rounding. Under ``float`` the
     row is returned as floats. Negative, NaN or infinite entries, a wrong length, or a sum off 1 by more than
     :data:`SUM_TOLERANCE` (exactly 1 for rational input) raise :class:`InvalidDistributionError`.
@@ -66,7 +116,7 @@ def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic
             return tuple(row)
     exact_input = True
     for i, v in enumerate(row):
-        if isinstance(v, bool) or not isinstance(v, (int, float, Fraction)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, *RATIONALS)):
             raise InvalidDistributionError(f"{field}[{i}]", f"not a number: {quoted(v)}")
         if isinstance(v, float):
             exact_input = False
@@ -79,14 +129,15 @@ def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic
         if abs(mass - 1.0) > SUM_TOLERANCE:
             raise InvalidDistributionError(field, f"sums to {mass!r}, not 1 (tolerance {SUM_TOLERANCE})")
         return tuple(float(v) for v in row)
-    total = sum(Fraction(v) for v in row)
+    make = rational_type()
+    total = sum(make(v) for v in row)
     if exact_input and total != 1:
         off = total - 1
         raise InvalidDistributionError(field, f"sums to 1 {'+' if off > 0 else '-'} {decimal_text(abs(off))}, not 1")
     if not exact_input and abs(float(total) - 1.0) > SUM_TOLERANCE:
         raise InvalidDistributionError(field, f"sums to {float(total)!r}, not 1 (tolerance {SUM_TOLERANCE})")
     if arithmetic == "fraction":
-        exact = [Fraction(v) for v in row]
+        exact = [make(v) for v in row]
         return tuple(v / total for v in exact) if total != 1 else tuple(exact)
     return tuple(float(v) for v in row)
 
@@ -164,9 +215,9 @@ SHORT_FRACTION_DIGITS = 16
 
 def decimal_text(value: Number, digits: int = 6) -> str:
     """``value`` to ``digits`` significant digits, without float underflow or overflow (``1e-400`` stays itself)."""
-    if isinstance(value, Fraction) and value != 0 and not 1e-300 < abs(value) < 1e300:
+    if is_rational(value) and value != 0 and not 1e-300 < abs(value) < 1e300:
         ctx = DecimalContext(prec=digits + 2, Emin=-10**9, Emax=10**9)
-        exact = ctx.divide(Decimal(value.numerator), Decimal(value.denominator))
+        exact = ctx.divide(Decimal(int(value.numerator)), Decimal(int(value.denominator)))
         return f"{exact:.{digits}g}"
     return f"{float(value):.{digits}g}"
 
@@ -175,7 +226,7 @@ def human_number(value: Number, digits: int = 6) -> str:
     """How a number is shown to a person: a short fraction as ``11/9 (1.22222)``, a long one as a decimal with
     its size (``0.0123457, exactly a fraction of 312/315 digits``), a float to ``digits`` digits. Works at any
     size: digits are counted without converting the integers to text (Python refuses past 4,300 digits)."""
-    if not isinstance(value, Fraction):
+    if not is_rational(value):
         return decimal_text(value, digits)
     num, den = digit_count(value.numerator), digit_count(value.denominator)
     if num + den <= SHORT_FRACTION_DIGITS:
@@ -185,7 +236,7 @@ def human_number(value: Number, digits: int = 6) -> str:
 
 def digit_count(n: int) -> int:
     """The number of decimal digits of ``|n|`` (1 for 0), from its bit length: no conversion to text."""
-    n = abs(n)
+    n = abs(int(n))
     estimate = max(1, int(n.bit_length() * 0.30102999566398120))  # log10(2); off by at most one below
     return estimate + 1 if n >= 10 ** estimate else estimate
 
@@ -225,7 +276,7 @@ def row_cache(maxsize: int):
     """``functools.lru_cache`` for functions of probability rows that keeps arithmetics apart.
 
     ``Fraction(1, 2) == 0.5`` with equal hashes, so a plain cache would hand a float result to an exact
-    caller (or the reverse); the key here also records whether the first row argument is exact.
+    caller (or the reverse); the key here also records the type of the first row argument's entries.
     """
     def decorate(fn):
         @lru_cache(maxsize=maxsize)
@@ -235,9 +286,9 @@ def row_cache(maxsize: int):
         @wraps(fn)
         def wrapper(*args):
             row = next((a for a in args if isinstance(a, tuple) and a), ())
-            if row and not isinstance(row[0], (int, float, Fraction)):  # symbolic rows (exact.prove.symbolic): the
-                return fn(*args)  # result depends on the path's sign assumptions, so it is never reused
-            return cached(bool(row) and isinstance(row[0], Fraction), *args)
+            if row and not isinstance(row[0], (int, float, *RATIONALS)):  # symbolic rows (exact.prove.symbolic):
+                return fn(*args)  # the result depends on the path's sign assumptions, so it is never reused
+            return cached(type(row[0]) if row else None, *args)
 
         wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
         return wrapper

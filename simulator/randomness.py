@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
 from typing import Protocol, Sequence
 
 import numpy as np
 from array_api_compat import array_namespace
 
 from .errors import RandomnessError
-from .numeric import Number, total
+from .numeric import RATIONALS, Number, total
 
 
 class Randomness(Protocol):
@@ -41,7 +40,7 @@ BERNOULLI_FLOAT_SLACK = 1e-12
 def check_bernoulli(prob: object) -> Number:
     """Validate a Bernoulli parameter; raise :class:`RandomnessError` naming ``prob``. A float within
     :data:`BERNOULLI_FLOAT_SLACK` outside [0, 1] is returned as 0 or 1."""
-    if isinstance(prob, bool) or not isinstance(prob, (int, float, Fraction)):
+    if isinstance(prob, bool) or not isinstance(prob, (int, float, *RATIONALS)):
         raise RandomnessError("prob", f"bernoulli needs a number, got {prob!r}")
     if isinstance(prob, float):
         if math.isnan(prob):
@@ -62,7 +61,7 @@ def check_weights(weights: Sequence[object]) -> Sequence[Number]:
         raise RandomnessError("weights", "categorical needs at least one weight")
     positive = False
     for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, (int, float, Fraction)):
+        if isinstance(w, bool) or not isinstance(w, (int, float, *RATIONALS)):
             raise RandomnessError(f"weights[{i}]", f"not a number: {w!r}")
         if isinstance(w, float) and not math.isfinite(w):
             raise RandomnessError(f"weights[{i}]", f"not finite: {w!r}")

@@ -94,8 +94,9 @@ def test_a_plugin_raising_keyboard_interrupt_without_a_signal_is_exit_2(tmp_path
     assert_refused(cli(["certify", "--verifier", spec, *CHAIN]), 2, "KeyboardInterrupt", "interrupts.py:2")
 
 
-GATE = ('[gate]\nhunt_seconds = 0\n[battery]\nmodels = ["random-rational"]\nseeds = [0, 1, 2, 3]\nvocab = [3]\n'
-        'topologies = ["complete"]\ndepth = 2\n[[check]]\nverifier = "lv-kseq"\nexpect = "lossless"\n')
+GATE = ('[gate]\nhunt_seconds = 0\n[battery]\nmodels = ["random-rational"]\n'
+        'seeds = [0, 1, 2, 3, 4, 5, 6, 7]\nvocab = [4]\ntopologies = ["complete"]\ndepth = 2\n'
+        '[[check]]\nverifier = "lv-kseq"\nexpect = "lossless"\n')
 LONG = {"certify": ["certify", "--verifier", "tv-kseq", "--depth", "3", "--vocab", "5", "--timeout", "60"],
         "report": ["report", "--out", "{tmp}/r", "--jobs", "1"],
         "gate": ["gate", "--config", "{tmp}/specproof.toml"]}

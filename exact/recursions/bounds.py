@@ -8,16 +8,15 @@ Greedy BV attains it (their Lemma 9); BV and token verification stay at or below
 
 from __future__ import annotations
 
-from fractions import Fraction
 
 from simulator.models import ModelView
-from simulator.numeric import Number
+from simulator.numeric import Number, rational
 
 
 def chain_coupling_bound(view: ModelView, gamma: int) -> Number:
     """``Σ_ℓ Σ_{x^ℓ} min(P(x^ℓ), Q(x^ℓ))`` over prefixes of length ``1..γ``, by explicit recursion."""
-    zero: Number = Fraction(0) if view.arithmetic == "fraction" else 0.0
-    one: Number = Fraction(1) if view.arithmetic == "fraction" else 1.0
+    zero: Number = rational(0) if view.arithmetic == "fraction" else 0.0
+    one: Number = rational(1) if view.arithmetic == "fraction" else 1.0
 
     def walk(block: tuple[int, ...], joint_p: Number, joint_q: Number) -> Number:
         if len(block) == gamma:

@@ -13,14 +13,13 @@ enumeration.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Sequence
 
 from simulator.drafting import SCHEMES, FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.limits import active_count
 from simulator.models import Context, ModelView
-from simulator.numeric import Number
+from simulator.numeric import Number, rational
 from simulator.speculation import RoundOutcome
 from simulator.trees import node_children
 from simulator.verifiers.traversal import child_rate, reject_child
@@ -44,7 +43,7 @@ class TraversalRecursion:
 
     def __post_init__(self) -> None:
         self.exact = self.view.arithmetic == "fraction"
-        self.one: Number = Fraction(1) if self.exact else 1.0
+        self.one: Number = rational(1) if self.exact else 1.0
         self.memo: dict[tuple, tuple[Accepts, Number]] = {}
         self.draws: dict[tuple, list[tuple[tuple[int, ...], Number]]] = {}
         self.solved = 0

@@ -11,14 +11,13 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import reduce
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import InvalidParameterError
-from ..numeric import Number, row_cache, normalise, positive_part, total
+from ..numeric import Number, is_rational, normalise, positive_part, rational, row_cache, total
 from .gr_solver import GR_BOUND, gr_dual  # noqa: F401  (GR_BOUND: part of GR's definition)
 
 Row = tuple[Number, ...]
@@ -109,7 +108,7 @@ def _solution(flows: dict[Tuple_, dict[int, Number]], q: Row) -> FlowSolution:
 
 
 def _lcm(values: Sequence[int]) -> int:
-    return reduce(lambda a, b: a * b // math.gcd(a, b), values, 1)
+    return int(reduce(lambda a, b: a * b // math.gcd(a, b), values, 1))  # an int: gmpy2's mpz / mpz is an mpfr
 
 
 @row_cache(2048)
@@ -126,10 +125,10 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     import networkx as nx  # here: only this rule needs it, and it costs every CLI start 0.2 s otherwise
     from networkx.algorithms.flow import edmonds_karp
 
-    exact = isinstance(p[0], Fraction)
+    exact = is_rational(p[0])
     laws = tuple_law(p, k, law)
-    caps = {tup: Fraction(pr) for tup, pr in laws.items()}
-    qcap = [Fraction(x) for x in q]
+    caps = {tup: rational(pr) for tup, pr in laws.items()}
+    qcap = [rational(x) for x in q]
     scale = _lcm([c.denominator for c in caps.values()] + [c.denominator for c in qcap])
     tuples = list(caps)
     source, sink = 0, 1
@@ -145,7 +144,7 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
         if cap > 0:
             graph.add_edge(token_node[x], sink, capacity=int(cap * scale))
     _, flow = nx.maximum_flow(graph, source, sink, flow_func=edmonds_karp)
-    conv = (lambda v: Fraction(v, scale)) if exact else (lambda v: v / scale)
+    conv = (lambda v: rational(v, scale)) if exact else (lambda v: v / scale)
     flows = {tup: {x: conv(flow[2 + i][token_node[x]]) for x in sorted(set(tup)) if flow[2 + i][token_node[x]] > 0}
              for i, tup in enumerate(tuples)}
     return _solution(flows, q)
@@ -166,7 +165,7 @@ def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     L-BFGS-B as the fallback should Newton stop short). Any residual overshoot is clipped (flows into an over-full
     token are scaled down, the excess rejected), so capacities hold exactly and GR is lossless exactly; only its
     acceptance is approximate: at least ``α* − 1e-6`` (:data:`GR_TOLERANCE`, checked in the tests)."""
-    exact = isinstance(p[0], Fraction)
+    exact = is_rational(p[0])
     laws = tuple_law(p, k, law)
     _, inner = alpha_star(p, q, k, law)
     vocab = len(q)
@@ -179,7 +178,7 @@ def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     member[np.ix_(~reject, inside)] = 0.0  # a tuple with an outside token routes to those only
     theta = gr_dual(np.array([float(pr) for pr in laws.values()]), member, reject.astype(float),
                     np.array([float(x) for x in q]), inside)
-    conv = Fraction if exact else float
+    conv = rational if exact else float
     weights = [conv(float(w)) for w in np.exp(theta)]
     flows: dict[Tuple_, dict[int, Number]] = {}
     for tup, prob in laws.items():

@@ -10,11 +10,10 @@ step (:mod:`.single_step_arrays`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Callable, Optional, Sequence
 
 from ..errors import UnsupportedDraftError
-from ..numeric import Number, row_cache, total
+from ..numeric import RATIONALS, Number, row_cache, total
 from ..randomness import Randomness
 from . import flows as fl
 from . import single_step as ss
@@ -36,7 +35,7 @@ class SingleStepRule:
         """A sequential rule's plan for the candidates ``cands`` at the rows ``p``, ``q``, computed once per distinct
         (rows, candidates) and shared (:func:`_plan`)."""
         p, q, cands = tuple(p), tuple(q), tuple(cands)
-        if p and not isinstance(p[0], (int, float, Fraction)):  # symbolic rows: a plan holds for its path only
+        if p and not isinstance(p[0], (int, float, *RATIONALS)):  # symbolic rows: a plan holds for its path only
             return self.plan(cands, p, q)  # type: ignore[misc]
         key = (self, id(p), id(q), cands)  # a model view hands out the same row objects: no rational hashed
         hit = _PLANS_BY_ROW.get(key)

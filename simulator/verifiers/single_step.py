@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Callable, Optional, Sequence
 
-from ..numeric import Number, ipow, row_cache, normalise, positive_part, ratio, residual, total
+from ..numeric import Number, ipow, is_rational, normalise, positive_part, ratio, rational, residual, row_cache, total
 from ..randomness import Randomness
 
 StepResult = tuple[Optional[int], Optional[tuple[Number, ...]]]
@@ -121,10 +120,10 @@ def kseq_rho(p: Row, q: Row, k: int) -> Number:
     """``ρ*``: the upper end of a bisection for ``p_acc(ρ) = ρβ(ρ)`` on ``[1, k]`` (60 halvings).
 
     ``f(ρ) = p_acc(ρ) − ρβ(ρ)`` is ≥ 0 at 1 and ≤ 0 at ``k``; the returned ``ρ`` has ``f(ρ) ≤ 0``, which is what
-    losslessness needs (``γ ≤ ρ``). Under Fractions the bisection is exact.
+    losslessness needs (``γ ≤ ρ``). Under rationals the bisection is exact.
     """
-    exact = isinstance(p[0], Fraction)
-    lo, hi = (Fraction(1), Fraction(k)) if exact else (1.0, float(k))
+    exact = is_rational(p[0])
+    lo, hi = (rational(1), rational(k)) if exact else (1.0, float(k))
     if k == 1:
         return lo
 

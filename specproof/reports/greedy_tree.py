@@ -9,10 +9,9 @@ exhaustive enumeration, a second method the greedy result is checked against.
 
 from __future__ import annotations
 
-from fractions import Fraction
 
 from simulator.models import Context, ModelView
-from simulator.numeric import Number
+from simulator.numeric import Number, rational
 
 
 def _children(view: ModelView, path: Context, weight: Number) -> list[tuple[Context, Number]]:
@@ -21,7 +20,7 @@ def _children(view: ModelView, path: Context, weight: Number) -> list[tuple[Cont
 
 def greedy_subtree(view: ModelView, size: int) -> tuple[list[Context], Number]:
     """D.1's greedy: ``size`` nodes (the root included) and their total weight."""
-    one: Number = Fraction(1) if view.arithmetic == "fraction" else 1.0
+    one: Number = rational(1) if view.arithmetic == "fraction" else 1.0
     chosen: list[Context] = [()]
     total = one
     frontier = dict(_children(view, (), one))
@@ -37,7 +36,7 @@ def greedy_subtree(view: ModelView, size: int) -> tuple[list[Context], Number]:
 def best_subtree_weight(view: ModelView, size: int) -> Number:
     """The largest weight of a connected subtree of ``size`` nodes containing the root, by enumerating every
     such subtree once (include or exclude the first frontier node, recursively)."""
-    one: Number = Fraction(1) if view.arithmetic == "fraction" else 1.0
+    one: Number = rational(1) if view.arithmetic == "fraction" else 1.0
     best = [one * 0]
 
     def grow(count: int, weight: Number, frontier: list[tuple[Context, Number]]) -> None:
