@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol
 
 from array_api_compat import array_namespace, device as device_of
 
-from ...array_ops import categorical, ranked_below, ranking_place, take_rows
+from ...array_ops import categorical, put_rows, ranked_below, ranking_place, take_rows
 from ...errors import InvalidParameterError
 from ...randomness import counter_uniform
 from ...trees import node_children, node_depths, node_levels
@@ -73,14 +73,17 @@ class ReplayStream:
     def __init__(self, uniforms: Any) -> None:
         xp = array_namespace(uniforms)
         self.uniforms = uniforms
+        # read at b·U + position by a 1-D gather (a copy where the rows are not row-major): on torch, a third of
+        # the time of indexing by two arrays
+        self.flat = xp.reshape(uniforms, (-1,))
         self.pos = xp.zeros(uniforms.shape[0], dtype=xp.int64, device=device_of(uniforms))
 
     def take(self, rows: Any) -> Any:
-        at = self.pos[rows]
+        at = take_rows(self.pos, rows)
         if at.shape[0] and int(array_namespace(at).max(at)) >= self.uniforms.shape[1]:
             raise InvalidParameterError("uniforms", f"a row needs more than {self.uniforms.shape[1]} uniforms")
-        self.pos[rows] += 1
-        return self.uniforms[rows, at]
+        put_rows(self.pos, rows, at + 1)
+        return take_rows(self.flat, rows * self.uniforms.shape[1] + at)
 
 
 class Derived:

@@ -9,25 +9,25 @@ from typing import Any
 
 from array_api_compat import array_namespace
 
-from ...array_ops import categorical, ratio, row_sum, take_rows
+from ...array_ops import categorical, positive_part, put_rows, ratio, row_sum, take_rows
 from .frame import Batch
 
 
 def _trie(batch: Batch, merge: bool) -> Any:
     """``rep [B, n]``: the node standing for each node — with ``merge``, the first node (BFS order) under the same
     merged parent with the same token; else itself. Siblings are compared a pair of columns at a time
-    (:func:`_columns`)."""
+    (:func:`_columns`), by one key (merged parent and token) each."""
     xp, shape = batch.xp, batch.shape
     rep = xp.asarray(xp.broadcast_to(batch.arange(shape.n)[None, :], (batch.size, shape.n)), copy=True)
     if merge:
         for level in shape.levels[1:]:  # merged siblings share a depth; the level above is settled
             parent = _columns(rep, [shape.parents[w] for w in level])
             token = _columns(batch.tokens, level)
+            key = [p + shape.n * t for p, t in zip(parent, token)]
             for i in range(1, len(level)):
                 first = rep[:, level[i]]
                 for j in range(i - 1, -1, -1):  # the smallest j wins
-                    same = (parent[i] == parent[j]) & (token[i] == token[j])
-                    first = xp.where(same, xp.full_like(first, level[j]), first)
+                    first = xp.where(key[i] == key[j], level[j], first)
                 rep[:, level[i]] = first
     return rep
 
@@ -47,7 +47,8 @@ def _row_major(table: Any) -> Any:
 def _columns(table: Any, cols: list[int]) -> list[Any]:
     """The columns ``cols`` of ``table [B, n]`` as contiguous ``[B]`` arrays. A level's siblings are compared a pair
     of columns at a time, ``L(L − 1)/2`` operations on ``[B]``, instead of ``[B, L, L]`` comparisons reduced along
-    their short last axis (on trv's multi-chain seed of Table 1, :func:`_trie_links` took 0.15 s instead of 0.37 s)."""
+    their short last axis (on trv's multi-chain seed of Table 1, :func:`_trie_links` took 0.15 s instead of 0.37 s)
+    or ``L − 1`` on rows of a transposed ``[L, B]`` (torch's transposing copies cost more than they save)."""
     xp = array_namespace(table)
     return [xp.asarray(table[:, c], copy=True) for c in cols]
 
@@ -80,9 +81,10 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
     parents = xp.asarray([0] + list(shape.parents[1:]), dtype=xp.int64, device=batch.device)
     tparent = _row_major(xp.where(alive, rep[:, parents], xp.full_like(rep, -1)))  # the trie parent (a representative)
     tparent[:, 0] = -1
+    source = _sources(batch, rep) if merge else rep
     # the rows of each representative [B, n]: where rows follow the path (per context), the members' rows are the
     # representative's own
-    row_id = batch.ids if not merge or rows.by_context else batch.ids[everyone[:, None], _sources(batch, rep)]
+    row_id = batch.ids if not merge or rows.by_context else batch.ids[everyone[:, None], source]
     tokens = batch.tokens
     # Per-node state [B, n] is read and written through flat views at ``b·n + u`` (:func:`_flat`): a 1-D gather costs
     # a third of a 2-D one on numpy, and the descent reads a few per node.
@@ -99,15 +101,19 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
     rate = xp.zeros((size, n), dtype=rows.q.dtype, device=batch.device)
     rate[:, 0] = 1
     flat_rate, flat_slot = _flat(rate), _flat(slot)
+    flat_store_q, flat_store_p = _flat(store_q), _flat(store_p)
 
-    def current(k: Any, store: Any, model: Any) -> Any:
-        """The target or draft rows ``[m, V]`` of the nodes at flat places ``k``."""
-        out = take_rows(model, xp.take(flat_ids, k))
+    def current(k: Any) -> tuple[Any, Any, Any]:
+        """The target and draft rows ``([m, V], [m, V])`` of the nodes at flat places ``k``, and their rows in the
+        store (``[m]``, −1 for none)."""
+        ids, row = take_rows(flat_ids, k), take_rows(flat_slot, k)
+        t, d = take_rows(rows.q, ids), take_rows(rows.p, ids)
         if used:  # rows copied to the store (a child rejected) are read there
-            row = xp.take(flat_slot, k)
             stored = batch.where_true(row >= 0)
-            out[stored] = take_rows(store, row[stored])
-        return out
+            at = take_rows(row, stored)
+            put_rows(t, stored, take_rows(store_q, at))
+            put_rows(d, stored, take_rows(store_p, at))
+        return t, d, row
 
     def emit(b: Any, k: Any) -> Any:
         """A token from the current target row of the nodes at flat places ``k`` of trees ``b``: a model row's by
@@ -115,26 +121,28 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         token)."""
         draws = stream.take(b)
         if not used:
-            return rows.sample("q", xp.take(flat_ids, k), draws)
-        row = xp.take(flat_slot, k)
-        out = xp.zeros_like(row)
+            return rows.sample("q", take_rows(flat_ids, k), draws)
+        row = take_rows(flat_slot, k)
+        out = xp.empty_like(row)
         model, stored = batch.where_true(row < 0), batch.where_true(row >= 0)
-        out[model] = rows.sample("q", xp.take(flat_ids, k[model]), draws[model])
-        out[stored] = categorical(take_rows(store_q, row[stored]), draws[stored])
+        put_rows(out, model, rows.sample("q", take_rows(flat_ids, take_rows(k, model)), take_rows(draws, model)))
+        put_rows(out, stored, categorical(take_rows(store_q, take_rows(row, stored)), take_rows(draws, stored)))
         return out
 
-    def line13(b: Any, w: Any, u: Any) -> Any:
-        """Line 13 for nodes ``w`` of trees ``b`` under their trie parents ``u``, from ``u``'s current rate and rows."""
-        k = b * n + u
-        x = xp.take(flat_tokens, b * n + w)
-        entry = xp.take(flat_ids, k) * vocab + x
-        q_x, p_x = xp.take(flat_q, entry), xp.take(flat_p, entry)
+    def line13(kw: Any, ku: Any) -> Any:
+        """Line 13 for the nodes at flat places ``kw`` under their trie parents at ``ku``, from the parents' current
+        rates and rows. A parent's entries are read from the store where its rows were copied there, selected
+        elementwise (cheaper than writing through a mask)."""
+        x = take_rows(flat_tokens, kw)
+        entry = take_rows(flat_ids, ku) * vocab + x
+        q_x, p_x = take_rows(flat_q, entry), take_rows(flat_p, entry)
         if used:
-            row = xp.take(flat_slot, k)
-            stored = batch.where_true(row >= 0)
-            entry = row[stored] * vocab + x[stored]
-            q_x[stored], p_x[stored] = xp.take(_flat(store_q), entry), xp.take(_flat(store_p), entry)
-        return ratio(xp.take(flat_rate, k) * q_x, p_x)
+            row = take_rows(flat_slot, ku)
+            stored = row >= 0
+            at = xp.where(stored, row * vocab + x, xp.zeros_like(x))  # row 0 (written) where none is stored
+            q_x = xp.where(stored, take_rows(flat_store_q, at), q_x)
+            p_x = xp.where(stored, take_rows(flat_store_p, at), p_x)
+        return ratio(take_rows(flat_rate, ku) * q_x, p_x)
 
     def descend(live: Any, start: Any) -> Any:
         """``[m]``: the next leaf of the trees ``live`` in DFS post-order (root → first alive child → … → a leaf,
@@ -143,16 +151,18 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
         reaches it. Lazily, the same numbers as Alg. 3's recomputation of the subtree after each rejection: a node
         below ``start`` was never visited, and its parent's rate and rows are those the recomputation reads."""
         leaf = xp.asarray(start, copy=True)
-        going = batch.arange(live.shape[0])  # the trees whose node has an alive child
+        going, b, ku = batch.arange(live.shape[0]), live, live * n + start  # the trees still descending
         for _ in range(shape.height):
-            b = live[going]
-            w = xp.take(flat_first_kid, b * n + leaf[going])
-            has = w >= 0
-            going, b, w = going[has], b[has], w[has]
-            if going.shape[0] == 0:
+            w = take_rows(flat_first_kid, ku)
+            has = batch.where_true(w >= 0)
+            if has.shape[0] == 0:
                 break
-            flat_rate[b * n + w] = line13(b, w, leaf[going])
-            leaf[going] = w
+            if has.shape[0] < going.shape[0]:  # some reached their leaf
+                going, b, ku, w = take_rows(going, has), take_rows(b, has), take_rows(ku, has), take_rows(w, has)
+            kw = b * n + w
+            put_rows(flat_rate, kw, line13(kw, ku))
+            put_rows(leaf, going, w)
+            ku = kw
         return leaf
 
     spans = [(level[0], level[-1] + 1) for level in shape.levels[1:]]  # BFS: each level is a run of ids
@@ -194,75 +204,76 @@ def trv(batch: Batch, merge: bool = True, post_order: bool = True) -> tuple[Any,
             i, j = xp.nonzero(here)
             if i.shape[0]:
                 b, w = todo[i], j + start
-                rate[b, w] = line13(b, w, par[i, j])
+                rate[b, w] = line13(b * n + w, b * n + par[i, j])
 
     if order is None:
-        first_kid, next_sibling = _trie_links(batch, alive, tparent)
+        first_kid, next_sibling = _trie_links(batch, alive, tparent, source)
         flat_first_kid, flat_next_sibling = _flat(first_kid), _flat(next_sibling)
     flat_alive, flat_tparent, flat_rep = _flat(alive), _flat(tparent), _flat(rep)
     live, start = everyone, batch.full(size, 0)
     while live.shape[0]:
         leaf = descend(live, start) if order is None else _first_leaf(batch, alive[live], tparent[live], order[live])
         k = live * n + leaf
-        prob = xp.take(flat_rate, k)
+        prob = take_rows(flat_rate, k)
         u = stream.take(live)
-        ok = (prob == 1) | (u < prob)
-        parent = xp.take(flat_tparent, k)
-        finish = ok | (parent < 0)  # accepted, or the root rejected (probability 0 exactly)
-        b, v = live[finish], k[finish]
-        y[b] = emit(b, v)
-        node[b] = xp.take(flat_rep, v)
-        go = ~finish
-        b, v, par = live[go], leaf[go], parent[go]
-        kv, kp = k[go], b * n + par
-        flat_alive[kv] = False
+        parent = take_rows(flat_tparent, k)
+        finish = (prob == 1) | (u < prob) | (parent < 0)  # accepted, or the root rejected (probability 0 exactly)
+        done, go = batch.where_true(finish), batch.where_true(~finish)
+        b, v = take_rows(live, done), take_rows(k, done)
+        put_rows(y, b, emit(b, v))
+        put_rows(node, b, take_rows(flat_rep, v))
+        if go.shape[0] == 0:
+            break
+        b, par, kv = take_rows(live, go), take_rows(parent, go), take_rows(k, go)
+        kp = b * n + par
         if order is None:  # post-order: the siblings before ``v`` are gone, those after it alive
-            flat_first_kid[kp] = xp.take(flat_next_sibling, kv)
-        r = xp.take(flat_rate, kp)
-        t, d = current(kp, store_q, rows.q), current(kp, store_p, rows.p)
-        slack = r[:, None] * t - d  # Eq. 1
-        slack = xp.where(slack > 0, slack, xp.zeros_like(slack))
+            put_rows(flat_first_kid, kp, take_rows(flat_next_sibling, kv))
+        else:  # the control reads ``alive``; post-order follows the links alone
+            flat_alive[kv] = False
+        r = take_rows(flat_rate, kp)
+        t, d, at = current(kp)
+        slack = positive_part(r[:, None] * t - d)  # Eq. 1
         mass = row_sum(slack)
         has = mass > 0
-        safe = xp.where(has, mass, xp.ones_like(mass))
-        t = xp.where(has[:, None], slack / safe[:, None], t)
-        if merge:  # Eq. 2
-            d[batch.arange(b.shape[0]), xp.take(flat_tokens, kv)] = 0
+        target = slack / xp.where(has, mass, xp.ones_like(mass))[:, None]
+        kept = batch.where_true(~has)  # rare: no mass, the target is kept (its rows put back, not a select)
+        if kept.shape[0]:
+            put_rows(target, kept, take_rows(t, kept))
+        if merge:  # Eq. 2; a draft with no mass left is divided by 1 (the same numbers)
+            d[batch.arange(b.shape[0]), take_rows(flat_tokens, kv)] = 0
             left = row_sum(d)
-            d = xp.where((left > 0)[:, None], d / xp.where(left > 0, left, xp.ones_like(left))[:, None], d)
-        at = xp.take(flat_slot, kp)
-        fresh = batch.where_true(at < 0)
-        at[fresh] = batch.arange(fresh.shape[0]) + used
-        flat_slot[kp[fresh]] = at[fresh]
+            d = d / xp.where(left > 0, left, xp.ones_like(left))[:, None]
+        fresh = batch.where_true(at < 0)  # a first rejection under the parent: its rows get a place in the store
+        places = batch.arange(fresh.shape[0]) + used
+        put_rows(at, fresh, places)
+        put_rows(flat_slot, take_rows(kp, fresh), places)
         used += fresh.shape[0]
-        store_q[at], store_p[at] = t, d
-        flat_rate[kp] = xp.where(has, mass / xp.where(has, mass + (1 - r), xp.ones_like(mass)), mass)  # Eq. 3
-        if order is not None and b.shape[0]:
+        put_rows(store_q, at, target)
+        put_rows(store_p, at, d)
+        put_rows(flat_rate, kp, xp.where(has, mass / xp.where(has, mass + (1 - r), xp.ones_like(mass)), mass))  # Eq. 3
+        if order is not None:
             refresh(b, par)
         live, start = b, par
     return node, y
 
 
-def _trie_links(batch: Batch, alive: Any, tparent: Any) -> tuple[Any, Any]:
+def _trie_links(batch: Batch, alive: Any, tparent: Any, source: Any) -> tuple[Any, Any]:
     """``(first_kid [B, n], next_sibling [B, n])``: each representative's first trie child and its next trie
-    sibling (smallest id; −1 for none). Trie siblings lie in one level (BFS: a run of ids), compared a pair of
-    columns at a time (:func:`_columns`)."""
+    sibling (smallest id; −1 for none; a merged node's entries are never read). The first child is the first child
+    of the representative's row source (``source``, :func:`_sources`): in BFS order the children of earlier nodes
+    come first, and the smallest child of a group stands for its own. Trie siblings lie in one level (BFS: a run of ids), compared a pair of columns
+    at a time (:func:`_columns`) by one key each: the trie parent, or for a removed node a key no other node has."""
     xp, shape = batch.xp, batch.shape
-    first_kid = xp.full(alive.shape, -1, dtype=xp.int64, device=batch.device)
+    first_kid = xp.reshape(take_rows(shape.kids[:, 0], _flat(source)), alive.shape)
     next_sibling = xp.full(alive.shape, -1, dtype=xp.int64, device=batch.device)
     for level in shape.levels[1:]:
         par, here = _columns(tparent, level), _columns(alive, level)
-        first = [xp.asarray(h, copy=True) for h in here]  # alive with no alive sibling before it
-        for i in range(len(level)):
-            after = xp.full_like(par[i], -1)
+        key = [xp.where(h, p, -1 - w) for h, p, w in zip(here, par, level)]
+        for i in range(len(level) - 1):
+            after = xp.full_like(key[i], -1)
             for j in range(len(level) - 1, i, -1):  # the smallest later sibling wins
-                sib = here[i] & here[j] & (par[i] == par[j])
-                after = xp.where(sib, xp.full_like(after, level[j]), after)
-                first[j] = first[j] & ~sib
+                after = xp.where(key[i] == key[j], level[j], after)
             next_sibling[:, level[i]] = after
-        for i, w in enumerate(level):
-            b = batch.where_true(first[i])
-            first_kid[b, par[i][b]] = w
     return first_kid, next_sibling
 
 
