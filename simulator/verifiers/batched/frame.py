@@ -73,8 +73,8 @@ class ReplayStream:
     def __init__(self, uniforms: Any) -> None:
         xp = array_namespace(uniforms)
         self.uniforms = uniforms
-        # read at b·U + position by a 1-D gather (a copy where the rows are not row-major): on torch, a third of
-        # the time of indexing by two arrays
+        # read at b·U + position by a 1-D gather (a copy where the rows are not row-major): on torch, 0.6 of the
+        # time of indexing by two arrays on 10^4 trees
         self.flat = xp.reshape(uniforms, (-1,))
         self.pos = xp.zeros(uniforms.shape[0], dtype=xp.int64, device=device_of(uniforms))
 
