@@ -66,3 +66,57 @@ def test_random_systems_agree_with_highs_and_points_are_exact():
             assert not ok  # best slack 0: no point with every strict condition strict
             checked += 1
     assert checked > 100
+
+
+def _large_system(rng: random.Random, n: int, feasible: bool) -> list:
+    """``n`` unknowns with ``Σ x = 1`` and 12 random equalities ``a·x = 0`` that a planted point of small support
+    satisfies; the infeasible variant also asks ``Σ x ≤ 1/2``."""
+    support = rng.sample(range(n), 5)
+    planted = [F(0)] * n
+    for j in support:
+        planted[j] = F(rng.randint(1, 4))
+    total = sum(planted)
+    planted = [v / total for v in planted]
+    forms = [([F(1)] * n, F(-1), "=")]
+    for _ in range(12):
+        coeffs = [F(rng.randint(-3, 3)) for _ in range(n)]
+        coeffs[support[0]] -= sum(c * v for c, v in zip(coeffs, planted)) / planted[support[0]]
+        forms.append((coeffs, F(0), "="))
+    if not feasible:
+        forms.append(([F(-1)] * n, F(1, 2), ">="))
+    return forms
+
+
+def test_large_systems_are_decided_by_exact_checks_of_float_proposals(monkeypatch):
+    import exact.prove.rational_lp as lp
+    rng = random.Random(5)
+    whole = []
+    real_exact = lp._exact
+    monkeypatch.setattr(lp, "_exact", lambda forms, size: whole.append(size) or real_exact(forms, size))
+    for feasible in (True, False) * 2:
+        forms = _large_system(rng, 80, feasible)
+        ok, point = satisfiable(forms, 80)
+        assert ok is feasible
+        if ok:
+            assert _holds(forms, point)  # exactly, with Fractions
+            assert sum(1 for x in point if x) < 80  # found on the float solution's support
+    assert 80 not in whole  # neither answer needed the exact simplex on the whole system
+
+
+def test_a_wrong_float_proposal_never_decides(monkeypatch):
+    import scipy.optimize
+
+    import exact.prove.rational_lp as lp
+    rng = random.Random(6)
+    feasible, infeasible = _large_system(rng, 80, True), _large_system(rng, 80, False)
+    # HiGHS "finds no point" of a satisfiable system: no Farkas certificate exists, the exact simplex decides
+    monkeypatch.setattr(lp, "_float_support", lambda forms, size: None)
+    ok, point = satisfiable(feasible, 80)
+    assert ok and _holds(feasible, point)
+    # a bogus certificate (every multiplier 1) fails the exact check: still satisfiable
+    bogus = type("Result", (), {"status": 0, "x": np.ones(len(feasible) + 1)})
+    monkeypatch.setattr(scipy.optimize, "linprog", lambda *args, **kwargs: bogus)
+    assert satisfiable(feasible, 80)[0]
+    # a wrong support for an unsatisfiable system: unsatisfiable all the same
+    monkeypatch.setattr(lp, "_float_support", lambda forms, size: list(range(10)))
+    assert satisfiable(infeasible, 80) == (False, None)

@@ -2,14 +2,25 @@
 
 The symbolic prover prunes a branch only when its conditions cannot hold together, so the decision must be exact:
 a float solver's "infeasible" near a degenerate system (``g > 0`` beside ``g < 0``) would drop a region that
-exists. The systems are tiny, so :func:`satisfiable` runs a dense two-phase simplex on
-:class:`fractions.Fraction` with Bland's rule (no cycling).
+exists. :func:`satisfiable` runs a dense two-phase simplex in exact rationals with Bland's rule (no cycling).
+Most systems are tiny; a large one (a degenerate cell's certificate: hundreds of equalities in hundreds of
+unknowns, minutes of exact pivots) is first solved by scipy's HiGHS in floats. If HiGHS finds a point, the exact
+simplex is run on the variables that point uses: a point it finds there is a point of the whole system. If HiGHS
+finds none and no condition is strict, it is asked for a Farkas certificate with a margin (multipliers of the
+conditions whose combination is negative on every ``x ≥ 0``), which is converted to rationals and checked
+exactly. Only when neither settles it does the exact simplex run on the whole system. Floats only ever propose:
+each answer rests on an exact point or an exact certificate.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 from typing import Sequence
+
+#: Systems with at least this many variables are tried on the support of a float solution first.
+GUIDED_SIZE = 64
+#: A float solution's variable is in its support above this value (the exact solve decides what counts).
+SUPPORT_TOLERANCE = 1e-9
 
 Form = tuple[Sequence[Fraction], Fraction, str]  # coefficients, constant, relation (">", ">=", "=")
 
@@ -45,11 +56,78 @@ def _simplex(table: list[list[Fraction]], basis: list[int], objective: list[Frac
 
 def satisfiable(forms: Sequence[Form], size: int) -> tuple[bool, list[Fraction] | None]:
     """Whether the conditions hold together for some ``x ≥ 0`` (``size`` variables), and such an ``x``: a point
-    with every strict condition strict (the slack-maximising vertex).
+    with every strict condition strict (a slack-maximising vertex, of the whole system or of the face where the
+    variables a float solution leaves at 0 are 0).
 
     A condition is ``a·x + c  ⋈  0`` with ``⋈`` one of ``>``, ``>=``, ``=``. Strict conditions share one slack
     ``t``: the system holds iff ``max t`` subject to ``a·x + c ≥ t`` (strict ones), ``a·x + c ≥ 0``, ``= 0``,
     ``0 ≤ t ≤ 1`` is positive."""
+    if size >= GUIDED_SIZE:
+        support = _float_support(forms, size)
+        if support is not None and len(support) < size:
+            ok, point = _exact(_restricted(forms, support), len(support))
+            if ok:
+                full = [Fraction(0)] * size
+                for j, v in zip(support, point):  # type: ignore[arg-type]
+                    full[j] = v
+                return True, full
+        if support is None and all(rel != ">" for _, _, rel in forms) and _farkas(forms, size):
+            return False, None
+    return _exact(forms, size)
+
+
+def _farkas(forms: Sequence[Form], size: int) -> bool:
+    """Whether an exact Farkas certificate shows the non-strict system unsatisfiable: multipliers ``u ≥ 0`` of the
+    ``≥`` conditions and ``v`` of the equalities with ``Σ u·a + Σ v·a ≤ 0`` in every coordinate and
+    ``Σ u·c + Σ v·c < 0``; on a feasible ``x ≥ 0`` the combination would be both ``≥ 0`` and ``< 0``. HiGHS proposes
+    them with every coordinate ``≤ −δ`` (``δ`` maximised, at most 1), so that rounding cannot flip a sign; the
+    proposal, taken exactly and with any negative ``u`` set to 0, is checked in rationals."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    m = len(forms)
+    signs = [rel == "=" for _, _, rel in forms]
+    # variables (y_1..y_m, δ): Σ y_i a_i + δ·1 ≤ 0 per coordinate, Σ y_i c_i = −1, maximise δ ≤ 1
+    upper = np.array([[float(forms[i][0][k]) for i in range(m)] + [1.0] for k in range(size)])
+    equal = np.array([[float(c) for _, c, _ in forms] + [0.0]])
+    res = linprog([0.0] * m + [-1.0], A_ub=upper, b_ub=np.zeros(size), A_eq=equal, b_eq=[-1.0],
+                  bounds=[(None, None) if eq else (0, None) for eq in signs] + [(None, 1)], method="highs")
+    if res.status != 0 or res.x[m] <= 0:
+        return False
+    y = [Fraction(float(v)) if eq or v > 0 else Fraction(0) for v, eq in zip(res.x[:m], signs)]
+    combined = [sum(y[i] * forms[i][0][k] for i in range(m) if y[i]) for k in range(size)]
+    return all(v <= 0 for v in combined) and sum(y[i] * forms[i][1] for i in range(m) if y[i]) < 0
+
+
+def _restricted(forms: Sequence[Form], support: list[int]) -> list[Form]:
+    """The system with every variable outside ``support`` fixed at 0."""
+    return [([coeffs[j] for j in support], const, rel) for coeffs, const, rel in forms]
+
+
+def _float_support(forms: Sequence[Form], size: int) -> list[int] | None:
+    """The variables a float solution of the slack-maximising LP (HiGHS) leaves above :data:`SUPPORT_TOLERANCE`,
+    or ``None`` when HiGHS finds no solution with positive slack (the exact simplex then decides alone)."""
+    import numpy as np
+    from scipy.optimize import linprog  # here: scipy.optimize costs every start 0.3 s, and few runs get here
+
+    upper, upper_b, equal, equal_b = [], [], [], []
+    for coeffs, const, rel in forms:  # −a·x (+ t) ≤ c ;  = : −a·x = c, over (x, t)
+        row = [-float(c) for c in coeffs]
+        if rel == "=":
+            equal.append(row + [0.0]), equal_b.append(float(const))
+        else:
+            upper.append(row + [1.0 if rel == ">" else 0.0]), upper_b.append(float(const))
+    strict = any(rel == ">" for _, _, rel in forms)
+    res = linprog([0.0] * size + [-1.0 if strict else 0.0], A_ub=np.array(upper) if upper else None,
+                  b_ub=upper_b or None, A_eq=np.array(equal) if equal else None, b_eq=equal_b or None,
+                  bounds=[(0, None)] * size + [(0, 1)], method="highs")
+    if res.status != 0 or (strict and res.x[size] <= 0):
+        return None
+    return [j for j in range(size) if res.x[j] > SUPPORT_TOLERANCE]
+
+
+def _exact(forms: Sequence[Form], size: int) -> tuple[bool, list[Fraction] | None]:
+    """:func:`satisfiable` by the exact two-phase simplex on the whole system."""
     strict = [f for f in forms if f[2] == ">"]
     rows: list[tuple[list[Fraction], Fraction, bool]] = []  # A y (≤ or =) b over y = (x, t)
     for coeffs, const, rel in forms:
