@@ -23,35 +23,47 @@ import time
 from pathlib import Path
 
 from side_by_side import checkouts, read_rows, two_commit_parser  # benchmarks/, the script's own folder
+from simulator.numeric import rational_backend
 
 SYNTHETIC = ["--model", "synthetic", "--topology", "complete", "--branching", "2"]
-#: (label, command arguments): the issue's measurements of the exact engine, the recursion, Monte Carlo and the prover
+#: the environment of a row measured with Python's fractions at the after commit (the before commit has no choice)
+FRACTION = {"SPECPROOF_RATIONALS": "fraction"}
+#: the exact engine's certifications, each with the after commit's default rationals (gmpy2 where installed) and
+#: with Python's fractions
+EXACT = [
+    ("certify tv-rrs, complete(2, 3), V = 4", ["certify", "--verifier", "tv-rrs", *SYNTHETIC, "--depth", "3",
+                                                 "--vocab", "4"]),
+    ("certify tv-rrs, complete(2, 3), V = 5", ["certify", "--verifier", "tv-rrs", *SYNTHETIC, "--depth", "3",
+                                                 "--vocab", "5"]),
+    ("certify tv-kseq, complete(2, 3), V = 4", ["certify", "--verifier", "tv-kseq", *SYNTHETIC, "--depth", "3",
+                                                  "--vocab", "4"]),
+]
+#: (label, command arguments, environment): the issue's measurements of the exact engine, the recursion, Monte Carlo
+#: and the prover
 COMMANDS = [
-    ("certify tv-rrs, complete(2, 3), V = 4, fractions",
-     ["certify", "--verifier", "tv-rrs", *SYNTHETIC, "--depth", "3", "--vocab", "4"]),
-    ("certify tv-rrs, complete(2, 3), V = 5, fractions",
-     ["certify", "--verifier", "tv-rrs", *SYNTHETIC, "--depth", "3", "--vocab", "5"]),
-    ("certify tv-kseq, complete(2, 3), V = 4, fractions",
-     ["certify", "--verifier", "tv-kseq", *SYNTHETIC, "--depth", "3", "--vocab", "4"]),
+    *[(f"{label}, {rationals}", args, env) for label, args in EXACT
+      for rationals, env in ((f"rationals: {rational_backend()}", {}), ("rationals: Fraction", FRACTION))],
     ("certify tv-rrs --method recursion, complete(2, 4), V = 15, float64",
      ["certify", "--verifier", "tv-rrs", *SYNTHETIC, "--depth", "4", "--vocab", "15", "--method", "recursion",
-      "--arithmetic", "float"]),
+      "--arithmetic", "float"], {}),
     ("certify bug-residual-q --method recursion, complete(2, 4), V = 15, float64",
      ["certify", "--verifier", "bug-residual-q", *SYNTHETIC, "--depth", "4", "--vocab", "15", "--method",
-      "recursion", "--arithmetic", "float"]),
+      "recursion", "--arithmetic", "float"], {}),
     ("mc tv-rrs, complete(2, 4), V = 15, 1 seed × 10^6 trials",
      ["mc", "--verifier", "tv-rrs", *SYNTHETIC, "--depth", "4", "--vocab", "15", "--seeds", "1", "--trials",
-      "1000000"]),
+      "1000000"], {}),
     ("prove tv-rrs, complete(2, 3), V = 3, every model pair",
-     ["prove", "--verifier", "tv-rrs", "--topology", "complete", "--branching", "2", "--depth", "3", "--vocab", "3"]),
+     ["prove", "--verifier", "tv-rrs", "--topology", "complete", "--branching", "2", "--depth", "3", "--vocab", "3"],
+     {}),
 ]
 ROW_KEYS = ("label", "before_s", "after_s", "ratio", "before_out", "after_out")
 
 
-def run(root: Path, args: list[str], timeout: float) -> tuple[float | str, str]:
-    """CPU seconds (user + system) of one command in a fresh process of the checkout at ``root``, and the lines of
-    its output that carry numbers; ``"> T"`` past the timeout, ``"refused"`` when it exits 2 (no verdict)."""
-    env = dict(os.environ, PYTHONPATH=str(root))
+def run(root: Path, args: list[str], timeout: float, extra: dict[str, str]) -> tuple[float | str, str]:
+    """CPU seconds (user + system) of one command in a fresh process of the checkout at ``root`` with ``extra`` in
+    its environment, and the lines of its output that carry numbers; ``"> T"`` past the timeout, ``"refused"`` when
+    it exits 2 (no verdict)."""
+    env = dict(os.environ, PYTHONPATH=str(root), **extra)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         done = subprocess.run([sys.executable, "-m", "specproof.cli", *args], cwd=root, env=env, capture_output=True,
@@ -69,17 +81,18 @@ def run(root: Path, args: list[str], timeout: float) -> tuple[float | str, str]:
 
 def measure(roots: dict[str, Path], repeats: int, timeout: float) -> list[dict]:
     rows = []
-    for label, args in COMMANDS:
+    for label, args, extra in COMMANDS:
         times: dict[str, list] = {"before": [], "after": []}
         outs: dict[str, str] = {}
         for _ in range(repeats):
             for tag, root in roots.items():
-                seconds, out = run(root, args, timeout)
+                seconds, out = run(root, args, timeout, extra)
                 times[tag].append(seconds)
                 outs[tag] = out
         numeric = all(isinstance(t, float) for tag in times for t in times[tag])
         ratio = statistics.median(b / a for b, a in zip(times["before"], times["after"])) if numeric else None
-        row = {"label": label, "command": "specproof " + " ".join(args),
+        shown_env = "".join(f"{k}={v} " for k, v in extra.items())
+        row = {"label": label, "command": shown_env + "specproof " + " ".join(args),
                **{f"{tag}_s": (statistics.median(ts) if all(isinstance(t, float) for t in ts) else ts[0])
                   for tag, ts in times.items()},
                "ratio": ratio, **{f"{tag}_out": out for tag, out in outs.items()}}
@@ -97,7 +110,9 @@ def render(rows: list[dict], command: str, commits: dict[str, str], repeats: int
              f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}, Python "
              f"{platform.python_version()}; {time.strftime('%Y-%m-%d')}. CPU seconds (user + system) of each whole "
              f"command in a fresh process, the two checkouts alternating, {repeats} times; the ratio is the median of "
-             "the repeats' ratios.", "",
+             "the repeats' ratios. The before commit computes in Python's fractions always; the after commit in its "
+             "default rationals (gmpy2's where installed), and with `SPECPROOF_RATIONALS=fraction` in the rows that "
+             "say Fraction.", "",
              "| command | before (CPU s) | after (CPU s) | before / after | after's result |", "|---|---|---|---|---|"]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else ("≥ " + f"{float(r['before_s'][2:]) / r['after_s']:.1f}"
