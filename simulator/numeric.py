@@ -66,7 +66,7 @@ def _backend(asked: str) -> str:
 
 def rational_type() -> type:
     """The type :func:`rational` makes now (hot loops look it up once)."""
-    return _mpq if _mpq is not None and rational_backend() == "gmpy2" else Fraction  # type: ignore[return-value]
+    return _mpq if rational_backend() == "gmpy2" else Fraction  # type: ignore[return-value]
 
 
 def rational(value: object = 0, denominator: object = None) -> Number:

@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import pytest
 
+import simulator.numeric as numeric
 from exact import certify
 from exact.instances import random_instances
 from simulator.errors import ExactnessError, InvalidParameterError
@@ -80,3 +81,17 @@ def test_an_unknown_backend_is_a_typed_error_naming_the_variable(monkeypatch, va
     with pytest.raises(InvalidParameterError) as err:
         rational(1, 3)
     assert err.value.field == "SPECPROOF_RATIONALS" and "gmpy2" in str(err.value)
+
+
+def test_asking_for_gmpy2_without_it_is_an_error_and_fraction_still_works(monkeypatch):
+    monkeypatch.setattr(numeric, "_mpq", None)
+    numeric._backend.cache_clear()
+    try:
+        monkeypatch.setenv("SPECPROOF_RATIONALS", "gmpy2")
+        with pytest.raises(InvalidParameterError) as err:
+            rational(1, 3)
+        assert err.value.field == "SPECPROOF_RATIONALS" and "not installed" in str(err.value)
+        monkeypatch.delenv("SPECPROOF_RATIONALS")
+        assert rational_backend() == "fraction" and type(rational(1, 3)) is Fraction  # the default falls back
+    finally:
+        numeric._backend.cache_clear()  # the cached answers above are for a gmpy2 that is not there
