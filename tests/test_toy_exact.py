@@ -60,3 +60,21 @@ def test_a_cell_past_the_limit_stays_monte_carlo_and_blocks_larger_cells_once(tm
     again = [_row(c, store) for c in (large, small)]
     toy_exact.add_exact_laws(again, store)  # the failure and the result are read back from the store
     assert again[0].law_note == rows[1].law_note and again[1].law == rows[2].law
+
+
+def test_seed_z_of_a_constant_sample_is_zero_or_infinite_never_a_division_by_zero():
+    assert toy_exact.seed_z(2.5, 2.0, 0.25, 100) == 2.0  # (2.5 − 2)/0.25, hand-computed
+    assert toy_exact.seed_z(1.0, 1.0 + 1e-6, 0.0, 100) == 0.0  # 1e-6·100 < 0.01: consistent
+    assert toy_exact.seed_z(1.0, 1.5, 0.0, 100) == -np.inf  # the control: a constant sample the law contradicts
+    assert toy_exact.finite(np.inf) is None and toy_exact.finite(1.5) == 1.5
+
+
+def test_a_seed_with_a_constant_sample_gets_exact_columns(tmp_path):
+    # a chain of depth 1 with two trials: some seeds accept the same number of tokens both times (SE 0)
+    cells = [Cell("tv-sps", "chain", 3, 1, 1, 0.5, 1.0, 1.0, 6, 2)]
+    store = Store(tmp_path)
+    run_cells(cells, store)
+    assert any(rec["accept_len_se"] == 0 for rec in store.records(cells[0]))
+    row = _row(cells[0], store)
+    toy_exact.add_exact_laws([row], store)
+    assert row.law["lossless"] == 6 and row.exact_z is not None

@@ -14,6 +14,7 @@ structure (their recursions only grow), which stay Monte Carlo only with the rea
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -26,6 +27,21 @@ from specproof.study import Cell, Store, exact_law_summary
 #: Executions one seed's recursion may take here: TRV on complete(b = 2, H = 2) at V = 15 takes 800,177 (10 s);
 #: H = 3 passes this within a minute, once per rule and structure (the failure is kept in the store).
 LAW_EXECUTIONS = 1_000_000
+
+
+def seed_z(mean: float, exact: float, se: float, trials: int) -> float:
+    """``(mean − exact)/se``: a seed's Monte Carlo mean against the exact ``E[τ]``, in its own standard errors. A
+    constant sample (SE 0, possible at a handful of trials) is consistent, z = 0, when the exact law puts less than
+    ``1/(100 N)`` elsewhere; one that is not has no finite z (``±inf``: shown as ∞, written as ``null``)."""
+    gap = mean - exact
+    if se > 0:
+        return gap / se
+    return 0.0 if abs(gap) * trials < 0.01 else math.copysign(math.inf, gap)
+
+
+def finite(value: float | None) -> float | None:
+    """``value`` for JSON (which has no infinity): ``None`` for an infinite z."""
+    return None if value is None or math.isinf(value) else value
 
 
 class Row(Protocol):
@@ -70,7 +86,8 @@ def add_exact_laws(rows: list[Row], store: Store) -> None:
                  "max_tvd": max(law["tvd"] for law in laws), "tolerance": laws[0]["tolerance"],
                  "max_dp_gap": max(gaps) if gaps else None}
         if r.exact is None:
-            z = [abs(rec["accept_len_mean"] - rec["exact_law"]["accept_len"]) / rec["accept_len_se"] for rec in records]
+            z = [abs(seed_z(rec["accept_len_mean"], rec["exact_law"]["accept_len"], rec["accept_len_se"],
+                            rec["trials"])) for rec in records]
             r.exact = float(np.mean([law["accept_len"] for law in laws]))
             r.exact_z = float(max(z))
 
@@ -149,7 +166,8 @@ def exact_markdown(rows: list[Row], store: Store) -> tuple[str, dict]:
                     entries.append("–")
                     continue
                 exact, mean = rec["exact_law"]["accept_len"], rec["accept_len_mean"]
-                entries.append(f"{exact:.4f} / {mean:.4f} ({abs(mean - exact) / rec['accept_len_se']:.1f})")
+                z = abs(seed_z(mean, exact, rec["accept_len_se"], rec["trials"]))
+                entries.append(f"{exact:.4f} / {mean:.4f} ({'∞' if math.isinf(z) else f'{z:.1f}'})")
                 per_seed.setdefault(f"{r.method} {r.column}", []).append(
                     {"seed": seed, "exact": exact, "monte_carlo": mean, "se": rec["accept_len_se"],
                      "tvd": rec["exact_law"]["tvd"], "lossless": rec["exact_law"]["lossless"]})

@@ -21,7 +21,7 @@ from exact import round_law
 from exact.certificate import recursion_law
 from exact.recursions.token_dp import DP_RULES
 from specproof.reports.certification import plan_table
-from specproof.reports.toy_exact import add_exact_laws, exact_markdown
+from specproof.reports.toy_exact import add_exact_laws, exact_markdown, finite, seed_z
 
 from simulator.montecarlo.batched import has_batched_path
 from simulator.montecarlo.context_rows import ContextRows
@@ -94,8 +94,9 @@ def _add_exact(rows: list[CellRow], store: Store) -> None:
             store.save(record, cell, record["seed"])
     for r in rows:
         if id(r) in records:
-            values = [(rec["exact_accept_len"], abs(rec["accept_len_mean"] - rec["exact_accept_len"])
-                       / rec["accept_len_se"]) for rec in records[id(r)]]
+            values = [(rec["exact_accept_len"], abs(seed_z(rec["accept_len_mean"], rec["exact_accept_len"],
+                                                            rec["accept_len_se"], rec["trials"])))
+                      for rec in records[id(r)]]
             r.exact, r.exact_z = float(np.mean([v for v, _ in values])), float(max(z for _, z in values))
 
 
@@ -169,7 +170,8 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
                 sig = "" if r.sigmas is None else f" / {r.sigmas:+.1f}σ"
                 tvd = "" if o is None else f"; TVD {_fmt(r.paper['tvd'], 4)} / {o['tvd']:.4f}"
                 if r.exact is not None:
-                    tvd += f"; exact E[τ] {r.exact:.3f} (MC within {r.exact_z:.1f} SE)"
+                    within = "∞" if math.isinf(r.exact_z) else f"{r.exact_z:.1f}"
+                    tvd += f"; exact E[τ] {r.exact:.3f} (MC within {within} SE)"
                 if r.law is not None:
                     tvd += f"; exact TVD ≤ {r.law['max_tvd']:.0e} ({r.law['lossless']}/{r.law['seeds']} LOSSLESS)"
                 cells.append(f"{r.paper['accept_len']:.2f} ± {r.paper['se']:.2f} / {ours}{sig}{tvd}")
@@ -179,7 +181,7 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
             b = baselines.get((t, column))
             ours = next((x.ours["baseline_tvd"] for x in table_rows if x.column == column and x.ours), None)
             base.append("–" if b is None else f"TVD {b['paper']:.4f} / {_fmt(ours, 4)}; fits N = {b['best_n']:.0e}")
-        lines += [f"| baseline | " + " | ".join(base) + " |", ""]
+        lines += ["| baseline | " + " | ".join(base) + " |", ""]
     return "\n".join(lines)
 
 
@@ -333,7 +335,7 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
     data = {"command": command, "agreement": counts,
             "cells": [{"table": r.table, "column": r.column, "method": r.method, "config": r.cell.__dict__,
                        "paper": r.paper, "ours": r.ours, "sigmas": r.sigmas, "exact_expected_accepted": r.exact,
-                       "exact_max_z": r.exact_z, "exact_law": r.law, "exact_law_note": r.law_note} for r in rows],
+                       "exact_max_z": finite(r.exact_z), "exact_law": r.law, "exact_law_note": r.law_note} for r in rows],
             "exact_columns": exact_data,
             "baselines": [{"table": t, "column": c, **b} for (t, c), b in baselines.items()],
             "detection": {"small_instance": small_data, "paper_scale": large_data},
@@ -502,16 +504,12 @@ def exact_crosscheck_markdown(trials: int = 20_000, seeds: int = 2) -> tuple[str
         for record in summary.per_seed:
             exact = float(_exact_law(SyntheticModel(3, 0.5, 1.0, 1.0, record["seed"]), topology,
                                      method).expected_accepted())
-            gap = record["accept_len_mean"] - exact
-            # A constant sample (SE 0) is consistent when the exact law puts less than 1/(100 N) elsewhere; one
-            # that is not has no finite z (None in the JSON, ∞ in the table).
-            z = gap / record["accept_len_se"] if record["accept_len_se"] > 0 else (
-                0.0 if abs(gap) * trials < 0.01 else None)
+            z = seed_z(record["accept_len_mean"], exact, record["accept_len_se"], trials)
             data.append({"method": method, "structure": cell.topology, "seed": record["seed"], "exact": exact,
-                         "mc": record["accept_len_mean"], "se": record["accept_len_se"], "z": z})
+                         "mc": record["accept_len_mean"], "se": record["accept_len_se"], "z": finite(z)})
             lines.append(f"| {method} | {cell.topology} | {record['seed']} | {exact:.5f} | "
                          f"{record['accept_len_mean']:.5f} ± {record['accept_len_se']:.5f} | "
-                         f"{'∞' if z is None else f'{z:+.2f}'} |")
+                         f"{'∞' if math.isinf(z) else f'{z:+.2f}'} |")
     worst = max(math.inf if d["z"] is None else abs(d["z"]) for d in data)
     head = ["## Monte Carlo against the exact engine", "",
             f"Every Table 1 method on its structures at V=3, H=2, b=2 (where the exact engine reaches: every "
