@@ -70,9 +70,14 @@ def test_a_float_mixed_into_exact_rows_is_refused_under_both(monkeypatch):
         with pytest.raises(ExactnessError) as err:
             certify(SyntheticModel(2, seed=0), drafter, halves)
         assert err.value.field == "arithmetic"
-    # the control: the same rule with an exact half certifies its law (lossy, but computed)
-    assert certify(SyntheticModel(2, seed=0), drafter,
-                   lambda tree, p, q, rng: (0, int(rng.bernoulli(q[0][0] * rational(1, 2))))) is not None
+    # the control: with an exact half the law is computed, and it is the hand-derived one: the first token is 1
+    # with probability q0/2 against the target's 1 − q0, so TVD = |1 − 3·q0/2|, exactly
+    for backend in ("fraction", "gmpy2"):
+        monkeypatch.setenv("SPECPROOF_RATIONALS", backend)
+        q0 = ModelView(SyntheticModel(2, seed=0)).q(())[0]
+        cert = certify(SyntheticModel(2, seed=0), drafter,
+                       lambda tree, p, q, rng: (0, int(rng.bernoulli(q[0][0] * rational(1, 2)))))
+        assert cert.tvd == abs(1 - 3 * q0 / 2) and not cert.lossless
 
 
 @pytest.mark.parametrize("value", ["mpq", "Fraction ", "float"])

@@ -79,8 +79,8 @@ def satisfiable(forms: Sequence[Form], size: int) -> tuple[bool, list[Fraction] 
 def _farkas(forms: Sequence[Form], size: int) -> bool:
     """Whether an exact Farkas certificate shows the non-strict system unsatisfiable: multipliers ``u ≥ 0`` of the
     ``≥`` conditions and ``v`` of the equalities with ``Σ u·a + Σ v·a ≤ 0`` in every coordinate and
-    ``Σ u·c + Σ v·c < 0``; on a feasible ``x ≥ 0`` the combination would be both ``≥ 0`` and ``< 0``. HiGHS proposes
-    them with every coordinate ``≤ −δ`` (``δ`` maximised, at most 1), so that rounding cannot flip a sign; the
+    ``Σ u·c + Σ v·c < 0``; on a feasible ``x ≥ 0`` the combination would be both ``≥ 0`` and ``< 0``. HiGHS
+    proposes them with every coordinate ``≤ −δ`` (``δ`` maximised, at most 1), so that rounding cannot flip a sign; the
     proposal, taken exactly and with any negative ``u`` set to 0, is checked in rationals."""
     import numpy as np
     from scipy.optimize import linprog

@@ -261,8 +261,9 @@ def _trie_links(batch: Batch, alive: Any, tparent: Any, source: Any) -> tuple[An
     """``(first_kid [B, n], next_sibling [B, n])``: each representative's first trie child and its next trie
     sibling (smallest id; −1 for none; a merged node's entries are never read). The first child is the first child
     of the representative's row source (``source``, :func:`_sources`): in BFS order the children of earlier nodes
-    come first, and the smallest child of a group stands for its own. Trie siblings lie in one level (BFS: a run of ids), compared a pair of columns
-    at a time (:func:`_columns`) by one key each: the trie parent, or for a removed node a key no other node has."""
+    come first, and the smallest child of a group stands for its own. Trie siblings lie in one level (BFS: a run of
+    ids), compared a pair of columns at a time (:func:`_columns`) by one key each: the trie parent, or for a removed
+    node a key no other node has."""
     xp, shape = batch.xp, batch.shape
     first_kid = xp.reshape(take_rows(shape.kids[:, 0], _flat(source)), alive.shape)
     next_sibling = xp.full(alive.shape, -1, dtype=xp.int64, device=batch.device)
