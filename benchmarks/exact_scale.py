@@ -5,7 +5,7 @@ Usage: ``python3 benchmarks/exact_scale.py [--budget 600] [--verifiers tv-rrs,tr
 
 Depths 1, 2, … of each rule's shape are certified exactly in a child process killed at ``--budget`` seconds,
 until one does not finish; a cell gives the largest depth that did, its time and executions. Modes: eager
-drafting, on demand (:mod:`simulator.lazy_draft`), the rule's recursion (``certify --method recursion``).
+drafting, on demand (:mod:`simulator.drafting.lazy_draft`), the rule's recursion (``certify --method recursion``).
 ``--update`` reruns only the named rows' ``--modes``.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from exact import certify
 from simulator.drafting import FixedShape
-from simulator.lazy_draft import Eager
+from simulator.drafting.lazy_draft import Eager
 from simulator.limits import limits
 from simulator.models import SyntheticModel
 from simulator.trees import make_topology

@@ -14,8 +14,8 @@ from typing import Iterator
 
 import numpy as np
 
-from simulator.aded import AdedConfig
-from simulator.drafter_registry import Drafter, DrafterOptions, make_drafter
+from simulator.drafting.aded import AdedConfig
+from simulator.drafting.drafter_registry import Drafter, DrafterOptions, make_drafter
 from simulator.models import RandomRationalModel
 from simulator.trees import Topology, check_parents, make_topology
 from simulator.verifiers import VerifierSpec

@@ -13,9 +13,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
-from simulator.drafter_registry import DRAFTERS, DrafterOptions, make_drafter
+from simulator.drafting.drafter_registry import DRAFTERS, DrafterOptions, make_drafter
 from simulator.drafting import Drafter, FixedShape
-from simulator.dyspec import DySpecBudget, DySpecThreshold
+from simulator.drafting.dyspec import DySpecBudget, DySpecThreshold
 from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import read_json, write_json
 from simulator.models import Context, ModelPair, TableModel

@@ -1,7 +1,7 @@
 """The size of an exact computation, estimated before it starts, and the refusal of one that is too large
 (docs/limits.md, "Exact enumeration").
 
-Two estimates, by how the round is enumerated: drafted on demand (:mod:`simulator.lazy_draft`), Knuth's
+Two estimates, by how the round is enumerated: drafted on demand (:mod:`simulator.drafting.lazy_draft`), Knuth's
 estimator over the choice tree (:func:`sample_executions`; refused only when the mean less two standard errors
 passes the limit); drafted eagerly, trees × (1 + executions per tree), from the drafter's bound or count
 (:func:`count_trees`) and one probe tree (:func:`probe`). Both add the ``V^(H+1)`` completed sequences. Numbers

@@ -192,7 +192,7 @@ def _count(n: int) -> str:
 
 class TreeStructure:
     """What a tree's shape answers, from ``parents``, ``_children`` (lists of child ids) and ``_depths``: shared by
-    :class:`DraftTree` and the lazily drafted tree (:class:`simulator.lazy_draft.LazyTree`)."""
+    :class:`DraftTree` and the lazily drafted tree (:class:`simulator.drafting.lazy_draft.LazyTree`)."""
 
     parents: list[int] | tuple[int, ...]
     _children: Sequence[Sequence[int]]

@@ -17,7 +17,7 @@ from pathlib import Path
 import exact.recursions.token_dp
 import simulator
 import simulator.verifiers.batched.layer
-from simulator.drafter_registry import DYNAMIC
+from simulator.drafting.drafter_registry import DYNAMIC
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.batched.ref import ArrayRuleRef
 from simulator.verifiers.rules import RULES
@@ -214,8 +214,6 @@ def test_no_engine_picks_a_rule_by_its_name():
 # ---- the three layers ----------------------------------------------------------------------------------------------
 #: the layers, lowest first: each may import only from its own layer and the ones below
 LAYERS = ("simulator", "exact", "specproof")
-#: modules that only re-export a moved name from a higher layer, kept so an earlier import path works
-ALIASES = {"exact/testing.py": "specproof.gate.testing (assert_lossless, assert_lossy, assert_acceptance)"}
 
 
 def _layer_modules() -> dict[str, ast.Module]:
@@ -250,11 +248,7 @@ def _upward(modules: dict[str, ast.Module]) -> dict[str, list[str]]:
 
 
 def test_no_module_imports_from_a_layer_above_it():
-    upward = _upward(_layer_modules())
-    assert {path: ups for path, ups in upward.items() if path not in ALIASES} == {}
-    for path in ALIASES:  # an alias re-exports and does nothing else
-        tree = ast.parse((ROOT / path).read_text())
-        assert all(isinstance(n, (ast.Expr, ast.ImportFrom)) for n in tree.body), path
+    assert _upward(_layer_modules()) == {}
     planted = {"simulator/montecarlo/engine.py": ast.parse("def f():\n    from exact.certificate import certify\n"),
                "exact/law.py": ast.parse("from specproof.gate import hunt\nimport specproof.cli.app\n")}
     assert _upward(planted) == {"simulator/montecarlo/engine.py": ["exact.certificate"],
@@ -268,6 +262,17 @@ def test_the_exact_engine_is_organised_by_role():
         "recursions", "prove"}
 
 
+def test_the_core_is_grouped():
+    """``simulator/`` keeps at most 14 modules at its top: drafting and the model set-up are packages."""
+    top = [p.name for p in (ROOT / "simulator").glob("*.py") if p.name != "__init__.py"]
+    assert len(top) <= 14, sorted(top)
+    packages = {p.name for p in (ROOT / "simulator").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert {"drafting", "models", "verifiers", "montecarlo", "torch_path"} <= packages
+    drafting = {p.stem for p in (ROOT / "simulator" / "drafting").glob("*.py")}
+    assert {"shapes", "arrays", "lazy_draft", "dyspec", "aded", "drafter_registry"} <= drafting
+    assert {p.stem for p in (ROOT / "simulator" / "models").glob("*.py")} >= {"model_pairs", "seeded_normals"}
+
+
 def test_module_file_names_repeat_only_for_a_rule_and_its_array_form():
     names: dict[str, list[str]] = {}
     for package in LAYERS:
@@ -277,12 +282,12 @@ def test_module_file_names_repeat_only_for_a_rule_and_its_array_form():
     repeated = {name: sorted(paths) for name, paths in names.items() if len(paths) > 1}
     parallel = {name for name, paths in repeated.items()
                 if paths == sorted([f"simulator/verifiers/{name}", f"simulator/verifiers/batched/{name}"])}
-    assert {name: paths for name, paths in repeated.items() if name not in parallel} == {
-        "testing.py": ["exact/testing.py", "specproof/gate/testing.py"]}  # the alias of ALIASES
+    assert {name: paths for name, paths in repeated.items() if name not in parallel} == {}
 
 
 def _module_graph(modules: dict[str, ast.Module]):
-    """Module-level imports as a directed graph of the tree's own modules (``from pkg import sub`` is an edge to
+    """Every import as a directed graph of the tree's own modules: module-level, inside functions and under ``if
+    TYPE_CHECKING:`` alike, since a deferred import is still a dependency (``from pkg import sub`` is an edge to
     ``pkg.sub``; an import of a module's own parent package, initialised first anyway, is no edge)."""
     import networkx as nx
 
@@ -293,7 +298,7 @@ def _module_graph(modules: dict[str, ast.Module]):
     graph = nx.DiGraph()
     for path, tree in modules.items():
         source, package = dotted(path), path.rsplit("/", 1)[0].split("/")
-        for node in tree.body:
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -319,3 +324,8 @@ def test_no_import_cycle():
     planted = {"specproof/cli/a.py": ast.parse("from specproof.cli import b\n"),
                "specproof/cli/b.py": ast.parse("from specproof.cli.a import main\n")}
     assert list(nx.simple_cycles(_module_graph(planted))) != []
+    # a circle closed by a function-level import, or by one under TYPE_CHECKING, is a circle too
+    for deferred in ("def f():\n    from specproof.cli.a import main\n",
+                     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specproof.cli.a import main\n"):
+        planted["specproof/cli/b.py"] = ast.parse(deferred)
+        assert list(nx.simple_cycles(_module_graph(planted))) != [], deferred

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from exact import certify
-from simulator.drafter_registry import DrafterOptions, make_drafter
+from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.models import RandomRationalModel, SyntheticModel
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS

@@ -1,5 +1,5 @@
 """The drafting schemes' array kernels draw as the reference schemes do, uniform for uniform, on numpy and torch
-(simulator.drafting_arrays against simulator.drafting.SCHEMES under ReplayRandomness)."""
+(simulator.drafting.arrays against simulator.drafting.SCHEMES under ReplayRandomness)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simulator.drafting import SCHEMES
-from simulator.drafting_arrays import ARRAY_SCHEMES, array_scheme
+from simulator.drafting.arrays import ARRAY_SCHEMES, array_scheme
 from simulator.errors import InvalidParameterError
 from simulator.randomness import ReplayRandomness
 

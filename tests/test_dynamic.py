@@ -16,10 +16,10 @@ from exact import certify
 from exact.generation_law import generation_law
 from specproof.reports.greedy_tree import best_subtree_weight, greedy_subtree
 from specproof.reports.theorems import check_dyspec_greedy
-from simulator.aded import Aded, AdedConfig, TrigramTable, candidate_tree, mcts_candidates
-from simulator.drafter_registry import DrafterOptions, make_drafter
+from simulator.drafting.aded import Aded, AdedConfig, TrigramTable, candidate_tree, mcts_candidates
+from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.drafting import FixedShape
-from simulator.dyspec import DySpecBudget, DySpecThreshold
+from simulator.drafting.dyspec import DySpecBudget, DySpecThreshold
 from simulator.errors import InvalidParameterError
 from simulator.montecarlo.generations import run_generations
 from simulator.montecarlo.engine import monte_carlo

@@ -27,7 +27,7 @@ from specproof.gate.shrink import RESEEDS, shrink
 from exact.subject import subject
 from specproof.gate.testing import assert_acceptance, assert_lossless, assert_lossy
 from specproof.cli import app as cli
-from simulator.drafter_registry import make_drafter
+from simulator.drafting.drafter_registry import make_drafter
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel
 from simulator.trees import make_topology

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 import examples.convention_kernels as kernels  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from exact import certify  # noqa: E402
-from simulator.drafter_registry import make_drafter  # noqa: E402
+from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError, UnsupportedDraftError  # noqa: E402
 from simulator.models import RandomRationalModel, TableModel  # noqa: E402
 from simulator.torch_path.conventions import eagle_adapter, specinfer_adapter, vllm_adapter  # noqa: E402

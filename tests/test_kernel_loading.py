@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 from exact import certify  # noqa: E402
 from exact.subject import subject  # noqa: E402
-from simulator.drafter_registry import make_drafter  # noqa: E402
+from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
 from simulator.torch_path import capture as torch_capture, kernels  # noqa: E402

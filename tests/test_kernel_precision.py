@@ -20,7 +20,7 @@ from click.testing import CliRunner  # noqa: E402
 from examples.torch_kernels import _chain_rows, _emitted, _residual, sps_chain  # noqa: E402
 from exact import certify  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
-from simulator.drafter_registry import make_drafter  # noqa: E402
+from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
 from simulator.torch_path.capture import Precision, capture  # noqa: E402

@@ -24,7 +24,7 @@ np = pytest.importorskip("numpy")
 
 from click.testing import CliRunner  # noqa: E402
 from exact import certify  # noqa: E402
-from simulator.drafter_registry import make_drafter  # noqa: E402
+from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
 from simulator.models import TableModel  # noqa: E402
 from simulator.torch_path.kernels import ADAPTERS, Kernel  # noqa: E402

@@ -25,7 +25,7 @@ from exact import certify, fixed_tree_law  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 from simulator.torch_path import capture as torch_capture  # noqa: E402
-from simulator.drafter_registry import DrafterOptions, make_drafter  # noqa: E402
+from simulator.drafting.drafter_registry import DrafterOptions, make_drafter  # noqa: E402
 from simulator.errors import ChoiceLimitError, KernelError, LimitError, SpecproofError  # noqa: E402
 from specproof.reports.kernel_report import parity, random_instance  # noqa: E402
 from simulator.torch_path.kernels import Kernel  # noqa: E402

@@ -1,4 +1,4 @@
-"""Drafting on demand (simulator/lazy_draft.py): the exact engine's laws equal eager enumeration's, tokens a
+"""Drafting on demand (simulator/drafting/lazy_draft.py): the exact engine's laws equal eager enumeration's, tokens a
 verifier never reads are never choices, node ids stay the topology's or the engine drafts eagerly, and the
 size estimate (Knuth's estimator) is exact where it must be."""
 
@@ -13,7 +13,7 @@ from exact.instances import random_instances
 from exact.size import estimate_round, sample_executions
 from simulator.drafting import SCHEMES, FixedShape
 from simulator.errors import SizeLimitError
-from simulator.lazy_draft import Eager, LazyDraft, lazy_drafter
+from simulator.drafting.lazy_draft import Eager, LazyDraft, lazy_drafter
 from simulator.limits import limits
 from simulator.models import ModelView, SyntheticModel, TableModel
 from simulator.trees import make_topology

@@ -25,7 +25,7 @@ from exact.size import estimate_round
 from simulator.drafting import FixedShape
 from simulator.errors import ExecutionLimitError, InvalidParameterError, SizeLimitError
 from simulator.limits import limits
-from simulator.dyspec import DySpecThreshold
+from simulator.drafting.dyspec import DySpecThreshold
 from simulator.models import ModelView, SyntheticModel
 from simulator.montecarlo.engine import check_tables, table_bytes
 from simulator.trees import DraftTree, make_topology, shape_size

@@ -16,7 +16,8 @@ import sympy as sp
 from exact import certify, round_law
 from exact.prove.cells import Reduced, vanishing_terms
 from exact.recursions.closed_forms import FORMS
-from exact.prove.proof import SymbolicView, _expectation, _paths, prove
+from exact.prove.proof import SymbolicView, _expectation, _paths
+from exact.prove.prover import prove
 from exact.prove.symbolic import LinearFeasibility, Space, normalise
 from exact.reproducer import load_reproducer
 from simulator.drafting import FixedShape

@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from exact import certify
-from exact.prove.proof import Tally, prove
+from exact.prove.proof import Tally
+from exact.prove.prover import prove
 from exact.reproducer import load_reproducer
 from exact.subject import subject
 from specproof.cli.app import main

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from exact import certify
 from exact.prove.lifting import branchings, lift_for, placements
-from exact.prove.proof import prove
+from exact.prove.prover import prove
 from exact.prove.symbolic import Space
 from exact.subject import subject
 from simulator.drafting import FixedShape

@@ -1,4 +1,4 @@
-"""The seeded normals on arrays (:mod:`simulator.seeded_normals`) are numpy's, bit for bit: row ``i`` is
+"""The seeded normals on arrays (:mod:`simulator.models.seeded_normals`) are numpy's, bit for bit: row ``i`` is
 ``default_rng(SeedSequence(entropy[i])).standard_normal(count)``. The synthetic model's rows are built from them, and
 every Monte Carlo number depends on those rows."""
 
@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from simulator import seeded_normals as sn
-from simulator.models import ContextTree, SyntheticModel, _context_seed
+from simulator.models import seeded_normals as sn
+from simulator.models import ContextTree, SyntheticModel
+from simulator.models.model_pairs import _context_seed
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -78,7 +79,7 @@ def _accepts(generator, layer: int, abscissa: int, u53: int) -> bool:
 def test_the_wedge_heights_are_numpys_to_well_within_the_margin(layer):
     """The wedge test ``(f[i−1] − f[i])·u + f[i] < exp(−x²/2)`` with this module's heights decides as numpy's: the
     abscissa where numpy's decision turns (found by bisection, the uniform ½) brackets this module's left side to
-    within 1e-14, far inside :data:`~simulator.seeded_normals.WEDGE_MARGIN`, past which decisions go to numpy."""
+    within 1e-14, far inside :data:`~simulator.models.seeded_normals.WEDGE_MARGIN`, past which decisions go to numpy."""
     tables = sn._trusted()
     generator = np.random.Generator(np.random.PCG64(0))
     u53 = 2**52  # u = 1/2

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from specproof.cli import app as cli
-from simulator.drafter_registry import make_drafter
+from simulator.drafting.drafter_registry import make_drafter
 from simulator.drafting import FixedShape
 from simulator.errors import SizeLimitError, StoreError
 from simulator.models import SyntheticModel

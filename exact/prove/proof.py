@@ -1,4 +1,5 @@
-"""Proofs of losslessness for every model pair of a shape and vocabulary (``specproof prove``, docs/proofs.md).
+"""The machinery of a proof by cells, and its result :class:`Proof` (docs/proofs.md; the entry point is
+:func:`exact.prove.prover.prove`).
 
 The round runs on symbolic rows (:mod:`exact.prove.symbolic`), each path ending in a sequence ``s`` with a
 probability and the sign conditions it assumed. The space of model pairs is cut into cells by those signs
@@ -11,35 +12,33 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
-from simulator.drafting import FixedShape, check_drafting
-from simulator.errors import (InvalidParameterError, RandomnessError, SizeLimitError, SymbolicError,
-                              VerifierFailure)
+from simulator.errors import RandomnessError, SizeLimitError, SymbolicError, VerifierFailure
 from simulator.limits import computation
-from simulator.speculation import complete, speculate
-from simulator.trees import Topology
-from simulator.verifiers import VERIFIERS
+from simulator.speculation import speculate
 
 from .cells import WITNESS_TRIES, Cell, Reduced, check_cells, path_valid, random_point
-from exact.recursions.closed_forms import FORMS, Form
+from exact.recursions.closed_forms import Form
 from exact.reproducer import Reproducer
-from exact.subject import Subject, subject
+from exact.subject import Subject
 from .symbolic import LinearFeasibility, Space, Sym, context_key, estimate_runs, symbolic_paths
-
-if TYPE_CHECKING:
-    from .lifting import Lifted
 
 #: Random descents of the choice tree behind the up-front estimate of the runs (each one symbolic run); from
 #: :data:`FIRST_VERDICT` descents on, a proof is refused as soon as the estimate's lower end passes the limit.
 ESTIMATE_DESCENTS = 32
 FIRST_VERDICT = 8
-#: how a proof is made: ``auto`` lifts a token-verification lift and runs the cells for any other rule
-METHODS = ("auto", "lifting", "cells")
+
+
+class LiftingEvidence(Protocol):
+    """What a proof by lifting keeps (:class:`exact.prove.lifting.Lifted`): its claims, each with its cells."""
+
+    claims: list
+
+    def to_json(self) -> dict: ...
 
 
 class SymbolicView:
@@ -169,7 +168,7 @@ class Proof:
     #: how the verdict was reached: ``cells``, ``lifting`` (with its claims and hypotheses in ``lifting``), or
     #: ``probe`` (a random point the exact engine found lossy before any symbolic run)
     method: str = "cells"
-    lifting: "Lifted | None" = None
+    lifting: LiftingEvidence | None = None
 
     def to_json(self) -> dict:
         names = self.space.names
@@ -209,108 +208,6 @@ def _signs_json(signs: dict) -> dict:
 
 def _contexts(vocab: int, depth: int) -> list[tuple[int, ...]]:
     return [c for d in range(depth + 1) for c in itertools.product(range(vocab), repeat=d)]
-
-
-def _unsupported(name: str) -> str | None:
-    """Why the registry says a built-in rule cannot run symbolically, or ``None``."""
-    spec = VERIFIERS.get(name)
-    if spec is None:
-        return None
-    if spec.float_only:
-        return f"{name} computes with irrational numbers (the normal CDF)"
-    return f"{name} {spec.not_symbolic}" if spec.not_symbolic else None
-
-
-def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, probes: int = 0,
-          tally: Tally | None = None, method: str = "cells") -> Proof:
-    """Prove or refute losslessness of ``verifier`` for every model pair of ``topology`` (drafted by ``scheme``)
-    over ``vocab`` tokens. ``probes`` random exact points are certified by the exact engine first (a loss found
-    there refutes at once); ``tally`` counts the proof's size against its limit and reports progress. ``method``
-    (:data:`METHODS`): ``cells`` runs the whole round symbolically; ``lifting`` proves the single-step rule of a
-    token-verification lift and lifts it to every tree of the shape's branchings (:mod:`exact.prove.lifting`),
-    refusing a verifier that is not one; ``auto`` lifts where it can and runs the cells elsewhere (the command
-    line's default). Raises :class:`SymbolicError` for a rule the symbolic run cannot follow,
-    :class:`SizeLimitError` past the tally's ``max_cells``."""
-    started = time.perf_counter()
-    tally = tally if tally is not None else Tally()
-    if method not in METHODS:
-        raise InvalidParameterError("method", f"unknown method {method!r}; choose from {list(METHODS)}")
-    what = subject(verifier, "verifier")
-    reason = _unsupported(what.name)
-    if reason is not None:
-        raise SymbolicError("verifier", reason)
-    check_drafting(scheme)
-    if scheme not in what.schemes:
-        raise InvalidParameterError("drafting", f"{what.name} is defined under {list(what.schemes)}, not {scheme!r}")
-    height = topology.height
-    space = Space(vocab, _contexts(vocab, height - 1), _contexts(vocab, height))
-    config = {"topology": topology.name, "parents": list(topology.parents), "drafting": scheme, "vocab": vocab}
-    spec = VERIFIERS.get(what.name)
-    if spec is not None and spec.undecided_symbolic:
-        return Proof("UNDECIDED", what.name, config, 0, [], space, time.perf_counter() - started,
-                     reason=f"not run: {what.name} {spec.undecided_symbolic}")
-    lift = None
-    if method != "cells":
-        from .lifting import lift_for  # the lifting builds on this module's machinery
-        lift, why = lift_for(what)
-        if lift is None and method == "lifting":
-            raise InvalidParameterError("method", f"{what.name} is not lifted: {why}; --method cells runs the "
-                                                  "cell search on this shape")
-    view = SymbolicView(space)
-    drafter = FixedShape(topology, scheme)
-    feasible = LinearFeasibility(space)
-
-    def case(point: Sequence[Fraction]) -> Reproducer:
-        rows = space.rows_at(point)
-        return Reproducer(vocab, rows["p"], rows["q"], scheme, what.description, tuple(topology.parents))
-
-    def program(rng):
-        outcome = speculate(view, drafter, what.fn, rng)
-        return complete(outcome, view, height, rng), outcome.path
-
-    if probes:
-        tally.begin("probes")
-        found = _probe(space, case, probes)
-        if found is not None:
-            proof = Proof("REFUTED", what.name, config, 0, [], space, 0.0, method="probe")
-            proof.witness, proof.witness_tvd, proof.failure, index = found
-            proof.reason = (f"random exact point {index} of {probes}, certified by the exact engine before the "
-                            "symbolic run, " + ("is lossy" if proof.failure is None else "makes the rule fail"))
-            proof.seconds = time.perf_counter() - started
-            return proof
-    if lift is not None:
-        from .lifting import prove_lifted
-        return prove_lifted(what, lift, topology, scheme, vocab, config, tally, started)
-    if tally.descents:
-        estimate(space, program, feasible, what.name, tally)
-    tally.begin("paths")
-    stuck: list = []
-    runs = _paths(space, program, feasible, what.name, stuck, tally.run)
-    paths = [(sequence, prob, signs, accepted) for (sequence, accepted), prob, signs in runs]
-    sequences = list(itertools.product(range(vocab), repeat=height + 1))
-    target = {s: _joint(space, s) for s in sequences}
-    decided = decide(paths, target, sequences, stuck, space, feasible, tally)
-    proof = Proof("PROVED", what.name, config, len(paths), decided.cells, space, 0.0, identities=decided.identities,
-                  stops=len(stuck), stopped=decided.stopped)
-    proof.verdict = decided.verdict
-    if decided.witnessed is not None:
-        proof.witness = case(decided.witnessed.witness)
-        proof.witness_tvd, proof.failure = _confirm(proof.witness, what.name)
-        proof.reason = decided.describe()
-        if proof.failure is not None:
-            proof.reason += "; the exact engine's run fails there"
-    elif proof.verdict == "UNDECIDED":
-        proof.reason = decided.describe()
-    else:
-        proof.reason = (f"the identity holds on all {len(proof.cells)} cells: lossless for every model pair of this "
-                        f"shape and vocabulary (V = {vocab}) under {scheme} drafting{decided.describe()}")
-    form = FORMS.get(spec.chain_expectation) if spec is not None else None
-    failed_stop = decided.failed_stop
-    if form is not None and failed_stop is None and topology.parents == tuple(range(-1, len(topology.parents) - 1)):
-        tally.begin("E[τ]")
-        proof.expectations = _expectations(form, paths, space, drafter, what, height, tally)
-    proof.seconds = time.perf_counter() - started
-    return proof
 
 
 @dataclass

@@ -16,7 +16,7 @@ from simulator.numeric import human_number
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
-from .proof import prove
+from .prover import prove
 
 #: The shapes in the table, by label: ``make_topology``'s arguments.
 SHAPES = {
@@ -41,7 +41,7 @@ class Case:
     vocab: int
     drafting: str = "iid"
     expect: str = "PROVED"
-    method: str = "cells"  # or "lifting" (exact.prove.proof.METHODS)
+    method: str = "cells"  # or "lifting" (exact.prove.prover.METHODS)
 
 
 def cases() -> list[Case]:

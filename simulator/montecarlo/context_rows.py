@@ -12,7 +12,8 @@ import numpy as np
 
 from simulator.array_ops import guide_buckets, guide_table, guided_inverse_cdf, last_positive, ranking_tables, take_rows
 from simulator.verifiers.batched.gr_stacks import MassGrid
-from simulator.models import ContextTree, ModelPair, ModelView, _row_field
+from simulator.models import ContextTree, ModelPair, ModelView
+from simulator.models.model_pairs import _row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
 from simulator.verifiers.batched.frame import Derived, residual_draw, rows_name
 

@@ -2,7 +2,7 @@
 docs/cli/real.md).
 
 :func:`speculative_generate` drafts a fixed-shape tree a level at a time (one draft pass per level, that level's
-nodes in one batch, :mod:`simulator.drafting_arrays`), scores it with the target in one pass over its KV cache
+nodes in one batch, :mod:`simulator.drafting.arrays`), scores it with the target in one pass over its KV cache
 (:class:`simulator.torch_path.kv_cache.CachedLM`), and lets the rule's array rule decide
 (:func:`simulator.torch_path.verify.torch_verify`); rows stay tensors on the models' device. On the same
 uniforms it decides exactly as the reference drafting and rule on the same rows (tested). :func:`target_generate`
@@ -24,7 +24,7 @@ import torch
 
 from simulator.array_ops import categorical
 from simulator.drafting import FixedShape
-from simulator.drafting_arrays import array_scheme
+from simulator.drafting.arrays import array_scheme
 from simulator.errors import InvalidParameterError
 from simulator.torch_path.kv_cache import CachedLM
 from simulator.torch_path.real import Processing

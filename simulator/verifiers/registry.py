@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from simulator.drafter_registry import DYNAMIC  # DySpec's trees (simulator.dyspec); "aded": ADED's drafts
+from simulator.drafting.drafter_registry import DYNAMIC  # DySpec's trees (simulator.drafting.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
 from ..usercode import import_user_module
 from . import block, controls, matching, multipath, single_step_arrays as steps, traversal

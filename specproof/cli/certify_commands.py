@@ -15,7 +15,7 @@ from exact.reproducer import capture, failing_case, load_reproducer
 from exact.size import estimate_round
 from exact.subject import subject
 from simulator.case import load_case
-from simulator.drafter_registry import DRAFTERS
+from simulator.drafting.drafter_registry import DRAFTERS
 from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.models import MODELS

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from exact.subject import subject
-from simulator.aded import AdedConfig
-from simulator.drafter_registry import DrafterOptions
+from simulator.drafting.aded import AdedConfig
+from simulator.drafting.drafter_registry import DrafterOptions
 from simulator.errors import InvalidParameterError, TimeLimitError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.models import make_model

@@ -13,8 +13,8 @@ from typing import Callable, Iterator, Sequence
 import click
 from tqdm import tqdm
 
-from simulator.aded import AdedConfig
-from simulator.drafter_registry import DRAFTERS, DrafterOptions, make_drafter
+from simulator.drafting.aded import AdedConfig
+from simulator.drafting.drafter_registry import DRAFTERS, DrafterOptions, make_drafter
 from simulator.drafting import DRAFTING
 from simulator.errors import InvalidParameterError, OutputError, SpecproofError
 from simulator.jsonfile import read_json, write_json

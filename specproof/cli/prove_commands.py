@@ -1,5 +1,5 @@
 """``specproof prove``: losslessness proved (or refuted) for every model pair of a shape and vocabulary
-(:mod:`exact.prove.proof`, docs/proofs.md). Registered on :func:`specproof.cli.group.main`."""
+(:mod:`exact.prove.prover`, docs/proofs.md). Registered on :func:`specproof.cli.group.main`."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
     check_output_file(json_out, "json")
     check_output_dir(Path(case_out).parent, "case_out")  # made if missing
     from exact.prove.proof import ESTIMATE_DESCENTS, Tally  # sympy: imported by this command only (0.7 s at start-up)
-    from exact.prove.proof import prove as run_proof
+    from exact.prove.prover import prove as run_proof
 
     _, shape = tree_shape(topology, depth, branching, parents)
     progress = _Progress()

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from simulator.drafting import FixedShape
-from simulator.drafting_arrays import ARRAY_SCHEMES
+from simulator.drafting.arrays import ARRAY_SCHEMES
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.trees import TOPOLOGIES

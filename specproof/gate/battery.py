@@ -12,11 +12,12 @@ from __future__ import annotations
 import itertools
 import math
 
-from simulator.aded import AdedConfig
-from simulator.drafter_registry import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
+from simulator.drafting.aded import AdedConfig
+from simulator.drafting.drafter_registry import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
 from simulator.drafting import Drafter
 from simulator.errors import InvalidParameterError
-from simulator.models import ModelPair, RandomRationalModel, SyntheticModel, _check_real
+from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
+from simulator.models.model_pairs import _check_real
 from simulator.numeric import ARITHMETICS
 from simulator.trees import TOPOLOGIES, make_topology
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from simulator.drafter_registry import DrafterOptions, make_drafter
+from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidDistributionError, InvalidParameterError, TimeLimitError
 from simulator.limits import until
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel

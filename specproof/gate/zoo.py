@@ -27,7 +27,7 @@ from specproof.gate.hunt import hunt
 from exact.reproducer import Reproducer, capture
 from exact.subject import Subject, subject
 
-from simulator.drafter_registry import make_drafter
+from simulator.drafting.drafter_registry import make_drafter
 from specproof.gate.runner import GATE_DEFAULTS, Check, CheckOutcome, Config, run_gate
 from simulator.montecarlo.designs import cells, chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass
 from simulator.models import ModelView, SyntheticModel

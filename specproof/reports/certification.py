@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from simulator.aded import AdedConfig
-from simulator.drafter_registry import DRAFTING, DrafterOptions, make_drafter
+from simulator.drafting.aded import AdedConfig
+from simulator.drafting.drafter_registry import DRAFTING, DrafterOptions, make_drafter
 from simulator.drafting import Drafter
 from simulator.models import ModelPair
 from simulator.numeric import decimal_text

@@ -19,10 +19,10 @@ from exact import certify
 from exact.generation_law import generation_law
 from specproof.reports.theorems import check_dyspec_greedy
 
-from simulator.aded import AdedConfig
-from simulator.drafter_registry import DrafterOptions, make_drafter
+from simulator.drafting.aded import AdedConfig
+from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.drafting import FixedShape
-from simulator.dyspec import DySpecBudget, DySpecThreshold
+from simulator.drafting.dyspec import DySpecBudget, DySpecThreshold
 from simulator.montecarlo.generations import run_generations
 from simulator.models import ModelView, RandomRationalModel, SyntheticModel
 from simulator.randomness import CounterRandomness

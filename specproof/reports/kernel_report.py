@@ -24,7 +24,7 @@ import numpy as np
 
 from exact import certify, fixed_tree_law
 
-from simulator.drafter_registry import make_drafter
+from simulator.drafting.drafter_registry import make_drafter
 from simulator.torch_path.kernels import Kernel
 from simulator.models import RandomRationalModel, SyntheticModel
 from simulator.torch_path.verify import TORCH_VERIFIERS

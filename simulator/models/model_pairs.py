@@ -18,9 +18,9 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from .errors import InvalidDistributionError, InvalidParameterError
-from .jsonfile import read_json
-from .numeric import Number, as_distribution, check_arithmetic, parse_probability
+from ..errors import InvalidDistributionError, InvalidParameterError
+from ..jsonfile import read_json
+from ..numeric import Number, as_distribution, check_arithmetic, parse_probability
 
 Context = tuple[int, ...]
 
@@ -67,7 +67,7 @@ def _context_seed(seed: int, context: Context) -> np.random.Generator:
 def _context_normals(seed: int, tokens: np.ndarray, count: int) -> np.ndarray:
     """``[m, count]``: the first ``count`` standard normals of :func:`_context_seed`'s generator for each row of
     ``tokens`` (``[m, ℓ]``, contexts of one length), computed on arrays where the key is one ``uint32`` word an entry
-    (:func:`simulator.seeded_normals.standard_normals`), generator by generator otherwise."""
+    (:func:`simulator.models.seeded_normals.standard_normals`), generator by generator otherwise."""
     from .seeded_normals import standard_normals
 
     m, length = tokens.shape
@@ -166,7 +166,7 @@ class SyntheticModel:
         context's normals from its own generator (once for both rows), then the same elementwise arithmetic on
         all rows at once (a row's sum over its last axis is the sum a single row gets; the tests compare every
         row). The generators run on arrays, a block of contexts of one length at a time
-        (:func:`simulator.seeded_normals.standard_normals`: the same normals in a fifth of the time); ``contexts``
+        (:func:`simulator.models.seeded_normals.standard_normals`: the same normals in a fifth of the time); ``contexts``
         may be a :class:`ContextTree`, whose blocks are arrays already."""
         blocks = contexts.blocks() if isinstance(contexts, ContextTree) else _blocks(contexts)
         normals = np.empty((len(contexts), 3, self.vocab))

@@ -13,12 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
-from .errors import InvalidParameterError
+from ..errors import InvalidParameterError
 from .lazy_draft import LazyDraft, lazy_drafter
-from .models import Context, ModelView
-from .numeric import Number, total
-from .randomness import Randomness
-from .trees import DraftTree, Topology
+from ..models import Context, ModelView
+from ..numeric import Number, total
+from ..randomness import Randomness
+from ..trees import DraftTree, Topology
 
 DRAFTING: dict[str, str] = {
     "iid": "children drawn i.i.d. from p (with replacement)",
@@ -63,7 +63,7 @@ def _top_k(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]:
 
 
 #: Each scheme yields a node's children one at a time, each drawn when asked for (the lazy exact engine asks only
-#: for the children a verifier reads, :mod:`simulator.lazy_draft`); fewer than asked under short support.
+#: for the children a verifier reads, :mod:`simulator.drafting.lazy_draft`); fewer than asked under short support.
 SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], Iterator[int]]] = {
     "iid": _iid,
     "without-replacement": _without_replacement,
@@ -140,7 +140,7 @@ class Drafter(Protocol):
     for the next round given every token generated so far (a stateless drafter returns itself).
 
     Optional: ``lazy(view)``, a function drafting one round on demand for the exact engine (tokens drawn when
-    a verifier first reads them, :mod:`simulator.lazy_draft`) or ``None`` where it cannot for this view; the
+    a verifier first reads them, :mod:`simulator.drafting.lazy_draft`) or ``None`` where it cannot for this view; the
     engine drafts eagerly without it. Present on every built-in drafter: ``log10_trees(vocab)``, log10 of an upper bound on the
     number of distinct trees one round can draft, and ``size_options``, the options the trees grow with as the
     command line names them (without ``--``); the exact engine's size estimate (:mod:`exact.size`) reads them.
@@ -172,7 +172,7 @@ class FixedShape:
         return draft_tree(self.topology, view, self.scheme, rng)
 
     def lazy(self, view: ModelView) -> Callable[[Randomness], LazyDraft] | None:
-        """Drafting on demand for the exact engine (:mod:`simulator.lazy_draft`), or ``None`` where node ids could
+        """Drafting on demand for the exact engine (:mod:`simulator.drafting.lazy_draft`), or ``None`` where node ids could
         depend on the draws (short draft rows under a scheme without replacement)."""
         return lazy_drafter(self.topology, view, SCHEMES[self.scheme], self.scheme == "iid")
 

@@ -1,5 +1,5 @@
 """Every drafter by scheme name: fixed shapes (:mod:`simulator.drafting`), DySpec's dynamic trees
-(:mod:`simulator.dyspec`) and ADED's adaptive drafts (:mod:`simulator.aded`), built by :func:`make_drafter`.
+(:mod:`simulator.drafting.dyspec`) and ADED's adaptive drafts (:mod:`simulator.drafting.aded`), built by :func:`make_drafter`.
 """
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from simulator.aded import Aded, AdedConfig, TrigramTable, sample_corpus
+from simulator.drafting.aded import Aded, AdedConfig, TrigramTable, sample_corpus
 from simulator.drafting import DRAFTING, Drafter, FixedShape
-from simulator.dyspec import DySpecBudget, DySpecThreshold
+from simulator.drafting.dyspec import DySpecBudget, DySpecThreshold
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair
 from simulator.trees import Topology

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Callable, Iterator
 
-from .models import ModelView
-from .numeric import Number
-from .randomness import Randomness
-from .trees import Topology, TreeStructure, node_children, node_depths
+from ..models import ModelView
+from ..numeric import Number
+from ..randomness import Randomness
+from ..trees import Topology, TreeStructure, node_children, node_depths
 
 #: A drafting scheme (:data:`simulator.drafting.SCHEMES`): a node's children from its draft row, one per ``next``.
 Sampler = Callable[[Sequence[Number], int, Randomness], Iterator[int]]

@@ -1,0 +1,127 @@
+"""Proofs of losslessness for every model pair of a shape and vocabulary (``specproof prove``, docs/proofs.md): the
+entry point, which proves a rule by lifting (:mod:`exact.prove.lifting`) where it can and by cells
+(:mod:`exact.prove.proof`) elsewhere."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from fractions import Fraction
+from typing import Sequence
+
+from simulator.drafting import FixedShape, check_drafting
+from simulator.errors import InvalidParameterError, SymbolicError
+from simulator.speculation import complete, speculate
+from simulator.trees import Topology
+from simulator.verifiers import VERIFIERS
+
+from exact.recursions.closed_forms import FORMS
+from exact.reproducer import Reproducer
+from exact.subject import Subject, subject
+from .lifting import lift_for, prove_lifted
+from .proof import (Proof, SymbolicView, Tally, _confirm, _contexts, _expectations, _joint, _paths, _probe, decide,
+                    estimate)
+from .symbolic import LinearFeasibility, Space
+
+#: how a proof is made: ``auto`` lifts a token-verification lift and runs the cells for any other rule
+METHODS = ("auto", "lifting", "cells")
+
+
+def _unsupported(name: str) -> str | None:
+    """Why the registry says a built-in rule cannot run symbolically, or ``None``."""
+    spec = VERIFIERS.get(name)
+    if spec is None:
+        return None
+    if spec.float_only:
+        return f"{name} computes with irrational numbers (the normal CDF)"
+    return f"{name} {spec.not_symbolic}" if spec.not_symbolic else None
+
+
+def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, probes: int = 0,
+          tally: Tally | None = None, method: str = "cells") -> Proof:
+    """Prove or refute losslessness of ``verifier`` for every model pair of ``topology`` (drafted by ``scheme``)
+    over ``vocab`` tokens. ``probes`` random exact points are certified by the exact engine first (a loss found
+    there refutes at once); ``tally`` counts the proof's size against its limit and reports progress. ``method``
+    (:data:`METHODS`): ``cells`` runs the whole round symbolically; ``lifting`` proves the single-step rule of a
+    token-verification lift and lifts it to every tree of the shape's branchings (:mod:`exact.prove.lifting`),
+    refusing a verifier that is not one; ``auto`` lifts where it can and runs the cells elsewhere (the command
+    line's default). Raises :class:`SymbolicError` for a rule the symbolic run cannot follow,
+    :class:`SizeLimitError` past the tally's ``max_cells``."""
+    started = time.perf_counter()
+    tally = tally if tally is not None else Tally()
+    if method not in METHODS:
+        raise InvalidParameterError("method", f"unknown method {method!r}; choose from {list(METHODS)}")
+    what = subject(verifier, "verifier")
+    reason = _unsupported(what.name)
+    if reason is not None:
+        raise SymbolicError("verifier", reason)
+    check_drafting(scheme)
+    if scheme not in what.schemes:
+        raise InvalidParameterError("drafting", f"{what.name} is defined under {list(what.schemes)}, not {scheme!r}")
+    height = topology.height
+    space = Space(vocab, _contexts(vocab, height - 1), _contexts(vocab, height))
+    config = {"topology": topology.name, "parents": list(topology.parents), "drafting": scheme, "vocab": vocab}
+    spec = VERIFIERS.get(what.name)
+    if spec is not None and spec.undecided_symbolic:
+        return Proof("UNDECIDED", what.name, config, 0, [], space, time.perf_counter() - started,
+                     reason=f"not run: {what.name} {spec.undecided_symbolic}")
+    lift = None
+    if method != "cells":
+        lift, why = lift_for(what)
+        if lift is None and method == "lifting":
+            raise InvalidParameterError("method", f"{what.name} is not lifted: {why}; --method cells runs the "
+                                                  "cell search on this shape")
+    view = SymbolicView(space)
+    drafter = FixedShape(topology, scheme)
+    feasible = LinearFeasibility(space)
+
+    def case(point: Sequence[Fraction]) -> Reproducer:
+        rows = space.rows_at(point)
+        return Reproducer(vocab, rows["p"], rows["q"], scheme, what.description, tuple(topology.parents))
+
+    def program(rng):
+        outcome = speculate(view, drafter, what.fn, rng)
+        return complete(outcome, view, height, rng), outcome.path
+
+    if probes:
+        tally.begin("probes")
+        found = _probe(space, case, probes)
+        if found is not None:
+            proof = Proof("REFUTED", what.name, config, 0, [], space, 0.0, method="probe")
+            proof.witness, proof.witness_tvd, proof.failure, index = found
+            proof.reason = (f"random exact point {index} of {probes}, certified by the exact engine before the "
+                            "symbolic run, " + ("is lossy" if proof.failure is None else "makes the rule fail"))
+            proof.seconds = time.perf_counter() - started
+            return proof
+    if lift is not None:
+        return prove_lifted(what, lift, topology, scheme, vocab, config, tally, started)
+    if tally.descents:
+        estimate(space, program, feasible, what.name, tally)
+    tally.begin("paths")
+    stuck: list = []
+    runs = _paths(space, program, feasible, what.name, stuck, tally.run)
+    paths = [(sequence, prob, signs, accepted) for (sequence, accepted), prob, signs in runs]
+    sequences = list(itertools.product(range(vocab), repeat=height + 1))
+    target = {s: _joint(space, s) for s in sequences}
+    decided = decide(paths, target, sequences, stuck, space, feasible, tally)
+    proof = Proof("PROVED", what.name, config, len(paths), decided.cells, space, 0.0, identities=decided.identities,
+                  stops=len(stuck), stopped=decided.stopped)
+    proof.verdict = decided.verdict
+    if decided.witnessed is not None:
+        proof.witness = case(decided.witnessed.witness)
+        proof.witness_tvd, proof.failure = _confirm(proof.witness, what.name)
+        proof.reason = decided.describe()
+        if proof.failure is not None:
+            proof.reason += "; the exact engine's run fails there"
+    elif proof.verdict == "UNDECIDED":
+        proof.reason = decided.describe()
+    else:
+        proof.reason = (f"the identity holds on all {len(proof.cells)} cells: lossless for every model pair of this "
+                        f"shape and vocabulary (V = {vocab}) under {scheme} drafting{decided.describe()}")
+    form = FORMS.get(spec.chain_expectation) if spec is not None else None
+    failed_stop = decided.failed_stop
+    if form is not None and failed_stop is None and topology.parents == tuple(range(-1, len(topology.parents) - 1)):
+        tally.begin("E[τ]")
+        proof.expectations = _expectations(form, paths, space, drafter, what, height, tally)
+    proof.seconds = time.perf_counter() - started
+    return proof

@@ -1,0 +1,8 @@
+"""Model pairs and their set-up: the synthetic, table and random-rational pairs and :class:`ModelView`
+(:mod:`.model_pairs`), and the counter-based normals that seed the synthetic pair's logits (:mod:`.seeded_normals`)."""
+
+from .model_pairs import (MODELS, Context, ContextTree, ModelPair, ModelView, RandomRationalModel, SyntheticModel,
+                          TableModel, make_model, sequence_law)
+
+__all__ = ["MODELS", "Context", "ContextTree", "ModelPair", "ModelView", "RandomRationalModel", "SyntheticModel",
+           "TableModel", "make_model", "sequence_law"]
