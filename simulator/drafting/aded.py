@@ -19,12 +19,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .shapes import Draft
 from ..errors import InvalidParameterError
 from ..models import Context, ModelPair, ModelView
-from ..numeric import Number, normalise
+from ..numeric import normalise
 from ..randomness import SamplingRandomness
 from ..trees import MAX_TREE_NODES, DraftTree
+from .shapes import Draft
 
 START = -1  # the start marker padding each corpus sequence and a short prompt
 Key = tuple[int, int]

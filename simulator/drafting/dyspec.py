@@ -14,12 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .shapes import Draft
 from ..errors import InvalidParameterError
 from ..models import Context, ModelView
 from ..numeric import Number, normalise, rational, total
 from ..randomness import Randomness
 from ..trees import MAX_TREE_NODES, DraftTree
+from .shapes import Draft
 
 
 def _sample_slot(residual: Sequence[Number], rng: Randomness) -> tuple[int, Number, tuple[Number, ...] | None]:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
 from ..errors import InvalidParameterError
-from .lazy_draft import LazyDraft, lazy_drafter
 from ..models import Context, ModelView
 from ..numeric import Number, total
 from ..randomness import Randomness
 from ..trees import DraftTree, Topology
+from .lazy_draft import LazyDraft, lazy_drafter
 
 DRAFTING: dict[str, str] = {
     "iid": "children drawn i.i.d. from p (with replacement)",
