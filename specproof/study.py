@@ -12,8 +12,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import re
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
@@ -201,6 +203,26 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
+def strict_json(text: str | bytes) -> object:
+    """``json.loads`` refusing what no record of ours holds: NaN, infinities and numbers past float's range
+    (``1e999``), which Python's JSON reader accepts (records are written with ``allow_nan=False``).
+    :class:`ValueError` (``UnicodeDecodeError`` included) for anything that is not such JSON."""
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"the number {text} is not finite")
+        return value
+
+    def refuse(name: str) -> float:
+        raise ValueError(f"{name} is not a number a record can hold")
+
+    return json.loads(text, parse_float=finite, parse_constant=refuse)
+
+
+def _warn(message: str) -> None:
+    print(f"warning: store: {message}", file=sys.stderr)
+
+
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -222,10 +244,18 @@ class Store:
     append. Two sweeps on one store would each compute every missing record and append it, doubling the store;
     the second refuses instead, naming the lock and the process holding it. Reading takes no lock (a line being
     appended is not yet a record), nor does :meth:`cached` (each entry is written whole, by a rename).
+
+    Damage is named, never read as results. A damaged line (not JSON, not a record, a non-finite number) is a
+    :class:`StoreError` naming the file and line. A damaged file (a ``.jsonl`` file that is not UTF-8 text, a
+    cache entry that does not parse or whose content does not match its checksum) is reported through ``warn``,
+    naming the file, and recomputed: its records count as missing, and the file is moved aside to
+    ``<name>.damaged`` before the first record is appended to it.
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, warn: Callable[[str], None] = _warn) -> None:
         self.root = Path(root)
+        self.warn = warn
+        self._damaged: set[Path] = set()
         self._index: dict[tuple[str, int], tuple[dict, str]] | None = None
         self._lock_fd: int | None = None
         self._lock_depth = 0
@@ -264,11 +294,17 @@ class Store:
             self._convert_legacy()
             self._index = {}
             for path in sorted(self.root.glob("*.jsonl")):
-                lines = path.read_text().split("\n")
+                try:
+                    lines = path.read_bytes().decode().split("\n")
+                except UnicodeDecodeError as err:
+                    self._damaged.add(path)
+                    self.warn(f"{path} is not a store file (not UTF-8 text: {err.reason} at byte {err.start}); "
+                              f"its records are recomputed, and it is moved aside to {_aside(path).name}")
+                    continue
                 for number, line in enumerate(lines[:-1], start=1):  # lines[-1]: "" or a cut-off append
                     where = f"{path}:{number}"
                     try:
-                        record = json.loads(line)
+                        record = strict_json(line)
                         key = (Cell(**{**record["cell"], "seeds": 0}).key(), int(record["seed"]))
                     except (ValueError, TypeError, KeyError) as err:
                         raise StoreError("store", f"{where} is unreadable ({err}); delete that line and re-run "
@@ -291,6 +327,11 @@ class Store:
         if missing:
             raise StoreError("store", f"{where} is incomplete (no {', '.join(missing)}); delete that line and re-run "
                                       "the same command: the sweep recomputes that record")
+        wrong = [f for f in NUMBER_FIELDS if not _is_number(record[f])] + \
+            [f"test.{f}" for f in ChiSquare.__dataclass_fields__ if not _is_number(record["test"][f])]
+        if wrong:
+            raise StoreError("store", f"{where} is damaged ({', '.join(wrong)} not a number); delete that line and "
+                                      "re-run the same command: the sweep recomputes that record")
         return record
 
     def save(self, record: dict, cell: Cell, seed: int) -> None:
@@ -299,6 +340,9 @@ class Store:
         line = json.dumps(record, allow_nan=False) + "\n"
         self._records()  # read before appending: a cut-off last line is dropped, not glued to this one
         with self.lock():
+            if path in self._damaged:
+                os.replace(path, _aside(path))
+                self._damaged.discard(path)
             _cut_partial_line(path)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
@@ -308,16 +352,26 @@ class Store:
         self._records()[(cell.key(), seed)] = (record, f"{path}:end")
 
     def cached(self, name: str, params: dict, compute: Callable[[], T]) -> T:
-        """``compute()`` (JSON data) once per ``name``, ``params`` and code version; later calls read it back."""
+        """``compute()`` (JSON data) once per ``name``, ``params`` and code version; later calls read it back.
+
+        An entry is ``{"sha256": …, "value": …}``, the hash of the value's canonical JSON: an entry that does not
+        parse, or whose value does not match its hash (damage, a hand edit), is named through ``warn`` and
+        recomputed."""
         key = hashlib.sha256(json.dumps([name, params, code_fingerprint()], sort_keys=True).encode()).hexdigest()[:16]
         path = self.root / "cache" / f"{name}-{key}.json"
         if path.exists():
             try:
-                return json.loads(path.read_text())
-            except ValueError:
-                pass  # a damaged cache entry is recomputed
+                entry = strict_json(path.read_bytes())
+                if isinstance(entry, dict) and entry.keys() == {"sha256", "value"} and \
+                        entry["sha256"] == _checksum(entry["value"]):
+                    return entry["value"]
+                why = "its content does not match its checksum"
+            except ValueError as err:  # UnicodeDecodeError included
+                why = f"it is not a cache entry ({err})"
+            self.warn(f"{path} is damaged ({why}): recomputing it")
         value = compute()
-        _atomic_write(path, json.dumps(value, indent=1, allow_nan=False) + "\n")
+        entry = {"sha256": _checksum(value), "value": value}
+        _atomic_write(path, json.dumps(entry, indent=1, allow_nan=False) + "\n")
         return value
 
     def records(self, cell: Cell) -> list[dict]:
@@ -343,6 +397,23 @@ class Store:
             for folder in {p.parent for p in legacy}:
                 if folder.exists() and not any(folder.iterdir()):
                     folder.rmdir()
+
+
+def _checksum(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def _aside(path: Path) -> Path:
+    """Where a damaged store file is moved before records are appended in its place."""
+    return path.with_name(path.name + ".damaged")
+
+
+#: The numeric fields of a record (:class:`SeedResult`'s, the chi-square test aside).
+NUMBER_FIELDS = tuple(f for f in SeedResult.__dataclass_fields__ if f != "test")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 #: The lock file in a store's root while a process holds its lock (:meth:`Store.lock`): that process's id.
