@@ -8,6 +8,7 @@ rounded factors, each carrying a relative error near ``1e-16``, so rounding stay
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -24,6 +25,7 @@ from simulator.verifiers.registry import Verifier, check_pairing, load_verifier,
 from .enumeration import Branch, enumerate_outcomes, located
 from .recursions.token_law import ArrayLaw
 from .law import Counterexample, OutputLaw
+from .reach import LineTracer, Reach, plugin_tracer, reach_of
 
 FLOAT_TOLERANCE = 1e-10
 METHODS = ("enumerate", "recursion")  # how certify computes a round's law
@@ -48,10 +50,14 @@ def view_law(view: ModelView, drafter: Drafter, verifier: Verifier) -> OutputLaw
         return _view_law(view, drafter, verifier, scope.advance)
 
 
-def _view_law(view: ModelView, drafter: Drafter, verifier: Verifier, advance) -> OutputLaw:
+def _view_law(view: ModelView, drafter: Drafter, verifier: Verifier, advance,
+              tracer: LineTracer | None = None) -> OutputLaw:
+    """``tracer``: the plugin's line tracer, told where each execution ends (its lines count only when its
+    probability is positive)."""
     check_pairing(verifier_name(verifier), drafter.scheme)  # every library caller gets the command line's check
     exact = view.arithmetic == "fraction"
-    return _checked(OutputLaw(_round_outcomes(view, drafter, verifier, exact, advance), drafter.height, view, exact))
+    outcomes = _round_outcomes(view, drafter, verifier, exact, advance)
+    return _checked(OutputLaw(outcomes if tracer is None else tracer.weighed(outcomes), drafter.height, view, exact))
 
 
 def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool, advance):
@@ -142,6 +148,8 @@ class Certificate:
     #: how the law was computed (:data:`METHODS`): ``executions`` counts enumerated executions, or the recursion's
     #: sub-problems
     method: str = "enumerate"
+    #: what the rule reached on this instance: P(τ ≥ 1), P(inner), P(leaf), a plugin's lines (:mod:`exact.reach`)
+    reach: Reach | None = None
 
     def to_json(self) -> dict:
         num = lambda v: to_json_number(v, self.arithmetic)  # noqa: E731
@@ -157,7 +165,8 @@ class Certificate:
                 "expected_accepted": num(self.expected_accepted),
                 "block_efficiency": num(self.expected_accepted + 1),
                 "accept_profile": [num(v) for v in self.profile], "counterexample": ce,
-                "executions": self.executions, "method": self.method, "config": self.config}
+                "executions": self.executions, "method": self.method, "config": self.config,
+                "reach": None if self.reach is None else self.reach.to_json(num)}
 
 
 def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
@@ -171,9 +180,10 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
     name, fn = _resolve(verifier)
     if method not in METHODS:
         raise InvalidParameterError("method", f"unknown method {method!r}; choose from {METHODS}")
-    with computation() as scope:  # the round's law and its completion count together
+    tracer = plugin_tracer(fn) if method == "enumerate" else None  # a plugin has no recursion
+    with computation() as scope, (tracer or contextlib.nullcontext()):  # the law and its completion count together
         view = ModelView(model, check_arithmetic(arithmetic), context)
-        law = (_view_law(view, drafter, fn, scope.advance) if method == "enumerate"
+        law = (_view_law(view, drafter, fn, scope.advance, tracer) if method == "enumerate"
                else recursion_law(view, drafter, fn))
         distance = law.distance()
     tolerance, reason = _tolerance(fn, law.exact)
@@ -181,7 +191,7 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     return Certificate(name, arithmetic, lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),
-                       distance.off_support, reason, method)
+                       distance.off_support, reason, method, reach_of(law, tracer))
 
 
 def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
@@ -192,13 +202,14 @@ def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier
     :mod:`simulator.torch_path.crosscheck`) instead of the view's own ``q^(H+1)``. Lossless means TVD ≤
     ``tolerance`` (``reason`` says why that much) and no mass on a sequence the reference gives probability 0."""
     name, fn = _resolve(verifier)
-    with computation() as scope:
-        law = _view_law(ModelView(model, "float"), drafter, fn, scope.advance)
+    tracer = plugin_tracer(fn)
+    with computation() as scope, (tracer or contextlib.nullcontext()):
+        law = _view_law(ModelView(model, "float"), drafter, fn, scope.advance, tracer)
         distance = law.distance(reference(drafter.height + 1))
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     return Certificate(name, "float", lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),
-                       distance.off_support, reason)
+                       distance.off_support, reason, reach=reach_of(law, tracer))
 
 
 def _tolerance(fn: Verifier, exact: bool) -> tuple[Number, str]:

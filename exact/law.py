@@ -41,9 +41,15 @@ class OutputLaw:
         # Aggregated as the executions stream in: memory grows with the distinct outcomes, not the executions.
         self.outcomes: dict[RoundOutcome, Number] = {}
         self.executions = 0  # executions the enumerator ran (choice-tree leaves)
+        # P(the round ended at an inner node), P(at a leaf), tallied per execution (the outcome's key merges them)
+        self._ended: dict[bool, Number] | None = {True: zero, False: zero}
         for outcome, prob in outcomes:
             self.outcomes[outcome] = self.outcomes.get(outcome, zero) + prob
             self.executions += 1
+            if outcome.inner is None:
+                self._ended = None
+            elif self._ended is not None:
+                self._ended[outcome.inner] += prob
 
     # ---- the round's own law -------------------------------------------------------------------------
     def law(self) -> dict[tuple[Sequence_, int], Number]:
@@ -60,6 +66,11 @@ class OutputLaw:
     def expected_accepted(self) -> Number:
         """``E[τ]``: the expected number of accepted draft tokens."""
         return sum((prob * o.accepted for o, prob in self.outcomes.items()), self._zero)
+
+    def ended(self) -> tuple[Number, Number] | None:
+        """``(P(inner), P(leaf))``: the probability that the round ended at a node with children (a correction
+        draw) and at a leaf (a bonus draw); ``None`` where an outcome did not say (a recursion's)."""
+        return None if self._ended is None else (self._ended[True], self._ended[False])
 
     def profile(self) -> list[Number]:
         """``[P(τ ≥ 1), …, P(τ ≥ H)]``."""

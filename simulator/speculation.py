@@ -6,7 +6,7 @@ handler, replay under a given array of uniforms: the same code in every case (do
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .completion import TARGET, GreedyBlockCompletion, TargetCompletion
@@ -23,11 +23,16 @@ Completion = TargetCompletion | GreedyBlockCompletion
 
 @dataclass(frozen=True)
 class RoundOutcome:
-    """What one round emits: the accepted token path, the correction/bonus token and its completion rule."""
+    """What one round emits: the accepted token path, the correction/bonus token and its completion rule.
+
+    ``inner`` says how this execution's round ended: ``True`` at a node with children (``y`` a correction draw),
+    ``False`` at a leaf (``y`` a bonus draw), ``None`` where unknown (a recursion's outcome). It is not part of the
+    outcome's identity: two rounds that emit the same tokens compare equal however they ended."""
 
     path: tuple[int, ...]
     y: int
     completion: Completion = TARGET
+    inner: bool | None = field(default=None, compare=False, repr=False)
 
     @property
     def accepted(self) -> int:
@@ -66,7 +71,7 @@ def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: R
         raise VerifierOutputError("y", f"returned token {y!r} outside 0..{vocab - 1}")
     if not hasattr(completion, "next_row"):
         raise VerifierOutputError("completion", f"a completion rule needs next_row(block, view), got {completion!r}")
-    return RoundOutcome(tree.path(node), y, completion)
+    return RoundOutcome(tree.path(node), y, completion, inner=bool(tree.children(node)))
 
 
 def speculate(view: ModelView, drafter: Drafter, verifier: Verifier, rng: Randomness) -> RoundOutcome:

@@ -1,0 +1,272 @@
+"""What a certificate's rule reached on its instance (docs/certificates.md#what-the-verdict-could-see).
+
+A LOSSLESS verdict weighs only the decisions the rule took with positive probability: where no draft token is
+ever accepted, an acceptance bug cannot change the law. :class:`Reach` holds ``P(τ ≥ 1)``, the probability that
+the round ended at an inner node (its token a correction draw) and at a leaf (a bonus draw), the bug classes a
+probability of 0 hides, and for a plugin the share of its source lines that ran in executions of positive
+probability (:class:`LineTracer`, ``sys.settrace`` on the plugin's code only).
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import os
+import sys
+import types
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, TypeVar
+
+from simulator.numeric import Number, human_number
+from simulator.usercode import is_own_frame
+from simulator.verifiers.registry import Verifier, is_builtin
+
+T = TypeVar("T")
+#: what ``p_inner`` and ``p_leaf`` say where the law came from a recursion, whose outcomes do not say how they ended
+NOT_BY_RECURSION = "not computed by the recursion"
+
+
+@dataclass(frozen=True)
+class LineCoverage:
+    """The source lines of a plugin (``(file, line)``) and those of them that ran with positive probability."""
+
+    lines: frozenset[tuple[str, int]]
+    executed: frozenset[tuple[str, int]]
+
+    @property
+    def share(self) -> float:
+        return len(self.executed) / len(self.lines) if self.lines else 1.0
+
+    def never(self) -> dict[str, list[int]]:
+        """The lines never executed, by file."""
+        out: dict[str, list[int]] = {}
+        for file, line in sorted(self.lines - self.executed):
+            out.setdefault(file, []).append(line)
+        return out
+
+    def text(self) -> str:
+        never = "; ".join(f"{_shown_path(file)} lines {_ranges(lines)}" for file, lines in self.never().items())
+        return (f"plugin lines executed with positive probability: {len(self.executed)} of {len(self.lines)} "
+                f"({self.share:.0%})" + (f"; never executed: {never}" if never else ""))
+
+    def to_json(self) -> dict:
+        return {"lines": len(self.lines), "executed": len(self.executed), "share": self.share,
+                "never_executed": self.never()}
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How often the rule took each kind of decision on this instance, and what a probability of 0 hides.
+
+    ``p_inner`` and ``p_leaf`` are ``None`` where the law does not say (a recursion's); ``lines`` is ``None`` for a
+    built-in rule or a subject that is not a plugin function."""
+
+    p_accept: Number
+    p_inner: Number | None
+    p_leaf: Number | None
+    lines: LineCoverage | None = None
+
+    def unseen(self) -> list[str]:
+        """One sentence per decision kind of probability 0: which bugs could not show there."""
+        out = []
+        if self.p_accept == 0:
+            out.append("no draft token was accepted: acceptance bugs, and a residual replaced by q, could not show")
+        if self.p_inner == 0:
+            out.append("the correction draw never ran (every round reached a leaf): a bug in the residual or "
+                       "correction distribution could not show")
+        if self.p_leaf == 0:
+            out.append("the bonus draw never ran (no round reached a leaf): a bug in the bonus token could not show")
+        return out
+
+    def lines_text(self, indent: str = "  ") -> list[str]:
+        """The printed lines: the three probabilities, the plugin's line coverage, then each warning."""
+        def shown(value: Number | None) -> str:
+            return NOT_BY_RECURSION if value is None else human_number(value)
+        out = [f"{indent}P(τ ≥ 1) = {shown(self.p_accept)}; P(output node inner: a correction draw) = "
+               f"{shown(self.p_inner)}; P(output node a leaf: a bonus draw) = {shown(self.p_leaf)}"]
+        if self.lines is not None:
+            out.append(f"{indent}{self.lines.text()}")
+        out += [f"{indent}warning: {line}" for line in self.unseen()]
+        return out
+
+    def to_json(self, num: Callable[[Number], object]) -> dict:
+        """``p_inner`` and ``p_leaf`` are ``null`` where not computed, ``note`` says why."""
+        shown = lambda v: None if v is None else num(v)  # noqa: E731
+        return {"p_accept": shown(self.p_accept), "p_inner": shown(self.p_inner), "p_leaf": shown(self.p_leaf),
+                "note": f"p_inner, p_leaf: {NOT_BY_RECURSION}" if self.p_inner is None else "",
+                "unseen": self.unseen(), "plugin_lines": None if self.lines is None else self.lines.to_json()}
+
+
+def reach_of(law, tracer: "LineTracer | None") -> Reach:
+    """The :class:`Reach` of a law (:class:`~exact.law.OutputLaw` or a recursion's
+    :class:`~exact.recursions.token_law.ArrayLaw`) and the tracer that watched it being computed."""
+    profile = law.profile()
+    ended = law.ended() if hasattr(law, "ended") else None
+    zero = law.total() * 0
+    inner, leaf = (None, None) if ended is None else ended
+    return Reach(profile[0] if profile else zero, inner, leaf, None if tracer is None else tracer.coverage())
+
+
+class LineTracer:
+    """Records which of a plugin's lines run, keeping only those of executions of positive probability.
+
+    Lines run since the last execution ended are pending: :meth:`weighed` keeps them when the execution's
+    probability is positive and drops them otherwise; :meth:`coverage` keeps what ran after the last execution (the
+    completion, which runs only for outcomes of positive probability). Only frames of the plugin's own code get a
+    line tracer; every other event goes to the trace function installed before (a debugger, a coverage tool), so
+    the two coexist, and a profile hook (``sys.setprofile``) is untouched."""
+
+    def __init__(self, codes: frozenset[types.CodeType]) -> None:
+        self._codes = codes
+        self._lines = frozenset((c.co_filename, line) for c in codes for line in executable_lines(c))
+        self._pending: set[tuple[str, int]] = set()
+        self._executed: set[tuple[str, int]] = set()
+        self._previous = None
+
+    def __enter__(self) -> "LineTracer":
+        self._previous = sys.gettrace()
+        sys.settrace(self._call)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.settrace(self._previous)
+
+    def _call(self, frame, event, arg):
+        theirs = self._previous(frame, event, arg) if self._previous is not None else None
+        if frame.f_code not in self._codes:
+            return theirs
+        pending, file = self._pending, frame.f_code.co_filename
+
+        def local(frame, event, arg):
+            nonlocal theirs
+            if event == "line":
+                pending.add((file, frame.f_lineno))
+            if theirs is not None:
+                theirs = theirs(frame, event, arg)
+            return local
+        return local
+
+    def weighed(self, outcomes: Iterable[tuple[T, Number]]) -> Iterator[tuple[T, Number]]:
+        """``outcomes`` passed through; each execution's lines are kept when its probability is positive."""
+        for outcome, prob in outcomes:
+            if prob > 0:
+                self._executed |= self._pending
+            self._pending.clear()
+            yield outcome, prob
+
+    def coverage(self) -> LineCoverage:
+        self._executed |= self._pending
+        self._pending.clear()
+        return LineCoverage(self._lines, frozenset(self._executed & self._lines))
+
+
+def plugin_tracer(fn: Verifier) -> LineTracer | None:
+    """A :class:`LineTracer` on a plugin's code, or ``None`` for a built-in rule or a subject with no Python code of
+    its own (a torch kernel goes through specproof's adapter)."""
+    if is_builtin(fn):
+        return None
+    codes = plugin_codes(fn)
+    return LineTracer(codes) if codes else None
+
+
+def plugin_codes(fn: object) -> frozenset[types.CodeType]:
+    """The code a plugin runs, found without running it: its function (or, for a rule specproof built around the
+    user's functions, such as ``tv(SingleStepRule(..., plan=my_plan))``, the user's functions it holds), the
+    functions nested in them, and the functions and classes of the same file they name as globals, transitively.
+    Code in specproof's own packages is never a plugin's."""
+    todo = [(_code(root), _func(root).__globals__) for root in _roots(fn)]
+    seen: set[types.CodeType] = set()
+    while todo:
+        code, namespace = todo.pop()
+        if code in seen:
+            continue
+        seen.add(code)
+        todo += [(c, namespace) for c in code.co_consts if isinstance(c, types.CodeType)]
+        for name in _global_names(code):
+            for found in _functions_of(namespace.get(name)):
+                inner = _code(found)
+                if inner is not None and inner.co_filename == code.co_filename:
+                    todo.append((inner, _func(found).__globals__))
+    return frozenset(seen)
+
+
+def executable_lines(code: types.CodeType) -> set[int]:
+    """The lines of ``code``'s body that a line tracer can report: the lines of its instructions after the
+    prologue (up to ``RESUME``: the ``def`` line, a generator's set-up), nested code excluded."""
+    lines, started = set(), False
+    for ins in dis.get_instructions(code):
+        if started and ins.positions is not None and ins.positions.lineno is not None:
+            lines.add(ins.positions.lineno)
+        started = started or ins.opname == "RESUME"
+    return lines
+
+
+def _roots(fn: object) -> list[object]:
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    if _code(fn) is not None:
+        return [fn]
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+    held = [fn, *cells] + [v for obj in (fn, *cells) for v in _attributes(obj)]
+    return [obj for obj in held if _code(obj) is not None]
+
+
+def _func(obj: object):
+    """A method's function; a function itself."""
+    return getattr(obj, "__func__", obj)
+
+
+def _code(obj: object) -> types.CodeType | None:
+    """The code of a user's Python function, method or lambda (``None`` for anything else, or for specproof's)."""
+    code = getattr(_func(obj), "__code__", None)
+    if not isinstance(code, types.CodeType) or is_own_frame(code.co_filename) or code.co_filename.startswith("<"):
+        return None
+    return code
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def _attributes(obj: object) -> list[object]:
+    try:
+        return list(vars(obj).values())
+    except TypeError:  # no __dict__
+        return []
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    return {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+
+
+def _functions_of(obj: object) -> list[object]:
+    """A function itself; a class's methods (static and class methods and properties unwrapped)."""
+    if inspect.isclass(obj):
+        out = []
+        for value in vars(obj).values():
+            if isinstance(value, property):
+                out += [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+            else:
+                out.append(_func(value))
+        return out
+    return [obj]
+
+
+def _shown_path(file: str) -> str:
+    """A file under the working directory relative to it, any other as given."""
+    relative = os.path.relpath(file)
+    return file if relative.startswith("..") else relative
+
+
+def _ranges(lines: list[int]) -> str:
+    """``[3, 4, 5, 9]`` as ``3-5, 9``."""
+    runs: list[list[int]] = []
+    for line in lines:
+        if runs and line == runs[-1][1] + 1:
+            runs[-1][1] = line
+        else:
+            runs.append([line, line])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
