@@ -1,6 +1,7 @@
 """The ``specproof`` executable. SIGINT and SIGTERM exit 130 from its first instant, while the command line is
 still being imported; once a command runs, :class:`specproof.cli.group.SpecproofGroup` takes them over
-(docs/cli/README.md#exit-codes)."""
+(docs/cli/README.md#exit-codes). Each command runs supervised: in a child process, whose exit code is
+delivered to the parent as it exits (:mod:`specproof.cli.supervisor`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ def main() -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+    from specproof.cli import supervisor
     from specproof.cli.app import main as command_line
 
-    command_line()
+    supervisor.enable()
+    try:
+        command_line()
+    except SystemExit as done:  # in a supervised child: the exit code, told to the parent
+        supervisor.deliver(done.code)
+        raise
+    supervisor.deliver(0)
