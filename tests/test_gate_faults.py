@@ -98,7 +98,7 @@ def test_an_unreadable_or_invalid_config_is_refused_naming_the_field(tmp_path):
 
 
 def test_a_bad_baselines_file_is_refused_before_anything_runs(tmp_path):
-    key = "random-rational seed=0 V=2 chain iid"
+    key = "random-rational seed=0 V=2 chain iid depth=1 branching=2 zero_prob=0.25 fraction"
     good = write(tmp_path / "good")
     (good.parent / "specproof-baselines.json").write_text(json.dumps({"tv-sps": {key: sps_acceptance()}}))
     out = gate("--config", good)

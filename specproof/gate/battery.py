@@ -94,6 +94,18 @@ def instance_key(inst: dict) -> str:
     return f"{inst['model']} seed={inst['seed']} V={inst['vocab']} {shape} {inst['drafting']}"
 
 
+def baseline_key(inst: dict, b: dict) -> str:
+    """How an instance is keyed in the baselines file: :func:`instance_key` and every parameter of battery ``b``
+    the instance's exact ``E[τ]`` depends on — a fixed shape's ``depth`` and ``branching`` or a dynamic drafter's
+    ``budget``, ``threshold`` and ``max_depth``; the model's ``rho``, ``tau_p`` and ``tau_q`` (synthetic) or
+    ``zero_prob`` (random-rational); the arithmetic. A baseline made on another instance is then absent (no
+    baseline), not a moved ``E[τ]``: ``random-rational seed=0 V=2 chain iid depth=2 branching=2 zero_prob=0.25
+    fraction``."""
+    drafting = ("depth", "branching") if "topology" in inst else ("budget", "threshold", "max_depth")
+    model = ("rho", "tau_p", "tau_q") if inst["model"] == "synthetic" else ("zero_prob",)
+    return " ".join([instance_key(inst), *(f"{k}={b[k]!r}" for k in drafting + model), b["arithmetic"]])
+
+
 def build(inst: dict, b: dict) -> tuple[ModelPair, Drafter]:
     """The model and drafter of one instance of battery ``b``."""
     if inst["model"] == "synthetic":

@@ -26,7 +26,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterator
 
-from specproof.gate.battery import battery, build, instance_key, instances, merged
+from specproof.gate.battery import baseline_key, battery, build, instance_key, instances, merged
 from exact.certificate import certify
 from specproof.gate.hunt import hunt
 from exact.reproducer import capture
@@ -308,10 +308,11 @@ def same_acceptance(current: str | float, baseline: str | float, exact: bool, to
 class Case:
     """One instance of one check, with its result and what the gate concluded."""
 
-    key: str
+    key: str  # the instance's name (:func:`specproof.gate.battery.instance_key`)
     result: dict
     baseline: str | float | None = None
     moved: bool = False
+    baseline_key: str = ""  # its key in the baselines file (:func:`specproof.gate.battery.baseline_key`)
 
     @property
     def error(self) -> str | None:
@@ -393,7 +394,8 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
             outcome = CheckOutcome(check, what)
             for inst in instances(check.battery, what):
                 key = fingerprint(check, what, inst)
-                outcome.cases.append(Case(instance_key(inst), state.load(key) or {}))
+                outcome.cases.append(Case(instance_key(inst), state.load(key) or {},
+                                          baseline_key=baseline_key(inst, check.battery)))
                 if not outcome.cases[-1].result:
                     todo.append((outcome.cases[-1], key, (check.description, check.battery, inst)))
             outcomes.append(outcome)
@@ -411,7 +413,7 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
         for outcome in outcomes:
             exact = outcome.check.battery["arithmetic"] == "fraction" and "kernel" not in outcome.check.description
             for case in outcome.cases:
-                case.baseline = baselines.get(outcome.check.name, {}).get(case.key)
+                case.baseline = baselines.get(outcome.check.name, {}).get(case.baseline_key)
                 if case.baseline is not None and case.error is None:
                     case.moved = not same_acceptance(case.result["expected_accepted"], case.baseline, exact,
                                                      tolerance)
@@ -493,7 +495,7 @@ def _reproduce(outcome: CheckOutcome, config: Config, state: State) -> None:
 
 def write_baselines(path: Path, outcomes: list[CheckOutcome]) -> Path:
     """This run's ``E[τ]`` per check and instance (an instance that erred keeps its old baseline, if any)."""
-    write_json(path, {o.check.name: {c.key: c.result["expected_accepted"] if c.error is None else c.baseline
-                                     for c in o.cases if c.error is None or c.baseline is not None}
+    write_json(path, {o.check.name: {c.baseline_key: c.result["expected_accepted"] if c.error is None
+                                     else c.baseline for c in o.cases if c.error is None or c.baseline is not None}
                       for o in outcomes}, BASELINES_FIELD)
     return path
