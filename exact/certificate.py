@@ -52,11 +52,11 @@ def view_law(view: ModelView, drafter: Drafter, verifier: Verifier) -> OutputLaw
 
 def _view_law(view: ModelView, drafter: Drafter, verifier: Verifier, advance,
               tracer: LineTracer | None = None) -> OutputLaw:
-    """``tracer``: the plugin's line tracer, told where each execution ends (its lines count only when its
-    probability is positive)."""
+    """``tracer``: the plugin's line tracer, on while the plugin runs and told where each execution ends (its lines
+    count only when its probability is positive)."""
     check_pairing(verifier_name(verifier), drafter.scheme)  # every library caller gets the command line's check
     exact = view.arithmetic == "fraction"
-    outcomes = _round_outcomes(view, drafter, verifier, exact, advance)
+    outcomes = _round_outcomes(view, drafter, verifier if tracer is None else tracer.wrap(verifier), exact, advance)
     return _checked(OutputLaw(outcomes if tracer is None else tracer.weighed(outcomes), drafter.height, view, exact))
 
 
@@ -121,6 +121,14 @@ def fixed_tree_law(tree: DraftTree, p: Sequence, q: Sequence, verifier: str | Ve
         return _checked(OutputLaw(outcomes(), tree.height if height is None else height, view, exact))
 
 
+def _completing(law, tracer: LineTracer | None):
+    """Where the law's completion runs a plugin's completion rule, its lines are traced there too."""
+    outcomes = getattr(law, "outcomes", {})
+    if tracer is None or not tracer.completes(o.completion for o in outcomes):
+        return contextlib.nullcontext()
+    return tracer.tracing()
+
+
 def _checked(law: OutputLaw) -> OutputLaw:
     mass = law.total()
     if (law.exact and mass != 1) or (not law.exact and abs(mass - 1) > FLOAT_TOLERANCE):
@@ -181,11 +189,12 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
     if method not in METHODS:
         raise InvalidParameterError("method", f"unknown method {method!r}; choose from {METHODS}")
     tracer = plugin_tracer(fn) if method == "enumerate" else None  # a plugin has no recursion
-    with computation() as scope, (tracer or contextlib.nullcontext()):  # the law and its completion count together
+    with computation() as scope:  # the round's law and its completion count together
         view = ModelView(model, check_arithmetic(arithmetic), context)
         law = (_view_law(view, drafter, fn, scope.advance, tracer) if method == "enumerate"
                else recursion_law(view, drafter, fn))
-        distance = law.distance()
+        with _completing(law, tracer):
+            distance = law.distance()
     tolerance, reason = _tolerance(fn, law.exact)
     reason = getattr(law, "tolerance_reason", reason)  # a recursion's own rounding argument
     lossless = distance.tvd <= tolerance and distance.off_support == 0
@@ -203,9 +212,10 @@ def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier
     ``tolerance`` (``reason`` says why that much) and no mass on a sequence the reference gives probability 0."""
     name, fn = _resolve(verifier)
     tracer = plugin_tracer(fn)
-    with computation() as scope, (tracer or contextlib.nullcontext()):
+    with computation() as scope:
         law = _view_law(ModelView(model, "float"), drafter, fn, scope.advance, tracer)
-        distance = law.distance(reference(drafter.height + 1))
+        with _completing(law, tracer):
+            distance = law.distance(reference(drafter.height + 1))
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     return Certificate(name, "float", lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),

@@ -12,8 +12,8 @@ from simulator.errors import InvalidParameterError
 from simulator.models import MODELS
 from simulator.usercode import require
 from simulator.verifiers.registry import check_pairing
-from specproof.cli.options import (build_drafter, certificate_lines, given_options, limited, mass_bar, model_options,
-                                   named_verifier, tree_shape, write_output)
+from specproof.cli.options import (Real, Whole, build_drafter, certificate_lines, given_options, limited, mass_bar,
+                                   model_options, named_verifier, tree_shape, write_output)
 
 CAUSAL_LM = "causal-lm"
 #: the options only ``--model causal-lm`` takes, by parameter name (each ``None`` when not given)
@@ -32,8 +32,8 @@ def causal_lm_options(fn):
         click.option("--draft", help="--model causal-lm: the draft, a directory, a .gguf file, a fetched name, or the "
                                      "target's own layers: self:skip=I,J,... or self:exit=K"),
         click.option("--prompt", help="--model causal-lm: the prompt, one user message under the chat template"),
-        click.option("--top-k", type=int, help="--model causal-lm: top-k of both models' rows (required, ≥ 1)"),
-        click.option("--temperature", type=float, help="--model causal-lm: both models' temperature  [default: 1]"),
+        click.option("--top-k", type=Whole(0), help="--model causal-lm: top-k of both models' rows (required, ≥ 1)"),
+        click.option("--temperature", type=Real(0, min_open=True), help="--model causal-lm: both models' temperature  [default: 1]"),
         click.option("--cache-dir", type=click.Path(file_okay=False),
                      help="--model causal-lm: where fetched and converted models live"),
         click.option("--device", help="--model causal-lm: where the models run (cpu, cuda, cuda:1)  [default: cpu]"),
@@ -111,6 +111,10 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
     click.echo("  " + ", ".join(f"{k} {v}" for k, v in drafting.items()))
     for line in certificate_lines(cert):
         click.echo(line)
+    if cert.reach.p_accept == 0:
+        click.echo(f"  suggestion: no draft token was accepted after this prompt (the pair's top-{processing.top_k} "
+                   "rows share no mass where the draft drafts): try another prompt or a larger --top-k, so that the "
+                   "verdict weighs the rule's acceptance and residual")
     click.echo(f"  tolerance: TVD ≤ {cert.tolerance:g} against the plain passes' joint: {cert.tolerance_reason}")
     click.echo(f"  covers: {covers}")
     write_output(json_out, {**cert.to_json(), "verifier": name, "coverage": covers, "support_tokens": list(pair.tokens),

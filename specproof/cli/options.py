@@ -243,6 +243,8 @@ def certificate_lines(cert, indent: str = "  ") -> list[str]:
         lines.append(f"{indent}counterexample: sequence {list(ce.sequence)} has probability "
                      f"{human_number(ce.verifier_prob)} under the verifier, {human_number(ce.target_prob)} under "
                      "the target")
+    if cert.reach is not None:  # what the rule reached on this instance, and what that hides
+        lines += cert.reach.lines_text(indent)
     lines.append(f"{indent}{cert.executions:,} " + ("executions enumerated" if cert.method == "enumerate" else
                                                      "sub-problems of the exact recursion solved (token "
                                                      "verification: node and context; TRV: subtrees; LV: drafts above "
