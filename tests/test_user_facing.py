@@ -176,7 +176,7 @@ def test_real_with_an_empty_model_directory_names_the_directory(tmp_path):
     pytest.importorskip("transformers")
     (tmp_path / "empty").mkdir()
     questions = tmp_path / "q.jsonl"
-    questions.write_text("")
+    questions.write_text('{"question_id": 1, "turns": ["Hello"]}\n')
     result = run(["real", "--draft", str(tmp_path / "empty"), "--target", str(tmp_path / "empty"), "--questions",
                   str(questions), "--answers", str(tmp_path / "a.jsonl"), "--verifier", "tv-rrs"])
     assert result.returncode == 2 and f"{tmp_path / 'empty'} holds no config.json" in result.stderr

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -63,6 +64,26 @@ class Processing:
         return kept / kept.sum(dim=-1, keepdim=True)
 
 
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' own progress bars off in the block ("Loading weights", the GGUF reader's "Converting and
+    de-quantizing"): our loads are short, and their bars would clutter standard error between specproof's."""
+    from functools import partial
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    was_on, gguf_bar = hf_logging.is_progress_bar_enabled(), gguf_utils.tqdm
+    hf_logging.disable_progress_bar()
+    gguf_utils.tqdm = partial(gguf_bar, disable=True)  # the GGUF reader uses tqdm directly, not transformers'
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = gguf_bar
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def load_causal_lm(source: str, dtype: torch.dtype = torch.float64, field: str = "model", device: str = "cpu",
                    cache_dir: str | None = None):
     """A causal LM in evaluation mode on ``device`` (``cpu``, ``cuda``, ``cuda:1``), from ``source``: a local
@@ -75,7 +96,8 @@ def load_causal_lm(source: str, dtype: torch.dtype = torch.float64, field: str =
     folder = model_directory(source, field, cache_dir)
     on = usable_device(device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype)
+        with quiet_transformers():
+            model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype)
     except (OSError, ValueError) as err:
         raise InvalidParameterError(field, f"cannot load a causal LM from {source}: {err}") from None
     return model.to(on).eval()
@@ -125,8 +147,9 @@ def _converted(gguf: Path, cache: Path, field: str) -> Path:
     scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
     try:
         try:
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            with quiet_transformers():
+                model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+                tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         except (OSError, ValueError) as err:
             raise InvalidParameterError(field, f"transformers cannot read {gguf}: {err}") from None
         # The weights are dequantised already; without these marks save_pretrained refuses a "quantized" model.
@@ -153,7 +176,8 @@ def load_tokenizer(source: str, field: str = "target", cache_dir: str | None = N
 
     folder = model_directory(source, field, cache_dir)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as err:
         raise InvalidParameterError(field, f"no tokenizer in {source}: {err}") from None
     own = bool(getattr(tokenizer, "chat_template", None))

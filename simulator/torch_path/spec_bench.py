@@ -26,6 +26,7 @@ from simulator.array_ops import categorical
 from simulator.drafting import FixedShape
 from simulator.drafting.arrays import array_scheme
 from simulator.errors import InvalidParameterError
+from simulator.jsonfile import read_text
 from simulator.torch_path.kv_cache import CachedLM
 from simulator.torch_path.real import Processing
 from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify
@@ -210,18 +211,30 @@ class BenchSummary:
 
 
 def read_questions(path: str) -> list[dict]:
-    """Spec-Bench's ``question.jsonl``: one ``{"question_id", "category", "turns": [...]}`` object per line."""
+    """Spec-Bench's ``question.jsonl``: one ``{"question_id", "category", "turns": [...]}`` object per line, each
+    with at least one turn, a non-empty string; blank lines are skipped. Checked whole before any model loads:
+    :class:`InvalidParameterError` on ``questions`` naming the file and line, or the file when it holds no
+    question."""
     out = []
-    for i, line in enumerate(Path(path).read_text().splitlines()):
+    for number, line in enumerate(read_text(path, "questions").splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"{path}:{number}"
         try:
             item = json.loads(line)
         except json.JSONDecodeError as err:
-            raise InvalidParameterError(f"questions[{i}]", f"not JSON: {err}") from None
-        if not isinstance(item, dict) or not isinstance(item.get("turns"), list) or "question_id" not in item:
-            raise InvalidParameterError(f"questions[{i}]", "needs question_id and a list of turns")
+            raise InvalidParameterError("questions", f"{where}: not JSON: {err}") from None
+        if not isinstance(item, dict) or "question_id" not in item or not isinstance(item.get("turns"), list):
+            raise InvalidParameterError("questions", f"{where}: needs a question_id and a list of turns")
+        if not item["turns"]:
+            raise InvalidParameterError("questions", f"{where}: question {item['question_id']!r} has no turns")
+        if not all(isinstance(turn, str) and turn.strip() for turn in item["turns"]):
+            raise InvalidParameterError("questions", f"{where}: question {item['question_id']!r} has a turn that "
+                                                     "is not a non-empty string")
         out.append(item)
+    if not out:
+        raise InvalidParameterError("questions", f"{path} holds no question (one JSON object per line, with "
+                                                 "question_id and turns)")
     return out
 
 
