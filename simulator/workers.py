@@ -106,13 +106,14 @@ class Child:
         self.buffer = bytearray()
 
     def fds(self) -> list[int]:
-        """What :func:`wait_children` selects on: the pipe, and the child's pidfd where there is one."""
-        return [self.messages] + ([self.pidfd] if self.pidfd is not None else [])
+        """What :func:`wait_children` selects on: the pipe, and the child's pidfd where there is one (none once
+        reaped)."""
+        return [fd for fd in (self.messages, self.pidfd) if fd is not None and fd >= 0]
 
     def read(self) -> bytes:
         """Append what the child wrote since the last call to :attr:`buffer`; the bytes read."""
         chunks = []
-        while True:
+        while self.messages >= 0:
             try:
                 chunk = os.read(self.messages, 1 << 16)
             except BlockingIOError:
@@ -158,6 +159,7 @@ class Child:
         self.read()
         for fd in self.fds():
             os.close(fd)
+        self.messages, self.pidfd = -1, None
         if os.WIFSIGNALED(status):
             return Ended(signal=os.WTERMSIG(status))
         return Ended(code=os.waitstatus_to_exitcode(status))

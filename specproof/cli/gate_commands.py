@@ -3,6 +3,7 @@ committed baselines, for CI) and ``zoo`` (the mutation zoo report). Registered o
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -18,8 +19,9 @@ from simulator.models import make_model
 from simulator.numeric import ARITHMETICS
 from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.group import main
-from specproof.cli.options import (certificate_lines, certified_subject, command_line, given_options, kernel_options,
-                                   model_options, progress_bar, shrunk, tree_options, tree_shape, write_output)
+from specproof.cli.options import (JOBS, MAX_SECONDS, SEED, Output, Real, certificate_lines, certified_subject,
+                                   check_table, command_line, given_options, kernel_options, model_options,
+                                   progress_bar, shrink_time_option, shrunk, tree_options, tree_shape, write_output)
 from specproof.gate.hunt import Fixed
 from specproof.gate.hunt import hunt as run_hunt
 
@@ -28,13 +30,14 @@ from specproof.gate.hunt import hunt as run_hunt
 @model_options
 @tree_options
 @kernel_options
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="seconds to search")
-@click.option("--hunt-seed", type=int, default=0, show_default=True, help="seed of the search itself")
+@click.option("--time-limit", type=Real(0, MAX_SECONDS, min_open=True, inf_ok=True), default=60.0, show_default=True,
+              help="seconds to search (inf: until a loss is found)")
+@click.option("--hunt-seed", type=SEED, default=0, show_default=True, help="seed of the search itself")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
-@click.option("--shrink-time", type=float, default=10.0, show_default=True, help="seconds the shrinker may take")
-@click.option("--case-out", type=click.Path(dir_okay=False), default="specproof-case.json", show_default=True,
+@shrink_time_option()
+@click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
               help="where the shrunk reproducer goes")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
+@click.option("--json", "json_out", type=Output(), help="write the result here")
 @click.pass_context
 def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, kernel, adapter, dtype, uniforms,
          kernel_kwargs, kernel_init, import_path, time_limit, hunt_seed, arithmetic, shrink_time, case_out, json_out,
@@ -42,8 +45,6 @@ def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob,
     """Search model pairs, vocabularies, shapes and drafting schemes (then local moves on rows) for a pair on which
     the verifier or kernel is lossy. Options given are held fixed, the others searched. Exit 1 on a loss (shrunk
     reproducer written), 0 when the time limit ends without one."""
-    if not time_limit > 0:
-        raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
     check_output_file(json_out, "json")
     check_output_dir(Path(case_out).parent, "case_out")  # made if missing
     name, _, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs, kernel_init,
@@ -76,6 +77,7 @@ def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) ->
     """The hunt's fixed options: those given on the command line."""
     given = set(given_options(ctx, ("model_kind", "vocab", "seed", "rho", "tau_p", "tau_q", "topology", "depth", "branching",
                              "parents", "drafting", "budget", "threshold", "max_depth")))
+    check_table(model_kind, table_path)
     table = make_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q) if model_kind == "table" else None
     topology = None
     if given & {"topology", "depth", "branching", "parents"}:
@@ -92,14 +94,18 @@ def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) ->
 @main.command()
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="specproof.toml: what is checked, the battery, the expected verdicts (docs/gate.md)")
-@click.option("--jobs", type=int, default=1, show_default=True, help="worker processes certifying instances")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="write JUnit XML here")
-@click.option("--summary", "summary_path", type=click.Path(dir_okay=False),
+@click.option("--jobs", type=int, default=1, show_default=True,
+              help="checks certified at once, each in a process of its own")
+@click.option("--junit", "junit_path", type=Output(), help="write JUnit XML here")
+@click.option("--summary", "summary_path", type=Output(),
               help="write the Markdown summary here  [default: $GITHUB_STEP_SUMMARY when set]")
 @click.option("--update-baselines", is_flag=True, help="rewrite the baselines file with the E[τ] of this run")
 @click.option("--fresh", is_flag=True, help="certify everything again, ignoring results kept in the state folder")
+@click.option("--check-timeout", type=float, default=None,
+              help="seconds each check may take, its instances and hunt together (0: no limit)  "
+                   "[default: the config's check_seconds, 600]")
 @click.pass_context
-def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fresh) -> None:
+def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fresh, check_timeout) -> None:
     """The regression gate: certify every check of the config on its battery, compare exact E[τ] with the
     baselines, hunt. Exit 0 when every check holds, 1 on a regression, 2 on a bad config or output path, or when
     a check erred and none regressed (every check runs and is reported either way)."""
@@ -112,6 +118,11 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
 
     if jobs < 1:
         raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
+    if check_timeout is not None and not check_timeout >= 0:
+        raise InvalidParameterError("check_timeout", f"must be a number of seconds ≥ 0 (0: no limit), got "
+                                                     f"{check_timeout}")
+    if check_timeout == math.inf:
+        check_timeout = 0.0  # no limit, as 0
     start = time.monotonic()
     summary_field = "summary" if summary_path else "summary ($GITHUB_STEP_SUMMARY)"
     summary_path = summary_path or os.environ.get("GITHUB_STEP_SUMMARY") or None
@@ -125,7 +136,8 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
             bar.total = n
             bar.refresh()
         outcomes = run_gate(config, jobs, fresh, bar.update, total, record_errors=True,
-                            warn=lambda message: click.echo(f"warning: {message}", err=True))
+                            warn=lambda message: click.echo(f"warning: {message}", err=True),
+                            check_seconds=check_timeout)
     written = update_baselines and kept(lambda: write_baselines(config.resolve("baselines"), outcomes))
     if written:
         for outcome in outcomes:
@@ -147,9 +159,9 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True,
+@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True,
               help="folder for mutation_zoo.md/json (the committed ones: --out reports)")
-@click.option("--jobs", type=int, default=1, show_default=True, help="worker processes for the gate's battery")
+@click.option("--jobs", type=JOBS, default=1, show_default=True, help="worker processes for the gate's battery")
 @click.pass_context
 def zoo(ctx, out_dir: str, jobs: int) -> None:
     """The mutation zoo: every mutant through the gate, with exact TVD, default-pair share, hunt time, shrunk
@@ -158,9 +170,6 @@ def zoo(ctx, out_dir: str, jobs: int) -> None:
     from specproof.gate.zoo import write_zoo_report
 
     check_output_dir(out_dir, "out")
-
-    if jobs < 1:
-        raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
     ticks = StageBars()
     try:
         ok = write_zoo_report(Path(out_dir), command_line(ctx), jobs, ticks)

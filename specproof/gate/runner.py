@@ -17,18 +17,17 @@ import math
 import os
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib.metadata import PackageNotFoundError, version
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterator
 
 from specproof.gate.battery import baseline_key, battery, build, instance_key, instances, merged
 from exact.certificate import certify
 from specproof.gate.hunt import hunt
+from specproof.gate.isolated import Stopped, Task, run_isolated
 from exact.reproducer import capture
 from specproof.gate.shrink import shrink
 from exact.subject import Subject, subject
@@ -37,7 +36,6 @@ from simulator.errors import InvalidParameterError, OutputError, SpecproofError,
 from simulator.jsonfile import check_output_dir, read_json, read_text, write_json
 from simulator.usercode import require
 from simulator.verifiers.registry import check_arithmetic_for
-from simulator.workers import pool_options
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,10 +44,12 @@ else:  # pragma: no cover
 
 EXPECT = ("lossless", "lossy")
 GATE_DEFAULTS: dict[str, object] = {"baselines": "specproof-baselines.json", "state": ".specproof-gate",
-                                    "hunt_seconds": 5.0, "shrink_seconds": 10.0, "tolerance": 1e-9,
+                                    "hunt_seconds": 5.0, "shrink_seconds": 10.0, "check_seconds": 600.0,
+                                    "tolerance": 1e-9,
                                     "pythonpath": []}
 BASELINES_FIELD = "config.gate.baselines"
 STATE_FIELD = "config.gate.state"
+CHECK_SECONDS_FIELD = "config.gate.check_seconds"
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def load_config(path: str | Path) -> Config:
     if unknown:
         raise InvalidParameterError(f"config.{sorted(unknown)[0]}", "unknown table (expected gate, battery, check)")
     gate = merged(GATE_DEFAULTS, data.get("gate", {}), "config.gate")
-    for key in ("hunt_seconds", "shrink_seconds", "tolerance"):
+    for key in ("hunt_seconds", "shrink_seconds", "check_seconds", "tolerance"):
         _number(gate[key], f"config.gate.{key}")
     for key in ("baselines", "state"):
         if not isinstance(gate[key], str) or not gate[key]:
@@ -333,6 +333,7 @@ class CheckOutcome:
     hunt: dict | None = None
     reproducer: str | None = None
     error: str | None = None  # a typed error outside the instances (the hunt)
+    hunt_error: tuple[str, str] | None = None  # the same, as (field, message)
 
     @property
     def lossy_cases(self) -> list[Case]:
@@ -378,8 +379,11 @@ def verdict(outcomes: list[CheckOutcome]) -> int:
 
 def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[[int], None] = lambda n: None,
              total: Callable[[int], None] = lambda n: None, record_errors: bool = False,
-             warn: Callable[[str], None] = _stderr) -> list[CheckOutcome]:
-    """Certify every instance of every check (``jobs`` worker processes), then hunt and shrink in this one.
+             warn: Callable[[str], None] = _stderr, check_seconds: float | None = None) -> list[CheckOutcome]:
+    """Certify every instance of every check, then hunt and shrink: each check in a process of its own, ``jobs``
+    at a time, under the time limit ``check_seconds`` (``None``: the config's ``check_seconds``; 0: none), so a
+    check whose user code loops or kills its process is an error of that check and the others still run
+    (:mod:`specproof.gate.isolated`).
 
     The state folder and the baselines file are checked before anything is certified. A typed error of one
     instance or hunt (a verifier that raised, a limit) is kept on its check's outcome when ``record_errors``
@@ -401,14 +405,18 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
             outcomes.append(outcome)
         total(len(todo))
         tick(sum(len(o.cases) for o in outcomes) - len(todo))
-        for case, key, result in _results(todo, jobs):
-            case.result = result
-            if "error" in result:  # not kept: the next run tries again
-                if not record_errors:
-                    raise SpecproofError(**result["error"])
-            else:
-                state.save(key, result)
-            tick(1)
+        limit = float(config.gate["check_seconds"] if check_seconds is None else check_seconds) or None
+        tasks = [Task(_check_task(outcome, [t for t in todo if any(t[0] is c for c in outcome.cases)], config,
+                                  state), _check_messages(outcome, tick, warn)) for outcome in outcomes]
+        for i, (outcome, ran) in enumerate(zip(outcomes, run_isolated(tasks, jobs, limit))):
+            _checked(outcome, ran, i, check_seconds is not None)
+        if not record_errors:
+            for outcome in outcomes:
+                for case in outcome.cases:
+                    if case.error is not None:
+                        raise SpecproofError(**case.result["error"])
+                if outcome.hunt_error is not None:
+                    raise SpecproofError(*outcome.hunt_error)
         tolerance = float(config.gate["tolerance"])
         for outcome in outcomes:
             exact = outcome.check.battery["arithmetic"] == "fraction" and "kernel" not in outcome.check.description
@@ -417,27 +425,61 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
                 if case.baseline is not None and case.error is None:
                     case.moved = not same_acceptance(case.result["expected_accepted"], case.baseline, exact,
                                                      tolerance)
-            try:
-                _hunt(outcome, config, state)
-            except SpecproofError as err:
-                if not record_errors:
-                    raise
-                outcome.error = f"hunt: {err.field}: {err.message}"
-            _reproduce(outcome, config, state)
     return outcomes
 
 
-def _results(todo: list, jobs: int):
-    """``(case, key, result)`` for each task, in parallel when ``jobs > 1`` (results in submission order)."""
-    tasks = [task for _, _, task in todo]
-    if jobs <= 1 or len(tasks) <= 1:
-        results = map(run_instance, tasks)
-        for (case, key, _), result in zip(todo, results):
-            yield case, key, result
-        return
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), **pool_options()) as pool:
-        for (case, key, _), result in zip(todo, pool.map(run_instance, tasks)):
-            yield case, key, result
+def _check_task(outcome: CheckOutcome, todo: list, config: Config, state: State):
+    """What a check's process does (:func:`specproof.gate.isolated.run_isolated`): certify its instances not
+    kept (``todo``), keeping each, then hunt and shrink; each instance's result and the state's warnings are
+    relayed as they come, the hunt and reproducer returned."""
+    def run(send: Callable[[str, object], None]) -> dict:
+        state.warn = lambda message: send("warn", message)
+        for case, key, task in todo:
+            case.result = run_instance(task)
+            if "error" not in case.result:  # an error is not kept: the next run tries again
+                state.save(key, case.result)
+            send("case", (next(i for i, c in enumerate(outcome.cases) if c is case), case.result))
+        try:
+            _hunt(outcome, config, state)
+        except SpecproofError as err:
+            return {"hunt": None, "hunt_error": (err.field, err.message), "reproducer": None}
+        _reproduce(outcome, config, state)
+        return {"hunt": outcome.hunt, "hunt_error": None, "reproducer": outcome.reproducer}
+    return run
+
+
+def _check_messages(outcome: CheckOutcome, tick: Callable[[int], None], warn: Callable[[str], None]):
+    """This process's side of :func:`_check_task`: each instance's result onto its case, the warnings to
+    ``warn``."""
+    def on_message(kind: str, value) -> None:
+        if kind == "case":
+            index, result = value
+            outcome.cases[index].result = result
+            tick(1)
+        elif kind == "warn":
+            warn(value)
+    return on_message
+
+
+def _checked(outcome: CheckOutcome, ran: dict | Stopped, index: int, from_option: bool) -> None:
+    """A check's process's result onto its outcome; a process stopped at the check's time limit, or ended
+    without a result, is an error of every instance it did not finish (or of the hunt, when it finished
+    them)."""
+    if not isinstance(ran, Stopped):
+        outcome.hunt, outcome.reproducer = ran["hunt"], ran["reproducer"]
+        outcome.hunt_error = ran["hunt_error"]
+    else:
+        field = ("check_timeout" if from_option else CHECK_SECONDS_FIELD) if ran.ended is None \
+            else f"config.check[{index}]"
+        message = ran.describe("the check") + (
+            "; raise --check-timeout or [gate] check_seconds (0: no limit)" if ran.ended is None else "")
+        unfinished = [case for case in outcome.cases if not case.result]
+        for case in unfinished:
+            case.result = {"error": {"field": field, "message": f"not certified: {message}"}}
+        if not unfinished:
+            outcome.hunt_error = (field, message)
+    if outcome.hunt_error is not None:
+        outcome.error = "hunt: {}: {}".format(*outcome.hunt_error)
 
 
 def _hunt(outcome: CheckOutcome, config: Config, state: State) -> None:
