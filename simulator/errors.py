@@ -66,6 +66,11 @@ class KernelError(SpecproofError):
     the kernel's source line."""
 
 
+class RandomSourceError(RandomnessError):
+    """A plugin drew from a random source other than its ``rng`` (Python's ``random``, ``os.urandom``,
+    ``numpy.random``, torch's generators); the message names the source and the plugin's line."""
+
+
 class StoreError(SpecproofError):
     """A record of the results store is unreadable or incomplete; the message names the file."""
 

@@ -15,10 +15,8 @@ import contextlib
 import math
 import operator
 import sys
-import traceback
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from types import FrameType
 from typing import Callable, Iterator, Sequence
 
@@ -28,7 +26,7 @@ from torch.utils._pytree import tree_flatten
 
 from simulator.errors import KernelError
 from simulator.randomness import Randomness
-from simulator.torch_path.random_sources import NOT_KERNEL, RandomSources
+from simulator.random_sources import TORCH_UNMODELLED, RandomSources, user_line
 
 UNIFORM_MODELS = ("continuous", "grid")
 #: torch calls one kernel call may make: a kernel looping without drawing is stopped here (a loop that draws
@@ -65,9 +63,6 @@ _LAYOUT = {"__getitem__", "gather", "index_select", "squeeze", "unsqueeze", "vie
 _DTYPE = {"to", "double", "float", "half", "bfloat16", "type", "type_as", "cpu", "cuda", "requires_grad_"}
 _METADATA = {"size", "dim", "numel", "is_floating_point", "is_contiguous", "element_size",
              "__len__", "ndimension", "nelement", "stride", "storage_offset", "is_complex", "get_device"}
-# torch's random ops not modelled here: refused by name (the generator watch misses one given its own generator)
-_RANDOM_NAMES = {"randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "random_",
-                 "poisson", "geometric_", "log_normal_", "cauchy_", "binomial", "_standard_gamma", "_sample_dirichlet"}
 
 
 @dataclass
@@ -121,13 +116,9 @@ class Precision:
 
 
 def kernel_line(start: FrameType | None = None) -> str:
-    """The innermost frame outside specproof, torch and the random libraries, from ``start`` (default: the
-    caller's frame) outward: the kernel's line."""
-    stack = traceback.extract_stack(start) if start is not None else traceback.extract_stack()[:-1]
-    for frame in reversed(stack):
-        if not str(Path(frame.filename).resolve()).startswith(NOT_KERNEL) and "contextlib" not in frame.filename:
-            return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
-    return "no kernel frame"
+    """The kernel's line: the innermost frame outside specproof, torch and the random libraries, from ``start``
+    (default: the caller's frame) outward."""
+    return user_line(start if start is not None else sys._getframe(1))
 
 
 def _fail(op: str, why: str) -> KernelError:
@@ -204,7 +195,7 @@ class Capture(TorchFunctionMode):
 
     def _plain(self, name: str, func, args, kwargs):
         """A call on concrete values, run as is; one that drew random numbers past this module is refused."""
-        if name in _RANDOM_NAMES:
+        if name in TORCH_UNMODELLED:
             raise _fail(name, "a random op specproof does not model exactly")
         self.watch.add(kwargs.get("generator"))
         out = func(*args, **kwargs)

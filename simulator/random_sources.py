@@ -1,0 +1,428 @@
+"""Random sources besides specproof's own, while user code runs: a plugin verifier (docs/plugins.md, "Draw only
+from rng") or a torch kernel under the capture (docs/kernels.md, "Random sources").
+
+A plugin's only randomness is its ``rng``, which has no continuous uniform, so every draw from Python's ``random``
+(``random.random()`` included), ``os.urandom``, ``numpy.random`` or torch's generators is refused with a typed
+error naming the source and the plugin's line (:func:`call_plugin`). Under the capture ``random.random()``
+becomes one of the capture's uniforms, enumerated like ``torch.rand``, and the other draws are refused the same
+way (torch's own random ops are the capture's to route). A verdict never rests on a draw the enumerator did not
+make.
+
+The same :class:`RandomSources` watches both: the names looked up at call time are replaced, a profiler sees
+draws through names bound earlier, and, for a kernel, the global generators' states are compared after it (for a
+plugin, called once per execution, that comparison would cost more than the round). This module does not import
+torch: torch is looked at only when it is already imported (``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import _random
+import contextlib
+import functools
+import inspect
+import os
+import random
+import sys
+import threading
+import traceback
+from pathlib import Path
+from types import BuiltinMethodType, FrameType, FunctionType, MethodType, ModuleType, TracebackType
+from typing import Callable, TypeVar
+
+import numpy as np
+
+from simulator.errors import KernelError, RandomSourceError, SpecproofError
+from simulator.usercode import OWN_CODE
+
+T = TypeVar("T")
+WAY_OUT = "draw with torch.rand / torch.multinomial, or random.random() looked up at call time"
+PLUGIN_WAY_OUT = ("a plugin draws only from its rng (rng.bernoulli, rng.categorical), whose every outcome "
+                  "specproof enumerates; rng has no continuous uniform (docs/plugins.md, \"Draw only from rng\")")
+#: torch's random ops the capture routes to the randomness interface (simulator/torch_path/capture.py)
+TORCH_MODELLED = {"rand", "rand_like", "uniform_", "exponential_", "multinomial", "bernoulli", "bernoulli_"}
+#: torch's random ops not modelled exactly: refused by name (the generator watch misses one given its own generator)
+TORCH_UNMODELLED = {"randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "random_",
+                    "poisson", "geometric_", "log_normal_", "cauchy_", "binomial", "_standard_gamma",
+                    "_sample_dirichlet"}
+#: specproof's own packages: their draws while user code runs (a model's rows, computed when first read; the
+#: enumerator's choices) are not the user's
+OWN = OWN_CODE
+_RANDOM_FILE = random.__file__
+#: methods of ``_random.Random`` that advance a generator: drawing, and reseeding the caller's global one
+_DRAWS = {"random", "getrandbits"}
+_RESEEDS = {"seed", "setstate"}
+_NOT_ENUMERATED = "a random source specproof does not enumerate"
+_RESEEDING = "reseeds the generator of random's module functions, the caller's"
+_BOUND = "bound before the capture (from random import random), so it cannot be replaced by an enumerated uniform"
+_NO_UNIFORM = "a draw outside rng"
+# taken at import: while a watch is active these names of numpy.random refuse
+_NUMPY_SOURCES = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
+_NUMPY_SEEDED = (np.random.BitGenerator, np.random.RandomState)
+_CYFUNCTION = type(np.random.default_rng)
+_NUMPY_NAMES = tuple(n for n in np.random.__all__ if callable(getattr(np.random, n)))
+_NUMPY_GET_STATE, _NUMPY_SET_STATE = np.random.get_state, np.random.set_state
+_ACTIVE: list[RandomSources] = []  # innermost last: the one the replaced names answer to
+
+
+def library_paths() -> tuple[str, ...]:
+    """Code that is not the user's: specproof's own, numpy's, random.py and torch's when torch is imported."""
+    torch = sys.modules.get("torch")
+    paths = (*OWN, str(Path(np.__file__).resolve().parent), str(Path(random.__file__).resolve()))
+    return paths if torch is None else (*paths, str(Path(torch.__file__).resolve().parent))
+
+
+@functools.lru_cache(maxsize=None)
+def not_user_code(filename: str) -> bool:
+    """Whether ``filename`` is specproof's, numpy's, random.py or torch's: a frame there is not the user's."""
+    return str(Path(filename).resolve()).startswith(library_paths())
+
+
+def user_line(start: FrameType | None = None) -> str:
+    """The innermost frame outside specproof, torch and the random libraries, from ``start`` (default: the
+    caller's frame) outward: the kernel's or plugin's line."""
+    stack = traceback.extract_stack(start) if start is not None else traceback.extract_stack()[:-1]
+    for frame in reversed(stack):
+        if not not_user_code(frame.filename) and "contextlib" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
+    return "no frame of the user's"
+
+
+def _opaque() -> tuple[type, ...]:
+    """Values whose attributes are not looked into for a numpy generator: tensors, modules, classes, functions."""
+    torch = sys.modules.get("torch")
+    kinds = (ModuleType, type, FunctionType, MethodType)
+    return kinds if torch is None else (torch.Tensor, *kinds)
+
+
+def _numpy_source(value: object) -> str | None:
+    """What makes ``value`` a numpy random source (a generator, a bound method of one, a function of
+    ``numpy.random`` or a class that makes a generator from a seed), or ``None``."""
+    kind = type(value)
+    if isinstance(value, _NUMPY_SOURCES):
+        return f"a numpy.random.{kind.__name__}"
+    if kind is MethodType or kind is BuiltinMethodType:
+        owner = value.__self__
+        if isinstance(owner, _NUMPY_SOURCES):
+            return f"a method of a numpy.random.{type(owner).__name__}"
+    elif kind is _CYFUNCTION and str(getattr(value, "__module__", "")).startswith("numpy.random"):
+        return "a numpy.random function"
+    elif isinstance(value, type) and issubclass(value, _NUMPY_SEEDED):
+        return f"numpy.random.{value.__name__}"
+    return None
+
+
+def _numpy_held(name: str, value: object, opaque: tuple[type, ...]) -> str | None:
+    """``name``, or one of its attributes (``self.rng``), if it is a numpy random source: ``"self.rng, a
+    numpy.random.Generator"``. One level of attributes: a user object's own generator; ``opaque`` values
+    (tensors, modules, classes and functions) are not looked into."""
+    what = _numpy_source(value)
+    if what is not None:
+        return f"{name}, {what}"
+    if isinstance(value, opaque):
+        return None
+    attributes = getattr(value, "__dict__", None)
+    if type(attributes) is not dict:
+        return None
+    for attribute, held in attributes.items():
+        what = _numpy_source(held)
+        if what is not None:
+            return f"{name}.{attribute}, {what}"
+    return None
+
+
+def _torch_draw(fn: object) -> str | None:
+    """``torch.<op>`` or ``Tensor.<op>`` when ``fn`` is one of torch's random ops (torch imported), else ``None``."""
+    name = getattr(fn, "__name__", None)
+    if name not in TORCH_MODELLED and name not in TORCH_UNMODELLED:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if isinstance(getattr(fn, "__self__", None), torch.Tensor):
+        return f"Tensor.{name}"
+    return f"torch.{name}" if str(getattr(fn, "__module__", None) or "").startswith("torch") else None
+
+
+class RandomSources:
+    """While entered: ``random.random`` and ``random.Random.random`` return ``uniform()`` (no ``uniform``: they
+    refuse); ``numpy.random``'s functions refuse; a profiler refuses draws through names bound before (and, for a
+    plugin, torch's random ops); for a kernel, ``random``'s and numpy's global states are compared on exit.
+    ``where(frame)`` names the user's line; refusals are ``error(field, ...)``. While the capture's own code runs,
+    it sets ``busy`` and switches :meth:`profile` off."""
+
+    def __init__(self, uniform: Callable[[], object] | None = None,
+                 where: Callable[[FrameType | None], str] = user_line, error: type[SpecproofError] = KernelError,
+                 field: str = "kernel", way_out: str = WAY_OUT) -> None:
+        self.uniform, self.where, self.error, self.field, self.way_out = uniform, where, error, field, way_out
+        self.kernel = uniform is not None  # a kernel under the capture; else a plugin
+        self.busy = False
+        self.active = False
+        self.refused: SpecproofError | None = None
+        self.thread = threading.get_ident()
+
+    # ---- refusals ----------------------------------------------------------------------------------------------
+    def refusal(self, op: str, frame: FrameType | None, why: str = _NOT_ENUMERATED) -> SpecproofError:
+        """The error for a draw from ``op`` at ``frame``'s user line, kept to be raised again on exit: user code
+        that catches it still gets no verdict."""
+        sys.setprofile(None)
+        inside = " inside a torch helper" if self.busy else ""
+        why = why if self.kernel else _NO_UNIFORM
+        self.refused = self.error(self.field, f"{op}{inside}: {why}; {self.way_out} ({self.where(frame)})")
+        return self.refused
+
+    def profile(self, frame: FrameType, event: str, arg: object) -> None:
+        """A kernel's profiler: refuse a draw through a name bound before the capture (a C method of a
+        ``random.Random`` or ``os.urandom`` when called, a numpy random source when a function that names it
+        starts); switched off while the adapter, specproof's own code, reads rows."""
+        if event == "c_call":
+            self._c_call(frame, arg)
+        elif event == "call":
+            code = frame.f_code
+            if not not_user_code(code.co_filename):
+                self._scan(frame)
+            elif _own_file(code.co_filename) and self._before_or_after_kernel(frame):
+                sys.setprofile(None)  # until the next torch call: the adapter's rows are no kernel's draws
+
+    def plugin_profile(self, frame: FrameType, event: str, arg: object) -> None:
+        """A plugin's profiler: as :meth:`profile`, torch's random ops refused too. While specproof's own code
+        called by the plugin runs (its ``rng``, its lazily drafted tree) nothing is looked at until it returns:
+        draws made there are specproof's."""
+        entered = self.entered
+        if entered is not None:
+            if frame is entered and event == "return":
+                self.entered = None
+        elif event == "c_call":
+            self._c_call(frame, arg)
+        elif event == "call":
+            code = frame.f_code
+            if not not_user_code(code.co_filename):
+                self._scan(frame)
+            elif _own_file(code.co_filename):
+                self.entered = frame
+
+    def _c_call(self, frame: FrameType, arg: object) -> None:
+        """Refuse a call of a C method of a ``random.Random`` that draws or reseeds the shared generator, of
+        ``os.urandom`` and, for a plugin, of a torch random op."""
+        owner = getattr(arg, "__self__", None)
+        if isinstance(owner, _random.Random):
+            name = arg.__name__  # type: ignore[attr-defined]
+            shared = owner is random._inst  # type: ignore[attr-defined]  # the module's functions' generator
+            if name in _DRAWS or (name in _RESEEDS and shared):
+                why = _BOUND if name == "random" else _RESEEDING if name in _RESEEDS else _NOT_ENUMERATED
+                self._refuse_draw(frame, f"random.{name}" if shared else f"random.Random.{name}", why)
+        elif arg is os.urandom:
+            self._refuse_draw(frame, "os.urandom", _NOT_ENUMERATED)
+        elif not self.kernel:
+            op = _torch_draw(arg)
+            if op is not None:
+                self._refuse_draw(frame, op, _NO_UNIFORM)
+
+    def _scan(self, frame: FrameType) -> None:
+        """Refuse a user function, as it starts, that names a numpy random source (a global or an argument, or
+        one of its attributes)."""
+        code, names, opaque = frame.f_code, frame.f_globals, _opaque()
+        for name, value in (*((n, names.get(n)) for n in code.co_names), *frame.f_locals.items()):
+            found = _numpy_held(name, value, opaque)
+            if found is not None:
+                raise self.refusal(f"numpy.random ({found}, named in {code.co_name})", frame)
+
+    def _before_or_after_kernel(self, frame: FrameType) -> bool:
+        """Whether only specproof's own code lies between ``frame`` and the block the capture runs (an adapter
+        reading rows), so no kernel frame is on the stack. The built-in adapters call the kernel right after a
+        torch call, which resumes the profiler (tests/test_kernel_random_sources.py holds them to it)."""
+        caller = frame.f_back
+        while caller is not None and caller is not self.block:
+            if not _own(caller):
+                return False
+            caller = caller.f_back
+        return caller is not None
+
+    def drawn_by_user(self, origin: FrameType | None) -> bool:
+        """Whether a draw made at ``origin`` (the first frame outside random.py) is the user's: not specproof's own
+        code, and, for a plugin, not a library specproof's own code called on the plugin's behalf (the nearest
+        frame of specproof's own outward is the one that called the plugin)."""
+        if origin is None or _own(origin):
+            return False
+        if self.kernel:
+            return True
+        while origin is not None and not _own(origin):
+            origin = origin.f_back
+        return origin is None or origin is self.block
+
+    def _refuse_draw(self, frame: FrameType, method: str, why: str) -> None:
+        """Refuse a draw by the C function ``method`` called at ``frame``, unless specproof's own code drew."""
+        public, origin = _drawer(frame)
+        if self.drawn_by_user(origin):
+            shown = method if public is None or method == f"random.{public}" else f"random.{public} ({method})"
+            raise self.refusal(shown, frame, why)
+
+    # ---- entering and leaving ----------------------------------------------------------------------------------
+    def __enter__(self) -> RandomSources:
+        if self.kernel:
+            self.python_state, self.numpy_state = random.getstate(), _NUMPY_GET_STATE(legacy=False)
+        self.saved_random = random.random
+        self.saved_method = vars(random.Random).get("random")
+        self.saved_numpy = {name: getattr(np.random, name) for name in _NUMPY_NAMES}
+        _ACTIVE.append(self)
+        random.random = _module_random  # type: ignore[assignment]
+        random.Random.random = _method_random  # type: ignore[method-assign]
+        vars(np.random).update(_NUMPY_STAND_INS)
+        self.previous = sys.getprofile()
+        block = sys._getframe(1)  # the frame running the with-block: past the capture() generator and contextlib
+        while block.f_code.co_flags & inspect.CO_GENERATOR or block.f_code.co_filename == contextlib.__file__:
+            block = block.f_back
+        self.block = block
+        self.refused, self.entered = None, None
+        self.active = True
+        sys.setprofile(self.profile if self.kernel else self.plugin_profile)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        _reinstall(self.previous)
+        self.active = False
+        _ACTIVE.remove(self)
+        random.random = self.saved_random  # type: ignore[assignment]
+        if self.saved_method is None:
+            del random.Random.random
+        else:
+            random.Random.random = self.saved_method  # type: ignore[method-assign]
+        vars(np.random).update(self.saved_numpy)
+        moved = []
+        if self.kernel:
+            if random.getstate() != self.python_state:
+                moved.append("random")
+                random.setstate(self.python_state)
+            if not _equal(_NUMPY_GET_STATE(legacy=False), self.numpy_state):
+                moved.append("numpy.random")
+                _NUMPY_SET_STATE(self.numpy_state)
+        if self.refused is not None and error is not self.refused:  # caught by the user, or hidden by another error
+            raise self.refused
+        if moved and error is None:
+            raise self.error(self.field, f"{' and '.join(moved)}: the global generator moved while the kernel ran, "
+                                         f"a draw specproof did not see (from C code, or through an object it does "
+                                         f"not watch); {self.way_out}")
+
+
+_PLUGIN = threading.local()  # the thread's plugin watch, and how deeply plugins are being called
+
+
+def call_plugin(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)``, a user's verifier, with every draw outside its ``rng`` refused (:class:`RandomSourceError`,
+    field ``verifier``, naming the source and the line). A plugin called inside a plugin runs under the outer
+    watch."""
+    if getattr(_PLUGIN, "depth", 0):
+        return fn(*args)
+    sources = getattr(_PLUGIN, "sources", None)
+    if sources is None:
+        sources = _PLUGIN.sources = RandomSources(error=RandomSourceError, field="verifier", way_out=PLUGIN_WAY_OUT)
+    _PLUGIN.depth = 1
+    try:
+        with sources:
+            return fn(*args)
+    finally:
+        _PLUGIN.depth = 0
+
+
+def _reinstall(previous: object) -> None:
+    """Put back the profiler that was set before: a Python function through ``sys.setprofile``, a C profiler
+    (``cProfile.Profile``, which ``sys.setprofile`` cannot take back) through its own ``enable``."""
+    if previous is None or callable(previous):
+        sys.setprofile(previous)  # type: ignore[arg-type]
+    else:
+        previous.enable()  # type: ignore[attr-defined]
+
+
+def _drawer(frame: FrameType | None) -> tuple[str | None, FrameType | None]:
+    """Who draws at ``frame``: the outermost function of random.py on the stack from there (``choice``,
+    ``uniform``, ``SystemRandom.random``; ``None`` if none) and the first frame outside random.py."""
+    public = None
+    while frame is not None and frame.f_code.co_filename == _RANDOM_FILE:
+        public, frame = frame.f_code.co_qualname.removeprefix("Random."), frame.f_back
+    return public, frame
+
+
+@functools.lru_cache(maxsize=None)
+def _own_file(filename: str) -> bool:
+    return str(Path(filename).resolve()).startswith(OWN)
+
+
+def _own(frame: FrameType | None) -> bool:
+    return frame is not None and _own_file(frame.f_code.co_filename)
+
+
+def _uniform(op: str, caller: FrameType, original: Callable[[], float]) -> object:
+    """The active watch's answer to ``random.random()``: a kernel's capture gives one of its uniforms; a plugin's
+    watch refuses. Of random.py's methods only ``uniform(a, b)``, an affine map of it, gets one: the others
+    transform it in ways the capture does not model. Another thread, and specproof's own code, draw from their
+    own streams."""
+    sources = _ACTIVE[-1] if _ACTIVE else None
+    public, origin = _drawer(caller)
+    if sources is None or sources.thread != threading.get_ident() or not sources.drawn_by_user(origin):
+        return original()
+    if public not in (None, "uniform"):
+        raise sources.refusal(f"random.{public}", caller)
+    if sources.busy or sources.uniform is None:
+        raise sources.refusal(op, caller)
+    return sources.uniform()
+
+
+_GLOBAL_RANDOM = random.random
+
+
+def _module_random() -> object:
+    return _uniform("random.random", sys._getframe(1), _GLOBAL_RANDOM)
+
+
+def _method_random(self: random.Random) -> object:
+    return _uniform("random.Random.random", sys._getframe(1), lambda: _random.Random.random(self))
+
+
+def _numpy_call(name: str, original: Callable[..., object], caller: FrameType, args, kwargs) -> object:
+    """``numpy.random.<name>(...)`` while a watch is active: refused from user code, run for specproof's own code
+    (a model's seeded rows) and for other threads."""
+    sources = _ACTIVE[-1] if _ACTIVE else None
+    if sources is None or sources.thread != threading.get_ident() or not sources.drawn_by_user(caller):
+        return original(*args, **kwargs)
+    raise sources.refusal(f"numpy.random.{name}", caller)
+
+
+class _StandIn(type):
+    """A class of numpy.random while a watch is active: calling it goes through :func:`_numpy_call`;
+    ``isinstance``, ``issubclass`` and attributes answer as the real class (numpy's own code asks them)."""
+
+    real: type
+
+    def __call__(cls, *args: object, **kwargs: object) -> object:
+        return _numpy_call(cls.__name__, cls.real, sys._getframe(1), args, kwargs)
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, cls.real)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, cls.real)
+
+    def __getattr__(cls, name: str) -> object:
+        return getattr(cls.real, name)
+
+
+def _numpy_stand_in(name: str) -> object:
+    original = getattr(np.random, name)
+    if isinstance(original, type):
+        return _StandIn(name, (), {"real": original})
+
+    def call(*args: object, **kwargs: object) -> object:
+        return _numpy_call(name, original, sys._getframe(1), args, kwargs)
+    return call
+
+
+_NUMPY_STAND_INS = {name: _numpy_stand_in(name) for name in _NUMPY_NAMES}
+
+
+def _equal(a: object, b: object) -> bool:
+    """Equality of two generator states (nested dicts and tuples, numpy arrays compared elementwise)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and np.array_equal(a, b)
+    return bool(a == b)
