@@ -42,6 +42,9 @@ DEVICE_BATCH_BYTES = 8 * 2**30  # on a GPU: a chunk's working arrays at most
 TABLE_BYTES = 2 * 2**30  # the most a seed's tables (context rows, their running sums, the target joint) may take
 ALPHA = 1e-3  # false-alarm rate of the combined test (Bonferroni over seeds)
 POWER = 0.9  # the power at which the detectable TVD is stated
+#: Most trials per seed a run may ask for: 10^12 rounds take days at the engine's fastest (0.2 µs a trial), and
+#: past about 10^19 the power bound's arithmetic no longer holds (its root solver meets a NaN).
+MAX_TRIALS = 10**12
 PILOT_SECONDS = 0.2  # the pilot: the first seed's chunks are timed until those after its first take this long
 REFERENCE_SECONDS = 0.5  # the reference path's chunks are sized to take about this long (progress; see run_seed)
 REFERENCE_FIRST = 8  # the reference path's first chunk
@@ -488,8 +491,8 @@ def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, na
     are the run's own; the results are the same with or without it."""
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise InvalidParameterError("seeds", f"must be an integer ≥ 1, got {seeds!r}")
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 2:
-        raise InvalidParameterError("trials", f"must be an integer ≥ 2, got {trials!r}")
+    if isinstance(trials, bool) or not isinstance(trials, int) or not 2 <= trials <= MAX_TRIALS:
+        raise InvalidParameterError("trials", f"must be an integer in [2, {MAX_TRIALS:.0e}], got {trials!r}")
     if isinstance(first_seed, bool) or not isinstance(first_seed, int) or first_seed < 0:
         raise InvalidParameterError("seed", f"must be an integer ≥ 0, got {first_seed!r}")
     check_pairing(name, drafter.scheme)

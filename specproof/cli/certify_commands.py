@@ -25,7 +25,7 @@ from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.certify_real import CAUSAL_LM, certify_causal_lm, certify_model_options, refuse_real_options
 from specproof.cli.group import main
-from specproof.cli.options import (build_drafter, case_options, certificate_lines, certified_subject, check_count,
+from specproof.cli.options import (Output, Whole, build_drafter, case_options, certificate_lines, certified_subject,
                                    exactness, given_options, kept, kernel_options, limit_options, limited, mass_bar,
                                    model_factory, shrunk, tree_options, write_output)
 
@@ -66,7 +66,7 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 
 @main.command()
 @certify_model_options
-@click.option("--seeds", "pairs", type=int, default=1, show_default=True,
+@click.option("--seeds", "pairs", type=Whole(1), default=1, show_default=True,
               help="certify model seeds --seed … --seed+K−1, stopping at the first lossy pair")
 @tree_options
 @kernel_options
@@ -76,7 +76,7 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
               help="enumerate: run the rule on every draft and choice; recursion: the rule's exact recursion (trv, "
                    "trv-iid: over subtrees; lv-*: the deepest level in closed form), for trees enumeration cannot "
                    "reach (docs/engines.md)")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the certificate here")
+@click.option("--json", "json_out", type=Output(), help="write the certificate here")
 @limit_options
 @click.pass_context
 def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, target, draft, prompt, top_k,
@@ -85,7 +85,6 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
             shrink_time, case_out, arithmetic, method, json_out, max_executions, timeout, **tree) -> None:
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1); with
     --model causal-lm, on a real pair's rows after a prompt. Exit 0 lossless, 1 lossy."""
-    check_count("seeds", pairs, 1)
     check_output_file(json_out, "json")
     real = dict(target=target, draft=draft, prompt=prompt, top_k=top_k, temperature=temperature, cache_dir=cache_dir,
                 device=device)

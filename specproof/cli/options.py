@@ -3,6 +3,7 @@ the drafter and subject built from the options."""
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
@@ -21,11 +22,114 @@ from simulator.jsonfile import read_json, write_json
 from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, limits, progress_note, time_limit
 from simulator.models import MODELS, make_model
 from simulator.numeric import Number, human_number
-from simulator.trees import TOPOLOGIES, shape_from_options
+from simulator.trees import MAX_TREE_NODES, TOPOLOGIES, shape_from_options
 from simulator.usercode import add_import_path, check_importable, require
 from simulator.verifiers import load_verifier
 from simulator.verifiers.registry import check_pairing
 from specproof.gate.shrink import shrink as shrink_case
+
+
+#: The longest finite limit or bound in seconds (about 31 years): a longer one is refused rather than clamped, and
+#: ``inf`` says "no limit" where an option takes it.
+MAX_SECONDS = 1e9
+#: The most worker processes ``--jobs`` may start.
+MAX_JOBS = 512
+
+
+class OptionValueError(click.BadParameter):
+    """A refused option value: a click usage error (exit 2), shown as every typed error is,
+    ``error: FIELD: …``, naming the option."""
+
+    def show(self, file=None) -> None:
+        name = self.param.name if self.param is not None else "option"
+        hint = self.param.get_error_hint(self.ctx) if self.param is not None else ""
+        click.echo(f"error: {name}: invalid {hint}: {self.message}", err=True)
+
+
+class _Refusing:
+    """Mixin: a parameter type whose refusals are :class:`OptionValueError`."""
+
+    def fail(self, message: str, param=None, ctx=None):
+        raise OptionValueError(message, ctx=ctx, param=param)
+
+
+class Whole(_Refusing, click.IntRange):
+    """An integer option in ``[minimum, maximum]`` (no bound where ``None``): ``inf``, ``nan``, a fraction and a
+    value out of range are refused, naming the option."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int | None = None, maximum: int | None = None) -> None:
+        super().__init__(minimum, maximum)
+
+
+class Real(_Refusing, click.FloatRange):
+    """A finite number option in a range; with ``inf_ok``, ``inf`` too (the option's help says what it means).
+    ``nan`` is refused, which click's ``FloatRange`` lets through (every comparison with it is false)."""
+
+    name = "number"
+
+    def __init__(self, minimum: float | None = None, maximum: float | None = None, min_open: bool = False,
+                 max_open: bool = False, inf_ok: bool = False) -> None:
+        super().__init__(minimum, maximum, min_open, max_open)
+        self.inf_ok = inf_ok
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if math.isnan(number) or (math.isinf(number) and not (self.inf_ok and number > 0)):
+            self.fail(f"{value!r} is not a finite number" + (" (inf: no bound)" if self.inf_ok else ""), param, ctx)
+        return number if math.isinf(number) else super().convert(number, param, ctx)
+
+
+class Limit(_Refusing, click.ParamType):
+    """A limit: a number ≥ 0, where 0 and ``inf`` both mean no limit (``inf`` arrives as 0, so the code behind
+    the option knows one "none"). ``nan``, a negative number and, for seconds, a finite value past
+    :data:`MAX_SECONDS` are refused naming the option; a whole number is required where ``integer``."""
+
+    def __init__(self, integer: bool = False) -> None:
+        self.integer = integer
+        self.name = "integer limit" if integer else "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            text = repr(value)
+        else:
+            text = str(value).strip()
+        if text.lower() in ("inf", "+inf", "infinity", "+infinity"):
+            return 0
+        try:
+            number = int(text) if self.integer else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not {'a whole number' if self.integer else 'a number'} ≥ 0 (0 or inf: no "
+                      "limit)", param, ctx)
+        if math.isnan(number) or number < 0:
+            self.fail(f"{value!r} is not a limit ≥ 0 (0 or inf: no limit)", param, ctx)
+        if not self.integer and number > MAX_SECONDS:
+            self.fail(f"{value!r} is past {MAX_SECONDS:g} s: give 0 or inf for no limit", param, ctx)
+        return number
+
+
+class Output(click.Path):
+    """A file or folder a command writes (``--out``, ``--json``, ``--case-out`` …): the command checks it with
+    :func:`simulator.jsonfile.check_output_file` or ``check_output_dir`` before its work starts; the type marks the
+    option so that tests find every output option."""
+
+    def __init__(self, folder: bool = False) -> None:
+        super().__init__(file_okay=not folder, dir_okay=folder)
+
+
+#: The numeric types the command line's options use; tests/test_option_values.py holds every numeric option to them.
+NUMERIC_TYPES = (Whole, Real, Limit)
+SEED = Whole(0)
+#: a draft tree's depth or branching: no tree may have more than MAX_TREE_NODES nodes
+TREE_DEPTH, TREE_BRANCHING = Whole(0, MAX_TREE_NODES), Whole(1, MAX_TREE_NODES)
+JOBS = Whole(1, MAX_JOBS)
+SECONDS_LIMIT, COUNT_LIMIT = Limit(), Limit(integer=True)
+#: a time bound of a search or shrink, where 0 is a bound (of nothing) and inf means none
+BOUND_SECONDS = Real(0, MAX_SECONDS, inf_ok=True)
 
 
 def command_line(ctx: click.Context) -> str:
@@ -83,14 +187,27 @@ class StageBars:
 
 def limit_options(fn):
     options = [
-        click.option("--max-executions", type=int, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
-                     help="most executions one exact computation may enumerate (estimated up front; 0: no limit)"),
-        click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
-                     help="wall-clock limit of the run in seconds (0: none)"),
+        click.option("--max-executions", type=COUNT_LIMIT, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
+                     help="most executions one exact computation may enumerate (estimated up front; 0 or inf: no "
+                          "limit)"),
+        timeout_option("run"),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def timeout_option(what: str, more: str = ""):
+    """``--timeout``: the wall-clock limit of the ``what`` in seconds, 0 or ``inf`` for none; ``more``: the rest
+    of its help."""
+    return click.option("--timeout", type=SECONDS_LIMIT, default=DEFAULT_TIMEOUT, show_default=True,
+                        help=f"wall-clock limit of the {what} in seconds (0 or inf: none){more}")
+
+
+def shrink_time_option():
+    """``--shrink-time``: the shrinker's time bound (inf: shrink until no move applies)."""
+    return click.option("--shrink-time", type=BOUND_SECONDS, default=10.0, show_default=True,
+                        help="seconds the shrinker may take (inf: until no move applies)")
 
 
 @contextmanager
@@ -125,12 +242,12 @@ def model_options(fn, kinds: tuple[str, ...] = tuple(MODELS)):
         click.option("--model", "model_kind", type=click.Choice(list(kinds)), default="synthetic",
                      show_default=True),
         click.option("--table", "table_path", type=click.Path(dir_okay=False), help="table JSON (--model table)"),
-        click.option("--vocab", type=int, default=3, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--rho", type=float, default=0.5, show_default=True),
-        click.option("--tau-p", type=float, default=1.0, show_default=True),
-        click.option("--tau-q", type=float, default=1.0, show_default=True),
-        click.option("--zero-prob", type=float, default=0.25, show_default=True,
+        click.option("--vocab", type=Whole(2), default=3, show_default=True),
+        click.option("--seed", type=SEED, default=0, show_default=True),
+        click.option("--rho", type=Real(0, 1), default=0.5, show_default=True),
+        click.option("--tau-p", type=Real(0, min_open=True), default=1.0, show_default=True),
+        click.option("--tau-q", type=Real(0, min_open=True), default=1.0, show_default=True),
+        click.option("--zero-prob", type=Real(0, 1), default=0.25, show_default=True,
                      help="random-rational: chance that a weight is zeroed"),
     ]
     for option in reversed(options):
@@ -142,19 +259,23 @@ def tree_options(fn):
     options = [
         click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=None,
                      help="tree shape  [default: complete; chain with --adapter chain, flat-chain or vllm]"),
-        click.option("--depth", type=int, default=2, show_default=True, help="draft depth H"),
-        click.option("--branching", type=int, default=2, show_default=True, help="branching b"),
+        click.option("--depth", type=TREE_DEPTH, default=2, show_default=True, help="draft depth H"),
+        click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b"),
         click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)"),
         click.option("--drafting", type=click.Choice(list(DRAFTERS)), default="iid", show_default=True),
-        click.option("--budget", type=int, default=6, show_default=True, help="dyspec: draft tokens per tree"),
-        click.option("--threshold", type=float, default=0.1, show_default=True,
+        click.option("--budget", type=Whole(1, MAX_TREE_NODES), default=6, show_default=True,
+                     help="dyspec: draft tokens per tree"),
+        click.option("--threshold", type=Real(0, 1, min_open=True), default=0.1, show_default=True,
                      help="dyspec-threshold: least estimated value to sample at"),
-        click.option("--max-depth", type=int, default=4, show_default=True, help="dyspec-threshold: depth cap"),
+        click.option("--max-depth", type=Whole(1, MAX_TREE_NODES), default=4, show_default=True,
+                     help="dyspec-threshold: depth cap"),
         click.option("--corpus", "corpus_path", type=click.Path(dir_okay=False),
                      help="aded: JSON list of token sequences (default: 32 sampled from the draft model)"),
-        click.option("--mcts-iterations", type=int, default=150, show_default=True, help="aded: MCTS iterations"),
-        click.option("--candidates", type=int, default=24, show_default=True, help="aded: candidate sequences"),
-        click.option("--candidate-length", type=int, default=4, show_default=True, help="aded: tokens per candidate"),
+        click.option("--mcts-iterations", type=Whole(1), default=150, show_default=True, help="aded: MCTS iterations"),
+        click.option("--candidates", type=Whole(1, MAX_TREE_NODES), default=24, show_default=True,
+                     help="aded: candidate sequences"),
+        click.option("--candidate-length", type=Whole(1, MAX_TREE_NODES), default=4, show_default=True,
+                     help="aded: tokens per candidate"),
         click.option("--verifier", help="built-in name (specproof list) or module:function"),
     ]
     for option in reversed(options):
@@ -203,7 +324,43 @@ def build_drafter(model, tree: dict):
 def model_factory(model_kind: str, table_path: str | None, vocab: int, rho: float, tau_p: float, tau_q: float,
                zero_prob: float):
     """The model of each seed (one table model for every seed)."""
+    check_table(model_kind, table_path)
     return lambda s: make_model(model_kind, table_path, vocab, s, rho, tau_p, tau_q, zero_prob)
+
+
+def check_table(model_kind: str, table_path: str | None) -> None:
+    """Refuse ``--table`` beside another model kind: the table would be ignored for the synthetic model."""
+    if table_path is not None and model_kind != "table":
+        raise InvalidParameterError("table", f"--table applies to --model table only (the model is {model_kind}): "
+                                             "add --model table, or drop --table")
+
+
+def check_device(device: str | None, field: str = "device") -> None:
+    """Refuse, before any work, a torch ``--device`` this machine cannot use (a misspelt one, ``cuda`` without
+    CUDA) or any device without torch, naming the extra that installs it (``None``: numpy, no torch)."""
+    if device is not None:
+        require("torch", f"--{field} {device}", field)
+        from simulator.torch_path.devices import usable_device  # imports torch
+
+        usable_device(device, field)
+
+
+def check_scheduler(address: str | None) -> None:
+    """Refuse, before any work, a ``--scheduler`` that is neither ``local`` nor a Dask address with a port
+    (``tcp://host:8786``, ``host:8786``): Dask's own check comes only when it connects, after the certification
+    table."""
+    if address is None or address == "local":
+        return
+    require("distributed", "--scheduler", "scheduler")
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(location)
+    except ValueError as err:
+        raise InvalidParameterError("scheduler", f"'local' or a Dask scheduler's address such as tcp://host:8786, "
+                                                 f"got {address!r} ({err})") from None
 
 
 def check_count(field: str, value: int, minimum: int) -> None:
@@ -312,8 +469,8 @@ def case_options(fn):
                           "--verifier or --kernel certify another subject on it"),
         click.option("--shrink", is_flag=True, help="on a lossy verdict, shrink it to a small reproducer, written to "
                                                     "--case-out and into --json"),
-        click.option("--shrink-time", type=float, default=10.0, show_default=True, help="seconds the shrinker may take"),
-        click.option("--case-out", type=click.Path(dir_okay=False), default="specproof-case.json", show_default=True,
+        shrink_time_option(),
+        click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
                      help="--shrink: where the reproducer goes"),
     ]
     for option in reversed(options):

@@ -14,16 +14,17 @@ from exact.generation_law import generation_law
 from exact.size import SizeEstimate, estimate_generation
 from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import check_output_dir, check_output_file, write_json, write_text
-from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, time_limit
+from simulator.limits import DEFAULT_MAX_EXECUTIONS, time_limit
 from simulator.models import SyntheticModel
-from simulator.montecarlo.engine import monte_carlo
+from simulator.montecarlo.engine import MAX_TRIALS, monte_carlo
 from simulator.montecarlo.generations import run_generations
 from simulator.numeric import ARITHMETICS, human_number, to_json_number
 from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.group import main
-from specproof.cli.options import (StageBars, build_drafter, check_count, command_line, kept, limit_options, limited,
-                                   mass_bar, model_factory, model_options, named_verifier, progress_bar, tree_options,
-                                   write_output)
+from specproof.cli.options import (JOBS, SEED, TREE_BRANCHING, TREE_DEPTH, COUNT_LIMIT, Output, Real, StageBars, Whole,
+                                   build_drafter, check_device, check_scheduler, command_line, kept, limit_options,
+                                   limited, mass_bar, model_factory, model_options, named_verifier, progress_bar,
+                                   timeout_option, tree_options, write_output)
 from specproof.reports.certification import Planned, certification_table, estimate_table, plan_table, table_markdown
 from specproof.reports.dynamic import write_dynamic_report
 from specproof.reports.theorems import CHECKS, run_checks, theorems_markdown
@@ -34,46 +35,50 @@ QUICK_TABLES = (1,)
 
 
 QUICK_SEEDS, QUICK_TRIALS = 3, 1000
+#: ``theorems --scale``'s largest: a thousand times every check's default instance count, hours of work
+MAX_SCALE = 1000.0
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True,
+@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True,
               help="folder for the reports (the committed ones are made with --full --out reports)")
 @click.option("--full", is_flag=True, help="the paper's scale: 20 seeds, Table 1 at 1e6 and ablations at 1e5 trials")
 @click.option("--tables", default=None, help="comma-separated paper tables (1,4-15); quick default: 1; --full: all")
-@click.option("--seeds", "study_seeds", type=int, default=None, help="study: model seeds per cell")
-@click.option("--trials", "study_trials", type=int, default=None, help="study: trials per seed")
+@click.option("--seeds", "study_seeds", type=Whole(1), default=None, help="study: model seeds per cell")
+@click.option("--trials", "study_trials", type=Whole(2, MAX_TRIALS), default=None, help="study: trials per seed")
 @click.option("--verifiers", default=None, help="comma-separated: run only these methods' cells (others: not run)")
-@click.option("--jobs", type=int, default=2, show_default=True, help="worker processes for the study")
+@click.option("--jobs", type=JOBS, default=2, show_default=True, help="worker processes for the study")
 @click.option("--scheduler", default=None,
               help="run the study's cells on Dask: 'local' (a LocalCluster of --jobs workers) or a scheduler address")
 @click.option("--device", default=None, help="the study's batched rounds with torch on this device (cpu, cuda); "
                                              "default: numpy. The same records either way")
 @click.option("--no-run", is_flag=True, help="write the reports from what the store holds, computing nothing new")
-@click.option("--store", "store_dir", type=click.Path(file_okay=False), default=None,
+@click.option("--store", "store_dir", type=Output(folder=True), default=None,
               help="resumable cell store (default OUT/store)")
-@click.option("--cert-vocab", type=int, default=3, show_default=True, help="certification table: vocabulary")
-@click.option("--cert-depth", type=int, default=2, show_default=True, help="certification table: depth")
-@click.option("--cert-branching", type=int, default=2, show_default=True, help="certification table: branching")
-@click.option("--cert-seed", type=int, default=0, show_default=True, help="certification table: model seed")
+@click.option("--cert-vocab", type=Whole(2), default=3, show_default=True, help="certification table: vocabulary")
+@click.option("--cert-depth", type=TREE_DEPTH, default=2, show_default=True, help="certification table: depth")
+@click.option("--cert-branching", type=TREE_BRANCHING, default=2, show_default=True,
+              help="certification table: branching")
+@click.option("--cert-seed", type=SEED, default=0, show_default=True, help="certification table: model seed")
 @click.option("--cert-arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
               help="certification table: arithmetic")
-@click.option("--max-executions", type=int, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
-              help="most executions one certificate of the table may enumerate (0: no limit)")
+@click.option("--max-executions", type=COUNT_LIMIT, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
+              help="most executions one certificate of the table may enumerate (0 or inf: no limit)")
 @click.pass_context
 def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, scheduler, device, no_run, store_dir,
            cert_vocab, cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
     """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
     chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
-    for field, value, minimum in (("seeds", study_seeds, 1), ("trials", study_trials, 2), ("jobs", jobs, 1)):
-        if value is not None:
-            check_count(field, value, minimum)
+    check_scheduler(scheduler)
+    check_device(device)
     seeds = study_seeds if study_seeds is not None else (PAPER_SEEDS if full else QUICK_SEEDS)
     trials = {t: study_trials if study_trials is not None else (PAPER_TRIALS[t] if full else QUICK_TRIALS)
               for t in chosen}
     cells = [cell for t in chosen for _, _, cell in paper_cells(t, seeds, trials[t])]
-    if verifiers:
-        wanted = {v.strip() for v in verifiers.split(",")}
+    if verifiers is not None:
+        wanted = {v.strip() for v in verifiers.split(",")} - {""}
+        if not wanted:
+            raise SpecproofError("verifiers", "names no method: give comma-separated verifier names")
         unknown = wanted - {c.verifier for c in cells}
         if unknown:
             raise SpecproofError("verifiers", f"no cells for {sorted(unknown)} in tables {list(chosen)}")
@@ -165,11 +170,10 @@ def _certification_report(out: Path, store: Store, model: SyntheticModel, plans:
 @main.command()
 @model_options
 @tree_options
-@click.option("--seeds", type=int, default=5, show_default=True, help="model seeds --seed … --seed+K−1")
-@click.option("--trials", type=int, default=10_000, show_default=True, help="rounds per model seed")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary here")
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
-              help="wall-clock limit of the run in seconds (0: none)")
+@click.option("--seeds", type=Whole(1), default=5, show_default=True, help="model seeds --seed … --seed+K−1")
+@click.option("--trials", type=Whole(2, MAX_TRIALS), default=10_000, show_default=True, help="rounds per model seed")
+@click.option("--json", "json_out", type=Output(), help="write the summary here")
+@timeout_option("run")
 @click.option("--device", default=None, help="run the batched rounds with torch on this device (cpu, cuda, "
                                              "cuda:1); default: numpy. The same numbers either way")
 def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds, trials, json_out, timeout, device,
@@ -177,11 +181,10 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
     """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test.
     Exit 1 when the test rejects the target."""
     check_output_file(json_out, "json")
+    check_device(device)
     name, fn = named_verifier(tree)
     model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     drafter, drafting = build_drafter(model_for(seed), tree)  # validates the options once, up front
-    check_count("seeds", seeds, 1)
-    check_count("trials", trials, 2)
     from simulator.montecarlo.engine import ANNOUNCE_SECONDS
 
     def estimated(run) -> None:
@@ -211,14 +214,15 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
 @main.command()
 @model_options
 @tree_options
-@click.option("--tokens", type=int, default=8, show_default=True, help="tokens to generate (N)")
+@click.option("--tokens", type=Whole(1), default=8, show_default=True, help="tokens to generate (N)")
 @click.option("--exact", "exact_law", is_flag=True, help="the exact law of the first N tokens (small models only)")
 @click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
               help="--exact: arithmetic")
-@click.option("--seeds", type=int, default=5, show_default=True,
+@click.option("--seeds", type=Whole(1), default=5, show_default=True,
               help="Monte Carlo: model seeds --seed … --seed+K−1")
-@click.option("--trials", type=int, default=1000, show_default=True, help="Monte Carlo: generations per seed")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the result here")
+@click.option("--trials", type=Whole(1, MAX_TRIALS), default=1000, show_default=True,
+              help="Monte Carlo: generations per seed")
+@click.option("--json", "json_out", type=Output(), help="write the result here")
 @limit_options
 def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, tokens, exact_law, arithmetic, seeds,
              trials, json_out, max_executions, timeout, **tree) -> None:
@@ -232,7 +236,6 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
     label = ", ".join(f"{k} {v}" for k, v in drafting.items())
     if exact_law:
         check_arithmetic_for(name, arithmetic)
-        check_count("tokens", tokens, 1)
         with mass_bar(1, f"generate {name}") as bar, limited(max_executions, timeout, bar.update) as cap:
             estimate_generation(model, drafter, fn, tokens, arithmetic).check(cap)
             result = generation_law(model, drafter, fn, tokens, arithmetic)
@@ -267,19 +270,17 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
-@click.option("--instances", type=int, default=40, show_default=True, help="random models per DySpec drafter")
-@click.option("--seeds", type=int, default=10, show_default=True, help="model seeds of the Monte Carlo comparison")
-@click.option("--trials", type=int, default=200, show_default=True, help="generations per model seed")
-@click.option("--tokens", type=int, default=10, show_default=True, help="tokens per generation")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random instances")
+@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
+@click.option("--instances", type=Whole(1), default=40, show_default=True, help="random models per DySpec drafter")
+@click.option("--seeds", type=Whole(2), default=10, show_default=True, help="model seeds of the Monte Carlo comparison")
+@click.option("--trials", type=Whole(1, MAX_TRIALS), default=200, show_default=True,
+              help="generations per model seed")
+@click.option("--tokens", type=Whole(1), default=10, show_default=True, help="tokens per generation")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="seed of the random instances")
 @click.pass_context
 def dynamic(ctx, out_dir: str, instances: int, seeds: int, trials: int, tokens: int, seed: int) -> None:
     """DySpec's and ADED's drafters: exact certificates, D.1 greedy check, accepted tokens per round vs fixed trees.
     Exit 1 when a rule expected lossless is lossy on some instance."""
-    for field, value, minimum in (("instances", instances, 1), ("seeds", seeds, 2), ("trials", trials, 1),
-                                  ("tokens", tokens, 1)):
-        check_count(field, value, minimum)
     check_output_dir(out_dir, "out")
     ticks = StageBars()
     try:
@@ -291,16 +292,14 @@ def dynamic(ctx, out_dir: str, instances: int, seeds: int, trials: int, tokens: 
 
 
 @main.command()
-@click.option("--scale", type=float, default=1.0, show_default=True,
-              help="multiplies every check's default instance count")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--scale", type=Real(0, MAX_SCALE, min_open=True), default=1.0, show_default=True,
+              help=f"multiplies every check's default instance count (at most {MAX_SCALE:g})")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--check", "only", multiple=True, type=click.Choice(list(CHECKS)), help="run only these (repeatable)")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the Markdown report here")
+@click.option("--out", "out_path", type=Output(), help="write the Markdown report here")
 @click.pass_context
 def theorems(ctx, scale: float, seed: int, only: tuple[str, ...], out_path: str | None) -> None:
     """Check the papers' claims on random exact instances: claim, instances, worst margin, verdict."""
-    if not scale > 0:
-        raise SpecproofError("scale", f"must be positive, got {scale}")
     check_output_file(out_path, "out")
     ticks = StageBars()
     try:
