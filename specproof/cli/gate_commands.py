@@ -3,7 +3,6 @@ committed baselines, for CI) and ``zoo`` (the mutation zoo report). Registered o
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from pathlib import Path
@@ -13,15 +12,16 @@ import click
 from exact.subject import subject
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions
-from simulator.errors import InvalidParameterError, TimeLimitError
+from simulator.errors import TimeLimitError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.models import make_model
 from simulator.numeric import ARITHMETICS
 from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.group import main
-from specproof.cli.options import (JOBS, MAX_SECONDS, SEED, Output, Real, certificate_lines, certified_subject,
-                                   check_table, command_line, given_options, kernel_options, model_options,
-                                   progress_bar, shrink_time_option, shrunk, tree_options, tree_shape, write_output)
+from specproof.cli.options import (JOBS, MAX_SECONDS, SECONDS_LIMIT, SEED, Output, Real, certificate_lines,
+                                   certified_subject, check_table, command_line, given_options, kernel_options,
+                                   model_options, progress_bar, shrink_time_option, shrunk, tree_options, tree_shape,
+                                   write_output)
 from specproof.gate.hunt import Fixed
 from specproof.gate.hunt import hunt as run_hunt
 
@@ -94,15 +94,15 @@ def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) ->
 @main.command()
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="specproof.toml: what is checked, the battery, the expected verdicts (docs/gate.md)")
-@click.option("--jobs", type=int, default=1, show_default=True,
+@click.option("--jobs", type=JOBS, default=1, show_default=True,
               help="checks certified at once, each in a process of its own")
 @click.option("--junit", "junit_path", type=Output(), help="write JUnit XML here")
 @click.option("--summary", "summary_path", type=Output(),
               help="write the Markdown summary here  [default: $GITHUB_STEP_SUMMARY when set]")
 @click.option("--update-baselines", is_flag=True, help="rewrite the baselines file with the E[τ] of this run")
 @click.option("--fresh", is_flag=True, help="certify everything again, ignoring results kept in the state folder")
-@click.option("--check-timeout", type=float, default=None,
-              help="seconds each check may take, its instances and hunt together (0: no limit)  "
+@click.option("--check-timeout", type=SECONDS_LIMIT, default=None,
+              help="seconds each check may take, its instances and hunt together (0 or inf: no limit)  "
                    "[default: the config's check_seconds, 600]")
 @click.pass_context
 def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fresh, check_timeout) -> None:
@@ -116,13 +116,6 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
     from specproof.gate.runner import BASELINES_FIELD, load_config, run_gate, verdict, write_baselines
     from specproof.reports.gate_summary import junit, markdown
 
-    if jobs < 1:
-        raise InvalidParameterError("jobs", f"must be at least 1, got {jobs}")
-    if check_timeout is not None and not check_timeout >= 0:
-        raise InvalidParameterError("check_timeout", f"must be a number of seconds ≥ 0 (0: no limit), got "
-                                                     f"{check_timeout}")
-    if check_timeout == math.inf:
-        check_timeout = 0.0  # no limit, as 0
     start = time.monotonic()
     summary_field = "summary" if summary_path else "summary ($GITHUB_STEP_SUMMARY)"
     summary_path = summary_path or os.environ.get("GITHUB_STEP_SUMMARY") or None
