@@ -9,13 +9,13 @@ from pathlib import Path
 import click
 
 from simulator.drafting import DRAFTING
-from simulator.errors import InvalidParameterError
-from simulator.jsonfile import check_output_dir, check_output_file
-from simulator.limits import DEFAULT_TIMEOUT, time_limit
+from simulator.jsonfile import check_output_dir, check_output_file, write_text
+from simulator.limits import time_limit
 from simulator.numeric import human_number
 from simulator.trees import TOPOLOGIES
 from specproof.cli.group import main
-from specproof.cli.options import command_line, kept, progress_bar, tree_shape, write_output
+from specproof.cli.options import (COUNT_LIMIT, SECONDS_LIMIT, TREE_BRANCHING, TREE_DEPTH, Output, Whole, command_line,
+                                   kept, progress_bar, timeout_option, tree_shape, write_output)
 
 #: Exit status per verdict (2 is every typed error's and 3 an internal error's, as for the other commands).
 EXIT = {"PROVED": 0, "REFUTED": 1, "UNDECIDED": 4}
@@ -63,22 +63,20 @@ class _Progress:
 @main.command()
 @click.option("--verifier", required=True, help="built-in name (specproof list) or module:function")
 @click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True)
-@click.option("--depth", type=int, default=1, show_default=True, help="draft depth H")
-@click.option("--branching", type=int, default=2, show_default=True, help="branching b")
+@click.option("--depth", type=TREE_DEPTH, default=1, show_default=True, help="draft depth H")
+@click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b")
 @click.option("--parents", help="explicit parent list, e.g. '-1,0,0' (implies --topology explicit)")
-@click.option("--vocab", type=int, default=2, show_default=True, help="vocabulary size V (every row is symbolic)")
+@click.option("--vocab", type=Whole(2), default=2, show_default=True, help="vocabulary size V (every row is symbolic)")
 @click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True)
-@click.option("--json", "json_out", type=click.Path(dir_okay=False),
+@click.option("--json", "json_out", type=Output(),
               help="write the proof certificate (every cell, its sign conditions and its identity) here")
-@click.option("--case-out", type=click.Path(dir_okay=False), default="specproof-case.json", show_default=True,
+@click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
               help="REFUTED: where the witness goes (a reproducer: specproof certify --case FILE)")
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
-              help="wall-clock limit of the proof in seconds (0: none); when it fires, what was decided so far is "
-                   "printed with the error")
-@click.option("--max-cells", type=int, default=DEFAULT_MAX_CELLS, show_default=True,
-              help="most runs of the symbolic program plus cells decided (estimated up front, then counted; 0: no "
-                   "limit)")
-@click.option("--probes", type=int, default=DEFAULT_PROBES, show_default=True,
+@timeout_option("proof", "; when it fires, what was decided so far is printed with the error")
+@click.option("--max-cells", type=COUNT_LIMIT, default=DEFAULT_MAX_CELLS, show_default=True,
+              help="most runs of the symbolic program plus cells decided (estimated up front, then counted; 0 or "
+                   "inf: no limit)")
+@click.option("--probes", type=Whole(0), default=DEFAULT_PROBES, show_default=True,
               help="random exact points certified by the exact engine before the symbolic run (0: none)")
 @click.option("--method", type=click.Choice(["auto", "lifting", "cells"]), default="auto", show_default=True,
               help="lifting: prove a token-verification lift's single step for every branching of the shape and lift "
@@ -89,12 +87,6 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
           max_cells, probes, method) -> None:
     """Prove a verifier lossless for EVERY model pair of this shape and vocabulary, or refute it with an exact
     witness. Exit 0 PROVED, 1 REFUTED, 4 UNDECIDED, 2 a typed error (a size or time limit included)."""
-    if vocab < 2:
-        raise InvalidParameterError("vocab", f"must be ≥ 2, got {vocab}")
-    if max_cells < 0:
-        raise InvalidParameterError("max_cells", f"must be ≥ 0 (0: no limit), got {max_cells}")
-    if probes < 0:
-        raise InvalidParameterError("probes", f"must be ≥ 0, got {probes}")
     check_output_file(json_out, "json")
     check_output_dir(Path(case_out).parent, "case_out")  # made if missing
     from exact.prove.proof import ESTIMATE_DESCENTS, Tally  # sympy: imported by this command only (0.7 s at start-up)
@@ -149,17 +141,17 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
 
 
 @main.command("prove-table")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="reports/proofs.md", show_default=True)
-@click.option("--case-timeout", type=float, default=600.0, show_default=True, help="seconds each case may take")
+@click.option("--out", "out_path", type=Output(), default="reports/proofs.md", show_default=True)
+@click.option("--case-timeout", type=SECONDS_LIMIT, default=600.0, show_default=True,
+              help="seconds each case may take (0 or inf: no limit)")
 @click.option("--only", help="comma-separated verifiers: run only their cases")
 @click.pass_context
 def prove_table(ctx, out_path, case_timeout, only) -> None:
     """The proof table: every built-in rule the symbolic run can follow, PROVED or REFUTED on one-level trees and
     chains at V = 2 and 3, each control REFUTED with its witness, the others with the reason (reports/proofs.md)."""
-    from pathlib import Path
-
     from exact.prove.proof_table import cases, run_case, table_markdown
 
+    check_output_dir(Path(out_path).parent, "out")  # made if missing
     chosen = [c for c in cases() if only is None or c.verifier in only.split(",")]
     rows = []
     for case in chosen:
@@ -169,6 +161,6 @@ def prove_table(ctx, out_path, case_timeout, only) -> None:
                    f"{r['seconds']:.1f} s",
                    err=True)
     text = table_markdown(rows, command_line(ctx), case_timeout)
-    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_path).write_text(text)
     click.echo(text)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    kept(lambda: write_text(out_path, text, "out"))
