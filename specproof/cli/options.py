@@ -363,11 +363,6 @@ def check_scheduler(address: str | None) -> None:
                                                  f"got {address!r} ({err})") from None
 
 
-def check_count(field: str, value: int, minimum: int) -> None:
-    if value < minimum:
-        raise InvalidParameterError(field, f"must be at least {minimum}, got {value}")
-
-
 #: floats that stand in for a zero, ``(name, value)``: a clamp to ``finfo.tiny`` (``clamp(q - p, min=tiny)``) or to
 #: the smallest subnormal leaves mass of about their size where the target has none. float16's are left out: they
 #: are ordinary probabilities (6e-5, 6e-8), no sign of a clamp

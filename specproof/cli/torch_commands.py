@@ -17,7 +17,8 @@ from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.trees import TOPOLOGIES
 from simulator.usercode import require
 from specproof.cli.group import main
-from specproof.cli.options import StageBars, check_count, command_line, progress_bar, tree_shape
+from specproof.cli.options import (SEED, TREE_BRANCHING, TREE_DEPTH, Output, Real, StageBars, Whole, check_device,
+                                   command_line, progress_bar, tree_shape)
 from specproof.reports.real_transfer import FIT_MODES, PREDICT_SEEDS
 
 
@@ -28,19 +29,19 @@ from specproof.reports.real_transfer import FIT_MODES, PREDICT_SEEDS
               help="draft model: a directory, a .gguf file, a fetched name, or the target's own layers: "
                    "self:skip=I,J,... or self:exit=K")
 @click.option("--questions", required=True, type=click.Path(dir_okay=False), help="Spec-Bench question.jsonl")
-@click.option("--max-questions", type=int, help="only the first N questions")
-@click.option("--answers", type=click.Path(dir_okay=False), help="answers .jsonl to write (Spec-Bench's format)")
+@click.option("--max-questions", type=Whole(1), help="only the first N questions")
+@click.option("--answers", type=Output(), help="answers .jsonl to write (Spec-Bench's format)")
 @click.option("--verifier", required=True, help="a verifier with an array rule whose later tokens follow the target")
 @click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True)
-@click.option("--depth", type=int, default=3, show_default=True)
-@click.option("--branching", type=int, default=2, show_default=True)
+@click.option("--depth", type=TREE_DEPTH, default=3, show_default=True)
+@click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True)
 @click.option("--parents", help="explicit parent list (implies --topology explicit)")
 @click.option("--drafting", type=click.Choice(list(ARRAY_SCHEMES)), default="iid", show_default=True)
-@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="per turn")
-@click.option("--temperature", type=float, default=1.0, show_default=True)
-@click.option("--top-k", type=int, default=0, show_default=True)
-@click.option("--top-p", type=float, default=1.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-new-tokens", type=Whole(1), default=64, show_default=True, help="per turn")
+@click.option("--temperature", type=Real(0, min_open=True), default=1.0, show_default=True)
+@click.option("--top-k", type=Whole(0), default=0, show_default=True, help="0: every token")
+@click.option("--top-p", type=Real(0, 1, min_open=True), default=1.0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="where the models and the verifier run (cpu, cuda, cuda:1)")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]), default="float32", show_default=True,
               help="the models' weights; rows are processed and verified in float64")
@@ -53,9 +54,7 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
     require("transformers", "specproof real", "real")
     if answers is not None:
         check_output_file(answers, "answers")
-    check_count("max_new_tokens", max_new_tokens, 1)
-    if max_questions is not None:
-        check_count("max_questions", max_questions, 1)
+    check_device(device)
     import torch
 
     from simulator.torch_path.real import Processing, load_pair, load_tokenizer
@@ -94,19 +93,18 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
 @click.option("--target", default="smollm2", show_default=True, help="the target (a fetched name, directory or .gguf)")
 @click.option("--questions", type=click.Path(dir_okay=False),
               help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)")
-@click.option("--max-questions", type=int, default=10, show_default=True)
-@click.option("--max-new-tokens", type=int, default=32, show_default=True, help="per turn")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-questions", type=Whole(2), default=10, show_default=True)
+@click.option("--max-new-tokens", type=Whole(1), default=32, show_default=True, help="per turn")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
 @click.pass_context
 def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, device, out_dir) -> None:
     """Every verifier of the real path on its shapes, over MT-bench on a real pair with self-drafts: accepted
     tokens per step (SE across questions), block efficiency, tokens/s, speed-up; real_pair.md/json/png."""
     require("transformers", "specproof real-report", "real")
     check_output_dir(out_dir, "out")
-    check_count("max_questions", max_questions, 2)
-    check_count("max_new_tokens", max_new_tokens, 1)
+    check_device(device)
     from simulator.torch_path.fetch import fetch
     from simulator.torch_path.spec_bench import read_questions
     from specproof.reports.real_pair import run_real_pair, write_real_pair_report
@@ -129,20 +127,18 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
 @click.option("--target", default="smollm2", show_default=True, help="the target the pair file was made with")
 @click.option("--questions", type=click.Path(dir_okay=False),
               help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)")
-@click.option("--max-questions", type=int, default=10, show_default=True,
+@click.option("--max-questions", type=Whole(1), default=10, show_default=True,
               help="measure Σ min(p, q) on the first N questions")
 @click.option("--fit", "fit_mode", type=click.Choice(FIT_MODES), default="shared",
               show_default=True, help="what is fitted: τ_p = τ_q, τ_q = 1, or all three")
-@click.option("--seeds", type=int, default=PREDICT_SEEDS, show_default=True, help="model seeds of the fitted pair")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.option("--seeds", type=Whole(2), default=PREDICT_SEEDS, show_default=True, help="model seeds of the fitted pair")
+@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
 @click.pass_context
 def real_transfer(ctx, pair, target, questions, max_questions, fit_mode, seeds, out_dir) -> None:
     """Fit the toy study's synthetic pair to a real pair's per-position Σ min(p, q) and compare its predicted
     accepted tokens per step with the real rows of real_pair.json; real_transfer.md/json/png."""
     require("transformers", "specproof real-transfer", "real")
     check_output_dir(out_dir, "out")
-    check_count("max_questions", max_questions, 1)
-    check_count("seeds", seeds, 2)
     from simulator.torch_path.fetch import fetch
     from simulator.torch_path.spec_bench import read_questions
     from specproof.reports.real_transfer import measure_overlaps, read_pair, run_transfer, write_transfer_report
@@ -171,7 +167,7 @@ def real_transfer(ctx, pair, target, questions, max_questions, fit_mode, seeds, 
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
 @click.pass_context
 def kernels(ctx, out_dir: str) -> None:
     """Certify every torch kernel specproof knows, unmodified: transformers' sampler, the torch path's kernels
@@ -191,7 +187,7 @@ def kernels(ctx, out_dir: str) -> None:
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="specproof-report", show_default=True)
+@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
 @click.pass_context
 def clients(ctx, out_dir: str) -> None:
     """Certify samplers other projects ship (transformers', vLLM 0.6.3's), unmodified, each by the command the
