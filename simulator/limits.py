@@ -9,6 +9,7 @@ returns, through ``SIGALRM``: only in the main thread of a POSIX process.
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -162,13 +163,14 @@ def active_count() -> Count:
 
 @contextmanager
 def time_limit(seconds: float | None, describe: Callable[[], str] | None = None) -> Iterator[None]:
-    """Raise :class:`TimeLimitError` in the block after ``seconds`` of wall-clock time (``None`` or 0: no limit).
+    """Raise :class:`TimeLimitError` in the block after ``seconds`` of wall-clock time (``None``, 0 or ``inf``: no
+    limit).
     ``describe()`` says how far the run got, for the message. Uses ``SIGALRM``, so it acts in the main thread of a
     POSIX process only; elsewhere it does nothing."""
     if seconds is not None and (isinstance(seconds, bool) or not seconds >= 0):
         raise InvalidParameterError("timeout", f"must be a number of seconds ≥ 0, got {seconds!r}")
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    if not seconds or not usable:
+    if not seconds or math.isinf(seconds) or not usable:
         yield
         return
 
@@ -187,5 +189,6 @@ def time_limit(seconds: float | None, describe: Callable[[], str] | None = None)
 
 
 def until(deadline: float) -> ContextManager[None]:
-    """:func:`time_limit` up to ``deadline`` (a ``time.monotonic()`` instant); one already past fires at once."""
+    """:func:`time_limit` up to ``deadline`` (a ``time.monotonic()`` instant; ``inf``: none); one already past
+    fires at once."""
     return time_limit(max(deadline - time.monotonic(), 1e-3))

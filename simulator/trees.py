@@ -121,7 +121,7 @@ def make_topology(name: str, depth: int = 2, branching: int = 2,
     b = 2 if name == "binary" else branching
     size = shape_size(name, depth, b)
     if size > MAX_TREE_NODES:
-        at_least = "at least " if name == "tapered" else ""
+        at_least = "at least " if name == "tapered" or depth >= MAX_TREE_NODES else ""  # a lower bound there
         raise InvalidParameterError("depth", f"{name}(b={b}, H={depth}) has {at_least}{_count(size)} nodes, over the "
                                              f"limit of {MAX_TREE_NODES:,} a draft tree may have: reduce --depth or "
                                              "--branching")
@@ -163,6 +163,8 @@ def shape_size(name: str, depth: int, branching: int) -> int:
     if name == "multi-chain":
         return 1 + b * depth
     if name in ("complete", "binary"):
+        if b >= 2 and depth >= MAX_TREE_NODES:  # 2^(H+1) nodes at least: past the limit, not worth the power
+            return 2 ** MAX_TREE_NODES.bit_length()
         return depth + 1 if b == 1 else (b ** (depth + 1) - 1) // (b - 1)
     if name == "tapered":
         # Children form sibling groups: a group of s nodes has children groups of sizes s, s−1, …, 2 and then
