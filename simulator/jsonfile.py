@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from .errors import InvalidParameterError, OutputError
@@ -48,6 +49,12 @@ def check_output_file(path: str | Path | None, field: str) -> None:
     if path.is_dir():
         raise OutputError(field, f"{path} is a directory; give a file name")
     _check_writable_dir(path.parent if str(path.parent) else Path("."), field, f"for {path}")
+    if path.exists():
+        try:
+            with open(path, "a"):  # opened to append, nothing written: the file is left as it is
+                pass
+        except OSError as err:
+            raise OutputError(field, f"cannot write {path}: {err.strerror or err}") from None
 
 
 def check_output_dir(path: str | Path, field: str) -> None:
@@ -69,6 +76,12 @@ def _check_writable_dir(folder: Path, field: str, purpose: str) -> None:
         raise OutputError(field, f"{folder} is not a folder {purpose}")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(field, f"the folder {folder} is not writable {purpose}")
+    try:  # access() says yes to root in /proc or on some mounts: try a file there
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".specproof-probe-")
+    except OSError as err:
+        raise OutputError(field, f"cannot write in the folder {folder} {purpose}: {err.strerror or err}") from None
+    os.close(handle)
+    os.unlink(probe)
 
 
 def write_text(path: str | Path, text: str, field: str) -> None:
