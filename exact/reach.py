@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dis
 import functools
-import inspect
 import os
 import sys
 import types
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from simulator.numeric import Number, human_number
-from simulator.usercode import is_own_frame
+from simulator.usercode import plugin_codes, user_code_of
 from simulator.verifiers.registry import Verifier, is_builtin
 
 T = TypeVar("T")
@@ -84,7 +83,7 @@ class Reach:
         """The printed lines: the three probabilities, the plugin's line coverage, then each warning."""
         def shown(value: Number | None) -> str:
             return NOT_BY_RECURSION if value is None else human_number(value)
-        out = [f"{indent}P(τ ≥ 1) = {shown(self.p_accept)}: at least one draft token accepted",
+        out = [f"{indent}P(τ ≥ 1: a draft token accepted) = {shown(self.p_accept)}",
                f"{indent}P(output node inner: a correction draw) = {shown(self.p_inner)}; P(output node a leaf: a "
                f"bonus draw) = {shown(self.p_leaf)}"]
         if self.lines is not None:
@@ -155,7 +154,7 @@ class LineTracer:
 
     def completes(self, completions: Iterable[object]) -> bool:
         """Whether a completion rule among ``completions`` runs the plugin's code (its ``next_row``)."""
-        return any(_code(getattr(type(c), "next_row", None)) in self._codes for c in completions)
+        return any(user_code_of(getattr(type(c), "next_row", None)) in self._codes for c in completions)
 
     def _call(self, frame, event, arg):
         theirs = self._previous(frame, event, arg) if self._previous is not None else None
@@ -196,27 +195,6 @@ def plugin_tracer(fn: Verifier) -> LineTracer | None:
     return LineTracer(codes) if codes else None
 
 
-def plugin_codes(fn: object) -> frozenset[types.CodeType]:
-    """The code a plugin runs, found without running it: its function (or, for a rule specproof built around the
-    user's functions, such as ``tv(SingleStepRule(..., plan=my_plan))``, the user's functions it holds), the
-    functions nested in them, and the functions and classes of the same file they name as globals, transitively.
-    Code in specproof's own packages is never a plugin's."""
-    todo = [(_code(root), _func(root).__globals__) for root in _roots(fn)]
-    seen: set[types.CodeType] = set()
-    while todo:
-        code, namespace = todo.pop()
-        if code in seen:
-            continue
-        seen.add(code)
-        todo += [(c, namespace) for c in code.co_consts if isinstance(c, types.CodeType)]
-        for name in _global_names(code):
-            for found in _functions_of(namespace.get(name)):
-                inner = _code(found)
-                if inner is not None and inner.co_filename == code.co_filename:
-                    todo.append((inner, _func(found).__globals__))
-    return frozenset(seen)
-
-
 def executable_lines(code: types.CodeType) -> set[int]:
     """The lines of ``code``'s body that a line tracer can report: the lines of its instructions after the
     prologue (up to ``RESUME``: the ``def`` line, a generator's set-up), nested code excluded."""
@@ -226,60 +204,6 @@ def executable_lines(code: types.CodeType) -> set[int]:
             lines.add(ins.positions.lineno)
         started = started or ins.opname == "RESUME"
     return lines
-
-
-def _roots(fn: object) -> list[object]:
-    fn = inspect.unwrap(fn) if callable(fn) else fn
-    if _code(fn) is not None:
-        return [fn]
-    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
-    held = [fn, *cells] + [v for obj in (fn, *cells) for v in _attributes(obj)]
-    return [obj for obj in held if _code(obj) is not None]
-
-
-def _func(obj: object):
-    """A method's function; a function itself."""
-    return getattr(obj, "__func__", obj)
-
-
-def _code(obj: object) -> types.CodeType | None:
-    """The code of a user's Python function, method or lambda (``None`` for anything else, or for specproof's)."""
-    code = getattr(_func(obj), "__code__", None)
-    if not isinstance(code, types.CodeType) or is_own_frame(code.co_filename) or code.co_filename.startswith("<"):
-        return None
-    return code
-
-
-def _filled(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell
-        return False
-    return True
-
-
-def _attributes(obj: object) -> list[object]:
-    try:
-        return list(vars(obj).values())
-    except TypeError:  # no __dict__
-        return []
-
-
-def _global_names(code: types.CodeType) -> set[str]:
-    return {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-
-
-def _functions_of(obj: object) -> list[object]:
-    """A function itself; a class's methods (static and class methods and properties unwrapped)."""
-    if inspect.isclass(obj):
-        out = []
-        for value in vars(obj).values():
-            if isinstance(value, property):
-                out += [f for f in (value.fget, value.fset, value.fdel) if f is not None]
-            else:
-                out.append(_func(value))
-        return out
-    return [obj]
 
 
 def _shown_path(file: str) -> str:

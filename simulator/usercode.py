@@ -1,5 +1,6 @@
-"""Code specproof did not write — plugins, kernels, adapters and their modules — and the ways it can leave a run:
-an exception, an exit or interrupt it raised, a failed import, a missing optional dependency.
+"""Code specproof did not write — plugins, kernels, adapters and their modules: the code a plugin runs (found
+without running it), and the ways it can leave a run: an exception, an exit or interrupt it raised, a failed
+import, a missing optional dependency.
 
 Exit codes must not lie (docs/cli/README.md#exit-codes): a plugin's ``sys.exit(0)`` must not turn a gate green, nor
 its ``KeyboardInterrupt`` pass for the user's Ctrl-C. The command line runs inside :func:`interrupts_recorded`,
@@ -9,13 +10,16 @@ unless :func:`interrupted` says the run was interrupted.
 
 from __future__ import annotations
 
+import dis
 import importlib
 import importlib.util
+import inspect
 import os
 import signal
 import sys
 import threading
 import traceback
+import types
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -25,6 +29,10 @@ from .errors import InvalidParameterError, MissingDependencyError
 T = TypeVar("T")
 #: specproof's own packages: a frame in one of them is not user code
 OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package in ("simulator", "exact", "specproof"))
+#: the torch kernels specproof ships as specimens (the mutation zoo's and the kernel report's, installed with the
+#: package so that ``zoo`` runs anywhere): user code all the same, for messages, precision and coverage
+SPECIMENS = tuple(str(Path(__file__).resolve().parents[1] / "specproof" / "gate" / name)
+                  for name in ("mutants.py", "torch_kernels.py"))
 #: the exit status of a run stopped by SIGINT or SIGTERM (the shell's 128 + SIGINT)
 INTERRUPTED_EXIT = 130
 
@@ -59,7 +67,9 @@ def interrupted() -> bool:
 
 
 def is_own_frame(filename: str) -> bool:
-    return str(Path(filename).resolve()).startswith(OWN_CODE)
+    """Whether a frame of ``filename`` is specproof's own code (not a user's, nor a specimen kernel's)."""
+    path = str(Path(filename).resolve())
+    return path.startswith(OWN_CODE) and not path.startswith(SPECIMENS)
 
 
 def source_line(err: BaseException) -> str:
@@ -186,3 +196,83 @@ def require(module_name: str, what: str, field: str) -> None:
         extra = EXTRAS.get(module_name, module_name)
         raise MissingDependencyError(field, f"{what} needs {module_name}, which is not installed: "
                                             f"pip install -e '.[{extra}]' (or pip install 'specproof[{extra}]')")
+
+
+def plugin_codes(fn: object) -> frozenset[types.CodeType]:
+    """The code a plugin runs, found without running it (:func:`plugin_code_globals`)."""
+    return frozenset(plugin_code_globals(fn))
+
+
+def plugin_code_globals(fn: object) -> dict[types.CodeType, dict]:
+    """The code a plugin runs, found without running it, each with the globals its names are looked up in: its
+    function (or, for a rule specproof built around the user's functions, such as ``tv(SingleStepRule(...,
+    plan=my_plan))``, the user's functions it holds), the functions nested in them, and the functions and classes
+    of the same file they name as globals, transitively. Code in specproof's own packages is never a plugin's."""
+    todo = [(user_code_of(root), _func(root).__globals__) for root in _roots(fn)]
+    seen: dict[types.CodeType, dict] = {}
+    while todo:
+        code, namespace = todo.pop()
+        if code in seen:
+            continue
+        seen[code] = namespace
+        todo += [(c, namespace) for c in code.co_consts if isinstance(c, types.CodeType)]
+        for name in _global_names(code):
+            for found in _functions_of(namespace.get(name)):
+                inner = user_code_of(found)
+                if inner is not None and inner.co_filename == code.co_filename:
+                    todo.append((inner, _func(found).__globals__))
+    return seen
+
+
+def _roots(fn: object) -> list[object]:
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    if user_code_of(fn) is not None:
+        return [fn]
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+    held = [fn, *cells] + [v for obj in (fn, *cells) for v in _attributes(obj)]
+    return [obj for obj in held if user_code_of(obj) is not None]
+
+
+def _func(obj: object):
+    """A method's function; a function itself."""
+    return getattr(obj, "__func__", obj)
+
+
+def user_code_of(obj: object) -> types.CodeType | None:
+    """The code of a user's Python function, method or lambda (``None`` for anything else, or for specproof's)."""
+    code = getattr(_func(obj), "__code__", None)
+    if not isinstance(code, types.CodeType) or is_own_frame(code.co_filename) or code.co_filename.startswith("<"):
+        return None
+    return code
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def _attributes(obj: object) -> list[object]:
+    try:
+        return list(vars(obj).values())
+    except TypeError:  # no __dict__
+        return []
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    return {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+
+
+def _functions_of(obj: object) -> list[object]:
+    """A function itself; a class's methods (static and class methods and properties unwrapped)."""
+    if inspect.isclass(obj):
+        out = []
+        for value in vars(obj).values():
+            if isinstance(value, property):
+                out += [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+            else:
+                out.append(_func(value))
+        return out
+    return [obj]
