@@ -24,6 +24,19 @@ class SpecproofGroup(click.Group):
 
     command_class = SupervisedCommand
 
+    def main(self, *args, **kwargs):
+        """click's ``main``, with standard output flushed before the process exits: an output that cannot be
+        written (a full disk, ``> /dev/full``), help text included, is a typed error, exit 2, not a traceback
+        or Python's exit 120."""
+        try:
+            return super().main(*args, **kwargs)
+        except OSError as err:  # raised outside a command: click's own help, usage and version text
+            if not _stdout_unwritable(err):
+                raise
+            _stdout_failed(err)
+        finally:
+            _flush_stdout()
+
     def invoke(self, ctx: click.Context):
         with interrupts_recorded():
             try:
@@ -65,11 +78,13 @@ def _exit_for(err: BaseException) -> None:
     if isinstance(err, SpecproofError):
         _fail(f"error: {err.field}: {err.message}{_where(err)}", 2)
     if isinstance(err, BrokenPipeError):  # the reader went away (``| head``): stdout is closed, as SIGPIPE would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _silence_stdout()
         sys.exit(BROKEN_PIPE_EXIT)
     if isinstance(err, BrokenProcessPool):  # killed from outside: the OOM killer, a kill -9 of one worker
         _fail("error: jobs: a worker process died abruptly (killed, or out of memory), so there is no verdict: run "
               "again, or with fewer --jobs", 2)
+    if isinstance(err, OSError) and _stdout_unwritable(err):
+        _stdout_failed(err)
     if isinstance(err, OSError) and err.filename is not None:  # a folder removed meanwhile, a full disk
         _fail(f"error: file: {err.filename}: {err.strerror or err}", 2)
     # a bug of specproof's own: never exit 1, which means LOSSY
@@ -87,6 +102,42 @@ def _exit_interrupted() -> None:
 
 #: the exit status when standard output's reader has gone (the shell's 128 + SIGPIPE)
 BROKEN_PIPE_EXIT = 141
+
+
+def _stdout_unwritable(err: OSError) -> bool:
+    """Whether ``err`` came from writing standard output: raised inside ``click.echo`` (how every command and
+    click's help write it) with standard output as its ``file``."""
+    tb = err.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code is click.utils.echo.__code__ and frame.f_locals.get("file") in (sys.stdout, sys.__stdout__):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _stdout_failed(err: OSError) -> None:
+    _silence_stdout()
+    _fail(f"error: stdout: cannot write standard output: {err.strerror or err}", 2)
+
+
+def _flush_stdout() -> None:
+    """Flush standard output as the command ends, its failure a typed error (or the closed reader's 141)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        sys.exit(BROKEN_PIPE_EXIT)
+    except OSError as err:
+        _stdout_failed(err)
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so that what is left in its buffer cannot fail again at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test runner's buffer)
+        pass
 
 
 @click.group(cls=SpecproofGroup)
