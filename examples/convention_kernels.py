@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from examples.torch_kernels import _residual
+from specproof.gate.torch_kernels import _residual
 
 
 # ---- EAGLE: candidate paths (adapter: eagle) --------------------------------------------------------------------

@@ -32,7 +32,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from simulator.errors import KernelError, RandomSourceError, SpecproofError
-from simulator.usercode import OWN_CODE
+from simulator.usercode import OWN_CODE, SPECIMENS, is_own_frame
 
 T = TypeVar("T")
 WAY_OUT = "draw with torch.rand / torch.multinomial, or random.random() looked up at call time"
@@ -74,7 +74,8 @@ def library_paths() -> tuple[str, ...]:
 @functools.lru_cache(maxsize=None)
 def not_user_code(filename: str) -> bool:
     """Whether ``filename`` is specproof's, numpy's, random.py or torch's: a frame there is not the user's."""
-    return str(Path(filename).resolve()).startswith(library_paths())
+    path = str(Path(filename).resolve())
+    return path.startswith(library_paths()) and not path.startswith(SPECIMENS)
 
 
 def user_line(start: FrameType | None = None) -> str:
@@ -344,7 +345,7 @@ def _drawer(frame: FrameType | None) -> tuple[str | None, FrameType | None]:
 
 @functools.lru_cache(maxsize=None)
 def _own_file(filename: str) -> bool:
-    return str(Path(filename).resolve()).startswith(OWN)
+    return is_own_frame(filename)
 
 
 def _own(frame: FrameType | None) -> bool:

@@ -183,7 +183,7 @@ NO_TORCH = "import sys; sys.modules['torch'] = None; from specproof.cli.app impo
 
 
 @pytest.mark.parametrize("args", [
-    ["certify", "--kernel", "examples.torch_kernels:sps_chain", "--adapter", "chain"],
+    ["certify", "--kernel", "specproof.gate.torch_kernels:sps_chain", "--adapter", "chain"],
     ["kernels", "--out", "{tmp}"],
 ])
 def test_a_missing_extra_is_named_with_its_install_command(tmp_path, args):

@@ -201,7 +201,7 @@ def test_bad_configs_exit_2_naming_the_field(tmp_path):
         "[battery]\nvocab = 3\n[[check]]\nverifier = 'tv-sps'\nexpect = 'lossless'\n": "config.battery.vocab",
         "[[check]]\nverifier = 'tv-sps'\nexpect = 'maybe'\n": "config.check[0].expect",
         "[[check]]\nverifier = 'tv-nope'\nexpect = 'lossy'\n": "config.check[0].verifier",
-        "[[check]]\nkernel = 'examples.torch_kernels:sps_chain'\nadapter = 'sideways'\nexpect = 'lossy'\n":
+        "[[check]]\nkernel = 'specproof.gate.torch_kernels:sps_chain'\nadapter = 'sideways'\nexpect = 'lossy'\n":
             "config.check[0].adapter",
         "[[check]]\nverifier = 'tv-sps'\nexpect = 'lossy'\ncolour = 'red'\n": "config.check[0].colour",
         "[battery]\ntopologies = ['star']\n[[check]]\nverifier = 'tv-sps'\nexpect = 'lossy'\n": "config.battery.topologies",

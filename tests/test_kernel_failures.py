@@ -74,7 +74,7 @@ def test_a_correct_kernel_on_the_same_table_certifies(tmp_path):
     """The negative control of the fixture itself: without the planted raise the kernel is lossless."""
     table = tmp_path / "table.json"
     table.write_text(json.dumps(TABLE))
-    result = CliRunner().invoke(cli, ["certify", "--kernel", "examples.torch_kernels:sps_chain", "--adapter", "chain",
+    result = CliRunner().invoke(cli, ["certify", "--kernel", "specproof.gate.torch_kernels:sps_chain", "--adapter", "chain",
                                       "--model", "table", "--table", str(table), "--topology", "chain",
                                       "--depth", "1"])
     assert result.exit_code == 0 and "LOSSLESS" in result.output

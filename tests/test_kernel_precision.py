@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
-from examples.torch_kernels import _chain_rows, _emitted, _residual, sps_chain  # noqa: E402
+from specproof.gate.torch_kernels import _chain_rows, _emitted, _residual, sps_chain  # noqa: E402
 from exact import certify  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
@@ -150,7 +150,7 @@ def test_a_float32_kernel_fed_float64_rows_is_judged_as_float32():
 
 
 def test_bfloat16_arithmetic_is_judged_at_float32s_tolerance():
-    cert = _chain_certificate(RandomRationalModel(3, seed=1), 1, Kernel("examples.mutants:sps_chain_bf16_ratio",
+    cert = _chain_certificate(RandomRationalModel(3, seed=1), 1, Kernel("specproof.gate.mutants:sps_chain_bf16_ratio",
                                                                         "chain"))
     assert not cert.lossless and cert.tvd > 10 * FLOAT32_TOLERANCE and cert.tolerance == FLOAT32_TOLERANCE
     assert cert.tolerance_reason.startswith("precision float32: the kernel computes in bfloat16")

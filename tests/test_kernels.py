@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import examples.torch_kernels as zoo  # noqa: E402
+import specproof.gate.torch_kernels as zoo  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from exact import certify, fixed_tree_law  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
@@ -237,7 +237,7 @@ def test_every_torch_control_is_flagged_black_box(name):
 PAIRS = [RandomRationalModel(3, seed=s) for s in range(3)] + [SyntheticModel(3, seed=0)]
 CHAIN = ("chain", 2, 1)
 FORK = ("complete", 1, 2)
-TEMPERED = "examples.torch_kernels:tempered_adapter"
+TEMPERED = "specproof.gate.torch_kernels:tempered_adapter"
 # bug → (its correct twin, adapter, shape, uniform model the bug shows under)
 BUGS = {
     "sps_chain_reused_uniform": ("sps_chain", "chain", CHAIN, "continuous"),
@@ -252,7 +252,7 @@ BUGS = {
 
 
 def _zoo_certificates(name: str, adapter: str, shape, uniforms: str) -> list:
-    kernel = Kernel(f"examples.torch_kernels:{name}", adapter, uniforms=uniforms)
+    kernel = Kernel(f"specproof.gate.torch_kernels:{name}", adapter, uniforms=uniforms)
     drafter = make_drafter("iid", make_topology(*shape))
     return [certify(model, drafter, kernel) for model in PAIRS]
 
@@ -369,13 +369,13 @@ def test_a_kernel_with_endless_executions_stops_at_the_execution_cap():
                                                                      fn=kernel_retrying))
 
 
-@pytest.mark.parametrize("kernel, code", [("examples.torch_kernels:sps_chain", 0),
-                                          ("examples.torch_kernels:sps_chain_clipped", 1),
+@pytest.mark.parametrize("kernel, code", [("specproof.gate.torch_kernels:sps_chain", 0),
+                                          ("specproof.gate.torch_kernels:sps_chain_clipped", 1),
                                           ("test_kernels:kernel_out_of_vocabulary", 2),
                                           ("test_kernels:kernel_raises", 2),
                                           ("no_such_module:kernel", 2)])
 def test_certify_kernel_exit_codes(kernel, code):
-    adapter = "chain" if kernel.startswith("examples") else "tree"
+    adapter = "chain" if kernel.startswith("specproof.gate") else "tree"
     result = CliRunner().invoke(cli.main, ["certify", "--kernel", kernel, "--adapter", adapter, "--depth", "2",
                                            "--model", "random-rational", "--vocab", "3", "--seed", "1"])
     assert result.exit_code == code, result.output

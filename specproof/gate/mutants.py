@@ -1,12 +1,12 @@
 """A mutation zoo: bug classes that reached serving systems or published implementations, each an ordinary torch
 kernel drawing its own random numbers. Every mutant is LOSSY; the correct kernels they mutate are in
-:mod:`examples.torch_kernels` and :mod:`simulator.verifiers.block`. Each function's docstring names its bug.
+:mod:`specproof.gate.torch_kernels` and :mod:`simulator.verifiers.block`. Each function's docstring names its bug.
 
 By adapter: ``chain`` — ``sps_chain_stub_uniform``, ``sps_chain_bf16_ratio``, ``sps_chain_cdf_fallback``,
 ``greedy_target_chain``, ``bv_cumprod_chain``; ``flat-chain`` — ``flat_chain_off_by_one``; ``tree`` —
 ``match_tree_second_chance``, ``rrs_tree_late_update``. Certified unmodified (docs/kernels.md)::
 
-    specproof certify --kernel examples.mutants:sps_chain_stub_uniform --adapter chain --depth 2 \\
+    specproof certify --kernel specproof.gate.mutants:sps_chain_stub_uniform --adapter chain --depth 2 \\
         --model random-rational --vocab 3 --seeds 8
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from examples.torch_kernels import _chain_rows, _children_table, _emitted, _inverse_cdf, _residual, flat_requests
+from specproof.gate.torch_kernels import _chain_rows, _children_table, _emitted, _inverse_cdf, _residual, flat_requests
 
 
 # ---- chain mutants (adapter: chain) -----------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 
 specproof certifies them unmodified (docs/kernels.md)::
 
-    specproof certify --kernel examples.torch_kernels:sps_chain --adapter chain --depth 2 --model random-rational
-    specproof certify --kernel examples.torch_kernels:sps_chain_reused_uniform --adapter chain --depth 2 ...
+    specproof certify --kernel specproof.gate.torch_kernels:sps_chain --adapter chain --depth 2 --model random-rational
+    specproof certify --kernel specproof.gate.torch_kernels:sps_chain_reused_uniform --adapter chain --depth 2 ...
 
 The calling conventions are the adapters of :mod:`simulator.torch_path.kernels`, plus :func:`tempered_adapter`,
 the worked example of a user's own adapter. Each kernel's docstring says whether it is lossless, and why.
@@ -225,7 +225,7 @@ def match_tree_placeholder(parents, tokens, p, q):
     return v, y
 
 
-# ---- the tempered convention (adapter: examples.torch_kernels:tempered_adapter) ---------------------------------
+# ---- the tempered convention (adapter: specproof.gate.torch_kernels:tempered_adapter) ---------------------------------
 def tempered_adapter(kernel, tree, p, q, vocab, dtype):
     """A user adapter (docs/kernels.md) for ``kernel(drafts [γ], draft_logits [γ, V], target_logits [γ+1, V],
     temperature) -> tokens [n+1]``, both models sampled at ``softmax(logits / temperature)``: the chain as logits

@@ -4,7 +4,7 @@
 1. transformers' ``_speculative_sampling`` as installed, in float64, float32, on torch's grid and in ensemble mode.
 2. Every array rule of :mod:`simulator.torch_path.verify`, black-box through the ``uniforms`` adapter: its law
    against the shared rule's exact law (:func:`parity`), and its certificate.
-3. The example kernels of ``examples/torch_kernels.py``: production bug classes and their correct twins.
+3. The example kernels of ``specproof/gate/torch_kernels.py``: production bug classes and their correct twins.
 
 A verdict against a row's stated expectation is marked and makes the command exit 1.
 """
@@ -217,19 +217,19 @@ EXAMPLES: dict[str, tuple[str, Shape, dict[str, bool]]] = {
     "rrs_tree_first_residual": ("tree", FORK, {"continuous": False}),
     "match_tree": ("tree", FORK, {"continuous": True, "grid": True}),
     "match_tree_placeholder": ("tree", FORK, {"continuous": False}),
-    "tempered_chain": ("examples.torch_kernels:tempered_adapter", CHAIN2, {"continuous": True, "grid": True}),
-    "tempered_chain_unscaled_verify": ("examples.torch_kernels:tempered_adapter", CHAIN2, {"continuous": False}),
+    "tempered_chain": ("specproof.gate.torch_kernels:tempered_adapter", CHAIN2, {"continuous": True, "grid": True}),
+    "tempered_chain_unscaled_verify": ("specproof.gate.torch_kernels:tempered_adapter", CHAIN2, {"continuous": False}),
 }
 
 
 def _example_rows() -> list[tuple[Row, Kernel, Shape]]:
     out = []
     for name, (adapter, shape, expectations) in EXAMPLES.items():
-        kernel = f"examples.torch_kernels:{name}"
+        kernel = f"specproof.gate.torch_kernels:{name}"
         fn = Kernel(kernel, adapter).fn
         summary = (inspect.getdoc(fn) or "").split(". ")[0].replace("\n", " ")
         for uniforms, expected in expectations.items():
-            row = Row("examples/torch_kernels.py", kernel, adapter, "float64", uniforms, _shape_text(shape), expected,
+            row = Row("specproof/gate/torch_kernels.py", kernel, adapter, "float64", uniforms, _shape_text(shape), expected,
                       note=summary)
             out.append((row, Kernel(kernel, adapter, uniforms=uniforms), shape))
     return out
