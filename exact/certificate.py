@@ -56,8 +56,12 @@ def _view_law(view: ModelView, drafter: Drafter, verifier: Verifier, advance,
     count only when its probability is positive)."""
     check_pairing(verifier_name(verifier), drafter.scheme)  # every library caller gets the command line's check
     exact = view.arithmetic == "fraction"
-    outcomes = _round_outcomes(view, drafter, verifier if tracer is None else tracer.wrap(verifier), exact, advance)
-    return _checked(OutputLaw(outcomes if tracer is None else tracer.weighed(outcomes), drafter.height, view, exact))
+    if tracer is None:
+        return _checked(OutputLaw(_round_outcomes(view, drafter, verifier, exact, advance), drafter.height, view,
+                                  exact))
+    with tracer.active():
+        outcomes = _round_outcomes(view, drafter, tracer.wrap(verifier), exact, advance)
+        return _checked(OutputLaw(tracer.weighed(outcomes), drafter.height, view, exact))
 
 
 def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool, advance):

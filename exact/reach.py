@@ -14,6 +14,7 @@ import dis
 import functools
 import os
 import sys
+import threading
 import types
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -114,8 +115,9 @@ class LineTracer:
 
     The trace function is installed only while the plugin runs (:meth:`wrap`, :meth:`tracing`), and no longer
     once every line has run: under ``sys.settrace`` every frame of the thread runs slower (about 2.5 times for
-    a plugin's enumeration), so the enumeration around the plugin is left untraced. Lines run since the last execution ended are pending: :meth:`weighed` keeps them when the
-    execution's probability is positive and drops them otherwise; :meth:`coverage` keeps what ran after the last
+    a plugin's enumeration), so the enumeration around the plugin is left untraced. Lines run since the last
+    execution ended are pending: :meth:`weighed` keeps them when the execution's probability is positive and
+    drops them otherwise; :meth:`coverage` keeps what ran after the last
     execution (a plugin's completion rule, run only for outcomes of positive probability). Only frames of the
     plugin's own code get a line tracer; every other event goes to the trace function installed before (a
     debugger, a coverage tool), so the two coexist, and a profile hook (``sys.setprofile``) is untouched."""
@@ -143,14 +145,20 @@ class LineTracer:
             sys.settrace(previous)
 
     def wrap(self, fn: Verifier) -> Verifier:
-        """``fn`` run under :meth:`tracing`, with its name (``functools.wraps``)."""
-        @functools.wraps(fn)
-        def traced(*args, **kwargs):
-            if self._all_seen:  # nothing left to learn: the plugin runs at full speed
-                return fn(*args, **kwargs)
-            with self.tracing():
-                return fn(*args, **kwargs)
-        return traced
+        """``fn`` run under :meth:`tracing` while this tracer is :meth:`active`, with its name
+        (``functools.wraps``). The wrapper is the same object for the same ``fn`` (:func:`_traced`), so what is
+        kept per plugin (its scan for random sources) is kept once, not once per certificate."""
+        return _traced(fn)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Inside the block, :meth:`wrap`'s wrappers trace into this tracer."""
+        previous = getattr(_ACTIVE, "tracer", None)
+        _ACTIVE.tracer = self
+        try:
+            yield
+        finally:
+            _ACTIVE.tracer = previous
 
     def completes(self, completions: Iterable[object]) -> bool:
         """Whether a completion rule among ``completions`` runs the plugin's code (its ``next_row``)."""
@@ -184,6 +192,21 @@ class LineTracer:
         self._executed |= self._pending
         self._pending.clear()
         return LineCoverage(self._lines, frozenset(self._executed & self._lines))
+
+
+_ACTIVE = threading.local()  # the tracer a wrapper traces into (LineTracer.active)
+
+
+@functools.lru_cache(maxsize=64)
+def _traced(fn: Verifier) -> Verifier:
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        tracer = getattr(_ACTIVE, "tracer", None)
+        if tracer is None or tracer._all_seen:  # nothing to learn: the plugin runs at full speed
+            return fn(*args, **kwargs)
+        with tracer.tracing():
+            return fn(*args, **kwargs)
+    return traced
 
 
 def plugin_tracer(fn: Verifier) -> LineTracer | None:

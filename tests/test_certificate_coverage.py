@@ -171,3 +171,10 @@ def test_the_line_tracer_keeps_a_trace_function_and_a_profile_hook_installed_bef
         sys.setprofile(old_profile)
         sys.settrace(old_trace)
     assert lines.share == 1 and "call" in heard and profiled
+
+
+def test_a_plugin_gets_the_same_wrapper_in_every_certificate():
+    """What is kept per plugin object (its scan for random sources) is kept once, not once per certificate."""
+    fn = __import__("tests.plugins.sps_branches", fromlist=["x"]).sps_branches
+    first, second = LineTracer(plugin_codes(fn)), LineTracer(plugin_codes(fn))
+    assert first.wrap(fn) is second.wrap(fn) and first.wrap(fn).__wrapped__ is fn
