@@ -47,7 +47,8 @@ class LineCoverage:
         return out
 
     def text(self) -> str:
-        never = "; ".join(f"{_shown_path(file)} lines {_ranges(lines)}" for file, lines in self.never().items())
+        never = "; ".join(f"{_shown_path(file)} line{'s' if len(lines) > 1 else ''} {_ranges(lines)}"
+                          for file, lines in self.never().items())
         return (f"plugin lines executed with positive probability: {len(self.executed)} of {len(self.lines)} "
                 f"({self.share:.0%})" + (f"; never executed: {never}" if never else ""))
 
