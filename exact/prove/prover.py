@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from simulator.drafting import FixedShape, check_drafting
-from simulator.errors import InvalidParameterError, SymbolicError
+from simulator.errors import InvalidParameterError, SizeLimitError, SymbolicError
 from simulator.speculation import complete, speculate
 from simulator.trees import Topology
 from simulator.verifiers import VERIFIERS
@@ -25,6 +25,23 @@ from .symbolic import LinearFeasibility, Space
 
 #: how a proof is made: ``auto`` lifts a token-verification lift and runs the cells for any other rule
 METHODS = ("auto", "lifting", "cells")
+
+
+#: The most symbols a proof's space may hold. sympy's dense polynomial routines recurse once per symbol, so past
+#: about 900 they fail (Python's recursion limit, 1,000); long before that, setting the space up and deciding its
+#: cells take hours.
+MAX_SYMBOLS = 500
+
+
+def check_symbols(vocab: int, height: int) -> None:
+    """Refuse, before any set-up, a shape and vocabulary whose symbolic space (``V − 1`` symbols for each ``p``
+    row of a context shorter than ``height`` and each ``q`` row up to ``height``) passes :data:`MAX_SYMBOLS`."""
+    rows = sum(vocab**d for d in range(height)) + sum(vocab**d for d in range(height + 1))
+    symbols = (vocab - 1) * rows
+    if symbols > MAX_SYMBOLS:
+        raise SizeLimitError("vocab", f"the symbolic space of V = {vocab} at depth {height} has {symbols:,} symbols "
+                                      f"({rows:,} rows of {vocab - 1}), over the limit of {MAX_SYMBOLS:,} a proof "
+                                      "can handle: reduce --vocab or --depth")
 
 
 def _unsupported(name: str) -> str | None:
@@ -59,6 +76,7 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
     if scheme not in what.schemes:
         raise InvalidParameterError("drafting", f"{what.name} is defined under {list(what.schemes)}, not {scheme!r}")
     height = topology.height
+    check_symbols(vocab, height)
     space = Space(vocab, _contexts(vocab, height - 1), _contexts(vocab, height))
     config = {"topology": topology.name, "parents": list(topology.parents), "drafting": scheme, "vocab": vocab}
     spec = VERIFIERS.get(what.name)
