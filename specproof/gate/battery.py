@@ -16,6 +16,7 @@ from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
 from simulator.drafting import Drafter
 from simulator.errors import InvalidParameterError
+from simulator.limits import DEFAULT_MAX_EXECUTIONS
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
 from simulator.models.model_pairs import _check_real
 from simulator.numeric import ARITHMETICS
@@ -57,11 +58,25 @@ def battery(given: object = None, where: str = "battery", base: dict | None = No
         if isinstance(b[key], bool) or not isinstance(b[key], int) or b[key] < (0 if key == "depth" else 1):
             raise InvalidParameterError(f"{where}.{key}", f"must be an integer ≥ {0 if key == 'depth' else 1}, "
                                                           f"got {b[key]!r}")
+    _check_size(b, where)
     for key, (low, high, low_open) in REALS.items():
         _check_real(b[key], f"{where}.{key}", low, high, low_open)
     if b["arithmetic"] not in ARITHMETICS:
         raise InvalidParameterError(f"{where}.arithmetic", f"must be one of {ARITHMETICS}, got {b['arithmetic']!r}")
     return b
+
+
+def _check_size(b: dict, where: str) -> None:
+    """Refuse a vocabulary no instance of the battery could certify: a certificate enumerates every completed
+    sequence, ``V^(H+1)`` of them, and ``H ≥ min(depth, 1)`` (a dynamic drafter drafts at least one token), so
+    past :data:`DEFAULT_MAX_EXECUTIONS` the engine's limit stops every instance, after building its model."""
+    height = min(b["depth"], 1)
+    for vocab in b["vocab"]:
+        if vocab ** (height + 1) > DEFAULT_MAX_EXECUTIONS:
+            raise InvalidParameterError(f"{where}.vocab", f"V = {vocab:,}: each instance enumerates at least "
+                                                          f"V^{height + 1} = {vocab ** (height + 1):,} completed "
+                                                          f"sequences, over the limit of {DEFAULT_MAX_EXECUTIONS:,} "
+                                                          "executions a certificate may take: use a smaller vocab")
 
 
 def merged(base: dict, given: object, where: str) -> dict:
