@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import _random
 import contextlib
+import dis
 import functools
+import importlib
 import inspect
+import linecache
 import os
 import random
 import sys
@@ -32,7 +35,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from simulator.errors import KernelError, RandomSourceError, SpecproofError
-from simulator.usercode import OWN_CODE, SPECIMENS, is_own_frame
+from simulator.usercode import OWN_CODE, SPECIMENS, is_own_frame, plugin_code_globals
 
 T = TypeVar("T")
 WAY_OUT = "draw with torch.rand / torch.multinomial, or random.random() looked up at call time"
@@ -90,9 +93,14 @@ def user_line(start: FrameType | None = None) -> str:
 
 def _opaque() -> tuple[type, ...]:
     """Values whose attributes are not looked into for a numpy generator: tensors, modules, classes, functions."""
-    torch = sys.modules.get("torch")
+    tensor = _torch_tensor()
     kinds = (ModuleType, type, FunctionType, MethodType)
-    return kinds if torch is None else (torch.Tensor, *kinds)
+    return kinds if tensor is None else (tensor, *kinds)
+
+
+def _torch_tensor() -> type | None:
+    """``torch.Tensor`` if torch is imported (``None`` too while torch itself is being imported)."""
+    return getattr(sys.modules.get("torch"), "Tensor", None)
 
 
 def _numpy_source(value: object) -> str | None:
@@ -136,20 +144,22 @@ def _torch_draw(fn: object) -> str | None:
     name = getattr(fn, "__name__", None)
     if name not in TORCH_MODELLED and name not in TORCH_UNMODELLED:
         return None
-    torch = sys.modules.get("torch")
-    if torch is None:
+    tensor = _torch_tensor()
+    if tensor is None:
         return None
-    if isinstance(getattr(fn, "__self__", None), torch.Tensor):
+    if isinstance(getattr(fn, "__self__", None), tensor):
         return f"Tensor.{name}"
     return f"torch.{name}" if str(getattr(fn, "__module__", None) or "").startswith("torch") else None
 
 
 class RandomSources:
-    """While entered: ``random.random`` and ``random.Random.random`` return ``uniform()`` (no ``uniform``: they
-    refuse); ``numpy.random``'s functions refuse; a profiler refuses draws through names bound before (and, for a
-    plugin, torch's random ops); for a kernel, ``random``'s and numpy's global states are compared on exit.
-    ``where(frame)`` names the user's line; refusals are ``error(field, ...)``. While the capture's own code runs,
-    it sets ``busy`` and switches :meth:`profile` off."""
+    """While entered: ``random.random`` and ``random.Random.random`` return ``uniform()`` (no ``uniform``, for a
+    plugin: they refuse, also when a library the plugin calls draws). For a kernel also ``numpy.random``'s
+    functions refuse, a profiler refuses draws through names bound before, and ``random``'s and numpy's global
+    states are compared on exit; for a plugin :func:`scan_plugin` finds such names in its code before it runs
+    (a profiler, or swapping numpy's names, at every call would cost more than the round). ``where(frame)`` names the user's line;
+    refusals are ``error(field, ...)``. While the capture's own code runs, it sets ``busy`` and switches
+    :meth:`profile` off."""
 
     def __init__(self, uniform: Callable[[], object] | None = None,
                  where: Callable[[FrameType | None], str] = user_line, error: type[SpecproofError] = KernelError,
@@ -165,7 +175,8 @@ class RandomSources:
     def refusal(self, op: str, frame: FrameType | None, why: str = _NOT_ENUMERATED) -> SpecproofError:
         """The error for a draw from ``op`` at ``frame``'s user line, kept to be raised again on exit: user code
         that catches it still gets no verdict."""
-        sys.setprofile(None)
+        if self.kernel:
+            sys.setprofile(None)
         inside = " inside a torch helper" if self.busy else ""
         why = why if self.kernel else _NO_UNIFORM
         self.refused = self.error(self.field, f"{op}{inside}: {why}; {self.way_out} ({self.where(frame)})")
@@ -184,26 +195,9 @@ class RandomSources:
             elif _own_file(code.co_filename) and self._before_or_after_kernel(frame):
                 sys.setprofile(None)  # until the next torch call: the adapter's rows are no kernel's draws
 
-    def plugin_profile(self, frame: FrameType, event: str, arg: object) -> None:
-        """A plugin's profiler: as :meth:`profile`, torch's random ops refused too. While specproof's own code
-        called by the plugin runs (its ``rng``, its lazily drafted tree) nothing is looked at until it returns:
-        draws made there are specproof's."""
-        entered = self.entered
-        if entered is not None:
-            if frame is entered and event == "return":
-                self.entered = None
-        elif event == "c_call":
-            self._c_call(frame, arg)
-        elif event == "call":
-            code = frame.f_code
-            if not not_user_code(code.co_filename):
-                self._scan(frame)
-            elif _own_file(code.co_filename):
-                self.entered = frame
-
     def _c_call(self, frame: FrameType, arg: object) -> None:
-        """Refuse a call of a C method of a ``random.Random`` that draws or reseeds the shared generator, of
-        ``os.urandom`` and, for a plugin, of a torch random op."""
+        """Refuse a call of a C method of a ``random.Random`` that draws or reseeds the shared generator, or of
+        ``os.urandom``."""
         owner = getattr(arg, "__self__", None)
         if isinstance(owner, _random.Random):
             name = arg.__name__  # type: ignore[attr-defined]
@@ -213,10 +207,6 @@ class RandomSources:
                 self._refuse_draw(frame, f"random.{name}" if shared else f"random.Random.{name}", why)
         elif arg is os.urandom:
             self._refuse_draw(frame, "os.urandom", _NOT_ENUMERATED)
-        elif not self.kernel:
-            op = _torch_draw(arg)
-            if op is not None:
-                self._refuse_draw(frame, op, _NO_UNIFORM)
 
     def _scan(self, frame: FrameType) -> None:
         """Refuse a user function, as it starts, that names a numpy random source (a global or an argument, or
@@ -240,15 +230,21 @@ class RandomSources:
 
     def drawn_by_user(self, origin: FrameType | None) -> bool:
         """Whether a draw made at ``origin`` (the first frame outside random.py) is the user's: not specproof's own
-        code, and, for a plugin, not a library specproof's own code called on the plugin's behalf (the nearest
-        frame of specproof's own outward is the one that called the plugin)."""
+        code, and, for a plugin, not a library that specproof's own code, called by the plugin (its ``rng``),
+        called in turn. Between the plugin and the frame that called it only specproof's own code may lie (a
+        wrapper recording the plugin's lines)."""
         if origin is None or _own(origin):
             return False
         if self.kernel:
             return True
-        while origin is not None and not _own(origin):
-            origin = origin.f_back
-        return origin is None or origin is self.block
+        frame: FrameType | None = origin
+        while frame is not None and not _own(frame):
+            frame = frame.f_back
+        while frame is not None and frame is not self.block:
+            if not _own(frame):
+                return False  # specproof's code called by user code drew
+            frame = frame.f_back
+        return True
 
     def _refuse_draw(self, frame: FrameType, method: str, why: str) -> None:
         """Refuse a draw by the C function ``method`` called at ``frame``, unless specproof's own code drew."""
@@ -259,28 +255,30 @@ class RandomSources:
 
     # ---- entering and leaving ----------------------------------------------------------------------------------
     def __enter__(self) -> RandomSources:
+        """Replace the names; for a kernel also take the global states and start the profiler. A plugin's watch,
+        entered once per call, does only the cheap part: its code was scanned before (:func:`scan_plugin`)."""
         if self.kernel:
             self.python_state, self.numpy_state = random.getstate(), _NUMPY_GET_STATE(legacy=False)
+            self.saved_numpy = {name: getattr(np.random, name) for name in _NUMPY_NAMES}
+            vars(np.random).update(_NUMPY_STAND_INS)
         self.saved_random = random.random
         self.saved_method = vars(random.Random).get("random")
-        self.saved_numpy = {name: getattr(np.random, name) for name in _NUMPY_NAMES}
         _ACTIVE.append(self)
         random.random = _module_random  # type: ignore[assignment]
         random.Random.random = _method_random  # type: ignore[method-assign]
-        vars(np.random).update(_NUMPY_STAND_INS)
-        self.previous = sys.getprofile()
         block = sys._getframe(1)  # the frame running the with-block: past the capture() generator and contextlib
         while block.f_code.co_flags & inspect.CO_GENERATOR or block.f_code.co_filename == contextlib.__file__:
             block = block.f_back
         self.block = block
-        self.refused, self.entered = None, None
+        self.refused = None
         self.active = True
-        sys.setprofile(self.profile if self.kernel else self.plugin_profile)
+        if self.kernel:
+            self.previous = sys.getprofile()
+            sys.setprofile(self.profile)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        _reinstall(self.previous)
         self.active = False
         _ACTIVE.remove(self)
         random.random = self.saved_random  # type: ignore[assignment]
@@ -288,9 +286,10 @@ class RandomSources:
             del random.Random.random
         else:
             random.Random.random = self.saved_method  # type: ignore[method-assign]
-        vars(np.random).update(self.saved_numpy)
         moved = []
         if self.kernel:
+            _reinstall(self.previous)
+            vars(np.random).update(self.saved_numpy)
             if random.getstate() != self.python_state:
                 moved.append("random")
                 random.setstate(self.python_state)
@@ -305,24 +304,136 @@ class RandomSources:
                                          f"not watch); {self.way_out}")
 
 
-_PLUGIN = threading.local()  # the thread's plugin watch, and how deeply plugins are being called
+_PLUGIN = threading.local()  # the thread's plugin watch, and whether a plugin is being called
+_SCANNED: dict[int, tuple[object, RandomSourceError | None]] = {}  # id(plugin) -> (plugin, its refusal or None)
+#: modules a plugin may import inside a function to draw from: resolved (imported) by the scan
+_SOURCE_MODULES = ("random", "os", "secrets", "numpy", "numpy.random", "torch")
+_LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF", "LOAD_CLASSDEREF")
+_STORES = ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF")
 
 
 def call_plugin(fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)``, a user's verifier, with every draw outside its ``rng`` refused (:class:`RandomSourceError`,
-    field ``verifier``, naming the source and the line). A plugin called inside a plugin runs under the outer
-    watch."""
-    if getattr(_PLUGIN, "depth", 0):
+    field ``verifier``, naming the source and the line): its code is scanned once (:func:`scan_plugin`), and each
+    call runs under the replaced names. A plugin called inside a plugin runs under the outer watch."""
+    if getattr(_PLUGIN, "calling", False):
         return fn(*args)
+    scan_plugin(fn)
     sources = getattr(_PLUGIN, "sources", None)
     if sources is None:
         sources = _PLUGIN.sources = RandomSources(error=RandomSourceError, field="verifier", way_out=PLUGIN_WAY_OUT)
-    _PLUGIN.depth = 1
+    _PLUGIN.calling = True
     try:
         with sources:
             return fn(*args)
     finally:
-        _PLUGIN.depth = 0
+        _PLUGIN.calling = False
+
+
+def scan_plugin(fn: object) -> None:
+    """Refuse a plugin whose code names a random source other than ``rng`` (:func:`random_source`): a global, a
+    module's attribute (``random.choice``, ``np.random.rand``, ``torch.rand``, a module imported inside the
+    function included) or one of the plugin object's attributes, with the line that names it. The code is
+    :func:`~simulator.usercode.plugin_code_globals`'s; the answer is kept per plugin."""
+    kept = _SCANNED.get(id(fn))
+    if kept is None or kept[0] is not fn:
+        kept = _SCANNED[id(fn)] = (fn, _scanned(fn))
+    if kept[1] is not None:
+        raise kept[1]
+
+
+def _scanned(fn: object) -> RandomSourceError | None:
+    for attribute, value in _attributes(fn):
+        what = random_source(value)
+        if what is not None:
+            return RandomSourceError("verifier", f"{what} (the plugin's attribute {attribute}): {_NO_UNIFORM}; "
+                                                 f"{PLUGIN_WAY_OUT}")
+    bound: dict[str, object] = {}  # names bound to a module by an import inside a function, across the plugin
+    for code, namespace in plugin_code_globals(fn).items():
+        found = _code_source(code, namespace, bound)
+        if found is not None:
+            what, line = found
+            text = linecache.getline(code.co_filename, line).strip()
+            return RandomSourceError("verifier", f"{what}: {_NO_UNIFORM}; {PLUGIN_WAY_OUT} ({code.co_filename}:"
+                                                 f"{line} in {code.co_name}: {text})")
+    return None
+
+
+def _attributes(fn: object) -> list[tuple[str, object]]:
+    try:
+        return [(k, v) for k, v in vars(fn).items() if not k.startswith("__")]
+    except TypeError:  # no __dict__
+        return []
+
+
+def _code_source(code, namespace: dict, bound: dict[str, object]) -> tuple[str, int] | None:
+    """The first random source ``code`` names and its line, following a name through module attributes
+    (``np.random.rand``) and imports (``import torch`` then ``torch.rand``)."""
+    builtins = namespace.get("__builtins__", {})
+    builtins = builtins if isinstance(builtins, dict) else vars(builtins)
+    current: object = None
+    dotted = ""
+    line = code.co_firstlineno
+    for ins in dis.get_instructions(code):
+        if ins.positions is not None and ins.positions.lineno is not None:
+            line = ins.positions.lineno
+        op = ins.opname
+        if op in _LOADS:
+            name = dotted = ins.argval
+            current = bound.get(name) if op in ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLASSDEREF") else \
+                namespace.get(name, builtins.get(name))
+            if current is None and op == "LOAD_DEREF":
+                current = bound.get(name)
+        elif op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and isinstance(current, ModuleType):
+            current = getattr(current, ins.argval, None)
+            dotted = f"{dotted}.{ins.argval}"
+        elif op == "IMPORT_NAME":
+            current, dotted = _module(ins.argval), ins.argval.partition(".")[0]
+        elif op in _STORES and isinstance(current, (ModuleType, FunctionType, BuiltinMethodType, MethodType)):
+            bound[ins.argval] = current
+            continue
+        else:
+            current = None
+        what = random_source(current) if current is not None else None
+        if what is not None:
+            return (what if what == dotted else f"{dotted} ({what})"), line
+    return None
+
+
+def _module(name: str) -> ModuleType | None:
+    """The module ``import name`` binds (its top package, as the import does), imported when it is one of the
+    random sources' and not imported yet."""
+    top = name.partition(".")[0]
+    if name in _SOURCE_MODULES and name not in sys.modules:
+        importlib.import_module(name)
+    return sys.modules.get(top)
+
+
+def random_source(value: object) -> str | None:
+    """What makes ``value`` a random source other than a plugin's ``rng``, or ``None``: a numpy generator or
+    function (:func:`_numpy_source`), a ``random.Random`` or its method (the ``random`` module's functions are
+    those of its shared one), ``os.urandom``, a torch random op or generator."""
+    what = _numpy_source(value)
+    if what is not None:
+        return what
+    if value is os.urandom or value is getattr(os, "getrandom", None):
+        return f"os.{value.__name__}"  # type: ignore[union-attr]
+    if isinstance(value, (BuiltinMethodType, MethodType)) and isinstance(value.__self__, random.Random):
+        shared = value.__self__ is random._inst  # type: ignore[attr-defined]
+        return f"random.{value.__name__}" if shared else f"random.{type(value.__self__).__name__}.{value.__name__}"
+    if isinstance(value, random.Random):
+        return f"a random.{type(value).__name__}"
+    if isinstance(value, type) and issubclass(value, random.Random):
+        return f"random.{value.__name__}"
+    if value is _module_random:  # random.random while a watch is active
+        return "random.random"
+    op = _torch_draw(value)
+    if op is not None:
+        return op
+    generator = getattr(sys.modules.get("torch"), "Generator", None)
+    if generator is not None and (value is generator or isinstance(value, generator)):
+        return "a torch.Generator"
+    return None
 
 
 def _reinstall(previous: object) -> None:

@@ -11,12 +11,13 @@ from typing import Callable, Sequence
 
 from .completion import TARGET, GreedyBlockCompletion, TargetCompletion
 from .drafting import Drafter
-from .errors import LimitError, SpecproofError, VerifierFailure, VerifierOutputError
+from .errors import LimitError, RandomSourceError, SpecproofError, VerifierFailure, VerifierOutputError
 from .models import ModelView
+from .random_sources import call_plugin
 from .randomness import Randomness
 from .trees import DraftTree
 from .usercode import escape_message, interrupted, source_line
-from .verifiers.registry import Verifier, is_builtin, verifier_name
+from .verifiers.registry import Verifier, is_builtin, is_watched_elsewhere, verifier_name
 
 Completion = TargetCompletion | GreedyBlockCompletion
 
@@ -45,10 +46,12 @@ def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: R
 
     An exception from the verifier never passes as a verdict: a typed error keeps its type and field (a built-in
     rule's refusal of a draft it is not defined on, say), with the verifier's name and source line added for a
-    user's verifier; anything else becomes :class:`VerifierFailure`. Limits pass through untouched."""
+    user's verifier; anything else becomes :class:`VerifierFailure`. Limits pass through untouched. A user's
+    verifier runs under :func:`~simulator.random_sources.call_plugin`: a draw outside ``rng`` is refused, naming its
+    line (:class:`RandomSourceError`, passed through as it is)."""
     try:
-        out = verifier(tree, p, q, rng)
-    except (LimitError, VerifierFailure):
+        out = verifier(tree, p, q, rng) if is_watched_elsewhere(verifier) else call_plugin(verifier, tree, p, q, rng)
+    except (LimitError, VerifierFailure, RandomSourceError):
         raise
     except SpecproofError as err:
         if is_builtin(verifier):

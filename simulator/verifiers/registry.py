@@ -7,7 +7,9 @@ its array rule included, and never choose a rule by its name.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from types import FunctionType
 from typing import Callable
 
 from simulator.drafting.drafter_registry import DYNAMIC  # DySpec's trees (simulator.drafting.dyspec); "aded": ADED's drafts
@@ -214,8 +216,24 @@ def check_pairing(name: str, scheme: str) -> None:
                                                 "depends on the tokens drawn (docs/rules.md)")
 
 
+_BUILTIN_IDS = frozenset(id(spec.fn) for spec in _SPECS)  # the registry's functions live as long as the process
+#: specproof's own packages: an object of one of their classes (a torch kernel) guards its own randomness
+_OWN_PACKAGES = ("simulator", "exact", "specproof")
+
+
 def is_builtin(fn: Verifier) -> bool:
-    return any(spec.fn is fn for spec in _SPECS)
+    return id(fn) in _BUILTIN_IDS
+
+
+def is_watched_elsewhere(fn: Verifier) -> bool:
+    """Whether ``fn`` needs no watch on its random sources when called (:func:`simulator.speculation.decide`): a
+    built-in rule, or an object of specproof's own class other than a function (a torch kernel, whose capture
+    watches its randomness itself), also behind ``functools.wraps`` wrappers. Any other callable is a user's
+    plugin."""
+    fn = inspect.unwrap(fn)
+    if id(fn) in _BUILTIN_IDS:
+        return True
+    return not isinstance(fn, FunctionType) and type(fn).__module__.partition(".")[0] in _OWN_PACKAGES
 
 
 def verifier_name(fn: Verifier) -> str:
