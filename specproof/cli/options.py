@@ -255,6 +255,13 @@ def model_options(fn, kinds: tuple[str, ...] = tuple(MODELS)):
     return fn
 
 
+#: ``--schemes``: the drafting schemes a plugin claims losslessness under, over its function's ``schemes`` attribute
+#: (resolved in exact/subject.py; docs/plugins.md, "Declaring the drafting schemes")
+SCHEMES_OPTION = click.option("--schemes", help="comma-separated drafting schemes the verifier claims losslessness "
+                                                "under (default: its schemes attribute, a built-in's registry "
+                                                "entry, else iid); a run under another is a control run")
+
+
 def tree_options(fn):
     options = [
         click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=None,
@@ -277,6 +284,7 @@ def tree_options(fn):
         click.option("--candidate-length", type=Whole(1, MAX_TREE_NODES), default=4, show_default=True,
                      help="aded: tokens per candidate"),
         click.option("--verifier", help="built-in name (specproof list) or module:function"),
+        SCHEMES_OPTION,
     ]
     for option in reversed(options):
         fn = option(fn)
