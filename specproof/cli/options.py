@@ -26,6 +26,7 @@ from simulator.trees import MAX_TREE_NODES, TOPOLOGIES, shape_from_options
 from simulator.usercode import add_import_path, check_importable, require
 from simulator.verifiers import load_verifier
 from simulator.verifiers.registry import check_pairing
+from exact.subject import Subject, parse_schemes, subject
 from specproof.gate.shrink import shrink as shrink_case
 
 
@@ -41,7 +42,7 @@ class OptionValueError(click.BadParameter):
     ``error: FIELD: …``, naming the option."""
 
     def show(self, file=None) -> None:
-        name = self.param.name if self.param is not None else "option"
+        name = max(self.param.opts, key=len).lstrip("-").replace("-", "_") if self.param is not None else "option"
         hint = self.param.get_error_hint(self.ctx) if self.param is not None else ""
         click.echo(f"error: {name}: invalid {hint}: {self.message}", err=True)
 
@@ -289,6 +290,17 @@ def tree_options(fn):
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def claimed_subject(tree: dict, what: object) -> Subject:
+    """The subject a command runs (a name, or a kernel object), with the drafting schemes it claims: ``--schemes``
+    over its declaration (exact/subject.py). Where ``--drafting`` is not given it becomes a claimed scheme
+    (:meth:`Subject.default_scheme`); a run under another is a control run (:meth:`Subject.control_note`)."""
+    resolved = subject(what, "verifier", parse_schemes(tree["schemes"]))
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and not given_options(ctx, ("drafting",)):
+        tree["drafting"] = resolved.default_scheme()
+    return resolved
 
 
 def named_verifier(tree: dict):
