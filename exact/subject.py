@@ -4,8 +4,10 @@ losslessness under.
 
 Its description is a small JSON object, the same in a gate config, a reproducer and a certificate:
 ``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
-"chain", ...}`` (:data:`KERNEL_KEYS`). Defaults: a built-in's registry entry; a plugin, every shape under
-``iid``; a chain adapter, chains. ``"shapes"`` and ``"schemes"`` override them.
+"chain", ...}`` (:data:`KERNEL_KEYS`). Defaults: a built-in's registry entry; a plugin, every shape under the
+schemes its function declares (``my_rule.schemes = ("without-replacement",)``), else ``iid``; a chain adapter,
+chains. ``"shapes"`` and ``"schemes"`` (a gate config's, or ``--schemes`` on the command line) override them: the
+claimed schemes are resolved here, one way for every command (docs/plugins.md, "Declaring the drafting schemes").
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from simulator.drafting.drafter_registry import DRAFTERS
 from simulator.errors import InvalidParameterError
 from simulator.trees import make_topology, node_depths
 from simulator.usercode import require
@@ -31,10 +34,66 @@ class Subject:
     shapes: tuple[str, ...] = ALL_SHAPES
     schemes: tuple[str, ...] = ("iid",)  # where it claims losslessness (a control: where its bug shows)
     float_only: bool = False
+    claims: bool = True  # a control claims nothing: its schemes are where its bug shows
 
     def allows(self, parents: Sequence[int]) -> bool:
         """Whether the subject is defined on a tree of this parent list."""
         return bool(set(self.shapes) & shape_names(parents))
+
+    def control_run(self, scheme: str) -> bool:
+        """Whether a run under drafting ``scheme`` is a control run: the subject claims losslessness, but not
+        under ``scheme``, so the verdict there is no claim of its."""
+        return self.claims and scheme not in self.schemes
+
+    def default_scheme(self) -> str:
+        """The drafting scheme a command runs when none is given: ``iid`` where claimed, else the first claimed."""
+        return "iid" if "iid" in self.schemes else self.schemes[0]
+
+    def require_claimed(self, scheme: str, field_name: str = "drafting") -> None:
+        """Refuse ``scheme`` unless the subject claims it (``prove``, the gate): a typed error naming the option."""
+        if scheme not in self.schemes:
+            raise InvalidParameterError(field_name, f"{self.name} claims losslessness under {list(self.schemes)}, "
+                                                    f"not {scheme!r}: pass one of those, or declare the scheme "
+                                                    "(--schemes, a gate check's schemes, or the function's "
+                                                    "schemes attribute; docs/plugins.md)")
+
+    def claim_json(self, scheme: str) -> dict:
+        """What a certificate's JSON says of the claim: the schemes claimed and whether this is a control run."""
+        return {"claimed_schemes": list(self.schemes), "control_run": self.control_run(scheme)}
+
+    def control_note(self, scheme: str) -> str | None:
+        """The line a command prints for a control run, or ``None``."""
+        if not self.control_run(scheme):
+            return None
+        return (f"  control run: {self.name} claims losslessness under {', '.join(self.schemes)}, not {scheme}; "
+                "this verdict is not a claim of the rule")
+
+
+def parse_schemes(text: str | None, field_name: str = "schemes") -> tuple[str, ...] | None:
+    """``--schemes iid,without-replacement`` as a tuple of drafting schemes (``None`` when not given)."""
+    if text is None:
+        return None
+    return check_schemes([part.strip() for part in text.split(",")], field_name)
+
+
+def check_schemes(schemes: object, field_name: str) -> tuple[str, ...]:
+    """``schemes`` as a tuple, refusing anything but a non-empty list of drafting scheme names (``specproof
+    list``) with a typed error naming ``field_name``."""
+    if isinstance(schemes, str) or not isinstance(schemes, (list, tuple)) or \
+            not all(isinstance(s, str) for s in schemes):
+        raise InvalidParameterError(field_name, f"must be a list of drafting scheme names, got {schemes!r}")
+    unknown = [s for s in schemes if s not in DRAFTERS]
+    if not schemes or unknown:
+        raise InvalidParameterError(field_name, f"unknown drafting scheme {unknown[0] if unknown else ''!r}: "
+                                                f"choose from {', '.join(DRAFTERS)}")
+    return tuple(dict.fromkeys(schemes))
+
+
+def declared_schemes(fn: object, name: str) -> tuple[str, ...] | None:
+    """The schemes a plugin's function declares (``my_rule.schemes = ("iid", "without-replacement")``), or
+    ``None``."""
+    declared = getattr(fn, "schemes", None)
+    return None if declared is None else check_schemes(declared, f"{name}.schemes")
 
 
 def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] | None = None) -> Subject:
@@ -54,7 +113,8 @@ def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] |
         spec = VERIFIERS.get(name)
         if spec is not None:
             return _from_description({"verifier": name}, field_name, schemes)
-        return Subject(name, what, {"verifier": name}, schemes=tuple(schemes or ("iid",)))  # type: ignore[arg-type]
+        claimed = schemes or declared_schemes(what, name) or ("iid",)
+        return Subject(name, what, {"verifier": name}, schemes=tuple(claimed))  # type: ignore[arg-type]
     raise InvalidParameterError(field_name, f"expected a verifier name, module:function, a verifier function or a "
                                             f"Kernel, got {type(what).__name__}")
 
@@ -67,7 +127,9 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
     if ("verifier" in desc) == ("kernel" in desc):
         raise InvalidParameterError(field_name, "give exactly one of verifier or kernel")
     if "schemes" in desc:
-        schemes = _strings(desc["schemes"], f"{field_name}.schemes")
+        schemes = check_schemes(desc["schemes"], f"{field_name}.schemes")
+    elif schemes is not None:
+        schemes = check_schemes(schemes, "schemes")
     shapes = _strings(desc["shapes"], f"{field_name}.shapes") if "shapes" in desc else None
     if shapes is not None and not set(shapes) <= set(ALL_SHAPES):
         raise InvalidParameterError(f"{field_name}.shapes", f"must be drawn from {ALL_SHAPES}, got {list(shapes)}")
@@ -80,9 +142,11 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
         name, fn = load_verifier(desc["verifier"])
         spec = VERIFIERS.get(name)
         if spec is None:
-            return Subject(name, fn, desc, shapes or ALL_SHAPES, tuple(schemes or ("iid",)))
+            claimed = schemes or declared_schemes(fn, name) or ("iid",)
+            return Subject(name, fn, desc, shapes or ALL_SHAPES, tuple(claimed))
         claimed = spec.lossless_under or ((spec.demo[1],) if spec.demo else ("iid",))
-        return Subject(name, fn, desc, shapes or spec.shapes, tuple(schemes or claimed), spec.float_only)
+        return Subject(name, fn, desc, shapes or spec.shapes, tuple(schemes or claimed), spec.float_only,
+                       claims=not spec.is_control)
     require("torch", f"the kernel {desc['kernel']!r}", field_name)
     from simulator.torch_path.kernels import Kernel  # torch only when a kernel is checked
 

@@ -73,8 +73,7 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
     if reason is not None:
         raise SymbolicError("verifier", reason)
     check_drafting(scheme)
-    if scheme not in what.schemes:
-        raise InvalidParameterError("drafting", f"{what.name} is defined under {list(what.schemes)}, not {scheme!r}")
+    what.require_claimed(scheme)  # a proof is of a claim: exactly the schemes the verifier claims
     height = topology.height
     check_symbols(vocab, height)
     space = Space(vocab, _contexts(vocab, height - 1), _contexts(vocab, height))

@@ -26,6 +26,7 @@ from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.certify_real import CAUSAL_LM, certify_causal_lm, certify_model_options, refuse_real_options
 from specproof.cli.group import main
 from specproof.cli.options import (Output, Whole, build_drafter, case_options, certificate_lines, certified_subject,
+                                   claimed_subject,
                                    exactness, given_options, kept, kernel_options, limit_options, limited, mass_bar,
                                    model_factory, shrunk, tree_options, write_output)
 
@@ -105,6 +106,7 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
                                              "random-rational model")
     name, fn, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs, kernel_init,
                                               import_path)
+    claim = claimed_subject(tree, kernel_spec or name)  # --drafting defaults to a claimed scheme
     check_arithmetic_for(name, arithmetic)
     model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
 
@@ -131,15 +133,17 @@ def certify(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pr
     click.echo(f"{name}: {'LOSSLESS' if result.lossless else 'LOSSY'} ({exactness(cert, kernel_spec, arithmetic)})")
     click.echo(f"  model {cert.config['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items())
                + (f"; shown for model seed {result.deciding_seed}" if pairs > 1 else ""))
+    note = claim.control_note(tree["drafting"])
+    if note is not None:
+        click.echo(note)
     for line in certificate_lines(cert):
         click.echo(line)
     if kernel_spec is not None:
         click.echo(f"  tolerance: {cert.tolerance_reason}")
     click.echo(f"  covers: {result.coverage()}")
-    out = {**result.to_json(), "verifier": name}
+    out = {**result.to_json(), "verifier": name, **claim.claim_json(tree["drafting"])}
     if shrink and not result.lossless:
-        what = subject(described or name)
-        out["reproducer"] = shrunk(capture(*pair(result.deciding_seed), what, arithmetic), what, shrink_time,
+        out["reproducer"] = shrunk(capture(*pair(result.deciding_seed), claim, arithmetic), claim, shrink_time,
                                     case_out)
     write_output(json_out, out)
     sys.exit(0 if result.lossless else 1)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from exact.subject import subject
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions
 from simulator.errors import TimeLimitError
@@ -19,6 +18,7 @@ from simulator.numeric import ARITHMETICS
 from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.group import main
 from specproof.cli.options import (JOBS, MAX_SECONDS, SECONDS_LIMIT, SEED, Output, Real, certificate_lines,
+                                   claimed_subject,
                                    certified_subject, check_table, command_line, given_options, kernel_options,
                                    model_options, progress_bar, shrink_time_option, shrunk, tree_options, tree_shape,
                                    write_output)
@@ -49,28 +49,38 @@ def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob,
     check_output_dir(Path(case_out).parent, "case_out")  # made if missing
     name, _, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs, kernel_init,
                                              import_path)
-    what = subject(kernel_spec.describe() if kernel_spec is not None else name)
+    what = claimed_subject(tree, kernel_spec.describe() if kernel_spec is not None else name)
+    control = "drafting" in given_options(ctx, ("drafting",)) and what.control_run(tree["drafting"])
     check_arithmetic_for(what.name, arithmetic)
     fixed = _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree)
     with progress_bar(None, f"hunt {what.name}", "pair") as bar:
         result = run_hunt(what, time_limit, fixed, hunt_seed, arithmetic, shrink_time, lambda n: bar.update(1))
-    out = {"verifier": what.name, "subject": what.description, **result.to_json()}
+    out = {"verifier": what.name, "subject": what.description, **result.to_json(),
+           "claimed_schemes": list(what.schemes), "control_run": control}
     if result.found is None and result.pairs == 0:
         raise TimeLimitError("time_limit", f"no model pair was certified within {time_limit:g} s, so there is no "
                                            "verdict: raise --time-limit")
     if result.found is None:
         click.echo(f"{what.name}: no loss found")
+        _control_note(what, tree, control)
         click.echo(f"  covers: {result.coverage()} — these pairs only, not every pair")
         write_output(json_out, out)
         sys.exit(0)
     cert = result.found_certificate
     click.echo(f"{what.name}: LOSSY on pair {result.pairs} of the hunt ({result.seconds:.1f} s)")
+    _control_note(what, tree, control)
     for line in certificate_lines(cert):
         click.echo(line)
     click.echo(f"  covers: {result.coverage()}")
     out["reproducer"] = shrunk(result.found, what, shrink_time, case_out)
     write_output(json_out, out)
     sys.exit(1)
+
+
+def _control_note(what, tree: dict, control: bool) -> None:
+    """The control-run line of a hunt held to a drafting scheme the subject does not claim."""
+    if control:
+        click.echo(what.control_note(tree["drafting"]))
 
 
 def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) -> Fixed:

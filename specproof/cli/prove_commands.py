@@ -13,9 +13,10 @@ from simulator.jsonfile import check_output_dir, check_output_file, write_text
 from simulator.limits import time_limit
 from simulator.numeric import human_number
 from simulator.trees import TOPOLOGIES
+from exact.subject import parse_schemes, subject
 from specproof.cli.group import main
-from specproof.cli.options import (COUNT_LIMIT, SECONDS_LIMIT, TREE_BRANCHING, TREE_DEPTH, Output, Whole, command_line,
-                                   kept, progress_bar, timeout_option, tree_shape, write_output)
+from specproof.cli.options import (COUNT_LIMIT, SCHEMES_OPTION, SECONDS_LIMIT, TREE_BRANCHING, TREE_DEPTH, Output,
+                                   Whole, command_line, kept, progress_bar, timeout_option, tree_shape, write_output)
 
 #: Exit status per verdict (2 is every typed error's and 3 an internal error's, as for the other commands).
 EXIT = {"PROVED": 0, "REFUTED": 1, "UNDECIDED": 4}
@@ -67,7 +68,10 @@ class _Progress:
 @click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b")
 @click.option("--parents", help="explicit parent list, e.g. '-1,0,0' (implies --topology explicit)")
 @click.option("--vocab", type=Whole(2), default=2, show_default=True, help="vocabulary size V (every row is symbolic)")
-@click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True)
+@click.option("--drafting", type=click.Choice(list(DRAFTING)), default=None,
+              help="the drafting scheme proved under: one the verifier claims  [default: iid where claimed, else "
+                   "the first claimed]")
+@SCHEMES_OPTION
 @click.option("--json", "json_out", type=Output(),
               help="write the proof certificate (every cell, its sign conditions and its identity) here")
 @click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
@@ -83,7 +87,7 @@ class _Progress:
                    "it to every tree of those branchings; cells: run the whole round symbolically; auto: lifting "
                    "where the verifier is a lift, cells elsewhere")
 @click.pass_context
-def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, json_out, case_out, timeout,
+def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, schemes, json_out, case_out, timeout,
           max_cells, probes, method) -> None:
     """Prove a verifier lossless for EVERY model pair of this shape and vocabulary, or refute it with an exact
     witness. Exit 0 PROVED, 1 REFUTED, 4 UNDECIDED, 2 a typed error (a size or time limit included)."""
@@ -93,11 +97,14 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, j
     from exact.prove.prover import prove as run_proof
 
     _, shape = tree_shape(topology, depth, branching, parents)
+    what = subject(verifier, "verifier", parse_schemes(schemes))  # the schemes it claims: --schemes, its attribute
+    drafting = drafting or what.default_scheme()
+    what.require_claimed(drafting)
     progress = _Progress()
     tally = Tally(max_cells or None, ESTIMATE_DESCENTS, progress)
     try:
         with time_limit(timeout, tally.describe):
-            proof = run_proof(verifier, shape, drafting, vocab, probes, tally, method)
+            proof = run_proof(what, shape, drafting, vocab, probes, tally, method)
     finally:
         progress.close()
     where = (f"{shape.name} tree (parents {list(shape.parents)}), V = {vocab}, {drafting} drafting")
