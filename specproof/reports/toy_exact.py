@@ -15,7 +15,7 @@ structure (their recursions only grow), which stay Monte Carlo only with the rea
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Callable, Collection, Protocol
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from specproof.study import Cell, Store, exact_law_summary
 #: Executions one seed's recursion may take here: TRV on complete(b = 2, H = 2) at V = 15 takes 800,177 (10 s);
 #: H = 3 passes this within a minute, once per rule and structure (the failure is kept in the store).
 LAW_EXECUTIONS = 1_000_000
+#: Why a rule left out of a run's recursions (``add_exact_laws(rules=…)``) has no exact law in it.
+NOT_ATTEMPTED = "not attempted in the quick run (`specproof report --full` attempts every rule's recursion)"
 
 
 def seed_z(mean: float, exact: float, se: float, trials: int) -> float:
@@ -58,25 +60,36 @@ class Row(Protocol):
     law_note: str | None
 
 
-def add_exact_laws(rows: list[Row], store: Store) -> None:
+def add_exact_laws(rows: list[Row], store: Store, rules: Collection[str] | None = None,
+                   tick: Callable[[str, int], None] = lambda stage, total: None) -> None:
     """Fill ``law`` (over the seeds run: how many certified, how many LOSSLESS, the largest TVD, the largest gap
     between the law's ``E[τ]`` and the dynamic programme's where both exist) or ``law_note`` (why the cell stays
     Monte Carlo only) on every row that has records; rows without a dynamic programme take ``exact`` and
-    ``exact_z`` from the law."""
+    ``exact_z`` from the law. ``rules``: attempt only these rules' recursions (``None``: every rule that has one);
+    the others' rows get :data:`NOT_ATTEMPTED`. ``tick("exact laws", total)`` once per seed whose law was missing,
+    as it is certified (or found blocked by a smaller cell)."""
+    attempted = [r for r in rows if r.ours is not None and VERIFIERS[r.method].exact_law is not None
+                 and (rules is None or r.method in rules)]
+    total = sum(1 for r in attempted for rec in store.records(r.cell) if "exact_law" not in rec)
     blocked: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
     for r in sorted((r for r in rows if r.ours is not None), key=lambda r: (r.cell.depth, r.cell.branching)):
         if VERIFIERS[r.method].exact_law is None:
             r.law_note = "no exact recursion for this rule (enumerating its draft trees is not attempted here)"
+            continue
+        if rules is not None and r.method not in rules:
+            r.law_note = NOT_ATTEMPTED
             continue
         key = (r.method, r.cell.topology)
         note = next((f"larger than H = {d}, b = {b}, where {why}" for d, b, why in blocked.get(key, ())
                      if r.cell.depth >= d and r.cell.branching >= b), None)
         records = store.records(r.cell)
         if note is None:
-            note = _fill(r.cell, records, store)
+            note = _fill(r.cell, records, store, lambda: tick("exact laws", total))
             if note is not None:
                 blocked.setdefault(key, []).append((r.cell.depth, r.cell.branching, note))
         if note is not None:
+            for _ in range(sum(1 for rec in records if "exact_law" not in rec)):
+                tick("exact laws", total)  # not certified: settled by the smaller cell's failure
             r.law_note = note
             continue
         laws = [rec["exact_law"] for rec in records]
@@ -92,8 +105,9 @@ def add_exact_laws(rows: list[Row], store: Store) -> None:
             r.exact_z = float(max(z))
 
 
-def _fill(cell: Cell, records: list[dict], store: Store) -> str | None:
-    """Certify the seeds of ``cell`` not yet certified, saving each; the reason the cell is not reached, if so."""
+def _fill(cell: Cell, records: list[dict], store: Store, tick: Callable[[], None]) -> str | None:
+    """Certify the seeds of ``cell`` not yet certified, saving each (``tick()`` after each); the reason the cell
+    is not reached, if so."""
     for record in records:
         law = record.get("exact_law")
         if law is not None:
@@ -106,6 +120,7 @@ def _fill(cell: Cell, records: list[dict], store: Store) -> str | None:
         except ExecutionLimitError:
             record["exact_law"] = {"unreached": f"the recursion passes {LAW_EXECUTIONS:,} executions"}
         store.save(record, cell, record["seed"])
+        tick()
         if "unreached" in record["exact_law"]:
             return record["exact_law"]["unreached"]
     return None
