@@ -66,7 +66,7 @@ class KernelError(SpecproofError):
     the kernel's source line."""
 
 
-class RandomSourceError(RandomnessError):
+class RandomSourceError(SpecproofError):
     """A plugin drew from a random source other than its ``rng`` (Python's ``random``, ``os.urandom``,
     ``numpy.random``, torch's generators); the message names the source and the plugin's line."""
 

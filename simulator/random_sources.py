@@ -346,7 +346,7 @@ def _scanned(fn: object) -> RandomSourceError | None:
     for attribute, value in _attributes(fn):
         what = random_source(value)
         if what is not None:
-            return RandomSourceError("verifier", f"{what} (the plugin's attribute {attribute}): {_NO_UNIFORM}; "
+            return RandomSourceError("verifier", f"{what} (the plugin's {attribute}): {_NO_UNIFORM}; "
                                                  f"{PLUGIN_WAY_OUT}")
     bound: dict[str, object] = {}  # names bound to a module by an import inside a function, across the plugin
     for code, namespace in plugin_code_globals(fn).items():
@@ -360,10 +360,18 @@ def _scanned(fn: object) -> RandomSourceError | None:
 
 
 def _attributes(fn: object) -> list[tuple[str, object]]:
+    """The plugin object's own attributes and, for a function, the variables it closes over, by name."""
     try:
-        return [(k, v) for k, v in vars(fn).items() if not k.startswith("__")]
+        held = [(k, v) for k, v in vars(fn).items() if not k.startswith("__")]
     except TypeError:  # no __dict__
-        return []
+        held = []
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+    for name, cell in zip(code.co_freevars if code is not None else (), cells):
+        try:
+            held.append((name, cell.cell_contents))
+        except ValueError:  # an empty cell
+            continue
+    return held
 
 
 def _code_source(code, namespace: dict, bound: dict[str, object]) -> tuple[str, int] | None:

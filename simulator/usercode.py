@@ -229,7 +229,8 @@ def _roots(fn: object) -> list[object]:
     if user_code_of(fn) is not None:
         return [fn]
     cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
-    held = [fn, *cells] + [v for obj in (fn, *cells) for v in _attributes(obj)]
+    call = [] if inspect.isroutine(fn) or inspect.isclass(fn) else [getattr(type(fn), "__call__", None)]
+    held = [fn, *cells, *call] + [v for obj in (fn, *cells) for v in _attributes(obj)]
     return [obj for obj in held if user_code_of(obj) is not None]
 
 

@@ -169,6 +169,9 @@ def _check(entry: object, shared: dict, where: str) -> Check:
     try:
         what = subject(entry, where)  # imports the plugin or kernel now: a bad name is a config error
         check_arithmetic_for(what.name, own["arithmetic"])
+        if expect == "lossless":  # a claim is checked under exactly the schemes claimed
+            for scheme in own["drafting"]:
+                what.require_claimed(scheme, f"{where}.battery.drafting")
     except SpecproofError as err:  # named by its check: config.check[3].verifier
         if err.field.startswith(where):
             raise

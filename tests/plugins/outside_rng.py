@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+from random import random as bound_random
 
 import numpy as np
 
@@ -68,3 +69,31 @@ def sps_caught(tree, p, q, rng):
         except Exception:  # noqa: BLE001 — the point of the plugin
             return rng.bernoulli(_ratio(p, q, v, x))
     return _sps(tree, p, q, rng, accept)
+
+
+def sps_bound(tree, p, q, rng):
+    return _sps(tree, p, q, rng, lambda v, x: bound_random() < _ratio(p, q, v, x))  # draw: bound before
+
+
+def sps_aliased(tree, p, q, rng):
+    import random as r
+
+    return _sps(tree, p, q, rng, lambda v, x: r.uniform(0, 1) < _ratio(p, q, v, x))  # draw: an alias
+
+
+class HeldGenerator:
+    """A callable plugin holding its own numpy generator."""
+
+    def __init__(self) -> None:
+        self.generator = np.random.default_rng(0)
+
+    def __call__(self, tree, p, q, rng):
+        return _sps(tree, p, q, rng, lambda v, x: self.generator.random() < _ratio(p, q, v, x))
+
+
+sps_held = HeldGenerator()
+
+
+def sps_names_random_in_text(tree, p, q, rng):
+    """The control: a string naming random.random() is no draw."""
+    return _sps(tree, p, q, rng, lambda v, x: rng.bernoulli(_ratio(p, q, v, x)) if "random.random()" else False)
