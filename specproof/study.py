@@ -34,7 +34,7 @@ from simulator.montecarlo.engine import MCSummary, SeedResult, run_seed, summari
 from simulator.montecarlo.statistics import ChiSquare
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
-from simulator.workers import pool_options
+from simulator.workers import pool_options, stop_pool
 
 try:
     import fcntl
@@ -498,7 +498,8 @@ def run_cells(cells: list[Cell], store: Store, jobs: int = 1,
     of a running scheduler (``tcp://host:8786``). Records depend only on the cell and the seed, so every way of
     running gives the same numbers; this process writes them all to the store as they come back, holding the
     store's lock throughout (:meth:`Store.lock`: a second sweep on the store refuses at once). Local worker
-    processes die with this one (:mod:`simulator.workers`), so a killed sweep leaves none running.
+    processes die with this one (:mod:`simulator.workers`), so a killed sweep leaves none running; an interrupt
+    (or any error) stops them at once, the records saved so far kept, rather than letting them finish the queue.
     """
     with store.lock():
         _run_cells(cells, store, jobs, progress, scheduler, device)
@@ -524,9 +525,13 @@ def _run_cells(cells: list[Cell], store: Store, jobs: int, progress: Callable[[C
         return
     with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                                  **pool_options()) as pool:
-        futures = {pool.submit(compute_seed, cell, s, device, jobs): (cell, s) for cell, s in todo}
-        for future in as_completed(futures):
-            done(*futures[future], future.result())
+        try:
+            futures = {pool.submit(compute_seed, cell, s, device, jobs): (cell, s) for cell, s in todo}
+            for future in as_completed(futures):
+                done(*futures[future], future.result())
+        except BaseException:  # an interrupt, a worker's error: stop now, the records saved so far kept
+            stop_pool(pool)
+            raise
 
 
 def _run_on_dask(todo: list[tuple[Cell, int]], scheduler: str, jobs: int,
