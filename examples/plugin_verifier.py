@@ -1,6 +1,6 @@
 """A verifier written as a plugin (``module:function``, against specproof's randomness interface), and a twin
 with one small deliberate bug: the README's example (certify, gate, pytest) and the gate's tests. ``my_tv`` is
-the README's code block, letter for letter (tests/test_readme_example.py checks it).
+the README's code block, letter for letter (tests/test_readme_plugin.py checks it).
 
     specproof certify --verifier examples.plugin_verifier:my_tv --topology chain --depth 3 --model random-rational
 """
