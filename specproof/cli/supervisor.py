@@ -90,7 +90,12 @@ def supervise(ctx: click.Context, run):
         return run()
     limit, field = time_limit(ctx)
     code = _watch(child, limit, field, user_code(ctx))
-    sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)  # the parent ran no command: nothing to tear down, and a second interpreter teardown costs
 
 
 def time_limit(ctx: click.Context) -> tuple[float | None, str]:
