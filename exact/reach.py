@@ -198,8 +198,16 @@ class LineTracer:
 _ACTIVE = threading.local()  # the tracer a wrapper traces into (LineTracer.active)
 
 
-@functools.lru_cache(maxsize=64)
+#: the wrapper of each verifier wrapped so far, by identity: a kernel object need not be hashable (the verifier
+#: is kept beside its wrapper, so its id cannot be reused while the entry stands); the oldest go past 64
+_WRAPPERS: dict[int, tuple[Verifier, Verifier]] = {}
+
+
 def _traced(fn: Verifier) -> Verifier:
+    kept = _WRAPPERS.get(id(fn))
+    if kept is not None and kept[0] is fn:
+        return kept[1]
+
     @functools.wraps(fn)
     def traced(*args, **kwargs):
         tracer = getattr(_ACTIVE, "tracer", None)
@@ -207,6 +215,9 @@ def _traced(fn: Verifier) -> Verifier:
             return fn(*args, **kwargs)
         with tracer.tracing():
             return fn(*args, **kwargs)
+    if len(_WRAPPERS) >= 64:
+        del _WRAPPERS[next(iter(_WRAPPERS))]
+    _WRAPPERS[id(fn)] = (fn, traced)
     return traced
 
 
