@@ -84,7 +84,8 @@ def _alive_after(processes: list[psutil.Process], seconds: float) -> list[int]:
 
 
 def test_no_worker_outlives_a_sweep_killed_with_sigkill_and_its_lock_is_released(tmp_path):
-    """Two workers busy on seeds of 10^6 trials (seconds each) when the sweep's process is killed outright."""
+    """Two workers busy on seeds of 10^6 trials (seconds each) when the sweep's process is killed outright: the
+    supervising parent, whose child runs the sweep and started the workers (docs/limits.md, "Supervision")."""
     out = tmp_path / "out"
     sweep = subprocess.Popen([sys.executable, "-m", "specproof.cli", "report", "--out", str(out), "--jobs", "2",
                               "--seeds", "4", "--trials", "1000000", *SMALL_REPORT],
@@ -96,7 +97,7 @@ def test_no_worker_outlives_a_sweep_killed_with_sigkill_and_its_lock_is_released
     try:
         while len(workers) < 2 and sweep.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-            workers = [p for p in parent.children() if "spawn_main" in " ".join(p.cmdline())]
+            workers = [p for p in parent.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
         assert len(workers) == 2, "the sweep never started its two workers"
         time.sleep(0.5)  # the workers past their start, inside a seed
         children = parent.children(recursive=True)  # the workers and multiprocessing's resource tracker
