@@ -130,3 +130,16 @@ def test_the_gate_reads_the_declaration_and_holds_a_claim_to_it(tmp_path):
     assert code == 1 and "without-replacement" in output, output  # the twin's loss shows there
     code, output = _gate(tmp_path, GOOD, '["iid"]')
     assert code == 2 and "battery.drafting" in output and "not 'iid'" in output, output
+
+
+def test_mc_and_a_case_read_the_same_declaration(tmp_path):
+    out, case = tmp_path / "m.json", tmp_path / "case.json"
+    control = invoke(["mc", "--verifier", TWIN, *ONE_LEVEL, "--seeds", "1", "--trials", "200", "--drafting", "iid",
+                      "--json", str(out)])
+    assert "control run: " in control.output and json.loads(out.read_text())["control_run"] is True
+    claimed = invoke(["mc", "--verifier", GOOD, *ONE_LEVEL, "--seeds", "1", "--trials", "200", "--json", str(out)])
+    assert "drafting without-replacement" in claimed.output and "control run" not in claimed.output
+    assert invoke(["prove", "--verifier", TWIN, "--branching", "2", *ONE_LEVEL, "--case-out", str(case)]).exit_code == 1
+    assert "control run" not in invoke(["certify", "--case", str(case), "--verifier", GOOD]).output
+    relabelled = invoke(["certify", "--case", str(case), "--verifier", GOOD, "--schemes", "iid"])
+    assert "control run: " in relabelled.output and "not without-replacement" in relabelled.output

@@ -13,7 +13,7 @@ from exact.certificate import METHODS
 from exact.pairs import certify_pairs
 from exact.reproducer import capture, failing_case, load_reproducer
 from exact.size import estimate_round
-from exact.subject import subject
+from exact.subject import parse_schemes, subject
 from simulator.case import load_case
 from simulator.drafting.drafter_registry import DRAFTERS
 from simulator.errors import InvalidParameterError, SpecproofError
@@ -175,9 +175,10 @@ def _certify_case(ctx, case_path, tree, kernel_opts, shrink, shrink_time, case_o
     case = load_reproducer(case_path)
     if tree["verifier"] is not None or kernel_opts[0] is not None:
         name, _, kernel_spec = certified_subject(tree, *kernel_opts)
-        what = subject(kernel_spec.describe() if kernel_spec is not None else name)
+        what = subject(kernel_spec.describe() if kernel_spec is not None else name, "verifier",
+                       parse_schemes(tree["schemes"]))
     else:
-        what, kernel_spec = subject(case.subject, "case.subject"), None
+        what, kernel_spec = subject(case.subject, "case.subject", parse_schemes(tree["schemes"])), None
     check_arithmetic_for(what.name, case.arithmetic)
     with mass_bar(1, f"certify {what.name}") as bar, limited(max_executions, timeout, bar.update):
         cert = case.certify(what)
@@ -186,10 +187,13 @@ def _certify_case(ctx, case_path, tree, kernel_opts, shrink, shrink_time, case_o
                f"({exactness(cert, kernel_obj, case.arithmetic)})")
     click.echo(f"  case {case_path}: table model, vocab {case.vocab}, " +
                ", ".join(f"{k} {v}" for k, v in case.shape_json().items()))
+    note = what.control_note(case.drafting)
+    if note is not None:
+        click.echo(note)
     for line in certificate_lines(cert):
         click.echo(line)
     click.echo("  covers: this case's model pair, not every pair")
-    out = {**cert.to_json(), "verifier": what.name, "case": str(case_path)}
+    out = {**cert.to_json(), "verifier": what.name, "case": str(case_path), **what.claim_json(case.drafting)}
     if shrink and not cert.lossless:
         out["reproducer"] = shrunk(case, what, shrink_time, case_out)
     write_output(json_out, out)

@@ -12,8 +12,8 @@ from simulator.errors import InvalidParameterError
 from simulator.models import MODELS
 from simulator.usercode import require
 from simulator.verifiers.registry import check_pairing
-from specproof.cli.options import (Real, Whole, build_drafter, certificate_lines, given_options, limited, mass_bar,
-                                   model_options, named_verifier, tree_shape, write_output)
+from specproof.cli.options import (Real, Whole, build_drafter, certificate_lines, claimed_subject, given_options,
+                                   limited, mass_bar, model_options, named_verifier, tree_shape, write_output)
 
 CAUSAL_LM = "causal-lm"
 #: the options only ``--model causal-lm`` takes, by parameter name (each ``None`` when not given)
@@ -75,6 +75,7 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
                                              "token with mass, and top-k keeps K of the vocabulary per row"
                                              + ("" if real["top_k"] is None else f" (got {real['top_k']})"))
     name, fn = named_verifier(tree)
+    claim = claimed_subject(tree, name)  # --drafting defaults to a claimed scheme
     if tree["drafting"] not in DRAFTING:
         raise InvalidParameterError("drafting", f"--model causal-lm drafts a fixed tree: choose from {list(DRAFTING)}")
     check_pairing(tree["verifier"], tree["drafting"])
@@ -110,6 +111,9 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
                f"forward passes: draft {passes['p']['plain']} plain + {passes['p']['tree']} tree, target "
                f"{passes['q']['plain']} plain + {passes['q']['tree']} tree")
     click.echo("  " + ", ".join(f"{k} {v}" for k, v in drafting.items()))
+    note = claim.control_note(tree["drafting"])
+    if note is not None:
+        click.echo(note)
     for line in certificate_lines(cert):
         click.echo(line)
     if cert.reach.p_accept == 0:
@@ -119,5 +123,5 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
     click.echo(f"  tolerance: TVD ≤ {cert.tolerance:g} against the plain passes' joint: {cert.tolerance_reason}")
     click.echo(f"  covers: {covers}")
     write_output(json_out, {**cert.to_json(), "verifier": name, "coverage": covers, "support_tokens": list(pair.tokens),
-                            "passes": passes})
+                            "passes": passes, **claim.claim_json(tree["drafting"])})
     sys.exit(0 if cert.lossless else 1)

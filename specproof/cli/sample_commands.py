@@ -23,9 +23,9 @@ from simulator.numeric import ARITHMETICS, human_number, to_json_number
 from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.group import main
 from specproof.cli.options import (JOBS, SEED, TREE_BRANCHING, TREE_DEPTH, COUNT_LIMIT, Output, Real, StageBars, Whole,
-                                   build_drafter, check_device, check_scheduler, command_line, kept, limit_options,
-                                   limited, mass_bar, model_factory, model_options, named_verifier, progress_bar,
-                                   timeout_option, tree_options, write_output)
+                                   build_drafter, check_device, check_scheduler, claimed_subject, command_line, kept,
+                                   limit_options, limited, mass_bar, model_factory, model_options, named_verifier,
+                                   progress_bar, timeout_option, tree_options, write_output)
 from specproof.reports.certification import Planned, certification_table, estimate_table, plan_table, table_markdown
 from specproof.reports.dynamic import write_dynamic_report
 from specproof.reports.theorems import CHECKS, run_checks, theorems_markdown
@@ -193,6 +193,7 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
     check_output_file(json_out, "json")
     check_device(device)
     name, fn = named_verifier(tree)
+    claim = claimed_subject(tree, name)  # --drafting defaults to a claimed scheme
     model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     drafter, drafting = build_drafter(model_for(seed), tree)  # validates the options once, up front
     from simulator.montecarlo.engine import ANNOUNCE_SECONDS
@@ -208,6 +209,7 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
                               estimate=estimated)
     which = f"model seeds {seed}–{seed + seeds - 1}" if seeds > 1 else f"model seed {seed}"
     click.echo(f"{name}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()) + f": {which} x {trials} trials")
+    _control_note(claim, tree)
     se_kind = "across model seeds" if seeds > 1 else "within the one seed"
     click.echo(f"  accepted length {summary.accept_len_mean:.4f} (SE {summary.accept_len_se:.4f}, {se_kind})")
     click.echo(f"  TVD of completed samples to q^(H+1) {summary.tvd:.4f}; direct target samples "
@@ -217,8 +219,15 @@ def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds,
                f"alpha {summary.test_alpha:g} over all seeds: {verdict} the target "
                f"(min p {summary.test_min_p_value:.3g}); "
                f"detects any TVD >= {summary.detectable_tvd:.4f} on that law with power 0.9")
-    write_output(json_out, summary.to_json())
+    write_output(json_out, {**summary.to_json(), **claim.claim_json(tree["drafting"])})
     sys.exit(1 if summary.test_rejects else 0)
+
+
+def _control_note(claim, tree: dict) -> None:
+    """The control-run line of a run under a drafting scheme the verifier does not claim (exact/subject.py)."""
+    note = claim.control_note(tree["drafting"])
+    if note is not None:
+        click.echo(note)
 
 
 @main.command()
@@ -240,6 +249,7 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
     the first N tokens against the target's (--exact; exit 1 when lossy), or Monte Carlo accepted per round."""
     check_output_file(json_out, "json")
     name, fn = named_verifier(tree)
+    claim = claimed_subject(tree, name)  # --drafting defaults to a claimed scheme
     model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
     model = model_for(seed)
     drafter, drafting = build_drafter(model, tree)
@@ -252,6 +262,7 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
         verdict = "LOSSLESS" if result.lossless else "LOSSY"
         click.echo(f"{name}: {verdict} over the first {tokens} tokens ({label}; model {model.describe()['model']}, "
                    f"seed {seed})")
+        _control_note(claim, tree)
         click.echo(f"  TVD to q^{tokens} = {human_number(result.tvd)}; E[rounds] = "
                    f"{human_number(result.expected_rounds)}; "
                    f"E[accepted draft tokens] = {human_number(result.expected_accepted)}")
@@ -264,17 +275,18 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
                "tvd": to_json_number(result.tvd, arithmetic),
                "expected_rounds": to_json_number(result.expected_rounds, arithmetic),
                "expected_accepted": to_json_number(result.expected_accepted, arithmetic),
-               "model": model.describe(), **drafting}
+               "model": model.describe(), **drafting, **claim.claim_json(tree["drafting"])}
     else:
         with progress_bar(seeds * trials, f"generate {name}", "generation") as bar, time_limit(timeout):
             summary = run_generations(model_for, drafter, name, fn, seeds, trials, tokens, bar.update,
                                       first_seed=seed)
         click.echo(f"{name}, {label}: model seeds {seed}–{seed + seeds - 1} x {trials} generations of {tokens} "
                    "tokens")
+        _control_note(claim, tree)
         se = ("SE " + f"{summary.accepted_per_round_se:.4f}" if summary.accepted_per_round_se is not None
               else f"no SE: {summary.se_note}")
         click.echo(f"  accepted per round {summary.accepted_per_round:.4f} ({se}); rounds {summary.rounds_mean:.3f}")
-        out = {**summary.to_json(), **drafting}
+        out = {**summary.to_json(), **drafting, **claim.claim_json(tree["drafting"])}
     write_output(json_out, out)
     sys.exit(0 if not exact_law or result.lossless else 1)
 
