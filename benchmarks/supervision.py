@@ -64,7 +64,7 @@ def markdown(rows, runs: int, load_before: str, load_after: str) -> str:
              "the process itself, as before supervision). Medians of "
              f"{runs} runs each, the two interleaved; CPU is user + system of every process of the run.", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-             f"{platform.system()} {platform.release()}; shared with other work: load average "
+             f"{platform.system()} {platform.release()}; load average "
              f"{load_before} before, {load_after} after (`uptime`).", "",
              "Produced by `python benchmarks/supervision.py --runs "
              f"{runs} --out reports/supervision.md`.", "",
