@@ -1,9 +1,10 @@
-"""Verifiers in the calling conventions of shipped systems (the adapters ``eagle``, ``vllm`` and ``specinfer`` of
-:mod:`simulator.torch_path.conventions`), each correct one beside a twin carrying one bug::
+"""Verifiers in the calling conventions of shipped systems (the adapters ``eagle-paths``, ``vllm`` and ``specinfer``
+of :mod:`simulator.torch_path.conventions`), each correct one beside a twin carrying one bug::
 
-    specproof certify --kernel examples.convention_kernels:eagle_rrs --adapter eagle --topology complete \\
+    specproof certify --kernel examples.convention_kernels:eagle_paths_rrs --adapter eagle-paths --topology complete \\
         --branching 2 --depth 2 --vocab 3 --drafting without-replacement          # LOSSLESS
-    specproof certify --kernel examples.convention_kernels:eagle_rrs_with_replacement --adapter eagle ...  # LOSSY
+    specproof certify --kernel examples.convention_kernels:eagle_paths_rrs_with_replacement \\
+        --adapter eagle-paths ...  # LOSSY
 
 Each docstring says under which drafting scheme the kernel is lossless, and why (docs/kernels.md, "Conventions
 of shipped verifiers").
@@ -18,7 +19,7 @@ import torch
 from specproof.gate.torch_kernels import _residual
 
 
-# ---- EAGLE: candidate paths (adapter: eagle) --------------------------------------------------------------------
+# ---- EAGLE: candidate paths (adapter: eagle-paths) -------------------------------------------------------------------
 def _without_replacement(row: torch.Tensor, drafted: list[int]) -> torch.Tensor:
     """The row a node's next child was drafted from under without-replacement drafting: the node's draft row with
     its earlier children's tokens removed, renormalised."""
@@ -28,7 +29,7 @@ def _without_replacement(row: torch.Tensor, drafted: list[int]) -> torch.Tensor:
     return rest / rest.sum()
 
 
-def _eagle_walk(retrieve_indices, candidates, target_probs, draft_probs,
+def _eagle_paths_walk(retrieve_indices, candidates, target_probs, draft_probs,
                 sibling_row: Callable[[torch.Tensor, list[int]], torch.Tensor]):
     """Recursive rejection sampling along EAGLE's candidate paths (``evaluate_posterior``'s sampling path): level
     by level, the children of the accepted node are tried in their rows' order, which is the drafting order; child
@@ -59,21 +60,22 @@ def _eagle_walk(retrieve_indices, candidates, target_probs, draft_probs,
     return torch.tensor(best), length, torch.multinomial(target_probs[node], 1)[0]
 
 
-def eagle_rrs(tree_choices, retrieve_indices, candidates, target_probs, draft_probs):
+def eagle_paths_rrs(tree_choices, retrieve_indices, candidates, target_probs, draft_probs):
     """Recursive rejection sampling for siblings drawn without replacement (Jeon et al. 2024, Recursive
     Speculative Decoding), correct: the ``k``-th sibling is verified against the row it was drafted from, the draft
     row with the ``k − 1`` earlier siblings removed and renormalised, and that row is what each rejection subtracts.
     LOSSLESS under ``--drafting without-replacement``, and under ``iid`` too: a token already tried is skipped, and
-    an i.i.d. sibling unlike every token tried is distributed as that row. Twin of ``eagle_rrs_with_replacement``."""
-    return _eagle_walk(retrieve_indices, candidates, target_probs, draft_probs, _without_replacement)
+    an i.i.d. sibling unlike every token tried is distributed as that row. Twin of
+    ``eagle_paths_rrs_with_replacement``."""
+    return _eagle_paths_walk(retrieve_indices, candidates, target_probs, draft_probs, _without_replacement)
 
 
-def eagle_rrs_with_replacement(tree_choices, retrieve_indices, candidates, target_probs, draft_probs):
+def eagle_paths_rrs_with_replacement(tree_choices, retrieve_indices, candidates, target_probs, draft_probs):
     """Bug: with-replacement semantics under without-replacement drafting. Every sibling is verified against, and
     every rejection subtracts, the node's full draft row, as if the siblings were drawn i.i.d.; the second sibling
     was in fact drawn from the row without the first. LOSSY wherever a node has two children (under ``iid`` too:
     there the skipped repeat leaves the residual unreduced)."""
-    return _eagle_walk(retrieve_indices, candidates, target_probs, draft_probs,
+    return _eagle_paths_walk(retrieve_indices, candidates, target_probs, draft_probs,
                        lambda row, drafted: row)  # BUG: the earlier siblings' tokens are not removed
 
 

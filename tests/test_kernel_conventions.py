@@ -18,7 +18,7 @@ from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError, UnsupportedDraftError  # noqa: E402
 from simulator.models import RandomRationalModel, TableModel  # noqa: E402
-from simulator.torch_path.conventions import eagle_adapter, specinfer_adapter, vllm_adapter  # noqa: E402
+from simulator.torch_path.conventions import eagle_paths_adapter, specinfer_adapter, vllm_adapter  # noqa: E402
 from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
@@ -30,7 +30,7 @@ TABLE = TableModel(3, {None: P}, {None: Q})
 FORK, CHAIN, TREE = ("complete", 1, 2), ("chain", 2, 1), ("complete", 2, 2)
 #: random rational pairs whose short supports keep each convention's enumeration to a second or two
 #: (TABLE's full supports take 10–25 s on TREE: the slow test)
-SEEDS = {"eagle": (2, 3, 10), "vllm": (1, 2), "specinfer": (2, 4)}
+SEEDS = {"eagle-paths": (2, 3, 10), "vllm": (1, 2), "specinfer": (2, 4)}
 
 
 def _certificate(name: str, adapter: str, shape, drafting: str, model, fn=None):
@@ -70,8 +70,8 @@ COMPLETE = DraftTree((-1, 0, 0, 1, 1, 2, 2), (None, 0, 1, 2, 0, 1, 2))
 SPARSE = DraftTree((-1, 0, 0, 1, 1, 1), (None, 2, 0, 0, 1, 2))
 
 
-def test_eagle_layout_of_a_complete_tree():
-    (choices, indices, candidates, target, draft), out = _layout(eagle_adapter, COMPLETE, (2, 2, 1))
+def test_eagle_paths_layout_of_a_complete_tree():
+    (choices, indices, candidates, target, draft), out = _layout(eagle_paths_adapter, COMPLETE, (2, 2, 1))
     assert choices == [[0], [1], [0, 0], [0, 1], [1, 0], [1, 1]]
     assert indices.tolist() == [[0, 1, 3], [0, 1, 4], [0, 2, 5], [0, 2, 6]]
     assert candidates.tolist() == [[-1, 0, 2], [-1, 0, 0], [-1, 1, 1], [-1, 1, 2]]
@@ -80,8 +80,8 @@ def test_eagle_layout_of_a_complete_tree():
     assert out == (5, 1)  # path 2 = [0, 2, 5], two tokens accepted
 
 
-def test_eagle_layout_of_a_sparse_tree_pads_short_paths():
-    (choices, indices, candidates, _, _), out = _layout(eagle_adapter, SPARSE, (3, 1, 0))
+def test_eagle_paths_layout_of_a_sparse_tree_pads_short_paths():
+    (choices, indices, candidates, _, _), out = _layout(eagle_paths_adapter, SPARSE, (3, 1, 0))
     assert choices == [[0], [1], [0, 0], [0, 1], [0, 2]]
     assert indices.tolist() == [[0, 1, 3], [0, 1, 4], [0, 1, 5], [0, 2, -1]]
     assert candidates.tolist() == [[-1, 2, 0], [-1, 2, 1], [-1, 2, 2], [-1, 0, -1]]
@@ -117,16 +117,16 @@ def test_vllm_layout_of_a_chain():
 
 
 # ---- correct kernels LOSSLESS, buggy twins LOSSY ----------------------------------------------------------------
-@pytest.mark.parametrize("name, lossless", [("eagle_rrs", True), ("eagle_rrs_with_replacement", False)])
-def test_eagle_recursive_rejection_without_replacement(name, lossless):
+@pytest.mark.parametrize("name, lossless", [("eagle_paths_rrs", True), ("eagle_paths_rrs_with_replacement", False)])
+def test_eagle_paths_recursive_rejection_without_replacement(name, lossless):
     """Complete b = 2, H = 2, V = 3, children drafted without replacement."""
-    _verdicts(name, "eagle", TREE, "without-replacement", lossless)
+    _verdicts(name, "eagle-paths", TREE, "without-replacement", lossless)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, adapter, drafting, lossless", [
-    ("eagle_rrs", "eagle", "without-replacement", True),
-    ("eagle_rrs_with_replacement", "eagle", "without-replacement", False),
+    ("eagle_paths_rrs", "eagle-paths", "without-replacement", True),
+    ("eagle_paths_rrs_with_replacement", "eagle-paths", "without-replacement", False),
     ("specinfer_mss", "specinfer", "iid", True),
     ("specinfer_mss_unnormalised", "specinfer", "iid", False)])
 def test_tree_conventions_on_full_supports(name, adapter, drafting, lossless):
@@ -134,21 +134,22 @@ def test_tree_conventions_on_full_supports(name, adapter, drafting, lossless):
     _verdicts(name, adapter, TREE, drafting, lossless, [TABLE])
 
 
-def test_eagle_twin_has_the_hand_derived_tvd_on_a_fork():
+def test_eagle_paths_twin_has_the_hand_derived_tvd_on_a_fork():
     """Root with two children, without replacement, on TABLE. x1 = 2 (prob 3/4) is accepted with q/p = 1/3; x1 in
     {0, 1} always: a rejection has probability 1/2, and then x2 is 0 or 1 with probability 1/2 each (the row
     without token 2). The correct rule verifies x2 against (1/2, 1/2, 0) and emits q. The twin verifies it against
     p: ratios (1/4)/(1/8) and (3/4)/(1/8) ≥ 1, so x2 is always accepted, and token 0 gets 1/8 + 1/4 = 3/8 for
     q's 1/4, token 1 3/8 for 1/2: TVD 1/8 (the second token is q's in both)."""
-    assert _certificate("eagle_rrs", "eagle", FORK, "without-replacement", TABLE).lossless
-    cert = _certificate("eagle_rrs_with_replacement", "eagle", FORK, "without-replacement", TABLE)
+    assert _certificate("eagle_paths_rrs", "eagle-paths", FORK, "without-replacement", TABLE).lossless
+    cert = _certificate("eagle_paths_rrs_with_replacement", "eagle-paths", FORK, "without-replacement", TABLE)
     assert not cert.lossless and abs(cert.tvd - F(1, 8)) <= 1e-12, cert.tvd
 
 
-def test_eagle_rule_skipping_tried_tokens_is_lossless_under_iid_too():
+def test_eagle_paths_rule_skipping_tried_tokens_is_lossless_under_iid_too():
     """An i.i.d. sibling that differs from the tokens tried is distributed as the row without them, and one that
     repeats a tried token is skipped: so the same kernel is lossless for i.i.d. children."""
-    _verdicts("eagle_rrs", "eagle", FORK, "iid", True, [TABLE, *(RandomRationalModel(3, seed=s) for s in (1, 2))])
+    _verdicts("eagle_paths_rrs", "eagle-paths", FORK, "iid", True,
+              [TABLE, *(RandomRationalModel(3, seed=s) for s in (1, 2))])
 
 
 class RejectionSampler(torch.nn.Module):
@@ -209,9 +210,9 @@ def test_specinfer_twin_has_the_hand_derived_tvd_on_a_fork():
     ((1, 1, 3), "outside the vocabulary"),
     ((1, 1, -1), "placeholder -1"),
 ])
-def test_eagle_wrong_answers_are_named(answer, words):
+def test_eagle_paths_wrong_answers_are_named(answer, words):
     with pytest.raises(KernelError) as err:
-        _layout(eagle_adapter, COMPLETE, answer)
+        _layout(eagle_paths_adapter, COMPLETE, answer)
     assert words in err.value.message, err.value.message
 
 
@@ -248,14 +249,14 @@ def test_specinfer_wrong_answers_are_named(answer, words):
     assert words in err.value.message, err.value.message
 
 
-def eagle_out_of_range(tree_choices, retrieve_indices, candidates, target_probs, draft_probs):
+def eagle_paths_out_of_range(tree_choices, retrieve_indices, candidates, target_probs, draft_probs):
     return len(retrieve_indices), 0, 0
 
 
 @pytest.mark.parametrize("kernel, adapter, seed, code", [
-    ("examples.convention_kernels:eagle_rrs", "eagle", 2, 0),
+    ("examples.convention_kernels:eagle_paths_rrs", "eagle-paths", 2, 0),
     ("examples.convention_kernels:vllm_rejection_sampler_count", "vllm", 1, 1),
-    ("test_kernel_conventions:eagle_out_of_range", "eagle", 1, 2)])
+    ("test_kernel_conventions:eagle_paths_out_of_range", "eagle-paths", 1, 2)])
 def test_certify_with_a_convention_adapter_exit_codes(kernel, adapter, seed, code):
     """vllm takes a chain by default; a path index out of range is exit 2."""
     result = CliRunner().invoke(cli.main, ["certify", "--kernel", kernel, "--adapter", adapter, "--depth", "2",

@@ -1,5 +1,5 @@
 """Adapters for the calling conventions of shipped verifiers (docs/kernels.md, "Conventions of shipped
-verifiers"): EAGLE's candidate paths (:func:`eagle_adapter`), vLLM's batched rejection sampler
+verifiers"): EAGLE's candidate paths (:func:`eagle_paths_adapter`), vLLM's batched rejection sampler
 (:func:`vllm_adapter`) and SpecInfer's token tree (:func:`specinfer_adapter`). Each lays specproof's tree and rows
 out as the convention does and checks the kernel's answer, a :class:`KernelError` naming what is wrong.
 
@@ -20,7 +20,7 @@ from simulator.torch_path.kernels import PLACEHOLDER, _ints, _one, _padded, _row
 from simulator.trees import TreeStructure
 
 
-def eagle_buffers(tree: TreeStructure) -> tuple[list[list[int]], list[list[int]]]:
+def eagle_paths_buffers(tree: TreeStructure) -> tuple[list[list[int]], list[list[int]]]:
     """EAGLE's ``tree_choices`` and root-to-leaf paths for a BFS-ordered tree, laid out as its
     ``generate_tree_buffers`` does: each non-root node as its child ranks from the root, in BFS order (EAGLE sorts
     them by length, then ranks: the same order); each path as its node ids from the root, ordered by their ids
@@ -38,13 +38,13 @@ def eagle_buffers(tree: TreeStructure) -> tuple[list[list[int]], list[list[int]]
     return choices[1:], sorted(paths)
 
 
-def eagle_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+def eagle_paths_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
     """EAGLE's and Medusa's convention (``evaluate_posterior``'s sampling path): ``kernel(tree_choices,
     retrieve_indices [P, H+1], candidates [P, H+1], target_probs [n, V], draft_probs [n, V]) -> (best_candidate,
     accept_length, token)``, nodes flattened in BFS order, one row per root-to-leaf path, ``-1`` past a path's end
     and at the root's token; the answer is node ``retrieve_indices[best_candidate, accept_length]``, then
     ``token``."""
-    choices, paths = eagle_buffers(tree)
+    choices, paths = eagle_paths_buffers(tree)
     width = tree.height + 1
     indices = [path + [PLACEHOLDER] * (width - len(path)) for path in paths]
     tokens = [PLACEHOLDER, *tree.tokens[1:]]

@@ -177,7 +177,7 @@ def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dty
 #: references, loaded when named: that module builds on the helpers here, so importing it here would be circular
 ADAPTERS: dict[str, Adapter | str] = {"chain": chain, "flat-chain": flat_chain, "tree": tree_adapter,
                                       "uniforms": uniforms_adapter,
-                                      "eagle": "simulator.torch_path.conventions:eagle_adapter",
+                                      "eagle-paths": "simulator.torch_path.conventions:eagle_paths_adapter",
                                       "vllm": "simulator.torch_path.conventions:vllm_adapter",
                                       "specinfer": "simulator.torch_path.conventions:specinfer_adapter"}
 CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm")
