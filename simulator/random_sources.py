@@ -68,10 +68,11 @@ _ACTIVE: list[RandomSources] = []  # innermost last: the one the replaced names 
 
 
 def library_paths() -> tuple[str, ...]:
-    """Code that is not the user's: specproof's own, numpy's, random.py and torch's when torch is imported."""
-    torch = sys.modules.get("torch")
+    """Code that is not the user's: specproof's own, numpy's, random.py, and torch's and triton's (its
+    interpreter runs a Triton kernel's lines) when imported."""
     paths = (*OWN, str(Path(np.__file__).resolve().parent), str(Path(random.__file__).resolve()))
-    return paths if torch is None else (*paths, str(Path(torch.__file__).resolve().parent))
+    libraries = (sys.modules.get(name) for name in ("torch", "triton"))
+    return (*paths, *(str(Path(lib.__file__).resolve().parent) for lib in libraries if lib is not None))
 
 
 @functools.lru_cache(maxsize=None)

@@ -32,7 +32,7 @@ OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package 
 #: the torch kernels specproof ships as specimens (the mutation zoo's and the kernel report's, installed with the
 #: package so that ``zoo`` runs anywhere): user code all the same, for messages, precision and coverage
 SPECIMENS = tuple(str(Path(__file__).resolve().parents[1] / "specproof" / "gate" / name)
-                  for name in ("mutants.py", "torch_kernels.py"))
+                  for name in ("mutants.py", "torch_kernels.py", "triton_kernels.py"))
 #: the exit status of a run stopped by SIGINT or SIGTERM (the shell's 128 + SIGINT)
 INTERRUPTED_EXIT = 130
 
@@ -182,7 +182,7 @@ def run_user_code(call: Callable[[], T], field: str, what: str) -> T:
 
 
 #: optional dependencies: module -> the extra that installs it
-EXTRAS = {"torch": "torch", "transformers": "torch", "distributed": "test", "gguf": "real", "accelerate": "real"}
+EXTRAS = {"triton": "triton", "torch": "torch", "transformers": "torch", "distributed": "test", "gguf": "real", "accelerate": "real"}
 
 
 def require(module_name: str, what: str, field: str) -> None:
