@@ -74,12 +74,15 @@ def is_own_frame(filename: str) -> bool:
 
 def source_line(err: BaseException) -> str:
     """Where ``err`` was raised, as ``file:line in function: code``: the innermost frame outside specproof's own
-    packages (the user's code; a call into the randomness interface is reported at the caller), or the innermost
-    frame when every frame is specproof's."""
+    packages and triton's (the user's code, a Triton kernel's line included; a call into the randomness interface is
+    reported at the caller), or the innermost frame when every frame is specproof's."""
     frames = traceback.extract_tb(err.__traceback__)[1:] or traceback.extract_tb(err.__traceback__)
     if not frames:
         return "no traceback"
-    theirs = [f for f in frames if not is_own_frame(f.filename)]
+    triton = sys.modules.get("triton")
+    interpreter = (str(Path(triton.__file__).resolve().parent),) if triton is not None else ()
+    theirs = [f for f in frames if not is_own_frame(f.filename)
+              and not str(Path(f.filename).resolve()).startswith(interpreter)]
     frame = (theirs or frames)[-1]
     code = f": {frame.line.strip()}" if frame.line else ""
     return f"{frame.filename}:{frame.lineno} in {frame.name}{code}"

@@ -22,6 +22,7 @@ from simulator.errors import InvalidParameterError, KernelError, UnsupportedDraf
 from simulator.randomness import Randomness
 from simulator.torch_path.capture import UNIFORM_MODELS, Precision, capture
 from simulator.torch_path.loading import load_kernel, run_before_kernel_import, scripting_off
+from simulator.torch_path.triton_capture import interpreted
 from simulator.trees import DraftTree
 from simulator.usercode import add_import_path
 from simulator.verifiers.registry import load_callable
@@ -177,6 +178,7 @@ def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dty
 #: references, loaded when named: that module builds on the helpers here, so importing it here would be circular
 ADAPTERS: dict[str, Adapter | str] = {"chain": chain, "flat-chain": flat_chain, "tree": tree_adapter,
                                       "uniforms": uniforms_adapter,
+                                      "eagle": "simulator.torch_path.conventions:eagle_adapter",
                                       "eagle-paths": "simulator.torch_path.conventions:eagle_paths_adapter",
                                       "vllm": "simulator.torch_path.conventions:vllm_adapter",
                                       "specinfer": "simulator.torch_path.conventions:specinfer_adapter"}
@@ -240,7 +242,7 @@ class Kernel:
         self.__qualname__ = f"{name} (adapter {self.adapter})"
 
     def __call__(self, tree: DraftTree, p, q, rng: Randomness) -> tuple[int, int]:
-        with capture(rng, self.uniforms, self.precision) as mode:
+        with capture(rng, self.uniforms, self.precision) as mode, interpreted(mode):
             out = self._adapt(self._bound, tree, p, q, len(q[0]), DTYPES[self.dtype])
         self.max_decisions = max(self.max_decisions, mode.decisions)
         if mode.grid_bits is not None:

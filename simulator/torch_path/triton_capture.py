@@ -1,0 +1,335 @@
+"""Triton kernels under the torch capture: a random value followed through Triton's interpreter, exactly.
+
+A Triton kernel launched inside :func:`~simulator.torch_path.capture.capture` runs under Triton's interpreter
+(``TRITON_INTERPRET=1``, set before ``triton`` is imported), which executes each operation through one method of
+``triton.runtime.interpreter.InterpreterBuilder``. While :func:`interpreted` is active those methods are wrapped
+(triton's code is not copied): ``tl.load`` of a random tensor's storage yields its captured variables, affine and
+monotone maps are recorded as the torch capture records them, and each comparison of a random value with a
+concrete threshold is decided by the torch capture's own :meth:`Capture._resolve` — an exact choice conditioned on
+the earlier ones. Any other operation on a random value raises :class:`~simulator.errors.KernelError` naming the
+kernel's line and the operation. What is resolved and what is refused: docs/kernels.md, "Triton kernels".
+
+The builder is not a public API: :data:`TESTED_TRITON` is the version this module is tested with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from simulator.errors import KernelError
+from simulator.torch_path.capture import Capture, kernel_line
+
+TESTED_TRITON = ("3.5.1",)
+_MARK = "specproof.random"  # the key of a random block in a TensorHandle's attr
+# builder comparisons: name -> the torch capture's comparison (ordered and unordered alike: a threshold is never
+# NaN, _resolve refuses one)
+_CMP = {f"create_fcmp{order}{cmp}": cmp.lower() for order in "OU" for cmp in ("LT", "LE", "GT", "GE")}
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+# elementwise maps with one concrete operand: name -> (map when the random value is first, when it is second)
+_BINARY = {"create_fadd": ("add", "add"), "create_fsub": ("sub", "rsub"), "create_fmul": ("mul", "mul"),
+           "create_fdiv": ("div", None), "create_precise_divf": ("div", None),
+           "create_minimumf": ("min", "min"), "create_minnumf": ("min", "min"),
+           "create_maximumf": ("max", "max"), "create_maxnumf": ("max", "max")}
+_UNARY = {"create_exp": "exp", "create_log": "log"}
+# float-to-float casts: a random value keeps its identity (its maps are resolved in exact arithmetic, as in torch)
+_CASTS = ("create_fp_ext", "create_fp_trunc", "create_fp_to_fp")
+_NP_EPS = {np.dtype(np.float64): torch.finfo(torch.float64).eps, np.dtype(np.float32): torch.finfo(torch.float32).eps,
+           np.dtype(np.float16): torch.finfo(torch.float16).eps}
+_NP_TORCH = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
+             np.dtype(np.float16): torch.float16}
+
+
+@dataclass
+class RandomBlock:
+    """The random elements of one interpreter value: each element's variable (``-1``: a concrete element, its value
+    in the handle's data) and the maps applied, in order, each operand an array of the block's shape."""
+
+    ids: np.ndarray
+    ops: list[tuple[str, np.ndarray | None]]
+
+    def relaid(self, fn: Callable[[np.ndarray], np.ndarray]) -> "RandomBlock":
+        return RandomBlock(fn(self.ids), [(n, None if c is None else fn(c)) for n, c in self.ops])
+
+
+def _fail(op: str, why: str) -> KernelError:
+    return KernelError("kernel", f"{op.removeprefix('create_')}: {why} ({kernel_line()})")
+
+
+def block_of(value: object) -> RandomBlock | None:
+    """The random elements of an interpreter value, ``None`` when it holds none."""
+    attr = getattr(value, "attr", None)
+    return attr.get(_MARK) if isinstance(attr, dict) else None
+
+
+def _marked(handle, block: RandomBlock):
+    if (block.ids >= 0).any():
+        handle.attr[_MARK] = block
+    return handle
+
+
+class _Interpreted:
+    """The wrapped builder methods of one capture: ``mode`` decides, ``addresses`` maps a random element's address
+    to its variable and maps (rebuilt at each launch, since the kernel's torch code registers new tensors)."""
+
+    def __init__(self, mode: Capture) -> None:
+        self.mode = mode
+        self.addresses: dict[int, tuple[np.dtype, int, tuple]] = {}
+
+    def index(self) -> None:
+        """The address of every element of every random tensor the torch capture holds, with its variable."""
+        self.addresses.clear()
+        for fake, sym in self.mode._symbolic.values():
+            if fake.device.type != "cpu" or fake.numel() == 0:
+                continue
+            dtype = np.dtype(torch.empty((), dtype=fake.dtype).numpy().dtype)
+            offsets = np.zeros(tuple(fake.shape), dtype=np.int64)
+            for axis, (size, stride) in enumerate(zip(fake.shape, fake.stride())):
+                shape = [1] * fake.dim()
+                shape[axis] = size
+                offsets = offsets + np.arange(size, dtype=np.int64).reshape(shape) * stride
+            base = fake.data_ptr()
+            addresses = (base + offsets.reshape(-1) * fake.element_size()).tolist()
+            ids = sym.ids.reshape(-1).tolist()
+            operands = [(n, None if c is None else c.broadcast_to(fake.shape).reshape(-1).tolist())
+                        for n, c in sym.ops]
+            for e, address in enumerate(addresses):
+                self.addresses[address] = (dtype, ids[e], tuple((n, None if c is None else c[e]) for n, c in operands))
+
+    # ---- the wrapper ---------------------------------------------------------------------------------------
+    def wrap(self, name: str, original: Callable) -> Callable:
+        def wrapped(builder, *args, **kwargs):
+            if name == "create_masked_load":
+                return self.load(original, builder, *args, **kwargs)
+            if name == "create_masked_store":
+                return self.store(original, builder, *args, **kwargs)
+            blocks = [block_of(a) for a in args]
+            if not any(b is not None for b in blocks):
+                out = original(builder, *args, **kwargs)
+                if name in _CMP and any(_has_nan(a) for a in args):
+                    raise _fail(name, "a NaN compared: a random value the capture does not follow, or a missing row")
+                self.lowered(out)
+                return out
+            if name in _CMP:
+                return self.compare(name, original, builder, *args)
+            if name in _BINARY:
+                return self.binary(name, original, builder, *args)
+            if name in _UNARY or name in _CASTS:
+                out = original(builder, *args, **kwargs)
+                block = blocks[0]
+                if name in _UNARY:
+                    block = RandomBlock(block.ids, block.ops + [(_UNARY[name], None)])
+                return _marked(out, block)
+            if name == "create_select":
+                return self.select(original, builder, *args)
+            layout, moved = _layout(name, args), blocks[1 if name == "create_splat" else 0]
+            if layout is not None and moved is not None and sum(b is not None for b in blocks) == 1:
+                return _marked(original(builder, *args, **kwargs), moved.relaid(layout))
+            raise _fail(name, "this operation on a random value cannot be resolved exactly")
+        wrapped.__wrapped__ = original
+        return wrapped
+
+    def lowered(self, out: object) -> None:
+        """Record a concrete floating result below the precision seen so far (as the torch capture does)."""
+        data = getattr(out, "data", None)
+        eps = _NP_EPS.get(getattr(data, "dtype", None), 0.0)
+        if eps > self.mode.precision.eps:
+            precision = self.mode.precision
+            precision.dtype, precision.eps, precision.line = _NP_TORCH[data.dtype], eps, kernel_line()
+
+    # ---- memory --------------------------------------------------------------------------------------------
+    def load(self, original, builder, ptrs, mask, other, *rest):
+        if block_of(ptrs) is not None or block_of(mask) is not None:
+            raise _fail("load", "a pointer or mask made from a random value")
+        out = original(builder, ptrs, mask, other, *rest)
+        if not self.addresses:
+            return out
+        addresses = ptrs.data.reshape(-1).tolist()
+        lanes = np.broadcast_to(mask.data, ptrs.data.shape).reshape(-1).tolist()
+        values = out.data.reshape(-1)
+        ids = np.full(len(addresses), -1, dtype=np.int64)
+        found: list[tuple[int, tuple]] = []
+        for e, (address, lane) in enumerate(zip(addresses, lanes)):
+            entry = self.addresses.get(address) if lane else None
+            if entry is None or not (isinstance(values[e], np.floating) and math.isnan(values[e])):
+                continue  # not a random element, or one the kernel's torch code overwrote with a concrete value
+            dtype, var, ops = entry
+            if dtype != out.data.dtype:
+                raise _fail("load", f"the raw bits of a random {dtype} value read as {out.data.dtype}")
+            ids[e] = var
+            found.append((e, ops))
+        if not found:
+            return out
+        names = {tuple(n for n, _ in ops) for _, ops in found}
+        if len(names) != 1:
+            raise _fail("load", "one load of random values under different maps")
+        shape = out.data.shape
+        operands = []
+        for k, op in enumerate(next(iter(names))):
+            column = np.full(len(addresses), math.nan)
+            for e, ops in found:
+                column[e] = math.nan if ops[k][1] is None else ops[k][1]
+            operands.append((op, None if found[0][1][k][1] is None else column.reshape(shape)))
+        return _marked(out, RandomBlock(ids.reshape(shape), operands))
+
+    def store(self, original, builder, ptrs, value, mask, *rest):
+        if block_of(value) is not None:
+            raise _fail("store", "a random value stored to memory is not followed (store the decision instead)")
+        if block_of(ptrs) is not None or block_of(mask) is not None:
+            raise _fail("store", "a pointer or mask made from a random value")
+        if self.addresses:
+            lanes = np.broadcast_to(mask.data, ptrs.data.shape).reshape(-1).tolist()
+            if any(lane and a in self.addresses for a, lane in zip(ptrs.data.reshape(-1).tolist(), lanes)):
+                raise _fail("store", "a store over a random tensor's elements")
+        return original(builder, ptrs, value, mask, *rest)
+
+    # ---- arithmetic ----------------------------------------------------------------------------------------
+    def binary(self, name: str, original, builder, lhs, rhs):
+        a, b = block_of(lhs), block_of(rhs)
+        if a is not None and b is not None:
+            raise _fail(name, "an operation on two random values cannot be resolved exactly")
+        out = original(builder, lhs, rhs)
+        block, other = (a, rhs) if a is not None else (b, lhs)
+        op = _BINARY[name][0 if a is not None else 1]
+        if op is None:
+            raise _fail(name, "a concrete value divided by a random one is not modelled")
+        shape = out.data.shape
+        c = np.broadcast_to(np.asarray(other.data, dtype=np.float64), shape)
+        base = block.relaid(lambda x: np.broadcast_to(x, shape))
+        if op == "sub":
+            ops = [("add", -c)]
+        elif op == "rsub":
+            ops = [("neg", None), ("add", c)]
+        else:
+            ops = [(op, c)]
+        return _marked(out, RandomBlock(base.ids, base.ops + ops))
+
+    def select(self, original, builder, cond, lhs, rhs):
+        if block_of(cond) is not None:
+            raise _fail("select", "a condition made from a random value")
+        a, b = block_of(lhs), block_of(rhs)
+        out = original(builder, cond, lhs, rhs)
+        shape = out.data.shape
+        pick = np.broadcast_to(cond.data.astype(bool), shape)
+        blank = RandomBlock(np.full(shape, -1, dtype=np.int64), [])
+        a = (a or blank).relaid(lambda x: np.broadcast_to(x, shape))
+        b = (b or blank).relaid(lambda x: np.broadcast_to(x, shape))
+        ids = np.where(pick, a.ids, b.ids)
+        live_a, live_b = (pick & (a.ids >= 0)).any(), (~pick & (b.ids >= 0)).any()
+        if live_a and live_b and [n for n, _ in a.ops] != [n for n, _ in b.ops]:
+            raise _fail("select", "random values under different maps selected into one value")
+        if live_a and live_b:
+            ops = [(n, None if c is None else np.where(pick, c, d)) for (n, c), (_, d) in zip(a.ops, b.ops)]
+        else:
+            ops = a.ops if live_a else b.ops
+        return _marked(out, RandomBlock(ids, ops))
+
+    def compare(self, name: str, original, builder, lhs, rhs):
+        a, b = block_of(lhs), block_of(rhs)
+        if a is not None and b is not None:
+            raise _fail(name, "a comparison of two random values cannot be resolved exactly")
+        cmp = _CMP[name] if a is not None else _FLIP[_CMP[name]]
+        block, other = (a, rhs) if a is not None else (b, lhs)
+        out = original(builder, lhs, rhs)
+        shape = out.data.shape
+        block = block.relaid(lambda x: np.broadcast_to(x, shape))
+        thresholds = np.broadcast_to(np.asarray(other.data, dtype=np.float64), shape).reshape(-1).tolist()
+        ids = block.ids.reshape(-1).tolist()
+        operands = [(n, None if c is None else c.reshape(-1).tolist()) for n, c in block.ops]
+        result = out.data.reshape(-1).copy()
+        for e, var in enumerate(ids):
+            if var >= 0:
+                result[e] = self.mode._resolve(var, [(n, None if c is None else c[e]) for n, c in operands], cmp,
+                                               thresholds[e])
+        out.data = result.reshape(shape)
+        return out
+
+
+def _has_nan(value: object) -> bool:
+    data = getattr(value, "data", None)
+    return isinstance(data, np.ndarray) and data.dtype.kind == "f" and bool(np.isnan(data).any())
+
+
+def _layout(name: str, args) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The element move of a layout operation, applied alike to variables and operands; ``None`` for others."""
+    if name == "create_expand_dims":
+        return lambda x: np.expand_dims(x, args[1])
+    if name == "create_broadcast":
+        return lambda x: np.broadcast_to(x, args[1])
+    if name == "create_reshape":
+        return lambda x: x.reshape(args[1])
+    if name == "create_trans":
+        return lambda x: np.transpose(x, args[1])
+    if name == "create_splat":
+        return lambda x: np.full(args[0].shape, x.reshape(-1)[0], dtype=x.dtype)
+    if name == "create_unsplat":
+        return lambda x: x.reshape(-1)[:1].copy()
+    return None
+
+
+def _innermost(err: BaseException) -> BaseException:
+    """The error the interpreter wrapped (``InterpreterError``, once per nested ``@triton.jit`` call)."""
+    from triton.runtime.errors import InterpreterError
+
+    while isinstance(err, InterpreterError) and err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+@contextlib.contextmanager
+def interpreted(mode: Capture) -> Iterator[None]:
+    """Inside the block a Triton kernel launched under the interpreter has its random values followed and decided
+    through ``mode``; outside, triton is as it was. Nothing happens when triton is not imported (a torch kernel)."""
+    if "triton" not in sys.modules:
+        yield
+        return
+    from triton.runtime import interpreter
+
+    builder, executor, handle = interpreter.InterpreterBuilder, interpreter.GridExecutor, interpreter.TensorHandle
+    capture_ = _Interpreted(mode)
+    saved = {name: vars(builder)[name] for name in vars(builder) if name.startswith("create_")}
+    saved_call, saved_clone, saved_bool = executor.__call__, handle.clone, handle.__bool__
+
+    def launch(self, *args, **kwargs):
+        with torch._C.DisableTorchFunction():  # the interpreter's own torch calls are not the kernel's
+            capture_.index()
+            try:
+                return saved_call(self, *args, **kwargs)
+            except Exception as err:  # noqa: BLE001 - the interpreter's wrapper dropped, the error itself raised
+                inner = _innermost(err)
+                if inner is err:
+                    raise
+                raise inner.with_traceback(inner.__traceback__) from None
+
+    def clone(self):
+        copy = saved_clone(self)
+        if block_of(self) is not None:
+            copy.attr[_MARK] = block_of(self)
+        return copy
+
+    def truth(self):
+        if block_of(self) is not None:
+            raise _fail("bool", "a random value used as a Python condition")
+        return saved_bool(self)
+
+    for name, original in saved.items():
+        setattr(builder, name, capture_.wrap(name, original))
+    executor.__call__, handle.clone, handle.__bool__ = launch, clone, truth
+    try:
+        yield
+    finally:
+        for name, original in saved.items():
+            setattr(builder, name, original)
+        executor.__call__, handle.clone, handle.__bool__ = saved_call, saved_clone, saved_bool
+
+
+def interpreter_on() -> None:
+    """Ask for Triton's interpreter, before ``triton`` is imported (a Triton kernel module calls it first)."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
