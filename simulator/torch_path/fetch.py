@@ -93,6 +93,10 @@ ARTIFACTS: dict[str, Artifact] = {a.name: a for a in (
                "b9473b344520009d796a27847a527dcdef6a73933a254e28a8eaf80923f1d93a")), "Apache-2.0",
              "vLLM 0.6.3's rejection sampler, its two modules only (the wheel is 195 MB; nothing else is kept), "
              "for certify --adapter vllm", tree=True),
+    Artifact("eagle-posterior", "eagle-llm", "1.2.1",
+             (("eagle/model/utils.py", "9c189c18c744ad9c247ca518a6248de23c37a4a356817726d9c61c0bca68f904"),),
+             "Apache-2.0", "EAGLE's evaluate_posterior and its tree buffers, eagle-llm 1.2.1's eagle/model/utils.py "
+             "only (out of its 164 kB wheel), for certify --adapter eagle", tree=True),
     Artifact("vllm-v1", "vllm", "0.11.0",
              (("vllm/v1/sample/rejection_sampler.py",
                "56e829ec3ced510804e8d68b3f86f59dbc616d8aff48544e6ecc39833cbdac8c"),
