@@ -20,6 +20,7 @@ from fractions import Fraction
 from types import FrameType
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
@@ -501,6 +502,8 @@ class Capture(TorchFunctionMode):
             elif op == "fill":
                 if not math.isnan(c):  # a filled element is the constant c whatever x is
                     return _HOLDS[cmp](_exact(c), threshold)
+            elif op == "round":  # rounded to nearest (ties to even) in the float type of c bits
+                threshold, cmp = _unrounded(threshold, cmp, int(c))
             else:
                 raise _fail(op, "a comparison through this map is not modelled")
             if threshold != threshold:  # ∞ − ∞ through an infinite operand
@@ -628,6 +631,27 @@ class Capture(TorchFunctionMode):
         if state in ("log", "ratio_s"):
             return ("log", lw if state == "log" else w), s
         raise _fail("argmax", "an argmax of random values that is not an exponential race")
+
+
+def _unrounded(t: Fraction | float, cmp: str, bits: int) -> tuple[Fraction | float, str]:
+    """``round(x) cmp t`` as a comparison of ``x`` itself, ``round`` to the nearest float of ``bits`` bits (16 or
+    32), ties to even: monotone, so ``round(x) <= g`` for ``g`` the largest such float ``<= t`` (``< t`` for
+    ``lt``, ``ge``) holds exactly below the midpoint of ``g`` and the next float, at it when ``g`` is even."""
+    if math.isinf(t):
+        return t, cmp
+    kind = {16: np.float16, 32: np.float32}[bits]
+    g = kind(float(t))
+    strict = cmp in ("lt", "ge")
+    while Fraction(float(g)) > t or (strict and Fraction(float(g)) == t):
+        g = np.nextafter(g, kind(-np.inf))
+    while Fraction(float(np.nextafter(g, kind(np.inf)))) < t or (
+            not strict and Fraction(float(np.nextafter(g, kind(np.inf)))) == t):
+        g = np.nextafter(g, kind(np.inf))
+    mid = (Fraction(float(g)) + Fraction(float(np.nextafter(g, kind(np.inf))))) / 2
+    even = int(g.view(f"uint{bits}")) % 2 == 0  # the midpoint rounds to g when g is even
+    if cmp in ("lt", "le"):  # round(x) <= g
+        return mid, "le" if even else "lt"
+    return mid, "gt" if even else "ge"  # not round(x) <= g
 
 
 def _race_weights(forms: list[tuple[str, object]]) -> list | None:

@@ -39,8 +39,14 @@ _BINARY = {"create_fadd": ("add", "add"), "create_fsub": ("sub", "rsub"), "creat
            "create_minimumf": ("min", "min"), "create_minnumf": ("min", "min"),
            "create_maximumf": ("max", "max"), "create_maxnumf": ("max", "max")}
 _UNARY = {"create_exp": "exp", "create_log": "log"}
-# float-to-float casts: a random value keeps its identity (its maps are resolved in exact arithmetic, as in torch)
-_CASTS = ("create_fp_ext", "create_fp_trunc", "create_fp_to_fp")
+# a float widened keeps its value; one narrowed is rounded to nearest (the torch capture's ``round`` map)
+_CASTS = ("create_fp_ext", "create_fp_trunc")
+_ROUNDED = {"fp32": 32, "fp16": 16}
+# concrete operations whose result's precision counts (not loads, splats, widenings: a kernel's fp32 literal is
+# exact)
+_ARITHMETIC = {*_BINARY, *_UNARY, "create_fp_trunc", "create_fma", "create_sqrt", "create_precise_sqrt",
+               "create_rsqrt", "create_exp2", "create_log2", "create_sin", "create_cos", "create_erf", "create_frem",
+               "create_dot"}
 _NP_EPS = {np.dtype(np.float64): torch.finfo(torch.float64).eps, np.dtype(np.float32): torch.finfo(torch.float32).eps,
            np.dtype(np.float16): torch.finfo(torch.float16).eps}
 _NP_TORCH = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
@@ -115,7 +121,8 @@ class _Interpreted:
                 out = original(builder, *args, **kwargs)
                 if name in _CMP and any(_has_nan(a) for a in args):
                     raise _fail(name, "a NaN compared: a random value the capture does not follow, or a missing row")
-                self.lowered(out)
+                if name in _ARITHMETIC:
+                    self.lowered(out)
                 return out
             if name in _CMP:
                 return self.compare(name, original, builder, *args)
@@ -126,6 +133,8 @@ class _Interpreted:
                 block = blocks[0]
                 if name in _UNARY:
                     block = RandomBlock(block.ids, block.ops + [(_UNARY[name], None)])
+                elif name == "create_fp_trunc":
+                    block = self.rounded(block, args[1])
                 return _marked(out, block)
             if name == "create_select":
                 return self.select(original, builder, *args)
@@ -135,6 +144,14 @@ class _Interpreted:
             raise _fail(name, "this operation on a random value cannot be resolved exactly")
         wrapped.__wrapped__ = original
         return wrapped
+
+    @staticmethod
+    def rounded(block: RandomBlock, dtype) -> RandomBlock:
+        """``block`` narrowed to ``dtype``: rounded to nearest, which comparisons invert exactly."""
+        bits = _ROUNDED.get(dtype.scalar.name)
+        if bits is None:
+            raise _fail("fp_trunc", f"a random value narrowed to {dtype.scalar.name} is not modelled")
+        return RandomBlock(block.ids, block.ops + [("round", np.full(block.ids.shape, float(bits)))])
 
     def lowered(self, out: object) -> None:
         """Record a concrete floating result below the precision seen so far (as the torch capture does)."""

@@ -13,6 +13,8 @@ the extra that installs it.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from simulator.torch_path.triton_capture import interpreter_on
 from simulator.usercode import require
 
@@ -71,10 +73,52 @@ def _accept_sqrt(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.cons
     tl.store(accepted + i, (tl.sqrt(u) * p < q).to(tl.int32))
 
 
+# ---- residual draws in Triton: an inverse-CDF walk of one coin over the residual ``(q − p)_+`` ------------------
+@triton.jit
+def _residual_token(target_row, draft_row, coin, token, V: tl.constexpr, BLOCK: tl.constexpr):
+    """Correct: the number of cumulative residual masses at or below ``coin · total`` (float64 throughout)."""
+    j = tl.arange(0, BLOCK)
+    live = j < V
+    w = tl.maximum(tl.load(target_row + j, mask=live, other=0.0) - tl.load(draft_row + j, mask=live, other=0.0), 0.0)
+    cum = tl.cumsum(w, 0)
+    u = tl.load(coin)
+    below = tl.sum(((cum <= u * tl.sum(w, 0)) & live).to(tl.int32), 0)
+    tl.store(token, tl.minimum(below, V - 1))
+
+
+@triton.jit
+def _residual_token_float32(target_row, draft_row, coin, token, V: tl.constexpr, BLOCK: tl.constexpr):
+    """Bug (sglang#30822): the float64 coin narrowed to float32 rounds to 1.0 when it lies within 2^-25 of 1; then
+    every cumulative mass is at or below the total and the walk ends on the last token, residual 0 or not."""
+    j = tl.arange(0, BLOCK)
+    live = j < V
+    w = tl.maximum(tl.load(target_row + j, mask=live, other=0.0) - tl.load(draft_row + j, mask=live, other=0.0), 0.0)
+    cum = tl.cumsum(w, 0)
+    u = tl.load(coin).to(tl.float32)  # BUG: rounds to 1.0 near 1
+    below = tl.sum(((cum <= u * tl.sum(w, 0)) & live).to(tl.int32), 0)
+    tl.store(token, tl.minimum(below, V - 1))
+
+
 # ---- the torch wrappers (adapter: chain) -----------------------------------------------------------------------
-def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new_logits):
-    """Launch ``accept`` on fresh float64 uniforms, then emit the accepted drafts and a residual or bonus token
-    drawn in torch (the helpers of :mod:`specproof.gate.torch_kernels`, none of which carries a bug)."""
+def _torch_residual(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
+    """A residual token drawn in torch (the helpers of :mod:`specproof.gate.torch_kernels`, without a bug)."""
+    return _inverse_cdf(_residual(target_row, draft_row), torch.rand(()))
+
+
+def _triton_residual(kernel) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """A residual token drawn by the Triton ``kernel`` from one float64 coin drawn in torch."""
+    def draw(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
+        vocab, token = target_row.shape[-1], torch.zeros((), dtype=torch.int32)
+        coin = torch.rand(1, dtype=torch.float64)
+        kernel[(1,)](target_row.contiguous(), draft_row.contiguous(), coin, token, V=vocab,
+                     BLOCK=triton.next_power_of_2(vocab))
+        return token.long()
+    return draw
+
+
+def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new_logits, residual=_torch_residual):
+    """Launch ``accept`` on fresh float64 uniforms, then emit the accepted drafts and a ``residual`` token at the
+    first rejection, or a bonus token drawn in torch."""
     drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     gamma, vocab = int(candidate_length), draft.shape[-1]
     uniforms = torch.rand(gamma, dtype=torch.float64)
@@ -82,7 +126,7 @@ def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new
     accept[(gamma,)](drafts.contiguous(), draft.contiguous(), target.contiguous(), uniforms, accepted, V=vocab)
     for i, ok in enumerate(accepted.tolist()):
         if not ok:
-            return _emitted(drafts, i, _inverse_cdf(_residual(target[i], draft[i]), torch.rand(())))
+            return _emitted(drafts, i, residual(target[i], draft[i]))
     return _emitted(drafts, gamma, torch.multinomial(target[gamma], 1))
 
 
@@ -90,6 +134,21 @@ def sps_chain(candidate_input_ids, candidate_logits, candidate_length, new_logit
     """Speculative sampling with the acceptance in Triton, correct. LOSSLESS under both uniform models; the twin
     of the bugs below."""
     return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits)
+
+
+def sps_chain_triton_residual(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """The acceptance and the residual draw both in Triton, correct. LOSSLESS; the twin of
+    :func:`sps_chain_coin_float32`."""
+    return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _triton_residual(_residual_token))
+
+
+def sps_chain_coin_float32(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """The residual's coin narrowed to float32: with probability about 2^-25 it rounds to 1.0 and the last token is
+    emitted even where its residual is 0. LOSSY by a support violation wherever it is, under either uniform
+    model."""
+    return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _triton_residual(_residual_token_float32))
 
 
 def sps_chain_le(candidate_input_ids, candidate_logits, candidate_length, new_logits):
