@@ -1,6 +1,7 @@
 """Adapters for the calling conventions of shipped verifiers (docs/kernels.md, "Conventions of shipped
-verifiers"): EAGLE's candidate paths (:func:`eagle_paths_adapter`), vLLM's batched rejection sampler
-(:func:`vllm_adapter`) and SpecInfer's token tree (:func:`specinfer_adapter`). Each lays specproof's tree and rows
+verifiers"): eagle-llm's own ``evaluate_posterior`` (:func:`eagle_adapter`), a candidate-path signature modelled
+on it (:func:`eagle_paths_adapter`), vLLM's batched rejection sampler (:func:`vllm_adapter`) and SpecInfer's token
+tree (:func:`specinfer_adapter`). Each lays specproof's tree and rows
 out as the convention does and checks the kernel's answer, a :class:`KernelError` naming what is wrong.
 
 :data:`simulator.torch_path.kernels.ADAPTERS` names them by ``module:function`` reference: this module builds on
@@ -9,6 +10,7 @@ that one's helpers, so that one cannot import this one.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 import types
@@ -50,15 +52,102 @@ def eagle_paths_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: to
     tokens = [PLACEHOLDER, *tree.tokens[1:]]
     candidates = [[PLACEHOLDER if v == PLACEHOLDER else tokens[v] for v in row] for row in indices]
     out = kernel(choices, torch.tensor(indices), torch.tensor(candidates), _rows(q, dtype), _rows(p, dtype, vocab))
+    return _path_node(out, paths, "token"), _token(_one(out[2], "token"), "token", vocab)
+
+
+def _path_node(out: object, paths: list[list[int]], third: str) -> int:
+    """The node an EAGLE answer ``(best_candidate, accept_length, third)`` names: node ``accept_length`` of path
+    ``best_candidate``; :class:`KernelError` for anything else."""
     if not isinstance(out, tuple) or len(out) != 3:
-        raise KernelError("kernel", f"returned {type(out).__name__}, expected (best_candidate, accept_length, token)")
+        raise KernelError("kernel", f"returned {type(out).__name__}, expected (best_candidate, accept_length, "
+                                    f"{third})")
     best, length = _one(out[0], "best_candidate"), _one(out[1], "accept_length")
     if not 0 <= best < len(paths):
         raise KernelError("kernel", f"returned best_candidate {best}, not a path index (0..{len(paths) - 1})")
     if not 0 <= length < len(paths[best]):
         raise KernelError("kernel", f"returned accept_length {length} on path {best}, which has "
                                     f"{len(paths[best]) - 1} draft tokens")
-    return paths[best][length], _token(_one(out[2], "token"), "token", vocab)
+    return paths[best][length]
+
+
+#: the token ``evaluate_posterior`` sees at the root of every path: EAGLE's last emitted token, which it only
+#: compares between paths (all of them share it)
+EAGLE_ROOT_TOKEN = 0
+
+
+def _identity_processor(input_ids, scores: torch.Tensor) -> torch.Tensor:
+    """EAGLE's logits processor at temperature 1 with no top-k or top-p (``prepare_logits_processor(1.0)``, an
+    empty ``LogitsProcessorList``): the scores unchanged."""
+    return scores
+
+
+def eagle_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+    """eagle-llm 1.2.1's ``evaluate_posterior(logits [P, H+1, V], candidates [P, H+1], logits_processor,
+    cart_candidates_prob [P, H+1], op, p_indices, tree_candidates [1, n], b_indices) -> (best_candidate,
+    accept_length, sample_p [V])``, its sampling path, with the buffers laid out as EAGLE's
+    ``generate_tree_buffers``, ``generate_candidates`` and its drafter's ``sample`` make them; then one token drawn
+    from ``sample_p`` by ``torch.multinomial``, as ``update_inference_inputs`` draws it. The answer is node
+    ``retrieve_indices[best_candidate, accept_length]`` and that token. EAGLE drafts a node's children without
+    replacement: ``cart_candidates_prob`` holds each child's probability given its earlier siblings."""
+    _, paths = eagle_paths_buffers(tree)
+    width, n = tree.height + 1, len(tree)
+    retrieve = torch.tensor([path + [PLACEHOLDER] * (width - len(path)) for path in paths])
+    tokens = torch.tensor([EAGLE_ROOT_TOKEN, *tree.tokens[1:]])
+    depth = [0] * n
+    for v in range(1, n):
+        depth[v] = depth[tree.parents[v]] + 1
+    parents_by_depth: list[list[int]] = [[] for _ in range(tree.height)]
+    for v in range(n):
+        if tree.children(v):
+            parents_by_depth[depth[v]].append(v)
+    draft = _rows(p, dtype, vocab)
+    op = [draft[level] for level in parents_by_depth]  # each level's draft rows, one per node with children
+    # each node's parent as its rank among the parents of its level (op's row); -1 at the root, as EAGLE's
+    rank = [-1] + [parents_by_depth[depth[v] - 1].index(tree.parents[v]) for v in range(1, n)]
+    earlier = [[] for _ in range(n)]  # the siblings drafted before each node
+    conditional = torch.ones(n, dtype=dtype)
+    for v in range(1, n):
+        siblings = tree.children(tree.parents[v])
+        earlier[v] = siblings[:siblings.index(v)]
+        row, before = draft[tree.parents[v]], [tree.tokens[u] for u in earlier[v]]
+        ratio = row[tree.tokens[v]] / (1 - row[before].sum())  # as the drafter's sample: 0 where not finite
+        conditional[v] = ratio.clamp(0.0, 1.0) if ratio.isfinite() else 0.0
+    rows = retrieve.tolist()  # a -1 of the padding indexes the last node below, as EAGLE's tensor indexing does
+    out = kernel(torch.log(_rows(q, dtype))[retrieve],
+                 torch.cat([tokens, torch.tensor([PLACEHOLDER])])[retrieve], _identity_processor,
+                 torch.cat([conditional, torch.ones(1, dtype=dtype)])[retrieve], op,
+                 [[rank[v] for v in path] for path in rows], tokens[None],
+                 [[torch.tensor(earlier[v]) if v != PLACEHOLDER and earlier[v] else [] for v in path]
+                  for path in rows])
+    node = _path_node(out, paths, "sample_p")
+    sample_p = out[2]
+    if not isinstance(sample_p, torch.Tensor) or tuple(sample_p.shape) != (vocab,):
+        shape = tuple(sample_p.shape) if isinstance(sample_p, torch.Tensor) else type(sample_p).__name__
+        raise KernelError("kernel", f"returned sample_p {shape}, expected a distribution of shape [{vocab}]")
+    token = torch.multinomial(sample_p, 1)  # update_inference_inputs: token = torch.multinomial(prob, 1)
+    return node, _token(_one(token, "token"), "token", vocab)
+
+
+def _eagle_imports() -> None:
+    """eagle-llm's ``eagle/model/utils.py`` (``specproof fetch eagle-posterior``) imports transformers' logits
+    processors at its top, for ``prepare_logits_processor``, which the adapter does not call. Where transformers is
+    not installed, this installs a stand-in for ``transformers.generation.logits_process`` holding those names;
+    where it is, the module imports it as is (a stand-in would shadow the real module for the rest of the
+    process)."""
+    name = "transformers.generation.logits_process"
+    if name in sys.modules or importlib.util.find_spec("transformers") is not None:
+        return
+    stand_in = types.ModuleType(name, "a stand-in installed by specproof's eagle adapter")
+    for cls in ("LogitsProcessorList", "RepetitionPenaltyLogitsProcessor", "TemperatureLogitsWarper",
+                "TopKLogitsWarper", "TopPLogitsWarper"):
+        setattr(stand_in, cls, type(cls, (), {"__doc__": "a stand-in: EAGLE's verification does not use it"}))
+    for package in ("transformers", "transformers.generation"):
+        sys.modules.setdefault(package, types.ModuleType(package, "a stand-in installed by specproof's eagle "
+                                                                  "adapter"))
+    sys.modules[name] = stand_in
+
+
+eagle_adapter.before_kernel_import = _eagle_imports  # type: ignore[attr-defined]
 
 
 def vllm_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
