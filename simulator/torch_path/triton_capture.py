@@ -348,5 +348,18 @@ def interpreted(mode: Capture) -> Iterator[None]:
 
 
 def interpreter_on() -> None:
-    """Ask for Triton's interpreter, before ``triton`` is imported (a Triton kernel module calls it first)."""
+    """Ask for Triton's interpreter before ``triton`` is imported (a Triton kernel module calls it first); a
+    :class:`KernelError` when triton was already imported without it (``torch._dynamo`` imports it, for one):
+    its own ``@triton.jit`` functions (``tl.cumsum``) would be compiled ones, which do not run on the CPU."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    if "triton.language" in sys.modules:
+        from triton.language import standard
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if not isinstance(standard.cumsum, InterpretedFunction):
+            raise KernelError("kernel", "triton was imported before TRITON_INTERPRET=1 was set, so its kernels are "
+                                        "compiled, not interpreted: run with TRITON_INTERPRET=1 in the environment")
+
+
+# specproof certifies a Triton kernel under the interpreter: asked for as soon as kernels can be loaded
+interpreter_on()

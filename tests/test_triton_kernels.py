@@ -1,0 +1,107 @@
+"""Triton kernels certified exactly on the CPU under Triton's interpreter (simulator/torch_path/triton_capture.py):
+the chain kernels of specproof/gate/triton_kernels.py, each correct one LOSSLESS and each bug twin LOSSY, a kernel
+the capture cannot resolve refused naming its line, and the float32 rounding the capture inverts checked against
+numpy's own rounding."""
+
+from __future__ import annotations
+
+import importlib.util
+import operator
+import random
+import sys
+from fractions import Fraction
+
+import pytest
+
+pytest.importorskip("torch")
+if importlib.util.find_spec("triton") is None:  # not importorskip: triton is imported after TRITON_INTERPRET=1
+    pytest.skip("triton is not installed: pip install -e '.[triton]'", allow_module_level=True)
+
+import numpy as np  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from exact import certify  # noqa: E402
+from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
+from simulator.models import RandomRationalModel  # noqa: E402
+from simulator.torch_path.capture import _unrounded  # noqa: E402
+from simulator.torch_path.kernels import Kernel  # noqa: E402
+from simulator.trees import make_topology  # noqa: E402
+from specproof.cli import app as cli  # noqa: E402
+
+ZOO = "specproof.gate.triton_kernels"
+PAIRS = [RandomRationalModel(3, seed=s) for s in range(3)]
+
+
+def _certificate(name: str, model, uniforms: str = "continuous", verifier=None):
+    drafter = make_drafter("iid", make_topology("chain", 2, 1), model)
+    return certify(model, drafter, verifier or Kernel(f"{ZOO}:{name}", "chain", uniforms=uniforms))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("uniforms", ["continuous", "grid"])
+@pytest.mark.parametrize("name", ["sps_chain", "sps_chain_triton_residual"])
+def test_correct_triton_kernels_are_lossless_with_the_reference_rules_acceptance(name, uniforms, seed):
+    cert = _certificate(name, PAIRS[seed], uniforms)
+    reference = _certificate(name, PAIRS[seed], verifier="tv-sps")  # specproof's own rule, written apart
+    assert cert.lossless and cert.off_support == 0, (cert.tvd, cert.tolerance_reason)
+    assert abs(float(cert.expected_accepted) - float(reference.expected_accepted)) < 1e-12
+
+
+def test_coin_of_zero_with_le_is_a_support_violation_only_on_the_grid():
+    lossy = _certificate("sps_chain_le", PAIRS[0], "grid")
+    assert not lossy.lossless and lossy.off_support > 0 and lossy.counterexample is not None
+    assert lossy.tvd <= lossy.tolerance  # caught by support alone: the grid's 2^-53 coin of 0
+    assert _certificate("sps_chain_le", PAIRS[0], "continuous").lossless
+
+
+@pytest.mark.parametrize("uniforms", ["continuous", "grid"])
+def test_coin_rounding_to_one_is_lossy(uniforms):
+    cert = _certificate("sps_chain_coin_float32", PAIRS[0], uniforms)
+    assert not cert.lossless and cert.off_support > 0
+    # the coin rounds to 1.0 on [1 − 2^-25, 1): the mass moved is at most that, once per execution
+    assert cert.off_support <= Fraction(1, 2**25)
+
+
+def test_reused_uniform_is_lossy():
+    cert = _certificate("sps_chain_reused_uniform", PAIRS[1])
+    assert not cert.lossless and cert.tvd > 0.01 and cert.counterexample is not None
+
+
+def test_unrounded_threshold_agrees_with_numpys_float32_rounding():
+    rng = random.Random(1)
+    holds = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
+    for _ in range(2000):
+        t = rng.choice([rng.random(), float(np.float32(rng.random())), 1.0, 0.0, 1 - 2**-25, 1 - 2**-24])
+        cmp = rng.choice(sorted(holds))
+        cut, cmp_x = _unrounded(Fraction(t), cmp, 32)
+        for x in (np.nextafter(float(cut), -1), float(cut), np.nextafter(float(cut), 2), t, rng.random()):
+            rounded = Fraction(float(np.float32(x)))
+            assert holds[cmp](rounded, Fraction(t)) == holds[cmp_x](Fraction(x), cut), (t, cmp, x)
+    # negative control: the rounding ignored (the threshold kept) disagrees at the midpoint below 1
+    x = 1 - 2**-25
+    assert float(np.float32(x)) == 1.0 and not (Fraction(x) >= 1)
+
+
+def _cli(kernel: str) -> object:
+    return CliRunner().invoke(cli.main, ["certify", "--kernel", f"{ZOO}:{kernel}", "--adapter", "chain", "--depth",
+                                         "2", "--model", "random-rational", "--vocab", "3"])
+
+
+@pytest.mark.slow
+def test_an_unresolvable_kernel_exits_2_naming_its_line():
+    refused = _cli("sps_chain_sqrt")
+    assert refused.exit_code == 2, refused.output
+    assert "sqrt: this operation on a random value cannot be resolved exactly" in refused.output
+    assert "triton_kernels.py:" in refused.output and "in _accept_sqrt: " in refused.output
+    assert "tl.sqrt(u)" in refused.output
+    passed = _cli("sps_chain")  # negative control: its twin without sqrt certifies
+    assert passed.exit_code == 0, passed.output
+
+
+def test_without_triton_the_kernel_module_says_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    monkeypatch.delitem(sys.modules, ZOO, raising=False)
+    result = _cli("sps_chain")
+    assert result.exit_code == 2, result.output
+    assert "pip install -e '.[triton]'" in result.output
