@@ -431,8 +431,8 @@ def kernel_options(fn):
                                       "module:Class.method constructs the class (--kernel-init) and calls the "
                                       "instance or its method"),
         click.option("--adapter", default="tree", show_default=True,
-                     help="the kernel's calling convention: chain, flat-chain, tree, uniforms, eagle-paths, vllm, "
-                          "specinfer or module:function"),
+                     help="the kernel's calling convention: chain, flat-chain, tree, uniforms, eagle, eagle-paths, "
+                          "vllm, specinfer or module:function"),
         click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
                      help="the kernel's input dtype"),
         click.option("--uniforms", type=click.Choice(["continuous", "grid"]), default="continuous",
