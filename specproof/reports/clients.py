@@ -3,8 +3,9 @@ shipped adapters, each by the very command a reader can paste (docs/kernels.md, 
 
 Each row runs ``specproof certify ... --json`` in a fresh process, exactly as written in the report, and reads
 the verdict, TVD, support violation, executions and time from the certificate. Sources: transformers' sampler as
-installed; vLLM 0.6.3's ``RejectionSampler`` from ``specproof fetch vllm-sampler`` (its two modules only; a row
-that cannot fetch them says so and is not counted as a verdict).
+installed; the others from ``specproof fetch`` (vLLM 0.6.3's ``RejectionSampler``, its two modules only; EAGLE's
+``evaluate_posterior``, its one module; a row that cannot fetch its modules says so and is not counted as a
+verdict).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from pathlib import Path
 
 VLLM_KERNEL = "vllm.model_executor.layers.rejection_sampler:RejectionSampler.forward"
 HF_KERNEL = "transformers.generation.utils:_speculative_sampling"
+EAGLE_KERNEL = "eagle.model.utils:evaluate_posterior"
+EAGLE_TREE = ["--topology", "complete", "--branching", "2", "--depth", "2", "--drafting", "without-replacement",
+              "--schemes", "without-replacement"]
 RATIONAL = ["--model", "random-rational", "--vocab", "3", "--seeds", "3"]
 SYNTHETIC = ["--model", "synthetic", "--vocab", "3"]
 
@@ -29,13 +33,14 @@ SYNTHETIC = ["--model", "synthetic", "--vocab", "3"]
 @dataclass(frozen=True)
 class Client:
     """One certification: what is certified, the ``certify`` arguments after ``specproof certify``, what the
-    row expects (``LOSSLESS``/``LOSSY``) and why."""
+    row expects (``LOSSLESS``/``LOSSY``) and why; ``needs``, the ``specproof fetch`` artifact whose folder replaces
+    ``{folder}`` in the arguments."""
 
     source: str
     args: tuple[str, ...]
     expected: str
     why: str
-    needs_vllm: bool = False
+    needs: str | None = None
 
 
 CLIENTS = (
@@ -46,16 +51,27 @@ CLIENTS = (
            ("--kernel", HF_KERNEL, "--adapter", "chain", "--topology", "chain", "--depth", "3", "--dtype", "float32",
             *RATIONAL), "LOSSLESS", "the same in float32: judged at float32's tolerance"),
     Client("vLLM 0.6.3 `RejectionSampler.forward`",
-           ("--kernel", VLLM_KERNEL, "--adapter", "vllm", "--import-path", "{vllm}", "--topology", "chain",
+           ("--kernel", VLLM_KERNEL, "--adapter", "vllm", "--import-path", "{folder}", "--topology", "chain",
             "--depth", "2", *RATIONAL), "LOSSY",
            "its residual `clamp(q − p, min=finfo(float32).tiny)` emits tokens the target excludes with probability "
-           "about tiny: a support violation", needs_vllm=True),
+           "about tiny: a support violation", needs="vllm-sampler"),
     Client("vLLM 0.6.3 `RejectionSampler.forward`",
-           ("--kernel", VLLM_KERNEL, "--adapter", "vllm", "--import-path", "{vllm}", "--topology", "chain",
+           ("--kernel", VLLM_KERNEL, "--adapter", "vllm", "--import-path", "{folder}", "--topology", "chain",
             "--depth", "2", *SYNTHETIC), "LOSSLESS",
            "no zero in the target's rows, so no support to violate: the clamp's mass (about 1e-38) is far below the "
            "tolerance",
-           needs_vllm=True),
+           needs="vllm-sampler"),
+    Client("EAGLE (eagle-llm 1.2.1) `evaluate_posterior`",
+           ("--kernel", EAGLE_KERNEL, "--adapter", "eagle", "--import-path", "{folder}", *EAGLE_TREE, *RATIONAL),
+           "LOSSLESS", "recursive rejection sampling without replacement: the k-th sibling verified against the draft "
+                       "row without the earlier ones, which each rejection subtracts; children drafted without "
+                       "replacement, as EAGLE's drafter draws them", needs="eagle-posterior"),
+    Client("EAGLE (eagle-llm 1.2.1) `evaluate_posterior`",
+           ("--kernel", EAGLE_KERNEL, "--adapter", "eagle", "--import-path", "{folder}", *EAGLE_TREE, "--uniforms",
+            "grid", *RATIONAL), "LOSSY",
+           "its coin `r = random.random()` is 0 with probability 2^-53, and `r <= px / qx` then accepts a draft the "
+           "target gives 0: a support violation of 2^-53 times the chance that such a draft is compared",
+           needs="eagle-posterior"),
 )
 
 
@@ -78,27 +94,30 @@ class Result:
         return self.verdict == self.expected
 
 
-def _vllm_folder() -> tuple[str | None, str]:
-    """The folder of vLLM's sampler modules (fetched once), or None and why not."""
+def _fetched(name: str) -> tuple[str | None, str]:
+    """The folder of artifact ``name`` (fetched once), or None and why not."""
     from simulator.errors import SpecproofError
     from simulator.torch_path.fetch import fetch
 
     try:
-        return str(fetch("vllm-sampler")), ""
+        return str(fetch(name)), ""
     except SpecproofError as err:
         return None, f"not run: {err.message}"
 
 
-def run_client(client: Client, vllm: str | None, vllm_note: str) -> Result:
-    """Certify one row in a fresh ``specproof`` process and read its certificate."""
-    shown = ["specproof", "certify", *(a.replace("{vllm}", '"$(specproof fetch vllm-sampler)"') for a in client.args)]
+def run_client(client: Client, fetched: tuple[str | None, str] = (None, "")) -> Result:
+    """Certify one row in a fresh ``specproof`` process and read its certificate; ``fetched`` is the folder of
+    the artifact it needs, or None and why not."""
+    shown = ["specproof", "certify", *(a.replace("{folder}", f'"$(specproof fetch {client.needs})"')
+                                       for a in client.args)]
     result = Result(client.source, " ".join(shown), client.expected, client.why)
-    if client.needs_vllm and vllm is None:
-        result.note = vllm_note
+    folder_of_artifact, note = fetched
+    if client.needs is not None and folder_of_artifact is None:
+        result.note = note
         return result
     with tempfile.TemporaryDirectory(prefix="specproof-clients-") as folder:
         out = Path(folder) / "cert.json"
-        args = [a.replace("{vllm}", vllm or "") for a in client.args]
+        args = [a.replace("{folder}", folder_of_artifact or "") for a in client.args]
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "specproof.cli", "certify", *args, "--json", str(out)],
                               capture_output=True, text=True)
@@ -132,8 +151,8 @@ def write_clients_report(out: Path, command: str) -> bool:
     import torch
     import transformers
 
-    vllm, vllm_note = _vllm_folder()
-    results = [run_client(c, vllm, vllm_note) for c in CLIENTS]
+    fetched = {name: _fetched(name) for name in dict.fromkeys(c.needs for c in CLIENTS if c.needs is not None)}
+    results = [run_client(c, fetched.get(c.needs, (None, ""))) for c in CLIENTS]
     out.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Samplers other projects ship, certified unmodified",
@@ -141,7 +160,8 @@ def write_clients_report(out: Path, command: str) -> bool:
         f"Generated by `{command}` ({platform.machine()}, Python {platform.python_version()}, torch "
         f"{torch.__version__}, transformers {transformers.__version__}). Each row is the command shown, run in a "
         "fresh process; its code is the project's own, imported as shipped (transformers as installed; vLLM 0.6.3's "
-        "two sampler modules from its wheel, `specproof fetch vllm-sampler`), through a built-in adapter. Nothing of "
+        "two sampler modules from its wheel, `specproof fetch vllm-sampler`; EAGLE's `eagle/model/utils.py` from "
+        "eagle-llm 1.2.1's wheel, `specproof fetch eagle-posterior`), through a built-in adapter. Nothing of "
         "theirs is copied here. Model pairs: three random rational pairs of vocabulary 3 (zeros in both rows; the "
         "verdict covers those pairs only) or the synthetic pair (no zeros). The TVD and support violation are the "
         "deciding pair's; the time is the whole command's, start-up included.",
