@@ -10,6 +10,7 @@ import operator
 import random
 import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
+from simulator.errors import SpecproofError  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
 from simulator.torch_path.capture import _unrounded  # noqa: E402
 from simulator.torch_path.kernels import Kernel  # noqa: E402
@@ -80,6 +82,23 @@ def test_unrounded_threshold_agrees_with_numpys_float32_rounding():
     # negative control: the rounding ignored (the threshold kept) disagrees at the midpoint below 1
     x = 1 - 2**-25
     assert float(np.float32(x)) == 1.0 and not (Fraction(x) >= 1)
+
+
+MODULES = Path(__file__).resolve().parent / "kernel_modules"
+
+
+@pytest.mark.parametrize(("kernel", "why"), [
+    ("summed", "ReduceOps: a reduction or scan over random values is not modelled"),
+    ("stored", "store: a random value stored to memory is not followed"),
+    ("branched", "bool: a random value used as a Python condition"),
+    ("bits", "bitcast: this operation on a random value cannot be resolved exactly"),
+    ("squared", "fmul: an operation on two random values cannot be resolved exactly"),
+])
+def test_what_the_capture_cannot_follow_is_refused_naming_the_kernel_line(kernel, why):
+    verifier = Kernel(f"kl_triton_refused:{kernel}", "chain", import_path=[str(MODULES)])
+    with pytest.raises(SpecproofError) as refused:
+        _certificate(kernel, PAIRS[0], verifier=verifier)
+    assert why in str(refused.value) and "kl_triton_refused.py:" in str(refused.value), str(refused.value)
 
 
 def _cli(kernel: str) -> object:

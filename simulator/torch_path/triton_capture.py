@@ -112,6 +112,8 @@ class _Interpreted:
     # ---- the wrapper ---------------------------------------------------------------------------------------
     def wrap(self, name: str, original: Callable) -> Callable:
         def wrapped(builder, *args, **kwargs):
+            if name in ("create_load", "create_store"):  # each calls its masked form, handled below
+                return original(builder, *args, **kwargs)
             if name == "create_masked_load":
                 return self.load(original, builder, *args, **kwargs)
             if name == "create_masked_store":
@@ -310,9 +312,12 @@ def interpreted(mode: Capture) -> Iterator[None]:
     from triton.runtime import interpreter
 
     builder, executor, handle = interpreter.InterpreterBuilder, interpreter.GridExecutor, interpreter.TensorHandle
+    reductions = interpreter.ReduceScanOpInterface  # tl.sum, tl.max, tl.argmax, tl.cumsum: numpy, not the builder
     capture_ = _Interpreted(mode)
     saved = {name: vars(builder)[name] for name in vars(builder) if name.startswith("create_")}
-    saved_call, saved_clone, saved_bool = executor.__call__, handle.clone, handle.__bool__
+    saved_call, saved_clone, saved_reduce, saved_patch = (executor.__call__, handle.clone, reductions.apply,
+                                                          interpreter._patch_lang)
+    tensor = interpreter.tl.core.tensor
 
     def launch(self, *args, **kwargs):
         with torch._C.DisableTorchFunction():  # the interpreter's own torch calls are not the kernel's
@@ -331,20 +336,45 @@ def interpreted(mode: Capture) -> Iterator[None]:
             copy.attr[_MARK] = block_of(self)
         return copy
 
-    def truth(self):
-        if block_of(self) is not None:
-            raise _fail("bool", "a random value used as a Python condition")
-        return saved_bool(self)
+    def patch_lang(fn):
+        """The interpreter's per-launch patching (``__bool__``, ``__index__`` of ``tl.tensor``), then a guard on
+        each: a random value used as a Python condition or integer is refused."""
+        saved_patch(fn)
+        for attr, use in (("__bool__", "a Python condition"), ("__index__", "a Python integer")):
+            current = getattr(tensor, attr)
+            if getattr(current, "unguarded", None) is None:
+                setattr(tensor, attr, _guarded(current, attr.strip("_"), use))
+
+    def reduce(self, input):
+        values = input if isinstance(input, tuple) else (input,)
+        if any(block_of(getattr(v, "handle", None)) is not None for v in values):
+            raise _fail(type(self).__name__, "a reduction or scan over random values is not modelled")
+        return saved_reduce(self, input)
 
     for name, original in saved.items():
         setattr(builder, name, capture_.wrap(name, original))
-    executor.__call__, handle.clone, handle.__bool__ = launch, clone, truth
+    executor.__call__, handle.clone, reductions.apply, interpreter._patch_lang = launch, clone, reduce, patch_lang
     try:
         yield
     finally:
         for name, original in saved.items():
             setattr(builder, name, original)
-        executor.__call__, handle.clone, handle.__bool__ = saved_call, saved_clone, saved_bool
+        executor.__call__, handle.clone, reductions.apply, interpreter._patch_lang = (saved_call, saved_clone,
+                                                                                     saved_reduce, saved_patch)
+        for attr in ("__bool__", "__index__"):
+            unguarded = getattr(getattr(tensor, attr), "unguarded", None)
+            if unguarded is not None:
+                setattr(tensor, attr, unguarded)
+
+
+def _guarded(method: Callable, op: str, use: str) -> Callable:
+    """``method`` of ``tl.tensor``, refusing a random value (``unguarded``: the method itself)."""
+    def guarded(self):
+        if block_of(self.handle) is not None:
+            raise _fail(op, f"a random value used as {use}")
+        return method(self)
+    guarded.unguarded = method
+    return guarded
 
 
 def interpreter_on() -> None:
