@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
