@@ -156,7 +156,7 @@ def test_evaluate_posterior_is_lossless_without_replacement(eagle_path, tmp_path
 def test_evaluate_posterior_accepts_an_excluded_token_on_a_coin_of_zero(eagle_path, tmp_path):
     """Under grid uniforms (Python's ``random()`` is a multiple of 2^-53) the coin is 0 with probability 2^-53,
     and ``0 <= p(x)/q(x)`` holds for a draft the target gives 0: a support violation above 0 and at most one cell
-    per coin, 6 coins on this tree."""
+    per coin, and no execution compares more coins than the tree's 6 drafts."""
     out = tmp_path / "cert.json"
     result = CliRunner().invoke(main, [*CERTIFY, "--import-path", str(eagle_path), "--drafting",
                                        "without-replacement", "--uniforms", "grid", "--json", str(out)])
