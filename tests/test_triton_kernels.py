@@ -40,8 +40,10 @@ def _certificate(name: str, model, uniforms: str = "continuous", verifier=None):
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("uniforms", ["continuous", "grid"])
-@pytest.mark.parametrize("name", ["sps_chain", "sps_chain_triton_residual"])
+@pytest.mark.parametrize(("name", "uniforms"), [("sps_chain", "continuous"), ("sps_chain", "grid"),
+                                                ("sps_chain_triton_residual", "continuous"),
+                                                ("sps_chain_triton_residual", "grid"),
+                                                ("sps_chain_philox", "continuous")])
 def test_correct_triton_kernels_are_lossless_with_the_reference_rules_acceptance(name, uniforms, seed):
     cert = _certificate(name, PAIRS[seed], uniforms)
     reference = _certificate(name, PAIRS[seed], verifier="tv-sps")  # specproof's own rule, written apart
@@ -69,6 +71,21 @@ def test_reused_uniform_is_lossy():
     assert not cert.lossless and cert.tvd > 0.01 and cert.counterexample is not None
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_reused_philox_offset_loses_what_the_torch_reused_uniform_loses(seed):
+    # the residual drawn by the uniform that rejected: the torch twin, written apart, carries the same bug
+    cert = _certificate("sps_chain_philox_reused_offset", PAIRS[seed])
+    torch_twin = _certificate("", PAIRS[seed], verifier=Kernel("specproof.gate.torch_kernels:sps_chain_reused_uniform",
+                                                               "chain"))
+    assert not cert.lossless and cert.tvd > 0.01
+    assert abs(float(cert.tvd) - float(torch_twin.tvd)) < 1e-12
+
+
+def test_in_kernel_draws_have_no_grid_model():
+    with pytest.raises(SpecproofError, match="tl.rand has no grid model"):
+        _certificate("sps_chain_philox", PAIRS[0], "grid")
+
+
 def test_unrounded_threshold_agrees_with_numpys_float32_rounding():
     rng = random.Random(1)
     holds = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
@@ -93,6 +110,7 @@ MODULES = Path(__file__).resolve().parent / "kernel_modules"
     ("branched", "bool: a random value used as a Python condition"),
     ("bits", "bitcast: this operation on a random value cannot be resolved exactly"),
     ("squared", "fmul: an operation on two random values cannot be resolved exactly"),
+    ("normal", "randn: an in-kernel draw specproof does not model exactly"),
 ])
 def test_what_the_capture_cannot_follow_is_refused_naming_the_kernel_line(kernel, why):
     verifier = Kernel(f"kl_triton_refused:{kernel}", "chain", import_path=[str(MODULES)])

@@ -19,13 +19,14 @@ import math
 import os
 import sys
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
 from simulator.errors import KernelError
-from simulator.torch_path.capture import Capture, kernel_line
+from simulator.torch_path.capture import Capture, Variable, kernel_line
 
 TESTED_TRITON = ("3.5.1",)
 _MARK = "specproof.random"  # the key of a random block in a TensorHandle's attr
@@ -47,6 +48,8 @@ _ROUNDED = {"fp32": 32, "fp16": 16}
 _ARITHMETIC = {*_BINARY, *_UNARY, "create_fp_trunc", "create_fma", "create_sqrt", "create_precise_sqrt",
                "create_rsqrt", "create_exp2", "create_log2", "create_sin", "create_cos", "create_erf", "create_frem",
                "create_dot"}
+# Triton's in-kernel draws: tl.rand is modelled, the others (Philox's raw bits, normals, ...) refused
+_DRAWS = ("rand", "randint", "randint4x", "rand4x", "randn", "randn4x", "philox", "philox_impl")
 _NP_EPS = {np.dtype(np.float64): torch.finfo(torch.float64).eps, np.dtype(np.float32): torch.finfo(torch.float32).eps,
            np.dtype(np.float16): torch.finfo(torch.float16).eps}
 _NP_TORCH = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
@@ -88,6 +91,34 @@ class _Interpreted:
     def __init__(self, mode: Capture) -> None:
         self.mode = mode
         self.addresses: dict[int, tuple[np.dtype, int, tuple]] = {}
+        self.keyed: dict[tuple[int, int], int] = {}  # tl.rand's (seed, offset) -> its variable
+
+    def rand(self, seed, offset, n_rounds=None):
+        """``tl.rand(seed, offset)``: a fresh uniform per ``(seed, offset)``, the same variable when a key is read
+        again (so an offset reused for two purposes shows as the loss it causes)."""
+        from triton import language as tl
+        from triton.runtime.interpreter import TensorHandle
+
+        if self.mode.grid:
+            raise _fail("rand", "tl.rand has no grid model (its float32 values are not a uniform grid): certify "
+                                "with --uniforms continuous")
+        seeds, offsets = (np.asarray(getattr(getattr(x, "handle", None), "data", x)) for x in (seed, offset))
+        if any(block_of(getattr(x, "handle", None)) is not None for x in (seed, offset)):
+            raise _fail("rand", "a seed or offset made from a random value")
+        if seeds.dtype.kind not in "iu" or offsets.dtype.kind not in "iu":
+            raise _fail("rand", f"seed and offset must be integers, got {seeds.dtype} and {offsets.dtype}")
+        shape = np.broadcast_shapes(seeds.shape, offsets.shape)
+        keys = zip(np.broadcast_to(seeds, shape).reshape(-1).tolist(), np.broadcast_to(offsets, shape).reshape(-1)
+                   .tolist())
+        ids = np.array([self.keyed.setdefault(key, self.fresh()) for key in keys], dtype=np.int64).reshape(shape)
+        handle = _marked(TensorHandle(np.full(shape, math.nan, dtype=np.float32), tl.float32), RandomBlock(ids, []))
+        kind = getattr(offset, "type", None)
+        return tl.tensor(handle, tl.block_type(tl.float32, kind.shape) if kind is not None and kind.is_block()
+                         else tl.float32)
+
+    def fresh(self) -> int:
+        self.mode.variables.append(Variable("uniform", Fraction(0), Fraction(1)))
+        return len(self.mode.variables) - 1
 
     def index(self) -> None:
         """The address of every element of every random tensor the torch capture holds, with its variable."""
@@ -351,6 +382,13 @@ def interpreted(mode: Capture) -> Iterator[None]:
             raise _fail(type(self).__name__, "a reduction or scan over random values is not modelled")
         return saved_reduce(self, input)
 
+    import triton.language as lang
+    from triton.language import random as lang_random
+
+    draws = {(module, name): getattr(module, name) for module in (lang, lang_random) for name in _DRAWS
+             if hasattr(module, name)}
+    for (module, name) in draws:
+        setattr(module, name, capture_.rand if name == "rand" else _refused_draw(name))
     for name, original in saved.items():
         setattr(builder, name, capture_.wrap(name, original))
     executor.__call__, handle.clone, reductions.apply, interpreter._patch_lang = launch, clone, reduce, patch_lang
@@ -365,6 +403,15 @@ def interpreted(mode: Capture) -> Iterator[None]:
             unguarded = getattr(getattr(tensor, attr), "unguarded", None)
             if unguarded is not None:
                 setattr(tensor, attr, unguarded)
+        for (module, name), original in draws.items():
+            setattr(module, name, original)
+
+
+def _refused_draw(name: str) -> Callable:
+    """An in-kernel draw other than ``tl.rand``: its values would be fixed pseudo-random numbers, not enumerated."""
+    def refused(*args, **kwargs):
+        raise _fail(name, "an in-kernel draw specproof does not model exactly (tl.rand is)")
+    return refused
 
 
 def _guarded(method: Callable, op: str, use: str) -> Callable:

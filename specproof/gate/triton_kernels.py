@@ -5,8 +5,9 @@ production Triton or CUDA verifier; certified unmodified on the CPU under Triton
     specproof certify --kernel specproof.gate.triton_kernels:sps_chain --adapter chain --depth 2
 
 Each kernel is transformers' ``chain`` convention (:func:`simulator.torch_path.kernels.chain`): a thin torch
-wrapper draws the acceptance uniforms with ``torch.rand``, launches a Triton kernel that decides every position's
-acceptance, and draws the residual (or the bonus) in torch. Each docstring says whether it is lossless, and why.
+wrapper draws the acceptance uniforms with ``torch.rand`` (or the kernel draws them, ``tl.rand``), launches a
+Triton kernel that decides every position's acceptance, and draws the residual in torch or in a second Triton
+kernel, the bonus in torch. Each docstring says whether it is lossless, and why.
 Importing this module without triton installed raises :class:`~simulator.errors.MissingDependencyError` naming
 the extra that installs it.
 """
@@ -73,41 +74,57 @@ def _accept_sqrt(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.cons
     tl.store(accepted + i, (tl.sqrt(u) * p < q).to(tl.int32))
 
 
+@triton.jit
+def _accept_philox(drafts, draft_rows, target_rows, seed, accepted, V: tl.constexpr):
+    """Correct: as :func:`_accept`, the uniform drawn in the kernel, ``tl.rand(seed, i)``."""
+    i = tl.program_id(0)
+    x = tl.load(drafts + i)
+    p = tl.load(draft_rows + i * V + x)
+    q = tl.load(target_rows + i * V + x)
+    tl.store(accepted + i, (tl.rand(seed, i) * p < q).to(tl.int32))
+
+
 # ---- residual draws in Triton: an inverse-CDF walk of one coin over the residual ``(q − p)_+`` ------------------
 @triton.jit
-def _residual_token(target_row, draft_row, coin, token, V: tl.constexpr, BLOCK: tl.constexpr):
-    """Correct: the number of cumulative residual masses at or below ``coin · total`` (float64 throughout)."""
+def _walk(target_row, draft_row, u, V: tl.constexpr, BLOCK: tl.constexpr):
+    """The number of cumulative residual masses at or below ``u · total``: the token ``u`` draws (no bug)."""
     j = tl.arange(0, BLOCK)
     live = j < V
     w = tl.maximum(tl.load(target_row + j, mask=live, other=0.0) - tl.load(draft_row + j, mask=live, other=0.0), 0.0)
-    cum = tl.cumsum(w, 0)
-    u = tl.load(coin)
-    below = tl.sum(((cum <= u * tl.sum(w, 0)) & live).to(tl.int32), 0)
-    tl.store(token, tl.minimum(below, V - 1))
+    return tl.minimum(tl.sum(((tl.cumsum(w, 0) <= u * tl.sum(w, 0)) & live).to(tl.int32), 0), V - 1)
+
+
+@triton.jit
+def _residual_token(target_row, draft_row, coin, token, V: tl.constexpr, BLOCK: tl.constexpr):
+    """Correct: the walk of a float64 coin."""
+    tl.store(token, _walk(target_row, draft_row, tl.load(coin), V, BLOCK))
 
 
 @triton.jit
 def _residual_token_float32(target_row, draft_row, coin, token, V: tl.constexpr, BLOCK: tl.constexpr):
     """Bug (sglang#30822): the float64 coin narrowed to float32 rounds to 1.0 when it lies within 2^-25 of 1; then
     every cumulative mass is at or below the total and the walk ends on the last token, residual 0 or not."""
-    j = tl.arange(0, BLOCK)
-    live = j < V
-    w = tl.maximum(tl.load(target_row + j, mask=live, other=0.0) - tl.load(draft_row + j, mask=live, other=0.0), 0.0)
-    cum = tl.cumsum(w, 0)
-    u = tl.load(coin).to(tl.float32)  # BUG: rounds to 1.0 near 1
-    below = tl.sum(((cum <= u * tl.sum(w, 0)) & live).to(tl.int32), 0)
-    tl.store(token, tl.minimum(below, V - 1))
+    tl.store(token, _walk(target_row, draft_row, tl.load(coin).to(tl.float32), V, BLOCK))  # BUG: rounds to 1.0
+
+
+@triton.jit
+def _residual_token_philox(target_row, draft_row, seed, offset, token, V: tl.constexpr, BLOCK: tl.constexpr):
+    """The walk of an in-kernel uniform, ``tl.rand(seed, offset)``."""
+    tl.store(token, _walk(target_row, draft_row, tl.rand(seed, offset), V, BLOCK))
 
 
 # ---- the torch wrappers (adapter: chain) -----------------------------------------------------------------------
-def _torch_residual(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
+SEED = 1234  # the in-kernel draws' Philox seed: any; the certificate enumerates every value of each draw
+
+
+def _torch_residual(target_row: torch.Tensor, draft_row: torch.Tensor, position: int) -> torch.Tensor:
     """A residual token drawn in torch (the helpers of :mod:`specproof.gate.torch_kernels`, without a bug)."""
     return _inverse_cdf(_residual(target_row, draft_row), torch.rand(()))
 
 
-def _triton_residual(kernel) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def _triton_residual(kernel) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
     """A residual token drawn by the Triton ``kernel`` from one float64 coin drawn in torch."""
-    def draw(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
+    def draw(target_row: torch.Tensor, draft_row: torch.Tensor, position: int) -> torch.Tensor:
         vocab, token = target_row.shape[-1], torch.zeros((), dtype=torch.int32)
         coin = torch.rand(1, dtype=torch.float64)
         kernel[(1,)](target_row.contiguous(), draft_row.contiguous(), coin, token, V=vocab,
@@ -116,17 +133,30 @@ def _triton_residual(kernel) -> Callable[[torch.Tensor, torch.Tensor], torch.Ten
     return draw
 
 
-def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new_logits, residual=_torch_residual):
-    """Launch ``accept`` on fresh float64 uniforms, then emit the accepted drafts and a ``residual`` token at the
-    first rejection, or a bonus token drawn in torch."""
+def _philox_residual(offset: Callable[[int, int], int]) -> Callable:
+    """A residual token drawn in Triton by ``tl.rand(SEED, offset(position, γ))``."""
+    def draw(target_row: torch.Tensor, draft_row: torch.Tensor, position: int, gamma: int) -> torch.Tensor:
+        vocab, token = target_row.shape[-1], torch.zeros((), dtype=torch.int32)
+        _residual_token_philox[(1,)](target_row.contiguous(), draft_row.contiguous(), SEED, offset(position, gamma),
+                                     token, V=vocab, BLOCK=triton.next_power_of_2(vocab))
+        return token.long()
+    return draw
+
+
+def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new_logits, residual=_torch_residual,
+            in_kernel: bool = False):
+    """Launch ``accept`` on fresh float64 uniforms (``in_kernel``: on the Philox seed :data:`SEED`, the kernel
+    drawing them), then emit the accepted drafts and a ``residual`` token at the first rejection, or a bonus
+    token drawn in torch."""
     drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     gamma, vocab = int(candidate_length), draft.shape[-1]
-    uniforms = torch.rand(gamma, dtype=torch.float64)
+    uniforms = SEED if in_kernel else torch.rand(gamma, dtype=torch.float64)
     accepted = torch.zeros(gamma, dtype=torch.int32)
     accept[(gamma,)](drafts.contiguous(), draft.contiguous(), target.contiguous(), uniforms, accepted, V=vocab)
     for i, ok in enumerate(accepted.tolist()):
         if not ok:
-            return _emitted(drafts, i, residual(target[i], draft[i]))
+            token = residual(target[i], draft[i], i, gamma) if in_kernel else residual(target[i], draft[i], i)
+            return _emitted(drafts, i, token)
     return _emitted(drafts, gamma, torch.multinomial(target[gamma], 1))
 
 
@@ -149,6 +179,20 @@ def sps_chain_coin_float32(candidate_input_ids, candidate_logits, candidate_leng
     model."""
     return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
                    _triton_residual(_residual_token_float32))
+
+
+def sps_chain_philox(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Every uniform drawn inside Triton, ``tl.rand(seed, offset)``: acceptance ``i`` at offset ``i``, the residual
+    at offset ``γ + i``. LOSSLESS; the twin of :func:`sps_chain_philox_reused_offset`."""
+    return _verify(_accept_philox, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _philox_residual(lambda i, gamma: gamma + i), in_kernel=True)
+
+
+def sps_chain_philox_reused_offset(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Bug (vLLM #54282's kind): the residual's draw reuses the acceptance's Philox offset ``i``, so it is the
+    uniform that just rejected, biased toward the residual's last tokens. LOSSY."""
+    return _verify(_accept_philox, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _philox_residual(lambda i, gamma: i), in_kernel=True)  # BUG: the acceptance's offset
 
 
 def sps_chain_le(candidate_input_ids, candidate_logits, candidate_length, new_logits):
