@@ -143,10 +143,10 @@ def _philox_residual(offset: Callable[[int, int], int]) -> Callable:
     return draw
 
 
-def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new_logits, residual=_torch_residual,
-            in_kernel: bool = False):
+def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+            draw_residual=_torch_residual, in_kernel: bool = False):
     """Launch ``accept`` on fresh float64 uniforms (``in_kernel``: on the Philox seed :data:`SEED`, the kernel
-    drawing them), then emit the accepted drafts and a ``residual`` token at the first rejection, or a bonus
+    drawing them), then emit the accepted drafts and a ``draw_residual`` token at the first rejection, or a bonus
     token drawn in torch."""
     drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     gamma, vocab = int(candidate_length), draft.shape[-1]
@@ -155,7 +155,7 @@ def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new
     accept[(gamma,)](drafts.contiguous(), draft.contiguous(), target.contiguous(), uniforms, accepted, V=vocab)
     for i, ok in enumerate(accepted.tolist()):
         if not ok:
-            token = residual(target[i], draft[i], i, gamma) if in_kernel else residual(target[i], draft[i], i)
+            token = draw_residual(target[i], draft[i], *((i, gamma) if in_kernel else (i,)))
             return _emitted(drafts, i, token)
     return _emitted(drafts, gamma, torch.multinomial(target[gamma], 1))
 
