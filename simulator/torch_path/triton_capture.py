@@ -372,8 +372,8 @@ def interpreted(mode: Capture) -> Iterator[None]:
         each: a random value used as a Python condition or integer is refused."""
         saved_patch(fn)
         for attr, use in (("__bool__", "a Python condition"), ("__index__", "a Python integer")):
-            current = getattr(tensor, attr)
-            if getattr(current, "unguarded", None) is None:
+            current = getattr(tensor, attr, None)
+            if current is not None and getattr(current, "unguarded", None) is None:
                 setattr(tensor, attr, _guarded(current, attr.strip("_"), use))
 
     def reduce(self, input):
@@ -400,7 +400,7 @@ def interpreted(mode: Capture) -> Iterator[None]:
         executor.__call__, handle.clone, reductions.apply, interpreter._patch_lang = (saved_call, saved_clone,
                                                                                      saved_reduce, saved_patch)
         for attr in ("__bool__", "__index__"):
-            unguarded = getattr(getattr(tensor, attr), "unguarded", None)
+            unguarded = getattr(getattr(tensor, attr, None), "unguarded", None)
             if unguarded is not None:
                 setattr(tensor, attr, unguarded)
         for (module, name), original in draws.items():
