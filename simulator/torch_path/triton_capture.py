@@ -196,8 +196,8 @@ class _Interpreted:
 
     # ---- memory --------------------------------------------------------------------------------------------
     def load(self, original, builder, ptrs, mask, other, *rest):
-        if block_of(ptrs) is not None or block_of(mask) is not None:
-            raise _fail("load", "a pointer or mask made from a random value")
+        if block_of(ptrs) is not None or block_of(mask) is not None or block_of(other) is not None:
+            raise _fail("load", "a pointer, mask or fill value made from a random value")
         out = original(builder, ptrs, mask, other, *rest)
         if not self.addresses:
             return out
