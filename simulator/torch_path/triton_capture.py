@@ -15,6 +15,7 @@ The builder is not a public API: :data:`TESTED_TRITON` is the version this modul
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from simulator.errors import KernelError
-from simulator.torch_path.capture import Capture, Variable, kernel_line
+from simulator.torch_path.capture import Capture, Symbolic, Variable, kernel_line
 
 TESTED_TRITON = ("3.5.1",)
 _MARK = "specproof.random"  # the key of a random block in a TensorHandle's attr
@@ -36,7 +37,7 @@ _CMP = {f"create_fcmp{order}{cmp}": cmp.lower() for order in "OU" for cmp in ("L
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 # elementwise maps with one concrete operand: name -> (map when the random value is first, when it is second)
 _BINARY = {"create_fadd": ("add", "add"), "create_fsub": ("sub", "rsub"), "create_fmul": ("mul", "mul"),
-           "create_fdiv": ("div", None), "create_precise_divf": ("div", None),
+           "create_fdiv": ("div", "rdiv"), "create_precise_divf": ("div", "rdiv"),
            "create_minimumf": ("min", "min"), "create_minnumf": ("min", "min"),
            "create_maximumf": ("max", "max"), "create_maxnumf": ("max", "max")}
 _UNARY = {"create_exp": "exp", "create_log": "log"}
@@ -115,6 +116,27 @@ class _Interpreted:
         kind = getattr(offset, "type", None)
         return tl.tensor(handle, tl.block_type(tl.float32, kind.shape) if kind is not None and kind.is_block()
                          else tl.float32)
+
+    def argmax(self, original: Callable, input, axis, tie_break_left=True, keep_dims=False):
+        """``tl.argmax`` of random values: the torch capture's exponential race (``argmax(w / E)``, Gumbel-max),
+        its exact law; of concrete values, Triton's own."""
+        from triton import language as tl
+        from triton.runtime.interpreter import TensorHandle
+
+        block = block_of(getattr(input, "handle", None))
+        if block is None:
+            return original(input, axis, tie_break_left=tie_break_left, keep_dims=keep_dims)
+        if (block.ids < 0).any():
+            raise _fail("argmax", "an argmax over random and concrete values together")
+        fake = torch.empty(block.ids.shape, dtype=torch.float64)
+        sym = Symbolic(torch.from_numpy(block.ids.copy()),
+                       [(n, None if c is None else torch.from_numpy(np.array(c, dtype=np.float64))) for n, c in
+                        block.ops])
+        index = self.mode._race("argmax", (self.mode._register(fake, sym),), {"dim": int(axis), "keepdim": keep_dims})
+        data = index.numpy().astype(np.int32)
+        if data.ndim == 0:
+            return tl.tensor(TensorHandle(data.reshape(1), tl.int32), tl.int32)
+        return tl.tensor(TensorHandle(data, tl.int32), tl.block_type(tl.int32, list(data.shape)))
 
     def fresh(self) -> int:
         self.mode.variables.append(Variable("uniform", Fraction(0), Fraction(1)))
@@ -247,16 +269,14 @@ class _Interpreted:
             raise _fail(name, "an operation on two random values cannot be resolved exactly")
         out = original(builder, lhs, rhs)
         block, other = (a, rhs) if a is not None else (b, lhs)
-        op = _BINARY[name][0 if a is not None else 1]
-        if op is None:
-            raise _fail(name, "a concrete value divided by a random one is not modelled")
+        op = _BINARY[name][0 if a is not None else 1]  # rdiv, c / x: a race's key, never compared
         shape = out.data.shape
         c = np.broadcast_to(np.asarray(other.data, dtype=np.float64), shape)
         base = block.relaid(lambda x: np.broadcast_to(x, shape))
         if op == "sub":
             ops = [("add", -c)]
-        elif op == "rsub":
-            ops = [("neg", None), ("add", c)]
+        elif op == "rsub":  # Triton's -x is 0 - x: a negation alone, as torch records it
+            ops = [("neg", None)] + ([("add", c)] if c.any() else [])
         else:
             ops = [(op, c)]
         return _marked(out, RandomBlock(base.ids, base.ops + ops))
@@ -385,10 +405,16 @@ def interpreted(mode: Capture) -> Iterator[None]:
     import triton.language as lang
     from triton.language import random as lang_random
 
+    from triton.language import standard
+
     draws = {(module, name): getattr(module, name) for module in (lang, lang_random) for name in _DRAWS
              if hasattr(module, name)}
     for (module, name) in draws:
         setattr(module, name, capture_.rand if name == "rand" else _refused_draw(name))
+    races = {(module, "argmax"): getattr(module, "argmax") for module in (lang, standard)}
+    for (module, name), original in races.items():
+        setattr(module, name, functools.partial(capture_.argmax, original))
+    draws.update(races)  # put back with the draws
     for name, original in saved.items():
         setattr(builder, name, capture_.wrap(name, original))
     executor.__call__, handle.clone, reductions.apply, interpreter._patch_lang = launch, clone, reduce, patch_lang

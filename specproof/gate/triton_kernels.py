@@ -113,6 +113,23 @@ def _residual_token_philox(target_row, draft_row, seed, offset, token, V: tl.con
     tl.store(token, _walk(target_row, draft_row, tl.rand(seed, offset), V, BLOCK))
 
 
+@triton.jit
+def _residual_token_race(target_row, draft_row, exponentials, token, V: tl.constexpr, BLOCK: tl.constexpr):
+    """Correct: vLLM v1's recovered-token form, ``argmax((q − p)_+ / E)`` over exponentials drawn in torch."""
+    j = tl.arange(0, BLOCK)
+    live = j < V
+    w = tl.maximum(tl.load(target_row + j, mask=live, other=0.0) - tl.load(draft_row + j, mask=live, other=0.0), 0.0)
+    tl.store(token, tl.argmax(w / tl.load(exponentials + j), 0))  # BLOCK exponentials: padding's weight is 0
+
+
+@triton.jit
+def _residual_token_race_target(target_row, draft_row, exponentials, token, V: tl.constexpr, BLOCK: tl.constexpr):
+    """Bug: the race run on the target row ``q`` instead of the residual, so a rejection emits a token from ``q``."""
+    j = tl.arange(0, BLOCK)
+    w = tl.load(target_row + j, mask=j < V, other=0.0)  # BUG: q, not (q − p)_+
+    tl.store(token, tl.argmax(w / tl.load(exponentials + j), 0))
+
+
 # ---- the torch wrappers (adapter: chain) -----------------------------------------------------------------------
 SEED = 1234  # the in-kernel draws' Philox seed: any; the certificate enumerates every value of each draw
 
@@ -129,6 +146,17 @@ def _triton_residual(kernel) -> Callable[[torch.Tensor, torch.Tensor, int], torc
         coin = torch.rand(1, dtype=torch.float64)
         kernel[(1,)](target_row.contiguous(), draft_row.contiguous(), coin, token, V=vocab,
                      BLOCK=triton.next_power_of_2(vocab))
+        return token.long()
+    return draw
+
+
+def _race_residual(kernel) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
+    """A residual token drawn by the Triton race ``kernel`` on exponentials drawn in torch."""
+    def draw(target_row: torch.Tensor, draft_row: torch.Tensor, position: int) -> torch.Tensor:
+        vocab, token = target_row.shape[-1], torch.zeros((), dtype=torch.int32)
+        block = triton.next_power_of_2(vocab)
+        exponentials = torch.empty(block, dtype=torch.float64).exponential_()
+        kernel[(1,)](target_row.contiguous(), draft_row.contiguous(), exponentials, token, V=vocab, BLOCK=block)
         return token.long()
     return draw
 
@@ -171,6 +199,19 @@ def sps_chain_triton_residual(candidate_input_ids, candidate_logits, candidate_l
     :func:`sps_chain_coin_float32`."""
     return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
                    _triton_residual(_residual_token))
+
+
+def sps_chain_triton_race(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """The residual drawn in Triton by an exponential race, as vLLM v1's recovered-token kernel draws it.
+    LOSSLESS; the twin of :func:`sps_chain_triton_race_target`."""
+    return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _race_residual(_residual_token_race))
+
+
+def sps_chain_triton_race_target(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """The race run on the target row, not the residual. LOSSY."""
+    return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _race_residual(_residual_token_race_target))
 
 
 def sps_chain_coin_float32(candidate_input_ids, candidate_logits, candidate_length, new_logits):

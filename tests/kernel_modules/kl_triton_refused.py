@@ -56,5 +56,11 @@ def _normal(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.constexpr
     tl.store(accepted + i, (tl.randn(1234, i) < 0.5).to(tl.int32))
 
 
-summed, stored, branched, bits, squared, normal = (functools.partial(_verify, k) for k in (
-    _summed, _stored, _branched, _bits, _squared, _normal))
+@triton.jit
+def _reciprocal(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.constexpr):
+    i = tl.program_id(0)
+    tl.store(accepted + i, (2.0 / tl.load(uniforms + i) < 3.0).to(tl.int32))
+
+
+summed, stored, branched, bits, squared, normal, reciprocal = (functools.partial(_verify, k) for k in (
+    _summed, _stored, _branched, _bits, _squared, _normal, _reciprocal))
