@@ -1,6 +1,7 @@
 """Torch kernels as verifiers (docs/kernels.md): a user's unmodified torch function, an adapter for its calling
-convention, and the capture of its random ops (:mod:`simulator.torch_path.capture`) — together an ordinary
-verifier ``(tree, p, q, rng)`` that every engine runs, the exact one included.
+convention, and the capture of its random ops (:mod:`simulator.torch_path.capture`, and inside the Triton
+kernels it launches, :mod:`simulator.torch_path.triton_capture`) — together an ordinary verifier
+``(tree, p, q, rng)`` that every engine runs, the exact one included.
 
 An adapter, ``adapter(kernel, tree, p, q, vocab, dtype) -> (node, y)``, maps specproof's tree and rows to the
 kernel's tensors and its answer back; it runs under the capture, so it may draw. Built in (:data:`ADAPTERS`):
