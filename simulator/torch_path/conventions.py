@@ -113,12 +113,17 @@ def eagle_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dt
         ratio = row[tree.tokens[v]] / (1 - row[before].sum())  # as the drafter's sample: 0 where not finite
         conditional[v] = ratio.clamp(0.0, 1.0) if ratio.isfinite() else 0.0
     rows = retrieve.tolist()  # a -1 of the padding indexes the last node below, as EAGLE's tensor indexing does
-    out = kernel(torch.log(_rows(q, dtype))[retrieve],
-                 torch.cat([tokens, torch.tensor([PLACEHOLDER])])[retrieve], _identity_processor,
-                 torch.cat([conditional, torch.ones(1, dtype=dtype)])[retrieve], op,
-                 [[rank[v] for v in path] for path in rows], tokens[None],
-                 [[torch.tensor(earlier[v]) if v != PLACEHOLDER and earlier[v] else [] for v in path]
-                  for path in rows])
+    # the arguments first, a torch call last: a comprehension is a call of specproof's own code, which switches the
+    # kernel's profiler off until the next torch call (simulator/random_sources.py), so none may come between
+    # that call and the kernel's first line
+    p_indices = [[rank[v] for v in path] for path in rows]
+    b_indices = [[torch.tensor(earlier[v]) if v != PLACEHOLDER and earlier[v] else [] for v in path] for path in rows]
+    logits = torch.log(_rows(q, dtype))[retrieve]
+    candidates = torch.cat([tokens, torch.tensor([PLACEHOLDER])])[retrieve]
+    cart_candidates_prob = torch.cat([conditional, torch.ones(1, dtype=dtype)])[retrieve]
+    tree_candidates = tokens[None]
+    out = kernel(logits, candidates, _identity_processor, cart_candidates_prob, op, p_indices, tree_candidates,
+                 b_indices)
     node = _path_node(out, paths, "sample_p")
     sample_p = out[2]
     if not isinstance(sample_p, torch.Tensor) or tuple(sample_p.shape) != (vocab,):
