@@ -74,6 +74,10 @@ def rational(value: object = 0, denominator: object = None) -> Number:
     for integers, as the current backend's rational (:func:`rational_backend`): the one constructor of the exact
     numbers that enter the engines' arithmetic."""
     make = rational_type()
+    if isinstance(value, Fraction) and make is not Fraction:
+        # a Fraction made from an mpq (``Fraction(mpq)``) keeps gmpy2's mpz parts, which gmpy2's mpq refuses
+        # ("Object does not appear to be Fraction"): hand it the parts as ints
+        value = make(int(value.numerator), int(value.denominator))
     return make(value) if denominator is None else make(value, denominator)
 
 

@@ -100,3 +100,16 @@ def test_asking_for_gmpy2_without_it_is_an_error_and_fraction_still_works(monkey
         assert rational_backend() == "fraction" and type(rational(1, 3)) is Fraction  # the default falls back
     finally:
         numeric._backend.cache_clear()  # the cached answers above are for a gmpy2 that is not there
+
+
+def test_a_fraction_made_from_an_mpq_becomes_an_mpq(monkeypatch):
+    """``Fraction(mpq)`` keeps gmpy2's mpz parts, and gmpy2's own ``mpq`` refuses such a Fraction with a
+    SystemError (the gate's shrinker makes them); the one constructor takes it, as 7/3 exactly."""
+    monkeypatch.setenv("SPECPROOF_RATIONALS", "gmpy2")
+    mixed = Fraction(gmpy2.mpq(1, 3)) * 7
+    assert type(mixed.numerator) is not int
+    with pytest.raises(SystemError):  # the hazard itself: without the conversion, exit 3 in the gate
+        gmpy2.mpq(mixed)
+    value = rational(mixed)
+    assert value == gmpy2.mpq(7, 3) and type(value) is type(gmpy2.mpq())
+    assert rational(mixed, 2) == gmpy2.mpq(7, 6)

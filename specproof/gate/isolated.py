@@ -82,6 +82,11 @@ def run_isolated(tasks: list[Task], processes: int, seconds: float | None) -> li
     return [r.value if isinstance(r, _Result) else r for r in results]
 
 
+class ChildTraceback(Exception):
+    """The traceback of an exception a check's process raised, as that process formatted it: the cause of the
+    exception raised again here, so a bug of specproof in a check (exit 3) shows where it happened."""
+
+
 @dataclass(frozen=True)
 class _Result:
     value: object
@@ -99,10 +104,11 @@ def _start(task: Task) -> Child:
         send("result", task.run(send))
     except BaseException as err:  # noqa: BLE001 — relayed to the parent, which raises it
         status = 1
+        where = "".join(traceback.format_exception(err))  # a pickled exception loses its traceback
         try:
-            _write(fd, pickle.dumps(("raised", err)))
+            _write(fd, pickle.dumps(("raised", (err, where))))
         except Exception:  # noqa: BLE001 — an exception that does not pickle: its traceback instead
-            _write(fd, pickle.dumps(("raised", RuntimeError("".join(traceback.format_exception(err))))))
+            _write(fd, pickle.dumps(("raised", (RuntimeError(where), where))))
     finally:
         os._exit(status)
 
@@ -126,6 +132,7 @@ def _relay(child: Child, task: Task, results: list, index: int) -> None:
         if kind == "result":
             results[index] = _Result(value)
         elif kind == "raised":
-            raise value
+            err, where = value
+            raise err from ChildTraceback(where)
         else:
             task.on_message(kind, value)
