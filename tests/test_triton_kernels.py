@@ -5,6 +5,7 @@ numpy's own rounding."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import operator
 import random
@@ -152,3 +153,27 @@ def test_without_triton_the_kernel_module_says_how_to_install_it(monkeypatch):
     result = _cli("sps_chain")
     assert result.exit_code == 2, result.output
     assert "pip install -e '.[triton]'" in result.output
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_loop_bound_loaded_from_a_tensor_runs_under_the_capture(seed):
+    # triton_compat's fix, entered by the capture: the loop counts to the draft's id, so the kernel is sps_chain
+    looped = _certificate("", PAIRS[seed], verifier=Kernel("kl_triton_loop:looped", "chain",
+                                                           import_path=[str(MODULES)]))
+    reference = _certificate("", PAIRS[seed], verifier="tv-sps")
+    assert looped.lossless and looped.off_support == 0, (looped.tvd, looped.tolerance_reason)
+    assert abs(float(looped.expected_accepted) - float(reference.expected_accepted)) < 1e-12
+    # negative control: the loop one step short reads the previous token's probabilities
+    short = _certificate("", PAIRS[seed], verifier=Kernel("kl_triton_loop:looped_short", "chain",
+                                                          import_path=[str(MODULES)]))
+    assert not short.lossless and short.tvd > 0.01
+
+
+@pytest.mark.skipif(tuple(int(part) for part in np.__version__.split(".")[:2]) < (2, 4),
+                    reason="NumPy before 2.4 converts a one-element array, with a warning")
+def test_without_the_fix_the_loop_bound_stops_the_capture(monkeypatch):
+    import simulator.torch_path.triton_capture as triton_capture
+
+    monkeypatch.setattr(triton_capture, "interpreter_scalar_index", contextlib.nullcontext)
+    with pytest.raises(SpecproofError, match=r"only 0-dimensional arrays.*kl_triton_loop\.py:\d+"):
+        _certificate("", PAIRS[0], verifier=Kernel("kl_triton_loop:looped", "chain", import_path=[str(MODULES)]))

@@ -28,6 +28,7 @@ import torch
 
 from simulator.errors import KernelError
 from simulator.torch_path.capture import Capture, Symbolic, Variable, kernel_line
+from simulator.torch_path.triton_compat import interpreter_scalar_index
 
 TESTED_TRITON = ("3.5.1",)
 _MARK = "specproof.random"  # the key of a random block in a TensorHandle's attr
@@ -419,7 +420,8 @@ def interpreted(mode: Capture) -> Iterator[None]:
         setattr(builder, name, capture_.wrap(name, original))
     executor.__call__, handle.clone, reductions.apply, interpreter._patch_lang = launch, clone, reduce, patch_lang
     try:
-        yield
+        with interpreter_scalar_index():  # a loop bound loaded from a tensor, under NumPy 2.4 (triton_compat)
+            yield
     finally:
         for name, original in saved.items():
             setattr(builder, name, original)
