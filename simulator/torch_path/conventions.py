@@ -1,8 +1,9 @@
 """Adapters for the calling conventions of shipped verifiers (docs/kernels.md, "Conventions of shipped
 verifiers"): eagle-llm's own ``evaluate_posterior`` (:func:`eagle_adapter`), a candidate-path signature modelled
-on it (:func:`eagle_paths_adapter`), vLLM's batched rejection sampler (:func:`vllm_adapter`) and SpecInfer's token
-tree (:func:`specinfer_adapter`). Each lays specproof's tree and rows
-out as the convention does and checks the kernel's answer, a :class:`KernelError` naming what is wrong.
+on it (:func:`eagle_paths_adapter`), vLLM's batched rejection sampler (:func:`vllm_adapter`), SGLang's Triton chain
+verifier (:func:`sglang_adapter`) and SpecInfer's token tree (:func:`specinfer_adapter`). Each lays specproof's
+tree and rows out as the convention does and checks the kernel's answer, a :class:`KernelError` naming what is
+wrong.
 
 :data:`simulator.torch_path.kernels.ADAPTERS` names them by ``module:function`` reference: this module builds on
 that one's helpers, so that one cannot import this one.
@@ -18,7 +19,8 @@ import types
 import torch
 
 from simulator.errors import KernelError
-from simulator.torch_path.kernels import PLACEHOLDER, _ints, _one, _padded, _rows, _token, chain_nodes
+from simulator.torch_path.kernels import (PLACEHOLDER, _accepted, _ints, _one, _padded, _rows, _token,
+                                          chain_nodes)
 from simulator.trees import TreeStructure
 
 
@@ -194,6 +196,39 @@ def _vllm_imports() -> None:
 
 
 vllm_adapter.before_kernel_import = _vllm_imports  # type: ignore[attr-defined]
+
+
+def sglang_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+    """SGLang's ``chain_speculative_sampling_triton(predicts [B·S], accept_index [B, S], accept_token_num [B],
+    candidates [B, S], retrive_index [B, S], retrive_next_token, retrive_next_sibling, uniform_samples [B, S],
+    uniform_samples_for_final_sampling [B], target_probs [B, S, V], draft_probs [B, S, V], threshold_single,
+    threshold_acc, deterministic)``, chain verification: here ``B = 1`` and ``S = γ + 1`` slots, slot 0 the
+    verified token before the drafts and slot ``i`` the ``i``-th draft, each slot's output at ``predicts[i]``.
+    It writes the number accepted ``n`` to ``accept_token_num`` and the emitted tokens to ``predicts[0..n]``.
+    The uniforms are drawn here by ``torch.rand``, as SGLang's worker draws its coins before the launch; the
+    thresholds (read by SGLang's tree kernel only) are 1."""
+    nodes = chain_nodes(tree, "sglang")
+    drafted = [tree.tokens[v] for v in nodes[1:]]
+    slots = len(nodes)
+    predicts = torch.full((slots,), PLACEHOLDER, dtype=torch.int32)
+    accept_index = torch.full((1, slots), PLACEHOLDER, dtype=torch.int32)
+    accept_token_num = torch.zeros(1, dtype=torch.int32)
+    candidates = torch.tensor([[0, *drafted]], dtype=torch.int64)
+    retrive_index = torch.arange(slots, dtype=torch.int64)[None]
+    retrive_next_token = torch.tensor([[*range(1, slots), PLACEHOLDER]], dtype=torch.int64)
+    retrive_next_sibling = torch.full((1, slots), PLACEHOLDER, dtype=torch.int64)
+    target = _rows([q[v] for v in nodes], dtype)[None]
+    draft = _rows([p[v] for v in nodes[:-1]], dtype, vocab)[None]
+    uniform_samples = torch.rand(1, slots, dtype=dtype)
+    uniform_samples_for_final_sampling = torch.rand(1, dtype=dtype)
+    kernel(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+           retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target, draft, 1.0, 1.0, True)
+    n = _one(accept_token_num, "accept_token_num")
+    if not 0 <= n <= len(drafted):
+        raise KernelError("kernel", f"wrote accept_token_num {n} for {len(drafted)} drafts")
+    emitted = _ints(predicts, "predicts")[:n + 1]
+    _accepted(emitted, drafted, vocab)
+    return nodes[n], emitted[n]
 
 
 def preorder(tree: TreeStructure) -> list[int]:

@@ -182,8 +182,9 @@ ADAPTERS: dict[str, Adapter | str] = {"chain": chain, "flat-chain": flat_chain, 
                                       "eagle": "simulator.torch_path.conventions:eagle_adapter",
                                       "eagle-paths": "simulator.torch_path.conventions:eagle_paths_adapter",
                                       "vllm": "simulator.torch_path.conventions:vllm_adapter",
+                                      "sglang": "simulator.torch_path.conventions:sglang_adapter",
                                       "specinfer": "simulator.torch_path.conventions:specinfer_adapter"}
-CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm")
+CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm", "sglang")
 
 
 def parse_kwargs(text: str | None, field_name: str = "kernel-kwargs") -> dict[str, object]:

@@ -266,7 +266,7 @@ SCHEMES_OPTION = click.option("--schemes", help="comma-separated drafting scheme
 def tree_options(fn):
     options = [
         click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=None,
-                     help="tree shape  [default: complete; chain with --adapter chain, flat-chain or vllm]"),
+                     help="tree shape  [default: complete; chain with --adapter chain, flat-chain, vllm or sglang]"),
         click.option("--depth", type=TREE_DEPTH, default=2, show_default=True, help="draft depth H"),
         click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b"),
         click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)"),
@@ -432,7 +432,7 @@ def kernel_options(fn):
                                       "instance or its method"),
         click.option("--adapter", default="tree", show_default=True,
                      help="the kernel's calling convention: chain, flat-chain, tree, uniforms, eagle, eagle-paths, "
-                          "vllm, specinfer or module:function"),
+                          "vllm, specinfer, sglang or module:function"),
         click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
                      help="the kernel's input dtype"),
         click.option("--uniforms", type=click.Choice(["continuous", "grid"]), default="continuous",
