@@ -133,15 +133,14 @@ def as_distribution(values: Iterable[object], vocab: int, field: str, arithmetic
         if abs(mass - 1.0) > SUM_TOLERANCE:
             raise InvalidDistributionError(field, f"sums to {mass!r}, not 1 (tolerance {SUM_TOLERANCE})")
         return tuple(float(v) for v in row)
-    make = rational_type()
-    total = sum(make(v) for v in row)
+    total = sum(rational(v) for v in row)  # rational(): a Fraction with mpz parts included
     if exact_input and total != 1:
         off = total - 1
         raise InvalidDistributionError(field, f"sums to 1 {'+' if off > 0 else '-'} {decimal_text(abs(off))}, not 1")
     if not exact_input and abs(float(total) - 1.0) > SUM_TOLERANCE:
         raise InvalidDistributionError(field, f"sums to {float(total)!r}, not 1 (tolerance {SUM_TOLERANCE})")
     if arithmetic == "fraction":
-        exact = [make(v) for v in row]
+        exact = [rational(v) for v in row]
         return tuple(v / total for v in exact) if total != 1 else tuple(exact)
     return tuple(float(v) for v in row)
 
