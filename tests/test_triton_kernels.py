@@ -117,7 +117,7 @@ MODULES = Path(__file__).resolve().parent / "kernel_modules"
 
 @pytest.mark.parametrize(("kernel", "why"), [
     ("summed", "ReduceOps: a reduction or scan over random values is not modelled"),
-    ("stored", "store: a random value stored to memory is not followed"),
+    ("stored", "is read by torch code, which does not follow it"),
     ("branched", "bool: a random value used as a Python condition"),
     ("bits", "bitcast: this operation on a random value cannot be resolved exactly"),
     ("squared", "fmul: an operation on two random values cannot be resolved exactly"),

@@ -149,6 +149,8 @@ class Capture(TorchFunctionMode):
         self.grid_bits: int | None = None
         self.watch = _GeneratorWatch(default_generators())
         self.sources = RandomSources(lambda: torch.rand((), dtype=torch.float64), kernel_line)
+        # run on every torch call's arguments first: the Triton capture decides the races whose winners it reads
+        self.before_call: Callable[[tuple, dict], None] | None = None
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
     def symbolic(self, x: object) -> Symbolic | None:
@@ -234,6 +236,8 @@ class Capture(TorchFunctionMode):
 
     def _dispatch(self, func, args, kwargs):
         name = getattr(func, "__name__", str(func))
+        if self.before_call is not None:
+            self.before_call(args, kwargs)
         self.calls += 1
         if self.calls > MAX_TORCH_CALLS:
             raise _fail(name, f"more than {MAX_TORCH_CALLS:,} torch calls in one kernel call (an endless loop?)")

@@ -21,7 +21,9 @@ import torch
 from simulator.errors import KernelError
 from simulator.torch_path.kernels import (PLACEHOLDER, _accepted, _ints, _one, _padded, _rows, _token,
                                           chain_nodes)
+from simulator.torch_path.triton_capture import interpreter_on
 from simulator.trees import TreeStructure
+from simulator.usercode import require
 
 
 def eagle_paths_buffers(tree: TreeStructure) -> tuple[list[list[int]], list[list[int]]]:
@@ -196,6 +198,73 @@ def _vllm_imports() -> None:
 
 
 vllm_adapter.before_kernel_import = _vllm_imports  # type: ignore[attr-defined]
+
+
+def vllm_v1_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+    """vLLM 0.11.0's ``rejection_sample(draft_token_ids [k], num_draft_tokens [B], max_spec_len,
+    cu_num_draft_tokens [B], draft_probs [k, V], target_probs [k, V], bonus_token_ids [B, 1], sampling_metadata)
+    -> output_token_ids [B, k+1]`` (``vllm/v1/sample/rejection_sampler.py``): the accepted drafts, the recovered
+    or bonus token, then ``-1`` placeholders; here ``B = 1``, one request of ``k`` drafts, sampled at temperature 1
+    with no seed (``all_random``, no generators), so its uniforms and exponentials come from torch's default
+    generator as in production. The bonus is drawn here from the leaf's target row by ``torch.multinomial``
+    before the call, as vLLM's sampler draws it."""
+    return _vllm_v1(kernel, tree, p, q, vocab, dtype, with_draft_probs=True)
+
+
+def vllm_v1_no_draft_probs_adapter(kernel, tree: TreeStructure, p, q, vocab: int,
+                                   dtype: torch.dtype) -> tuple[int, int]:
+    """:func:`vllm_v1_adapter` with ``draft_probs=None``, as vLLM's engine calls it for drafters that give no
+    probabilities (n-gram, and EAGLE's greedy drafting): the kernel takes each draft as certain (``draft_prob =
+    1``), accepting draft ``x`` with probability ``q(x)`` and recovering from ``q`` without ``x``. That is
+    lossless whatever the draft's law, and optimal where the drafts are deterministic (``--model table`` with
+    point-mass draft rows, as ``examples/point_mass_draft.json``); with a random draft it accepts less than
+    speculative sampling would."""
+    return _vllm_v1(kernel, tree, p, q, vocab, dtype, with_draft_probs=False)
+
+
+def _vllm_v1(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype,
+             with_draft_probs: bool) -> tuple[int, int]:
+    nodes = chain_nodes(tree, "vllm-v1")
+    drafted = [tree.tokens[v] for v in nodes[1:]]
+    k = len(drafted)
+    metadata = types.SimpleNamespace(all_greedy=False, all_random=True, generators={},
+                                     temperature=torch.ones(1, dtype=torch.float64))
+    bonus = torch.multinomial(_rows([q[nodes[-1]]], dtype), 1).to(torch.int32)
+    draft_probs = _rows([p[v] for v in nodes[:-1]], dtype, vocab) if with_draft_probs else None
+    out = kernel(torch.tensor(drafted, dtype=torch.int32), [k], k, torch.tensor([k], dtype=torch.int32), draft_probs,
+                 _rows([q[v] for v in nodes[:-1]], dtype), bonus.reshape(1, 1), metadata)
+    emitted = _padded(out, drafted, vocab)
+    return nodes[len(emitted) - 1], emitted[-1]
+
+
+def _vllm_v1_imports() -> None:
+    """vLLM 0.11.0's ``rejection_sampler.py`` (``specproof fetch vllm-v1``) imports four modules of the vLLM
+    package beyond torch and triton: ``vllm.logger``, ``vllm.triton_utils`` (vLLM's re-export of ``triton`` and
+    ``triton.language``), ``vllm.v1.sample.metadata`` (the ``SamplingMetadata`` class, only for annotations: the
+    adapter passes a namespace with the fields ``rejection_sample`` reads) and
+    ``vllm.v1.sample.ops.topk_topp_sampler`` (``apply_top_k_top_p``, called by ``compute_probs`` only, which
+    the adapter does not call). Where they are not already imported, this installs stand-ins: the real triton,
+    the standard logger, and names that say they are stand-ins."""
+    require("triton", "vLLM's v1 rejection sampler", "adapter")
+    interpreter_on()
+    import triton
+    import triton.language as tl
+
+    def not_called(*args, **kwargs):
+        raise KernelError("kernel", "called vllm's apply_top_k_top_p, a stand-in of the vllm-v1 adapter")
+
+    for name, attributes in (("vllm.logger", {"init_logger": logging.getLogger}),
+                             ("vllm.triton_utils", {"triton": triton, "tl": tl}),
+                             ("vllm.v1.sample.metadata", {"SamplingMetadata": types.SimpleNamespace}),
+                             ("vllm.v1.sample.ops.topk_topp_sampler", {"apply_top_k_top_p": not_called})):
+        if name not in sys.modules:
+            stand_in = types.ModuleType(name, "a stand-in installed by specproof's vllm-v1 adapter")
+            stand_in.__dict__.update(attributes)
+            sys.modules[name] = stand_in
+
+
+vllm_v1_adapter.before_kernel_import = _vllm_v1_imports  # type: ignore[attr-defined]
+vllm_v1_no_draft_probs_adapter.before_kernel_import = _vllm_v1_imports  # type: ignore[attr-defined]
 
 
 def sglang_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:

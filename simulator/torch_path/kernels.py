@@ -182,9 +182,13 @@ ADAPTERS: dict[str, Adapter | str] = {"chain": chain, "flat-chain": flat_chain, 
                                       "eagle": "simulator.torch_path.conventions:eagle_adapter",
                                       "eagle-paths": "simulator.torch_path.conventions:eagle_paths_adapter",
                                       "vllm": "simulator.torch_path.conventions:vllm_adapter",
+                                      "vllm-v1": "simulator.torch_path.conventions:vllm_v1_adapter",
+                                      "vllm-v1-no-draft-probs":
+                                          "simulator.torch_path.conventions:vllm_v1_no_draft_probs_adapter",
                                       "sglang": "simulator.torch_path.conventions:sglang_adapter",
                                       "specinfer": "simulator.torch_path.conventions:specinfer_adapter"}
-CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm", "sglang")
+CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm", "vllm-v1",
+                  "vllm-v1-no-draft-probs", "sglang")
 
 
 def parse_kwargs(text: str | None, field_name: str = "kernel-kwargs") -> dict[str, object]:

@@ -32,6 +32,7 @@ from simulator.torch_path.triton_compat import interpreter_scalar_index
 
 TESTED_TRITON = ("3.5.1",)
 _MARK = "specproof.random"  # the key of a random block in a TensorHandle's attr
+_PENDING = "specproof.pending"  # the key of a race not yet decided (a PendingRace) in a TensorHandle's attr
 # builder comparisons: name -> the torch capture's comparison (ordered and unordered alike: a threshold is never
 # NaN, _resolve refuses one)
 _CMP = {f"create_fcmp{order}{cmp}": cmp.lower() for order in "OU" for cmp in ("LT", "LE", "GT", "GE")}
@@ -70,6 +71,34 @@ class RandomBlock:
         return RandomBlock(fn(self.ids), [(n, None if c is None else fn(c)) for n, c in self.ops])
 
 
+@dataclass
+class PendingRace:
+    """The winners of ``tl.argmax`` races not yet decided: one ``(ids, values, operands)`` row per element. A race
+    is decided when its result is first used (an operation, a condition, a load of where it was stored), so races
+    whose results are never read (vLLM's recovered token at every position, only the first rejected one read) do
+    not condition each other; two races on one set of exponentials both read are refused."""
+
+    rows: list[tuple[list[int], np.ndarray, list]]
+    shape: tuple[int, ...]
+    decided: np.ndarray | None = None
+
+    def settle(self, capture_: "_Interpreted") -> np.ndarray:
+        if self.decided is None:
+            self.decided = np.array([capture_.race_row(*row) for row in self.rows], dtype=np.int64).reshape(
+                self.shape)
+        return self.decided
+
+
+def _pending(value: object) -> PendingRace | None:
+    attr = getattr(value, "attr", None)
+    return attr.get(_PENDING) if isinstance(attr, dict) else None
+
+
+def _sentinel(dtype: np.dtype) -> int:
+    """What memory holds where an undecided race's winner was stored: the integer type's least value."""
+    return int(np.iinfo(dtype).min)
+
+
 def _fail(op: str, why: str) -> KernelError:
     return KernelError("kernel", f"{op.removeprefix('create_')}: {why} ({kernel_line()})")
 
@@ -94,6 +123,10 @@ class _Interpreted:
         self.mode = mode
         self.addresses: dict[int, tuple[np.dtype, int, tuple]] = {}
         self.keyed: dict[tuple[int, int], int] = {}  # tl.rand's (seed, offset) -> its variable
+        self.stored: dict[int, tuple[np.dtype, int, tuple]] = {}  # random elements the kernels stored, by address
+        self.stored_at: dict[int, str] = {}  # the kernel line that stored each
+        # undecided winners stored: address -> (race, element, dtype in memory)
+        self.waiting: dict[int, tuple[PendingRace, int, np.dtype]] = {}
 
     def rand(self, seed, offset, n_rounds=None):
         """``tl.rand(seed, offset)``: a fresh uniform per ``(seed, offset)``, the same variable when a key is read
@@ -120,24 +153,63 @@ class _Interpreted:
 
     def argmax(self, original: Callable, input, axis, tie_break_left=True, keep_dims=False):
         """``tl.argmax`` of random values: the torch capture's exponential race (``argmax(w / E)``, Gumbel-max),
-        its exact law; of concrete values, Triton's own."""
+        its exact law, each row raced apart; of concrete values, Triton's own. A concrete element beside random
+        ones (a masked lane's fill) takes part where it provably never wins: a value ``<= 0`` against keys
+        ``w / E`` with some ``w > 0``, or ``-inf``; any other is refused."""
         from triton import language as tl
         from triton.runtime.interpreter import TensorHandle
 
         block = block_of(getattr(input, "handle", None))
         if block is None:
             return original(input, axis, tie_break_left=tie_break_left, keep_dims=keep_dims)
-        if (block.ids < 0).any():
-            raise _fail("argmax", "an argmax over random and concrete values together")
-        fake = torch.empty(block.ids.shape, dtype=torch.float64)
-        sym = Symbolic(torch.from_numpy(block.ids.copy()),
-                       [(n, None if c is None else torch.from_numpy(np.array(c, dtype=np.float64))) for n, c in
-                        block.ops])
-        index = self.mode._race("argmax", (self.mode._register(fake, sym),), {"dim": int(axis), "keepdim": keep_dims})
-        data = index.numpy().astype(np.int32)
-        if data.ndim == 0:
-            return tl.tensor(TensorHandle(data.reshape(1), tl.int32), tl.int32)
-        return tl.tensor(TensorHandle(data, tl.int32), tl.block_type(tl.int32, list(data.shape)))
+        axis = int(axis) % block.ids.ndim
+        rows = np.moveaxis(block.ids, axis, -1)
+        width, shape = rows.shape[-1], rows.shape[:-1]
+        values = np.moveaxis(np.broadcast_to(input.handle.data, block.ids.shape), axis, -1).reshape(-1, width)
+        operands = [(n, None if c is None else np.moveaxis(np.broadcast_to(c, block.ids.shape), axis, -1)
+                     .reshape(-1, width)) for n, c in block.ops]
+        race = PendingRace([(ids, values[r], [(n, None if c is None else c[r]) for n, c in operands])
+                            for r, ids in enumerate(rows.reshape(-1, width).tolist())], tuple(shape))
+        if keep_dims:
+            race.shape = tuple(np.expand_dims(np.empty(shape), axis).shape)
+        data = np.full(race.shape or (1,), _sentinel(np.dtype(np.int32)), dtype=np.int32)
+        handle = TensorHandle(data, tl.int32)
+        handle.attr[_PENDING] = race
+        if not race.shape:
+            return tl.tensor(handle, tl.int32)
+        return tl.tensor(handle, tl.block_type(tl.int32, list(race.shape)))
+
+    def settle(self, value: object) -> None:
+        """Decide the race ``value`` (a handle) is the winner of, in place."""
+        race = _pending(value)
+        if race is not None:
+            value.data = race.settle(self).reshape(value.data.shape).astype(value.data.dtype)
+            del value.attr[_PENDING]
+
+    def race_row(self, ids: list[int], values: np.ndarray, operands: list[tuple[str, np.ndarray | None]]) -> int:
+        """The winner of one row's race: its random lanes raced by the torch capture (every lane's variable then
+        spent), its concrete lanes (``ids`` -1, value in ``values``) checked never to win."""
+        lanes = [e for e, var in enumerate(ids) if var >= 0]
+        ops = [[(n, None if c is None else float(c[e])) for n, c in operands] for e in lanes]
+        if len(lanes) < len(ids):
+            forms = [self.mode._race_form(ids[e], op)[0] for e, op in zip(lanes, ops)]
+            weights = [w for kind, w in forms if kind == "w"]
+            ratios = len(weights) == len(forms)  # every key w / E: never negative
+            if not ratios and not any(kind == "log" and w > -math.inf for kind, w in forms):
+                raise _fail("argmax", "an argmax over concrete values and random keys that are all -inf")
+            for e, var in enumerate(ids):
+                if var < 0 and not (values[e] == -math.inf or (ratios and values[e] <= 0)):
+                    raise _fail("argmax", f"an argmax over random values and the concrete value {values[e]} (lane "
+                                          f"{e}), which could win")
+            if ratios and not any(w > 0 for w in weights):  # every key exactly 0: the first lane of value 0 wins
+                for e in lanes:
+                    self.mode.variables[ids[e]].spent = True
+                return int(np.argmax(np.where(np.array(ids) >= 0, 0.0, values)))
+        fake = torch.empty(len(lanes), dtype=torch.float64)
+        sym = Symbolic(torch.tensor([ids[e] for e in lanes], dtype=torch.long),
+                       [(n, None if c is None else torch.tensor([op[k][1] for op in ops], dtype=torch.float64))
+                        for k, (n, c) in enumerate(operands)])
+        return lanes[int(self.mode._race("argmax", (self.mode._register(fake, sym),), {"dim": 0}))]
 
     def fresh(self) -> int:
         self.mode.variables.append(Variable("uniform", Fraction(0), Fraction(1)))
@@ -162,6 +234,7 @@ class _Interpreted:
                         for n, c in sym.ops]
             for e, address in enumerate(addresses):
                 self.addresses[address] = (dtype, ids[e], tuple((n, None if c is None else c[e]) for n, c in operands))
+        self.addresses.update(self.stored)
 
     # ---- the wrapper ---------------------------------------------------------------------------------------
     def wrap(self, name: str, original: Callable) -> Callable:
@@ -172,6 +245,8 @@ class _Interpreted:
                 return self.load(original, builder, *args, **kwargs)
             if name == "create_masked_store":
                 return self.store(original, builder, *args, **kwargs)
+            for a in args:
+                self.settle(a)
             blocks = [block_of(a) for a in args]
             if not any(b is not None for b in blocks):
                 out = original(builder, *args, **kwargs)
@@ -222,15 +297,16 @@ class _Interpreted:
         if block_of(ptrs) is not None or block_of(mask) is not None or block_of(other) is not None:
             raise _fail("load", "a pointer, mask or fill value made from a random value")
         out = original(builder, ptrs, mask, other, *rest)
+        live = _live(ptrs, mask)
+        if self.waiting:
+            self.decide_waiting(out, live)
         if not self.addresses:
             return out
-        addresses = ptrs.data.reshape(-1).tolist()
-        lanes = np.broadcast_to(mask.data, ptrs.data.shape).reshape(-1).tolist()
         values = out.data.reshape(-1)
-        ids = np.full(len(addresses), -1, dtype=np.int64)
+        ids = np.full(values.size, -1, dtype=np.int64)
         found: list[tuple[int, tuple]] = []
-        for e, (address, lane) in enumerate(zip(addresses, lanes)):
-            entry = self.addresses.get(address) if lane else None
+        for e, address in live:
+            entry = self.addresses.get(address)
             if entry is None or not (isinstance(values[e], np.floating) and math.isnan(values[e])):
                 continue  # not a random element, or one the kernel's torch code overwrote with a concrete value
             dtype, var, ops = entry
@@ -246,21 +322,75 @@ class _Interpreted:
         shape = out.data.shape
         operands = []
         for k, op in enumerate(next(iter(names))):
-            column = np.full(len(addresses), math.nan)
+            column = np.full(values.size, math.nan)
             for e, ops in found:
                 column[e] = math.nan if ops[k][1] is None else ops[k][1]
             operands.append((op, None if found[0][1][k][1] is None else column.reshape(shape)))
         return _marked(out, RandomBlock(ids.reshape(shape), operands))
 
+    def decide_waiting(self, out, live: list[tuple[int, int]]) -> None:
+        """Loaded lanes holding a stored, undecided race winner: the race decided now, its winner loaded."""
+        flat = out.data.reshape(-1)
+        for e, address in live:
+            if address in self.waiting and out.data.dtype.kind in "iu" and int(flat[e]) == _sentinel(out.data.dtype):
+                flat[e] = self.decide_at(address)
+        out.data = flat.reshape(out.data.shape)
+
+    def decide_at(self, address: int) -> int:
+        """Decide the race whose winner waits at ``address`` and write the winner there."""
+        race, element, dtype = self.waiting.pop(address)
+        winner = int(race.settle(self).reshape(-1)[element])
+        np.ctypeslib.as_array((np.ctypeslib.as_ctypes_type(dtype) * 1).from_address(address))[0] = winner
+        return winner
+
+    def decide_read(self, args: tuple, kwargs: dict) -> None:
+        """Before a torch call on CPU tensors: decide every waiting winner stored in one (the kernel's torch code,
+        or the adapter, reading what a Triton kernel stored); refuse reading a random value a kernel stored (the
+        torch capture does not follow values through memory)."""
+        if not self.waiting and not self.stored:
+            return
+        for t in _tensors((*args, *kwargs.values())):
+            if t.device.type == "cpu":
+                storage = t.untyped_storage()
+                start, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+                stored = next((a for a in self.stored if start <= a < end), None)
+                if stored is not None:
+                    raise KernelError("kernel", f"a random value a Triton kernel stored ({self.stored_at[stored]}) is "
+                                                "read by torch code, which does not follow it (store the decision "
+                                                f"instead) ({kernel_line()})")
+                for address in [a for a in self.waiting if start <= a < end]:
+                    self.decide_at(address)
+
     def store(self, original, builder, ptrs, value, mask, *rest):
-        if block_of(value) is not None:
-            raise _fail("store", "a random value stored to memory is not followed (store the decision instead)")
         if block_of(ptrs) is not None or block_of(mask) is not None:
             raise _fail("store", "a pointer or mask made from a random value")
-        if self.addresses:
-            lanes = np.broadcast_to(mask.data, ptrs.data.shape).reshape(-1).tolist()
-            if any(lane and a in self.addresses for a, lane in zip(ptrs.data.reshape(-1).tolist(), lanes)):
+        self.settle(ptrs)
+        self.settle(mask)
+        live = _live(ptrs, mask)
+        race, block = _pending(value), block_of(value)
+        for _, address in live:
+            if address in self.addresses and address not in self.stored:
                 raise _fail("store", "a store over a random tensor's elements")
+            self.stored.pop(address, None)
+            self.stored_at.pop(address, None)
+            self.addresses.pop(address, None)
+            self.waiting.pop(address, None)
+        if race is not None:  # the winner stays undecided until read
+            data = np.broadcast_to(value.data, ptrs.data.shape).reshape(-1)
+            for e, address in live:
+                self.waiting[address] = (race, e if race.shape else 0, value.data.dtype)
+            if race.shape and data.size != int(np.prod(race.shape)):
+                raise _fail("store", "an undecided race's winners stored under a broadcast")
+        elif block is not None:  # a random value stored: followed to its next load
+            ids = np.broadcast_to(block.ids, ptrs.data.shape).reshape(-1).tolist()
+            operands = [(n, None if c is None else np.broadcast_to(c, ptrs.data.shape).reshape(-1).tolist())
+                        for n, c in block.ops]
+            dtype, line = value.data.dtype, kernel_line()
+            for e, address in live:
+                if ids[e] >= 0:
+                    entry = (dtype, ids[e], tuple((n, None if c is None else c[e]) for n, c in operands))
+                    self.stored[address] = self.addresses[address] = entry
+                    self.stored_at[address] = line
         return original(builder, ptrs, value, mask, *rest)
 
     # ---- arithmetic ----------------------------------------------------------------------------------------
@@ -315,12 +445,32 @@ class _Interpreted:
         ids = block.ids.reshape(-1).tolist()
         operands = [(n, None if c is None else c.reshape(-1).tolist()) for n, c in block.ops]
         result = out.data.reshape(-1).copy()
+        decided: dict[tuple, bool] = {}  # lanes asking one question (a splat against a padded block) decided once
         for e, var in enumerate(ids):
             if var >= 0:
-                result[e] = self.mode._resolve(var, [(n, None if c is None else c[e]) for n, c in operands], cmp,
-                                               thresholds[e])
+                maps = tuple((n, None if c is None else c[e]) for n, c in operands)
+                key = (var, maps, thresholds[e])
+                if key not in decided:
+                    decided[key] = self.mode._resolve(var, list(maps), cmp, thresholds[e])
+                result[e] = decided[key]
         out.data = result.reshape(shape)
         return out
+
+
+def _tensors(values) -> Iterator[torch.Tensor]:
+    """The tensors among ``values``, looking into lists and tuples."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from _tensors(value)
+
+
+def _live(ptrs, mask) -> list[tuple[int, int]]:
+    """The lanes a load or store touches: ``(element, address)`` where the mask is set."""
+    flat = ptrs.data.reshape(-1)
+    lanes = np.flatnonzero(np.broadcast_to(mask.data, ptrs.data.shape).reshape(-1)).tolist()
+    return list(zip(lanes, flat[lanes].tolist()))
 
 
 def _has_nan(value: object) -> bool:
@@ -372,7 +522,12 @@ def interpreted(mode: Capture) -> Iterator[None]:
     tensor = interpreter.tl.core.tensor
 
     def launch(self, *args, **kwargs):
-        with torch._C.DisableTorchFunction():  # the interpreter's own torch calls are not the kernel's
+        # the interpreter's own torch calls are not the kernel's; and no draw watch's profiler (random_sources)
+        # while it runs: a Triton kernel's code cannot call Python's or numpy's generators (it would not compile),
+        # and the profiler made the interpreter seven times slower
+        profiler = sys.getprofile()
+        sys.setprofile(None)
+        with torch._C.DisableTorchFunction():
             capture_.index()
             try:
                 return saved_call(self, *args, **kwargs)
@@ -381,11 +536,14 @@ def interpreted(mode: Capture) -> Iterator[None]:
                 if inner is err:
                     raise
                 raise inner.with_traceback(inner.__traceback__) from None
+            finally:
+                sys.setprofile(profiler)
 
     def clone(self):
         copy = saved_clone(self)
-        if block_of(self) is not None:
-            copy.attr[_MARK] = block_of(self)
+        for key in (_MARK, _PENDING):
+            if key in self.attr:
+                copy.attr[key] = self.attr[key]
         return copy
 
     def patch_lang(fn):
@@ -395,12 +553,14 @@ def interpreted(mode: Capture) -> Iterator[None]:
         for attr, use in (("__bool__", "a Python condition"), ("__index__", "a Python integer")):
             current = getattr(tensor, attr, None)
             if current is not None and getattr(current, "unguarded", None) is None:
-                setattr(tensor, attr, _guarded(current, attr.strip("_"), use))
+                setattr(tensor, attr, _guarded(current, attr.strip("_"), use, capture_.settle))
 
     def reduce(self, input):
         values = input if isinstance(input, tuple) else (input,)
         if any(block_of(getattr(v, "handle", None)) is not None for v in values):
             raise _fail(type(self).__name__, "a reduction or scan over random values is not modelled")
+        for v in values:
+            capture_.settle(getattr(v, "handle", None))
         return saved_reduce(self, input)
 
     import triton.language as lang
@@ -419,10 +579,12 @@ def interpreted(mode: Capture) -> Iterator[None]:
     for name, original in saved.items():
         setattr(builder, name, capture_.wrap(name, original))
     executor.__call__, handle.clone, reductions.apply, interpreter._patch_lang = launch, clone, reduce, patch_lang
+    mode.before_call = capture_.decide_read
     try:
         with interpreter_scalar_index():  # a loop bound loaded from a tensor, under NumPy 2.4 (triton_compat)
             yield
     finally:
+        mode.before_call = None
         for name, original in saved.items():
             setattr(builder, name, original)
         executor.__call__, handle.clone, reductions.apply, interpreter._patch_lang = (saved_call, saved_clone,
@@ -442,11 +604,13 @@ def _refused_draw(name: str) -> Callable:
     return refused
 
 
-def _guarded(method: Callable, op: str, use: str) -> Callable:
-    """``method`` of ``tl.tensor``, refusing a random value (``unguarded``: the method itself)."""
+def _guarded(method: Callable, op: str, use: str, settle: Callable) -> Callable:
+    """``method`` of ``tl.tensor``, refusing a random value and deciding an undecided race's winner first
+    (``settle``); ``unguarded``: the method itself."""
     def guarded(self):
         if block_of(self.handle) is not None:
             raise _fail(op, f"a random value used as {use}")
+        settle(self.handle)
         return method(self)
     guarded.unguarded = method
     return guarded
