@@ -1,11 +1,14 @@
-"""SGLang 0.5.23's ``chain_speculative_sampling_triton`` through ``--adapter sglang``, chain mode, unmodified.
+"""SGLang 0.5.23's ``chain_speculative_sampling_triton`` through ``--adapter sglang``, chain and block modes,
+unmodified.
 
 The Triton kernel runs under Triton's interpreter on the CPU (``specproof fetch sglang-reject``; the certification
 is skipped, saying so, where the module is not in the cache: the suite has no network). What it must give, derived
 from its source: a draft accepted when ``coin · q(x) < p(x)`` (SGLang's ``q`` the draft row, ``p`` the target's),
 the correction token drawn by an inverse-CDF walk of one more uniform over ``max(p − q, 0)`` (or over the target's
 last row when every draft is accepted): speculative sampling, so LOSSLESS, with specproof's own ``tv-sps``
-acceptance. A torch kernel of the same convention that accepts every draft is the negative control.
+acceptance. With ``block_verification=True`` it runs the Block Verification paper's Algorithm 2: LOSSLESS, with
+specproof's own ``bv`` acceptance. A torch kernel of the same convention that accepts every draft is the negative
+control.
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ def _certificate(model, verifier):
     return certify(model, make_drafter("iid", make_topology("chain", 2, 1), model), verifier)
 
 
+def _sglang(**kwargs) -> Kernel:
+    folder = cached("sglang-reject")
+    if folder is None:
+        pytest.skip("SGLang's reject_sampling module is not in the cache: run `specproof fetch sglang-reject` to "
+                    "run this test")
+    return Kernel(SGLANG, "sglang", import_path=[str(folder)], kwargs=kwargs)
+
+
 def accept_all(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
                retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs,
                threshold_single, threshold_acc, deterministic):
@@ -49,18 +60,14 @@ def too_many(predicts, accept_index, accept_token_num, candidates, *rest):
     accept_token_num[0] = candidates.shape[1]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", range(3))
-def test_sglang_chain_mode_is_lossless_with_the_reference_rules_acceptance(seed):
-    folder = cached("sglang-reject")
-    if folder is None:
-        pytest.skip("SGLang's reject_sampling module is not in the cache: run `specproof fetch sglang-reject` to "
-                    "run this test")
+@pytest.mark.parametrize(("seed", "mode", "reference"), [(s, m, r) for s in range(3) for m, r in
+                                                         (({}, "tv-sps"), ({"block_verification": True}, "bv"))])
+def test_sglang_is_lossless_with_the_reference_rules_acceptance(seed, mode, reference):
     model = RandomRationalModel(3, seed=seed)
-    cert = _certificate(model, Kernel(SGLANG, "sglang", import_path=[str(folder)]))
-    reference = _certificate(model, "tv-sps")  # specproof's own rule, written apart
+    cert = _certificate(model, _sglang(**mode))
+    expected = _certificate(model, reference)  # specproof's own rule, written apart
     assert cert.lossless and cert.off_support == 0, (cert.tvd, cert.tolerance_reason)
-    assert abs(float(cert.expected_accepted) - float(reference.expected_accepted)) < 1e-12
+    assert abs(float(cert.expected_accepted) - float(expected.expected_accepted)) < 1e-12
 
 
 def test_a_kernel_accepting_every_draft_through_the_adapter_is_lossy():

@@ -177,3 +177,25 @@ def test_without_the_fix_the_loop_bound_stops_the_capture(monkeypatch):
     monkeypatch.setattr(triton_capture, "interpreter_scalar_index", contextlib.nullcontext)
     with pytest.raises(SpecproofError, match=r"only 0-dimensional arrays.*kl_triton_loop\.py:\d+"):
         _certificate("", PAIRS[0], verifier=Kernel("kl_triton_loop:looped", "chain", import_path=[str(MODULES)]))
+
+
+def _memory_kernel(name: str) -> Kernel:
+    return Kernel(f"kl_triton_memory:{name}", "chain", import_path=[str(MODULES)])
+
+
+@pytest.mark.parametrize("name", ["stored_then_loaded", "shared_race"])
+def test_random_values_through_memory_are_followed(name):
+    # the uniform stored by one kernel and loaded by another; vLLM v1's shared race with one winner read
+    for seed in range(2):
+        cert = _certificate("", PAIRS[seed], verifier=_memory_kernel(name))
+        reference = _certificate("", PAIRS[seed], verifier="tv-sps")
+        assert cert.lossless and cert.off_support == 0, (name, seed, cert.tvd)
+        assert abs(float(cert.expected_accepted) - float(reference.expected_accepted)) < 1e-12
+
+
+def test_their_twins_are_lossy_or_refused():
+    # negative controls: position 0's stored uniform read at every position (reused), and every shared race read
+    reused = _certificate("", PAIRS[1], verifier=_memory_kernel("loaded_from_position_0"))
+    assert not reused.lossless and reused.tvd > 1e-3
+    with pytest.raises(SpecproofError, match="argmax: a race on a random value already compared or raced"):
+        _certificate("", PAIRS[1], verifier=_memory_kernel("shared_race_all_read"))

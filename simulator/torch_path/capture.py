@@ -150,7 +150,7 @@ class Capture(TorchFunctionMode):
         self.watch = _GeneratorWatch(default_generators())
         self.sources = RandomSources(lambda: torch.rand((), dtype=torch.float64), kernel_line)
         # run on every torch call's arguments first: the Triton capture decides the races whose winners it reads
-        self.before_call: Callable[[tuple, dict], None] | None = None
+        self.before_call: Callable[[Callable, tuple, dict], None] | None = None
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
     def symbolic(self, x: object) -> Symbolic | None:
@@ -237,7 +237,7 @@ class Capture(TorchFunctionMode):
     def _dispatch(self, func, args, kwargs):
         name = getattr(func, "__name__", str(func))
         if self.before_call is not None:
-            self.before_call(args, kwargs)
+            self.before_call(func, args, kwargs)
         self.calls += 1
         if self.calls > MAX_TORCH_CALLS:
             raise _fail(name, f"more than {MAX_TORCH_CALLS:,} torch calls in one kernel call (an endless loop?)")

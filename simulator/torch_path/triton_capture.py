@@ -222,13 +222,7 @@ class _Interpreted:
             if fake.device.type != "cpu" or fake.numel() == 0:
                 continue
             dtype = np.dtype(torch.empty((), dtype=fake.dtype).numpy().dtype)
-            offsets = np.zeros(tuple(fake.shape), dtype=np.int64)
-            for axis, (size, stride) in enumerate(zip(fake.shape, fake.stride())):
-                shape = [1] * fake.dim()
-                shape[axis] = size
-                offsets = offsets + np.arange(size, dtype=np.int64).reshape(shape) * stride
-            base = fake.data_ptr()
-            addresses = (base + offsets.reshape(-1) * fake.element_size()).tolist()
+            addresses = _addresses(fake)
             ids = sym.ids.reshape(-1).tolist()
             operands = [(n, None if c is None else c.broadcast_to(fake.shape).reshape(-1).tolist())
                         for n, c in sym.ops]
@@ -343,23 +337,34 @@ class _Interpreted:
         np.ctypeslib.as_array((np.ctypeslib.as_ctypes_type(dtype) * 1).from_address(address))[0] = winner
         return winner
 
-    def decide_read(self, args: tuple, kwargs: dict) -> None:
-        """Before a torch call on CPU tensors: decide every waiting winner stored in one (the kernel's torch code,
-        or the adapter, reading what a Triton kernel stored); refuse reading a random value a kernel stored (the
-        torch capture does not follow values through memory)."""
+    def decide_read(self, func: Callable, args: tuple, kwargs: dict) -> None:
+        """Before a torch call on CPU tensors: decide every waiting winner stored in an element it takes (the
+        kernel's torch code, or the adapter, reading what a Triton kernel stored; of ``t[key]``, the elements
+        ``key`` selects); refuse reading a random value a kernel stored (the torch capture does not follow values
+        through memory)."""
         if not self.waiting and not self.stored:
             return
-        for t in _tensors((*args, *kwargs.values())):
-            if t.device.type == "cpu":
-                storage = t.untyped_storage()
-                start, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-                stored = next((a for a in self.stored if start <= a < end), None)
-                if stored is not None:
-                    raise KernelError("kernel", f"a random value a Triton kernel stored ({self.stored_at[stored]}) is "
-                                                "read by torch code, which does not follow it (store the decision "
-                                                f"instead) ({kernel_line()})")
-                for address in [a for a in self.waiting if start <= a < end]:
-                    self.decide_at(address)
+        tensors = list(_tensors((*args, *kwargs.values())))
+        if getattr(func, "__name__", "") == "__getitem__" and tensors and tensors[0] is args[0]:
+            with torch._C.DisableTorchFunction():
+                try:
+                    view = args[0][args[1]]
+                except Exception:  # noqa: BLE001 - torch's own error is raised by the call itself
+                    view = None
+            if isinstance(view, torch.Tensor) and view.untyped_storage().data_ptr() == \
+                    args[0].untyped_storage().data_ptr():
+                tensors[0] = view  # basic indexing: a view of the elements read
+        for t in tensors:
+            if t.device.type != "cpu" or t.numel() == 0:
+                continue
+            read = set(_addresses(t))
+            stored = next((a for a in self.stored if a in read), None)
+            if stored is not None:
+                raise KernelError("kernel", f"a random value a Triton kernel stored ({self.stored_at[stored]}) is "
+                                            "read by torch code, which does not follow it (store the decision "
+                                            f"instead) ({kernel_line()})")
+            for address in [a for a in self.waiting if a in read]:
+                self.decide_at(address)
 
     def store(self, original, builder, ptrs, value, mask, *rest):
         if block_of(ptrs) is not None or block_of(mask) is not None:
@@ -455,6 +460,16 @@ class _Interpreted:
                 result[e] = decided[key]
         out.data = result.reshape(shape)
         return out
+
+
+def _addresses(t: torch.Tensor) -> list[int]:
+    """The address of each element of the CPU tensor ``t``, in row-major order."""
+    offsets = np.zeros(tuple(t.shape), dtype=np.int64)
+    for axis, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[axis] = size
+        offsets = offsets + np.arange(size, dtype=np.int64).reshape(shape) * stride
+    return (t.data_ptr() + offsets.reshape(-1) * t.element_size()).tolist()
 
 
 def _tensors(values) -> Iterator[torch.Tensor]:
