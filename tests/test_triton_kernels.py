@@ -45,7 +45,8 @@ def _certificate(name: str, model, uniforms: str = "continuous", verifier=None):
                                                 ("sps_chain_triton_residual", "continuous"),
                                                 ("sps_chain_triton_residual", "grid"),
                                                 ("sps_chain_philox", "continuous"),
-                                                ("sps_chain_triton_race", "continuous")])
+                                                ("sps_chain_triton_race", "continuous"),
+                                                ("sps_chain_tiled_race", "continuous")])
 def test_correct_triton_kernels_are_lossless_with_the_reference_rules_acceptance(name, uniforms, seed):
     cert = _certificate(name, PAIRS[seed], uniforms)
     reference = _certificate(name, PAIRS[seed], verifier="tv-sps")  # specproof's own rule, written apart
@@ -90,6 +91,16 @@ def test_a_race_on_the_target_row_loses_what_the_torch_twin_loses(seed):
                                                                "chain"))
     assert not cert.lossless and cert.tvd > 0.01
     assert abs(float(cert.tvd) - float(torch_twin.tvd)) < 1e-12
+
+
+def test_a_tiled_race_past_the_vocabulary_is_a_typed_error_naming_the_token_and_the_tile():
+    # pair 1 reaches the residual of the last tile (its correct twin is LOSSLESS above): the id 3 = V emitted
+    cli_run = CliRunner().invoke(cli.main, ["certify", "--kernel", f"{ZOO}:sps_chain_tiled_race_past_vocab",
+                                            "--adapter", "chain", "--depth", "2", "--model", "random-rational",
+                                            "--vocab", "3", "--seed", "1"])
+    assert cli_run.exit_code == 2, cli_run.output
+    assert "returned token 3 as emitted token" in cli_run.output and "outside the vocabulary 0..2" in cli_run.output
+    assert "lane 1 of 2 in program (1, 0, 0)" in cli_run.output and "in _tile_race: idx = tl.argmax" in cli_run.output
 
 
 def test_in_kernel_draws_have_no_grid_model():

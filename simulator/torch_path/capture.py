@@ -151,6 +151,7 @@ class Capture(TorchFunctionMode):
         self.sources = RandomSources(lambda: torch.rand((), dtype=torch.float64), kernel_line)
         # run on every torch call's arguments first: the Triton capture decides the races whose winners it reads
         self.before_call: Callable[[Callable, tuple, dict], None] | None = None
+        self.last_race: str | None = None  # the Triton capture's last decided tl.argmax: named with its winner
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
     def symbolic(self, x: object) -> Symbolic | None:

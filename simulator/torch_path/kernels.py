@@ -79,7 +79,9 @@ def _token(value: int, what: str, vocab: int) -> int:
     if value == PLACEHOLDER:
         raise KernelError("kernel", f"returned the placeholder -1 as {what}, where a token must be")
     if not 0 <= value < vocab:
-        raise KernelError("kernel", f"returned token {value} as {what}, outside the vocabulary 0..{vocab - 1}")
+        error = KernelError("kernel", f"returned token {value} as {what}, outside the vocabulary 0..{vocab - 1}")
+        error.token = value  # type: ignore[attr-defined]  # Kernel.__call__ names the race that chose it
+        raise error
     return value
 
 
@@ -249,7 +251,14 @@ class Kernel:
 
     def __call__(self, tree: DraftTree, p, q, rng: Randomness) -> tuple[int, int]:
         with capture(rng, self.uniforms, self.precision) as mode, interpreted(mode):
-            out = self._adapt(self._bound, tree, p, q, len(q[0]), DTYPES[self.dtype])
+            try:
+                out = self._adapt(self._bound, tree, p, q, len(q[0]), DTYPES[self.dtype])
+            except KernelError as err:
+                if getattr(err, "token", None) is None or mode.last_race is None:
+                    raise
+                err.message = f"{err.message} (the last tl.argmax decided: {mode.last_race})"
+                err.args = (f"{err.field}: {err.message}",)
+                raise
         self.max_decisions = max(self.max_decisions, mode.decisions)
         if mode.grid_bits is not None:
             self.grid_bits = mode.grid_bits if self.grid_bits is None else min(self.grid_bits, mode.grid_bits)

@@ -80,12 +80,15 @@ class PendingRace:
 
     rows: list[tuple[list[int], np.ndarray, list]]
     shape: tuple[int, ...]
+    where: str  # the program and kernel line of the tl.argmax
     decided: np.ndarray | None = None
 
     def settle(self, capture_: "_Interpreted") -> np.ndarray:
         if self.decided is None:
             self.decided = np.array([capture_.race_row(*row) for row in self.rows], dtype=np.int64).reshape(
                 self.shape)
+            capture_.mode.last_race = (f"lane {int(self.decided.reshape(-1)[-1])} of {len(self.rows[-1][0])} in "
+                                       f"{self.where}")
         return self.decided
 
 
@@ -168,8 +171,11 @@ class _Interpreted:
         values = np.moveaxis(np.broadcast_to(input.handle.data, block.ids.shape), axis, -1).reshape(-1, width)
         operands = [(n, None if c is None else np.moveaxis(np.broadcast_to(c, block.ids.shape), axis, -1)
                      .reshape(-1, width)) for n, c in block.ops]
+        from triton.runtime.interpreter import interpreter_builder
+
+        where = f"program {tuple(int(i) for i in interpreter_builder.grid_idx)} at {kernel_line()}"
         race = PendingRace([(ids, values[r], [(n, None if c is None else c[r]) for n, c in operands])
-                            for r, ids in enumerate(rows.reshape(-1, width).tolist())], tuple(shape))
+                            for r, ids in enumerate(rows.reshape(-1, width).tolist())], tuple(shape), where)
         if keep_dims:
             race.shape = tuple(np.expand_dims(np.empty(shape), axis).shape)
         data = np.full(race.shape or (1,), _sentinel(np.dtype(np.int32)), dtype=np.int32)

@@ -130,6 +130,30 @@ def _residual_token_race_target(target_row, draft_row, exponentials, token, V: t
     tl.store(token, tl.argmax(w / tl.load(exponentials + j), 0))
 
 
+# ---- a tiled residual race: one program per vocabulary tile, the tile then drawn by its residual mass ---------
+TILE = 2  # the tiled race's tile width: the vocabulary 3 is not a multiple of it, as in vLLM #44744
+
+
+@triton.jit
+def _tile_race(target_row, draft_row, exponentials, winners, masses, V: tl.constexpr, TILE: tl.constexpr,
+               SHIFTED_ID: tl.constexpr):
+    """Tile ``t``'s share of the residual draw: its residual mass and its race's winning token. The last tile is
+    shifted to end at ``V`` (no padding), its lanes the tile before covered weighing 0. Correct: the winner's id
+    is the tile's start plus its lane. Bug (``SHIFTED_ID``, vLLM #44744's kind): the id is ``t · TILE`` plus the
+    lane, ignoring the shift, so the last tile's last lane emits the id ``V``."""
+    t = tl.program_id(0)
+    start = tl.minimum(t * TILE, V - TILE)
+    lane = tl.arange(0, TILE)
+    j = start + lane
+    w = tl.where(j >= t * TILE, tl.maximum(tl.load(target_row + j) - tl.load(draft_row + j), 0.0), 0.0)
+    tl.store(masses + t, tl.sum(w, 0))
+    idx = tl.argmax(w / tl.load(exponentials + t * TILE + lane), 0)  # exponentials of its own per tile
+    if SHIFTED_ID:
+        tl.store(winners + t, t * TILE + idx)  # BUG: the last tile starts at V - TILE, not t * TILE
+    else:
+        tl.store(winners + t, start + idx)
+
+
 # ---- the torch wrappers (adapter: chain) -----------------------------------------------------------------------
 SEED = 1234  # the in-kernel draws' Philox seed: any; the certificate enumerates every value of each draw
 
@@ -168,6 +192,20 @@ def _philox_residual(offset: Callable[[int, int], int]) -> Callable:
         _residual_token_philox[(1,)](target_row.contiguous(), draft_row.contiguous(), SEED, offset(position, gamma),
                                      token, V=vocab, BLOCK=triton.next_power_of_2(vocab))
         return token.long()
+    return draw
+
+
+def _tiled_residual(shifted_id: bool) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
+    """A residual token drawn by :func:`_tile_race`: each tile's race in Triton, then the tile by its mass in
+    torch (``torch.multinomial``), and that tile's winner read."""
+    def draw(target_row: torch.Tensor, draft_row: torch.Tensor, position: int) -> torch.Tensor:
+        vocab = target_row.shape[-1]
+        tiles = triton.cdiv(vocab, TILE)
+        winners, masses = torch.zeros(tiles, dtype=torch.int32), torch.zeros(tiles, dtype=torch.float64)
+        exponentials = torch.empty(tiles * TILE, dtype=torch.float64).exponential_()
+        _tile_race[(tiles,)](target_row.contiguous(), draft_row.contiguous(), exponentials, winners, masses, V=vocab,
+                             TILE=TILE, SHIFTED_ID=shifted_id)
+        return winners[torch.multinomial(masses, 1)[0]].long()
     return draw
 
 
@@ -212,6 +250,20 @@ def sps_chain_triton_race_target(candidate_input_ids, candidate_logits, candidat
     """The race run on the target row, not the residual. LOSSY."""
     return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
                    _race_residual(_residual_token_race_target))
+
+
+def sps_chain_tiled_race(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """The residual drawn tile by tile (:func:`_tile_race`), correct. LOSSLESS; the twin of
+    :func:`sps_chain_tiled_race_past_vocab`."""
+    return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _tiled_residual(False))
+
+
+def sps_chain_tiled_race_past_vocab(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """The tiled residual race's id ignoring the last tile's shift: it emits the id ``V`` for the last token. The
+    certificate is a typed error naming the token and the tile's program."""
+    return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _tiled_residual(True))
 
 
 def sps_chain_coin_float32(candidate_input_ids, candidate_logits, candidate_length, new_logits):
