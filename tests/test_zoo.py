@@ -17,7 +17,7 @@ import pytest
 
 from exact.reproducer import parse_reproducer
 from exact.subject import subject
-from simulator.montecarlo.designs import chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass
+from simulator.montecarlo.designs import chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass, vllm_l2_pass
 from simulator.montecarlo.engine import ALPHA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,3 +82,14 @@ def test_the_documented_zoo_table_is_the_committed_zoo_report():
     report = json.loads((ROOT / "reports" / "mutation_zoo.json").read_text())
     assert headline(report["rows"]) in (ROOT / "docs" / "gate.md").read_text()
     assert "reports/mutation_zoo.md" in (ROOT / "README.md").read_text()
+
+
+def test_vllms_distribution_test_passes_the_target_and_fails_a_large_loss():
+    # vLLM's ratio: for the exact law d_10 / d_100000 is about sqrt(10^4) = 100 (a root-n decay) against the
+    # ratio about d_10 / b < 20, and fails
+    rng = np.random.default_rng(3)
+    q = np.array([0.5, 0.3, 0.2])
+    target = np.einsum("i,j,k->ijk", q, q, q).ravel()
+    biased = np.einsum("i,j,k->ijk", 0.6 * q + 0.4 * np.eye(3)[2], q, q).ravel()
+    assert vllm_l2_pass(target, target, 3, 3, 200, rng) > 0.85
+    assert vllm_l2_pass(biased, target, 3, 3, 200, rng) == 0.0

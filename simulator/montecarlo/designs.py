@@ -1,10 +1,12 @@
-"""Three Monte Carlo test designs of the field, and the probability that each *passes* a verifier, computed from
+"""Four Monte Carlo test designs of the field, and the probability that each *passes* a verifier, computed from
 the verifier's exact completed law (never by re-running the verifier; docs/gate.md, "The mutation zoo").
 
 ``law`` and ``target`` are the completed output law and ``q^(H+1)``, as probability vectors over the
 ``V^(H+1)`` sequences in lexicographic order (:func:`cells`). The designs: :func:`serving_pass` (exact bounds),
 :func:`tvd_baseline_pass` (Layer Verification's methodology) and :func:`chi_square_pass` (``specproof mc``), the
-last two approximate; :func:`simulated_pass` measures their error.
+last two approximate, :func:`simulated_pass` measuring their error; and :func:`vllm_l2_pass`, vLLM's own
+distribution test, whose ratio of distances has no closed form: its pass probability is the frequency over
+replications drawn from the exact law.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from simulator.montecarlo.engine import ALPHA, tested_prefix
 SERVING_SAMPLES, SERVING_TOLERANCE = 100_000, 0.01
 LV_SAMPLES, LV_TOLERANCE = 1_000_000, 1e-3
 CHI_SAMPLES = 10_000
+# vLLM 0.11.0's test_rejection_sampling_approximates_target_distribution (tests/v1/sample/test_rejection_sampler.py)
+VLLM_SIZES, VLLM_REFERENCES, VLLM_MULTIPLIER = (10, 100, 1_000, 10_000, 100_000), 100, 20
 
 
 @dataclass(frozen=True)
@@ -152,3 +156,38 @@ def simulated_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int,
     samples = rng.multinomial(CHI_SAMPLES, law.reshape(-1, tail).sum(axis=1), size=replications)
     chi = float(np.mean([not chi_square(s, prefix, ALPHA).rejects for s in samples]))
     return [serving, lv, chi]
+
+
+def _pooled(counts: np.ndarray, vocab: int, length: int) -> np.ndarray:
+    """Token counts of the first ``length − 1`` positions pooled (vLLM's ``output_token_ids[:, :-1]``; the one
+    position when ``length`` is 1), from counts over the ``V^length`` sequences: ``[..., V]``."""
+    shaped = counts.reshape(counts.shape[:-1] + (vocab,) * length)
+    first = range(max(length - 1, 1))
+    lead = counts.ndim - 1
+    return sum(shaped.sum(axis=tuple(lead + a for a in range(length) if a != j)) for j in first)
+
+
+def vllm_l2_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, replications: int,
+                 rng: np.random.Generator) -> float:
+    """vLLM's distribution test (0.11.0, ``test_rejection_sampling_approximates_target_distribution``), its pass
+    frequency over ``replications`` runs on samples drawn from the exact ``law``. Each run draws, for each sample
+    size ``n`` in 10, 100, …, 100,000, ``n`` completed sequences; the normalised histogram ``h_n`` of their first
+    ``length − 1`` tokens is compared by L2 distance with the target's pooled marginal ``t`` (``d_n = ‖h_n − t‖``)
+    and with 100 random distributions ``R`` (``softmax`` of uniforms, as vLLM draws them; ``r_n = ‖R − h_n‖_F /
+    100``, its ``torch.dist`` divided by 100). It passes when ``d_10 / d_100000 > 20 · r_10 / r_100000``: the
+    distance to the target must shrink twenty times faster than to the references. There is no p-value and no
+    closed form; the frequency's standard error is at most ``0.5 / √replications``."""
+    law = law / law.sum()
+    positions = max(length - 1, 1)
+    pooled_target = _pooled(target, vocab, length) / positions
+    passed = 0
+    for _ in range(replications):
+        references = np.exp(rng.random((VLLM_REFERENCES, vocab)))
+        references /= references.sum(axis=1, keepdims=True)
+        counts = np.stack([rng.multinomial(n, law) for n in VLLM_SIZES])
+        hist = _pooled(counts, vocab, length) / (np.array(VLLM_SIZES)[:, None] * positions)
+        d = np.linalg.norm(hist - pooled_target, axis=1)
+        r = np.linalg.norm(references[None] - hist[:, None], axis=(1, 2)) / VLLM_REFERENCES
+        ratio = d[0] / d[-1] if d[-1] > 0 else np.inf
+        passed += bool(ratio > VLLM_MULTIPLIER * r[0] / r[-1])
+    return passed / replications
