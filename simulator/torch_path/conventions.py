@@ -21,7 +21,7 @@ import torch
 from simulator.errors import KernelError
 from simulator.torch_path.kernels import (PLACEHOLDER, _accepted, _ints, _one, _padded, _rows, _token,
                                           chain_nodes)
-from simulator.torch_path.triton_capture import interpreter_on
+from simulator.torch_path.triton_capture import interpreter_on, libdevice_stand_in
 from simulator.trees import TreeStructure
 from simulator.usercode import require
 
@@ -159,6 +159,20 @@ def _eagle_imports() -> None:
 eagle_adapter.before_kernel_import = _eagle_imports  # type: ignore[attr-defined]
 
 
+def _stand_in(name: str, attributes: dict[str, object], adapter: str) -> None:
+    """Install a stand-in module ``name`` holding ``attributes`` where none is imported; where one an adapter's
+    hook installed is (one process may certify vLLM 0.11 and 0.33 in turn), add the names it lacks; a real
+    module is left alone."""
+    module = sys.modules.get(name)
+    if module is None:
+        module = types.ModuleType(name, f"a stand-in installed by specproof's {adapter} adapter")
+        module.specproof_stand_in = True  # type: ignore[attr-defined]
+        sys.modules[name] = module
+    if getattr(module, "specproof_stand_in", False):
+        for key, value in attributes.items():
+            module.__dict__.setdefault(key, value)
+
+
 def vllm_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
     """vLLM's ``RejectionSampler.forward(target_with_bonus_probs [B, k+1, V], bonus_token_ids [B, 1], draft_probs
     [B, k, V], draft_token_ids [B, k]) -> output_token_ids [B, k+1]``: the accepted drafts, the recovered or bonus
@@ -191,10 +205,7 @@ def _vllm_imports() -> None:
     namespace package there."""
     for name, attributes in (("vllm.envs", {"VLLM_USE_FLASHINFER_SAMPLER": False}),
                              ("vllm.logger", {"init_logger": logging.getLogger})):
-        if name not in sys.modules:
-            stand_in = types.ModuleType(name, "a stand-in installed by specproof's vllm adapter")
-            stand_in.__dict__.update(attributes)
-            sys.modules[name] = stand_in
+        _stand_in(name, attributes, "vllm")
 
 
 vllm_adapter.before_kernel_import = _vllm_imports  # type: ignore[attr-defined]
@@ -257,14 +268,72 @@ def _vllm_v1_imports() -> None:
                              ("vllm.triton_utils", {"triton": triton, "tl": tl}),
                              ("vllm.v1.sample.metadata", {"SamplingMetadata": types.SimpleNamespace}),
                              ("vllm.v1.sample.ops.topk_topp_sampler", {"apply_top_k_top_p": not_called})):
-        if name not in sys.modules:
-            stand_in = types.ModuleType(name, "a stand-in installed by specproof's vllm-v1 adapter")
-            stand_in.__dict__.update(attributes)
-            sys.modules[name] = stand_in
+        _stand_in(name, attributes, "vllm-v1")
 
 
 vllm_v1_adapter.before_kernel_import = _vllm_v1_imports  # type: ignore[attr-defined]
 vllm_v1_no_draft_probs_adapter.before_kernel_import = _vllm_v1_imports  # type: ignore[attr-defined]
+
+
+#: the request seed the vllm-mrv2 adapter passes: any; its in-kernel draws are enumerated per key, not computed
+MRV2_SEED = 1234
+
+
+def vllm_mrv2_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
+    """vLLM 0.33.0's Model Runner V2 ``rejection_sample(target_logits [k+1, V], draft_logits [1, k, V],
+    draft_sampled [k+1], cu_num_logits [2], pos [k+1], idx_mapping [1], expanded_idx_mapping [k+1],
+    expanded_local_pos [k+1], temperature [1], seed [1], num_speculative_steps k, ...) -> (sampled [1, k+1],
+    num_sampled [1])`` (``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``): one request of ``k``
+    drafts at temperature 1, ``draft_sampled[i + 1]`` the draft verified at logit ``i`` (``draft_sampled[0]``, the
+    token before them, 0 here), logits the rows' logs (``-inf`` at a zero), positions ``0..k``, seed
+    :data:`MRV2_SEED`. The answer: ``sampled[0, :num_sampled]``, the accepted drafts then the resampled token.
+    Pass ``use_block_verification=True`` or ``use_fp64=True`` with ``--kernel-kwargs``."""
+    nodes = chain_nodes(tree, "vllm-mrv2")
+    drafted = [tree.tokens[v] for v in nodes[1:]]
+    k = len(drafted)
+    logits = torch.log(_rows([q[v] for v in nodes], dtype))
+    draft_logits = torch.log(_rows([p[v] for v in nodes[:-1]], dtype, vocab))[None]
+    positions = torch.arange(k + 1, dtype=torch.int64)
+    sampled, num_sampled = kernel(logits, draft_logits, torch.tensor([0, *drafted], dtype=torch.int64),
+                                  torch.tensor([0, k + 1], dtype=torch.int32), positions,
+                                  torch.zeros(1, dtype=torch.int32), torch.zeros(k + 1, dtype=torch.int32), positions,
+                                  torch.ones(1, dtype=torch.float64), torch.tensor([MRV2_SEED], dtype=torch.int64), k)
+    n = _one(num_sampled, "num_sampled")
+    if not 1 <= n <= k + 1:
+        raise KernelError("kernel", f"returned num_sampled {n} for {k} drafts (expected 1 to {k + 1})")
+    emitted = _ints(sampled, "sampled")[:n]
+    _accepted(emitted, drafted, vocab)
+    return nodes[n - 1], emitted[-1]
+
+
+def _vllm_mrv2_imports() -> None:
+    """vLLM 0.33.0's Model Runner V2 modules (``specproof fetch vllm-mrv2``) import ``vllm.triton_utils``
+    (``tl``, ``triton`` and ``tldevice``, Triton's libdevice) and ``vllm.v1.worker.gpu.sample.watermark``, whose
+    ``philox_gumbel_block_argmax`` runs only for watermarked requests (the adapter sends none). Where they are not
+    already imported, this installs stand-ins: the real triton, libdevice as the interpreter can run it
+    (:func:`~simulator.torch_path.triton_capture.libdevice_stand_in`: NumPy's ``log1p``), and a function that
+    says it is one."""
+    require("triton", "vLLM's Model Runner V2 rejection sampler", "adapter")
+    interpreter_on()
+    import triton
+    import triton.language as tl
+
+    libdevice = libdevice_stand_in()
+
+    def not_called(*args, **kwargs):
+        raise KernelError("kernel", "called vllm's philox_gumbel_block_argmax, a stand-in of the vllm-mrv2 adapter")
+
+    for name, attributes in (("vllm.triton_utils", {"triton": triton, "tl": tl, "tldevice": libdevice}),
+                             ("vllm.v1.worker.gpu.sample.watermark", {"philox_gumbel_block_argmax": not_called})):
+        _stand_in(name, attributes, "vllm-mrv2")
+
+
+vllm_mrv2_adapter.before_kernel_import = _vllm_mrv2_imports  # type: ignore[attr-defined]
+#: MRv2 resamples by Gumbel-max on a murmur3 hash of (seed, position, token), computed in integer arithmetic:
+#: a uniform per key, as tl.rand's Philox is per (seed, offset)
+vllm_mrv2_adapter.keyed_uniforms = {  # type: ignore[attr-defined]
+    "vllm.v1.worker.gpu.sample.gumbel:murmur3_uniform32": "float32",
+    "vllm.v1.worker.gpu.sample.gumbel:murmur3_uniform64": "float64"}
 
 
 def sglang_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:

@@ -187,10 +187,11 @@ ADAPTERS: dict[str, Adapter | str] = {"chain": chain, "flat-chain": flat_chain, 
                                       "vllm-v1": "simulator.torch_path.conventions:vllm_v1_adapter",
                                       "vllm-v1-no-draft-probs":
                                           "simulator.torch_path.conventions:vllm_v1_no_draft_probs_adapter",
+                                      "vllm-mrv2": "simulator.torch_path.conventions:vllm_mrv2_adapter",
                                       "sglang": "simulator.torch_path.conventions:sglang_adapter",
                                       "specinfer": "simulator.torch_path.conventions:specinfer_adapter"}
-CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm", "vllm-v1",
-                  "vllm-v1-no-draft-probs", "sglang")
+CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm", "vllm-v1", "vllm-v1-no-draft-probs", "vllm-mrv2",
+                  "sglang")
 
 
 def parse_kwargs(text: str | None, field_name: str = "kernel-kwargs") -> dict[str, object]:
@@ -246,11 +247,13 @@ class Kernel:
                 run_before_kernel_import(self._adapt, adapter_module)
                 self.fn = load_kernel(self.kernel, self.init)
         self._bound = functools.partial(self.fn, **self.kwargs)
+        # helpers of the kernel's modules the adapter names as keyed uniforms (simulator.torch_path.triton_capture)
+        self.keyed_uniforms: dict[str, str] = dict(getattr(self._adapt, "keyed_uniforms", {}))
         self.__module__, _, name = self.kernel.partition(":")
         self.__qualname__ = f"{name} (adapter {self.adapter})"
 
     def __call__(self, tree: DraftTree, p, q, rng: Randomness) -> tuple[int, int]:
-        with capture(rng, self.uniforms, self.precision) as mode, interpreted(mode):
+        with capture(rng, self.uniforms, self.precision) as mode, interpreted(mode, self.keyed_uniforms):
             try:
                 out = self._adapt(self._bound, tree, p, q, len(q[0]), DTYPES[self.dtype])
             except KernelError as err:

@@ -26,6 +26,7 @@ HF_KERNEL = "transformers.generation.utils:_speculative_sampling"
 EAGLE_KERNEL = "eagle.model.utils:evaluate_posterior"
 SGLANG_KERNEL = "sglang.kernels.ops.speculative.reject_sampling:chain_speculative_sampling_triton"
 VLLM_V1_KERNEL = "vllm.v1.sample.rejection_sampler:rejection_sample"
+MRV2_KERNEL = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils:rejection_sample"
 CHAIN2 = ["--topology", "chain", "--depth", "2"]
 EAGLE_TREE = ["--topology", "complete", "--branching", "2", "--depth", "2", "--drafting", "without-replacement",
               "--schemes", "without-replacement"]
@@ -36,7 +37,7 @@ SYNTHETIC = ["--model", "synthetic", "--vocab", "3"]
 @dataclass(frozen=True)
 class Client:
     """One certification: what is certified, the ``certify`` arguments after ``specproof certify``, what the
-    row expects (``LOSSLESS``/``LOSSY``) and why; ``needs``, the ``specproof fetch`` artifact whose folder replaces
+    row expects (``LOSSLESS``/``LOSSY``, or ``REFUSED``: exit 2, a kernel the capture cannot resolve) and why; ``needs``, the ``specproof fetch`` artifact whose folder replaces
     ``{folder}`` in the arguments."""
 
     source: str
@@ -101,19 +102,24 @@ CLIENTS = (
             *RATIONAL), "LOSSLESS",
            "taking a random draft as certain is still lossless (accept with q(x), recover from q without x), at a "
            "lower acceptance than speculative sampling's", needs="vllm-v1"),
+    Client("vLLM 0.33.0 Model Runner V2 `rejection_sample` (Triton), token mode, use_fp64",
+           ("--kernel", MRV2_KERNEL, "--adapter", "vllm-mrv2", "--import-path", "{folder}", "--kernel-kwargs",
+            "use_fp64=True", *CHAIN2, *RATIONAL), "LOSSLESS",
+           "coins drawn in the kernel (tl_rand32: tl.rand per (seed, position)), log q(x) > log u + log p(x); the "
+           "rejected or bonus token by Gumbel-max, its noise −log(−log u) of a murmur3 hash of (seed, position, "
+           "token), taken as one uniform per key; E[τ] equal to tv-sps's (tests/test_vllm_mrv2.py)",
+           needs="vllm-mrv2"),
+    Client("vLLM 0.33.0 Model Runner V2 `rejection_sample` (Triton), block mode, use_fp64",
+           ("--kernel", MRV2_KERNEL, "--adapter", "vllm-mrv2", "--import-path", "{folder}", "--kernel-kwargs",
+            "use_fp64=True,use_block_verification=True", *CHAIN2, *RATIONAL), "LOSSLESS",
+           "block verification with its residual masses and the same resampling; E[τ] equal to bv's", needs="vllm-mrv2"),
+    Client("vLLM 0.33.0 Model Runner V2 `rejection_sample` (Triton), its default float32 noise",
+           ("--kernel", MRV2_KERNEL, "--adapter", "vllm-mrv2", "--import-path", "{folder}", *CHAIN2, *RATIONAL),
+           "REFUSED", "in float32 the Gumbel noise's log(1 − u) is a degree-8 polynomial series near 0 "
+                      "(`_log1p_neg_stable`, error below 6e-7): an approximation whose law is not exactly a race, "
+                      "refused at its line (gumbel.py:158); no verdict", needs="vllm-mrv2"),
 )
 
-#: clients that cannot be certified exactly, and why (the report lists them under its table)
-NOT_CERTIFIED = (
-    ("vLLM 0.33.0 Model Runner V2 `rejection_sample` / `_rejection_kernel` (Triton; `specproof fetch vllm-mrv2`)",
-     "its acceptance coins are Triton's Philox (`tl_rand32`, which is `tl.rand`: enumerated), but its rejected "
-     "and bonus tokens are resampled by Gumbel-max with noise from a murmur3 hash of (seed, position, token) "
-     "computed in integer arithmetic (`murmur3_uniform32`, `gumbel.py`), which the capture sees as ordinary "
-     "concrete arithmetic: certifying it with a fixed seed would certify one fixed resampled token. Modelled as a "
-     "fresh uniform per key, its Gumbel transform `_log1p_neg_stable` is a degree-8 polynomial series (an "
-     "approximation of log(1 − u), error below 6e-7) whose product of a random value with itself the capture "
-     "refuses. Neither mode (token, block) is certified; no verdict is claimed."),
-)
 
 
 @dataclass
@@ -163,6 +169,10 @@ def run_client(client: Client, fetched: tuple[str | None, str] = (None, "")) -> 
         proc = subprocess.run([sys.executable, "-m", "specproof.cli", "certify", *args, "--json", str(out)],
                               capture_output=True, text=True)
         result.seconds = time.perf_counter() - start
+        if proc.returncode == 2 and client.expected == "REFUSED":  # a typed refusal, as expected: its reason
+            result.verdict = "REFUSED"
+            result.note = (proc.stderr.strip().splitlines() or ["no message"])[0][:300]
+            return result
         if proc.returncode not in (0, 1) or not out.exists():
             result.verdict = f"error (exit {proc.returncode})"
             result.note = (proc.stderr.strip().splitlines() or ["no message"])[-1][:300]
@@ -204,7 +214,7 @@ def write_clients_report(out: Path, command: str) -> bool:
         "two sampler modules from its wheel, `specproof fetch vllm-sampler`; EAGLE's `eagle/model/utils.py` from "
         "eagle-llm 1.2.1's wheel, `specproof fetch eagle-posterior`; SGLang 0.5.23's `reject_sampling.py` from its "
         "wheel, `specproof fetch sglang-reject`; vLLM 0.11.0's `rejection_sampler.py` from its sdist, `specproof "
-        "fetch vllm-v1`), through a built-in adapter; Triton kernels run under Triton's interpreter on the CPU. "
+        "fetch vllm-v1`; vLLM 0.33.0's Model Runner V2 modules from its sdist, `specproof fetch vllm-mrv2`), through a built-in adapter; Triton kernels run under Triton's interpreter on the CPU. "
         "Nothing of theirs is copied here. Model pairs: three random rational pairs of vocabulary 3 (zeros in both rows; the "
         "verdict covers those pairs only) or the synthetic pair (no zeros), or an explicit table (examples/point_mass_draft.json, a point-mass draft). The TVD and support violation are the "
         "deciding pair's; the time is the whole command's, start-up included.",
@@ -216,8 +226,6 @@ def write_clients_report(out: Path, command: str) -> bool:
         mark = "" if r.as_expected or r.verdict == "not run" else " **(unexpected)**"
         lines.append(f"| {r.source} | {r.verdict}{mark} | {r.expected} | {_number(r.tvd)} | {_number(r.off_support)} "
                      f"| {r.executions:,} | {r.seconds:.1f} | {r.why}{'; ' + r.note if r.note else ''} |")
-    lines += ["", "## Not certified", ""]
-    lines += [f"* {source}: {why}" for source, why in NOT_CERTIFIED]
     lines += ["", "## Commands", ""]
     for r in results:
         lines += [f"* {r.source}, expected {r.expected}:", "", "  ```bash", f"  {r.command}", "  ```", ""]
