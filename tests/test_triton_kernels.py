@@ -46,7 +46,8 @@ def _certificate(name: str, model, uniforms: str = "continuous", verifier=None):
                                                 ("sps_chain_triton_residual", "grid"),
                                                 ("sps_chain_philox", "continuous"),
                                                 ("sps_chain_triton_race", "continuous"),
-                                                ("sps_chain_tiled_race", "continuous")])
+                                                ("sps_chain_tiled_race", "continuous"),
+                                                ("sps_chain_randn", "continuous")])
 def test_correct_triton_kernels_are_lossless_with_the_reference_rules_acceptance(name, uniforms, seed):
     cert = _certificate(name, PAIRS[seed], uniforms)
     reference = _certificate(name, PAIRS[seed], verifier="tv-sps")  # specproof's own rule, written apart
@@ -103,6 +104,12 @@ def test_a_tiled_race_past_the_vocabulary_is_a_typed_error_naming_the_token_and_
     assert "lane 1 of 2 in program (1, 0, 0)" in cli_run.output and "in _tile_race: idx = tl.argmax" in cli_run.output
 
 
+def test_a_normal_compared_against_the_wrong_cut_is_lossy():
+    # the twin of sps_chain_randn: accepted with probability 1 − min(1, q/p)
+    cert = _certificate("sps_chain_randn_flipped", PAIRS[0])
+    assert not cert.lossless and cert.tvd > 0.1
+
+
 def test_in_kernel_draws_have_no_grid_model():
     with pytest.raises(SpecproofError, match="tl.rand has no grid model"):
         _certificate("sps_chain_philox", PAIRS[0], "grid")
@@ -132,7 +139,8 @@ MODULES = Path(__file__).resolve().parent / "kernel_modules"
     ("branched", "bool: a random value used as a Python condition"),
     ("bits", "bitcast: this operation on a random value cannot be resolved exactly"),
     ("squared", "fmul: an operation on two random values cannot be resolved exactly"),
-    ("normal", "randn: an in-kernel draw specproof does not model exactly"),
+    ("normal", "fabs: this operation on a random value cannot be resolved exactly"),
+    ("raw", "randint: raw random bits drawn in the kernel are not modelled exactly"),
     ("reciprocal", "rdiv: a comparison through this map is not modelled"),
 ])
 def test_what_the_capture_cannot_follow_is_refused_naming_the_kernel_line(kernel, why):

@@ -68,8 +68,9 @@ _METADATA = {"size", "dim", "numel", "is_floating_point", "is_contiguous", "elem
 
 @dataclass
 class Variable:
-    """One random element: its law (``uniform`` or ``exponential``), the interval still possible (grid uniforms:
-    integer cells ``lo..hi`` inclusive) and whether an argmax race consumed it."""
+    """One random element: its law (``uniform``, ``exponential`` or, drawn in a Triton kernel, ``normal``), the
+    interval still possible (grid uniforms: integer cells ``lo..hi`` inclusive) and whether an argmax race consumed
+    it."""
 
     kind: str
     lo: object
@@ -536,6 +537,10 @@ class Capture(TorchFunctionMode):
             cut = min(max(t, v.lo), v.hi)
             if v.kind == "uniform":
                 prob_below = (cut - v.lo) / (v.hi - v.lo)
+            elif v.kind == "normal":  # P(N < cut | lo <= N < hi), in floats, by the upper tail where it is small
+                lo, hi, c = float(v.lo), float(v.hi), float(cut)
+                tail = [0.5 * math.erfc(x / math.sqrt(2)) for x in (lo, c, hi)]  # P(N >= x)
+                prob_below = _exact((tail[0] - tail[1]) / (tail[0] - tail[2]))
             else:  # exponential: P(E < cut | lo <= E < hi), in floats
                 lo, hi, c = float(v.lo), float(v.hi), float(cut)
                 prob_below = _exact((math.exp(-lo) - math.exp(-c)) / (math.exp(-lo) - (0.0 if math.isinf(hi)
@@ -596,6 +601,8 @@ class Capture(TorchFunctionMode):
         v = self.variables[var]
         if not v.fresh or v.spent:
             raise _fail("argmax", "a race on a random value already compared or raced")
+        if v.kind == "normal":
+            raise _fail("argmax", "an argmax of normals is not an exponential race")
         state, scale, w, lw, s = ("U" if v.kind == "uniform" else "E"), Fraction(1), Fraction(1), 0.0, 1.0
         for op, c in ops:
             if op == "fill" and math.isnan(c):  # an element masked_fill left alone

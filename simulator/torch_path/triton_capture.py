@@ -147,14 +147,33 @@ class _Interpreted:
 
         return self.keyed_draw("tl.rand", tl.float32, seed, offset)
 
-    def keyed_draw(self, space: str, dtype, *parts):
+    def rand4x(self, seed, offsets, n_rounds=None):
+        """``tl.rand4x(seed, offsets)``: four fresh uniforms per ``(seed, offset)``, keyed apart from ``tl.rand``'s."""
+        from triton import language as tl
+
+        return tuple(self.keyed_draw(f"tl.rand4x[{k}]", tl.float32, seed, offsets) for k in range(4))
+
+    def randn(self, seed, offset, n_rounds=None):
+        """``tl.randn(seed, offset)``: a fresh standard normal per ``(seed, offset)`` (its comparisons decided by the
+        normal CDF, in floats, as an exponential's are)."""
+        from triton import language as tl
+
+        return self.keyed_draw("tl.randn", tl.float32, seed, offset, kind="normal")
+
+    def randn4x(self, seed, offset, n_rounds=None):
+        """``tl.randn4x(seed, offset)``: four fresh standard normals per ``(seed, offset)``."""
+        from triton import language as tl
+
+        return tuple(self.keyed_draw(f"tl.randn4x[{k}]", tl.float32, seed, offset, kind="normal") for k in range(4))
+
+    def keyed_draw(self, space: str, dtype, *parts, kind: str = "uniform"):
         """A uniform drawn from integer keys (``tl.rand``'s Philox, or a helper an adapter names as a keyed
         uniform, :func:`interpreted`): a fresh variable per distinct key in ``space``, broadcast over the parts'
         shapes, of ``dtype``'s values."""
         from triton import language as tl
         from triton.runtime.interpreter import TensorHandle
 
-        if self.mode.grid:
+        if self.mode.grid and kind == "uniform":
             raise _fail(space, f"{space} has no grid model (its values are not torch's uniform grid): certify "
                                "with --uniforms continuous")
         if any(block_of(getattr(x, "handle", None)) is not None for x in parts):
@@ -164,7 +183,8 @@ class _Interpreted:
             raise _fail(space, f"its keys must be integers, got {', '.join(str(a.dtype) for a in arrays)}")
         shape = np.broadcast_shapes(*(a.shape for a in arrays))
         keys = zip(*(np.broadcast_to(a, shape).reshape(-1).tolist() for a in arrays))
-        ids = np.array([self.keyed.setdefault((space, *key), self.fresh()) for key in keys], dtype=np.int64)
+        ids = np.array([self.keyed[(space, *key)] if (space, *key) in self.keyed
+                        else self.keyed.setdefault((space, *key), self.fresh(kind)) for key in keys], dtype=np.int64)
         kind = np.float64 if dtype == tl.float64 else np.float32
         handle = _marked(TensorHandle(np.full(shape, math.nan, dtype=kind), dtype), RandomBlock(ids.reshape(shape), []))
         typed = next((x.type for x in parts if getattr(getattr(x, "type", None), "is_block", lambda: False)()), None)
@@ -294,8 +314,10 @@ class _Interpreted:
                         for k, (n, c) in enumerate(operands)])
         return lanes[int(self.mode._race("argmax", (self.mode._register(fake, sym),), {"dim": 0}))]
 
-    def fresh(self) -> int:
-        self.mode.variables.append(Variable("uniform", Fraction(0), Fraction(1)))
+    def fresh(self, kind: str = "uniform") -> int:
+        """A new variable of the capture: a uniform on [0, 1), or a standard normal."""
+        bounds = (Fraction(0), Fraction(1)) if kind == "uniform" else (-math.inf, math.inf)
+        self.mode.variables.append(Variable(kind, *bounds))
         return len(self.mode.variables) - 1
 
     def index(self) -> None:
@@ -694,7 +716,9 @@ def interpreted(mode: Capture, keyed: dict[str, str] | None = None) -> Iterator[
     draws = {(module, name): getattr(module, name) for module in (lang, lang_random) for name in _DRAWS
              if hasattr(module, name)}
     for (module, name) in draws:
-        setattr(module, name, capture_.rand if name == "rand" else _refused_draw(name))
+        modelled = {"rand": capture_.rand, "rand4x": capture_.rand4x, "randn": capture_.randn,
+                    "randn4x": capture_.randn4x}
+        setattr(module, name, modelled.get(name) or _refused_draw(name))
     races = {(module, name): getattr(module, name) for module in (lang, standard) for name in ("argmax", "max")}
     for (module, name), original in races.items():
         setattr(module, name, functools.partial(capture_.argmax if name == "argmax" else capture_.maximum, original))
@@ -728,9 +752,11 @@ def interpreted(mode: Capture, keyed: dict[str, str] | None = None) -> Iterator[
 
 
 def _refused_draw(name: str) -> Callable:
-    """An in-kernel draw other than ``tl.rand``: its values would be fixed pseudo-random numbers, not enumerated."""
+    """An in-kernel draw of raw random bits (``tl.randint``, ``tl.randint4x``, Philox itself): an integer whose bits
+    a kernel may use in any way, not enumerated."""
     def refused(*args, **kwargs):
-        raise _fail(name, "an in-kernel draw specproof does not model exactly (tl.rand is)")
+        raise _fail(name, "raw random bits drawn in the kernel are not modelled exactly (tl.rand, tl.rand4x, "
+                          "tl.randn and tl.randn4x are)")
     return refused
 
 

@@ -14,6 +14,7 @@ the extra that installs it.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from simulator.torch_path.triton_capture import interpreter_on
@@ -82,6 +83,21 @@ def _accept_philox(drafts, draft_rows, target_rows, seed, accepted, V: tl.conste
     p = tl.load(draft_rows + i * V + x)
     q = tl.load(target_rows + i * V + x)
     tl.store(accepted + i, (tl.rand(seed, i) * p < q).to(tl.int32))
+
+
+@triton.jit
+def _accept_normal(drafts, draft_rows, target_rows, seed, cuts, accepted, V: tl.constexpr):
+    """Correct: accept when a normal drawn in the kernel, ``tl.randn(seed, i)``, falls below ``cuts[i] =
+    Φ⁻¹(min(1, q_i(x)/p_i(x)))`` (computed in torch): probability ``min(1, q/p)``."""
+    i = tl.program_id(0)
+    tl.store(accepted + i, (tl.randn(seed, i) < tl.load(cuts + i)).to(tl.int32))
+
+
+@triton.jit
+def _accept_normal_flipped(drafts, draft_rows, target_rows, seed, cuts, accepted, V: tl.constexpr):
+    """Bug: the normal compared with ``−cuts[i]``, so the draft is accepted with probability ``1 − min(1, q/p)``."""
+    i = tl.program_id(0)
+    tl.store(accepted + i, (tl.randn(seed, i) < -tl.load(cuts + i)).to(tl.int32))  # BUG: the sign
 
 
 # ---- residual draws in Triton: an inverse-CDF walk of one coin over the residual ``(q − p)_+`` ------------------
@@ -226,6 +242,27 @@ def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new
     return _emitted(drafts, gamma, torch.multinomial(target[gamma], 1))
 
 
+def _normal_cuts(accept) -> Callable:
+    """An acceptance kernel on in-kernel normals, launched with the cuts ``Φ⁻¹(min(1, q/p))`` computed in torch."""
+    @functools.wraps(accept)
+    def launch(drafts, draft, target, seed, accepted, V):
+        rows = torch.arange(drafts.shape[0])
+        ratio = (target[rows, drafts] / draft[rows, drafts]).clamp(max=1.0)
+        accept[(drafts.shape[0],)](drafts, draft, target, seed, torch.special.ndtri(ratio).contiguous(), accepted,
+                                   V=V)
+    return _Launcher(launch)
+
+
+class _Launcher:
+    """``launch`` with Triton's launch syntax, ``kernel[grid](...)`` (the grid is the launch's own)."""
+
+    def __init__(self, launch: Callable) -> None:
+        self.launch = launch
+
+    def __getitem__(self, grid) -> Callable:
+        return self.launch
+
+
 def sps_chain(candidate_input_ids, candidate_logits, candidate_length, new_logits):
     """Speculative sampling with the acceptance in Triton, correct. LOSSLESS under both uniform models; the twin
     of the bugs below."""
@@ -286,6 +323,19 @@ def sps_chain_philox_reused_offset(candidate_input_ids, candidate_logits, candid
     uniform that just rejected, biased toward the residual's last tokens. LOSSY."""
     return _verify(_accept_philox, candidate_input_ids, candidate_logits, candidate_length, new_logits,
                    _philox_residual(lambda i, gamma: i), in_kernel=True)  # BUG: the acceptance's offset
+
+
+def sps_chain_randn(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """Every acceptance decided by a normal drawn in the kernel (``tl.randn``) against ``Φ⁻¹(min(1, q/p))``: the
+    residual as :func:`sps_chain_philox`'s. LOSSLESS; the twin of :func:`sps_chain_randn_flipped`."""
+    return _verify(_normal_cuts(_accept_normal), candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                   _philox_residual(lambda i, gamma: gamma + i), in_kernel=True)
+
+
+def sps_chain_randn_flipped(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    """The normal compared with the cut's negation. LOSSY."""
+    return _verify(_normal_cuts(_accept_normal_flipped), candidate_input_ids, candidate_logits, candidate_length,
+                   new_logits, _philox_residual(lambda i, gamma: gamma + i), in_kernel=True)
 
 
 def sps_chain_le(candidate_input_ids, candidate_logits, candidate_length, new_logits):

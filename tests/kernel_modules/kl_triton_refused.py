@@ -53,7 +53,13 @@ def _squared(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.constexp
 @triton.jit
 def _normal(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.constexpr):
     i = tl.program_id(0)
-    tl.store(accepted + i, (tl.randn(1234, i) < 0.5).to(tl.int32))
+    tl.store(accepted + i, (tl.abs(tl.randn(1234, i)) < 0.5).to(tl.int32))  # a normal folded: not monotone
+
+
+@triton.jit
+def _raw(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.constexpr):
+    i = tl.program_id(0)
+    tl.store(accepted + i, (tl.randint(1234, i) < 3).to(tl.int32))  # raw random bits as an integer
 
 
 @triton.jit
@@ -62,5 +68,5 @@ def _reciprocal(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.const
     tl.store(accepted + i, (2.0 / tl.load(uniforms + i) < 3.0).to(tl.int32))
 
 
-summed, stored, branched, bits, squared, normal, reciprocal = (functools.partial(_verify, k) for k in (
-    _summed, _stored, _branched, _bits, _squared, _normal, _reciprocal))
+summed, stored, branched, bits, squared, normal, raw, reciprocal = (functools.partial(_verify, k) for k in (
+    _summed, _stored, _branched, _bits, _squared, _normal, _raw, _reciprocal))
