@@ -1,0 +1,356 @@
+"""The exact ceiling of one instance: the largest ``E[τ]`` any lossless verifier could reach (issue 55, docs/optimum.md).
+
+For a model pair, a fixed draft-tree shape and a drafting scheme, a lossless verifier is a solution
+``π(T, v, y) ≥ 0`` of a linear system, one variable per drafted tree ``T`` (of probability ``P(T)``), node ``v``
+of ``T`` (the accepted node) and next token ``y``; its output is ``o = path(v) + (y,)``:
+
+* ``Σ_{v,y} π(T, v, y) = P(T)`` for every drafted tree;
+* ``Σ_{(T,v,y): o ⊑ s} π(T, v, y) · q(s[|o|:] | o) = q(s)`` for every ``s ∈ Σ^(H+1)``: the output completed by the
+  target reproduces the target.
+
+Maximising ``Σ π · depth(v)`` gives ``E[τ]*``. The bound is an oracle's: ``π`` may depend on rows of the model off
+the drafted tree, which a real verifier does not see; it equals the best tree-local rule on chains (Block
+Verification, its Theorem 2) and at depth 1 (the optimal-transport rule), elsewhere it is an upper bound.
+
+HiGHS solves the LP in floats (dual simplex, a vertex); the answer is then settled in exact rationals: the
+float solution's support gives a primal system solved exactly (sparse elimination), checked ``x ≥ 0`` and every
+equality exactly; the columns HiGHS's duals leave tight give a dual system ``A_J^T y = c_J`` solved exactly, checked
+``A^T y ≥ c`` on every column; and ``b^T y = c^T x`` closes the proof (weak duality: nothing feasible does better).
+Floats only propose; the verdict rests on the exact checks.
+
+Columns that give the same output in the same tree (siblings drafted with the same token) are one column: they
+enter every row alike and have the same depth, so merging them keeps the optimum.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Sequence
+
+from simulator.drafting import DRAFTING, Drafter
+from simulator.errors import InvalidParameterError
+from simulator.models import ModelPair, ModelView
+from simulator.numeric import rational
+
+from ..enumeration import enumerate_outcomes
+
+#: The most LP columns :func:`optimum` builds (the estimate ``V^(nodes−1) · nodes · V``, before merging).
+MAX_COLUMNS = 250_000
+#: A float value above this is in the primal support.
+SUPPORT_TOLERANCE = 1e-11
+#: A column whose float reduced cost is within this of 0 is tight (in the dual system).
+TIGHT_TOLERANCE = 1e-9
+#: Denominators allowed when a free variable of an exact system takes its float value.
+HINT_DENOMINATOR = 10**12
+
+Output = tuple[int, ...]
+
+
+@dataclass
+class Column:
+    """One LP variable: drafted tree ``tree`` (index), its node ``node`` (the first with this path), token ``y``."""
+
+    tree: int
+    node: int
+    y: int
+    output: Output
+    depth: int
+
+
+@dataclass
+class LP:
+    """``max c·x`` subject to ``A x = b``, ``x ≥ 0``; ``A`` by column (row index → coefficient), exact."""
+
+    columns: list[Column]
+    entries: list[dict[int, object]]
+    b: list
+    c: list
+    trees: list  # (DraftTree, P(T))
+    height: int
+    vocab: int
+
+    @property
+    def rows(self) -> int:
+        return len(self.b)
+
+
+@dataclass
+class Optimum:
+    """The settled optimum: ``E[τ]*`` exact, whether the primal point and the dual certificate checked exactly."""
+
+    optimum: Fraction
+    float_optimum: float
+    primal_checked: bool
+    dual_checked: bool
+    #: ``b^T y = c^T x`` exactly: with both checks, ``optimum`` is the exact maximum
+    closed: bool
+    columns: int
+    rows: int
+    trees: int
+    seconds: float
+    timings: dict = field(default_factory=dict)
+    #: the exact primal point: column index → value (positive entries only)
+    primal: dict = field(default_factory=dict, repr=False)
+    #: the exact dual: one value per row (trees first, then the sequences of Σ^(H+1) in lexicographic order)
+    dual: list = field(default_factory=list, repr=False)
+    lp: LP | None = field(default=None, repr=False)
+
+    @property
+    def proved(self) -> bool:
+        return self.primal_checked and self.dual_checked and self.closed
+
+    def to_json(self) -> dict:
+        return {"optimum": str(self.optimum), "optimum_float": float(self.optimum),
+                "highs_optimum": self.float_optimum, "primal_checked": self.primal_checked,
+                "dual_checked": self.dual_checked, "closed": self.closed, "columns": self.columns, "rows": self.rows,
+                "trees": self.trees, "seconds": round(self.seconds, 3),
+                "timings": {k: round(v, 3) for k, v in self.timings.items()}}
+
+
+def column_estimate(nodes: int, vocab: int) -> int:
+    """``V^(nodes−1) · nodes · V``: at most that many drafted trees times their columns."""
+    return vocab ** (nodes - 1) * nodes * vocab
+
+
+def check_size(drafter: Drafter, vocab: int, max_columns: int = MAX_COLUMNS) -> int:
+    """Refuse a drafter the LP does not take (not a fixed shape) or a shape whose column estimate is over
+    ``max_columns``; return the estimate."""
+    scheme = getattr(drafter, "scheme", None)
+    topology = getattr(drafter, "topology", None)
+    if scheme not in DRAFTING or topology is None:
+        raise InvalidParameterError("drafting", f"the optimum takes fixed-shape schemes only ({', '.join(DRAFTING)}), "
+                                                f"got {scheme!r}")
+    nodes = len(topology.parents)
+    estimate = column_estimate(nodes, vocab)
+    if estimate > max_columns:
+        raise InvalidParameterError("depth", f"the LP would have about {estimate:,} columns (V^(nodes−1)·nodes·V with "
+                                             f"{nodes} nodes, V = {vocab}), over the limit of {max_columns:,}: reduce "
+                                             "--depth, --branching or --vocab")
+    return estimate
+
+
+def drafted_trees(view: ModelView, drafter: Drafter) -> list:
+    """Every drafted tree with its exact probability, identical trees (parents and tokens) merged."""
+    merged: dict[tuple, list] = {}
+    for draft, prob in enumerate_outcomes(lambda rng: drafter.draft(view, rng), True):
+        key = (tuple(draft.tree.parents), tuple(draft.tree.tokens))
+        if key in merged:
+            merged[key][1] += prob
+        else:
+            merged[key] = [draft.tree, prob]
+    return [(tree, prob) for tree, prob in merged.values() if prob > 0]
+
+
+def _completions(view: ModelView, height: int):
+    """``completion(o)``: the target's law of ``s ∈ Σ^(H+1)`` given the output ``o`` (``s`` as its index in
+    lexicographic order → ``q(s[|o|:] | o)``), cached."""
+    vocab = view.vocab
+    cache: dict[Output, dict[int, object]] = {}
+
+    def index_base(o: Output) -> int:
+        base = 0
+        for tok in o:
+            base = base * vocab + tok
+        return base * vocab ** (height + 1 - len(o))
+
+    def completion(o: Output) -> dict[int, object]:
+        got = cache.get(o)
+        if got is not None:
+            return got
+        if len(o) == height + 1:
+            got = {index_base(o): rational(1)}
+        else:
+            got = {}
+            for x, px in enumerate(view.q(o)):
+                if px > 0:
+                    for s, ps in completion(o + (x,)).items():
+                        got[s] = px * ps
+        cache[o] = got
+        return got
+
+    return completion
+
+
+def build_lp(model: ModelPair, drafter: Drafter, context: Sequence[int] = ()) -> LP:
+    """The LP of one instance, exact (module docstring)."""
+    view = ModelView(model, "fraction", tuple(context))
+    height = drafter.height
+    vocab = view.vocab
+    trees = drafted_trees(view, drafter)
+    completion = _completions(view, height)
+    n_trees = len(trees)
+    columns: list[Column] = []
+    entries: list[dict[int, object]] = []
+    for t, (tree, _) in enumerate(trees):
+        seen: set[Output] = set()
+        for v in range(len(tree)):
+            path = tree.path(v)
+            if path in seen:
+                continue
+            seen.add(path)
+            for y in range(vocab):
+                o = path + (y,)
+                col = {t: rational(1)}
+                for s, coef in completion(o).items():
+                    col[n_trees + s] = coef
+                columns.append(Column(t, v, y, o, len(path)))
+                entries.append(col)
+    target = completion(())
+    b = [prob for _, prob in trees] + [target.get(s, rational(0)) for s in range(vocab ** (height + 1))]
+    c = [rational(col.depth) for col in columns]
+    return LP(columns, entries, b, c, trees, height, vocab)
+
+
+# ---- exact sparse linear algebra -------------------------------------------------------------------------------
+def solve_sparse(equations: list[tuple[dict[int, object], object]], hint: dict[int, object]) -> dict[int, object] | None:
+    """A solution of the equations (each ``({variable: coefficient}, rhs)``), exact, or ``None`` if they are
+    inconsistent. Gaussian elimination with a sparsest-row, rarest-column pivot; a variable no pivot determines
+    takes its ``hint`` value (0 if none)."""
+    eqs = [dict(e) for e, _ in equations]
+    rhs = [r for _, r in equations]
+    occurs: dict[int, set[int]] = {}
+    for i, e in enumerate(eqs):
+        for j in e:
+            occurs.setdefault(j, set()).add(i)
+    active = set(range(len(eqs)))
+    order: list[tuple[int, int]] = []  # (equation, pivot variable)
+    zero = rational(0)
+    while active:
+        i = min(active, key=lambda k: len(eqs[k]))
+        active.discard(i)
+        e = eqs[i]
+        if not e:
+            if rhs[i] != 0:
+                return None
+            continue
+        j = min(e, key=lambda k: len(occurs[k]))
+        pivot = e[j]
+        for k in list(occurs[j]):
+            if k == i or k not in active:
+                continue
+            other = eqs[k]
+            factor = other[j] / pivot
+            for jj, a in e.items():
+                value = other.get(jj, zero) - factor * a
+                if value == 0:
+                    if jj in other:
+                        del other[jj]
+                        occurs[jj].discard(k)
+                else:
+                    if jj not in other:
+                        occurs.setdefault(jj, set()).add(k)
+                    other[jj] = value
+            rhs[k] = rhs[k] - factor * rhs[i]
+        for jj in e:
+            occurs[jj].discard(i)
+        order.append((i, j))
+    values: dict[int, object] = {}
+    pivots = {j for _, j in order}
+    for i, j in reversed(order):
+        e = eqs[i]
+        acc = rhs[i]
+        for jj, a in e.items():
+            if jj == j:
+                continue
+            if jj not in values:
+                values[jj] = hint.get(jj, zero) if jj not in pivots else zero
+            acc = acc - a * values[jj]
+        values[j] = acc / e[j]
+    return values
+
+
+def _rationalised(value: float):
+    return rational(Fraction(value).limit_denominator(HINT_DENOMINATOR))
+
+
+# ---- the LP, solved and settled ---------------------------------------------------------------------------------
+def _float_solve(lp: LP):
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import csc_matrix
+
+    data, rows, cols = [], [], []
+    for j, col in enumerate(lp.entries):
+        for i, a in col.items():
+            rows.append(i)
+            cols.append(j)
+            data.append(float(a))
+    A = csc_matrix((data, (rows, cols)), shape=(lp.rows, len(lp.columns)))
+    b = np.array([float(v) for v in lp.b])
+    c = np.array([-float(v) for v in lp.c])
+    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs-ds")
+    if res.status != 0:
+        raise RuntimeError(f"HiGHS did not solve the optimum's LP: {res.message}")  # the LP is always feasible
+    dual = [-float(v) for v in res.eqlin.marginals]
+    return -float(res.fun), list(res.x), dual
+
+
+def check_primal(lp: LP, x: dict[int, object]) -> bool:
+    """Whether ``x`` (column → value, missing = 0) is exactly feasible: ``x ≥ 0`` and ``A x = b``."""
+    if any(v < 0 for v in x.values()):
+        return False
+    lhs = [rational(0)] * lp.rows
+    for j, v in x.items():
+        if v != 0:
+            for i, a in lp.entries[j].items():
+                lhs[i] += a * v
+    return all(l == r for l, r in zip(lhs, lp.b))
+
+
+def check_dual(lp: LP, y: Sequence) -> bool:
+    """Whether ``y`` is exactly dual feasible: ``A^T y ≥ c`` on every column."""
+    for j, col in enumerate(lp.entries):
+        if sum((a * y[i] for i, a in col.items()), rational(0)) < lp.c[j]:
+            return False
+    return True
+
+
+def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: dict | None = None):
+    """The exact primal point and dual certificate HiGHS's floats propose: ``(x, y)``, each ``None`` where its
+    exact system was inconsistent."""
+    timings = {} if timings is None else timings
+    start = time.perf_counter()
+    support = [j for j, v in enumerate(x_float) if v > SUPPORT_TOLERANCE]
+    by_row: dict[int, dict[int, object]] = {i: {} for i in range(lp.rows)}
+    for j in support:
+        for i, a in lp.entries[j].items():
+            by_row[i][j] = a
+    equations = [(by_row[i], lp.b[i]) for i in range(lp.rows)]
+    x = solve_sparse(equations, {j: _rationalised(x_float[j]) for j in support})
+    timings["primal"] = time.perf_counter() - start
+    start = time.perf_counter()
+    tight = [j for j, col in enumerate(lp.entries)
+             if abs(sum(float(a) * y_float[i] for i, a in col.items()) - float(lp.c[j])) < TIGHT_TOLERANCE]
+    hint = {i: _rationalised(v) for i, v in enumerate(y_float)}
+    y_map = solve_sparse([(lp.entries[j], lp.c[j]) for j in tight], hint)
+    y = None if y_map is None else [y_map.get(i, hint[i]) for i in range(lp.rows)]
+    timings["dual"] = time.perf_counter() - start
+    return x, y
+
+
+def optimum(model: ModelPair, drafter: Drafter, context: Sequence[int] = (),
+            max_columns: int = MAX_COLUMNS) -> Optimum:
+    """``E[τ]*`` of one instance, solved by HiGHS and settled exactly (module docstring)."""
+    check_size(drafter, model.vocab, max_columns)
+    began = time.perf_counter()
+    timings: dict[str, float] = {}
+    lp = build_lp(model, drafter, context)
+    timings["build"] = time.perf_counter() - began
+    start = time.perf_counter()
+    value, x_float, y_float = _float_solve(lp)
+    timings["highs"] = time.perf_counter() - start
+    x, y = settle(lp, x_float, y_float, timings)
+    start = time.perf_counter()
+    primal_ok = x is not None and check_primal(lp, x)
+    dual_ok = y is not None and check_dual(lp, y)
+    primal_value = sum((lp.c[j] * v for j, v in x.items()), rational(0)) if x is not None else None
+    dual_value = sum((bi * yi for bi, yi in zip(lp.b, y)), rational(0)) if y is not None else None
+    timings["check"] = time.perf_counter() - start
+    closed = primal_ok and dual_ok and primal_value == dual_value
+    exact_value = primal_value if primal_ok else dual_value if dual_ok else None
+    return Optimum(None if exact_value is None else Fraction(int(exact_value.numerator), int(exact_value.denominator)),
+                   value, primal_ok, dual_ok, closed, len(lp.columns),
+                   lp.rows, len(lp.trees), time.perf_counter() - began, timings,
+                   {j: v for j, v in (x or {}).items() if v != 0}, y or [], lp)
