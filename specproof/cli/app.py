@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specproof.cli import (certify_commands, fetch_commands, gate_commands, prove_commands,  # noqa: F401
-                           sample_commands, torch_commands)
+from specproof.cli import (certify_commands, fetch_commands, gate_commands, optimum_commands,  # noqa: F401
+                           prove_commands, sample_commands, torch_commands)
 from specproof.cli.group import main
 
 __all__ = ["main"]

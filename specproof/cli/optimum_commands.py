@@ -1,0 +1,101 @@
+"""``specproof optimum``: the exact best ``E[τ]`` any lossless verifier could reach on one instance, and each rule's
+distance from it (:mod:`exact.prove.optimum`, docs/optimum.md). Registered on :func:`specproof.cli.group.main`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from exact.certificate import certify
+from exact.prove.optimum import MAX_COLUMNS, optimum
+from simulator.errors import SpecproofError
+from simulator.numeric import to_json_number
+from simulator.verifiers import VERIFIERS
+from simulator.verifiers.registry import load_verifier
+from specproof.cli.group import main
+from specproof.cli.options import (COUNT_LIMIT, Output, build_drafter, limit_options, limited, model_factory,
+                                   model_options, tree_options, write_output)
+from simulator.jsonfile import check_output_file
+
+#: Exit status: 0 the optimum proved exactly (primal and dual checked, equal), 4 HiGHS's value not settled exactly.
+UNSETTLED_EXIT = 4
+
+
+def _rule_row(model, drafter, name: str, best, max_executions: int, timeout: float, fn=None) -> dict:
+    """One rule's exact ``E[τ]`` and efficiency, or why it was not certified here."""
+    try:
+        with limited(max_executions, timeout):
+            cert = certify(model, drafter, name if fn is None else fn)
+    except SpecproofError as err:
+        return {"verifier": name, "skipped": f"{err.field}: {err.message}"}
+    row = {"verifier": name, "lossless": cert.lossless, "expected_accepted": cert.expected_accepted}
+    if best is not None and best > 0:
+        row["efficiency"] = cert.expected_accepted / best
+    if cert.lossless and best is not None and cert.expected_accepted > best:
+        row["above_optimum"] = True  # a lossless rule above the ceiling: a bug in one of the two
+    return row
+
+
+def _short(value) -> str:
+    """An exact rational as ``num/den (float)``, or the float and its size where the fraction is long (--json has it)."""
+    text = str(value)
+    if len(text) > 40:
+        return f"{float(value):.9f} (exact: a fraction of {len(text)} characters, in --json)"
+    return f"{text} ({float(value):.6f})"
+
+
+@main.command("optimum")
+@model_options
+@tree_options
+@click.option("--max-columns", type=COUNT_LIMIT, default=MAX_COLUMNS, show_default=True,
+              help="refuse an LP whose column estimate V^(nodes−1)·nodes·V is larger")
+@click.option("--rules/--no-rules", default=True, show_default=True,
+              help="certify each built-in rule that claims the drafting scheme, with its efficiency")
+@click.option("--json", "json_out", type=Output(), help="write the optimum and the rules' rows here")
+@limit_options
+def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, max_columns, rules, json_out,
+                max_executions, timeout, **tree) -> None:
+    """The exact ceiling E[τ]*: the best E[τ] any lossless verifier could reach on this model pair, shape and
+    drafting (an LP solved by HiGHS, settled in exact rationals with a checked primal point and dual certificate),
+    and each built-in rule's exact E[τ] and efficiency E[τ]/E[τ]*. Exit 0 proved exactly, 4 not settled."""
+    check_output_file(json_out, "json")
+    model = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)(seed)
+    extra = None
+    if tree["verifier"] is not None:
+        extra = load_verifier(tree["verifier"])  # a typo fails before the LP
+    scheme = tree["drafting"]
+    tree = {**tree, "verifier": None}  # --verifier is a rule to compare, not a pairing to check here
+    drafter, drafting = build_drafter(model, tree)
+    with limited(0, timeout):
+        result = optimum(model, drafter, max_columns=max_columns or MAX_COLUMNS)
+    best = result.optimum
+    verdict = "PROVED" if result.proved else "NOT SETTLED"
+    click.echo(f"optimum: E[τ]* = {best} ({float(best):.6f})" if best is not None else "optimum: no exact value")
+    click.echo(f"  model {model.describe()['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()))
+    click.echo(f"  {verdict}: primal point {'checked' if result.primal_checked else 'NOT checked'} exactly, dual "
+               f"certificate {'checked' if result.dual_checked else 'NOT checked'} exactly, objectives "
+               f"{'equal' if result.closed else 'NOT equal'}; HiGHS: {result.float_optimum:.12f}")
+    click.echo(f"  LP: {result.columns:,} columns, {result.rows:,} rows, {result.trees:,} drafted trees; "
+               f"{result.seconds:.2f} s")
+    click.echo("  an oracle's bound: π may read the model's rows off the drafted tree, which a real verifier does "
+               "not see (equal to the best tree-local rule on chains and at depth 1, an upper bound elsewhere)")
+    names = [spec.name for spec in VERIFIERS.values() if scheme in spec.lossless_under] if rules else []
+    rows = [_rule_row(model, drafter, name, best, max_executions, timeout) for name in names]
+    if extra is not None:
+        rows.append(_rule_row(model, drafter, extra[0], best, max_executions, timeout, extra[1]))
+    for row in rows:
+        if "skipped" in row:
+            click.echo(f"  {row['verifier']:12s} not certified here: {row['skipped']}")
+            continue
+        eff = f", efficiency {float(row['efficiency']):.4f}" if "efficiency" in row else ""
+        flag = "" if row["lossless"] else " LOSSY"
+        above = "  ABOVE THE OPTIMUM" if row.get("above_optimum") else ""
+        click.echo(f"  {row['verifier']:12s} E[τ] = {_short(row['expected_accepted'])}{eff}{flag}{above}")
+    out = {**result.to_json(), "config": {**model.describe(), **drafting},
+           "rules": [{k: (to_json_number(v, "fraction") if k in ("expected_accepted", "efficiency") else v)
+                      for k, v in row.items()} for row in rows]}
+    write_output(json_out, out)
+    if any(row.get("above_optimum") for row in rows):
+        sys.exit(1)
+    sys.exit(0 if result.proved else UNSETTLED_EXIT)
