@@ -1,0 +1,134 @@
+"""The exact ceiling E[τ]* (exact/prove/optimum.py, issue 55): equal to Block Verification on chains (its Theorem 2)
+and to the optimal-transport rule at depth 1, above every built-in rule elsewhere, 6/5 on the issue's instance;
+every answer rests on an exact primal point and an exact dual certificate, and a wrong certificate fails."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction as F
+
+import pytest
+from click.testing import CliRunner
+
+from exact.certificate import certify, round_law
+from exact.prove.optimum import check_dual, check_primal, check_size, column_estimate, optimum, solve_sparse
+from simulator.drafting.drafter_registry import make_drafter
+from simulator.completion import TARGET
+from simulator.errors import InvalidParameterError
+from simulator.models import make_model
+from simulator.numeric import rational
+from simulator.trees import make_topology
+from simulator.verifiers import VERIFIERS
+from simulator.verifiers.registry import ALL_SHAPES
+from specproof.cli import app as cli
+
+
+def instance(topology: str, depth: int, branching: int, vocab: int, seed: int, scheme: str = "iid"):
+    model = make_model("random-rational", None, vocab, seed)
+    return model, make_drafter(scheme, make_topology(topology, depth, branching), model)
+
+
+def proved(model, drafter):
+    result = optimum(model, drafter)
+    assert result.primal_checked and result.dual_checked and result.closed, result
+    assert abs(float(result.optimum) - result.float_optimum) < 1e-9
+    return result
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_on_chains_the_optimum_is_block_verification(seed):
+    """BV's Theorem 2: on a chain no lossless verifier accepts more than Block Verification."""
+    model, drafter = instance("chain", 3, 1, 3, seed)
+    assert proved(model, drafter).optimum == certify(model, drafter, "bv").expected_accepted
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_at_depth_one_the_optimum_is_the_optimal_transport_rule(seed):
+    model, drafter = instance("complete", 1, 2, 3, seed)
+    assert proved(model, drafter).optimum == certify(model, drafter, "tv-opt").expected_accepted
+
+
+@pytest.mark.parametrize("shape", [("chain", 2, 1, 3, 2), ("complete", 1, 2, 3, 4), ("multi-chain", 2, 2, 2, 0)])
+def test_no_lossless_rule_is_above_the_optimum(shape):
+    model, drafter = instance(*shape)
+    best = proved(model, drafter).optimum
+    checked = 0
+    for spec in VERIFIERS.values():
+        if "iid" not in spec.lossless_under or (spec.shapes != ALL_SHAPES and shape[0] not in spec.shapes):
+            continue
+        law = round_law(model, drafter, spec.name)
+        if any(outcome.completion is not TARGET for outcome in law.outcomes):
+            continue  # greedy BV: lossless over rounds through a modified target, outside the per-round LP
+        assert law.distance().tvd == 0 and law.expected_accepted() <= best, (spec.name, law.expected_accepted(), best)
+        checked += 1
+    assert checked >= 5
+
+
+def test_the_issues_instance_is_six_fifths_above_layer_rrs():
+    """Complete b = 2, H = 2, V = 3, random-rational seed 1, iid: E[τ]* = 6/5, above lv-rrs's 215/189."""
+    model, drafter = instance("complete", 2, 2, 3, 1)
+    result = proved(model, drafter)
+    assert result.optimum == F(6, 5)
+    assert result.optimum > F(215, 189) == certify(model, drafter, "lv-rrs").expected_accepted
+    assert (result.trees, result.rows) == (324, 324 + 27)
+
+
+def test_a_wrong_certificate_fails_the_exact_checks():
+    """Negative controls: the settled dual, nudged on one row, is no longer dual feasible or no longer proves the
+    value; the primal point, moved off one column, breaks an equality."""
+    model, drafter = instance("complete", 2, 2, 3, 1)
+    result = proved(model, drafter)
+    lp = result.lp
+    assert check_dual(lp, result.dual) and check_primal(lp, result.primal)
+    tight_row = max(range(lp.rows), key=lambda i: abs(result.dual[i]))
+    for delta in (F(-1, 10**6), F(1, 10**6)):
+        nudged = list(result.dual)
+        nudged[tight_row] += delta
+        value = sum((b * y for b, y in zip(lp.b, nudged)), rational(0))
+        assert not check_dual(lp, nudged) or value != result.optimum
+    below = [y - F(1, 10**9) for y in result.dual]  # every multiplier lowered: some column's constraint breaks
+    assert not check_dual(lp, below)
+    moved = dict(result.primal)
+    j = next(iter(moved))
+    moved[j] = moved[j] + F(1, 7)
+    assert not check_primal(lp, moved)
+    moved[j] = -moved[j]
+    assert not check_primal(lp, moved)
+
+
+def test_sparse_elimination_solves_consistent_and_refuses_inconsistent_systems():
+    one = rational(1)
+    eqs = [({0: one, 1: one}, rational(3)), ({1: one, 2: -one}, rational(1)), ({0: one, 2: 2 * one}, rational(3))]
+    x = solve_sparse(eqs, {})
+    assert (x[0], x[1], x[2]) == (1, 2, 1)
+    free = solve_sparse([({0: one, 1: one}, rational(1))], {1: rational(1, 4)})  # one free variable: its hint
+    assert free[0] + free[1] == 1 and free[1] == rational(1, 4)
+    assert solve_sparse([({0: one}, one), ({0: 2 * one}, one)], {}) is None
+
+
+def test_a_shape_over_the_limit_is_refused_with_its_estimate():
+    model, drafter = instance("complete", 3, 2, 3, 0)  # 15 nodes: 3^14 · 15 · 3 columns
+    estimate = column_estimate(15, 3)
+    with pytest.raises(InvalidParameterError, match=f"{estimate:,} columns") as err:
+        check_size(drafter, 3)
+    assert err.value.field == "depth"
+    dyspec = make_drafter("dyspec", None, model)
+    with pytest.raises(InvalidParameterError) as err:
+        check_size(dyspec, 3)
+    assert err.value.field == "drafting"
+
+
+def test_the_command_prints_the_optimum_and_each_rules_efficiency(tmp_path):
+    out = tmp_path / "optimum.json"
+    args = ["optimum", "--model", "random-rational", "--vocab", "3", "--seed", "1", "--topology", "chain",
+            "--depth", "3", "--verifier", "tv-sps", "--json", str(out)]
+    result = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "E[τ]* = 45901/35280" in result.output and "dual certificate checked exactly" in result.output
+    assert "an oracle's bound" in result.output
+    data = json.loads(out.read_text())
+    assert data["optimum"] == "45901/35280" and data["dual_checked"] and data["primal_checked"]
+    rows = {row["verifier"]: row for row in data["rules"]}
+    assert F(rows["bv"]["efficiency"]) == 1 and F(rows["tv-sps"]["efficiency"]) < 1
+    refused = CliRunner().invoke(cli.main, ["optimum", "--vocab", "3", "--depth", "3", "--max-columns", "1000"])
+    assert refused.exit_code == 2 and "columns" in refused.output
