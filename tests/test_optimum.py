@@ -4,6 +4,7 @@ every answer rests on an exact primal point and an exact dual certificate, and a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from fractions import Fraction as F
 
@@ -132,3 +133,20 @@ def test_the_command_prints_the_optimum_and_each_rules_efficiency(tmp_path):
     assert F(rows["bv"]["efficiency"]) == 1 and F(rows["tv-sps"]["efficiency"]) < 1
     refused = CliRunner().invoke(cli.main, ["optimum", "--vocab", "3", "--depth", "3", "--max-columns", "1000"])
     assert refused.exit_code == 2 and "columns" in refused.output
+
+
+def test_the_optimal_verifier_written_certifies_lossless_at_the_optimum(tmp_path):
+    """The cross-check that the LP encodes losslessness as the exact engine does: the written π, certified by
+    enumeration, is LOSSLESS with E[τ] = E[τ]*."""
+    module = tmp_path / "optimal_c22.py"
+    args = ["optimum", "--model", "random-rational", "--vocab", "3", "--seed", "1", "--topology", "complete",
+            "--depth", "2", "--no-rules", "--verifier-out", str(module)]
+    result = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert result.exit_code == 0 and "optimal verifier written" in result.output, result.output
+    spec = importlib.util.spec_from_file_location("optimal_c22", module)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    model, drafter = instance("complete", 2, 2, 3, 1)
+    cert = certify(model, drafter, loaded.verify)
+    assert cert.lossless and cert.expected_accepted == F(6, 5)
+    assert loaded.verify.schemes == ("iid",)

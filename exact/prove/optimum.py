@@ -354,3 +354,40 @@ def optimum(model: ModelPair, drafter: Drafter, context: Sequence[int] = (),
                    value, primal_ok, dual_ok, closed, len(lp.columns),
                    lp.rows, len(lp.trees), time.perf_counter() - began, timings,
                    {j: v for j, v in (x or {}).items() if v != 0}, y or [], lp)
+
+
+# ---- the optimal verifier, runnable ----------------------------------------------------------------------------
+def verifier_module(result: Optimum, scheme: str, description: str = "") -> str:
+    """The source of a verifier module drawing the optimal ``π``: per drafted tree (its parents and tokens), the
+    table of ``(node, y, π(T, v, y) / P(T))``, drawn with ``rng.categorical``. ``certify`` takes it as
+    ``MODULE:verify`` and must find it LOSSLESS with ``E[τ] = E[τ]*`` on the instance it was solved for (on any
+    other model pair it is a table of the wrong rows)."""
+    lp = result.lp
+    if lp is None or not result.primal_checked:
+        raise InvalidParameterError("verifier_out", "no exactly checked primal point to write")
+    per_tree: dict[int, list] = {}
+    for j, value in sorted(result.primal.items()):
+        col = lp.columns[j]
+        per_tree.setdefault(col.tree, []).append((col.node, col.y, value / lp.trees[col.tree][1]))
+    lines = [f'"""The optimal verifier of one instance, written by ``specproof optimum --verifier-out`` '
+             f'(docs/optimum.md).', "",
+             f"E[τ]* = {result.optimum}; {description}".rstrip("; "),
+             "An oracle's table: its draws use the model's rows off the drafted tree; it is lossless on this "
+             "instance only.", '"""', "",
+             "from fractions import Fraction", "",
+             "#: (parents, tokens) of each drafted tree -> ((node, y, probability), ...)",
+             "_TABLE = {"]
+    for t, (tree, _) in enumerate(lp.trees):
+        entries = ", ".join(f'({node}, {y}, "{prob}")' for node, y, prob in per_tree.get(t, []))
+        lines.append(f"    ({tuple(tree.parents)!r}, {tuple(tree.tokens)!r}): ({entries},),")
+    lines += ["}",
+              "TABLE = {key: tuple((node, y, Fraction(prob)) for node, y, prob in rows) for key, rows in "
+              "_TABLE.items()}", "", "",
+              "def verify(tree, p, q, rng):",
+              '    """The accepted node and the next token, drawn from the optimal π given the drafted tree."""',
+              "    key = (tuple(tree.parents), tuple(tree.tokens[v] for v in range(len(tree.parents))))",
+              "    rows = TABLE[key]",
+              "    node, y, _ = rows[rng.categorical([prob for _, _, prob in rows])]",
+              "    return node, y", "", "",
+              f"verify.schemes = ({scheme!r},)", ""]
+    return "\n".join(lines)

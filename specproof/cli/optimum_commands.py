@@ -4,11 +4,12 @@ distance from it (:mod:`exact.prove.optimum`, docs/optimum.md). Registered on :f
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from exact.certificate import round_law
-from exact.prove.optimum import MAX_COLUMNS, optimum
+from exact.prove.optimum import MAX_COLUMNS, optimum, verifier_module
 from simulator.completion import TARGET
 from simulator.errors import SpecproofError
 from simulator.numeric import to_json_number
@@ -16,8 +17,8 @@ from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import load_verifier
 from specproof.cli.group import main
 from specproof.cli.options import (COUNT_LIMIT, Output, build_drafter, limit_options, limited, model_factory,
-                                   model_options, tree_options, write_output)
-from simulator.jsonfile import check_output_file
+                                   kept, model_options, tree_options, write_output)
+from simulator.jsonfile import check_output_file, write_text
 
 #: Exit status: 0 the optimum proved exactly (primal and dual checked, equal), 4 HiGHS's value not settled exactly.
 UNSETTLED_EXIT = 4
@@ -62,13 +63,16 @@ def _short(value) -> str:
 @click.option("--rules/--no-rules", default=True, show_default=True,
               help="certify each built-in rule that claims the drafting scheme, with its efficiency")
 @click.option("--json", "json_out", type=Output(), help="write the optimum and the rules' rows here")
+@click.option("--verifier-out", type=Output(),
+              help="write the optimal π as a verifier module (certify --verifier MODULE:verify: LOSSLESS, E[τ]*)")
 @limit_options
 def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, max_columns, rules, json_out,
-                max_executions, timeout, **tree) -> None:
+                verifier_out, max_executions, timeout, **tree) -> None:
     """The exact ceiling E[τ]*: the best E[τ] any lossless verifier could reach on this model pair, shape and
     drafting (an LP solved by HiGHS, settled in exact rationals with a checked primal point and dual certificate),
     and each built-in rule's exact E[τ] and efficiency E[τ]/E[τ]*. Exit 0 proved exactly, 4 not settled."""
     check_output_file(json_out, "json")
+    check_output_file(verifier_out, "verifier_out")
     model = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)(seed)
     extra = None
     if tree["verifier"] is not None:
@@ -108,6 +112,13 @@ def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pro
     out = {**result.to_json(), "config": {**model.describe(), **drafting},
            "rules": [{k: (to_json_number(v, "fraction") if k in ("expected_accepted", "efficiency") else v)
                       for k, v in row.items()} for row in rows]}
+    if verifier_out and result.primal_checked:
+        described = ", ".join(f"{k} {v}" for k, v in {**model.describe(), **drafting}.items())
+        text = verifier_module(result, scheme, described)
+        if kept(lambda: write_text(verifier_out, text, "verifier_out") or True):
+            click.echo(f"  optimal verifier written to {verifier_out}: from its folder, certify --verifier "
+                       f"{Path(verifier_out).stem}:verify with these options gives LOSSLESS and E[τ]*")
+            out["verifier_out"] = str(verifier_out)
     write_output(json_out, out)
     if any(row.get("above_optimum") for row in rows):
         sys.exit(1)
