@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from fractions import Fraction as F
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -150,3 +151,17 @@ def test_the_optimal_verifier_written_certifies_lossless_at_the_optimum(tmp_path
     cert = certify(model, drafter, loaded.verify)
     assert cert.lossless and cert.expected_accepted == F(6, 5)
     assert loaded.verify.schemes == ("iid",)
+
+
+def test_the_docs_worked_example_holds():
+    """docs/optimum.md's worked example: the numbers it prints are the ones computed."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "optimum.md").read_text()
+    model, drafter = instance("chain", 3, 1, 3, 1)
+    chain = proved(model, drafter).optimum
+    sps = certify(model, drafter, "tv-sps").expected_accepted
+    assert (chain, sps) == (F(45901, 35280), F(71591, 60480))
+    assert f"`{chain}`" in text and f"`{sps}`" in text and f"about {float(sps / chain):.4f}" in text
+    model, drafter = instance("complete", 2, 2, 3, 1)
+    tree = proved(model, drafter)
+    assert f"it is `{tree.optimum}`, and the\nLP has {tree.columns:,} columns, {tree.rows} rows and {tree.trees} " \
+           f"drafted trees" in text
