@@ -9,11 +9,13 @@ import json
 from fractions import Fraction as F
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from exact.certificate import certify, round_law
-from exact.prove.optimum import check_dual, check_primal, check_size, column_estimate, optimum, solve_sparse
+from exact.prove.optimum import (check_dual, check_primal, check_size, column_estimate, optimum, rule_margins,
+                                  solve_sparse)
 from simulator.drafting.drafter_registry import make_drafter
 from simulator.completion import TARGET
 from simulator.errors import InvalidParameterError
@@ -165,3 +167,26 @@ def test_the_docs_worked_example_holds():
     tree = proved(model, drafter)
     assert f"it is `{tree.optimum}`, and the\nLP has {tree.columns:,} columns, {tree.rows} rows and {tree.trees} " \
            f"drafted trees" in text
+
+
+def _random_instances(count: int, seed: int, topology: str, depths=(1, 4), vocabs=(2, 4), branching: int = 1):
+    from simulator.drafting import FixedShape
+    from simulator.models import RandomRationalModel
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        model = RandomRationalModel(int(rng.integers(*vocabs)), int(rng.integers(2**31)), zero_prob=0.3)
+        shape = make_topology(topology, int(rng.integers(*depths)), branching)
+        yield model, FixedShape(shape), f"vocab={model.vocab} seed={model.seed} H={shape.height}"
+
+
+def test_the_theorem_margins_hold_and_catch_a_rule_above_the_ceiling():
+    """The checks `specproof theorems` can run (rule_margins): optimum = bv on random chains, = tv-opt at depth 1,
+    every claiming rule ≤ optimum on trees; a lossy rule that accepts everything shows a negative margin."""
+    chains = rule_margins(_random_instances(12, 1, "chain", (1, 4), (2, 4)), ["bv"], equal=True)
+    assert chains.holds and chains.instances == 12 and chains.worst == 0
+    one_step = rule_margins(_random_instances(8, 2, "complete", (1, 2), (2, 4), 2), ["tv-opt"], equal=True)
+    assert one_step.holds and one_step.worst == 0
+    below = rule_margins(_random_instances(4, 3, "complete", (2, 3), (2, 3), 2), ["tv-rrs", "lv-rrs", "trv"])
+    assert below.holds and below.instances == 12
+    broken = rule_margins(_random_instances(3, 4, "chain", (2, 3), (3, 4)), ["bug-accept-all"])
+    assert not broken.holds and broken.worst < 0 and "bug-accept-all" in broken.where

@@ -391,3 +391,49 @@ def verifier_module(result: Optimum, scheme: str, description: str = "") -> str:
               "    return node, y", "", "",
               f"verify.schemes = ({scheme!r},)", ""]
     return "\n".join(lines)
+
+
+# ---- checks against the papers (for ``specproof theorems``) ----------------------------------------------------
+@dataclass
+class Margin:
+    """The worst exact margin of a claim over its instances: ``≥ 0`` on each exactly when it holds there."""
+
+    instances: int = 0
+    worst: Fraction | None = None
+    where: str = ""
+
+    def see(self, margin, where: str) -> None:
+        self.instances += 1
+        margin = Fraction(int(margin.numerator), int(margin.denominator)) if hasattr(margin, "numerator") else margin
+        if self.worst is None or margin < self.worst:
+            self.worst, self.where = margin, where
+
+    @property
+    def holds(self) -> bool:
+        return self.instances > 0 and self.worst is not None and self.worst >= 0
+
+
+def rule_margins(instances, rules: Sequence[str], equal: bool = False, tick=lambda: None) -> Margin:
+    """Over ``instances`` (``(model, drafter, where)``), the worst margin of ``E[τ]* − E[τ](rule)`` (``equal``:
+    of ``−|E[τ]* − E[τ](rule)|``) for each named rule: a negative margin is a rule above the ceiling, or off it
+    where equality is claimed. An optimum not proved exactly counts as margin −1. A rule whose output is completed
+    by a modified target (outside the per-round LP) is not compared."""
+    from simulator.completion import TARGET
+
+    from ..certificate import round_law
+
+    worst = Margin()
+    for model, drafter, where in instances:
+        result = optimum(model, drafter)
+        if not result.proved:
+            worst.see(Fraction(-1), f"{where}: optimum not proved")
+            tick()
+            continue
+        for name in rules:
+            law = round_law(model, drafter, name)
+            if any(outcome.completion is not TARGET for outcome in law.outcomes):
+                continue
+            gap = result.optimum - Fraction(law.expected_accepted())
+            worst.see(-abs(gap) if equal else gap, f"{where} vs {name}")
+        tick()
+    return worst
