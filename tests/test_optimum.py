@@ -108,6 +108,11 @@ def test_sparse_elimination_solves_consistent_and_refuses_inconsistent_systems()
     free = solve_sparse([({0: one, 1: one}, rational(1))], {1: rational(1, 4)})  # one free variable: its hint
     assert free[0] + free[1] == 1 and free[1] == rational(1, 4)
     assert solve_sparse([({0: one}, one), ({0: 2 * one}, one)], {}) is None
+    # optional equations: added while they add a pivot, an inconsistent one dropped, none after the last pivot
+    pinned = solve_sparse([({0: one, 1: one}, rational(1))], {1: rational(1, 4)},
+                          [({0: one, 1: one}, rational(5)), ({0: one, 1: -one}, rational(0)), ({1: one}, rational(9))],
+                          variables=2)
+    assert (pinned[0], pinned[1]) == (rational(1, 2), rational(1, 2))
 
 
 def test_a_shape_over_the_limit_is_refused_with_its_estimate():

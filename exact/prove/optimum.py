@@ -204,10 +204,14 @@ def build_lp(model: ModelPair, drafter: Drafter, context: Sequence[int] = ()) ->
 
 
 # ---- exact sparse linear algebra -------------------------------------------------------------------------------
-def solve_sparse(equations: list[tuple[dict[int, object], object]], hint: dict[int, object]) -> dict[int, object] | None:
+def solve_sparse(equations: list[tuple[dict[int, object], object]], hint: dict[int, object],
+                 optional: Sequence[tuple[dict[int, object], object]] = (),
+                 variables: int | None = None) -> dict[int, object] | None:
     """A solution of the equations (each ``({variable: coefficient}, rhs)``), exact, or ``None`` if they are
-    inconsistent. Gaussian elimination with a sparsest-row, rarest-column pivot; a variable no pivot determines
-    takes its ``hint`` value (0 if none)."""
+    inconsistent. Gaussian elimination with a sparsest-row, rarest-column pivot; then the ``optional`` equations in
+    their order, each reduced against the pivots so far and kept where it adds a pivot (one that is inconsistent
+    with them is dropped), until ``variables`` variables have a pivot; a variable no pivot determines takes its
+    ``hint`` value (0 if none)."""
     eqs = [dict(e) for e, _ in equations]
     rhs = [r for _, r in equations]
     occurs: dict[int, set[int]] = {}
@@ -246,6 +250,8 @@ def solve_sparse(equations: list[tuple[dict[int, object], object]], hint: dict[i
         for jj in e:
             occurs[jj].discard(i)
         order.append((i, j))
+    if optional:
+        _extend_lazily(eqs, rhs, order, optional, variables)
     values: dict[int, object] = {}
     pivots = {j for _, j in order}
     for i, j in reversed(order):
@@ -259,6 +265,44 @@ def solve_sparse(equations: list[tuple[dict[int, object], object]], hint: dict[i
             acc = acc - a * values[jj]
         values[j] = acc / e[j]
     return values
+
+
+def _extend_lazily(eqs: list, rhs: list, order: list, optional, variables: int | None) -> None:
+    """:func:`solve_sparse`'s optional equations: each reduced against the recorded pivots (earliest first; a
+    recorded equation holds no earlier pivot, so a heap of recorded indices suffices), recorded with a pivot of its
+    own where something is left. Stops once ``variables`` pivots exist."""
+    import heapq
+
+    zero = rational(0)
+    position = {j: k for k, (_, j) in enumerate(order)}
+    for e_in, r_in in optional:
+        if variables is not None and len(position) >= variables:
+            return
+        e, r = dict(e_in), r_in
+        heap = [position[j] for j in e if j in position]
+        heapq.heapify(heap)
+        while heap:
+            k = heapq.heappop(heap)
+            i, j = order[k]
+            if j not in e:
+                continue
+            factor = e[j] / eqs[i][j]
+            for jj, a in eqs[i].items():
+                value = e.get(jj, zero) - factor * a
+                if value == 0:
+                    e.pop(jj, None)
+                else:
+                    if jj not in e and jj in position:
+                        heapq.heappush(heap, position[jj])
+                    e[jj] = value
+            r = r - factor * rhs[i]
+        if not e:
+            continue  # implied by the pivots, or inconsistent with them: either way it adds nothing
+        j = min(e, key=lambda jj: (len(str(e[jj])), jj))
+        eqs.append(e)
+        rhs.append(r)
+        order.append((len(eqs) - 1, j))
+        position[j] = len(order) - 1
 
 
 def _rationalised(value: float):
@@ -321,10 +365,15 @@ def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: 
     x = solve_sparse(equations, {j: _rationalised(x_float[j]) for j in support})
     timings["primal"] = time.perf_counter() - start
     start = time.perf_counter()
-    tight = [j for j, col in enumerate(lp.entries)
-             if abs(sum(float(a) * y_float[i] for i, a in col.items()) - float(lp.c[j])) < TIGHT_TOLERANCE]
+    # The support's columns must be tight (complementary slackness, so that b^T y = c^T x); the other columns
+    # HiGHS leaves tight pin down the rest, surest first, until every row's multiplier has a pivot.
+    in_support = set(support)
+    slack = {j: abs(sum(float(a) * y_float[i] for i, a in col.items()) - float(lp.c[j]))
+             for j, col in enumerate(lp.entries) if j not in in_support}
+    tight = sorted((j for j, v in slack.items() if v < TIGHT_TOLERANCE), key=lambda j: (slack[j], len(lp.entries[j])))
     hint = {i: _rationalised(v) for i, v in enumerate(y_float)}
-    y_map = solve_sparse([(lp.entries[j], lp.c[j]) for j in tight], hint)
+    y_map = solve_sparse([(lp.entries[j], lp.c[j]) for j in support], hint,
+                         [(lp.entries[j], lp.c[j]) for j in tight], lp.rows)
     y = None if y_map is None else [y_map.get(i, hint[i]) for i in range(lp.rows)]
     timings["dual"] = time.perf_counter() - start
     return x, y
