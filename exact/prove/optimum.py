@@ -12,7 +12,7 @@ Maximising ``Σ π · depth(v)`` gives ``E[τ]*``. The bound is an oracle's: ``�
 the drafted tree, which a real verifier does not see; it equals the best tree-local rule on chains (Block
 Verification, its Theorem 2) and at depth 1 (the optimal-transport rule), elsewhere it is an upper bound.
 
-HiGHS solves the LP in floats (dual simplex, a vertex); the answer is then settled in exact rationals: the
+HiGHS solves the LP in floats (interior point and crossover: a vertex); the answer is then settled in exact rationals: the
 float solution's support gives a primal system solved exactly (sparse elimination), checked ``x ≥ 0`` and every
 equality exactly; the columns HiGHS's duals leave tight give a dual system ``A_J^T y = c_J`` solved exactly, checked
 ``A^T y ≥ c`` on every column; and ``b^T y = c^T x`` closes the proof (weak duality: nothing feasible does better).
@@ -42,6 +42,11 @@ MAX_COLUMNS = 250_000
 SUPPORT_TOLERANCE = 1e-11
 #: A column whose float reduced cost is within this of 0 is tight (in the dual system).
 TIGHT_TOLERANCE = 1e-9
+#: HiGHS's method (interior point, then crossover to a vertex: about twice as fast as the dual simplex at 10^5
+#: columns) and tolerances: at its default 1e-7 a basic variable of -1e-14 is left out of the support and the
+#: support's exact system is inconsistent (tapered b=3, H=2, V=3); at 1e-10 it is not.
+HIGHS_METHOD = "highs-ipm"
+HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 #: Denominators allowed when a free variable of an exact system takes its float value.
 HINT_DENOMINATOR = 10**12
 
@@ -324,7 +329,7 @@ def _float_solve(lp: LP):
     A = csc_matrix((data, (rows, cols)), shape=(lp.rows, len(lp.columns)))
     b = np.array([float(v) for v in lp.b])
     c = np.array([-float(v) for v in lp.c])
-    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs-ds")
+    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method=HIGHS_METHOD, options=HIGHS_OPTIONS)
     if res.status != 0:
         raise RuntimeError(f"HiGHS did not solve the optimum's LP: {res.message}")  # the LP is always feasible
     dual = [-float(v) for v in res.eqlin.marginals]
