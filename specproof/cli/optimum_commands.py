@@ -84,7 +84,7 @@ def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pro
         result = optimum(model, drafter, max_columns=max_columns or float("inf"))
     best = result.optimum
     verdict = "PROVED" if result.proved else "NOT SETTLED"
-    click.echo(f"optimum: E[τ]* = {best} ({float(best):.6f})" if best is not None else "optimum: no exact value")
+    click.echo(f"optimum: E[τ]* = {_short(best)}" if best is not None else "optimum: no exact value")
     click.echo(f"  model {model.describe()['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()))
     click.echo(f"  {verdict}: primal point {'checked' if result.primal_checked else 'NOT checked'} exactly, dual "
                f"certificate {'checked' if result.dual_checked else 'NOT checked'} exactly, objectives "
