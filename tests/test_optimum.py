@@ -74,7 +74,9 @@ def test_the_issues_instance_is_six_fifths_above_layer_rrs():
     result = proved(model, drafter)
     assert result.optimum == F(6, 5)
     assert result.optimum > F(215, 189) == certify(model, drafter, "lv-rrs").expected_accepted
-    assert (result.trees, result.rows) == (324, 324 + 27)
+    assert (result.trees, result.rows, result.columns) == (50, 50 + 27, 804)  # blocks of trees with the same paths
+    whole = optimum(model, drafter, merge=False)  # one block per drafted tree: the same optimum, proved
+    assert whole.proved and whole.optimum == F(6, 5) and (whole.trees, whole.columns) == (324, 5220)
 
 
 def test_a_wrong_certificate_fails_the_exact_checks():
@@ -171,7 +173,7 @@ def test_the_docs_worked_example_holds():
     model, drafter = instance("complete", 2, 2, 3, 1)
     tree = proved(model, drafter)
     assert f"it is `{tree.optimum}`, and the\nLP has {tree.columns:,} columns, {tree.rows} rows and {tree.trees} " \
-           f"drafted trees" in text
+           f"blocks of drafted trees" in text
 
 
 def _random_instances(count: int, seed: int, topology: str, depths=(1, 4), vocabs=(2, 4), branching: int = 1):

@@ -19,7 +19,10 @@ equality exactly; the columns HiGHS's duals leave tight give a dual system ``A_J
 Floats only propose; the verdict rests on the exact checks.
 
 Columns that give the same output in the same tree (siblings drafted with the same token) are one column: they
-enter every row alike and have the same depth, so merging them keeps the optimum.
+enter every row alike and have the same depth, so merging them keeps the optimum. Trees with the same set of
+root paths (siblings in another order under i.i.d. drafting, a duplicate sibling more or less) have the same
+columns and share one block, their probabilities added; a solution splits back in proportion, so this keeps the
+optimum too (:func:`paths_key`).
 """
 
 from __future__ import annotations
@@ -136,15 +139,24 @@ def check_size(drafter: Drafter, vocab: int, max_columns: int = MAX_COLUMNS) -> 
     return estimate
 
 
-def drafted_trees(view: ModelView, drafter: Drafter) -> list:
-    """Every drafted tree with its exact probability, identical trees (parents and tokens) merged."""
+def paths_key(tree) -> tuple:
+    """What the LP sees of a drafted tree: the set of its nodes' root paths, sorted. Two trees with the same set
+    (siblings in another order, a duplicate sibling more or less) have the same columns, so they share one block
+    with their probabilities added: a solution splits back in proportion, so the optimum is the same."""
+    return tuple(sorted({tree.path(v) for v in range(len(tree.parents))}))
+
+
+def drafted_trees(view: ModelView, drafter: Drafter, merge: bool = True) -> list:
+    """Every drafted tree with its exact probability; trees with the same :func:`paths_key` merged (``merge``),
+    else only identical ones (parents and tokens)."""
     merged: dict[tuple, list] = {}
     for draft, prob in enumerate_outcomes(lambda rng: drafter.draft(view, rng), True):
-        key = (tuple(draft.tree.parents), tuple(draft.tree.tokens))
+        tree = draft.tree
+        key = paths_key(tree) if merge else (tuple(tree.parents), tuple(tree.tokens))
         if key in merged:
             merged[key][1] += prob
         else:
-            merged[key] = [draft.tree, prob]
+            merged[key] = [tree, prob]
     return [(tree, prob) for tree, prob in merged.values() if prob > 0]
 
 
@@ -178,12 +190,12 @@ def _completions(view: ModelView, height: int):
     return completion
 
 
-def build_lp(model: ModelPair, drafter: Drafter, context: Sequence[int] = ()) -> LP:
-    """The LP of one instance, exact (module docstring)."""
+def build_lp(model: ModelPair, drafter: Drafter, context: Sequence[int] = (), merge: bool = True) -> LP:
+    """The LP of one instance, exact (module docstring); ``merge``: one block per :func:`paths_key`."""
     view = ModelView(model, "fraction", tuple(context))
     height = drafter.height
     vocab = view.vocab
-    trees = drafted_trees(view, drafter)
+    trees = drafted_trees(view, drafter, merge)
     completion = _completions(view, height)
     n_trees = len(trees)
     columns: list[Column] = []
@@ -385,12 +397,12 @@ def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: 
 
 
 def optimum(model: ModelPair, drafter: Drafter, context: Sequence[int] = (),
-            max_columns: int = MAX_COLUMNS) -> Optimum:
+            max_columns: int = MAX_COLUMNS, merge: bool = True) -> Optimum:
     """``E[τ]*`` of one instance, solved by HiGHS and settled exactly (module docstring)."""
     check_size(drafter, model.vocab, max_columns)
     began = time.perf_counter()
     timings: dict[str, float] = {}
-    lp = build_lp(model, drafter, context)
+    lp = build_lp(model, drafter, context, merge)
     timings["build"] = time.perf_counter() - began
     start = time.perf_counter()
     value, x_float, y_float = _float_solve(lp)
@@ -412,8 +424,9 @@ def optimum(model: ModelPair, drafter: Drafter, context: Sequence[int] = (),
 
 # ---- the optimal verifier, runnable ----------------------------------------------------------------------------
 def verifier_module(result: Optimum, scheme: str, description: str = "") -> str:
-    """The source of a verifier module drawing the optimal ``π``: per drafted tree (its parents and tokens), the
-    table of ``(node, y, π(T, v, y) / P(T))``, drawn with ``rng.categorical``. ``certify`` takes it as
+    """The source of a verifier module drawing the optimal ``π``: per block of drafted trees (their sorted root
+    paths, :func:`paths_key`), the table of ``(path to v, y, π / P(block))``, drawn with ``rng.categorical``; ``v``
+    is the first node of the drafted tree on that path. ``certify`` takes it as
     ``MODULE:verify`` and must find it LOSSLESS with ``E[τ] = E[τ]*`` on the instance it was solved for (on any
     other model pair it is a table of the wrong rows)."""
     lp = result.lp
@@ -422,27 +435,27 @@ def verifier_module(result: Optimum, scheme: str, description: str = "") -> str:
     per_tree: dict[int, list] = {}
     for j, value in sorted(result.primal.items()):
         col = lp.columns[j]
-        per_tree.setdefault(col.tree, []).append((col.node, col.y, value / lp.trees[col.tree][1]))
+        per_tree.setdefault(col.tree, []).append((col.output[:-1], col.y, value / lp.trees[col.tree][1]))
     lines = [f'"""The optimal verifier of one instance, written by ``specproof optimum --verifier-out`` '
              f'(docs/optimum.md).', "",
              f"E[τ]* = {result.optimum}; {description}".rstrip("; "),
              "An oracle's table: its draws use the model's rows off the drafted tree; it is lossless on this "
              "instance only.", '"""', "",
              "from fractions import Fraction", "",
-             "#: (parents, tokens) of each drafted tree -> ((node, y, probability), ...)",
+             "#: the sorted root paths of a drafted tree -> ((accepted path, y, probability), ...)",
              "_TABLE = {"]
     for t, (tree, _) in enumerate(lp.trees):
-        entries = ", ".join(f'({node}, {y}, "{prob}")' for node, y, prob in per_tree.get(t, []))
-        lines.append(f"    ({tuple(tree.parents)!r}, {tuple(tree.tokens)!r}): ({entries},),")
+        entries = ", ".join(f'({path!r}, {y}, "{prob}")' for path, y, prob in per_tree.get(t, []))
+        lines.append(f"    {paths_key(tree)!r}: ({entries},),")
     lines += ["}",
-              "TABLE = {key: tuple((node, y, Fraction(prob)) for node, y, prob in rows) for key, rows in "
+              "TABLE = {key: tuple((path, y, Fraction(prob)) for path, y, prob in rows) for key, rows in "
               "_TABLE.items()}", "", "",
               "def verify(tree, p, q, rng):",
-              '    """The accepted node and the next token, drawn from the optimal π given the drafted tree."""',
-              "    key = (tuple(tree.parents), tuple(tree.tokens[v] for v in range(len(tree.parents))))",
-              "    rows = TABLE[key]",
-              "    node, y, _ = rows[rng.categorical([prob for _, _, prob in rows])]",
-              "    return node, y", "", "",
+              '    """The accepted node and the next token, drawn from the optimal π given the drafted tree\'s paths."""',
+              "    paths = [tree.path(v) for v in range(len(tree.parents))]",
+              "    rows = TABLE[tuple(sorted(set(paths)))]",
+              "    path, y, _ = rows[rng.categorical([prob for _, _, prob in rows])]",
+              "    return paths.index(path), y", "", "",
               f"verify.schemes = ({scheme!r},)", ""]
     return "\n".join(lines)
 

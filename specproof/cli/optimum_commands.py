@@ -89,7 +89,8 @@ def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pro
     click.echo(f"  {verdict}: primal point {'checked' if result.primal_checked else 'NOT checked'} exactly, dual "
                f"certificate {'checked' if result.dual_checked else 'NOT checked'} exactly, objectives "
                f"{'equal' if result.closed else 'NOT equal'}; HiGHS: {result.float_optimum:.12f}")
-    click.echo(f"  LP: {result.columns:,} columns, {result.rows:,} rows, {result.trees:,} drafted trees; "
+    click.echo(f"  LP: {result.columns:,} columns, {result.rows:,} rows, {result.trees:,} blocks of drafted trees "
+               "(same root paths); "
                f"{result.seconds:.2f} s")
     click.echo("  an oracle's bound: π may read the model's rows off the drafted tree, which a real verifier does "
                "not see (equal to the best tree-local rule on chains and at depth 1, an upper bound elsewhere)")
