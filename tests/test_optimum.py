@@ -74,9 +74,10 @@ def test_the_issues_instance_is_six_fifths_above_layer_rrs():
     result = proved(model, drafter)
     assert result.optimum == F(6, 5)
     assert result.optimum > F(215, 189) == certify(model, drafter, "lv-rrs").expected_accepted
-    assert (result.trees, result.rows, result.columns) == (50, 50 + 27, 804)  # blocks of trees with the same paths
-    whole = optimum(model, drafter, merge=False)  # one block per drafted tree: the same optimum, proved
-    assert whole.proved and whole.optimum == F(6, 5) and (whole.trees, whole.columns) == (324, 5220)
+    # blocks of trees with the same root paths, classes of sequences with the same output prefixes
+    assert (result.trees, result.rows, result.columns) == (50, 70, 804)
+    whole = optimum(model, drafter, merge=False)  # one block per drafted tree, one row per sequence: the same optimum
+    assert whole.proved and whole.optimum == F(6, 5) and (whole.trees, whole.rows, whole.columns) == (324, 351, 5220)
 
 
 def test_a_wrong_certificate_fails_the_exact_checks():

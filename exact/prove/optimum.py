@@ -101,7 +101,7 @@ class Optimum:
     timings: dict = field(default_factory=dict)
     #: the exact primal point: column index → value (positive entries only)
     primal: dict = field(default_factory=dict, repr=False)
-    #: the exact dual: one value per row (trees first, then the sequences of Σ^(H+1) in lexicographic order)
+    #: the exact dual: one value per row (the blocks of trees first, then the classes of sequences of Σ^(H+1))
     dual: list = field(default_factory=list, repr=False)
     lp: LP | None = field(default=None, repr=False)
 
@@ -191,7 +191,8 @@ def _completions(view: ModelView, height: int):
 
 
 def build_lp(model: ModelPair, drafter: Drafter, context: Sequence[int] = (), merge: bool = True) -> LP:
-    """The LP of one instance, exact (module docstring); ``merge``: one block per :func:`paths_key`."""
+    """The LP of one instance, exact (module docstring); ``merge``: one block per :func:`paths_key` and one row per
+    class of sequences (:func:`_sequence_classes`), both keeping the feasible set of the output law."""
     view = ModelView(model, "fraction", tuple(context))
     height = drafter.height
     vocab = view.vocab
@@ -215,9 +216,44 @@ def build_lp(model: ModelPair, drafter: Drafter, context: Sequence[int] = (), me
                 columns.append(Column(t, v, y, o, len(path)))
                 entries.append(col)
     target = completion(())
-    b = [prob for _, prob in trees] + [target.get(s, rational(0)) for s in range(vocab ** (height + 1))]
+    sequences = vocab ** (height + 1)
+    row_of = _sequence_classes(columns, target, vocab, height) if merge else list(range(sequences))
+    n_rows = max(row_of) + 1
+    b = [prob for _, prob in trees] + [rational(0)] * n_rows
+    for s_index, prob in target.items():
+        b[n_trees + row_of[s_index]] += prob
+    if merge:
+        for col in entries:
+            merged: dict[int, object] = {}
+            for i, a in col.items():
+                key = i if i < n_trees else n_trees + row_of[i - n_trees]
+                merged[key] = merged.get(key, 0) + a
+            col.clear()
+            col.update(merged)
     c = [rational(col.depth) for col in columns]
     return LP(columns, entries, b, c, trees, height, vocab)
+
+
+def _sequence_classes(columns: list[Column], target: dict[int, object], vocab: int, height: int) -> list[int]:
+    """One row per class of sequences: ``s`` and ``s'`` share a class when the outputs that are prefixes of them
+    are the same (``s`` and ``s'`` agree up to the longest prefix that is an output) and both or neither have
+    target probability 0. Where ``q(s) > 0`` the row of ``s`` is ``q(s)`` times ``Σ_{o ⊑ s} L(o) / q(o) = 1``, the
+    same equation across the class, so their sum is equivalent to each; where ``q(s) = 0`` each row has
+    non-negative coefficients and right side 0, so their sum being 0 forces each to be. Returns the class of each
+    sequence index."""
+    outputs = {col.output for col in columns}
+    classes: dict[tuple, int] = {}
+    row_of = []
+    for s_index in range(vocab ** (height + 1)):
+        digits, rest = [], s_index
+        for _ in range(height + 1):
+            rest, d = divmod(rest, vocab)
+            digits.append(d)
+        seq = tuple(reversed(digits))
+        longest = max((k for k in range(1, height + 2) if seq[:k] in outputs), default=0)
+        key = (seq[:longest], s_index in target)
+        row_of.append(classes.setdefault(key, len(classes)))
+    return row_of
 
 
 # ---- exact sparse linear algebra -------------------------------------------------------------------------------
