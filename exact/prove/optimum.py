@@ -1,4 +1,4 @@
-"""The exact ceiling of one instance: the largest ``E[τ]`` any lossless verifier could reach (issue 55, docs/optimum.md).
+"""The exact ceiling of one instance: the largest ``E[τ]`` any lossless verifier could reach (docs/optimum.md).
 
 For a model pair, a fixed draft-tree shape and a drafting scheme, a lossless verifier is a solution
 ``π(T, v, y) ≥ 0`` of a linear system, one variable per drafted tree ``T`` (of probability ``P(T)``), node ``v``
@@ -12,10 +12,11 @@ Maximising ``Σ π · depth(v)`` gives ``E[τ]*``. The bound is an oracle's: ``�
 the drafted tree, which a real verifier does not see; it equals the best tree-local rule on chains (Block
 Verification, its Theorem 2) and at depth 1 (the optimal-transport rule), elsewhere it is an upper bound.
 
-HiGHS solves the LP in floats (interior point and crossover: a vertex); the answer is then settled in exact rationals: the
-float solution's support gives a primal system solved exactly (sparse elimination), checked ``x ≥ 0`` and every
-equality exactly; the columns HiGHS's duals leave tight give a dual system ``A_J^T y = c_J`` solved exactly, checked
-``A^T y ≥ c`` on every column; and ``b^T y = c^T x`` closes the proof (weak duality: nothing feasible does better).
+HiGHS solves the LP in floats (interior point and crossover: a vertex); the answer is then settled in exact
+rationals: the float solution's support gives a primal system solved exactly (sparse elimination), checked
+``x ≥ 0`` and every equality exactly; the support's columns and the others HiGHS's duals leave tight give a dual
+system ``A_J^T y = c_J`` solved exactly, checked ``A^T y ≥ c`` on every column; and ``b^T y = c^T x`` closes the
+proof (weak duality: nothing feasible does better).
 Floats only propose; the verdict rests on the exact checks.
 
 Columns that give the same output in the same tree (siblings drafted with the same token) are one column: they
@@ -487,7 +488,7 @@ def verifier_module(result: Optimum, scheme: str, description: str = "") -> str:
               "TABLE = {key: tuple((path, y, Fraction(prob)) for path, y, prob in rows) for key, rows in "
               "_TABLE.items()}", "", "",
               "def verify(tree, p, q, rng):",
-              '    """The accepted node and the next token, drawn from the optimal π given the drafted tree\'s paths."""',
+              '    """The accepted node and the next token, drawn from the optimal π given the tree\'s paths."""',
               "    paths = [tree.path(v) for v in range(len(tree.parents))]",
               "    rows = TABLE[tuple(sorted(set(paths)))]",
               "    path, y, _ = rows[rng.categorical([prob for _, _, prob in rows])]",

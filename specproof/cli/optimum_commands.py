@@ -48,7 +48,7 @@ def _rule_row(model, drafter, name: str, best, max_executions: int, timeout: flo
 
 
 def _short(value) -> str:
-    """An exact rational as ``num/den (float)``, or the float and its size where the fraction is long (--json has it)."""
+    """An exact rational as ``num/den (float)``, or the float and its size where the fraction is long (in --json)."""
     text = str(value)
     if len(text) > 40:
         return f"{float(value):.9f} (exact: a fraction of {len(text)} characters, in --json)"
