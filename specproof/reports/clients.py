@@ -226,6 +226,12 @@ def write_clients_report(out: Path, command: str) -> bool:
         mark = "" if r.as_expected or r.verdict == "not run" else " **(unexpected)**"
         lines.append(f"| {r.source} | {r.verdict}{mark} | {r.expected} | {_number(r.tvd)} | {_number(r.off_support)} "
                      f"| {r.executions:,} | {r.seconds:.1f} | {r.why}{'; ' + r.note if r.note else ''} |")
+    lines += ["", "## Compiled, on a GPU", "",
+              "Not run: every row above is Triton's interpreter (or torch) on the CPU. The same Triton kernels "
+              "compiled, checked decision by decision against specproof's reference rules on replayed uniforms and "
+              "against the interpreter, and a statistical verdict on a CUDA-only verifier (FlashInfer's "
+              "`chain_speculative_sampling`), need a GPU session, and none was lent when this report was made. A "
+              "GPU run must set `TRITON_INTERPRET=0` (tests/conftest.py sets it to 1)."]
     lines += ["", "## Commands", ""]
     for r in results:
         lines += [f"* {r.source}, expected {r.expected}:", "", "  ```bash", f"  {r.command}", "  ```", ""]
