@@ -294,3 +294,10 @@ def test_opt_flow_does_not_depend_on_string_hashing():
     outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (0, 1, 2)}
     assert len(outputs) == 1
+
+
+def test_the_optimum_checks_hold_on_a_few_instances():
+    # the LP ceiling equals BV on chains and OPT at depth 1 (the papers' theorems), and bounds every rule
+    fn, _ = CHECKS["optimum"]
+    checks = fn(4, 1)
+    assert len(checks) == 3 and all(c.holds and c.instances > 0 for c in checks), checks

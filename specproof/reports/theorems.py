@@ -275,6 +275,34 @@ def check_dyspec_greedy(count: int, seed: int, tick: Callable[[], None] = _nothi
     return [worst.check("DySpec's greedy tree is the maximum-weight subtree of its size", "dyspec App. D.1")]
 
 
+# ---- the exact ceiling (issue 55; exact/prove/optimum.py) -------------------------------------------------
+def check_optimum(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
+    """The LP optimum E[τ]* (exact, primal and dual checked): = BV on chains (block_verification Thm. 2), = the
+    optimal-transport rule at depth 1 (SpecTr's LP), and every claiming per-round lossless rule ≤ it on trees."""
+    from exact.prove.optimum import rule_margins
+
+    def instances(kind: str):
+        for model, rng in _models(count, seed + {"chains": 0, "one-step": 1, "trees": 2}[kind], (2, 4), tick=tick):
+            if kind == "chains":
+                shape = make_topology("chain", int(rng.integers(1, 5)))
+            elif kind == "one-step":
+                shape = make_topology("complete", 1, int(rng.integers(2, 4)))
+            else:
+                shape = make_topology(("complete", "multi-chain", "tapered")[int(rng.integers(3))], 2, 2)
+            yield model, FixedShape(shape), f"vocab={model.vocab} seed={model.seed} {list(shape.parents)}"
+
+    tree_rules = [name for name, spec in VERIFIERS.items() if "iid" in spec.lossless_under and spec.shapes != ("chain",)
+                  and name not in ("gbv",)]
+    found = []
+    for kind, rules, equal, claim, source in (
+            ("chains", ["bv"], True, "optimum E[τ]* = BV's E[τ] on chains", "block_verification Thm. 2"),
+            ("one-step", ["tv-opt"], True, "optimum E[τ]* = OPT's E[τ] at depth 1", "SpecTr's LP (Thm. 2)"),
+            ("trees", tree_rules, False, "every lossless rule's E[τ] ≤ optimum E[τ]*", "LP optimality (issue 55)")):
+        margin = rule_margins(instances(kind), rules, equal)
+        found.append(Check(claim, source, margin.instances, float(margin.worst), margin.where))
+    return found
+
+
 CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "chains": (check_bv_optimal_on_chains, 200),
     "single-step": (check_single_step, 1000),
@@ -282,6 +310,7 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "lv-vs-tv": (check_lv_beats_tv, 400),
     "trv-lemma": (check_trv_lemma, 400),
     "dyspec-greedy": (check_dyspec_greedy, 300),
+    "optimum": (check_optimum, 100),
 }
 
 
