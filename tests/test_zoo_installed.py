@@ -1,6 +1,6 @@
 """``specproof zoo`` needs nothing of the repository but the installed package: run from a folder outside it, its
 help works and every mutant's subject (torch kernels of :mod:`specproof.gate.mutants` and
-:mod:`specproof.gate.torch_kernels`, plugins) resolves, and one kernel mutant certifies LOSSY. The negative
+:mod:`specproof.gate.torch_kernels`, Triton kernels of :mod:`specproof.gate.triton_kernels`, plugins) resolves, and one kernel mutant certifies LOSSY. The negative
 control: a mutant named in a module of the repository's ``examples/`` does not resolve there."""
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def test_zoo_help_and_its_mutants_work_from_outside_the_repository(tmp_path):
     run = subprocess.run([sys.executable, "-c", RESOLVE], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["22", "False"]  # every mutant resolved; the stub-uniform kernel is LOSSY
+    from specproof.gate.zoo import MUTANTS
+
+    assert run.stdout.split() == [str(len(MUTANTS)), "False"]  # every mutant resolved; stub-uniform is LOSSY
     control = subprocess.run([sys.executable, "-c", "from exact.subject import subject\n"
                               "subject({'verifier': 'examples.plugin_verifier:my_tv'})"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=120)
