@@ -504,11 +504,10 @@ class _Interpreted:
             self.addresses.pop(address, None)
             self.waiting.pop(address, None)
         if race is not None:  # the winner stays undecided until read
-            data = np.broadcast_to(value.data, ptrs.data.shape).reshape(-1)
+            if race.shape and ptrs.data.size != int(np.prod(race.shape)):
+                raise _fail("store", "an undecided race's winners stored under a broadcast")
             for e, address in live:
                 self.waiting[address] = (race, e if race.shape else 0, value.data.dtype)
-            if race.shape and data.size != int(np.prod(race.shape)):
-                raise _fail("store", "an undecided race's winners stored under a broadcast")
         elif maxima is not None:  # a race's maximum key stored: followed to its next load
             flat = np.broadcast_to(maxima, ptrs.data.shape).reshape(-1)
             for e, address in live:
