@@ -297,7 +297,9 @@ def test_opt_flow_does_not_depend_on_string_hashing():
 
 
 def test_the_optimum_checks_hold_on_a_few_instances():
-    # the LP ceiling equals BV on chains and OPT at depth 1 (the papers' theorems), and bounds every rule
+    # the LP ceiling equals BV on chains and α* at depth 1 (the papers' theorems), bounds every rule, and its π
+    # written as a module certifies LOSSLESS with E[τ]* (the rejection of a rule above it: tests/test_optimum.py)
     fn, _ = CHECKS["optimum"]
-    checks = fn(4, 1)
-    assert len(checks) == 3 and all(c.holds and c.instances > 0 for c in checks), checks
+    checks = fn(25, 1)
+    assert [c.instances > 0 and c.holds for c in checks] == [True] * 4, checks
+    assert checks[0].instances == 25 and checks[1].instances == 5 and checks[3].instances == 1

@@ -161,6 +161,11 @@ def test_the_optimal_verifier_written_certifies_lossless_at_the_optimum(tmp_path
     cert = certify(model, drafter, loaded.verify)
     assert cert.lossless and cert.expected_accepted == F(6, 5)
     assert loaded.verify.schemes == ("iid",)
+    # the same check rejects a table with one answer changed: the first block's first entry answers y + 1
+    key = next(iter(loaded.TABLE))
+    (path, y, prob), *rest = loaded.TABLE[key]
+    loaded.TABLE[key] = ((path, (y + 1) % 3, prob), *rest)
+    assert not certify(model, drafter, loaded.verify).lossless
 
 
 def test_the_docs_worked_example_holds():

@@ -497,6 +497,47 @@ def verifier_module(result: Optimum, scheme: str, description: str = "") -> str:
     return "\n".join(lines)
 
 
+# ---- the rules against the ceiling ---------------------------------------------------------------------------
+@dataclass
+class RuleRow:
+    """One rule on one instance: its exact ``E[τ]``, whether it is lossless there, and its efficiency
+    ``E[τ] / E[τ]*`` (``None`` where it is outside the LP's class: ``outside`` says why)."""
+
+    verifier: str
+    lossless: bool
+    expected_accepted: Fraction
+    efficiency: Fraction | None = None
+    outside: str = ""
+
+    @property
+    def above_optimum(self) -> bool:
+        """A lossless rule above the ceiling: a bug in the rule's certificate or in the LP."""
+        return self.lossless and self.efficiency is not None and self.efficiency > 1
+
+
+#: Why a rule whose output is completed by a modified target is not compared with the per-round LP.
+OUTSIDE = "its output is completed by a modified target (lossless over rounds, not per round)"
+
+
+def rule_row(model: ModelPair, drafter: Drafter, verifier, best: Fraction | None, name: str | None = None) -> RuleRow:
+    """``verifier`` (a name or a function) certified exactly on the instance and set against ``best``. A rule whose
+    output is completed by another rule than the target (greedy BV's modified target) is outside the LP's class
+    and gets no efficiency. Errors of the certificate (a rule not defined on the shape, a limit) propagate."""
+    from simulator.completion import TARGET
+
+    from ..certificate import round_law
+
+    law = round_law(model, drafter, verifier)
+    distance = law.distance()
+    accepted = Fraction(law.expected_accepted())
+    row = RuleRow(name or str(verifier), distance.tvd == 0 and distance.off_support == 0, accepted)
+    if any(outcome.completion is not TARGET for outcome in law.outcomes):
+        row.outside = OUTSIDE
+    elif best is not None and best > 0:
+        row.efficiency = accepted / best
+    return row
+
+
 # ---- checks against the papers (for ``specproof theorems``) ----------------------------------------------------
 @dataclass
 class Margin:
@@ -520,12 +561,8 @@ class Margin:
 def rule_margins(instances, rules: Sequence[str], equal: bool = False, tick=lambda: None) -> Margin:
     """Over ``instances`` (``(model, drafter, where)``), the worst margin of ``E[τ]* − E[τ](rule)`` (``equal``:
     of ``−|E[τ]* − E[τ](rule)|``) for each named rule: a negative margin is a rule above the ceiling, or off it
-    where equality is claimed. An optimum not proved exactly counts as margin −1. A rule whose output is completed
-    by a modified target (outside the per-round LP) is not compared."""
-    from simulator.completion import TARGET
-
-    from ..certificate import round_law
-
+    where equality is claimed. An optimum not proved exactly counts as margin −1. A rule outside the per-round LP
+    (:data:`OUTSIDE`) is not compared."""
     worst = Margin()
     for model, drafter, where in instances:
         result = optimum(model, drafter)
@@ -534,10 +571,10 @@ def rule_margins(instances, rules: Sequence[str], equal: bool = False, tick=lamb
             tick()
             continue
         for name in rules:
-            law = round_law(model, drafter, name)
-            if any(outcome.completion is not TARGET for outcome in law.outcomes):
+            row = rule_row(model, drafter, name, result.optimum)
+            if row.outside:
                 continue
-            gap = result.optimum - Fraction(law.expected_accepted())
+            gap = result.optimum - row.expected_accepted
             worst.see(-abs(gap) if equal else gap, f"{where} vs {name}")
         tick()
     return worst

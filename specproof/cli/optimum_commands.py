@@ -8,9 +8,7 @@ from pathlib import Path
 
 import click
 
-from exact.certificate import round_law
-from exact.prove.optimum import MAX_COLUMNS, optimum, verifier_module
-from simulator.completion import TARGET
+from exact.prove.optimum import MAX_COLUMNS, optimum, rule_row, verifier_module
 from simulator.errors import SpecproofError
 from simulator.numeric import to_json_number
 from simulator.verifiers import VERIFIERS
@@ -25,26 +23,20 @@ UNSETTLED_EXIT = 4
 
 
 def _rule_row(model, drafter, name: str, best, max_executions: int, timeout: float, fn=None) -> dict:
-    """One rule's exact ``E[τ]`` and efficiency, or why it was not certified here. A rule whose output is completed
-    by another rule than the target (greedy BV's modified target: lossless over rounds, not per round) is outside the
-    LP's class and is shown without a comparison."""
+    """One rule's row (:func:`exact.prove.optimum.rule_row`) as a dict, or why it was not certified here."""
     try:
         with limited(max_executions, timeout):
-            law = round_law(model, drafter, name if fn is None else fn)
-            distance = law.distance()
+            row = rule_row(model, drafter, name if fn is None else fn, best, name)
     except SpecproofError as err:
         return {"verifier": name, "skipped": f"{err.field}: {err.message}"}
-    lossless = distance.tvd == 0 and distance.off_support == 0  # certify's verdict under fractions
-    accepted = law.expected_accepted()
-    row = {"verifier": name, "lossless": lossless, "expected_accepted": accepted}
-    if any(outcome.completion is not TARGET for outcome in law.outcomes):
-        row["outside"] = "its output is completed by a modified target (lossless over rounds, not per round)"
-        return row
-    if best is not None and best > 0:
-        row["efficiency"] = accepted / best
-    if lossless and best is not None and accepted > best:
-        row["above_optimum"] = True  # a lossless rule above the ceiling: a bug in one of the two
-    return row
+    out = {"verifier": name, "lossless": row.lossless, "expected_accepted": row.expected_accepted}
+    if row.outside:
+        out["outside"] = row.outside
+    elif row.efficiency is not None:
+        out["efficiency"] = row.efficiency
+    if row.above_optimum:
+        out["above_optimum"] = True
+    return out
 
 
 def _short(value) -> str:

@@ -277,29 +277,58 @@ def check_dyspec_greedy(count: int, seed: int, tick: Callable[[], None] = _nothi
 
 # ---- the exact ceiling (issue 55; exact/prove/optimum.py) -------------------------------------------------
 def check_optimum(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
-    """The LP optimum E[τ]* (exact, primal and dual checked): = BV on chains (block_verification Thm. 2), = the
-    optimal-transport rule at depth 1 (SpecTr's LP), and every claiming per-round lossless rule ≤ it on trees."""
-    from exact.prove.optimum import rule_margins
+    """The LP optimum E[τ]* (exact, primal and dual checked), on ``count`` chains and ``count // 5`` instances of
+    each other kind: = BV on chains (block_verification Thm. 2); = α* at depth 1 (the optimal-transport value of
+    the root's rows, computed in closed form, not by a rule); every claiming per-round lossless rule ≤ it on trees;
+    and the optimal π written as a verifier module, certified by enumeration, LOSSLESS with E[τ]* (the LP encodes
+    losslessness as the exact engine does). i.i.d. and without-replacement drafting alternate."""
+    from exact.certificate import certify
+    from exact.prove.optimum import optimum, rule_margins, verifier_module
+    from simulator.drafting.drafter_registry import make_drafter
 
-    def instances(kind: str):
-        for model, rng in _models(count, seed + {"chains": 0, "one-step": 1, "trees": 2}[kind], (2, 4), tick=tick):
+    def instances(kind: str, n: int):
+        offset = {"chains": 0, "one-step": 1, "trees": 2, "runnable": 3}[kind]
+        for i, (model, rng) in enumerate(_models(n, seed + offset, (2, 4), tick=tick)):
+            scheme = ("iid", "without-replacement")[i % 2] if kind != "chains" else "iid"
             if kind == "chains":
                 shape = make_topology("chain", int(rng.integers(1, 5)))
             elif kind == "one-step":
                 shape = make_topology("complete", 1, int(rng.integers(2, 4)))
             else:
                 shape = make_topology(("complete", "multi-chain", "tapered")[int(rng.integers(3))], 2, 2)
-            yield model, FixedShape(shape), f"vocab={model.vocab} seed={model.seed} {list(shape.parents)}"
+            yield model, make_drafter(scheme, shape, model), f"vocab={model.vocab} seed={model.seed} " \
+                                                              f"{shape.name} {list(shape.parents)} {scheme}"
 
-    tree_rules = [name for name, spec in VERIFIERS.items() if "iid" in spec.lossless_under and spec.shapes != ("chain",)
-                  and name not in ("gbv",)]
+    def claiming(drafter) -> list[str]:
+        return [name for name, spec in VERIFIERS.items() if drafter.scheme in spec.lossless_under
+                and drafter.topology.name in spec.shapes]
+
     found = []
-    for kind, rules, equal, claim, source in (
-            ("chains", ["bv"], True, "optimum E[τ]* = BV's E[τ] on chains", "block_verification Thm. 2"),
-            ("one-step", ["tv-opt"], True, "optimum E[τ]* = OPT's E[τ] at depth 1", "SpecTr's LP (Thm. 2)"),
-            ("trees", tree_rules, False, "every lossless rule's E[τ] ≤ optimum E[τ]*", "LP optimality (issue 55)")):
-        margin = rule_margins(instances(kind), rules, equal)
-        found.append(Check(claim, source, margin.instances, float(margin.worst), margin.where))
+    chains = rule_margins(instances("chains", count), ["bv"], equal=True)
+    found.append(Check("optimum E[τ]* = BV's E[τ] on chains", "block_verification Thm. 2", chains.instances,
+                       float(chains.worst), chains.where))
+    alpha = _Worst()
+    for model, drafter, where in instances("one-step", max(1, count // 5)):
+        result = optimum(model, drafter)
+        view = ModelView(model, "fraction")
+        star, _ = alpha_star(view.p(()), view.q(()), len(drafter.topology.parents) - 1, drafter.scheme)
+        alpha.see(-abs(result.optimum - star) if result.proved else -1, where)
+    found.append(alpha.check("optimum E[τ]* = α* at depth 1 (closed form of the root's rows)", "SpecTr's LP"))
+    below = _Worst()
+    for model, drafter, where in instances("trees", max(1, count // 5)):
+        margin = rule_margins([(model, drafter, where)], claiming(drafter))
+        below.count += margin.instances - 1
+        below.see(margin.worst, margin.where)
+    found.append(below.check("every claiming lossless rule's E[τ] ≤ optimum E[τ]*", "LP optimality"))
+    runnable = _Worst()
+    for model, drafter, where in instances("runnable", max(1, count // 25)):
+        result = optimum(model, drafter)
+        space: dict = {}
+        exec(compile(verifier_module(result, drafter.scheme), "<optimal verifier>", "exec"), space)
+        cert = certify(model, drafter, space["verify"])
+        runnable.see(-1 if not cert.lossless else -abs(cert.expected_accepted - result.optimum), where)
+    found.append(runnable.check("the optimal π as a verifier module: LOSSLESS with E[τ]* (enumeration)",
+                                "LP = the exact engine"))
     return found
 
 
@@ -310,7 +339,7 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "lv-vs-tv": (check_lv_beats_tv, 400),
     "trv-lemma": (check_trv_lemma, 400),
     "dyspec-greedy": (check_dyspec_greedy, 300),
-    "optimum": (check_optimum, 100),
+    "optimum": (check_optimum, 500),
 }
 
 
