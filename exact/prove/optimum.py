@@ -46,10 +46,13 @@ MAX_COLUMNS = 250_000
 SUPPORT_TOLERANCE = 1e-11
 #: A column whose float reduced cost is within this of 0 is tight (in the dual system).
 TIGHT_TOLERANCE = 1e-9
-#: HiGHS's method (interior point, then crossover to a vertex: about twice as fast as the dual simplex at 10^5
-#: columns) and tolerances: at its default 1e-7 a basic variable of -1e-14 is left out of the support and the
-#: support's exact system is inconsistent (tapered b=3, H=2, V=3); at 1e-10 it is not.
-HIGHS_METHOD = "highs-ipm"
+#: HiGHS's methods and tolerances. Interior point with crossover to a vertex is about twice as fast as the dual
+#: simplex on trees, whose LPs have few rows per column (complete b=2, H=2, synthetic V = 5: 2,525 rows, 74,625
+#: columns, 2.2 s against 5.2 s); the dual simplex about twice as fast on chains, which have many (chain depth 4,
+#: synthetic V = 5: 3,750 rows, 15,625 columns, 4.6 s against 11.5 s). Above this share of rows per column the
+#: dual simplex runs. At HiGHS's default tolerance 1e-7 a basic variable of -1e-14 is left out of the support and
+#: the support's exact system is inconsistent (tapered b=3, H=2, V=3); at 1e-10 it is not.
+SIMPLEX_ROW_SHARE = 0.1
 HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 #: Denominators allowed when a free variable of an exact system takes its float value.
 HINT_DENOMINATOR = 10**12
@@ -364,7 +367,10 @@ def _rationalised(value: float):
 
 
 # ---- the LP, solved and settled ---------------------------------------------------------------------------------
-def _float_solve(lp: LP):
+def _float_solve(lp: LP, generate: bool = False):
+    """HiGHS on the LP: ``(value, x, y)`` in floats. ``generate``: column generation from the dual, starting from
+    the root's columns (answering from the target at once is feasible for every tree) and adding every column of
+    positive reduced cost ``c_j − A_j^T y`` until none is left; the exact settling then checks the whole LP."""
     import numpy as np
     from scipy.optimize import linprog
     from scipy.sparse import csc_matrix
@@ -377,12 +383,26 @@ def _float_solve(lp: LP):
             data.append(float(a))
     A = csc_matrix((data, (rows, cols)), shape=(lp.rows, len(lp.columns)))
     b = np.array([float(v) for v in lp.b])
-    c = np.array([-float(v) for v in lp.c])
-    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method=HIGHS_METHOD, options=HIGHS_OPTIONS)
-    if res.status != 0:
-        raise RuntimeError(f"HiGHS did not solve the optimum's LP: {res.message}")  # the LP is always feasible
-    dual = [-float(v) for v in res.eqlin.marginals]
-    return -float(res.fun), list(res.x), dual
+    c = np.array([float(v) for v in lp.c])
+    active = np.flatnonzero(c == 0) if generate else np.arange(len(c))
+    method = "highs-ds" if lp.rows > SIMPLEX_ROW_SHARE * len(lp.columns) else "highs-ipm"
+    while True:
+        res = linprog(-c[active], A_eq=A[:, active], b_eq=b, bounds=(0, None), method=method,
+                      options=HIGHS_OPTIONS)
+        if res.status != 0:
+            raise RuntimeError(f"HiGHS did not solve the optimum's LP: {res.message}")  # always feasible
+        dual = -res.eqlin.marginals
+        if not generate:
+            break
+        priced = c - A.T @ dual
+        priced[active] = 0
+        entering = np.flatnonzero(priced > TIGHT_TOLERANCE)
+        if not len(entering):
+            break
+        active = np.concatenate([active, entering])
+    x = np.zeros(len(c))
+    x[active] = res.x
+    return -float(res.fun), list(x), list(dual)
 
 
 def check_primal(lp: LP, x: dict[int, object]) -> bool:
@@ -397,12 +417,25 @@ def check_primal(lp: LP, x: dict[int, object]) -> bool:
     return all(l == r for l, r in zip(lhs, lp.b))
 
 
+def column_values(lp: LP, y: Sequence, zero=0) -> list:
+    """``A_j^T y`` for every column ``j``. A column has coefficient 1 on its tree's row, and on the sequence rows
+    the target's completion of its output alone; so the sequence part is summed once per distinct output, not
+    once per column (the same output recurs in many trees: at V = 5 on a chain of depth 4, 3,905 outputs for
+    15,625 columns, and the short outputs have the most sequence rows)."""
+    blocks = len(lp.trees)
+    shared: dict[Output, object] = {}
+    out = []
+    for col, entries in zip(lp.columns, lp.entries):
+        part = shared.get(col.output)
+        if part is None:
+            part = shared[col.output] = sum((a * y[i] for i, a in entries.items() if i >= blocks), zero)
+        out.append(y[col.tree] + part)
+    return out
+
+
 def check_dual(lp: LP, y: Sequence) -> bool:
     """Whether ``y`` is exactly dual feasible: ``A^T y ≥ c`` on every column."""
-    for j, col in enumerate(lp.entries):
-        if sum((a * y[i] for i, a in col.items()), rational(0)) < lp.c[j]:
-            return False
-    return True
+    return all(value >= c for value, c in zip(column_values(lp, y, rational(0)), lp.c))
 
 
 def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: dict | None = None):
@@ -422,8 +455,8 @@ def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: 
     # The support's columns must be tight (complementary slackness, so that b^T y = c^T x); the other columns
     # HiGHS leaves tight pin down the rest, surest first, until every row's multiplier has a pivot.
     in_support = set(support)
-    slack = {j: abs(sum(float(a) * y_float[i] for i, a in col.items()) - float(lp.c[j]))
-             for j, col in enumerate(lp.entries) if j not in in_support}
+    values = column_values(lp, y_float, 0.0)
+    slack = {j: abs(values[j] - float(lp.c[j])) for j in range(len(lp.columns)) if j not in in_support}
     tight = sorted((j for j, v in slack.items() if v < TIGHT_TOLERANCE), key=lambda j: (slack[j], len(lp.entries[j])))
     hint = {i: _rationalised(v) for i, v in enumerate(y_float)}
     y_map = solve_sparse([(lp.entries[j], lp.c[j]) for j in support], hint,
@@ -434,15 +467,16 @@ def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: 
 
 
 def optimum(model: ModelPair, drafter: Drafter, context: Sequence[int] = (),
-            max_columns: int = MAX_COLUMNS, merge: bool = True) -> Optimum:
-    """``E[τ]*`` of one instance, solved by HiGHS and settled exactly (module docstring)."""
+            max_columns: int = MAX_COLUMNS, merge: bool = True, generate: bool = False) -> Optimum:
+    """``E[τ]*`` of one instance, solved by HiGHS and settled exactly (module docstring); ``generate``: HiGHS by
+    column generation from the dual (:func:`_float_solve`)."""
     check_size(drafter, model.vocab, max_columns)
     began = time.perf_counter()
     timings: dict[str, float] = {}
     lp = build_lp(model, drafter, context, merge)
     timings["build"] = time.perf_counter() - began
     start = time.perf_counter()
-    value, x_float, y_float = _float_solve(lp)
+    value, x_float, y_float = _float_solve(lp, generate)
     timings["highs"] = time.perf_counter() - start
     x, y = settle(lp, x_float, y_float, timings)
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 (:mod:`.model_pairs`), and the counter-based normals that seed the synthetic pair's logits (:mod:`.seeded_normals`)."""
 
 from .model_pairs import (MODELS, Context, ContextTree, ModelPair, ModelView, RandomRationalModel, SyntheticModel,
-                          TableModel, make_model, sequence_law)
+                          TableModel, make_model, sequence_law, table_json)
 
 __all__ = ["MODELS", "Context", "ContextTree", "ModelPair", "ModelView", "RandomRationalModel", "SyntheticModel",
-           "TableModel", "make_model", "sequence_law"]
+           "TableModel", "make_model", "sequence_law", "table_json"]

@@ -368,6 +368,19 @@ MODELS: dict[str, str] = {
 }
 
 
+def table_json(model: ModelPair, depth: int) -> dict:
+    """``model``'s exact rows at every context of at most ``depth`` tokens, as the JSON ``--model table`` reads
+    (:meth:`TableModel.from_json`), with no ``"*"`` row: a reproducer that needs neither the model's kind nor its
+    seed, and that names any context a later use reads beyond ``depth``."""
+    from ..numeric import to_json_number
+
+    view = ModelView(model, "fraction")
+    contexts = [ctx for n in range(depth + 1) for ctx in itertools.product(range(model.vocab), repeat=n)]
+    return {"vocab": model.vocab,
+            **{name: {",".join(map(str, ctx)): [to_json_number(x, "fraction") for x in getattr(view, name)(ctx)]
+                      for ctx in contexts} for name in ("p", "q")}}
+
+
 def make_model(model_kind: str, table_path: str | Path | None, vocab: int, seed: int, rho: float = 0.5,
                tau_p: float = 1.0, tau_q: float = 1.0, zero_prob: float = 0.25) -> ModelPair:
     """A model pair by kind (:data:`MODELS`), as ``--model`` builds it: typed errors name the field."""

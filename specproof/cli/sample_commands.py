@@ -28,6 +28,7 @@ from specproof.cli.options import (JOBS, SEED, TREE_BRANCHING, TREE_DEPTH, COUNT
                                    progress_bar, timeout_option, tree_options, write_output)
 from specproof.reports.certification import Planned, certification_table, estimate_table, plan_table, table_markdown
 from specproof.reports.dynamic import write_dynamic_report
+from specproof.reports.optimality import write_optimality_report
 from specproof.reports.theorems import CHECKS, run_checks, theorems_markdown
 from specproof.reports.toy_study import write_study_report
 from specproof.study import PAPER_SEEDS, PAPER_TRIALS, Store, paper_cells, run_cells
@@ -125,6 +126,8 @@ def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, job
         try:
             write_study_report(out, chosen, store, seeds, trials, command_line(ctx),
                                None if full else QUICK_LAW_RULES, ticks)
+            if full:
+                ok = write_optimality_report(out, store.root, jobs, command_line(ctx), ticks) and ok
         finally:
             ticks.close()
     click.echo(f"written to {out}/")
