@@ -12,8 +12,8 @@ Maximising ``Σ π · depth(v)`` gives ``E[τ]*``. The bound is an oracle's: ``�
 the drafted tree, which a real verifier does not see; it equals the best tree-local rule on chains (Block
 Verification, its Theorem 2) and at depth 1 (the optimal-transport rule), elsewhere it is an upper bound.
 
-HiGHS solves the LP in floats (interior point and crossover: a vertex); the answer is then settled in exact
-rationals: the float solution's support gives a primal system solved exactly (sparse elimination), checked
+HiGHS solves the LP in floats (a vertex: the dual simplex, or interior point and crossover); the answer is then
+settled in exact rationals: the float solution's support gives a primal system solved exactly (sparse elimination), checked
 ``x ≥ 0`` and every equality exactly; the support's columns and the others HiGHS's duals leave tight give a dual
 system ``A_J^T y = c_J`` solved exactly, checked ``A^T y ≥ c`` on every column; and ``b^T y = c^T x`` closes the
 proof (weak duality: nothing feasible does better).
