@@ -1,6 +1,7 @@
 """The main job's default plan is small: ``specproof report`` alone sweeps Table 1's 22 cells × 3 model seeds ×
 1,000 trials (66,000 trials in all) and attempts only token verification's exact-law recursions, the other rules'
-noted as left to ``--full``; ``--full`` (the negative control) plans the paper's scale and every recursion. The
+noted as left to ``--full``; ``--full`` (the negative control) plans the paper's scale, every recursion and the
+gap table (reports/optimality.md). The
 plan is read off the command itself, its sweep and report writer replaced by recorders: nothing is computed.
 Counts by hand: Table 1 has 7 methods on 3 structures, plus GBV on multi-chains only = 22 cells."""
 
@@ -30,6 +31,8 @@ def planned(monkeypatch, tmp_path):
     monkeypatch.setattr(sample_commands, "run_cells", sweep)
     monkeypatch.setattr(sample_commands, "write_study_report", write)
     monkeypatch.setattr(sample_commands, "_certification_report", lambda *args: True)
+    monkeypatch.setattr(sample_commands, "write_optimality_report",
+                        lambda out, store, jobs, command, tick: seen.update(optimality=jobs) or True)
 
     def plan(*args: str) -> dict:
         seen.clear()
@@ -48,6 +51,7 @@ def test_the_default_report_plans_table_1_at_66000_trials_and_token_verification
     assert sum(c.seeds * c.trials for c in cells) == 66_000
     assert {c.verifier for c in cells} == TOKEN_VERIFICATION - {"tv-sps"} | {"trv", "gbv", "lv-kseq", "lv-rrs", "lv-gr"}
     assert set(plan["law_rules"]) == TOKEN_VERIFICATION
+    assert "optimality" not in plan  # the gap table is --full's alone
 
 
 def test_full_plans_the_paper_scale_and_every_recursion(planned):
@@ -55,6 +59,7 @@ def test_full_plans_the_paper_scale_and_every_recursion(planned):
     assert plan["law_rules"] is None and plan["tables"] == tuple(PAPER_TRIALS)
     assert len(plan["cells"]) > 22 and {c.seeds for c in plan["cells"]} == {20}
     assert sum(c.seeds * c.trials for c in plan["cells"]) > 100 * 66_000
+    assert plan["optimality"] == 2  # the gap table, on the study's --jobs
 
 
 def test_the_exact_laws_bar_ends_at_its_total_and_a_rule_left_out_is_noted(tmp_path):
