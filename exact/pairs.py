@@ -39,7 +39,11 @@ class PairsResult:
         return self.seeds[self.certificates.index(self.deciding)]
 
     def coverage(self) -> str:
-        """What the verdict covers, in words."""
+        """What the verdict covers, in words. A model with no seed (a table) is one pair, named by its kind."""
+        config = self.deciding.config or {}
+        if config.get("model") is not None and "seed" not in config:
+            verdict = "lossless" if self.lossless else "lossy"
+            return f"{verdict} on this one model pair ({config['model']}): a verdict on this pair, not on every pair"
         seeds = _seed_list(self.seeds)
         if self.lossless:
             return (f"lossless on the {len(self.seeds)} model pair(s) tried (model {seeds}): a verdict on these pairs, "

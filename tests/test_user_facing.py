@@ -312,3 +312,13 @@ def test_the_sample_case_in_examples_gives_the_papers_number():
     law = json.loads(result.stdout)["law"]
     assert sum(F(e["prob"]) for e in law if e["path"] == [0, 1]) == F(2, 3)
     assert "specproof law --case examples/case.json" in (REPO / "docs" / "cli" / "certify.md").read_text()
+
+
+def test_the_covers_line_names_a_table_pair_not_a_seed_it_does_not_have():
+    # a table model has no seed: its verdict covers that one pair; a seeded model's names the seeds tried
+    base = ["certify", "--topology", "chain", "--depth", "2", "--verifier", "bv"]
+    table = CliRunner().invoke(cli.main, [*base, "--model", "table", "--table",
+                                          str(Path(__file__).resolve().parents[1] / "examples" / "block_example.json")])
+    seeded = CliRunner().invoke(cli.main, [*base, "--model", "random-rational", "--vocab", "3"])
+    assert "covers: lossless on this one model pair (table)" in table.output and "seed" not in table.output
+    assert "covers: lossless on the 1 model pair(s) tried (model seed 0)" in seeded.output
