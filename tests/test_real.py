@@ -220,25 +220,46 @@ def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path, 
 
 # --- the KV-cached real path (simulator.torch_path.kv_cache, simulator.torch_path.spec_bench) ---------------------
 
-def _round_mismatches(draft, target, name: str, shape, drafting: str, seed: int) -> tuple[int, int]:
-    """Generate 12 tokens on the cached path, then replay every round on the reference: the reference drafting on
-    rows from fresh passes over the round's context (:class:`CausalLMPair`, no cache) with the round's drafting
-    uniforms, and the reference rule with its verification uniforms. Returns (rounds, rounds that differ)."""
+class _FullContext:
+    """Plain forward passes of the tiny pair over whole contexts (no prompt apart): a reference view whose
+    ``context`` is the round's whole context, as ADED's kernel reads it."""
+
+    def __init__(self, draft, target, processing: Processing) -> None:
+        self.draft, self.target, self.processing, self.vocab = draft, target, processing, VOCAB
+
+    def _row(self, model, context) -> list[float]:
+        with torch.no_grad():
+            return self.processing(model(input_ids=torch.tensor([list(context)])).logits[0, -1]).tolist()
+
+    def p(self, context):
+        return self._row(self.draft, context)
+
+    def q(self, context):
+        return self._row(self.target, context)
+
+
+def _round_mismatches(draft, target, name: str, drafter, seed: int, tokens: int = 12) -> tuple[int, int]:
+    """Generate ``tokens`` tokens on the cached path, then replay every round on the reference: the reference
+    drafter (advanced over the same contexts) on rows from fresh passes over the round's context (no cache) with
+    the round's drafting uniforms, and the reference rule with its verification uniforms. Returns (rounds, rounds
+    that differ: tree, parents, accepted node or emitted token)."""
     from simulator.randomness import ReplayRandomness
     from simulator.torch_path.kv_cache import CachedLM
     from simulator.torch_path.spec_bench import speculative_generate
     from simulator.verifiers import VERIFIERS
 
     processing = Processing(temperature=1.0)
-    drafter = FixedShape(shape, drafting)
-    result = speculative_generate(CachedLM(draft, processing), CachedLM(target, processing), [1, 2], drafter,
-                                  name, 12, seed)
-    wrong = 0
-    for r in result.rounds:
-        view = ModelView(CausalLMPair(draft, target, r.context, processing, processing), "float")
-        drafted = drafter.draft(view, ReplayRandomness(list(r.draft_uniforms)))
+    needs_draft = drafter.scheme != "aded"
+    result = speculative_generate(CachedLM(draft, processing) if needs_draft else None,
+                                  CachedLM(target, processing), [1, 2], drafter, name, tokens, seed)
+    wrong, reference = 0, drafter
+    for i, r in enumerate(result.rounds):
+        reference = reference.advance(r.context) if i else reference
+        view = ModelView(_FullContext(draft, target, processing), "float", r.context)
+        drafted = reference.draft(view, ReplayRandomness(list(r.draft_uniforms)))
         node, y = VERIFIERS[name].fn(drafted.tree, drafted.p, drafted.q, ReplayRandomness(list(r.verify_uniforms)))[:2]
-        wrong += (tuple(drafted.tree.tokens[1:]) != r.tokens[1:]) or (node, y) != (r.node, r.emitted)
+        wrong += ((tuple(drafted.tree.tokens[1:]) != r.tokens[1:]) or tuple(drafted.tree.parents) != r.parents
+                  or (node, y) != (r.node, r.emitted))
     return len(result.rounds), wrong
 
 
@@ -250,8 +271,33 @@ def _round_mismatches(draft, target, name: str, shape, drafting: str, seed: int)
     ("trv", ("complete", 2, 2), "without-replacement"),
 ])
 def test_cached_generation_decides_as_the_reference_round_by_round(tiny_pair, name, shape, drafting):
-    rounds, wrong = _round_mismatches(*tiny_pair, name, make_topology(*shape), drafting, seed=3)
+    rounds, wrong = _round_mismatches(*tiny_pair, name, FixedShape(make_topology(*shape), drafting), seed=3)
     assert rounds >= 4 and wrong == 0
+
+
+def _dynamic(scheme: str):
+    from simulator.drafting.aded import AdedConfig
+    from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
+
+    corpus = [[1, 2, 3, 0, 1, 2, 2, 3], [2, 3, 0, 1, 2, 3, 1, 0]]  # a tri-gram table with several continuations
+    options = DrafterOptions(budget=6, threshold=0.1, max_depth=3, corpus=corpus,
+                             aded=AdedConfig(iterations=30, length=3, candidates=6))
+    return make_drafter(scheme, model=_FullContext(None, None, Processing()), options=options)
+
+
+@pytest.mark.parametrize("name,scheme", [("tv-rrsw", "dyspec"), ("dyspec", "dyspec"), ("trv", "dyspec-threshold"),
+                                         ("match", "aded"), ("tv-det", "aded")])
+def test_dynamic_drafts_on_the_cached_path_replay_on_the_reference_drafters(tiny_pair, name, scheme):
+    rounds, wrong = _round_mismatches(*tiny_pair, name, _dynamic(scheme), seed=5, tokens=16)
+    assert rounds >= 4 and wrong == 0
+
+
+def test_a_dynamic_kernel_left_in_insertion_order_is_caught_by_the_same_replay(tiny_pair, monkeypatch):
+    import simulator.drafting.arrays as arrays
+    # The tree as grown, not renumbered breadth first as the reference numbers it.
+    monkeypatch.setattr(arrays, "bfs_renumbering", lambda parents: (list(range(len(parents))), list(parents)))
+    rounds, wrong = _round_mismatches(*tiny_pair, "tv-rrsw", _dynamic("dyspec"), seed=5, tokens=16)
+    assert wrong >= 1
 
 
 def test_a_cache_cut_to_the_wrong_branch_is_caught_by_the_same_replay(tiny_pair, monkeypatch):
@@ -259,7 +305,7 @@ def test_a_cache_cut_to_the_wrong_branch_is_caught_by_the_same_replay(tiny_pair,
     keep = kv_cache._keep_positions
     # A cache cut to its first entries instead of the accepted path's: right only when the first branch won.
     monkeypatch.setattr(kv_cache, "_keep_positions", lambda cache, index: keep(cache, torch.arange(len(index))))
-    rounds, wrong = _round_mismatches(*tiny_pair, "tv-rrs", make_topology("complete", 2, 2), "iid", seed=3)
+    rounds, wrong = _round_mismatches(*tiny_pair, "tv-rrs", FixedShape(make_topology("complete", 2, 2), "iid"), seed=3)
     assert wrong >= 1
 
 

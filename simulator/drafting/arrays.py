@@ -1,19 +1,31 @@
-"""The drafting schemes' array kernels: a node's children drawn from draft rows ``[m, V]`` and uniforms
-``[m, c]``, for numpy and torch alike (``array-api-compat``). Each draws exactly as its reference scheme in
-:data:`simulator.drafting.SCHEMES` does on the same uniforms, one per child, read left to right (tested decision
-by decision); the KV-cached real path (:mod:`simulator.torch_path.serving`) drafts with them, rows staying on the
-model's device.
+"""Drafting in array form for KV-cached rounds on real models (:mod:`simulator.torch_path.spec_bench`): numpy and
+torch alike (``array-api-compat``), rows staying on the model's device.
 
-Only the schemes that draw every child from a uniform have a kernel: ``iid`` and ``without-replacement``.
+* :data:`ARRAY_SCHEMES` — a node's children drawn from draft rows ``[m, V]`` and uniforms ``[m, c]``: ``iid`` and
+  ``without-replacement``, the schemes that draw every child from a uniform;
+* :data:`ARRAY_DRAFTERS` — a whole round's draft, one kernel per drafter of
+  :mod:`simulator.drafting.drafter_registry` that has one: fixed shapes a level at a time (:class:`LevelDrafter`),
+  DySpec's greedy and threshold trees (:class:`DySpecBudgetArrays`, :class:`DySpecThresholdArrays`), ADED's
+  tri-gram drafts (:class:`AdedArrays`); :func:`array_drafter` looks one up by the reference drafter's scheme.
+
+Each draws exactly as its reference does on the same rows and uniforms, read in the same order (tested decision
+by decision): a kernel asks for draft rows through :class:`RoundSource` only when a draw needs them, feeding every
+node added since the last pass in one batch, so a round costs as few draft passes as the drafter's order allows.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import heapq
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable, Protocol, Sequence
 
 from array_api_compat import array_namespace, device
 
 from simulator.array_ops import categorical, row_sum
+from simulator.drafting.aded import START, Aded, _candidates, candidate_tree
+from simulator.drafting.dyspec import DySpecBudget, DySpecThreshold, bfs_renumbering
+from simulator.drafting.shapes import FixedShape
 from simulator.errors import InvalidParameterError
 
 
@@ -52,3 +64,248 @@ def array_scheme(name: str) -> Callable[[Any, Any], Any]:
         raise InvalidParameterError("drafting", f"{name!r} has no array kernel; the real path drafts with "
                                                 f"{sorted(ARRAY_SCHEMES)}")
     return ARRAY_SCHEMES[name]
+
+
+class RoundSource(Protocol):
+    """What a round's kernel reads: the context, the draft model's rows, uniforms and an array to take the rows'
+    namespace, dtype and device from."""
+
+    context: Sequence[int]
+    vocab: int
+    like: Any
+
+    def rows(self, parents: Sequence[int], tokens: Sequence[int], nodes: Sequence[int]) -> Any:
+        """Draft rows ``[len(nodes), V]`` of ``nodes`` (node 0: the context's end, first when given), every parent
+        scored before or among them; one forward pass."""
+
+    def uniform(self) -> float:
+        """The next drafting uniform."""
+
+
+@dataclass
+class ArrayDraft:
+    """A round's draft in BFS order: parents, tokens (``tokens[0]`` unused), the draft row of every node the
+    drafter sampled from (``None`` elsewhere), the uniforms read, and ``order[v]``, node ``v``'s id in the order
+    nodes were added (the draft model's cache holds them so)."""
+
+    parents: list[int]
+    tokens: list[int]
+    rows: list[Any]
+    uniforms: list[float]
+    order: list[int] = field(default_factory=list)
+
+    @classmethod
+    def grown(cls, parents: Sequence[int], tokens: Sequence[int], rows: dict[int, Any],
+              uniforms: list[float]) -> "ArrayDraft":
+        """A tree grown in insertion order, renumbered BFS as :func:`simulator.drafting.dyspec.bfs_renumbering`
+        numbers the reference's."""
+        order, bfs_parents = bfs_renumbering(parents)
+        return cls(bfs_parents, [0] + [int(tokens[old]) for old in order[1:]], [rows.get(old) for old in order],
+                   uniforms, order)
+
+
+class ArrayDrafter(Protocol):
+    scheme: str
+
+    def draft(self, source: RoundSource) -> ArrayDraft: ...
+
+    def advance(self, context: Sequence[int]) -> "ArrayDrafter": ...
+
+
+def _uniforms(source: RoundSource, count: int, used: list[float], like: Any) -> Any:
+    xp = array_namespace(like)
+    values = [source.uniform() for _ in range(count)]
+    used.extend(values)
+    return xp.asarray([values], dtype=xp.float64, device=device(like))
+
+
+@dataclass(frozen=True)
+class LevelDrafter:
+    """A fixed shape: each level's growing nodes scored in one pass, their children drawn by the scheme's kernel
+    (:data:`ARRAY_SCHEMES`), node by node in BFS order."""
+
+    reference: FixedShape
+
+    @property
+    def scheme(self) -> str:
+        return self.reference.scheme
+
+    def draft(self, source: RoundSource) -> ArrayDraft:
+        draw = array_scheme(self.reference.scheme)
+        parents = list(self.reference.topology.parents)
+        children: list[list[int]] = [[] for _ in parents]
+        for v in range(1, len(parents)):
+            children[parents[v]].append(v)
+        tokens, rows, used = [0] * len(parents), [None] * len(parents), []
+        for level in self.reference.topology.levels():
+            growing = [v for v in level if children[v]]
+            if not growing:
+                break
+            for v, row in zip(growing, source.rows(parents, tokens, growing)):
+                rows[v] = row
+                kids = draw(row[None, :], _uniforms(source, len(children[v]), used, row))[0]
+                for kid, token in zip(children[v], kids.tolist()):
+                    tokens[kid] = int(token)
+        return ArrayDraft(parents, tokens, rows, used, list(range(len(parents))))
+
+    def advance(self, context: Sequence[int]) -> "LevelDrafter":
+        return self
+
+
+def _sample_slot(residual: Any, u: Any) -> tuple[int, float, Any]:
+    """:func:`simulator.drafting.dyspec._sample_slot` on an array row: ``y``, ``R[y]`` and ``R`` without ``y``
+    renormalised (left-to-right sum, as the reference's; ``None`` when no mass is left)."""
+    xp = array_namespace(residual)
+    y = int(categorical(residual[None, :], u)[0])
+    share = float(residual[y])
+    rest = xp.where(xp.arange(residual.shape[0], device=device(residual)) == y, xp.zeros_like(residual), residual)
+    mass = row_sum(rest[None, :])[0]
+    return y, share, (rest / mass if float(mass) > 0 else None)
+
+
+class _Grown:
+    """A tree grown in insertion order whose draft rows are scored lazily: :meth:`row` feeds every node added
+    since the last pass in one batch."""
+
+    def __init__(self, source: RoundSource) -> None:
+        self.source = source
+        self.parents, self.tokens = [-1], [0]
+        self.rows: dict[int, Any] = {}
+        self.pending = [0]
+        self.used: list[float] = []
+
+    def add(self, parent: int, token: int) -> int:
+        self.parents.append(parent)
+        self.tokens.append(token)
+        self.pending.append(len(self.parents) - 1)
+        return len(self.parents) - 1
+
+    def row(self, node: int) -> Any:
+        if node not in self.rows:
+            batch, self.pending = self.pending, []
+            self.rows.update(zip(batch, self.source.rows(self.parents, self.tokens, batch)))
+        return self.rows[node]
+
+    def sample(self, residual: Any) -> tuple[int, float, Any]:
+        return _sample_slot(residual, _uniforms(self.source, 1, self.used, residual)[0])
+
+    def draft(self) -> ArrayDraft:
+        sampled = {v: row for v, row in self.rows.items() if v in set(self.parents)}
+        return ArrayDraft.grown(self.parents, self.tokens, sampled, self.used)
+
+
+@dataclass(frozen=True)
+class DySpecBudgetArrays:
+    """DySpec's Alg. 1 (:class:`simulator.drafting.dyspec.DySpecBudget`): the slot of largest value sampled, ties
+    first-opened first; a node's row is scored when its first slot is popped."""
+
+    reference: DySpecBudget
+
+    @property
+    def scheme(self) -> str:
+        return self.reference.scheme
+
+    def draft(self, source: RoundSource) -> ArrayDraft:
+        tree = _Grown(source)
+        heap: list[tuple[float, int, int, Any]] = [(-1.0, 0, 0, None)]  # None: the node's own row, not yet scored
+        opened = 1
+        while len(tree.parents) - 1 < self.reference.budget and heap:
+            neg_value, _, node, residual = heapq.heappop(heap)
+            y, share, rest = tree.sample(tree.row(node) if residual is None else residual)
+            new = tree.add(node, y)
+            if rest is not None:
+                heapq.heappush(heap, (neg_value * (1 - share), opened, node, rest))
+            heapq.heappush(heap, (neg_value * share, opened + 1, new, None))
+            opened += 2
+        return tree.draft()
+
+    def advance(self, context: Sequence[int]) -> "DySpecBudgetArrays":
+        return self
+
+
+@dataclass(frozen=True)
+class DySpecThresholdArrays:
+    """DySpec's Alg. 2 (:class:`simulator.drafting.dyspec.DySpecThreshold`): a layer's nodes of value at least the
+    threshold scored in one pass, then each sampled while its value stays at or above it."""
+
+    reference: DySpecThreshold
+
+    @property
+    def scheme(self) -> str:
+        return self.reference.scheme
+
+    def draft(self, source: RoundSource) -> ArrayDraft:
+        tree = _Grown(source)
+        threshold = self.reference.threshold
+        layer: list[tuple[int, float]] = [(0, 1.0)]
+        for _ in range(self.reference.max_depth):
+            next_layer = []
+            for node, value in layer:
+                if value < threshold:
+                    continue
+                residual = tree.row(node)
+                while residual is not None and value >= threshold:
+                    y, share, residual = tree.sample(residual)
+                    next_layer.append((tree.add(node, y), value * share))
+                    value = value * (1 - share)
+            layer = next_layer
+        return tree.draft()
+
+    def advance(self, context: Sequence[int]) -> "DySpecThresholdArrays":
+        return self
+
+
+@dataclass(frozen=True)
+class AdedArrays:
+    """ADED (:class:`simulator.drafting.aded.Aded`): the reference's candidates and tree, and its rows (the tri-gram
+    table's scores normalised, uniform where the table has no row) written into arrays entry by entry, each the
+    exact quotient rounded once as the reference's. No draft model is read."""
+
+    reference: Aded
+
+    @property
+    def scheme(self) -> str:
+        return self.reference.scheme
+
+    def draft(self, source: RoundSource) -> ArrayDraft:
+        xp = array_namespace(source.like)
+        context = tuple(source.context)
+        tree = candidate_tree(_candidates(self.reference.table, context, self.reference.config), source.vocab)
+        rows: list[Any] = []
+        for v in range(len(tree)):
+            if not tree.children(v):
+                rows.append(None)
+                continue
+            scores = self.reference.table.row(*((START, START) + context + tree.path(v))[-2:])
+            mass = sum(s for _, s in scores)
+            row = [0.0] * source.vocab if scores else [float(Fraction(1, source.vocab))] * source.vocab
+            for x, s in scores:
+                row[x] = float(s / mass)
+            rows.append(xp.asarray(row, dtype=xp.float64, device=device(source.like)))
+        return ArrayDraft(list(tree.parents), [0] + list(tree.tokens[1:]), rows, [], list(range(len(tree))))
+
+    def advance(self, context: Sequence[int]) -> "AdedArrays":
+        return AdedArrays(self.reference.advance(tuple(context)))
+
+
+#: reference drafter class -> its kernel's constructor
+ARRAY_DRAFTERS: dict[type, Callable[[Any], ArrayDrafter]] = {
+    FixedShape: LevelDrafter,
+    DySpecBudget: DySpecBudgetArrays,
+    DySpecThreshold: DySpecThresholdArrays,
+    Aded: AdedArrays,
+}
+
+
+def array_drafter(drafter: Any) -> ArrayDrafter:
+    """The kernel of a reference drafter (a kernel is returned as it is), or a typed error naming the drafters that
+    have one."""
+    if type(drafter) in ARRAY_DRAFTERS.values():
+        return drafter
+    make = ARRAY_DRAFTERS.get(type(drafter))
+    if make is None:
+        raise InvalidParameterError("drafting", f"{getattr(drafter, 'scheme', drafter)!r} has no array kernel; "
+                                                "the real path drafts fixed shapes, DySpec and ADED")
+    if isinstance(drafter, FixedShape):
+        array_scheme(drafter.scheme)
+    return make(drafter)

@@ -48,16 +48,22 @@ class _Growing:
         return len(self.parents) - 1
 
     def draft(self) -> Draft:
-        children: list[list[int]] = [[] for _ in self.parents]
-        for node in range(1, len(self.parents)):
-            children[self.parents[node]].append(node)
-        order = [0]
-        for node in order:
-            order.extend(children[node])
-        new_id = {old: new for new, old in enumerate(order)}
-        tree = DraftTree([-1] + [new_id[self.parents[old]] for old in order[1:]],
-                         [None] + [self.tokens[old] for old in order[1:]], self.view.vocab)
+        order, parents = bfs_renumbering(self.parents)
+        tree = DraftTree(parents, [None] + [self.tokens[old] for old in order[1:]], self.view.vocab)
         return Draft.of(tree, self.view)
+
+
+def bfs_renumbering(parents: Sequence[int]) -> tuple[list[int], list[int]]:
+    """A tree grown node by node (``parents[i] < i``) in BFS order, children in the order they were added:
+    ``order[new] = old`` and the renumbered parent list."""
+    children: list[list[int]] = [[] for _ in parents]
+    for node in range(1, len(parents)):
+        children[parents[node]].append(node)
+    order = [0]
+    for node in order:
+        order.extend(children[node])
+    new_id = {old: new for new, old in enumerate(order)}
+    return order, [-1] + [new_id[parents[old]] for old in order[1:]]
 
 
 def _check_int(value: object, field: str, minimum: int) -> int:

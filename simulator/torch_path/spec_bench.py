@@ -1,8 +1,9 @@
 """KV-cached speculative generation on real model pairs and a Spec-Bench-compatible runner (``specproof real``,
 docs/cli/real.md).
 
-:func:`speculative_generate` drafts a fixed-shape tree a level at a time (one draft pass per level, that level's
-nodes in one batch, :mod:`simulator.drafting.arrays`), scores it with the target in one pass over its KV cache
+:func:`speculative_generate` drafts with a drafter's array kernel (:mod:`simulator.drafting.arrays`: a fixed shape
+a level at a time, DySpec's dynamic trees, ADED's tri-gram drafts; each batch of nodes one draft pass over the
+draft's KV cache), scores the tree with the target in one pass over its KV cache
 (:class:`simulator.torch_path.kv_cache.CachedLM`), and lets the rule's array rule decide
 (:func:`simulator.torch_path.verify.torch_verify`); rows stay tensors on the models' device. On the same
 uniforms it decides exactly as the reference drafting and rule on the same rows (tested). :func:`target_generate`
@@ -17,14 +18,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from simulator.array_ops import categorical
-from simulator.drafting import FixedShape
-from simulator.drafting.arrays import array_scheme
+from simulator.drafting import Drafter
+from simulator.drafting.arrays import ArrayDrafter, array_drafter
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import read_text
 from simulator.torch_path.kv_cache import CachedLM
@@ -35,15 +36,28 @@ from simulator.verifiers import VERIFIERS
 
 @dataclass
 class Round:
-    """One draft–verify round as it was decided: the tree's tokens, the uniforms read, the accepted node and the
-    token emitted after it (for the decision-by-decision check against the reference)."""
+    """One draft–verify round as it was decided: the tree (BFS parents and tokens), the uniforms read, the accepted
+    node and the token emitted after it (for the decision-by-decision check against the reference)."""
 
     context: tuple[int, ...]
+    parents: tuple[int, ...]
     tokens: tuple[int, ...]
     draft_uniforms: tuple[float, ...]
     verify_uniforms: tuple[float, ...]
     node: int
     emitted: int
+
+
+@dataclass(frozen=True)
+class RoundRows:
+    """What a round's verifier read, for an observer (``observe`` of :func:`speculative_generate`): the round, and
+    the draft rows ``p [n, V]`` (zero where the drafter sampled nothing) and target rows ``q [n, V]`` on the
+    models' device. The exact expectation of the acceptance given them is the application's
+    (:mod:`specproof.reports.real_pair`)."""
+
+    round: Round
+    p: torch.Tensor
+    q: torch.Tensor
 
 
 @dataclass
@@ -54,6 +68,7 @@ class Generated:
     draft_passes: int = 0
     target_passes: int = 0
     rounds: list[Round] = field(default_factory=list)
+    drafter: ArrayDrafter | None = None  # after the last round (ADED's table has learnt from it)
 
 
 def real_verifiers() -> list[str]:
@@ -61,44 +76,56 @@ def real_verifiers() -> list[str]:
     return [v for v in TORCH_VERIFIERS if VERIFIERS[v].array_rule.target_completion]
 
 
-def speculative_generate(draft: CachedLM, target: CachedLM, context: Sequence[int], drafter: FixedShape,
-                         verifier: str, new_tokens: int, seed: int, stop: Sequence[int] = ()) -> Generated:
+@dataclass
+class _Source:
+    """A round's :class:`simulator.drafting.arrays.RoundSource`: the draft model over its KV cache (``None``: a
+    drafter that reads no draft model) and drafting uniforms from a numpy generator."""
+
+    context: list[int]
+    draft: CachedLM | None
+    generator: np.random.Generator
+    vocab: int
+    like: torch.Tensor
+
+    def rows(self, parents: Sequence[int], tokens: Sequence[int], nodes: Sequence[int]) -> torch.Tensor:
+        if self.draft is None:
+            raise InvalidParameterError("draft", "this drafter needs a draft model (--draft)")
+        return self.draft.extend(self.context, parents, tokens, [v for v in nodes if v > 0])[-len(nodes):]
+
+    def uniform(self) -> float:
+        return float(self.generator.random())
+
+
+def speculative_generate(draft: CachedLM | None, target: CachedLM, context: Sequence[int],
+                         drafter: ArrayDrafter | Drafter, verifier: str, new_tokens: int, seed: int,
+                         stop: Sequence[int] = (),
+                         observe: Callable[[RoundRows], None] | None = None) -> Generated:
     """Up to ``new_tokens`` tokens after ``context`` by draft–verify rounds (a round may overshoot; the output is
-    cut), ending early after a token of ``stop``. Drafting reads uniforms from ``numpy.random.default_rng([seed,
-    0])`` a level at a time, in the reference's order; the rule reads ``2n + 2`` per round from ``[seed, 1]``."""
+    cut), ending early after a token of ``stop``. ``drafter`` is a reference drafter or its kernel
+    (:func:`simulator.drafting.arrays.array_drafter`); ``draft`` may be ``None`` for one that reads no draft model
+    (ADED). Drafting reads uniforms from ``numpy.random.default_rng([seed, 0])`` in the reference's order; the
+    rule reads ``2n + 2`` per round from ``[seed, 1]``. ``observe`` sees every round's rows."""
     if verifier not in real_verifiers():
         raise InvalidParameterError("verifier", f"the real path runs the torch path's verifiers whose later "
                                                 f"tokens follow the target: {real_verifiers()}")
-    draw = array_scheme(drafter.scheme)
-    parents = tuple(drafter.topology.parents)
-    n = len(parents)
-    children: list[list[int]] = [[] for _ in parents]
-    for v in range(1, n):
-        children[parents[v]].append(v)
-    drafting, verifying = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
+    kernel = array_drafter(drafter)
+    vocab = target.model.config.vocab_size
+    weights = next(target.model.parameters())
+    source = _Source(list(context), draft, np.random.default_rng([seed, 0]), vocab,
+                     torch.zeros(1, dtype=torch.float64, device=weights.device))
+    verifying = np.random.default_rng([seed, 1])
     start = time.perf_counter()
-    out, context = Generated([]), list(context)
-    passes = draft.passes, target.passes
+    out = Generated([])
+    passes = (draft.passes if draft is not None else 0), target.passes
     while len(out.tokens) < new_tokens and not (out.tokens and out.tokens[-1] in stop):
-        tokens = [0] * n
-        p_rows: dict[int, torch.Tensor] = {}
-        used: list[float] = []
-        for level in drafter.topology.levels():
-            growing = [v for v in level if children[v]]
-            if not growing:
-                break
-            rows = draft.extend(context, parents, tokens, [v for v in growing if v > 0])
-            for v, row in zip(growing, rows[-len(growing):]):
-                p_rows[v] = row
-                u = drafting.random(len(children[v]))
-                used.extend(u.tolist())
-                kids = draw(row[None, :], torch.as_tensor(u[None, :], device=row.device))[0].tolist()
-                for kid, token in zip(children[v], kids):
-                    tokens[kid] = token
-        q = target.extend(context, parents, tokens, range(1, n))
+        drafted = kernel.draft(source)
+        parents, tokens = tuple(drafted.parents), drafted.tokens
+        n = len(parents)
+        q = target.extend(source.context, parents, tokens, range(1, n))
         p = torch.zeros_like(q)
-        for v, row in p_rows.items():
-            p[v] = row
+        for v, row in enumerate(drafted.rows):
+            if row is not None:
+                p[v] = row
         u = verifying.random((1, 2 * n + 2))
         node, y = torch_verify(verifier, parents, torch.tensor([tokens], device=q.device), p[None], q[None],
                                torch.as_tensor(u, device=q.device))
@@ -108,16 +135,23 @@ def speculative_generate(draft: CachedLM, target: CachedLM, context: Sequence[in
             path.insert(0, node)
             node = parents[node]
         block = [tokens[v] for v in path] + [y]
-        out.rounds.append(Round(tuple(context), tuple(tokens), tuple(used), tuple(u[0].tolist()),
-                                path[-1] if path else 0, y))
-        draft.commit(path)
+        decided = Round(tuple(source.context), parents, tuple(tokens), tuple(drafted.uniforms), tuple(u[0].tolist()),
+                        path[-1] if path else 0, y)
+        out.rounds.append(decided)
+        if observe is not None:
+            observe(RoundRows(decided, p, q))
+        if draft is not None:
+            draft.commit([drafted.order[v] for v in path])
         target.commit(path)
-        context.extend(block)
+        source.context.extend(block)
+        kernel = kernel.advance(source.context)
         out.tokens.extend(block)
         out.accept_lengths.append(len(block))
     out.tokens = _cut(out.tokens, new_tokens, stop)
     out.seconds = time.perf_counter() - start
-    out.draft_passes, out.target_passes = draft.passes - passes[0], target.passes - passes[1]
+    out.draft_passes = (draft.passes - passes[0]) if draft is not None else 0
+    out.target_passes = target.passes - passes[1]
+    out.drafter = kernel
     return out
 
 
@@ -244,16 +278,20 @@ def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
     return list(ids["input_ids"])
 
 
-def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier: str, drafter: FixedShape,
+def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier: str, drafter: Drafter,
                    answers: str | None, new_tokens: int, processing: Processing, seed: int, model_id: str,
-                   baseline: bool = True, progress=None) -> BenchSummary:
+                   baseline: bool = True, progress=None, turns: int | None = None,
+                   observe: Callable[[RoundRows], None] | None = None) -> BenchSummary:
     """Answer every turn of every question speculatively (and target-only, for the baseline, when ``baseline``),
     under the tokenizer's chat template, each turn continuing the conversation with the speculative answer; stop
     at ``new_tokens`` or the end-of-sequence token. Writes Spec-Bench's answer lines to ``answers`` (unless
     ``None``), one per question: ``{"question_id", "answer_id", "model_id", "choices": [{"index": 0, "turns": [...],
     "idxs": [...], "new_tokens": [...], "wall_time": [...], "accept_lengths": [[...], ...]}], "tstamp"}``, where
     ``accept_lengths`` holds the tokens emitted per step (accepted draft tokens + 1). ``progress(i)`` is called
-    after question ``i``."""
+    after question ``i``. ``draft`` is ``None`` for a drafter that reads no draft model (ADED, whose table keeps
+    learning from question to question); ``turns`` keeps only the first turns of each question; ``observe`` sees
+    every round's rows (:func:`speculative_generate`)."""
+    kernel = array_drafter(drafter)
     stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     answered = []
     out = open(answers, "w") if answers is not None else None
@@ -263,12 +301,14 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
             turns, idxs, news, walls, accepts = [], [], [], [], []
             totals = dict(tokens=0, emitted=0, steps=0, seconds=0.0, draft_passes=0, baseline_tokens=0,
                           baseline_seconds=0.0)
-            for ti, turn in enumerate(question["turns"]):
+            for ti, turn in enumerate(question["turns"][:turns]):
                 messages.append({"role": "user", "content": str(turn)})
                 context = chat_ids(tokenizer, messages)
                 turn_seed = seed + 1000 * qi + ti
-                result = speculative_generate(CachedLM(draft, processing), CachedLM(target, processing), context,
-                                              drafter, verifier, new_tokens, turn_seed, stop)
+                result = speculative_generate(None if draft is None else CachedLM(draft, processing),
+                                              CachedLM(target, processing), context, kernel, verifier, new_tokens,
+                                              turn_seed, stop, observe)
+                kernel = result.drafter
                 if baseline:
                     base = target_generate(CachedLM(target, processing), context, new_tokens, turn_seed, stop)
                     totals["baseline_tokens"] += len(base.tokens)
