@@ -277,11 +277,15 @@ class AdedArrays:
                 rows.append(None)
                 continue
             scores = self.reference.table.row(*((START, START) + context + tree.path(v))[-2:])
+            on = device(source.like)
+            if not scores:
+                rows.append(xp.full((source.vocab,), float(Fraction(1, source.vocab)), dtype=xp.float64, device=on))
+                continue
             mass = sum(s for _, s in scores)
-            row = [0.0] * source.vocab if scores else [float(Fraction(1, source.vocab))] * source.vocab
-            for x, s in scores:
-                row[x] = float(s / mass)
-            rows.append(xp.asarray(row, dtype=xp.float64, device=device(source.like)))
+            row = xp.zeros((source.vocab,), dtype=xp.float64, device=on)
+            row[xp.asarray([x for x, _ in scores], device=on)] = xp.asarray([float(s / mass) for _, s in scores],
+                                                                            dtype=xp.float64, device=on)
+            rows.append(row)
         return ArrayDraft(list(tree.parents), [0] + list(tree.tokens[1:]), rows, [], list(range(len(tree))))
 
     def advance(self, context: Sequence[int]) -> "AdedArrays":

@@ -36,8 +36,9 @@ class DrafterOptions:
 
 
 def make_drafter(scheme: str, topology: Topology | None = None, model: ModelPair | None = None,
-                 options: DrafterOptions = DrafterOptions()) -> Drafter:
-    """The drafter of ``scheme``: fixed schemes need ``topology``; ADED needs ``model`` (vocabulary, corpus)."""
+                 options: DrafterOptions = DrafterOptions(), vocab: int | None = None) -> Drafter:
+    """The drafter of ``scheme``: fixed schemes need ``topology``; ADED needs ``model`` (vocabulary, corpus), or
+    ``vocab`` with ``options.corpus`` (a real model's token ids)."""
     if scheme in DRAFTING:
         if topology is None:
             raise InvalidParameterError("topology", f"drafting {scheme!r} needs a tree shape")
@@ -47,8 +48,9 @@ def make_drafter(scheme: str, topology: Topology | None = None, model: ModelPair
     if scheme == "dyspec-threshold":
         return DySpecThreshold(options.threshold, options.max_depth)
     if scheme == "aded":
-        if model is None:
+        if model is None and (vocab is None or options.corpus is None):
             raise InvalidParameterError("model", "ADED builds its table from a corpus over the model's vocabulary")
         corpus = sample_corpus(model) if options.corpus is None else options.corpus
-        return Aded(TrigramTable.from_corpus(corpus, model.vocab, options.top), options.aded)
+        return Aded(TrigramTable.from_corpus(corpus, model.vocab if vocab is None else vocab, options.top),
+                    options.aded)
     raise InvalidParameterError("drafting", f"unknown drafting scheme {scheme!r}; choose from {sorted(DRAFTERS)}")

@@ -13,6 +13,7 @@ is the target-only baseline, cached too. :func:`run_spec_bench` reads and writes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -272,6 +273,30 @@ def read_questions(path: str) -> list[dict]:
     return out
 
 
+def shipped_instructions() -> list[str]:
+    """The varied instructions shipped with specproof (``simulator/data/instructions.txt``, written for it; none is
+    MT-bench's): ADED's default corpus on a real pair, and prompts for anything that must not see MT-bench."""
+    from importlib.resources import files
+
+    return [line for line in files("simulator").joinpath("data/instructions.txt").read_text().splitlines()
+            if line.strip()]
+
+
+def real_drafter(scheme: str, topology, tokenizer, vocab: int, options=None,
+                 corpus: Sequence[str] | None = None) -> Drafter:
+    """The reference drafter ``specproof real`` runs: a fixed ``topology`` drafted by ``scheme``, DySpec's trees, or
+    ADED's tri-gram drafts, whose table starts from ``corpus`` (texts, tokenized without a template; default
+    :func:`shipped_instructions`) and learns from every round's output."""
+    from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
+
+    options = options or DrafterOptions()
+    if scheme == "aded":
+        texts = shipped_instructions() if corpus is None else list(corpus)
+        ids = [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
+        options = dataclasses.replace(options, corpus=ids)
+    return make_drafter(scheme, topology, options=options, vocab=vocab)
+
+
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
     """The token ids of ``messages`` under the tokenizer's chat template, ready for the assistant's reply."""
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
@@ -280,7 +305,7 @@ def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
 
 def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier: str, drafter: Drafter,
                    answers: str | None, new_tokens: int, processing: Processing, seed: int, model_id: str,
-                   baseline: bool = True, progress=None, turns: int | None = None,
+                   baseline: bool = True, progress=None, max_turns: int | None = None,
                    observe: Callable[[RoundRows], None] | None = None) -> BenchSummary:
     """Answer every turn of every question speculatively (and target-only, for the baseline, when ``baseline``),
     under the tokenizer's chat template, each turn continuing the conversation with the speculative answer; stop
@@ -289,7 +314,7 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
     "idxs": [...], "new_tokens": [...], "wall_time": [...], "accept_lengths": [[...], ...]}], "tstamp"}``, where
     ``accept_lengths`` holds the tokens emitted per step (accepted draft tokens + 1). ``progress(i)`` is called
     after question ``i``. ``draft`` is ``None`` for a drafter that reads no draft model (ADED, whose table keeps
-    learning from question to question); ``turns`` keeps only the first turns of each question; ``observe`` sees
+    learning from question to question); ``max_turns`` keeps only the first turns of each question; ``observe`` sees
     every round's rows (:func:`speculative_generate`)."""
     kernel = array_drafter(drafter)
     stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -301,7 +326,7 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
             turns, idxs, news, walls, accepts = [], [], [], [], []
             totals = dict(tokens=0, emitted=0, steps=0, seconds=0.0, draft_passes=0, baseline_tokens=0,
                           baseline_seconds=0.0)
-            for ti, turn in enumerate(question["turns"][:turns]):
+            for ti, turn in enumerate(question["turns"][:max_turns]):
                 messages.append({"role": "user", "content": str(turn)})
                 context = chat_ids(tokenizer, messages)
                 turn_seed = seed + 1000 * qi + ti

@@ -263,6 +263,23 @@ SCHEMES_OPTION = click.option("--schemes", help="comma-separated drafting scheme
                                                 "entry, else iid); a run under another is a control run")
 
 
+#: the dynamic drafters' sizes: DySpec's budget, threshold and depth cap, ADED's search (its corpus apart: a real
+#: pair's is text, a synthetic model's token ids)
+DYNAMIC_OPTIONS = (
+    click.option("--budget", type=Whole(1, MAX_TREE_NODES), default=6, show_default=True,
+                 help="dyspec: draft tokens per tree"),
+    click.option("--threshold", type=Real(0, 1, min_open=True), default=0.1, show_default=True,
+                 help="dyspec-threshold: least estimated value to sample at"),
+    click.option("--max-depth", type=Whole(1, MAX_TREE_NODES), default=4, show_default=True,
+                 help="dyspec-threshold: depth cap"),
+    click.option("--mcts-iterations", type=Whole(1), default=150, show_default=True, help="aded: MCTS iterations"),
+    click.option("--candidates", type=Whole(1, MAX_TREE_NODES), default=24, show_default=True,
+                 help="aded: candidate sequences"),
+    click.option("--candidate-length", type=Whole(1, MAX_TREE_NODES), default=4, show_default=True,
+                 help="aded: tokens per candidate"),
+)
+
+
 def tree_options(fn):
     options = [
         click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=None,
@@ -271,23 +288,22 @@ def tree_options(fn):
         click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b"),
         click.option("--parents", help="explicit parent list, e.g. '-1,0,0,1' (implies --topology explicit)"),
         click.option("--drafting", type=click.Choice(list(DRAFTERS)), default="iid", show_default=True),
-        click.option("--budget", type=Whole(1, MAX_TREE_NODES), default=6, show_default=True,
-                     help="dyspec: draft tokens per tree"),
-        click.option("--threshold", type=Real(0, 1, min_open=True), default=0.1, show_default=True,
-                     help="dyspec-threshold: least estimated value to sample at"),
-        click.option("--max-depth", type=Whole(1, MAX_TREE_NODES), default=4, show_default=True,
-                     help="dyspec-threshold: depth cap"),
+        *DYNAMIC_OPTIONS[:3],
         click.option("--corpus", "corpus_path", type=click.Path(dir_okay=False),
                      help="aded: JSON list of token sequences (default: 32 sampled from the draft model)"),
-        click.option("--mcts-iterations", type=Whole(1), default=150, show_default=True, help="aded: MCTS iterations"),
-        click.option("--candidates", type=Whole(1, MAX_TREE_NODES), default=24, show_default=True,
-                     help="aded: candidate sequences"),
-        click.option("--candidate-length", type=Whole(1, MAX_TREE_NODES), default=4, show_default=True,
-                     help="aded: tokens per candidate"),
+        *DYNAMIC_OPTIONS[3:],
         click.option("--verifier", help="built-in name (specproof list) or module:function"),
         SCHEMES_OPTION,
     ]
     for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def dynamic_options(fn):
+    """DySpec's and ADED's options (:data:`DYNAMIC_OPTIONS`), for a command that does not take the others of
+    :func:`tree_options`."""
+    for option in reversed(DYNAMIC_OPTIONS):
         fn = option(fn)
     return fn
 

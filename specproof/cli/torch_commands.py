@@ -10,24 +10,29 @@ from pathlib import Path
 
 import click
 
-from simulator.drafting import FixedShape
+from simulator.drafting import DRAFTING
 from simulator.drafting.arrays import ARRAY_SCHEMES
+from simulator.drafting.drafter_registry import DRAFTERS
 from simulator.errors import InvalidParameterError
-from simulator.jsonfile import check_output_dir, check_output_file
+from simulator.jsonfile import check_output_dir, check_output_file, read_text
 from simulator.trees import TOPOLOGIES
 from simulator.usercode import require
 from specproof.cli.group import main
 from specproof.cli.options import (SEED, TREE_BRANCHING, TREE_DEPTH, Output, Real, StageBars, Whole, check_device,
-                                   command_line, progress_bar, tree_shape)
+                                   command_line, dynamic_options, progress_bar, tree_shape)
 from specproof.reports.real_transfer import FIT_MODES, PREDICT_SEEDS
+
+
+#: the drafting ``specproof real`` offers: the fixed shapes' schemes with an array kernel, and the dynamic drafters
+REAL_DRAFTING = [name for name in DRAFTERS if name in ARRAY_SCHEMES or name not in DRAFTING]
 
 
 @main.command()
 @click.option("--target", required=True,
               help="target model: a saved directory, a .gguf file or a fetched name (smollm2); its tokenizer is used")
-@click.option("--draft", required=True,
+@click.option("--draft",
               help="draft model: a directory, a .gguf file, a fetched name, or the target's own layers: "
-                   "self:skip=I,J,... or self:exit=K")
+                   "self:skip=I,J,... or self:exit=K (not with --drafting aded, which reads none)")
 @click.option("--questions", required=True, type=click.Path(dir_okay=False), help="Spec-Bench question.jsonl")
 @click.option("--max-questions", type=Whole(1), help="only the first N questions")
 @click.option("--answers", type=Output(), help="answers .jsonl to write (Spec-Bench's format)")
@@ -36,7 +41,11 @@ from specproof.reports.real_transfer import FIT_MODES, PREDICT_SEEDS
 @click.option("--depth", type=TREE_DEPTH, default=3, show_default=True)
 @click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True)
 @click.option("--parents", help="explicit parent list (implies --topology explicit)")
-@click.option("--drafting", type=click.Choice(list(ARRAY_SCHEMES)), default="iid", show_default=True)
+@click.option("--drafting", type=click.Choice(REAL_DRAFTING), default="iid", show_default=True,
+              help="a fixed shape's scheme, DySpec's dynamic trees (--budget; --threshold, --max-depth) or ADED")
+@dynamic_options
+@click.option("--aded-corpus", type=click.Path(dir_okay=False),
+              help="aded: texts, one a line, its tri-gram table starts from (default: simulator/data/instructions.txt)")
 @click.option("--max-new-tokens", type=Whole(1), default=64, show_default=True, help="per turn")
 @click.option("--temperature", type=Real(0, min_open=True), default=1.0, show_default=True)
 @click.option("--top-k", type=Whole(0), default=0, show_default=True, help="0: every token")
@@ -48,7 +57,8 @@ from specproof.reports.real_transfer import FIT_MODES, PREDICT_SEEDS
 @click.option("--baseline/--no-baseline", default=True, show_default=True, help="also decode target-only")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="where fetched and converted models live")
 def real(target, draft, questions, max_questions, answers, verifier, topology, depth, branching, parents, drafting,
-         max_new_tokens, temperature, top_k, top_p, seed, device, dtype, baseline, cache_dir) -> None:
+         budget, threshold, max_depth, mcts_iterations, candidates, candidate_length, aded_corpus, max_new_tokens,
+         temperature, top_k, top_p, seed, device, dtype, baseline, cache_dir) -> None:
     """Spec-Bench-compatible run on a real pair, KV-cached: answers in Spec-Bench's format, block efficiency
     (tokens per target pass, SE across questions) and tokens/s against target-only decoding."""
     require("transformers", "specproof real", "real")
@@ -57,23 +67,36 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
     check_device(device)
     import torch
 
-    from simulator.torch_path.real import Processing, load_pair, load_tokenizer
-    from simulator.torch_path.spec_bench import read_questions, real_verifiers, run_spec_bench
+    from simulator.drafting.aded import AdedConfig
+    from simulator.drafting.drafter_registry import DrafterOptions
+    from simulator.torch_path.real import Processing, load_causal_lm, load_pair, load_tokenizer
+    from simulator.torch_path.spec_bench import read_questions, real_drafter, real_verifiers, run_spec_bench
 
     if verifier not in real_verifiers():
         raise InvalidParameterError("verifier", f"choose from {real_verifiers()}")
+    if (drafting == "aded") == (draft is not None):
+        raise InvalidParameterError("draft", "--drafting aded reads no draft model: drop --draft" if draft else
+                                             f"--drafting {drafting} needs --draft")
     _, shape = tree_shape(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
     chosen = read_questions(questions)[:max_questions]
-    draft_model, target_model = load_pair(draft, target, getattr(torch, dtype), device, cache_dir)
+    corpus = read_text(aded_corpus, "aded_corpus").splitlines() if aded_corpus else None
+    if draft is None:
+        draft_model, target_model = None, load_causal_lm(target, getattr(torch, dtype), "target", device, cache_dir)
+    else:
+        draft_model, target_model = load_pair(draft, target, getattr(torch, dtype), device, cache_dir)
     tokenizer, own_template = load_tokenizer(target, "target", cache_dir)
     if not own_template:
         click.echo("note: the target's tokenizer has no chat template; using ChatML")
+    options = DrafterOptions(budget, threshold, max_depth, AdedConfig(mcts_iterations, candidate_length, candidates))
+    drafter = real_drafter(drafting, shape, tokenizer, target_model.config.vocab_size, options, corpus)
     with progress_bar(len(chosen), "questions") as bar:
-        summary = run_spec_bench(draft_model, target_model, tokenizer, chosen, verifier, FixedShape(shape, drafting),
-                                 answers, max_new_tokens, processing, seed, f"specproof-{verifier}", baseline,
+        summary = run_spec_bench(draft_model, target_model, tokenizer, chosen, verifier, drafter, answers,
+                                 max_new_tokens, processing, seed, f"specproof-{verifier}", baseline,
                                  lambda i: bar.update(1))
-    click.echo(f"{verifier} on {topology} {list(shape.parents)}, drafting {drafting}, draft {draft}: "
+    tree = (f"{topology} {list(shape.parents)}, drafting {drafting}" if drafting in ARRAY_SCHEMES else
+            f"drafting {drafting} ({', '.join(f'{k} {v}' for k, v in drafter.describe().items() if k != 'drafting')})")
+    click.echo(f"{verifier} on {tree}, draft {draft or 'none'}: "
                f"{summary.questions} questions (ids {', '.join(str(a.question_id) for a in summary.answered)}), "
                f"{summary.tokens} tokens")
     spread = (f" ± {summary.block_efficiency_se:.3f}" if summary.questions > 1 else "") + " tokens per target pass" + \
