@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -62,9 +62,22 @@ class TrigramTable:
                   for key, row in rows.items()}
         return cls(tuple(sorted(ranked.items())))
 
+    @cached_property
+    def _index(self) -> dict[Key, tuple[tuple[int, Fraction], ...]]:
+        return dict(self.rows)
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash(self.rows)
+
+    def __hash__(self) -> int:
+        """Hashed once: a table is a key of the candidates' cache, and hashing every score again took most of a
+        draft's time on a real corpus."""
+        return self._hash
+
     def row(self, a: int, b: int) -> tuple[tuple[int, Fraction], ...]:
         """The continuations of ``(a, b)`` with their scores, best first (empty when unseen)."""
-        return _row_index(self).get((a, b), ())
+        return self._index.get((a, b), ())
 
     def score(self, a: int, b: int, c: int) -> Fraction:
         return dict(self.row(a, b)).get(c, Fraction(0))
@@ -79,11 +92,6 @@ class TrigramTable:
             row = rows.setdefault((a, b), {})
             row[c] = min(row[c] + increment, max_prob) if c in row else increment
         return self._of(rows)
-
-
-@lru_cache(maxsize=64)
-def _row_index(table: TrigramTable) -> dict[Key, tuple[tuple[int, Fraction], ...]]:
-    return dict(table.rows)
 
 
 @dataclass(frozen=True)

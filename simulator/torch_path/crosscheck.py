@@ -305,6 +305,11 @@ class RoundPasses:
     def computed(self) -> int:
         return self.lm.passes
 
+    @property
+    def model(self):
+        """The model ``lm`` runs (the serving loop reads its vocabulary and device)."""
+        return self.lm.model
+
     def extend(self, context: Sequence[int], parents: Sequence[int], tokens: Sequence[int],
                nodes: Sequence[int]) -> torch.Tensor:
         if self.committed:

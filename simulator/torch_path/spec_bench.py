@@ -52,13 +52,14 @@ class Round:
 @dataclass(frozen=True)
 class RoundRows:
     """What a round's verifier read, for an observer (``observe`` of :func:`speculative_generate`): the round, and
-    the draft rows ``p [n, V]`` (zero where the drafter sampled nothing) and target rows ``q [n, V]`` on the
-    models' device. The exact expectation of the acceptance given them is the application's
+    the draft rows ``p [n, V]`` (zero where the drafter sampled nothing: ``sampled[v]`` false) and target rows
+    ``q [n, V]`` on the models' device. The exact expectation of the acceptance given them is the application's
     (:mod:`specproof.reports.real_pair`)."""
 
     round: Round
     p: torch.Tensor
     q: torch.Tensor
+    sampled: tuple[bool, ...]
 
 
 @dataclass
@@ -69,7 +70,6 @@ class Generated:
     draft_passes: int = 0
     target_passes: int = 0
     rounds: list[Round] = field(default_factory=list)
-    drafter: ArrayDrafter | None = None  # after the last round (ADED's table has learnt from it)
 
 
 def real_verifiers() -> list[str]:
@@ -105,7 +105,8 @@ def speculative_generate(draft: CachedLM | None, target: CachedLM, context: Sequ
     cut), ending early after a token of ``stop``. ``drafter`` is a reference drafter or its kernel
     (:func:`simulator.drafting.arrays.array_drafter`); ``draft`` may be ``None`` for one that reads no draft model
     (ADED). Drafting reads uniforms from ``numpy.random.default_rng([seed, 0])`` in the reference's order; the
-    rule reads ``2n + 2`` per round from ``[seed, 1]``. ``observe`` sees every round's rows."""
+    rule reads ``2n + 2`` per round from ``[seed, 1]``. ``observe`` sees every round's rows; the time it takes is
+    not counted in ``seconds``."""
     if verifier not in real_verifiers():
         raise InvalidParameterError("verifier", f"the real path runs the torch path's verifiers whose later "
                                                 f"tokens follow the target: {real_verifiers()}")
@@ -116,6 +117,7 @@ def speculative_generate(draft: CachedLM | None, target: CachedLM, context: Sequ
                      torch.zeros(1, dtype=torch.float64, device=weights.device))
     verifying = np.random.default_rng([seed, 1])
     start = time.perf_counter()
+    observed = 0.0
     out = Generated([])
     passes = (draft.passes if draft is not None else 0), target.passes
     while len(out.tokens) < new_tokens and not (out.tokens and out.tokens[-1] in stop):
@@ -140,7 +142,9 @@ def speculative_generate(draft: CachedLM | None, target: CachedLM, context: Sequ
                         path[-1] if path else 0, y)
         out.rounds.append(decided)
         if observe is not None:
-            observe(RoundRows(decided, p, q))
+            before = time.perf_counter()
+            observe(RoundRows(decided, p, q, tuple(row is not None for row in drafted.rows)))
+            observed += time.perf_counter() - before
         if draft is not None:
             draft.commit([drafted.order[v] for v in path])
         target.commit(path)
@@ -149,10 +153,9 @@ def speculative_generate(draft: CachedLM | None, target: CachedLM, context: Sequ
         out.tokens.extend(block)
         out.accept_lengths.append(len(block))
     out.tokens = _cut(out.tokens, new_tokens, stop)
-    out.seconds = time.perf_counter() - start
+    out.seconds = time.perf_counter() - start - observed
     out.draft_passes = (draft.passes - passes[0]) if draft is not None else 0
     out.target_passes = target.passes - passes[1]
-    out.drafter = kernel
     return out
 
 
@@ -313,8 +316,9 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
     ``None``), one per question: ``{"question_id", "answer_id", "model_id", "choices": [{"index": 0, "turns": [...],
     "idxs": [...], "new_tokens": [...], "wall_time": [...], "accept_lengths": [[...], ...]}], "tstamp"}``, where
     ``accept_lengths`` holds the tokens emitted per step (accepted draft tokens + 1). ``progress(i)`` is called
-    after question ``i``. ``draft`` is ``None`` for a drafter that reads no draft model (ADED, whose table keeps
-    learning from question to question); ``max_turns`` keeps only the first turns of each question; ``observe`` sees
+    after question ``i``. ``draft`` is ``None`` for a drafter that reads no draft model (ADED). Every question
+    starts from the drafter as given (ADED's table learns within an answer, not from question to question), so
+    questions are independent samples for their standard errors. ``max_turns`` keeps only the first turns of each question; ``observe`` sees
     every round's rows (:func:`speculative_generate`)."""
     kernel = array_drafter(drafter)
     stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -333,7 +337,6 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
                 result = speculative_generate(None if draft is None else CachedLM(draft, processing),
                                               CachedLM(target, processing), context, kernel, verifier, new_tokens,
                                               turn_seed, stop, observe)
-                kernel = result.drafter
                 if baseline:
                     base = target_generate(CachedLM(target, processing), context, new_tokens, turn_seed, stop)
                     totals["baseline_tokens"] += len(base.tokens)

@@ -116,31 +116,36 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
 @click.option("--target", default="smollm2", show_default=True, help="the target (a fetched name, directory or .gguf)")
 @click.option("--questions", type=click.Path(dir_okay=False),
               help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)")
-@click.option("--max-questions", type=Whole(2), default=10, show_default=True)
-@click.option("--max-new-tokens", type=Whole(1), default=32, show_default=True, help="per turn")
+@click.option("--max-questions", type=Whole(2), default=20, show_default=True, help="first turns of the first N")
+@click.option("--max-new-tokens", type=Whole(1), default=32, show_default=True)
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
+@click.option("--store", "store_dir", type=click.Path(file_okay=False),
+              help="where each configuration's questions are kept, so a rerun resumes  [default: OUT/store/real_pair]")
 @click.pass_context
-def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, device, out_dir) -> None:
-    """Every verifier of the real path on its shapes, over MT-bench on a real pair with self-drafts: accepted
-    tokens per step (SE across questions), block efficiency, tokens/s, speed-up; real_pair.md/json/png."""
+def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, device, out_dir, store_dir) -> None:
+    """Verifiers and drafters on a real pair over MT-bench's first turns: every round's exact expected acceptance
+    per rule beside the sampled means, paired differences, DySpec against fixed trees, ADED against a draft
+    chain and target-only, tokens/s and speed-ups; real_pair.md/json/png."""
     require("transformers", "specproof real-report", "real")
     check_output_dir(out_dir, "out")
     check_device(device)
     from simulator.torch_path.fetch import fetch
     from simulator.torch_path.spec_bench import read_questions
-    from specproof.reports.real_pair import run_real_pair, write_real_pair_report
+    from specproof.reports.real_pair import run_real_pair, stored_seconds, write_real_pair_report
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
+    store = Path(store_dir) if store_dir else Path(out_dir) / "store" / "real_pair"
     ticks = StageBars()
-    before = os.getloadavg()[0]
+    before, start = os.getloadavg()[0], time.perf_counter()
     try:
-        rows, baseline = run_real_pair(target, chosen, max_new_tokens, seed, device, ticks)
+        done, _ = run_real_pair(target, chosen, max_new_tokens, seed, device, store, ticks)
     finally:
         ticks.close()
-    write_real_pair_report(Path(out_dir), rows, baseline, [q["question_id"] for q in chosen], max_new_tokens,
-                           command_line(ctx), device, (before, os.getloadavg()[0]))
+    write_real_pair_report(Path(out_dir), done, [q["question_id"] for q in chosen], max_new_tokens,
+                           command_line(ctx), device, (before, os.getloadavg()[0]), time.perf_counter() - start,
+                           stored_seconds(done))
     click.echo(f"written to {out_dir}/real_pair.md")
 
 

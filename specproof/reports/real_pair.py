@@ -1,33 +1,55 @@
-"""The real-pair report (``specproof real-report``, docs/cli/real.md): every verifier of the real path on the shapes
-it is defined on, over MT-bench's questions, on a real trained pair (SmolLM2-135M and drafts made of its own
-layers): accepted tokens per step with standard errors across questions, block efficiency, tokens/s and the
-speed-up over target-only decoding, in ``real_pair.md``/``.json`` and a plot ``real_pair.png``.
+"""The real-pair report (``specproof real-report``, docs/cli/real.md): verifiers and drafters on a real trained pair
+(SmolLM2-135M-Instruct and a draft made of its own layers) over MT-bench's first turns, in ``real_pair.md``,
+``.json`` and ``.png``.
+
+Every configuration (a drafter, a tree and the rule that decides the run) is one KV-cached serving run per
+question. On each round the observer computes, with the exact engine (:mod:`exact.conditional`), every listed
+rule's ``E[τ | the drafted tree and its rows]`` over that rule's own random choices. Their mean over rounds has the
+sampled mean's expectation and much less noise; rules evaluated on the same rounds give paired differences, whose
+standard errors are those of a ranking. Standard errors are clustered by question (rounds of one answer are not
+independent). The deciding rule's sampled mean is checked against its exact mean.
+
+Three studies: TRV, BV, LV and GBV against token verification on fixed shapes; DySpec's dynamic tree against fixed
+trees of the same budget (a chain, a complete binary tree, and the Sequoia-style tree built from the rank
+acceptance rates measured on DySpec's own rounds); ADED's tri-gram drafts (no draft model) against a draft-model
+chain and target-only decoding. Results are kept per configuration and question in a store, so an interrupted run
+resumes (:class:`Store`).
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
+import math
 import os
 import platform
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from simulator.jsonfile import write_json, write_text
+import numpy as np
 
-#: (verifier, drafting, shapes) of the report: the issue's eight rules, bv on chains and gbv on multi-chains only
-RULES = (("tv-sps", "iid", None), ("tv-rrs", "iid", None), ("tv-rrsw", "without-replacement", None),
-         ("tv-kseq", "iid", None), ("bv", "iid", ("chain",)), ("trv", "iid", None), ("lv-rrs", "iid", None),
-         ("gbv", "iid", ("multi-chain",)))
-#: shape name -> (topology, depth, branching)
-SHAPES = {"chain": ("chain", 3, 1), "complete": ("complete", 3, 2), "multi-chain": ("multi-chain", 3, 3)}
+from simulator.jsonfile import read_json, write_json, write_text
+
 MAIN_DRAFT = "self:skip=12,14,16,18"
-#: the contrast row: a draft closer to the target, with the rule and shape of the first row
-CONTRAST = ("tv-sps", "iid", "chain", "self:skip=14,16")
+#: the rows' processing: temperature 1 and transformers' default top-k for sampling, which keeps each round's
+#: support small enough for the exact expectation (exact/conditional.py)
+TEMPERATURE, TOP_K = 1.0, 50
+BUDGETS = (8, 16, 32)
+#: shape name -> (topology, depth, branching) of the verifier study (``specproof real-transfer`` reads these)
+SHAPES = {"chain": ("chain", 3, 1), "complete": ("complete", 3, 2), "multi-chain": ("multi-chain", 3, 3)}
+#: ADED's corpus: the target's own answers to the shipped instructions, this many tokens each
+CORPUS_TOKENS = 48
 
 
 @dataclass(frozen=True)
 class RealRow:
+    """One rule on one fixed shape of the verifier study, as ``specproof real-transfer`` reads it: accepted tokens
+    per step are the exact per-round means; speed is measured for the rule that decided the run (``None`` for the
+    others, evaluated on its rounds)."""
+
     verifier: str
     drafting: str
     shape: str
@@ -37,9 +59,9 @@ class RealRow:
     questions: int
     tokens: int
     block_efficiency: float  # tokens per target pass: accepted + 1
-    block_efficiency_se: float  # across questions
-    tokens_per_s: float
-    speedup: float  # over target-only decoding measured in the same command
+    block_efficiency_se: float  # clustered by question
+    tokens_per_s: float | None
+    speedup: float | None  # over target-only decoding measured in the same command
     draft_passes_per_step: float
 
     @property
@@ -47,102 +69,601 @@ class RealRow:
         return self.block_efficiency - 1
 
 
-def planned_rows() -> list[tuple[str, str, str, str]]:
-    """``(verifier, drafting, shape, draft)`` of every row: each rule on each of its shapes (all of
-    :data:`SHAPES` unless it names some) where it is defined, then the contrast row."""
-    from simulator.verifiers import VERIFIERS
+@dataclass(frozen=True)
+class Config:
+    """One serving run: ``drafting`` over ``parents`` (a fixed shape) or ``budget`` (DySpec), decided by
+    ``verifier`` (``None``: target-only decoding); ``exact`` lists the rules whose exact per-round expectation is
+    computed on its rounds, ``base`` the one paired differences are taken against."""
 
-    rows = [(name, scheme, shape, MAIN_DRAFT) for name, scheme, shapes in RULES for shape in shapes or SHAPES
-            if SHAPES[shape][0] in VERIFIERS[name].shapes]
-    return rows + [CONTRAST]
+    key: str
+    study: str
+    label: str
+    drafting: str = ""
+    parents: tuple[int, ...] | None = None
+    budget: int | None = None
+    verifier: str | None = None
+    exact: tuple[str, ...] = ()
+    base: str = ""
+    draft: str | None = MAIN_DRAFT
+    shape: str = ""  # a name of SHAPES for the verifier study's rows
+
+    def digest(self, setting: dict) -> str:
+        """The store's key: everything that changes the run's numbers."""
+        text = json.dumps({**asdict(self), **setting}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def run_real_pair(target: str, questions: Sequence[dict], new_tokens: int, seed: int, device: str,
-                  tick: Callable[[str, int], None] | None = None) -> tuple[list[RealRow], float]:
-    """Every planned row over ``questions`` (both turns, chat template), and target-only tokens/s (measured with
-    the first row). Models load once; ``self:`` drafts share the target's tensors."""
-    import torch
-
-    from simulator.drafting import FixedShape
-    from simulator.torch_path.real import Processing, load_pair, load_tokenizer, self_draft
-    from simulator.torch_path.spec_bench import run_spec_bench
+def _fixed(topology: str, depth: int, branching: int) -> tuple[int, ...]:
     from simulator.trees import make_topology
 
-    draft, model = load_pair(MAIN_DRAFT, target, torch.float32, device)
-    tokenizer, _ = load_tokenizer(target)
-    drafts = {MAIN_DRAFT: draft}
-    rows, baseline = [], float("nan")
-    plan = planned_rows()
-    for i, (name, scheme, shape, spec) in enumerate(plan):
-        if spec not in drafts:
-            drafts[spec] = self_draft(model, spec)
-        topology = make_topology(*SHAPES[shape])
-        summary = run_spec_bench(drafts[spec], model, tokenizer, questions, name, FixedShape(topology, scheme), None,
-                                 new_tokens, Processing(), seed, f"specproof-{name}", baseline=(i == 0))
-        if i == 0:
-            baseline = summary.baseline_tokens_per_s
-        rows.append(RealRow(name, scheme, shape, SHAPES[shape][1], SHAPES[shape][2], spec, summary.questions,
-                            summary.tokens, summary.block_efficiency, summary.block_efficiency_se,
-                            summary.tokens_per_s, summary.tokens_per_s / baseline, summary.draft_passes_per_step))
-        if tick is not None:
-            tick("rows", len(plan))
-    return rows, baseline
+    return tuple(make_topology(topology, depth, branching).parents)
 
 
-def write_real_pair_report(out: Path, rows: list[RealRow], baseline: float, question_ids: list, new_tokens: int,
-                           command: str, device: str, load: tuple[float, float]) -> None:
+def verifier_configs() -> list[Config]:
+    """The verifier study: each fixed shape drafted once, the rules lossless under its drafting on its rounds.
+    Layer Verification lifting RRS on a tree is the one rule left to its sampled mean (its run decides by it):
+    its reference sums each node's flows over every tuple of candidates, ``s^k`` tuples for ``k`` children over a
+    support of ``s ≈ 500`` tokens, minutes a round at ``k = 2``."""
+    return [
+        Config("chain-iid", "verifiers", "chain (3, 1)", "iid", _fixed(*SHAPES["chain"]), None, "tv-sps",
+               ("tv-sps", "tv-rrs", "tv-kseq", "bv", "trv", "lv-rrs", "gbv"), "tv-sps", shape="chain"),
+        Config("complete-iid", "verifiers", "complete (3, 2)", "iid", _fixed(*SHAPES["complete"]), None, "lv-rrs",
+               ("tv-sps", "tv-rrs", "tv-kseq", "trv"), "tv-rrs", shape="complete"),
+        Config("complete-wor", "verifiers", "complete (3, 2)", "without-replacement", _fixed(*SHAPES["complete"]),
+               None, "tv-rrsw", ("tv-sps", "tv-rrsw", "dyspec", "trv", "lv-sps"), "tv-rrsw", shape="complete"),
+        Config("multi-chain-iid", "verifiers", "multi-chain (3, 3)", "iid", _fixed(*SHAPES["multi-chain"]), None,
+               "gbv", ("tv-sps", "tv-rrs", "tv-kseq", "trv", "gbv"), "tv-rrs", shape="multi-chain"),
+    ]
+
+
+DYSPEC_RULES = ("tv-rrsw", "dyspec", "trv", "tv-sps")
+
+
+def complete_within(budget: int) -> tuple[int, int]:
+    """(depth, 2) of the largest complete binary tree with at most ``budget`` draft tokens."""
+    depth = 1
+    while 2 ** (depth + 2) - 2 <= budget:
+        depth += 1
+    return depth, 2
+
+
+def dyspec_configs(budget: int) -> list[Config]:
+    """DySpec's dynamic tree and the chain and complete tree of the same budget (the Sequoia-style tree needs
+    DySpec's rounds first: :func:`sequoia_config`)."""
+    depth, branching = complete_within(budget)
+    common = dict(study="dyspec", verifier="tv-rrsw", exact=DYSPEC_RULES, base="tv-rrsw", budget=budget)
+    return [
+        Config(f"dyspec-{budget}", label=f"DySpec greedy ({budget} tokens)", drafting="dyspec", **common),
+        Config(f"chain-{budget}", label=f"chain ({budget}, 1)", drafting="without-replacement",
+               parents=_fixed("chain", budget, 1), **common),
+        Config(f"complete-{budget}", label=f"complete ({depth}, {branching})", drafting="without-replacement",
+               parents=_fixed("complete", depth, branching), **common),
+    ]
+
+
+def rank_rates(rounds: Sequence[dict]) -> list[float]:
+    """``P(the r-th child is accepted | its parent reached, children 1..r−1 rejected)`` for r = 1, 2, ..., from
+    rounds' trees (``parents``) and accepted nodes: every node of an accepted path with children is a trial of
+    its ranks up to the one accepted (all of them where none was)."""
+    tried: list[int] = []
+    won: list[int] = []
+    for r in rounds:
+        parents, node = r["parents"], r["node"]
+        children: dict[int, list[int]] = {}
+        for v in range(1, len(parents)):
+            children.setdefault(parents[v], []).append(v)
+        path = [node]
+        while path[-1] > 0:
+            path.append(parents[path[-1]])
+        path.reverse()  # root ... accepted node
+        for i, u in enumerate(path):
+            kids = children.get(u, [])
+            accepted = kids.index(path[i + 1]) if i + 1 < len(path) else None
+            for rank in range(len(kids) if accepted is None else accepted + 1):
+                while len(tried) <= rank:
+                    tried.append(0)
+                    won.append(0)
+                tried[rank] += 1
+                won[rank] += rank == accepted
+    return [w / t for w, t in zip(won, tried)]
+
+
+def sequoia_tree(rates: Sequence[float], budget: int) -> tuple[int, ...]:
+    """The tree of ``budget`` draft tokens a greedy search finds heaviest when a node weighs the product, along
+    its path, of ``P(accepted at its rank | parent reached) = rate_r Π_{j<r}(1 − rate_j)`` (Sequoia's positional
+    model): the heaviest frontier node added each time, a node's rank-r child offered once its rank-(r−1) child
+    is in. BFS order."""
+    reach = []
+    rejected = 1.0
+    for rate in rates:
+        reach.append(rejected * rate)
+        rejected *= 1 - rate
+    nodes = [(-1, 0, 1.0)]  # (parent, rank, weight), in the order added
+    frontier = {(0, 0): reach[0]} if reach else {}
+    while len(nodes) - 1 < budget and frontier:
+        (parent, rank), weight = max(frontier.items(), key=lambda item: (item[1], -item[0][0], -item[0][1]))
+        del frontier[(parent, rank)]
+        nodes.append((parent, rank, weight))
+        if rank + 1 < len(reach):
+            frontier[(parent, rank + 1)] = nodes[parent][2] * reach[rank + 1]
+        frontier[(len(nodes) - 1, 0)] = weight * reach[0]
+    children: dict[int, list[int]] = {}
+    for v in sorted(range(1, len(nodes)), key=lambda v: nodes[v][1]):
+        children.setdefault(nodes[v][0], []).append(v)
+    order = [0]
+    for u in order:  # breadth first, siblings by rank
+        order.extend(children.get(u, []))
+    new_id = {old: new for new, old in enumerate(order)}
+    return tuple([-1] + [new_id[nodes[old][0]] for old in order[1:]])
+
+
+def sequoia_config(budget: int, rates: Sequence[float]) -> Config:
+    parents = sequoia_tree(rates, budget)
+    from simulator.trees import node_depths
+
+    return Config(f"sequoia-{budget}", "dyspec", f"Sequoia-style ({budget} tokens, depth {max(node_depths(parents))})",
+                  "without-replacement", parents, budget, "tv-rrsw", DYSPEC_RULES, "tv-rrsw")
+
+
+def aded_configs() -> list[Config]:
+    return [Config("aded", "aded", "ADED tri-gram (24 × 4)", "aded", None, None, "match", ("match", "tv-det"),
+                   "match", draft=None),
+            Config("target", "aded", "target only", draft=None)]
+
+
+# ---- running and the store ----------------------------------------------------------------------------------------
+
+class Store:
+    """``<root>/<config digest>/<question id>.json``: one configuration's record of one question, written when the
+    question is done (to a temporary name, then renamed), so an interrupted run loses at most the question it was
+    on. The digest covers the configuration and the setting (target, tokens, seed, processing, corpus); after a
+    change of code, remove the store (or pass ``--fresh``) to measure again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, digest: str, question_id: object) -> Path:
+        return self.root / digest / f"{question_id}.json"
+
+    def get(self, digest: str, question_id: object) -> dict | None:
+        path = self.path(digest, question_id)
+        return read_json(path, "store") if path.is_file() else None
+
+    def put(self, digest: str, question_id: object, record: dict) -> None:
+        path = self.path(digest, question_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_suffix(".partial")
+        write_json(scratch, record, "store")
+        scratch.replace(path)
+
+
+@dataclass
+class Runner:
+    """Models, tokenizer and setting of a real-report run, loaded on first use (a run whose every question is in the
+    store loads nothing)."""
+
+    target: str
+    questions: Sequence[dict]
+    new_tokens: int
+    seed: int
+    device: str
+    store: Store
+    tick: Callable[[str, int], None] | None = None
+    loaded: dict = field(default_factory=dict)
+    seconds: float = 0.0  # wall time of the questions run in this command (stored ones excluded)
+
+    @property
+    def setting(self) -> dict:
+        return {"target": self.target, "new_tokens": self.new_tokens, "seed": self.seed, "temperature": TEMPERATURE,
+                "top_k": TOP_K, "draft_spec": MAIN_DRAFT}
+
+    def models(self) -> dict:
+        if not self.loaded:
+            import torch
+
+            from simulator.torch_path.real import load_pair, load_tokenizer
+
+            draft, target = load_pair(MAIN_DRAFT, self.target, torch.float32, self.device)
+            tokenizer, _ = load_tokenizer(self.target)
+            self.loaded.update(draft=draft, target=target, tokenizer=tokenizer)
+        return self.loaded
+
+    def run(self, config: Config) -> list[dict]:
+        """Every question's record of ``config``, from the store or measured now."""
+        digest = config.digest({**self.setting, **({"corpus": self.corpus_digest()} if config.drafting == "aded"
+                                                   else {})})
+        records = []
+        for index, question in enumerate(self.questions):
+            record = self.store.get(digest, question["question_id"])
+            if record is None:
+                start = time.perf_counter()
+                record = self._answer(config, question, index)
+                self.seconds += time.perf_counter() - start
+                self.store.put(digest, question["question_id"], record)
+            records.append(record)
+            if self.tick is not None:
+                self.tick(config.key, len(self.questions))
+        return records
+
+    def corpus(self) -> list[list[int]]:
+        """ADED's corpus: the chat of each shipped instruction with the target's own answer (top-k sampling,
+        seed ``seed + i``), stored once."""
+        path = self.store.root / f"aded-corpus-{self.new_tokens}-{self.seed}.json"
+        if path.is_file():
+            return read_json(path, "store")
+        from simulator.torch_path.kv_cache import CachedLM
+        from simulator.torch_path.real import Processing
+        from simulator.torch_path.spec_bench import chat_ids, shipped_instructions, target_generate
+
+        m = self.models()
+        stop = [m["tokenizer"].eos_token_id]
+        texts = []
+        for i, instruction in enumerate(shipped_instructions()):
+            prompt = chat_ids(m["tokenizer"], [{"role": "user", "content": instruction}])
+            answer = target_generate(CachedLM(m["target"], Processing(TEMPERATURE, TOP_K)), prompt, CORPUS_TOKENS,
+                                     self.seed + i, stop).tokens
+            texts.append(prompt + answer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, texts, "store")
+        return texts
+
+    def corpus_digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.corpus()).encode()).hexdigest()[:16]
+
+    def _drafter(self, config: Config):
+        from simulator.drafting import FixedShape
+        from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
+        from simulator.trees import make_topology
+
+        if config.parents is not None:
+            return FixedShape(make_topology("explicit", parents=config.parents), config.drafting)
+        vocab = self.models()["target"].config.vocab_size
+        if config.drafting == "aded":
+            return make_drafter("aded", options=DrafterOptions(corpus=self.corpus()), vocab=vocab)
+        return make_drafter(config.drafting, options=DrafterOptions(budget=config.budget))
+
+    def _answer(self, config: Config, question: dict, index: int) -> dict:
+        from exact.conditional import expected_acceptance, restrict_round
+        from simulator.torch_path.kv_cache import CachedLM
+        from simulator.torch_path.real import Processing
+        from simulator.torch_path.spec_bench import chat_ids, speculative_generate, target_generate
+        from simulator.verifiers import VERIFIERS
+
+        m = self.models()
+        processing = Processing(TEMPERATURE, TOP_K)
+        context = chat_ids(m["tokenizer"], [{"role": "user", "content": str(question["turns"][0])}])
+        stop = [m["tokenizer"].eos_token_id]
+        seed = self.seed + 1000 * index
+        if config.verifier is None:
+            out = target_generate(CachedLM(m["target"], processing), context, self.new_tokens, seed, stop)
+            return {"tokens": len(out.tokens), "emitted": len(out.tokens), "steps": len(out.accept_lengths),
+                    "seconds": out.seconds, "draft_passes": 0, "exact_seconds": 0.0, "rounds": []}
+        rounds: list[dict] = []
+
+        def observe(rows) -> None:
+            r = rows.round
+            drafted = restrict_round(r.parents, r.tokens, rows.p.cpu().numpy(), rows.q.cpu().numpy(), rows.sampled)
+            depth, node = 0, r.node
+            while node > 0:
+                depth, node = depth + 1, r.parents[node]
+            rounds.append({"sampled": depth, "node": r.node, "parents": list(r.parents), "support": len(drafted.support),
+                           "exact": {name: expected_acceptance(VERIFIERS[name].fn, drafted).accepted
+                                     for name in config.exact}})
+
+        start = time.perf_counter()
+        draft = None if config.draft is None else CachedLM(m["draft"], processing)
+        out = speculative_generate(draft, CachedLM(m["target"], processing), context, self._drafter(config),
+                                   config.verifier, self.new_tokens, seed, stop, observe)
+        return {"tokens": len(out.tokens), "emitted": sum(out.accept_lengths), "steps": len(out.accept_lengths),
+                "seconds": out.seconds, "draft_passes": out.draft_passes,
+                "exact_seconds": time.perf_counter() - start - out.seconds, "rounds": rounds}
+
+
+def run_real_pair(target: str, questions: Sequence[dict], new_tokens: int, seed: int, device: str, store: Path,
+                  tick: Callable[[str, int], None] | None = None) -> tuple[list[tuple[Config, list[dict]]], Runner]:
+    """Every configuration's records, in the report's order (DySpec's at each budget before the Sequoia-style tree
+    built from its rounds)."""
+    runner = Runner(target, questions, new_tokens, seed, device, Store(store), tick)
+    done: list[tuple[Config, list[dict]]] = []
+    for config in verifier_configs():
+        done.append((config, runner.run(config)))
+    for budget in BUDGETS:
+        for config in dyspec_configs(budget):
+            done.append((config, runner.run(config)))
+        dyspec_rounds = [r for record in done[-3][1] for r in record["rounds"]]
+        config = sequoia_config(budget, rank_rates(dyspec_rounds))
+        done.append((config, runner.run(config)))
+    for config in aded_configs():
+        done.append((config, runner.run(config)))
+    return done, runner
+
+
+# ---- statistics ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over rounds and its standard error clustered by question (the ratio estimator's: rounds of one
+    answer share its context, so they are not independent draws)."""
+
+    mean: float
+    se: float
+
+    @classmethod
+    def of(cls, per_question: Sequence[Sequence[float]]) -> "Estimate":
+        sums = np.array([sum(values) for values in per_question], dtype=float)
+        counts = np.array([len(values) for values in per_question], dtype=float)
+        mean = sums.sum() / counts.sum()
+        q = len(sums)
+        if q < 2:
+            return cls(float(mean), float("nan"))
+        se = math.sqrt(q / (q - 1) * float(((sums - mean * counts) ** 2).sum())) / counts.sum()
+        return cls(float(mean), se)
+
+    def text(self, digits: int = 3) -> str:
+        return f"{self.mean:.{digits}f} ± {self.se:.{digits}f}"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One configuration over every question."""
+
+    config: Config
+    records: list[dict]
+
+    def rounds(self, key: Callable[[dict], float]) -> list[list[float]]:
+        return [[key(r) for r in record["rounds"]] for record in self.records]
+
+    def value(self, rule: str) -> Callable[[dict], float]:
+        """A round's value for ``rule``: its exact expectation where computed, else (the deciding rule) its
+        sampled acceptance, which has the same expectation."""
+        return (lambda r: r["exact"][rule]) if rule in self.config.exact else (lambda r: r["sampled"])
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """The rules of the run's rows: the exact ones, and the deciding rule where it has no exact expectation."""
+        extra = () if self.config.verifier in self.config.exact else (self.config.verifier,)
+        return self.config.exact + extra
+
+    def exact(self, rule: str) -> Estimate:
+        return Estimate.of(self.rounds(self.value(rule)))
+
+    def sampled(self) -> Estimate:
+        return Estimate.of(self.rounds(lambda r: r["sampled"]))
+
+    def paired(self, rule: str) -> Estimate:
+        """``rule`` − ``base``, round by round."""
+        own, base = self.value(rule), self.value(self.config.base)
+        return Estimate.of(self.rounds(lambda r: own(r) - base(r)))
+
+    def check(self) -> Estimate | None:
+        """Sampled − exact of the deciding rule, round by round (expectation 0); ``None`` where it has no exact
+        expectation."""
+        if self.config.verifier not in self.config.exact:
+            return None
+        return Estimate.of(self.rounds(lambda r: r["sampled"] - r["exact"][self.config.verifier]))
+
+    @property
+    def tokens(self) -> int:
+        return sum(r["tokens"] for r in self.records)
+
+    @property
+    def steps(self) -> int:
+        return sum(r["steps"] for r in self.records)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / sum(r["seconds"] for r in self.records)
+
+    @property
+    def draft_passes_per_step(self) -> float:
+        return sum(r["draft_passes"] for r in self.records) / self.steps
+
+    def nodes(self) -> tuple[float, int]:
+        """Mean draft tokens per tree, and the deepest tree's depth."""
+        from simulator.trees import node_depths
+
+        trees = [r["parents"] for record in self.records for r in record["rounds"]]
+        return (float(np.mean([len(t) - 1 for t in trees])) if trees else 0.0,
+                max((max(node_depths(t)) for t in trees), default=0))
+
+
+# ---- the report ---------------------------------------------------------------------------------------------------
+
+def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], question_ids: list, new_tokens: int,
+                           command: str, device: str, load: tuple[float, float], seconds: float,
+                           stored_seconds: float) -> None:
     """``real_pair.md``, ``real_pair.json`` and ``real_pair.png`` in ``out``; ``load`` is the machine's 1-minute
-    load average before and after the run (tokens/s are only comparable on an idle machine)."""
+    load average before and after the run; ``seconds`` the wall time of this command, ``stored_seconds`` that of
+    every stored question (serving and exact expectations)."""
+    import torch
+    import transformers
+
+    from simulator.torch_path.spec_bench import shipped_instructions
+
+    summaries = {config.key: Summary(config, records) for config, records in done}
+    baseline = summaries["target"].tokens_per_s
+    machine = (f"{platform.machine()}, {torch.get_num_threads()} torch threads, device `{device}`; torch "
+               f"{torch.__version__}, transformers {transformers.__version__}")
+    lines = [
+        "# Verifiers and drafters on a real trained pair: SmolLM2-135M-Instruct on MT-bench",
+        "",
+        f"Generated by `{command}` on {datetime.date.today().isoformat()} ({machine}; 1-minute load average "
+        f"{load[0]:.1f} before the run and {load[1]:.1f} after it, on {os.cpu_count()} cores). This command took "
+        f"{seconds:.0f} s; measuring every stored question took {stored_seconds / 60:.1f} min (serving and exact "
+        "expectations; the store is `reports/store/real_pair`, and a rerun reads it).",
+        "",
+        f"Target SmolLM2-135M-Instruct (30 layers, vocabulary 49,152; `specproof fetch smollm2`). Draft: the "
+        f"target's own layers, `{MAIN_DRAFT}` (26 layers). MT-bench questions "
+        f"{', '.join(str(q) for q in question_ids)} ({len(question_ids)} questions, first turns, chat template), "
+        f"up to {new_tokens} new tokens or the end-of-sequence token; temperature {TEMPERATURE:g}, top-k {TOP_K} "
+        "(transformers' default for sampling) on both models. Trees are (depth, branching).",
+        "",
+        "**How to read the numbers.** Accepted tokens per step (a step is one target pass; block efficiency − 1). "
+        "*Exact* is the mean over the run's rounds of the rule's `E[τ | drafted tree, rows]`, computed by the exact "
+        "engine on every round (exact/conditional.py: the rule's own choices enumerated on the round's top-k "
+        "support): the same expectation as the *sampled* mean of the rule that decided the run, with less noise. "
+        "Rules listed under one run are evaluated on the same rounds, so their *paired* differences have standard "
+        "errors of their own. Standard errors (±) are clustered by question. The *check* column is the deciding "
+        "rule's sampled − exact mean, which should be 0 within about two standard errors. Tokens/s and speed-ups "
+        f"are wall-clock on this machine against target-only decoding ({baseline:.2f} tokens/s, measured in the "
+        "same command); the exact expectations are not timed.",
+        "",
+        "## TRV, BV, LV and GBV against token verification (the same rounds)",
+        "",
+    ]
+    checks: list[tuple[str, Estimate]] = []
+    for config, _ in done:
+        if config.study != "verifiers":
+            continue
+        s = summaries[config.key]
+        check = s.check()
+        if check is not None:
+            checks.append((config.key, check))
+        lines += [f"**{config.label}, {config.drafting} drafting**, decided by `{config.verifier}`: "
+                  f"{s.steps} rounds, {s.tokens} tokens, "
+                  f"{s.tokens_per_s:.2f} tokens/s (speed-up {s.tokens_per_s / baseline:.2f}); sampled "
+                  f"{s.sampled().text()}" + (f", check {check.text()}." if check else
+                                             f" (`{config.verifier}` has no exact expectation here: its row is "
+                                             "sampled, its paired difference sampled − exact)."), "",
+                  f"| rule | accepted per step | − `{config.base}` (paired) |", "|---|---|---|"]
+        for rule in s.rules:
+            paired = "—" if rule == config.base else s.paired(rule).text()
+            kind = "exact" if rule in config.exact else "sampled"
+            lines.append(f"| `{rule}` | {s.exact(rule).text()} ({kind}) | {paired} |")
+        lines.append("")
+    lines += [
+        "## DySpec's dynamic tree against fixed trees of the same budget",
+        "",
+        "Without-replacement drafting, each tree verified by `tv-rrsw` (DySpec's own verification, `dyspec`, and "
+        "TRV on the same rounds). The Sequoia-style tree is the heaviest tree of the budget under the rank "
+        "acceptance rates measured on DySpec's rounds of that budget (a node weighs the product of its ranks' "
+        "acceptance along its path). Trees of one budget are separate runs: their differences (− DySpec) are "
+        "unpaired, with independent standard errors.",
+        "",
+        "| budget | tree | tokens per tree | depth (max) | `tv-rrsw` exact | − DySpec | `dyspec` exact | `trv` exact "
+        "| sampled | check | draft passes per step | tokens/s | speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for budget in BUDGETS:
+        reference = summaries[f"dyspec-{budget}"].exact("tv-rrsw")
+        for key in (f"dyspec-{budget}", f"chain-{budget}", f"complete-{budget}", f"sequoia-{budget}"):
+            s = summaries[key]
+            mean_nodes, deepest = s.nodes()
+            own = s.exact("tv-rrsw")
+            diff = "—" if key.startswith("dyspec") else \
+                f"{own.mean - reference.mean:+.3f} ± {math.hypot(own.se, reference.se):.3f}"
+            check = s.check()
+            checks.append((key, check))
+            lines.append(f"| {budget} | {s.config.label} | {mean_nodes:.1f} | {deepest} | {own.text()} | {diff} | "
+                         f"{s.exact('dyspec').text()} | {s.exact('trv').text()} | {s.sampled().text()} | "
+                         f"{check.text()} | {s.draft_passes_per_step:.2f} | {s.tokens_per_s:.2f} | "
+                         f"{s.tokens_per_s / baseline:.2f} |")
+    aded, chain = summaries["aded"], summaries["chain-iid"]
+    checks.append(("aded", aded.check()))
+    lines += [
+        "",
+        "## ADED's tri-gram drafts against a draft-model chain and target-only decoding",
+        "",
+        "ADED reads no draft model: its candidates come from a tri-gram table built from a corpus (the target's own "
+        f"answers, {CORPUS_TOKENS} tokens each, to the {len(shipped_instructions())} instructions of "
+        "simulator/data/instructions.txt, none "
+        "MT-bench's) and updated after every round from the output (App. Alg. 2); each question starts from the "
+        "corpus table. Its drafts are deterministic, so sample-and-match (`match`) and deterministic RRS "
+        "(`tv-det`) are its lossless rules.",
+        "",
+        "| drafting | draft model | rule | exact accepted per step | sampled | check | tokens/s | speed-up |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| ADED (24 candidates × 4 tokens) | none | `match` | {aded.exact('match').text()} | {aded.sampled().text()} | "
+        f"{aded.check().text()} | {aded.tokens_per_s:.2f} | {aded.tokens_per_s / baseline:.2f} |",
+        f"| ADED, same rounds | none | `tv-det` | {aded.exact('tv-det').text()} | — | — | — | — |",
+        f"| chain (3, 1), i.i.d. | `{MAIN_DRAFT}` | `tv-sps` | {chain.exact('tv-sps').text()} | "
+        f"{chain.sampled().text()} | {chain.check().text()} | {chain.tokens_per_s:.2f} | "
+        f"{chain.tokens_per_s / baseline:.2f} |",
+        f"| target only | none | — | 0 | 0 | — | {baseline:.2f} | 1.00 |",
+        "",
+        "## Sampled against exact",
+        "",
+        f"Every deciding rule's sampled − exact mean, in standard errors: "
+        + ", ".join(f"{key} {c.mean / c.se:+.1f}" for key, c in checks if c.se > 0)
+        + f". Within 2: {sum(abs(c.mean) <= 2 * c.se for _, c in checks)} of {len(checks)} (about 95% expected).",
+        "",
+        "![exact accepted tokens per step](real_pair.png)",
+        "",
+    ]
+    write_text(out / "real_pair.md", "\n".join(lines), "out")
+    write_json(out / "real_pair.json", _json(done, summaries, baseline, question_ids, new_tokens, command, load),
+               "out")
+    _plot(out / "real_pair.png", summaries)
+
+
+def _json(done, summaries: dict[str, Summary], baseline: float, question_ids: list, new_tokens: int, command: str,
+          load: tuple[float, float]) -> dict:
+    rows = []
+    for config, _ in done:
+        if config.study != "verifiers":
+            continue
+        s = summaries[config.key]
+        topology, depth, branching = SHAPES[config.shape]
+        for rule in s.rules:
+            e = s.exact(rule)
+            decided = rule == config.verifier
+            rows.append(asdict(RealRow(rule, config.drafting, config.shape, depth, branching, MAIN_DRAFT,
+                                       len(s.records), s.tokens, 1 + e.mean, e.se,
+                                       s.tokens_per_s if decided else None,
+                                       s.tokens_per_s / baseline if decided else None, s.draft_passes_per_step)))
+    configs = []
+    for config, _ in done:
+        s = summaries[config.key]
+        entry = {**asdict(config), "tokens": s.tokens, "steps": s.steps, "tokens_per_s": s.tokens_per_s,
+                 "speedup": s.tokens_per_s / baseline}
+        if config.verifier is not None:
+            check = s.check()
+            entry.update(sampled=asdict(s.sampled()), check=None if check is None else asdict(check),
+                         exact={rule: asdict(s.exact(rule)) for rule in config.exact},
+                         paired={rule: asdict(s.paired(rule)) for rule in s.rules if rule != config.base},
+                         draft_passes_per_step=s.draft_passes_per_step)
+        configs.append(entry)
+    return {"command": command, "questions": question_ids, "new_tokens": new_tokens, "turns": "first",
+            "processing": {"temperature": TEMPERATURE, "top_k": TOP_K}, "baseline_tokens_per_s": baseline,
+            "load_average": list(load), "rows": rows, "configs": configs}
+
+
+def _plot(path: Path, summaries: dict[str, Summary]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import torch
-    import transformers
 
-    out.mkdir(parents=True, exist_ok=True)
-    machine = (f"{platform.machine()}, {torch.get_num_threads()} torch threads, device `{device}`; torch "
-               f"{torch.__version__}, transformers {transformers.__version__}")
-    lines = [
-        "# Verifiers on a real trained pair: SmolLM2-135M-Instruct on MT-bench",
-        "",
-        f"Generated by `{command}` on {datetime.date.today().isoformat()} ({machine}; 1-minute load average "
-        f"{load[0]:.1f} before the run and {load[1]:.1f} after it, on {os.cpu_count()} cores).",
-        "",
-        f"Target SmolLM2-135M-Instruct (30 layers, vocabulary 49,152; `specproof fetch smollm2`). Drafts are the "
-        f"target's own layers: `{MAIN_DRAFT}` (26 layers), and `{CONTRAST[3]}` (28 layers) for contrast. MT-bench "
-        f"questions {', '.join(str(q) for q in question_ids)} ({len(question_ids)} questions, both turns, chat "
-        f"template, each turn continuing the conversation), up to {new_tokens} new tokens a turn or the "
-        "end-of-sequence token; temperature 1, no top-k or top-p. Trees are (depth, branching).",
-        "",
-        "Accepted tokens per step is block efficiency − 1 (a step is one target pass). Standard errors are across "
-        "questions. Tokens/s and speed-ups are wall-clock on this machine, against target-only decoding "
-        f"({baseline:.2f} tokens/s, measured with the first row); they are below 1 because three draft passes of "
-        "a 26-layer draft cost more than the tokens they save (reports/real_speed.md).",
-        "",
-        "| verifier | drafting | tree | draft | accepted per step | block efficiency | tokens | tokens/s | "
-        "speed-up |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(f"| `{r.verifier}` | {r.drafting} | {r.shape} ({r.depth}, {r.branching}) | `{r.draft}` | "
-                     f"{r.accepted:.3f} ± {r.block_efficiency_se:.3f} | {r.block_efficiency:.3f} | {r.tokens} | "
-                     f"{r.tokens_per_s:.2f} | {r.speedup:.2f} |")
-    lines += ["", "![accepted tokens per step](real_pair.png)", ""]
-    write_text(out / "real_pair.md", "\n".join(lines), "out")
-    write_json(out / "real_pair.json", {"command": command, "questions": question_ids, "new_tokens": new_tokens,
-                                        "baseline_tokens_per_s": baseline, "load_average": list(load),
-                                        "rows": [asdict(r) for r in rows]}, "out")
-    figure, axis = plt.subplots(figsize=(9, 4))
-    labels = [f"{r.verifier}\n{r.shape}" + ("\n" + r.draft.removeprefix("self:") if r.draft != MAIN_DRAFT else "")
-              for r in rows]
-    colours = {"chain": "tab:blue", "complete": "tab:orange", "multi-chain": "tab:green"}
-    axis.bar(range(len(rows)), [r.accepted for r in rows], yerr=[r.block_efficiency_se for r in rows], capsize=3,
-             color=[colours[r.shape] if r.draft == MAIN_DRAFT else "tab:grey" for r in rows])
-    axis.set_xticks(range(len(rows)), labels, rotation=90, fontsize=7)
-    axis.set_ylabel("accepted tokens per step (± SE)")
-    axis.set_title("SmolLM2-135M on MT-bench: blue chain (3), orange complete (3, 2), green multi-chain (3, 3), "
-                   "grey: 28-layer draft", fontsize=8)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    labels, values, errors = [], [], []
+    for s in summaries.values():
+        if s.config.study != "verifiers":
+            continue
+        for rule in s.rules:
+            e = s.exact(rule)
+            labels.append(f"{rule}\n{s.config.shape} {s.config.drafting[:3]}")
+            values.append(e.mean)
+            errors.append(e.se)
+    left.bar(range(len(values)), values, yerr=errors, capsize=2, color="tab:blue")
+    left.set_xticks(range(len(values)), labels, rotation=90, fontsize=6)
+    left.set_ylabel("exact accepted tokens per step (± SE)")
+    left.set_title("verifiers on the same rounds", fontsize=9)
+    for kind, colour in (("dyspec", "tab:red"), ("chain", "tab:grey"), ("complete", "tab:orange"),
+                         ("sequoia", "tab:green")):
+        points = [summaries[f"{kind}-{b}"].exact("tv-rrsw") for b in BUDGETS]
+        right.errorbar(BUDGETS, [p.mean for p in points], yerr=[p.se for p in points], marker="o", capsize=3,
+                       label=kind, color=colour)
+    right.set_xscale("log", base=2)
+    right.set_xticks(BUDGETS, [str(b) for b in BUDGETS])
+    right.set_xlabel("draft tokens per tree")
+    right.set_ylabel("tv-rrsw exact accepted tokens per step")
+    right.set_title("DySpec against fixed trees", fontsize=9)
+    right.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(out / "real_pair.png", dpi=120)
+    figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def stored_seconds(done: list[tuple[Config, list[dict]]]) -> float:
+    """The wall time every stored question took to measure: serving and exact expectations."""
+    return sum(r["seconds"] + r["exact_seconds"] for _, records in done for r in records)
