@@ -31,7 +31,7 @@ from simulator.trees import DraftTree
 from exact.enumeration import EnumeratingChooser, enumerate_outcomes
 
 #: the most tokens a restricted round may keep (each of the rule's row operations is a Python loop over them)
-MAX_SUPPORT = 4096
+MAX_SUPPORT = 8192
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def test_restricting_to_the_support_changes_nothing():
 
 
 def test_a_round_with_too_wide_a_support_names_top_k():
-    q = np.full((2, 5000), 1 / 5000)
+    q = np.full((2, 9000), 1 / 9000)
     with pytest.raises(InvalidParameterError, match="top_k"):
         restrict_round([-1, 0], [0, 3], q, q, [True, False])
 

@@ -52,3 +52,14 @@ def test_the_command_refuses_before_loading_and_passes_a_good_file_on(tmp_path):
     out = real()
     assert out.exit_code == 2 and "holds no config.json" in out.stderr and "questions" not in out.stderr, out.output
     assert read_questions(str(path)) == [json.loads(GOOD)]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--drafting", "aded", "--verifier", "match", "--draft", "self:skip=1"], "--drafting aded reads no draft model"),
+    (["--drafting", "dyspec", "--verifier", "tv-rrsw"], "--drafting dyspec needs --draft"),
+])
+def test_a_draft_model_is_named_where_the_drafting_does_or_does_not_read_one(tmp_path, args, words):
+    path = tmp_path / "q.jsonl"
+    path.write_text(GOOD + "\n")
+    out = CliRunner().invoke(cli.main, ["real", "--target", str(tmp_path), "--questions", str(path), *args])
+    assert out.exit_code == 2 and f"error: draft: {words}" in out.stderr, out.output

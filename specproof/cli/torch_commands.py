@@ -176,7 +176,8 @@ def real_transfer(ctx, pair, target, questions, max_questions, fit_mode, seeds, 
     ticks = StageBars()
     try:
         start = time.perf_counter()
-        real = measure_overlaps(target, list(dict.fromkeys(r.draft for r in rows)), chosen, tick=ticks)
+        real = measure_overlaps(target, list(dict.fromkeys(r.draft for r in rows)), chosen, tick=ticks,
+                                processing=pair_data.get("processing"))
         measured = time.perf_counter() - start
         transfer = run_transfer(rows, real, [q["question_id"] for q in chosen], fit_mode, seeds, tick=ticks)
     finally:

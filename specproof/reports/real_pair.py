@@ -249,13 +249,14 @@ class Runner:
     device: str
     store: Store
     tick: Callable[[str, int], None] | None = None
+    draft_spec: str = MAIN_DRAFT  # the draft of every configuration that reads one
     loaded: dict = field(default_factory=dict)
     seconds: float = 0.0  # wall time of the questions run in this command (stored ones excluded)
 
     @property
     def setting(self) -> dict:
         return {"target": self.target, "new_tokens": self.new_tokens, "seed": self.seed, "temperature": TEMPERATURE,
-                "top_k": TOP_K, "draft_spec": MAIN_DRAFT}
+                "top_k": TOP_K, "draft_spec": self.draft_spec}
 
     def models(self) -> dict:
         if not self.loaded:
@@ -263,7 +264,7 @@ class Runner:
 
             from simulator.torch_path.real import load_pair, load_tokenizer
 
-            draft, target = load_pair(MAIN_DRAFT, self.target, torch.float32, self.device)
+            draft, target = load_pair(self.draft_spec, self.target, torch.float32, self.device)
             tokenizer, _ = load_tokenizer(self.target)
             self.loaded.update(draft=draft, target=target, tokenizer=tokenizer)
         return self.loaded
@@ -641,7 +642,8 @@ def _plot(path: Path, summaries: dict[str, Summary]) -> None:
             continue
         for rule in s.rules:
             e = s.exact(rule)
-            labels.append(f"{rule}\n{s.config.shape} {s.config.drafting[:3]}")
+            drafting = "wor" if s.config.drafting == "without-replacement" else s.config.drafting
+            labels.append(f"{rule}\n{s.config.shape} {drafting}")
             values.append(e.mean)
             errors.append(e.se)
     left.bar(range(len(values)), values, yerr=errors, capsize=2, color="tab:blue")

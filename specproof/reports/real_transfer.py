@@ -75,12 +75,15 @@ def row_statistics(p: np.ndarray, q: np.ndarray) -> OverlapSample:
 
 def measure_overlaps(target: str, drafts: Sequence[str], questions: Sequence[dict],
                      new_tokens: int = CONTINUATION_TOKENS, seed: int = 0,
-                     tick: Callable[[str, int], None] | None = None) -> dict[str, OverlapSample]:
+                     tick: Callable[[str, int], None] | None = None,
+                     processing: dict | None = None) -> dict[str, OverlapSample]:
     """Per draft, :class:`OverlapSample` over every question: the first turn's chat prompt, then up to
-    ``new_tokens`` target tokens (KV-cached target-only decoding at temperature 1, stopping at the end-of-sequence
+    ``new_tokens`` target tokens (KV-cached target-only decoding under ``processing``, stopping at the end-of-sequence
     token, seed ``seed + 1000·i`` for question ``i`` as ``specproof real-report``'s baseline uses for a first
     turn); the rows at each continuation position come from one plain forward pass of each model over the whole
-    sequence."""
+    sequence. ``processing`` (``Processing``'s fields, as real_pair.json records them; default temperature 1 and
+    nothing cut) is applied to the generation and to both rows, so that the fit sees the rows the real rows'
+    rules saw."""
     import torch
 
     from simulator.torch_path.kv_cache import CachedLM
@@ -97,16 +100,17 @@ def measure_overlaps(target: str, drafts: Sequence[str], questions: Sequence[dic
             models[spec] = load_causal_lm(spec, torch.float32, "draft")
             check_vocabularies(models[spec], model)
     stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    processed = Processing(**(processing or {}))
     rows: dict[str, list[OverlapSample]] = {spec: [] for spec in drafts}
     for i, question in enumerate(questions):
         prompt = chat_ids(tokenizer, [{"role": "user", "content": str(question["turns"][0])}])
-        generated = target_generate(CachedLM(model, Processing()), prompt, new_tokens, seed + 1000 * i, stop).tokens
+        generated = target_generate(CachedLM(model, processed), prompt, new_tokens, seed + 1000 * i, stop).tokens
         sequence = torch.tensor([prompt + generated])
         positions = slice(len(prompt) - 1, len(prompt) + len(generated) - 1)  # the rows that predict `generated`
         with torch.no_grad():
-            q = torch.softmax(model(sequence).logits[0, positions].double(), dim=-1).numpy()
+            q = processed(model(sequence).logits[0, positions]).numpy()
             for spec, draft in models.items():
-                p = torch.softmax(draft(sequence).logits[0, positions].double(), dim=-1).numpy()
+                p = processed(draft(sequence).logits[0, positions]).numpy()
                 rows[spec].append(row_statistics(p, q))
         if tick is not None:
             tick("questions", len(questions))
