@@ -318,8 +318,8 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
     ``accept_lengths`` holds the tokens emitted per step (accepted draft tokens + 1). ``progress(i)`` is called
     after question ``i``. ``draft`` is ``None`` for a drafter that reads no draft model (ADED). Every question
     starts from the drafter as given (ADED's table learns within an answer, not from question to question), so
-    questions are independent samples for their standard errors. ``max_turns`` keeps only the first turns of each question; ``observe`` sees
-    every round's rows (:func:`speculative_generate`)."""
+    questions are independent samples for their standard errors. ``max_turns`` keeps only the first turns of each
+    question; ``observe`` sees every round's rows (:func:`speculative_generate`)."""
     kernel = array_drafter(drafter)
     stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     answered = []

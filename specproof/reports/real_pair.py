@@ -3,11 +3,12 @@
 ``.json`` and ``.png``.
 
 Every configuration (a drafter, a tree and the rule that decides the run) is one KV-cached serving run per
-question. On each round the observer computes, with the exact engine (:mod:`exact.conditional`), every listed
-rule's ``E[τ | the drafted tree and its rows]`` over that rule's own random choices. Their mean over rounds has the
-sampled mean's expectation and much less noise; rules evaluated on the same rounds give paired differences, whose
-standard errors are those of a ranking. Standard errors are clustered by question (rounds of one answer are not
-independent). The deciding rule's sampled mean is checked against its exact mean.
+question. On each round the observer computes, with the exact engine
+(:func:`exact.enumeration.expected_acceptance`), every listed rule's ``E[τ | the drafted tree and its rows]`` over
+that rule's own random choices. Their mean over rounds has the sampled mean's expectation and much less noise;
+rules evaluated on the same rounds give paired differences, whose standard errors are those of a ranking.
+Standard errors are clustered by question (rounds of one answer are not independent). The deciding rule's sampled
+mean is checked against its exact mean.
 
 Three studies: TRV, BV, LV and GBV against token verification on fixed shapes; DySpec's dynamic tree against fixed
 trees of the same budget (a chain, a complete binary tree, and the Sequoia-style tree built from the rank
@@ -35,7 +36,7 @@ from simulator.jsonfile import read_json, write_json, write_text
 
 MAIN_DRAFT = "self:skip=12,14,16,18"
 #: the rows' processing: temperature 1 and transformers' default top-k for sampling, which keeps each round's
-#: support small enough for the exact expectation (exact/conditional.py)
+#: support small enough for the exact expectation (exact/enumeration.py)
 TEMPERATURE, TOP_K = 1.0, 50
 BUDGETS = (8, 16, 32)
 #: shape name -> (topology, depth, branching) of the verifier study (``specproof real-transfer`` reads these)
@@ -324,7 +325,7 @@ class Runner:
         return make_drafter(config.drafting, options=DrafterOptions(budget=config.budget))
 
     def _answer(self, config: Config, question: dict, index: int) -> dict:
-        from exact.conditional import expected_acceptance, restrict_round
+        from exact.enumeration import expected_acceptance, restrict_round
         from simulator.torch_path.kv_cache import CachedLM
         from simulator.torch_path.real import Processing
         from simulator.torch_path.spec_bench import chat_ids, speculative_generate, target_generate
@@ -347,7 +348,8 @@ class Runner:
             depth, node = 0, r.node
             while node > 0:
                 depth, node = depth + 1, r.parents[node]
-            rounds.append({"sampled": depth, "node": r.node, "parents": list(r.parents), "support": len(drafted.support),
+            rounds.append({"sampled": depth, "node": r.node, "parents": list(r.parents),
+                           "support": len(drafted.support),
                            "exact": {name: expected_acceptance(VERIFIERS[name].fn, drafted).accepted
                                      for name in config.exact}})
 
@@ -501,13 +503,13 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         "",
         "**How to read the numbers.** Accepted tokens per step (a step is one target pass; block efficiency − 1). "
         "*Exact* is the mean over the run's rounds of the rule's `E[τ | drafted tree, rows]`, computed by the exact "
-        "engine on every round (exact/conditional.py: the rule's own choices enumerated on the round's top-k "
-        "support): the same expectation as the *sampled* mean of the rule that decided the run, with less noise. "
-        "Rules listed under one run are evaluated on the same rounds, so their *paired* differences have standard "
-        "errors of their own. Standard errors (±) are clustered by question. The *check* column is the deciding "
-        "rule's sampled − exact mean, which should be 0 within about two standard errors. Tokens/s and speed-ups "
-        f"are wall-clock on this machine against target-only decoding ({baseline:.2f} tokens/s, measured in the "
-        "same command); the exact expectations are not timed.",
+        "engine on every round (`exact.enumeration.expected_acceptance`: the rule's own choices enumerated on the "
+        "round's top-k support): the same expectation as the *sampled* mean of the rule that decided the run, with "
+        "less noise. Rules listed under one run are evaluated on the same rounds, so their *paired* differences have "
+        "standard errors of their own. Standard errors (±) are clustered by question. The *check* column is the "
+        "deciding rule's sampled − exact mean, which should be 0 within about two standard errors. Tokens/s and "
+        f"speed-ups are wall-clock on this machine against target-only decoding ({baseline:.2f} tokens/s, measured in "
+        "the same command); the exact expectations are not timed.",
         "",
         "## TRV, BV, LV and GBV against token verification (the same rounds)",
         "",
@@ -574,7 +576,8 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         "",
         "| drafting | draft model | rule | exact accepted per step | sampled | check | tokens/s | speed-up |",
         "|---|---|---|---|---|---|---|---|",
-        f"| ADED (24 candidates × 4 tokens) | none | `match` | {aded.exact('match').text()} | {aded.sampled().text()} | "
+        f"| ADED (24 candidates × 4 tokens) | none | `match` | {aded.exact('match').text()} | "
+        f"{aded.sampled().text()} | "
         f"{aded.check().text()} | {aded.tokens_per_s:.2f} | {aded.tokens_per_s / baseline:.2f} |",
         f"| ADED, same rounds | none | `tv-det` | {aded.exact('tv-det').text()} | — | — | — | — |",
         f"| chain (3, 1), i.i.d. | `{MAIN_DRAFT}` | `tv-sps` | {chain.exact('tv-sps').text()} | "

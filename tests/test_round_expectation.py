@@ -1,6 +1,6 @@
-"""One round's exact expected acceptance given its rows (exact/conditional.py): against hand derivations, against
-the enumeration of every outcome (no lumping, no restriction), against the round's law averaged over every draft
-tree, and a rule the lumping is not exact for."""
+"""One round's exact expected acceptance given its rows (``exact.enumeration.expected_acceptance``): against hand
+derivations, against the enumeration of every outcome (no lumping, no restriction), against the round's law averaged
+over every draft tree, and a rule the lumping is not exact for."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from exact import round_law
-from exact.conditional import LumpingChooser, Round, expected_acceptance, restrict_round
-from exact.enumeration import enumerate_outcomes
+from exact.enumeration import (DraftedRound, LumpingChooser, enumerate_outcomes, expected_acceptance,
+                               restrict_round)
 from simulator.drafting import FixedShape
 from simulator.drafting.dyspec import DySpecBudget
 from simulator.errors import InvalidParameterError
@@ -24,7 +24,7 @@ def _rows(rng: np.random.Generator, n: int, vocab: int) -> np.ndarray:
     return rng.dirichlet(np.full(vocab, 0.6), size=n)
 
 
-def _round(parents, tokens, p, q) -> Round:
+def _round(parents, tokens, p, q) -> DraftedRound:
     return restrict_round(parents, tokens, p, q, [any(par == v for par in parents) for v in range(len(parents))])
 
 
@@ -77,8 +77,8 @@ def test_restricting_to_the_support_changes_nothing():
     p[:, [1, 2, 5]], q[:, [1, 2, 5, 6]] = _rows(rng, 5, 3), _rows(rng, 5, 4)  # tokens 0, 3, 4, 7: no mass anywhere
     restricted = _round(parents, tokens, p, q)
     assert restricted.support == (1, 2, 5, 6)
-    whole = Round(DraftTree(parents, [None] + tokens[1:], 8), tuple(tuple(r) for r in p), tuple(tuple(r) for r in q),
-                  tuple(range(8)))
+    whole = DraftedRound(DraftTree(parents, [None] + tokens[1:], 8), tuple(tuple(r) for r in p),
+                         tuple(tuple(r) for r in q), tuple(range(8)))
     for name in ("tv-rrs", "trv", "lv-rrs", "match"):
         a = expected_acceptance(VERIFIERS[name].fn, restricted).accepted
         b = expected_acceptance(VERIFIERS[name].fn, whole, lump=False).accepted
@@ -100,7 +100,7 @@ def test_the_mean_over_every_draft_tree_is_the_rounds_expected_acceptance(drafte
     view = ModelView(model, "float")
     total = 0.0
     for draft, prob in enumerate_outcomes(lambda rng: drafter.draft(view, rng), exact=False):
-        drafted = Round(draft.tree, draft.p, draft.q, tuple(range(4)))
+        drafted = DraftedRound(draft.tree, draft.p, draft.q, tuple(range(4)))
         total += prob * expected_acceptance(VERIFIERS[name].fn, drafted).accepted
     assert total == pytest.approx(round_law(model, drafter, name, "float").expected_accepted(), abs=1e-12)
 
