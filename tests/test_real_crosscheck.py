@@ -103,6 +103,19 @@ def test_lossless_rules_are_lossless_on_the_real_pair(smollm2, name, drafter):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name,lossless", [("tv-rrsw", True), ("dyspec", True), ("trv", True),
+                                           ("bug-dyspec-printed", False)])
+def test_dyspecs_dynamic_trees_cross_check_on_the_real_pair(smollm2, name, lossless):
+    """DySpec's greedy tree of 2 tokens over the support of depth 2: its lossless rules LOSSLESS, and DySpec's
+    Alg. 3 as printed (``c ~ N(0, 1)``) LOSSY on the same rows."""
+    from simulator.drafting.dyspec import DySpecBudget
+    from specproof.reports.real_crosscheck import certify_real
+
+    cert = certify_real(smollm2["pair"], DySpecBudget(2), name)
+    assert cert.lossless == lossless and (cert.tvd <= 1e-6 if lossless else cert.tvd > 1e-4), cert.tvd
+
+
+@pytest.mark.slow
 def test_the_control_is_lossy_on_the_real_pair(smollm2):
     from specproof.reports.real_crosscheck import certify_real
 
@@ -172,7 +185,7 @@ def test_certify_causal_lm_prints_the_verdict_tolerance_and_coverage(smollm2, tm
     (["--model", "causal-lm", "--target", "smollm2", "--draft", DRAFT, "--prompt", "hi", "--top-k", "2",
       "--arithmetic", "fraction"], "arithmetic"),
     (["--model", "causal-lm", "--target", "smollm2", "--draft", DRAFT, "--prompt", "hi", "--top-k", "2",
-      "--drafting", "dyspec"], "drafting"),
+      "--drafting", "aded"], "drafting"),
     (["--target", "smollm2"], "target"),
     (["--model", "table", "--table", "examples/block_example.json", "--prompt", "hi"], "prompt"),
     (["--top-k", "3"], "top_k"),

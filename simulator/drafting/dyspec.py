@@ -98,16 +98,18 @@ class DySpecBudget:
 
     def draft(self, view: ModelView, rng: Randomness) -> Draft:
         tree = _Growing(view)
-        # Slots: (−value, opening order, node, residual); the order breaks ties first-opened first.
-        heap = [(-tree.one, 0, 0, view.p(()))]
+        # Slots: (−value, opening order, node, residual); the order breaks ties first-opened first. A node's first
+        # slot holds None until it is popped, when the node's draft row is read: a node never sampled from (the
+        # last ones, once the budget is spent) has no row read.
+        heap: list[tuple[Number, int, int, Sequence[Number] | None]] = [(-tree.one, 0, 0, None)]
         opened = 1
         while len(tree.parents) - 1 < self.budget and heap:
             neg_value, _, node, residual = heapq.heappop(heap)
-            y, share, rest = _sample_slot(residual, rng)
+            y, share, rest = _sample_slot(view.p(tree.paths[node]) if residual is None else residual, rng)
             new = tree.add(node, y)
             if rest is not None:
                 heapq.heappush(heap, (neg_value * (1 - share), opened, node, rest))
-            heapq.heappush(heap, (neg_value * share, opened + 1, new, view.p(tree.paths[new])))
+            heapq.heappush(heap, (neg_value * share, opened + 1, new, None))
             opened += 2
         return tree.draft()
 

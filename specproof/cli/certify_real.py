@@ -8,6 +8,7 @@ import sys
 import click
 
 from simulator.drafting import DRAFTING
+from simulator.drafting.drafter_registry import DYNAMIC
 from simulator.errors import InvalidParameterError
 from simulator.models import MODELS
 from simulator.usercode import require
@@ -76,10 +77,13 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
                                              + ("" if real["top_k"] is None else f" (got {real['top_k']})"))
     name, fn = named_verifier(tree)
     claim = claimed_subject(tree, name)  # --drafting defaults to a claimed scheme
-    if tree["drafting"] not in DRAFTING:
-        raise InvalidParameterError("drafting", f"--model causal-lm drafts a fixed tree: choose from {list(DRAFTING)}")
+    if tree["drafting"] not in (*DRAFTING, *DYNAMIC):
+        raise InvalidParameterError("drafting", "--model causal-lm drafts a fixed tree or DySpec's: choose from "
+                                                f"{[*DRAFTING, *DYNAMIC]}")
     check_pairing(tree["verifier"], tree["drafting"])
     _, shape = tree_shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])
+    # how deep a draft can reach: the fixed shape's height, DySpec's budget (a chain at most) or depth cap
+    height = {"dyspec": tree["budget"], "dyspec-threshold": tree["max_depth"]}.get(tree["drafting"], shape.height)
     require("torch", "--model causal-lm", "torch")
     require("transformers", "--model causal-lm", "real")
     import torch
@@ -95,7 +99,7 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
                                               real["cache_dir"])
         tokenizer, own_template = load_tokenizer(real["target"], "target", real["cache_dir"])
         ids = chat_ids(tokenizer, [{"role": "user", "content": real["prompt"]}])
-        pair = SupportPair(draft_model, target_model, ids, processing, processing, shape.height)
+        pair = SupportPair(draft_model, target_model, ids, processing, processing, height)
         drafter, drafting = build_drafter(pair, tree)
         cert = certify_real(pair, drafter, fn, {**drafting, "target": real["target"], "draft": real["draft"],
                                                 "prompt_text": real["prompt"]})
@@ -107,7 +111,7 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
     click.echo(f"  model causal-lm: target {real['target']}, draft {real['draft']}; prompt of {len(ids)} tokens under "
                f"the chat template; temperature {processing.temperature:g}, top-k {processing.top_k}")
     passes = pair.passes
-    click.echo(f"  support: {pair.vocab} of {pair.full_vocab:,} tokens have mass within {shape.height + 1} tokens; "
+    click.echo(f"  support: {pair.vocab} of {pair.full_vocab:,} tokens have mass within {height + 1} tokens; "
                f"forward passes: draft {passes['p']['plain']} plain + {passes['p']['tree']} tree, target "
                f"{passes['q']['plain']} plain + {passes['q']['tree']} tree")
     click.echo("  " + ", ".join(f"{k} {v}" for k, v in drafting.items()))
