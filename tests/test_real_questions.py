@@ -63,3 +63,10 @@ def test_a_draft_model_is_named_where_the_drafting_does_or_does_not_read_one(tmp
     path.write_text(GOOD + "\n")
     out = CliRunner().invoke(cli.main, ["real", "--target", str(tmp_path), "--questions", str(path), *args])
     assert out.exit_code == 2 and f"error: draft: {words}" in out.stderr, out.output
+
+
+def test_the_real_report_refuses_a_single_question_naming_the_field(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(GOOD + "\n")
+    out = CliRunner().invoke(cli.main, ["real-report", "--questions", str(path), "--out", str(tmp_path / "out")])
+    assert out.exit_code == 2 and "error: questions: the report's standard errors" in out.stderr, out.output

@@ -5,7 +5,7 @@ torch alike (``array-api-compat``), rows staying on the model's device.
   ``without-replacement``, the schemes that draw every child from a uniform;
 * :data:`ARRAY_DRAFTERS` — a whole round's draft, one kernel per drafter of
   :mod:`simulator.drafting.drafter_registry` that has one: fixed shapes a level at a time (:class:`LevelDrafter`),
-  DySpec's greedy and threshold trees (:class:`DySpecBudgetArrays`, :class:`DySpecThresholdArrays`), ADED's
+  DySpec's greedy and threshold trees (:class:`DySpecArrays`, on the reference's own growing loops), ADED's
   tri-gram drafts (:class:`AdedArrays`); :func:`array_drafter` looks one up by the reference drafter's scheme.
 
 Each draws exactly as its reference does on the same rows and uniforms, read in the same order (tested decision
@@ -15,7 +15,6 @@ node added since the last pass in one batch, so a round costs as few draft passe
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Protocol, Sequence
@@ -164,8 +163,11 @@ def _sample_slot(residual: Any, u: Any) -> tuple[int, float, Any]:
 
 
 class _Grown:
-    """A tree grown in insertion order whose draft rows are scored lazily: :meth:`row` feeds every node added
-    since the last pass in one batch."""
+    """A kernel's :class:`simulator.drafting.dyspec.Grower`: a tree grown in insertion order whose draft rows are
+    scored lazily (:meth:`row` feeds every node added since the last pass in one batch), draws made from the
+    source's uniforms."""
+
+    one = 1.0
 
     def __init__(self, source: RoundSource) -> None:
         self.source = source
@@ -195,40 +197,12 @@ class _Grown:
 
 
 @dataclass(frozen=True)
-class DySpecBudgetArrays:
-    """DySpec's Alg. 1 (:class:`simulator.drafting.dyspec.DySpecBudget`): the slot of largest value sampled, ties
-    first-opened first; a node's row is scored when its first slot is popped."""
+class DySpecArrays:
+    """DySpec's trees (:class:`simulator.drafting.dyspec.DySpecBudget`'s Alg. 1, :class:`DySpecThreshold`'s
+    Alg. 2) grown by the reference's own loop (its ``grow``) on array rows:
+    a node's row is scored when it is first sampled from, with every node added since the last pass."""
 
-    reference: DySpecBudget
-
-    @property
-    def scheme(self) -> str:
-        return self.reference.scheme
-
-    def draft(self, source: RoundSource) -> ArrayDraft:
-        tree = _Grown(source)
-        heap: list[tuple[float, int, int, Any]] = [(-1.0, 0, 0, None)]  # None: the node's own row, not yet scored
-        opened = 1
-        while len(tree.parents) - 1 < self.reference.budget and heap:
-            neg_value, _, node, residual = heapq.heappop(heap)
-            y, share, rest = tree.sample(tree.row(node) if residual is None else residual)
-            new = tree.add(node, y)
-            if rest is not None:
-                heapq.heappush(heap, (neg_value * (1 - share), opened, node, rest))
-            heapq.heappush(heap, (neg_value * share, opened + 1, new, None))
-            opened += 2
-        return tree.draft()
-
-    def advance(self, context: Sequence[int]) -> "DySpecBudgetArrays":
-        return self
-
-
-@dataclass(frozen=True)
-class DySpecThresholdArrays:
-    """DySpec's Alg. 2 (:class:`simulator.drafting.dyspec.DySpecThreshold`): a layer's nodes of value at least the
-    threshold scored in one pass, then each sampled while its value stays at or above it."""
-
-    reference: DySpecThreshold
+    reference: DySpecBudget | DySpecThreshold
 
     @property
     def scheme(self) -> str:
@@ -236,22 +210,10 @@ class DySpecThresholdArrays:
 
     def draft(self, source: RoundSource) -> ArrayDraft:
         tree = _Grown(source)
-        threshold = self.reference.threshold
-        layer: list[tuple[int, float]] = [(0, 1.0)]
-        for _ in range(self.reference.max_depth):
-            next_layer = []
-            for node, value in layer:
-                if value < threshold:
-                    continue
-                residual = tree.row(node)
-                while residual is not None and value >= threshold:
-                    y, share, residual = tree.sample(residual)
-                    next_layer.append((tree.add(node, y), value * share))
-                    value = value * (1 - share)
-            layer = next_layer
+        self.reference.grow(tree)
         return tree.draft()
 
-    def advance(self, context: Sequence[int]) -> "DySpecThresholdArrays":
+    def advance(self, context: Sequence[int]) -> "DySpecArrays":
         return self
 
 
@@ -295,8 +257,8 @@ class AdedArrays:
 #: reference drafter class -> its kernel's constructor
 ARRAY_DRAFTERS: dict[type, Callable[[Any], ArrayDrafter]] = {
     FixedShape: LevelDrafter,
-    DySpecBudget: DySpecBudgetArrays,
-    DySpecThreshold: DySpecThresholdArrays,
+    DySpecBudget: DySpecArrays,
+    DySpecThreshold: DySpecArrays,
     Aded: AdedArrays,
 }
 

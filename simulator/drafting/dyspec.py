@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from ..errors import InvalidParameterError
 from ..models import Context, ModelView
@@ -30,16 +30,75 @@ def _sample_slot(residual: Sequence[Number], rng: Randomness) -> tuple[int, Numb
     return y, share, normalise(rest) if total(rest) > 0 else None
 
 
-class _Growing:
-    """A tree grown node by node (each after its parent, in any order); :meth:`draft` renumbers it in BFS
-    order, children in the order they were sampled, with the rows of ``view``."""
+class Grower(Protocol):
+    """A tree being grown node by node, for :func:`grow_greedy` and :func:`grow_by_threshold`: the reference's
+    (:class:`_Growing`, rows from a view, draws through the randomness interface) or an array kernel's
+    (:mod:`simulator.drafting.arrays`)."""
 
-    def __init__(self, view: ModelView) -> None:
-        self.view = view
+    one: Number
+
+    def row(self, node: int) -> Sequence[Number]:
+        """``node``'s draft row."""
+
+    def sample(self, residual: Sequence[Number]) -> tuple[int, Number, Sequence[Number] | None]:
+        """:func:`_sample_slot` on ``residual``."""
+
+    def add(self, parent: int, token: int) -> int:
+        """A new node under ``parent``; its id."""
+
+
+def grow_greedy(budget: int, tree: Grower) -> None:
+    """Alg. 1 on ``tree``: ``budget`` nodes, each from the slot of largest value. Slots are (−value, opening order,
+    node, residual); the order breaks ties first-opened first. A node's first slot holds ``None`` until it is
+    popped, when the node's draft row is read: a node never sampled from (the last ones, once the budget is spent)
+    has no row read."""
+    heap: list[tuple[Number, int, int, Sequence[Number] | None]] = [(-tree.one, 0, 0, None)]
+    opened, added = 1, 0
+    while added < budget and heap:
+        neg_value, _, node, residual = heapq.heappop(heap)
+        y, share, rest = tree.sample(tree.row(node) if residual is None else residual)
+        new = tree.add(node, y)
+        added += 1
+        if rest is not None:
+            heapq.heappush(heap, (neg_value * (1 - share), opened, node, rest))
+        heapq.heappush(heap, (neg_value * share, opened + 1, new, None))
+        opened += 2
+
+
+def grow_by_threshold(threshold: float, max_depth: int, tree: Grower) -> None:
+    """Alg. 2 on ``tree``: layer by layer to ``max_depth``, each node of value at least ``threshold`` sampled (its
+    row read) while its value stays at or above it."""
+    layer: list[tuple[int, Number]] = [(0, tree.one)]
+    for _ in range(max_depth):
+        next_layer = []
+        for node, value in layer:
+            if value < threshold:
+                continue
+            residual: Sequence[Number] | None = tree.row(node)
+            while residual is not None and value >= threshold:
+                y, share, residual = tree.sample(residual)
+                next_layer.append((tree.add(node, y), value * share))
+                value = value * (1 - share)
+        layer = next_layer
+
+
+class _Growing:
+    """The reference's tree, grown node by node (each after its parent, in any order), rows read from ``view``
+    and draws made through ``rng``; :meth:`draft` renumbers it in BFS order, children in the order they were
+    sampled, with the rows of ``view``."""
+
+    def __init__(self, view: ModelView, rng: Randomness) -> None:
+        self.view, self.rng = view, rng
         self.parents: list[int] = [-1]
         self.tokens: list[int | None] = [None]
         self.paths: list[Context] = [()]
         self.one: Number = rational(1) if view.arithmetic == "fraction" else 1.0
+
+    def row(self, node: int) -> Sequence[Number]:
+        return self.view.p(self.paths[node])
+
+    def sample(self, residual: Sequence[Number]) -> tuple[int, Number, Sequence[Number] | None]:
+        return _sample_slot(residual, self.rng)
 
     def add(self, parent: int, token: int) -> int:
         self.parents.append(parent)
@@ -96,21 +155,13 @@ class DySpecBudget:
     def height(self) -> int:
         return self.budget
 
+    def grow(self, tree: Grower) -> None:
+        """Grow ``tree`` (the reference's, or an array kernel's: the same loop)."""
+        grow_greedy(self.budget, tree)
+
     def draft(self, view: ModelView, rng: Randomness) -> Draft:
-        tree = _Growing(view)
-        # Slots: (−value, opening order, node, residual); the order breaks ties first-opened first. A node's first
-        # slot holds None until it is popped, when the node's draft row is read: a node never sampled from (the
-        # last ones, once the budget is spent) has no row read.
-        heap: list[tuple[Number, int, int, Sequence[Number] | None]] = [(-tree.one, 0, 0, None)]
-        opened = 1
-        while len(tree.parents) - 1 < self.budget and heap:
-            neg_value, _, node, residual = heapq.heappop(heap)
-            y, share, rest = _sample_slot(view.p(tree.paths[node]) if residual is None else residual, rng)
-            new = tree.add(node, y)
-            if rest is not None:
-                heapq.heappush(heap, (neg_value * (1 - share), opened, node, rest))
-            heapq.heappush(heap, (neg_value * share, opened + 1, new, None))
-            opened += 2
+        tree = _Growing(view, rng)
+        self.grow(tree)
         return tree.draft()
 
     def advance(self, generated: Context) -> "DySpecBudget":
@@ -154,18 +205,13 @@ class DySpecThreshold:
     def height(self) -> int:
         return self.max_depth
 
+    def grow(self, tree: Grower) -> None:
+        """Grow ``tree`` (the reference's, or an array kernel's: the same loop)."""
+        grow_by_threshold(self.threshold, self.max_depth, tree)
+
     def draft(self, view: ModelView, rng: Randomness) -> Draft:
-        tree = _Growing(view)
-        layer: list[tuple[int, Number]] = [(0, tree.one)]
-        for _ in range(self.max_depth):
-            next_layer = []
-            for node, value in layer:
-                residual: tuple[Number, ...] | None = view.p(tree.paths[node])
-                while residual is not None and value >= self.threshold:
-                    y, share, residual = _sample_slot(residual, rng)
-                    next_layer.append((tree.add(node, y), value * share))
-                    value = value * (1 - share)
-            layer = next_layer
+        tree = _Growing(view, rng)
+        self.grow(tree)
         return tree.draft()
 
     def advance(self, generated: Context) -> "DySpecThreshold":

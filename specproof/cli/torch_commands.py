@@ -136,6 +136,9 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     from specproof.reports.real_pair import run_real_pair, stored_seconds, write_real_pair_report
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
+    if len(chosen) < 2:
+        raise InvalidParameterError("questions", f"the report's standard errors are across questions: it needs at "
+                                                 f"least 2, the file holds {len(chosen)}")
     store = Path(store_dir) if store_dir else Path(out_dir) / "store" / "real_pair"
     ticks = StageBars()
     before, start = os.getloadavg()[0], time.perf_counter()
