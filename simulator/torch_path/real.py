@@ -27,6 +27,8 @@ from simulator.models import Context, ModelView
 from simulator.randomness import Randomness
 from simulator.torch_path.devices import usable_device
 from simulator.torch_path.kv_cache import CachedLM
+from simulator.torch_path.pruned_head import prune_head, read_head_tokens
+from simulator.torch_path.trained_draft import RECIPES, trained_directory
 from simulator.trees import DraftTree
 
 
@@ -90,7 +92,9 @@ def load_causal_lm(source: str, dtype: torch.dtype = torch.float64, field: str =
     directory saved by ``save_pretrained``, a ``.gguf`` file, or a name :mod:`simulator.torch_path.fetch` knows
     (``smollm2``). A GGUF file is converted once into ``cache_dir`` (:func:`model_directory`). Nothing comes from a
     model hub. A source that is missing or that transformers cannot load raises :class:`InvalidParameterError` on
-    ``field``; a device torch cannot use raises it on ``device``."""
+    ``field``; a device torch cannot use raises it on ``device``. A trained draft's folder (a name of
+    :data:`~simulator.torch_path.trained_draft.RECIPES`, or any folder with a ``head_tokens.json``) loads with its
+    pruned head (:func:`~simulator.torch_path.pruned_head.prune_head`)."""
     from transformers import AutoModelForCausalLM
 
     folder = model_directory(source, field, cache_dir)
@@ -100,6 +104,9 @@ def load_causal_lm(source: str, dtype: torch.dtype = torch.float64, field: str =
             model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype)
     except (OSError, ValueError) as err:
         raise InvalidParameterError(field, f"cannot load a causal LM from {source}: {err}") from None
+    kept = read_head_tokens(folder, model.config.vocab_size)
+    if kept is not None:
+        prune_head(model, kept)
     return model.to(on).eval()
 
 
@@ -110,6 +117,8 @@ def model_directory(source: str, field: str = "model", cache_dir: str | None = N
     later loads take in about 2 s."""
     from simulator.torch_path.fetch import ARTIFACTS, cache_dir as resolve_cache, fetch
 
+    if source in RECIPES:
+        return trained_directory(source, resolve_cache(cache_dir), field)
     if source in ARTIFACTS:
         source = str(fetch(source, cache_dir))
     path = Path(source)
@@ -117,7 +126,7 @@ def model_directory(source: str, field: str = "model", cache_dir: str | None = N
         return _converted(path, resolve_cache(cache_dir), field)
     if not path.is_dir():
         raise InvalidParameterError(field, f"{source} is neither a model directory, a .gguf file nor a known name "
-                                           f"({', '.join(ARTIFACTS)})")
+                                           f"({', '.join([*ARTIFACTS, *RECIPES])})")
     if not (path / "config.json").is_file():
         raise InvalidParameterError(field, f"{source} holds no config.json: not a saved causal LM "
                                            "(save one with model.save_pretrained(DIR))")

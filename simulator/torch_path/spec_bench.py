@@ -276,13 +276,14 @@ def read_questions(path: str) -> list[dict]:
     return out
 
 
-def shipped_instructions() -> list[str]:
-    """The varied instructions shipped with specproof (``simulator/data/instructions.txt``, written for it; none is
-    MT-bench's): ADED's default corpus on a real pair, and prompts for anything that must not see MT-bench."""
+def shipped_instructions(name: str = "instructions.txt") -> list[str]:
+    """Varied instructions shipped with specproof, written for it (none is MT-bench's): ``instructions.txt`` (40),
+    ADED's default corpus on a real pair and prompts for anything that must not see MT-bench, and
+    ``train_instructions.txt`` (320, across MT-bench's eight categories and everyday advice), the prompts
+    ``specproof train-draft`` answers."""
     from importlib.resources import files
 
-    return [line for line in files("simulator").joinpath("data/instructions.txt").read_text().splitlines()
-            if line.strip()]
+    return [line for line in files("simulator").joinpath("data", name).read_text().splitlines() if line.strip()]
 
 
 def real_drafter(scheme: str, topology, tokenizer, vocab: int, options=None,

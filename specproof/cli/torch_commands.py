@@ -123,8 +123,11 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
 @click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
 @click.option("--store", "store_dir", type=click.Path(file_okay=False),
               help="where each configuration's questions are kept, so a rerun resumes  [default: OUT/store/real_pair]")
+@click.option("--trained-draft", help="the verifier study again with this draft: a name (smollm2-draft, made by "
+                                      "specproof train-draft) or a folder")
 @click.pass_context
-def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, device, out_dir, store_dir) -> None:
+def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, device, out_dir, store_dir,
+                trained_draft) -> None:
     """Verifiers and drafters on a real pair over MT-bench's first turns: every round's exact expected acceptance
     per rule beside the sampled means, paired differences, DySpec against fixed trees, ADED against a draft
     chain and target-only, tokens/s and speed-ups; real_pair.md/json/png."""
@@ -143,7 +146,7 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     ticks = StageBars()
     before, start = os.getloadavg()[0], time.perf_counter()
     try:
-        done, _ = run_real_pair(target, chosen, max_new_tokens, seed, device, store, ticks)
+        done, _ = run_real_pair(target, chosen, max_new_tokens, seed, device, store, ticks, trained_draft)
     finally:
         ticks.close()
     write_real_pair_report(Path(out_dir), done, [q["question_id"] for q in chosen], max_new_tokens,

@@ -196,7 +196,7 @@ def write_real_crosscheck_report(path: str | Path, rows: list[CrosscheckRow], me
         f"{meta['load_seconds']:.0f} s of it loading the models.",
         "",
         f"Target `{meta['target']}` (SmolLM2-135M-Instruct, 30 layers, vocabulary {meta['vocab']:,}). Draft "
-        f"`{meta['draft']}`: the target's own layers minus four. Both run in float64. The prompt is MT-bench's first "
+        f"`{meta['draft']}`: {_draft_words(meta['draft'])}. Both run in float64. The prompt is MT-bench's first "
         f"question, \"{meta['prompt']}\", as one user message under the chat template ({meta['prompt_tokens']} "
         f"tokens). Both models sample at temperature 1 with top-k {meta['top_k']}. The trees are a chain of depth 2 "
         "and the complete tree of branching 2 and depth 2.",
@@ -275,3 +275,11 @@ def write_real_crosscheck_report(path: str | Path, rows: list[CrosscheckRow], me
                                                      "gaps_se": {k: g if math.isfinite(g) else None
                                                                  for k, g in r.gaps.items()}}
                                                     for r in rows]}, "out")
+
+
+def _draft_words(draft: str) -> str:
+    """What the draft ``draft`` is, in words."""
+    if draft.startswith("self:"):
+        return "the target's own layers (" + draft.removeprefix("self:").replace("=", " ") + ")"
+    return "a draft trained for the target (`specproof train-draft`; reports/trained_draft.md)"
+

@@ -35,6 +35,8 @@ import numpy as np
 from simulator.jsonfile import read_json, write_json, write_text
 
 MAIN_DRAFT = "self:skip=12,14,16,18"
+#: the draft trained for the target (``specproof train-draft``), whose verifier-study rows stand beside the main's
+TRAINED_DRAFT = "smollm2-draft"
 #: the rows' processing: temperature 1 and transformers' default top-k for sampling, which keeps each round's
 #: support small enough for the exact expectation (exact/enumeration.py)
 TEMPERATURE, TOP_K = 1.0, 50
@@ -100,12 +102,13 @@ def _fixed(topology: str, depth: int, branching: int) -> tuple[int, ...]:
     return tuple(make_topology(topology, depth, branching).parents)
 
 
-def verifier_configs() -> list[Config]:
-    """The verifier study: each fixed shape drafted once, the rules lossless under its drafting on its rounds.
-    Layer Verification lifting RRS on a tree is the one rule left to its sampled mean (its run decides by it):
-    its reference sums each node's flows over every tuple of candidates, ``s^k`` tuples for ``k`` children over a
-    support of ``s ≈ 500`` tokens, minutes a round at ``k = 2``."""
-    return [
+def verifier_configs(draft: str = MAIN_DRAFT) -> list[Config]:
+    """The verifier study with ``draft``: each fixed shape drafted once, the rules lossless under its drafting on
+    its rounds. Layer Verification lifting RRS on a tree is the one rule left to its sampled mean (its run decides
+    by it): its reference sums each node's flows over every tuple of candidates, ``s^k`` tuples for ``k`` children
+    over a support of ``s ≈ 500`` tokens, minutes a round at ``k = 2``. Another draft than the main one gets keys
+    prefixed ``trained-``."""
+    main = [
         Config("chain-iid", "verifiers", "chain (3, 1)", "iid", _fixed(*SHAPES["chain"]), None, "tv-sps",
                ("tv-sps", "tv-rrs", "tv-kseq", "bv", "trv", "lv-rrs", "gbv"), "tv-sps", shape="chain"),
         Config("complete-iid", "verifiers", "complete (3, 2)", "iid", _fixed(*SHAPES["complete"]), None, "lv-rrs",
@@ -115,6 +118,7 @@ def verifier_configs() -> list[Config]:
         Config("multi-chain-iid", "verifiers", "multi-chain (3, 3)", "iid", _fixed(*SHAPES["multi-chain"]), None,
                "gbv", ("tv-sps", "tv-rrs", "tv-kseq", "trv", "gbv"), "tv-rrs", shape="multi-chain"),
     ]
+    return main if draft == MAIN_DRAFT else [replace(c, key=f"trained-{c.key}", draft=draft) for c in main]
 
 
 DYSPEC_RULES = ("tv-rrsw", "dyspec", "trv", "tv-sps")
@@ -256,8 +260,17 @@ class Runner:
 
     @property
     def setting(self) -> dict:
-        return {"target": self.target, "new_tokens": self.new_tokens, "seed": self.seed, "temperature": TEMPERATURE,
-                "top_k": TOP_K, "draft_spec": self.draft_spec}
+        """What changes every run's numbers; a trained draft's weights too (by their SHA-256), so retraining it
+        measures again."""
+        setting = {"target": self.target, "new_tokens": self.new_tokens, "seed": self.seed,
+                   "temperature": TEMPERATURE, "top_k": TOP_K, "draft_spec": self.draft_spec}
+        from simulator.torch_path.fetch import cache_dir
+        from simulator.torch_path.trained_draft import RECIPES, TRAINING_RECORD, trained_directory
+
+        if self.draft_spec in RECIPES:
+            record = read_json(trained_directory(self.draft_spec, cache_dir()) / TRAINING_RECORD, "draft")
+            setting["draft_weights"] = record["weights_sha256"]
+        return setting
 
     def models(self) -> dict:
         if not self.loaded:
@@ -363,13 +376,18 @@ class Runner:
 
 
 def run_real_pair(target: str, questions: Sequence[dict], new_tokens: int, seed: int, device: str, store: Path,
-                  tick: Callable[[str, int], None] | None = None) -> tuple[list[tuple[Config, list[dict]]], Runner]:
+                  tick: Callable[[str, int], None] | None = None,
+                  trained: str | None = None) -> tuple[list[tuple[Config, list[dict]]], Runner]:
     """Every configuration's records, in the report's order (DySpec's at each budget before the Sequoia-style tree
-    built from its rounds)."""
+    built from its rounds); with ``trained`` (a draft's name or folder), the verifier study again with it."""
     runner = Runner(target, questions, new_tokens, seed, device, Store(store), tick)
     done: list[tuple[Config, list[dict]]] = []
     for config in verifier_configs():
         done.append((config, runner.run(config)))
+    if trained is not None:
+        other = Runner(target, questions, new_tokens, seed, device, Store(store), tick, draft_spec=trained)
+        for config in verifier_configs(trained):
+            done.append((config, other.run(config)))
     for budget in BUDGETS:
         for config in dyspec_configs(budget):
             done.append((config, runner.run(config)))
@@ -496,7 +514,10 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         "expectations; the store is `reports/store/real_pair`, and a rerun reads it).",
         "",
         f"Target SmolLM2-135M-Instruct (30 layers, vocabulary 49,152; `specproof fetch smollm2`). Draft: the "
-        f"target's own layers, `{MAIN_DRAFT}` (26 layers). MT-bench questions "
+        f"target's own layers, `{MAIN_DRAFT}` (26 layers)"
+        + (f"; the verifier study again with `{trained[0].config.draft}`, a draft trained for the target "
+           "(`specproof train-draft`: 3 layers started from the target's first 3, a head of the 8,192 tokens its "
+           "answers use most; reports/trained_draft.md)" if trained else "") + ". MT-bench questions "
         f"{', '.join(str(q) for q in question_ids)} ({len(question_ids)} questions, first turns, chat template), "
         f"up to {new_tokens} new tokens or the end-of-sequence token; temperature {TEMPERATURE:g}, top-k {TOP_K} "
         "(transformers' default for sampling) on both models. Trees are (depth, branching).",
@@ -514,6 +535,7 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         "## TRV, BV, LV and GBV against token verification (the same rounds)",
         "",
     ]
+    trained = [summaries[c.key] for c, _ in done if c.study == "verifiers" and c.draft != MAIN_DRAFT]
     checks: list[tuple[str, Estimate]] = []
     for config, _ in done:
         if config.study != "verifiers":
@@ -522,7 +544,8 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         check = s.check()
         if check is not None:
             checks.append((config.key, check))
-        lines += [f"**{config.label}, {config.drafting} drafting**, decided by `{config.verifier}`: "
+        lines += [f"**{config.label}, {config.drafting} drafting, draft `{config.draft}`**, decided by "
+                  f"`{config.verifier}`: "
                   f"{s.steps} rounds, {s.tokens} tokens, "
                   f"{s.tokens_per_s:.2f} tokens/s (speed-up {s.tokens_per_s / baseline:.2f}); sampled "
                   f"{s.sampled().text()}" + (f", check {check.text()}." if check else
@@ -533,6 +556,25 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
             paired = "—" if rule == config.base else s.paired(rule).text()
             kind = "exact" if rule in config.exact else "sampled"
             lines.append(f"| `{rule}` | {s.exact(rule).text()} ({kind}) | {paired} |")
+        lines.append("")
+    if trained:
+        lines += [
+            "## Speed: the two drafts side by side",
+            "",
+            "The deciding rule of each run above; its accepted tokens per step (exact where it has one), draft "
+            "passes and wall-clock speed-up over target-only decoding. These are the report's top-k 50 rows on "
+            "trees of depth 3; benchmarks/real_speed.py (reports/real_speed.md) measures shallower trees and "
+            "temperature 1 with nothing cut.",
+            "",
+            "| tree | drafting | rule | draft | accepted per step | draft passes per step | tokens/s | speed-up |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for config, _ in done:
+            if config.study == "verifiers":
+                s = summaries[config.key]
+                lines.append(f"| {config.label} | {config.drafting} | `{config.verifier}` | `{config.draft}` | "
+                             f"{s.exact(config.verifier).text()} | {s.draft_passes_per_step:.2f} | "
+                             f"{s.tokens_per_s:.2f} | {s.tokens_per_s / baseline:.2f} |")
         lines.append("")
     lines += [
         "## DySpec's dynamic tree against fixed trees of the same budget",
@@ -611,7 +653,7 @@ def _json(done, summaries: dict[str, Summary], baseline: float, question_ids: li
         for rule in s.rules:
             e = s.exact(rule)
             decided = rule == config.verifier
-            rows.append(asdict(RealRow(rule, config.drafting, config.shape, depth, branching, MAIN_DRAFT,
+            rows.append(asdict(RealRow(rule, config.drafting, config.shape, depth, branching, config.draft,
                                        len(s.records), s.tokens, 1 + e.mean, e.se,
                                        s.tokens_per_s if decided else None,
                                        s.tokens_per_s / baseline if decided else None, s.draft_passes_per_step)))
@@ -646,7 +688,8 @@ def _plot(path: Path, summaries: dict[str, Summary]) -> None:
         for rule in s.rules:
             e = s.exact(rule)
             drafting = "wor" if s.config.drafting == "without-replacement" else s.config.drafting
-            labels.append(f"{rule}\n{s.config.shape} {drafting}")
+            mark = "" if s.config.draft == MAIN_DRAFT else " (trained)"
+            labels.append(f"{rule}\n{s.config.shape} {drafting}{mark}")
             values.append(e.mean)
             errors.append(e.se)
     left.bar(range(len(values)), values, yerr=errors, capsize=2, color="tab:blue")

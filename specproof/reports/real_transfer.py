@@ -21,12 +21,13 @@ positions of a step depend on each other) is exactly what the comparison tests.
 
 from __future__ import annotations
 
+
 import datetime
 import math
 import platform
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -66,6 +67,7 @@ class OverlapSample:
     overlap: np.ndarray
     draft_top: np.ndarray
     target_top: np.ndarray
+    question: np.ndarray | None = None  # each position's question (its index), where questions were measured
 
 
 def row_statistics(p: np.ndarray, q: np.ndarray) -> OverlapSample:
@@ -111,7 +113,7 @@ def measure_overlaps(target: str, drafts: Sequence[str], questions: Sequence[dic
             q = processed(model(sequence).logits[0, positions]).numpy()
             for spec, draft in models.items():
                 p = processed(draft(sequence).logits[0, positions]).numpy()
-                rows[spec].append(row_statistics(p, q))
+                rows[spec].append(replace(row_statistics(p, q), question=np.full(len(p), i)))
         if tick is not None:
             tick("questions", len(questions))
     return {spec: OverlapSample(*(np.concatenate([getattr(s, f) for s in samples])
