@@ -502,6 +502,7 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
     from simulator.torch_path.spec_bench import shipped_instructions
 
     summaries = {config.key: Summary(config, records) for config, records in done}
+    trained = [summaries[c.key] for c, _ in done if c.study == "verifiers" and c.draft != MAIN_DRAFT]
     baseline = summaries["target"].tokens_per_s
     machine = (f"{platform.machine()}, {torch.get_num_threads()} torch threads, device `{device}`; torch "
                f"{torch.__version__}, transformers {transformers.__version__}")
@@ -535,7 +536,6 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         "## TRV, BV, LV and GBV against token verification (the same rounds)",
         "",
     ]
-    trained = [summaries[c.key] for c, _ in done if c.study == "verifiers" and c.draft != MAIN_DRAFT]
     checks: list[tuple[str, Estimate]] = []
     for config, _ in done:
         if config.study != "verifiers":
