@@ -14,7 +14,7 @@ import click
 from simulator.errors import InvalidParameterError
 from simulator.usercode import require
 from specproof.cli.group import main
-from specproof.cli.options import SEED, StageBars, Whole, command_line
+from specproof.cli.options import SEED, Real, StageBars, Whole, command_line
 
 
 def _recipe_names() -> list[str]:
@@ -36,7 +36,8 @@ def _recipe_names() -> list[str]:
 @click.option("--generation-batch", type=Whole(1), default=128, show_default=True)
 @click.option("--epochs", type=Whole(1), default=5, show_default=True)
 @click.option("--steps", type=Whole(1), help="stop after N training steps")
-@click.option("--learning-rate", type=float, default=2e-3, show_default=True)
+@click.option("--learning-rate", type=Real(0, 1, min_open=True, max_open=True), default=2e-3, show_default=True,
+              help="AdamW's peak learning rate")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--check-questions", type=Whole(0), default=20, show_default=True,
               help="measure Σ min(p, q) on MT-bench's first N first turns (0: no check)")
