@@ -15,7 +15,8 @@ from exact.prove.prover import MAX_SYMBOLS, check_symbols
 from simulator.errors import InvalidParameterError, SizeLimitError
 from simulator.limits import time_limit
 from specproof.cli.app import main
-from specproof.cli.options import Output, check_scheduler
+from specproof.cli.checks import check_scheduler
+from specproof.cli.params import Output
 from specproof.gate.battery import battery
 
 ROOT = Path(__file__).resolve().parents[1]

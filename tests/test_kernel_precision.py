@@ -27,7 +27,7 @@ from simulator.torch_path.capture import Precision, capture  # noqa: E402
 from simulator.torch_path.kernels import FLOAT32_TOLERANCE, FLOAT64_TOLERANCE, Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
-from specproof.cli.options import support_source  # noqa: E402
+from specproof.cli.certificate_text import support_source  # noqa: E402
 
 DTYPES = [torch.float32, torch.float64]
 TINY32 = Fraction(2) ** -126  # finfo(float32).tiny

@@ -11,7 +11,7 @@ import click
 import pytest
 
 from specproof.cli.app import main
-from specproof.cli.options import NUMERIC_TYPES, Limit
+from specproof.cli.params import NUMERIC_TYPES, Limit
 
 BAD_VALUES = ("inf", "-inf", "nan", "99999999999999999999999", "1e300", "-1")
 
@@ -75,7 +75,7 @@ def problems(group: click.Group) -> list[str]:
     for path, command, param in numeric_options(group):
         where = f"{' '.join(path)} {max(param.opts, key=len)}"
         if not isinstance(param.type, NUMERIC_TYPES):
-            found.append(f"{where}: plain {param.type.name} type, not one of specproof.cli.options.NUMERIC_TYPES")
+            found.append(f"{where}: plain {param.type.name} type, not one of specproof.cli.params.NUMERIC_TYPES")
         for value in BAD_VALUES:
             trouble = problem(command, param, value)
             if trouble is not None:
@@ -124,7 +124,7 @@ def test_the_check_rejects_planted_options_that_mishandle_inf():
         pass
 
     found = problems(planted)
-    assert "run --timeout: plain float type, not one of specproof.cli.options.NUMERIC_TYPES" in found, found
+    assert "run --timeout: plain float type, not one of specproof.cli.params.NUMERIC_TYPES" in found, found
     assert "run --timeout nan: accepted as nan" in found, found
     assert any(f.startswith("run --timeout inf: accepted inf as inf, and its help does not say") for f in found)
     assert any(f.startswith("run --wait inf: accepted inf as 0, and its help does not say") for f in found)

@@ -9,96 +9,90 @@ from pathlib import Path
 
 import click
 
+from exact.subject import Subject
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions
 from simulator.errors import TimeLimitError
 from simulator.jsonfile import check_output_dir, check_output_file
-from simulator.models import make_model
 from simulator.numeric import ARITHMETICS
 from simulator.verifiers.registry import check_arithmetic_for
+from specproof.cli.certificate_text import certificate_lines, echo_control_note
 from specproof.cli.group import main
-from specproof.cli.options import (JOBS, MAX_SECONDS, SECONDS_LIMIT, SEED, Output, Real, certificate_lines,
-                                   claimed_subject,
-                                   certified_subject, check_table, command_line, given_options, kernel_options,
-                                   model_options, progress_bar, shrink_time_option, shrunk, tree_options, tree_shape,
-                                   write_output)
+from specproof.cli.option_groups import (json_option, kernel_options, model_options, shape_options, shrink_time_option,
+                                         verifier_options)
+from specproof.cli.output import command_line, kept, shrunk, write_output
+from specproof.cli.params import JOBS, MAX_SECONDS, SECONDS_LIMIT, SEED, Output, Real
+from specproof.cli.progress import StageBars, progress_bar
+from specproof.cli.requests import HuntRequest
+from specproof.cli.sections import section
 from specproof.gate.hunt import Fixed
 from specproof.gate.hunt import hunt as run_hunt
 
 
 @main.command()
-@model_options
-@tree_options
+@model_options()
+@shape_options
+@verifier_options
 @kernel_options
-@click.option("--time-limit", type=Real(0, MAX_SECONDS, min_open=True, inf_ok=True), default=60.0, show_default=True,
-              help="seconds to search (inf: until a loss is found)")
-@click.option("--hunt-seed", type=SEED, default=0, show_default=True, help="seed of the search itself")
-@click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True)
-@shrink_time_option()
-@click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
-              help="where the shrunk reproducer goes")
-@click.option("--json", "json_out", type=Output(), help="write the result here")
+@section("Search",
+         click.option("--time-limit", type=Real(0, MAX_SECONDS, min_open=True, inf_ok=True), default=60.0,
+                      show_default=True, help="seconds to search (inf: until a loss is found)"),
+         click.option("--hunt-seed", type=SEED, default=0, show_default=True, help="seed of the search itself"),
+         click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True))
+@section("Reproducer",
+         shrink_time_option(),
+         click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
+                      help="where the shrunk reproducer goes"))
+@json_option("the result")
 @click.pass_context
-def hunt(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, kernel, adapter, dtype, uniforms,
-         kernel_kwargs, kernel_init, import_path, time_limit, hunt_seed, arithmetic, shrink_time, case_out, json_out,
-         **tree) -> None:
+def hunt(ctx: click.Context, **options) -> None:
     """Search model pairs, vocabularies, shapes and drafting schemes (then local moves on rows) for a pair on which
     the verifier or kernel is lossy. Options given are held fixed, the others searched. Exit 1 on a loss (shrunk
     reproducer written), 0 when the time limit ends without one."""
-    check_output_file(json_out, "json")
-    check_output_dir(Path(case_out).parent, "case_out")  # made if missing
-    name, _, kernel_spec = certified_subject(tree, kernel, adapter, dtype, uniforms, kernel_kwargs, kernel_init,
-                                             import_path)
-    what = claimed_subject(tree, kernel_spec.describe() if kernel_spec is not None else name)
-    control = "drafting" in given_options(ctx, ("drafting",)) and what.control_run(tree["drafting"])
-    check_arithmetic_for(what.name, arithmetic)
-    fixed = _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree)
+    request = HuntRequest.from_click(ctx, **options)
+    what = request.subject.resolve()
+    scheme = request.shape.resolved(what).drafting
+    control = "drafting" in request.fixed and what.control_run(scheme)
+    check_arithmetic_for(what.name, request.arithmetic)
     with progress_bar(None, f"hunt {what.name}", "pair") as bar:
-        result = run_hunt(what, time_limit, fixed, hunt_seed, arithmetic, shrink_time, lambda n: bar.update(1))
+        result = run_hunt(what, request.time_limit, _fixed(request, what), request.hunt_seed, request.arithmetic,
+                          request.shrink_time, lambda n: bar.update(1))
     out = {"verifier": what.name, "subject": what.description, **result.to_json(),
            "claimed_schemes": list(what.schemes), "control_run": control}
     if result.found is None and result.pairs == 0:
-        raise TimeLimitError("time_limit", f"no model pair was certified within {time_limit:g} s, so there is no "
-                                           "verdict: raise --time-limit")
+        raise TimeLimitError("time_limit", f"no model pair was certified within {request.time_limit:g} s, so there "
+                                           "is no verdict: raise --time-limit")
     if result.found is None:
         click.echo(f"{what.name}: no loss found")
-        _control_note(what, tree, control)
+        if control:
+            echo_control_note(what, scheme)
         click.echo(f"  covers: {result.coverage()} — these pairs only, not every pair")
-        write_output(json_out, out)
+        write_output(request.json_out, out)
         sys.exit(0)
-    cert = result.found_certificate
     click.echo(f"{what.name}: LOSSY on pair {result.pairs} of the hunt ({result.seconds:.1f} s)")
-    _control_note(what, tree, control)
-    for line in certificate_lines(cert):
+    if control:
+        echo_control_note(what, scheme)
+    for line in certificate_lines(result.found_certificate):
         click.echo(line)
     click.echo(f"  covers: {result.coverage()}")
-    out["reproducer"] = shrunk(result.found, what, shrink_time, case_out)
-    write_output(json_out, out)
+    out["reproducer"] = shrunk(result.found, what, request.shrink_time, request.case_out)
+    write_output(request.json_out, out)
     sys.exit(1)
 
 
-def _control_note(what, tree: dict, control: bool) -> None:
-    """The control-run line of a hunt held to a drafting scheme the subject does not claim."""
-    if control:
-        click.echo(what.control_note(tree["drafting"]))
-
-
-def _fixed(ctx, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, tree) -> Fixed:
+def _fixed(request: HuntRequest, what: Subject) -> Fixed:
     """The hunt's fixed options: those given on the command line."""
-    given = set(given_options(ctx, ("model_kind", "vocab", "seed", "rho", "tau_p", "tau_q", "topology", "depth", "branching",
-                             "parents", "drafting", "budget", "threshold", "max_depth")))
-    check_table(model_kind, table_path)
-    table = make_model(model_kind, table_path, vocab, seed, rho, tau_p, tau_q) if model_kind == "table" else None
-    topology = None
-    if given & {"topology", "depth", "branching", "parents"}:
-        topology = tree_shape(tree["topology"], tree["depth"], tree["branching"], tree["parents"])[1]
+    fixed, model = request.fixed, request.model
+    shape = request.shape.resolved(what)
+    table = model.build() if model.model_kind == "table" else None
+    topology = shape.tree()[1] if fixed & {"topology", "depth", "branching", "parents"} else None
     options = None
-    if given & {"budget", "threshold", "max_depth"}:
-        options = DrafterOptions(tree["budget"], tree["threshold"], tree["max_depth"], AdedConfig())
-    pick = lambda key, value: value if key in given else None  # noqa: E731
-    return Fixed(pick("model_kind", model_kind), table, pick("seed", seed), pick("vocab", vocab), topology,
-                 pick("drafting", tree["drafting"]), options, pick("rho", rho), pick("tau_p", tau_p),
-                 pick("tau_q", tau_q))
+    if fixed & {"budget", "threshold", "max_depth"}:
+        options = DrafterOptions(shape.budget, shape.threshold, shape.max_depth, AdedConfig())
+    pick = lambda name, value: value if name in fixed else None  # noqa: E731
+    return Fixed(pick("model_kind", model.model_kind), table, pick("seed", model.seed), pick("vocab", model.vocab),
+                 topology, pick("drafting", shape.drafting), options, pick("rho", model.rho),
+                 pick("tau_p", model.tau_p), pick("tau_q", model.tau_q))
 
 
 @main.command()
@@ -122,7 +116,6 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
     import time
 
     from simulator.jsonfile import write_text
-    from specproof.cli.options import kept
     from specproof.gate.runner import BASELINES_FIELD, load_config, run_gate, verdict, write_baselines
     from specproof.reports.gate_summary import junit, markdown
 
@@ -169,7 +162,6 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
 def zoo(ctx, out_dir: str, jobs: int) -> None:
     """The mutation zoo: every mutant through the gate, with exact TVD, default-pair share, hunt time, shrunk
     size and the pass probability of three Monte Carlo test designs. Exit 1 when the gate misses a mutant."""
-    from specproof.cli.options import StageBars
     from specproof.gate.zoo import write_zoo_report
 
     check_output_dir(out_dir, "out")

@@ -13,16 +13,21 @@ import click
 from simulator.errors import SpecproofError
 from simulator.usercode import (INTERRUPTED_EXIT, escape_message, interrupted, interrupts_recorded, raised_by_user_code,
                                 source_line)
+from specproof.cli.sections import SectionedHelp
 from specproof.cli.supervisor import SupervisedCommand
+
+
+class Command(SectionedHelp, SupervisedCommand):
+    """Every command: supervised (:class:`SupervisedCommand`), its options' help in sections (:class:`SectionedHelp`)."""
 
 
 class SpecproofGroup(click.Group):
     """The exit codes of every command (docs/cli/README.md#exit-codes): 2 for every typed error (the field named) and
     for an exit or interrupt raised by user code, 130 for a run stopped by SIGINT or SIGTERM whatever code it
     was about to exit with, 3 with a traceback for anything unforeseen: no error can pass for a verdict (1). Its
-    commands run supervised (:class:`SupervisedCommand`)."""
+    commands are :class:`Command`."""
 
-    command_class = SupervisedCommand
+    command_class = Command
 
     def main(self, *args, **kwargs):
         """click's ``main``, with standard output flushed before the process exits: an output that cannot be

@@ -10,13 +10,17 @@ import click
 
 from exact.prove.optimum import MAX_COLUMNS, optimum, rule_row, verifier_module
 from simulator.errors import SpecproofError
+from simulator.jsonfile import write_text
 from simulator.numeric import to_json_number
 from simulator.verifiers import VERIFIERS
-from simulator.verifiers.registry import load_verifier
+from specproof.cli.certificate_text import settings
 from specproof.cli.group import main
-from specproof.cli.options import (COUNT_LIMIT, Output, build_drafter, limit_options, limited, model_factory,
-                                   kept, model_options, tree_options, write_output)
-from simulator.jsonfile import check_output_file, write_text
+from specproof.cli.option_groups import SCHEMES_OPTION, LIMIT_OPTIONS, model_options, shape_options
+from specproof.cli.output import kept, write_output
+from specproof.cli.params import COUNT_LIMIT, Output
+from specproof.cli.requests import OptimumRequest
+from specproof.cli.sections import section
+from specproof.cli.specs import limited
 
 #: Exit status: 0 the optimum proved exactly (primal and dual checked, equal), 4 HiGHS's value not settled exactly.
 UNSETTLED_EXIT = 4
@@ -48,36 +52,41 @@ def _short(value) -> str:
 
 
 @main.command("optimum")
-@model_options
-@tree_options
-@click.option("--max-columns", type=COUNT_LIMIT, default=MAX_COLUMNS, show_default=True,
-              help="refuse an LP whose column estimate V^(nodes−1)·nodes·V is larger (0 or inf: no limit)")
-@click.option("--rules/--no-rules", default=True, show_default=True,
-              help="certify each built-in rule that claims the drafting scheme, with its efficiency")
-@click.option("--json", "json_out", type=Output(), help="write the optimum and the rules' rows here")
-@click.option("--verifier-out", type=Output(),
-              help="write the optimal π as a verifier module (certify --verifier MODULE:verify: LOSSLESS, E[τ]*)")
-@limit_options
-def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, max_columns, rules, json_out,
-                verifier_out, max_executions, timeout, **tree) -> None:
+@model_options()
+@shape_options
+@section("Rules compared",
+         click.option("--verifier", help="one more rule to compare: a built-in name (specproof list) or "
+                                         "module:function"),
+         SCHEMES_OPTION,
+         click.option("--rules/--no-rules", default=True, show_default=True,
+                      help="certify each built-in rule that claims the drafting scheme, with its efficiency"))
+@section("Limits",
+         click.option("--max-columns", type=COUNT_LIMIT, default=MAX_COLUMNS, show_default=True,
+                      help="refuse an LP whose column estimate V^(nodes−1)·nodes·V is larger (0 or inf: no limit)"),
+         *LIMIT_OPTIONS)
+@section("Output",
+         click.option("--json", "json_out", type=Output(), help="write the optimum and the rules' rows here"),
+         click.option("--verifier-out", type=Output(),
+                      help="write the optimal π as a verifier module (certify --verifier MODULE:verify: LOSSLESS, "
+                           "E[τ]*)"))
+@click.pass_context
+def optimum_cmd(ctx: click.Context, **options) -> None:
     """The exact ceiling E[τ]*: the best E[τ] any lossless verifier could reach on this model pair, shape and
     drafting (an LP solved by HiGHS, settled in exact rationals with a checked primal point and dual certificate),
     and each built-in rule's exact E[τ] and efficiency E[τ]/E[τ]*. Exit 0 proved exactly, 4 not settled."""
-    check_output_file(json_out, "json")
-    check_output_file(verifier_out, "verifier_out")
-    model = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)(seed)
-    extra = None
-    if tree["verifier"] is not None:
-        extra = load_verifier(tree["verifier"])  # a typo fails before the LP
-    scheme = tree["drafting"]
-    tree = {**tree, "verifier": None}  # --verifier is a rule to compare, not a pairing to check here
-    drafter, drafting = build_drafter(model, tree)
+    request = OptimumRequest.from_click(ctx, **options)
+    model = request.model.build()
+    extra = request.subject.resolve() if request.subject.given else None  # a typo fails before the LP
+    shape = request.shape.resolved(None)  # --verifier is a rule to compare: the drafting is --drafting's, or iid
+    scheme = shape.drafting
+    drafter, drafting = shape.drafter(model)
+    max_executions, timeout = request.limits.max_executions, request.limits.timeout
     with limited(0, timeout):
-        result = optimum(model, drafter, max_columns=max_columns or float("inf"))
+        result = optimum(model, drafter, max_columns=request.max_columns or float("inf"))
     best = result.optimum
     verdict = "PROVED" if result.proved else "NOT SETTLED"
     click.echo(f"optimum: E[τ]* = {_short(best)}" if best is not None else "optimum: no exact value")
-    click.echo(f"  model {model.describe()['model']}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()))
+    click.echo(f"  model {model.describe()['model']}, {settings(drafting)}")
     click.echo(f"  {verdict}: primal point {'checked' if result.primal_checked else 'NOT checked'} exactly, dual "
                f"certificate {'checked' if result.dual_checked else 'NOT checked'} exactly, objectives "
                f"{'equal' if result.closed else 'NOT equal'}; HiGHS: {result.float_optimum:.12f}")
@@ -86,10 +95,10 @@ def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pro
                f"{result.seconds:.2f} s")
     click.echo("  an oracle's bound: π may read the model's rows off the drafted tree, which a real verifier does "
                "not see (equal to the best tree-local rule on chains and at depth 1, an upper bound elsewhere)")
-    names = [spec.name for spec in VERIFIERS.values() if scheme in spec.lossless_under] if rules else []
+    names = [spec.name for spec in VERIFIERS.values() if scheme in spec.lossless_under] if request.rules else []
     rows = [_rule_row(model, drafter, name, best, max_executions, timeout) for name in names]
     if extra is not None:
-        rows.append(_rule_row(model, drafter, extra[0], best, max_executions, timeout, extra[1]))
+        rows.append(_rule_row(model, drafter, extra.name, best, max_executions, timeout, extra.fn))
     for row in rows:
         if "skipped" in row:
             click.echo(f"  {row['verifier']:12s} not certified here: {row['skipped']}")
@@ -105,14 +114,15 @@ def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pro
     out = {**result.to_json(), "config": {**model.describe(), **drafting},
            "rules": [{k: (to_json_number(v, "fraction") if k in ("expected_accepted", "efficiency") else v)
                       for k, v in row.items()} for row in rows]}
+    verifier_out = request.verifier_out
     if verifier_out and result.primal_checked:
-        described = ", ".join(f"{k} {v}" for k, v in {**model.describe(), **drafting}.items())
+        described = settings({**model.describe(), **drafting})
         text = verifier_module(result, scheme, described)
         if kept(lambda: write_text(verifier_out, text, "verifier_out") or True):
             click.echo(f"  optimal verifier written to {verifier_out}: from its folder, certify --verifier "
                        f"{Path(verifier_out).stem}:verify with these options gives LOSSLESS and E[τ]*")
             out["verifier_out"] = str(verifier_out)
-    write_output(json_out, out)
+    write_output(request.json_out, out)
     if any(row.get("above_optimum") for row in rows):
         sys.exit(1)
     sys.exit(0 if result.proved else UNSETTLED_EXIT)

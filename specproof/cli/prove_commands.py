@@ -15,8 +15,11 @@ from simulator.numeric import human_number
 from simulator.trees import TOPOLOGIES
 from exact.subject import parse_schemes, subject
 from specproof.cli.group import main
-from specproof.cli.options import (COUNT_LIMIT, SCHEMES_OPTION, SECONDS_LIMIT, TREE_BRANCHING, TREE_DEPTH, Output,
-                                   Whole, command_line, kept, progress_bar, timeout_option, tree_shape, write_output)
+from specproof.cli.option_groups import SCHEMES_OPTION, timeout_option
+from specproof.cli.output import command_line, kept, write_output
+from specproof.cli.params import COUNT_LIMIT, SECONDS_LIMIT, TREE_BRANCHING, TREE_DEPTH, Output, Whole
+from specproof.cli.progress import progress_bar
+from specproof.cli.requests import tree_of
 
 #: Exit status per verdict (2 is every typed error's and 3 an internal error's, as for the other commands).
 EXIT = {"PROVED": 0, "REFUTED": 1, "UNDECIDED": 4}
@@ -96,7 +99,7 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, s
     from exact.prove.proof import ESTIMATE_DESCENTS, Tally  # sympy: imported by this command only (0.7 s at start-up)
     from exact.prove.prover import prove as run_proof
 
-    _, shape = tree_shape(topology, depth, branching, parents)
+    _, shape = tree_of(topology, depth, branching, parents)
     what = subject(verifier, "verifier", parse_schemes(schemes))  # the schemes it claims: --schemes, its attribute
     drafting = drafting or what.default_scheme()
     what.require_claimed(drafting)

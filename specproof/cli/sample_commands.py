@@ -20,12 +20,18 @@ from simulator.models import SyntheticModel
 from simulator.montecarlo.engine import MAX_TRIALS, monte_carlo
 from simulator.montecarlo.generations import run_generations
 from simulator.numeric import ARITHMETICS, human_number, to_json_number
-from simulator.verifiers.registry import check_arithmetic_for
+from simulator.verifiers.registry import check_arithmetic_for, check_pairing
+from specproof.cli.certificate_text import echo_control_note, settings, verdict
+from specproof.cli.checks import check_device, check_scheduler
 from specproof.cli.group import main
-from specproof.cli.options import (JOBS, SEED, TREE_BRANCHING, TREE_DEPTH, COUNT_LIMIT, Output, Real, StageBars, Whole,
-                                   build_drafter, check_device, check_scheduler, claimed_subject, command_line, kept,
-                                   limit_options, limited, mass_bar, model_factory, model_options, named_verifier,
-                                   progress_bar, timeout_option, tree_options, write_output)
+from specproof.cli.option_groups import (json_option, limit_options, model_options, shape_options, timeout_option,
+                                         verifier_options)
+from specproof.cli.output import command_line, kept, write_output
+from specproof.cli.params import COUNT_LIMIT, JOBS, SEED, TREE_BRANCHING, TREE_DEPTH, Output, Real, Whole
+from specproof.cli.progress import StageBars, mass_bar, progress_bar
+from specproof.cli.requests import GenerateRequest, McRequest
+from specproof.cli.sections import section
+from specproof.cli.specs import first_seed_kept, limited
 from specproof.reports.certification import Planned, certification_table, estimate_table, plan_table, table_markdown
 from specproof.reports.dynamic import write_dynamic_report
 from specproof.reports.optimality import write_optimality_report
@@ -181,91 +187,92 @@ def _certification_report(out: Path, store: Store, model: SyntheticModel, plans:
 
 
 @main.command()
-@model_options
-@tree_options
-@click.option("--seeds", type=Whole(1), default=5, show_default=True, help="model seeds --seed … --seed+K−1")
-@click.option("--trials", type=Whole(2, MAX_TRIALS), default=10_000, show_default=True, help="rounds per model seed")
-@click.option("--json", "json_out", type=Output(), help="write the summary here")
-@timeout_option("run")
-@click.option("--device", default=None, help="run the batched rounds with torch on this device (cpu, cuda, "
-                                             "cuda:1); default: numpy. The same numbers either way")
-def mc(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, seeds, trials, json_out, timeout, device,
-       **tree) -> None:
+@model_options()
+@shape_options
+@verifier_options
+@section("Monte Carlo",
+         click.option("--seeds", type=Whole(1), default=5, show_default=True, help="model seeds --seed … --seed+K−1"),
+         click.option("--trials", type=Whole(2, MAX_TRIALS), default=10_000, show_default=True,
+                      help="rounds per model seed"),
+         click.option("--device", default=None, help="run the batched rounds with torch on this device (cpu, cuda, "
+                                                     "cuda:1); default: numpy. The same numbers either way"))
+@section("Limits", timeout_option("run"))
+@json_option("the summary")
+@click.pass_context
+def mc(ctx: click.Context, **options) -> None:
     """Monte Carlo: mean accepted length (SE across model seeds), TVD vs the paper's baseline, a powered test.
     Exit 1 when the test rejects the target."""
-    check_output_file(json_out, "json")
-    check_device(device)
-    name, fn = named_verifier(tree)
-    claim = claimed_subject(tree, name)  # --drafting defaults to a claimed scheme
-    model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
-    drafter, drafting = build_drafter(model_for(seed), tree)  # validates the options once, up front
+    request = McRequest.from_click(ctx, **options)
+    check_device(request.device)
+    what = request.subject.resolve()
+    shape = request.shape.resolved(what)
+    check_pairing(what.name, shape.drafting)
+    seed, seeds, trials = request.model.seed, request.seeds, request.trials
+    model_for, drafter, drafting = first_seed_kept(request.model, shape)  # validates the options once, up front
     from simulator.montecarlo.engine import ANNOUNCE_SECONDS
 
     def estimated(run) -> None:
         """After the first seed's pilot: refuse a run estimated past --timeout, show the estimate of a long one."""
-        run.check(timeout)
+        run.check(request.timeout)
         if run.seconds >= ANNOUNCE_SECONDS:
-            tqdm.write(f"mc {name}: {run.describe()}", file=sys.stderr)
+            tqdm.write(f"mc {what.name}: {run.describe()}", file=sys.stderr)
 
-    with progress_bar(seeds * trials, f"mc {name}", "trial") as bar, time_limit(timeout):
-        summary = monte_carlo(model_for, drafter, name, fn, seeds, trials, bar.update, first_seed=seed, device=device,
-                              estimate=estimated)
+    with progress_bar(seeds * trials, f"mc {what.name}", "trial") as bar, time_limit(request.timeout):
+        summary = monte_carlo(model_for, drafter, what.name, what.fn, seeds, trials, bar.update, first_seed=seed,
+                              device=request.device, estimate=estimated)
     which = f"model seeds {seed}–{seed + seeds - 1}" if seeds > 1 else f"model seed {seed}"
-    click.echo(f"{name}, " + ", ".join(f"{k} {v}" for k, v in drafting.items()) + f": {which} x {trials} trials")
-    _control_note(claim, tree)
+    click.echo(f"{what.name}, {settings(drafting)}: {which} x {trials} trials")
+    echo_control_note(what, shape.drafting)
     se_kind = "across model seeds" if seeds > 1 else "within the one seed"
     click.echo(f"  accepted length {summary.accept_len_mean:.4f} (SE {summary.accept_len_se:.4f}, {se_kind})")
     click.echo(f"  TVD of completed samples to q^(H+1) {summary.tvd:.4f}; direct target samples "
                f"{summary.baseline_tvd:.4f}")
-    verdict = "REJECTS" if summary.test_rejects else "does not reject"
+    test = "REJECTS" if summary.test_rejects else "does not reject"
     click.echo(f"  chi-square on the first {summary.test_prefix} token(s) ({summary.test_cells} cells), "
-               f"alpha {summary.test_alpha:g} over all seeds: {verdict} the target "
+               f"alpha {summary.test_alpha:g} over all seeds: {test} the target "
                f"(min p {summary.test_min_p_value:.3g}); "
                f"detects any TVD >= {summary.detectable_tvd:.4f} on that law with power 0.9")
-    write_output(json_out, {**summary.to_json(), **claim.claim_json(tree["drafting"])})
+    write_output(request.json_out, {**summary.to_json(), **what.claim_json(shape.drafting)})
     sys.exit(1 if summary.test_rejects else 0)
 
 
-def _control_note(claim, tree: dict) -> None:
-    """The control-run line of a run under a drafting scheme the verifier does not claim (exact/subject.py)."""
-    note = claim.control_note(tree["drafting"])
-    if note is not None:
-        click.echo(note)
-
-
 @main.command()
-@model_options
-@tree_options
-@click.option("--tokens", type=Whole(1), default=8, show_default=True, help="tokens to generate (N)")
-@click.option("--exact", "exact_law", is_flag=True, help="the exact law of the first N tokens (small models only)")
-@click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
-              help="--exact: arithmetic")
-@click.option("--seeds", type=Whole(1), default=5, show_default=True,
-              help="Monte Carlo: model seeds --seed … --seed+K−1")
-@click.option("--trials", type=Whole(1, MAX_TRIALS), default=1000, show_default=True,
-              help="Monte Carlo: generations per seed")
-@click.option("--json", "json_out", type=Output(), help="write the result here")
+@model_options()
+@shape_options
+@verifier_options
+@section("Generation",
+         click.option("--tokens", type=Whole(1), default=8, show_default=True, help="tokens to generate (N)"),
+         click.option("--exact", "exact_law", is_flag=True,
+                      help="the exact law of the first N tokens (small models only)"),
+         click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
+                      help="--exact: arithmetic"),
+         click.option("--seeds", type=Whole(1), default=5, show_default=True,
+                      help="Monte Carlo: model seeds --seed … --seed+K−1"),
+         click.option("--trials", type=Whole(1, MAX_TRIALS), default=1000, show_default=True,
+                      help="Monte Carlo: generations per seed"))
 @limit_options
-def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, tokens, exact_law, arithmetic, seeds,
-             trials, json_out, max_executions, timeout, **tree) -> None:
+@json_option("the result")
+@click.pass_context
+def generate(ctx: click.Context, **options) -> None:
     """Several draft-verify rounds until N tokens exist, drafter state carried across rounds: the exact law of
     the first N tokens against the target's (--exact; exit 1 when lossy), or Monte Carlo accepted per round."""
-    check_output_file(json_out, "json")
-    name, fn = named_verifier(tree)
-    claim = claimed_subject(tree, name)  # --drafting defaults to a claimed scheme
-    model_for = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)
-    model = model_for(seed)
-    drafter, drafting = build_drafter(model, tree)
-    label = ", ".join(f"{k} {v}" for k, v in drafting.items())
-    if exact_law:
-        check_arithmetic_for(name, arithmetic)
-        with mass_bar(1, f"generate {name}") as bar, limited(max_executions, timeout, bar.update) as cap:
-            estimate_generation(model, drafter, fn, tokens, arithmetic).check(cap)
-            result = generation_law(model, drafter, fn, tokens, arithmetic)
-        verdict = "LOSSLESS" if result.lossless else "LOSSY"
-        click.echo(f"{name}: {verdict} over the first {tokens} tokens ({label}; model {model.describe()['model']}, "
-                   f"seed {seed})")
-        _control_note(claim, tree)
+    request = GenerateRequest.from_click(ctx, **options)
+    what = request.subject.resolve()
+    shape = request.shape.resolved(what)
+    check_pairing(what.name, shape.drafting)
+    seed, tokens = request.model.seed, request.tokens
+    model_for, drafter, drafting = first_seed_kept(request.model, shape)
+    label = settings(drafting)
+    claim = what.claim_json(shape.drafting)
+    if request.exact:
+        check_arithmetic_for(what.name, request.arithmetic)
+        model = model_for(seed)
+        with mass_bar(1, f"generate {what.name}") as bar, request.limits.applied(bar.update) as cap:
+            estimate_generation(model, drafter, what.fn, tokens, request.arithmetic).check(cap)
+            result = generation_law(model, drafter, what.fn, tokens, request.arithmetic)
+        click.echo(f"{what.name}: {verdict(result.lossless)} over the first {tokens} tokens ({label}; model "
+                   f"{model.describe()['model']}, seed {seed})")
+        echo_control_note(what, shape.drafting)
         click.echo(f"  TVD to q^{tokens} = {human_number(result.tvd)}; E[rounds] = "
                    f"{human_number(result.expected_rounds)}; "
                    f"E[accepted draft tokens] = {human_number(result.expected_accepted)}")
@@ -274,24 +281,26 @@ def generate(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, 
             click.echo(f"  counterexample: {list(ce.sequence)} has {human_number(ce.verifier_prob)} vs target "
                        f"{human_number(ce.target_prob)}")
         click.echo(f"  covers: this model pair (seed {seed}), not every pair")
-        out = {"verifier": name, "tokens": tokens, "lossless": result.lossless,
-               "tvd": to_json_number(result.tvd, arithmetic),
-               "expected_rounds": to_json_number(result.expected_rounds, arithmetic),
-               "expected_accepted": to_json_number(result.expected_accepted, arithmetic),
-               "model": model.describe(), **drafting, **claim.claim_json(tree["drafting"])}
+        out = {"verifier": what.name, "tokens": tokens, "lossless": result.lossless,
+               "tvd": to_json_number(result.tvd, request.arithmetic),
+               "expected_rounds": to_json_number(result.expected_rounds, request.arithmetic),
+               "expected_accepted": to_json_number(result.expected_accepted, request.arithmetic),
+               "model": model.describe(), **drafting, **claim}
     else:
-        with progress_bar(seeds * trials, f"generate {name}", "generation") as bar, time_limit(timeout):
-            summary = run_generations(model_for, drafter, name, fn, seeds, trials, tokens, bar.update,
+        seeds, trials = request.seeds, request.trials
+        with progress_bar(seeds * trials, f"generate {what.name}", "generation") as bar, \
+                time_limit(request.limits.timeout):
+            summary = run_generations(model_for, drafter, what.name, what.fn, seeds, trials, tokens, bar.update,
                                       first_seed=seed)
-        click.echo(f"{name}, {label}: model seeds {seed}–{seed + seeds - 1} x {trials} generations of {tokens} "
+        click.echo(f"{what.name}, {label}: model seeds {seed}–{seed + seeds - 1} x {trials} generations of {tokens} "
                    "tokens")
-        _control_note(claim, tree)
+        echo_control_note(what, shape.drafting)
         se = ("SE " + f"{summary.accepted_per_round_se:.4f}" if summary.accepted_per_round_se is not None
               else f"no SE: {summary.se_note}")
         click.echo(f"  accepted per round {summary.accepted_per_round:.4f} ({se}); rounds {summary.rounds_mean:.3f}")
-        out = {**summary.to_json(), **drafting, **claim.claim_json(tree["drafting"])}
-    write_output(json_out, out)
-    sys.exit(0 if not exact_law or result.lossless else 1)
+        out = {**summary.to_json(), **drafting, **claim}
+    write_output(request.json_out, out)
+    sys.exit(0 if not request.exact or result.lossless else 1)
 
 
 @main.command()

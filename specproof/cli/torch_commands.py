@@ -18,8 +18,12 @@ from simulator.jsonfile import check_output_dir, check_output_file, read_text
 from simulator.trees import TOPOLOGIES
 from simulator.usercode import require
 from specproof.cli.group import main
-from specproof.cli.options import (SEED, TREE_BRANCHING, TREE_DEPTH, Output, Real, StageBars, Whole, check_device,
-                                   command_line, dynamic_options, progress_bar, tree_shape)
+from specproof.cli.checks import check_device
+from specproof.cli.option_groups import dynamic_options
+from specproof.cli.output import command_line
+from specproof.cli.params import SEED, TREE_BRANCHING, TREE_DEPTH, Output, Real, Whole
+from specproof.cli.progress import StageBars, progress_bar
+from specproof.cli.requests import tree_of
 from specproof.reports.real_transfer import FIT_MODES, PREDICT_SEEDS
 
 
@@ -77,7 +81,7 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
     if (drafting == "aded") == (draft is not None):
         raise InvalidParameterError("draft", "--drafting aded reads no draft model: drop --draft" if draft else
                                              f"--drafting {drafting} needs --draft")
-    _, shape = tree_shape(topology, depth, branching, parents)
+    _, shape = tree_of(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
     chosen = read_questions(questions)[:max_questions]
     corpus = read_text(aded_corpus, "aded_corpus").splitlines() if aded_corpus else None

@@ -14,7 +14,9 @@ import click
 from simulator.errors import InvalidParameterError
 from simulator.usercode import require
 from specproof.cli.group import main
-from specproof.cli.options import SEED, Real, StageBars, Whole, command_line
+from specproof.cli.output import command_line
+from specproof.cli.params import SEED, Real, Whole
+from specproof.cli.progress import StageBars
 
 
 def _recipe_names() -> list[str]:

@@ -36,7 +36,7 @@ from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
 AGREEMENT_SIGMAS = 3.0
-#: ``tick(stage, total)``: one more unit of work of ``stage`` (:class:`specproof.cli.options.StageBars`)
+#: ``tick(stage, total)``: one more unit of work of ``stage`` (:class:`specproof.cli.progress.StageBars`)
 Tick = Callable[[str, int], None]
 #: The report's sections after the sweep and the exact laws, one unit each of the "report sections" stage.
 SECTIONS = ("baselines", "exact-crosscheck", "detection-small", "detection-paper-scale", "plots")

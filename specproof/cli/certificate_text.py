@@ -1,0 +1,79 @@
+"""The text of a certificate on the terminal: its TVD, E[accepted], counterexample and reach, and how exact it is."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import click
+
+from exact.subject import Subject
+from simulator.numeric import Number, human_number
+
+
+#: floats that stand in for a zero, ``(name, value)``: a clamp to ``finfo.tiny`` (``clamp(q - p, min=tiny)``) or to
+#: the smallest subnormal leaves mass of about their size where the target has none. float16's are left out: they
+#: are ordinary probabilities (6e-5, 6e-8), no sign of a clamp
+FLOAT_FLOORS = (("finfo(float64).tiny", 2.0**-1022), ("float64's smallest subnormal", 2.0**-1074),
+                ("finfo(float32).tiny", 2.0**-126), ("float32's smallest subnormal", 2.0**-149))
+#: a support violation within this factor of a floor, either way, is traced to it (about one floor per excluded
+#: token at each position a rejection reaches: at most the vocabulary times the depth)
+FLOOR_FACTOR = 2**10
+
+
+def support_source(mass: Number) -> str:
+    """Where a support violation's ``mass`` likely comes from, when it is within :data:`FLOOR_FACTOR` of one of
+    :data:`FLOAT_FLOORS` (``"; about 0.99 × finfo(float32).tiny (1.2e-38): ..."``), else ``""``."""
+    for name, floor in FLOAT_FLOORS:
+        ratio = Fraction(mass) / Fraction(floor)
+        if Fraction(1, FLOOR_FACTOR) <= ratio <= FLOOR_FACTOR:
+            return f"; about {float(ratio):.2g} × {name} ({floor:.2g}): a clamp to it where a zero belongs?"
+    return ""
+
+
+def certificate_lines(cert, indent: str = "  ") -> list[str]:
+    """The lines under a verdict: TVD, E[accepted], a support violation, the counterexample, the rule's reach and
+    the size of the computation."""
+    lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}",
+             f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; block efficiency "
+             f"{human_number(cert.expected_accepted + 1)}"]
+    if cert.off_support:
+        lines.append(f"{indent}support violation: mass {human_number(cert.off_support)} on sequences the target "
+                     f"gives probability 0, LOSSY whatever the tolerance{support_source(cert.off_support)}")
+    if cert.counterexample is not None:
+        ce = cert.counterexample
+        lines.append(f"{indent}counterexample: sequence {list(ce.sequence)} has probability "
+                     f"{human_number(ce.verifier_prob)} under the verifier, {human_number(ce.target_prob)} under "
+                     "the target")
+    if cert.reach is not None:  # what the rule reached on this instance, and what that hides
+        lines += cert.reach.lines_text(indent)
+    lines.append(f"{indent}{cert.executions:,} " + ("executions enumerated" if cert.method == "enumerate" else
+                                                     "sub-problems of the exact recursion solved (token "
+                                                     "verification: node and context; TRV: subtrees; LV: drafts above "
+                                                     "the deepest level)"))
+    return lines
+
+
+def exactness(cert, kernel_spec, arithmetic: str) -> str:
+    """How exact a verdict is, for its first line: rationals, float64 with its tolerance, or a kernel's dtype,
+    precision and uniforms."""
+    if kernel_spec is not None:
+        return (f"torch kernel through adapter {kernel_spec.adapter}, {kernel_spec.dtype} rows, judged at "
+                f"{kernel_spec.judged_precision()[0]} precision, {kernel_spec.uniforms} uniforms; tolerance "
+                f"{human_number(cert.tolerance)}")
+    return "exactly, rationals" if arithmetic == "fraction" else f"float64, tolerance {cert.tolerance:g}"
+
+
+def verdict(lossless: bool) -> str:
+    return "LOSSLESS" if lossless else "LOSSY"
+
+
+def settings(config: dict) -> str:
+    """A configuration as ``key value, key value``: the shape and drafting a verdict was reached on."""
+    return ", ".join(f"{k} {v}" for k, v in config.items())
+
+
+def echo_control_note(what: Subject, scheme: str) -> None:
+    """The control-run line of a run under a drafting scheme the subject does not claim (exact/subject.py)."""
+    note = what.control_note(scheme)
+    if note is not None:
+        click.echo(note)

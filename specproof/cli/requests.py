@@ -1,0 +1,245 @@
+"""One frozen request per command that takes the model and tree options (``certify``, ``mc``, ``generate``,
+``hunt``, ``optimum``), built from click's values by ``Request.from_click(ctx, **options)``: the options that
+contradict each other are refused there, and nothing below it reads click."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from simulator.errors import InvalidParameterError
+from simulator.jsonfile import check_output_dir, check_output_file
+from simulator.trees import Topology, shape_from_options
+from specproof.cli.option_groups import CAUSAL_LM
+from specproof.cli.specs import CausalLMSpec, LimitSpec, ModelSpec, ShapeSpec, SubjectSpec, picked
+
+#: the options a parent list fixes
+TREE_OPTIONS = ("topology", "depth", "branching")
+
+
+def given_on_command_line(ctx: click.Context) -> frozenset[str]:
+    """The parameters given on the command line (not left at their defaults), by name."""
+    return frozenset(name for name in ctx.params
+                     if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE)
+
+
+def refuse_parents_beside_tree(given: frozenset[str], parents: str | None) -> None:
+    """Refuse ``--parents`` beside a ``--topology``, ``--depth`` or ``--branching`` given on the command line: the
+    parent list fixes all three."""
+    held = [name for name in TREE_OPTIONS if name in given] if parents is not None else []
+    if held:
+        raise InvalidParameterError("parents", f"--parents fixes the whole tree: drop --{held[0]} (or drop "
+                                               "--parents)")
+
+
+def tree_of(topology: str | None, depth: int, branching: int, parents: str | None) -> tuple[str, Topology]:
+    """The draft tree of the command running, for one that takes the tree options without a request (``real``,
+    ``prove``)."""
+    refuse_parents_beside_tree(given_on_command_line(click.get_current_context()), parents)
+    return shape_from_options(topology, depth, branching, parents)
+
+
+def _flag(name: str) -> str:
+    """The option of a parameter name: ``--table`` for ``table_path``, ``--case`` for ``case_path``."""
+    return "--" + name.removesuffix("_path").replace("_", "-")
+
+
+@dataclass(frozen=True)
+class TreeRequest:
+    """What the model-and-tree commands share: the model pair, the shape and drafting, the subject, and which
+    options were given on the command line."""
+
+    model: ModelSpec
+    shape: ShapeSpec
+    subject: SubjectSpec
+    given: frozenset[str]
+
+    @staticmethod
+    def parts(ctx: click.Context, options: dict) -> dict:
+        """The shared parts of a request, checked: ``--table`` only with ``--model table``, ``--parents`` alone
+        (it fixes the whole tree), a kernel's options only with ``--kernel``."""
+        given = given_on_command_line(ctx)
+        refuse_parents_beside_tree(given, options["parents"])
+        model = picked(ModelSpec, options)
+        if model.model_kind != CAUSAL_LM:
+            model.check()
+        return {"model": model, "shape": picked(ShapeSpec, options), "subject": SubjectSpec.from_options(options),
+                "given": given}
+
+
+#: the certify options ``--model causal-lm`` takes alone (each ``None`` when not given)
+REAL_OPTIONS = ("target", "draft", "prompt", "top_k", "temperature", "cache_dir", "device")
+#: the certify options ``--model causal-lm`` refuses: the synthetic and table models', seeds, kernels, reproducers,
+#: exact arithmetic and the recursions (a real pair is certified in float64 by enumeration)
+NOT_REAL = ("table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "kernel", "adapter", "dtype",
+            "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink", "shrink_time", "case_out",
+            "arithmetic", "method")
+#: the certify options a reproducer holds (``--case``): its model, tree, drafting and arithmetic
+HELD_BY_CASE = ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "topology",
+                "depth", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
+                "arithmetic")
+
+
+@dataclass(frozen=True)
+class CertifyRequest(TreeRequest):
+    """``specproof certify``: a model certificate over ``pairs`` model seeds, a reproducer's (``case``), or a real
+    pair's (``real``, with ``--model causal-lm``)."""
+
+    real: CausalLMSpec | None
+    case: str | None
+    pairs: int
+    arithmetic: str
+    method: str
+    limits: LimitSpec
+    json_out: str | None
+    shrink: bool
+    shrink_time: float
+    case_out: str
+
+    @property
+    def mode(self) -> str:
+        """``causal-lm``, ``case`` or ``model``: the function that runs the request."""
+        return CAUSAL_LM if self.real is not None else "case" if self.case is not None else "model"
+
+    @classmethod
+    def from_click(cls, ctx: click.Context, **options) -> CertifyRequest:
+        check_output_file(options["json_out"], "json")
+        given = given_on_command_line(ctx)
+        real = None
+        if options["model_kind"] == CAUSAL_LM:
+            real = _causal_lm(ctx, options, given)
+        else:
+            for name in REAL_OPTIONS:
+                if options[name] is not None:
+                    raise InvalidParameterError(name, f"{_flag(name)} applies to --model causal-lm only")
+        parts = cls.parts(ctx, options)
+        if options["shrink"]:
+            check_output_dir(Path(options["case_out"]).parent, "case_out")  # made if missing
+        if options["case_path"] is not None:
+            if options["method"] != "enumerate":  # a reproducer is certified as it was found: by enumeration
+                raise InvalidParameterError("method", "--case certifies by enumeration; --method recursion applies "
+                                                      "to a model and shape given by the options")
+            held = [name for name in HELD_BY_CASE if name in given]
+            if held:
+                raise InvalidParameterError("case", f"the case holds the model, tree, drafting and arithmetic: drop "
+                                                    f"{_flag(held[0])}")
+        elif options["model_kind"] == "table" and options["pairs"] > 1:
+            raise InvalidParameterError("seeds", "a table model has no seed: --seeds K needs a synthetic or "
+                                                 "random-rational model")
+        return cls(**parts, real=real, case=options["case_path"], pairs=options["pairs"],
+                   arithmetic=options["arithmetic"], method=options["method"], limits=picked(LimitSpec, options),
+                   json_out=options["json_out"], shrink=options["shrink"], shrink_time=options["shrink_time"],
+                   case_out=options["case_out"])
+
+
+def _causal_lm(ctx: click.Context, options: dict, given: frozenset[str]) -> CausalLMSpec:
+    """``--model causal-lm``'s spec, refusing the options it does not take and requiring the ones it needs."""
+    held = [name for name in NOT_REAL if name in given]
+    if held:
+        flag = max(next(p for p in ctx.command.params if p.name == held[0]).opts, key=len)  # --seeds for pairs
+        raise InvalidParameterError(flag.lstrip("-"), f"{flag} does not apply to --model causal-lm (a real pair, "
+                                                      "certified in float64 by enumeration on its rows): drop it")
+    for name, what in (("target", "a saved directory, a .gguf file or smollm2"),
+                       ("draft", "a model, or the target's layers: self:skip=12,14,16,18"),
+                       ("prompt", "the user message, under the target's chat template")):
+        if options[name] is None:
+            raise InvalidParameterError(name, f"--model causal-lm needs --{name} ({what})")
+    top_k = options["top_k"]
+    if top_k is None or top_k < 1:
+        raise InvalidParameterError("top_k", "--model causal-lm needs --top-k K ≥ 1: the check enumerates every "
+                                             "token with mass, and top-k keeps K of the vocabulary per row"
+                                             + ("" if top_k is None else f" (got {top_k})"))
+    if options["verifier"] is None:
+        raise InvalidParameterError("verifier", "missing: pass --verifier NAME (specproof list) or module:function")
+    return CausalLMSpec(options["target"], options["draft"], options["prompt"], top_k,
+                        1.0 if options["temperature"] is None else options["temperature"], options["cache_dir"],
+                        options["device"] or "cpu")
+
+
+@dataclass(frozen=True)
+class McRequest(TreeRequest):
+    """``specproof mc``: Monte Carlo over ``seeds`` model seeds of ``trials`` rounds each."""
+
+    seeds: int
+    trials: int
+    json_out: str | None
+    timeout: float
+    device: str | None
+
+    @classmethod
+    def from_click(cls, ctx: click.Context, **options) -> McRequest:
+        check_output_file(options["json_out"], "json")
+        return cls(**cls.parts(ctx, options), seeds=options["seeds"], trials=options["trials"],
+                   json_out=options["json_out"], timeout=options["timeout"], device=options["device"])
+
+
+@dataclass(frozen=True)
+class GenerateRequest(TreeRequest):
+    """``specproof generate``: rounds until ``tokens`` tokens exist, exactly (``exact``) or by Monte Carlo."""
+
+    tokens: int
+    exact: bool
+    arithmetic: str
+    seeds: int
+    trials: int
+    json_out: str | None
+    limits: LimitSpec
+
+    @classmethod
+    def from_click(cls, ctx: click.Context, **options) -> GenerateRequest:
+        check_output_file(options["json_out"], "json")
+        return cls(**cls.parts(ctx, options), tokens=options["tokens"], exact=options["exact_law"],
+                   arithmetic=options["arithmetic"], seeds=options["seeds"], trials=options["trials"],
+                   json_out=options["json_out"], limits=picked(LimitSpec, options))
+
+
+#: the options a hunt holds fixed when given (the others are searched)
+HUNT_FIXED = ("model_kind", "vocab", "seed", "rho", "tau_p", "tau_q", "topology", "depth", "branching", "parents",
+              "drafting", "budget", "threshold", "max_depth")
+
+
+@dataclass(frozen=True)
+class HuntRequest(TreeRequest):
+    """``specproof hunt``: a search for a lossy pair, the options given held fixed and the others searched."""
+
+    time_limit: float
+    hunt_seed: int
+    arithmetic: str
+    shrink_time: float
+    case_out: str
+    json_out: str | None
+
+    @classmethod
+    def from_click(cls, ctx: click.Context, **options) -> HuntRequest:
+        check_output_file(options["json_out"], "json")
+        check_output_dir(Path(options["case_out"]).parent, "case_out")  # made if missing
+        return cls(**cls.parts(ctx, options), time_limit=options["time_limit"], hunt_seed=options["hunt_seed"],
+                   arithmetic=options["arithmetic"], shrink_time=options["shrink_time"],
+                   case_out=options["case_out"], json_out=options["json_out"])
+
+    @property
+    def fixed(self) -> frozenset[str]:
+        """The options held fixed: those given on the command line."""
+        return self.given & frozenset(HUNT_FIXED)
+
+
+@dataclass(frozen=True)
+class OptimumRequest(TreeRequest):
+    """``specproof optimum``: the exact ceiling ``E[τ]*`` on one instance, and each rule's distance from it
+    (``--verifier``: one more rule to compare)."""
+
+    max_columns: int
+    rules: bool
+    json_out: str | None
+    verifier_out: str | None
+    limits: LimitSpec
+
+    @classmethod
+    def from_click(cls, ctx: click.Context, **options) -> OptimumRequest:
+        check_output_file(options["json_out"], "json")
+        check_output_file(options["verifier_out"], "verifier_out")
+        return cls(**cls.parts(ctx, options), max_columns=options["max_columns"], rules=options["rules"],
+                   json_out=options["json_out"], verifier_out=options["verifier_out"],
+                   limits=picked(LimitSpec, options))
