@@ -17,7 +17,7 @@ from typing import Callable
 
 from simulator.drafting import Drafter
 from simulator.errors import ExecutionLimitError, SizeLimitError
-from simulator.limits import computation, current_limits
+from simulator.limits import computation, current_limits, suggested_limit
 from simulator.models import Context, ModelPair, ModelView
 from simulator.numeric import check_arithmetic
 from simulator.randomness import Randomness
@@ -93,11 +93,23 @@ class SizeEstimate:
             options = ", ".join(f"--{o}" for o in self.options)
             raise SizeLimitError("max_executions", f"{self.describe()}: over the limit of {max_executions:,} "
                                                    f"(--max-executions); the size grows with {options}: reduce "
-                                                   "them, or raise --max-executions"
+                                                   f"them{self._raise_to()}"
                                                    + ("; or compute the law by the rule's exact recursion, which "
                                                       "enumerates no trees (--method recursion)" if self.recursion
                                                       else ""))
         return self
+
+
+    def _raise_to(self) -> str:
+        """The limit that would let the run start, where a run of this size could finish (the engine enumerates
+        thousands of executions a second)."""
+        if self.log10_executions > MAX_SUGGESTED_LOG10:
+            return f" (a run of about 10^{self.log10_executions:.1f} executions would not finish)"
+        return f", or pass --max-executions {suggested_limit(10 ** self.log10_executions)} or more (0 for none)"
+
+
+#: past about 10^10 executions (days at the engine's rates) a refusal suggests no larger limit
+MAX_SUGGESTED_LOG10 = 10.0
 
 
 def _options(drafter: Drafter) -> tuple[str, ...]:

@@ -20,10 +20,11 @@ from typing import Callable, ContextManager, Iterator
 
 from .errors import ExecutionLimitError, InvalidParameterError, TimeLimitError
 
-#: Executions (choice-tree leaves plus completed sequences) one exact computation may enumerate by default. The
-#: engine runs 1,700–50,000 a second on one core of the CI machine, Layer Verification lifting K-SEQ the slowest
-#: (reports/exact_rate.md): every built-in rule finishes this many within about five minutes.
-DEFAULT_MAX_EXECUTIONS = 500_000
+#: Executions (choice-tree leaves plus completed sequences) one exact computation may enumerate by default: every
+#: size the documentation names runs to its end (the largest, TRV's recursion at V = 15 on complete(b = 2, H = 2),
+#: counts 800,177). The engine runs 1,600–49,000 a second on one core of the CI machine, Layer Verification
+#: lifting K-SEQ the slowest (reports/exact_rate.md): 2 to 20 minutes for this many, within the default timeout.
+DEFAULT_MAX_EXECUTIONS = 2_000_000
 #: Random choices one enumerated execution may make. An execution that makes more could not be enumerated to the
 #: end anyway (each choice with two branches doubles the executions), so this only stops endless loops of rng
 #: calls, within a couple of seconds.
@@ -62,6 +63,14 @@ def limits(max_executions: int | None = DEFAULT_MAX_EXECUTIONS,
         _LIMITS.reset(token)
 
 
+def suggested_limit(executions: float) -> int:
+    """A ``--max-executions`` to suggest for a run of about ``executions``: a quarter more, rounded up to two
+    significant digits."""
+    wanted = math.ceil(1.25 * executions)
+    step = 10 ** max(len(str(wanted)) - 2, 0)
+    return -(-wanted // step) * step
+
+
 def current_limits() -> Limits:
     return _LIMITS.get()
 
@@ -75,7 +84,7 @@ class Count:
         self.sequences = 0  # completed sequences of the output and target laws
         self.mass = 0.0  # probability mass finished (progress)
         self._reported = 0.0
-        self._last_report = time.monotonic()
+        self._start = self._last_report = time.monotonic()
 
     @property
     def total(self) -> int:
@@ -84,10 +93,15 @@ class Count:
     def _check(self) -> None:
         m = self.limit.max_executions
         if m is not None and self.executions + self.sequences > m:
+            seconds = time.monotonic() - self._start
+            if 0.01 <= self.mass < 1:  # the mass done sizes the run: its executions, in proportion
+                ask = f"to run it to the end pass about --max-executions {suggested_limit(m / self.mass)}"
+            else:
+                ask = f"pass a larger --max-executions, such as {2 * m}"
             raise ExecutionLimitError(
-                "max_executions", f"stopped after {m:,} executions ({self.executions:,} choice-tree leaves, "
-                                  f"{self.sequences:,} completed sequences; {self.mass:.1%} of the probability mass "
-                                  "done): raise --max-executions, or reduce the model or tree")
+                "max_executions", f"stopped after {m:,} executions in {seconds:.1f} s ({self.executions:,} "
+                                  f"choice-tree leaves, {self.sequences:,} completed sequences; {self.mass:.1%} of "
+                                  f"the probability mass done): {ask} (0 for none), or reduce the model or tree")
 
     def execution(self, count: int = 1) -> None:
         """``count`` more executions (a recursion counts the elementary steps of its sub-problems in bulk)."""
@@ -176,8 +190,8 @@ def time_limit(seconds: float | None, describe: Callable[[], str] | None = None)
 
     def fire(signum, frame):
         where = f" ({describe()})" if describe is not None else ""
-        raise TimeLimitError("timeout", f"the run passed its wall-clock limit of {seconds:g} s{where}: raise "
-                                        "--timeout (0 for none), or make the run smaller")
+        raise TimeLimitError("timeout", f"the run passed its wall-clock limit of {seconds:g} s{where}: pass "
+                                        f"--timeout {2 * seconds:g} or more (0 for none), or make the run smaller")
 
     previous = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, float(seconds))

@@ -3,6 +3,7 @@ be written are refused before the work, and standard output that cannot be writt
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 
 from exact.prove.prover import MAX_SYMBOLS, check_symbols
 from simulator.errors import InvalidParameterError, SizeLimitError
-from simulator.limits import time_limit
+from simulator.limits import DEFAULT_MAX_EXECUTIONS, time_limit
 from specproof.cli.app import main
 from specproof.cli.checks import check_scheduler
 from specproof.cli.params import Output
@@ -79,9 +80,10 @@ def test_the_refusals_stop_at_their_bounds():
     check_symbols(largest, 1)
     with pytest.raises(SizeLimitError, match=f"{symbols(largest + 1):,} symbols"):
         check_symbols(largest + 1, 1)
-    battery({"vocab": [707], "depth": 2}, "config.battery")  # 707^2 = 499,849 sequences: within 500,000
-    with pytest.raises(InvalidParameterError, match="708"):
-        battery({"vocab": [708], "depth": 2}, "config.battery")
+    widest = math.isqrt(DEFAULT_MAX_EXECUTIONS)  # V^2 sequences within the default limit: 1414 at 2,000,000
+    battery({"vocab": [widest], "depth": 2}, "config.battery")
+    with pytest.raises(InvalidParameterError, match=f"{widest + 1:,}"):
+        battery({"vocab": [widest + 1], "depth": 2}, "config.battery")
     hunt = main.commands["hunt"]
     assert hunt.make_context("hunt", ["--vocab", "2", "--hunt-seed", "0"]).params["vocab"] == 2
 

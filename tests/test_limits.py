@@ -8,6 +8,7 @@ out of reach (``--depth 50 --branching 10``), not at the edge of what a later sp
 from __future__ import annotations
 
 import math
+import re
 import resource
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from exact.generation_law import generation_law
 from exact.size import estimate_round
 from simulator.drafting import FixedShape
 from simulator.errors import ExecutionLimitError, InvalidParameterError, SizeLimitError
-from simulator.limits import limits
+from simulator.limits import limits, suggested_limit
 from simulator.drafting.dyspec import DySpecThreshold
 from simulator.models import ModelView, SyntheticModel
 from simulator.montecarlo.engine import check_tables, table_bytes
@@ -198,3 +199,49 @@ def test_monte_carlo_tables_are_sized_before_they_are_built():
     with pytest.raises(SizeLimitError) as err:
         check_tables(15, 8)
     assert err.value.field == "vocab" and "GiB" in err.value.message
+
+
+def test_a_limit_hit_says_its_time_and_a_limit_that_lets_the_run_finish():
+    """The message gives the seconds the finished part took and a --max-executions that runs it to the end: the
+    same run under the suggested value (parsed from the message) finishes, and under the hit limit does not."""
+    model, drafter = SyntheticModel(3), FixedShape(make_topology("complete", 2, 2))
+    whole = certify(model, drafter, "tv-rrs")  # the run's own size, counted by the engine
+    total = whole.executions + 3 ** 3  # choice-tree leaves and completed sequences
+    with limits(total // 2), pytest.raises(ExecutionLimitError) as err:
+        certify(model, drafter, "tv-rrs")
+    message = err.value.message
+    assert re.search(r"stopped after [\d,]+ executions in \d+\.\d s", message), message
+    asked = int(re.search(r"--max-executions (\d+)", message).group(1))
+    assert asked >= total, (asked, total, message)
+    with limits(asked):
+        assert certify(model, drafter, "tv-rrs").tvd == whole.tvd
+    # a quarter more than the run's size, rounded up to two significant digits
+    assert suggested_limit(2000) == 2500 and suggested_limit(562_130) == 710_000 and suggested_limit(12) == 15
+
+
+def test_an_estimate_refusal_names_a_limit_that_fits_it():
+    """The up-front refusal names a --max-executions above the estimate, and none for a size no run could end."""
+    model = SyntheticModel(4)
+    small = estimate_round(model, FixedShape(make_topology("complete", 2, 2)), "tv-rrs")
+    with pytest.raises(SizeLimitError) as err:
+        small.check(10)
+    asked = int(re.search(r"--max-executions (\d+)", err.value.message).group(1))
+    assert asked >= 10 ** small.log10_executions
+    huge = estimate_round(SyntheticModel(15), FixedShape(make_topology("complete", 12, 2)), "tv-rrs")
+    with pytest.raises(SizeLimitError) as err:
+        huge.check(10)
+    assert "--max-executions" not in err.value.message.split("(--max-executions)")[1], err.value.message
+    assert "would not finish" in err.value.message
+
+
+@pytest.mark.slow
+def test_the_default_limit_runs_the_documented_sizes_to_the_end():
+    """docs/limits.md names tv-rrs on complete(b = 2, H = 3) at V = 6 (562,130 executions; the old default of
+    500,000 stopped it at 87.8% of the mass) and TRV's recursion at V = 15, H = 2 (800,177 counted): with default
+    options the first runs to its verdict, and both fit the default."""
+    from simulator.limits import DEFAULT_MAX_EXECUTIONS
+
+    assert max(562_130, 800_177) < DEFAULT_MAX_EXECUTIONS
+    result = run_capped(["certify", "--verifier", "tv-rrs", "--topology", "complete", "--branching", "2", "--depth",
+                         "3", "--vocab", "6", "--model", "synthetic"], timeout=900)
+    assert result.returncode == 0 and "tv-rrs: LOSSLESS" in result.stdout, result.stderr
