@@ -185,7 +185,8 @@ def run_user_code(call: Callable[[], T], field: str, what: str) -> T:
 
 
 #: optional dependencies: module -> the extra that installs it
-EXTRAS = {"torch": "torch", "transformers": "torch", "distributed": "test", "gguf": "real", "accelerate": "real"}
+EXTRAS = {"torch": "torch", "transformers": "torch", "distributed": "test", "hypothesis": "test", "gguf": "real",
+          "accelerate": "real"}
 
 
 def require(module_name: str, what: str, field: str) -> None:

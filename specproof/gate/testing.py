@@ -9,6 +9,8 @@ Each helper certifies exactly on a battery (:mod:`specproof.gate.battery`; keywo
 ``vocab=[3], topologies=["chain"], depth=3``). A failure raises ``AssertionError`` with the instance, the TVD,
 the counterexample sequence and the path of a written reproducer (``CASE.json``, shrunk), which
 ``specproof certify --case`` certifies again. What a passing assertion covers is the battery, not every pair.
+For property tests, ``model_pairs()`` and ``tree_shapes()`` are Hypothesis strategies of the instances
+(:mod:`specproof.gate.strategies`, imported on first use: the helpers above need no Hypothesis).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from simulator.numeric import Number, human_number
+from simulator.usercode import require
 
 from specproof.gate.battery import battery, build, instance_key, instances
 from exact.certificate import Certificate, certify
@@ -29,6 +32,18 @@ from exact.subject import subject
 
 #: seconds the shrinker may spend on a failure's reproducer
 SHRINK_SECONDS = 5.0
+#: the Hypothesis strategies this module hands out from :mod:`specproof.gate.strategies`, imported on first use
+STRATEGIES = ("model_pairs", "tree_shapes")
+
+
+def __getattr__(name: str):
+    """``model_pairs`` and ``tree_shapes``, imported with Hypothesis when first asked for."""
+    if name in STRATEGIES:
+        require("hypothesis", f"specproof.gate.testing.{name}", "hypothesis")
+        from specproof.gate import strategies
+
+        return getattr(strategies, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _battery_certificates(verifier: object, overrides: dict):
