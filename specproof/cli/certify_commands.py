@@ -1,4 +1,5 @@
-"""``specproof list``, ``certify`` and ``law``: exact certificates of one verifier or torch kernel (docs/cli/certify.md)."""
+"""``specproof list``, ``certify`` and ``law``: exact certificates of one verifier or torch kernel
+(docs/cli/certify.md)."""
 
 from __future__ import annotations
 

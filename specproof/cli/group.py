@@ -18,7 +18,8 @@ from specproof.cli.supervisor import SupervisedCommand
 
 
 class Command(SectionedHelp, SupervisedCommand):
-    """Every command: supervised (:class:`SupervisedCommand`), its options' help in sections (:class:`SectionedHelp`)."""
+    """Every command: supervised (:class:`SupervisedCommand`), its options' help in sections
+    (:class:`SectionedHelp`)."""
 
 
 class SpecproofGroup(click.Group):

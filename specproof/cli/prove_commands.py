@@ -20,6 +20,7 @@ from specproof.cli.output import command_line, kept, write_output
 from specproof.cli.params import COUNT_LIMIT, SECONDS_LIMIT, TREE_BRANCHING, TREE_DEPTH, Output, Whole
 from specproof.cli.progress import progress_bar
 from specproof.cli.requests import tree_of
+from specproof.cli.sections import section
 
 #: Exit status per verdict (2 is every typed error's and 3 an internal error's, as for the other commands).
 EXIT = {"PROVED": 0, "REFUTED": 1, "UNDECIDED": 4}
@@ -65,30 +66,36 @@ class _Progress:
 
 
 @main.command()
-@click.option("--verifier", required=True, help="built-in name (specproof list) or module:function")
-@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True)
-@click.option("--depth", type=TREE_DEPTH, default=1, show_default=True, help="draft depth H")
-@click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b")
-@click.option("--parents", help="explicit parent list, e.g. '-1,0,0' (implies --topology explicit)")
-@click.option("--vocab", type=Whole(2), default=2, show_default=True, help="vocabulary size V (every row is symbolic)")
-@click.option("--drafting", type=click.Choice(list(DRAFTING)), default=None,
-              help="the drafting scheme proved under: one the verifier claims  [default: iid where claimed, else "
-                   "the first claimed]")
-@SCHEMES_OPTION
-@click.option("--json", "json_out", type=Output(),
-              help="write the proof certificate (every cell, its sign conditions and its identity) here")
-@click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
-              help="REFUTED: where the witness goes (a reproducer: specproof certify --case FILE)")
-@timeout_option("proof", "; when it fires, what was decided so far is printed with the error")
-@click.option("--max-cells", type=COUNT_LIMIT, default=DEFAULT_MAX_CELLS, show_default=True,
-              help="most runs of the symbolic program plus cells decided (estimated up front, then counted; 0 or "
-                   "inf: no limit)")
-@click.option("--probes", type=Whole(0), default=DEFAULT_PROBES, show_default=True,
-              help="random exact points certified by the exact engine before the symbolic run (0: none)")
-@click.option("--method", type=click.Choice(["auto", "lifting", "cells"]), default="auto", show_default=True,
-              help="lifting: prove a token-verification lift's single step for every branching of the shape and lift "
-                   "it to every tree of those branchings; cells: run the whole round symbolically; auto: lifting "
-                   "where the verifier is a lift, cells elsewhere")
+@section("Verifier",
+         click.option("--verifier", required=True, help="built-in name (specproof list) or module:function"),
+         SCHEMES_OPTION)
+@section("Shape, vocabulary and drafting",
+         click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True),
+         click.option("--depth", type=TREE_DEPTH, default=1, show_default=True, help="draft depth H"),
+         click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b"),
+         click.option("--parents", help="explicit parent list, e.g. '-1,0,0' (implies --topology explicit)"),
+         click.option("--vocab", type=Whole(2), default=2, show_default=True,
+                      help="vocabulary size V (every row is symbolic)"),
+         click.option("--drafting", type=click.Choice(list(DRAFTING)), default=None,
+                      help="the drafting scheme proved under: one the verifier claims  [default: iid where claimed, "
+                           "else the first claimed]"))
+@section("Proof",
+         click.option("--method", type=click.Choice(["auto", "lifting", "cells"]), default="auto", show_default=True,
+                      help="lifting: prove a token-verification lift's single step for every branching of the shape "
+                           "and lift it to every tree of those branchings; cells: run the whole round symbolically; "
+                           "auto: lifting where the verifier is a lift, cells elsewhere"),
+         click.option("--probes", type=Whole(0), default=DEFAULT_PROBES, show_default=True,
+                      help="random exact points certified by the exact engine before the symbolic run (0: none)"))
+@section("Limits",
+         timeout_option("proof", "; when it fires, what was decided so far is printed with the error"),
+         click.option("--max-cells", type=COUNT_LIMIT, default=DEFAULT_MAX_CELLS, show_default=True,
+                      help="most runs of the symbolic program plus cells decided (estimated up front, then counted; "
+                           "0 or inf: no limit)"))
+@section("Output",
+         click.option("--json", "json_out", type=Output(),
+                      help="write the proof certificate (every cell, its sign conditions and its identity) here"),
+         click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
+                      help="REFUTED: where the witness goes (a reproducer: specproof certify --case FILE)"))
 @click.pass_context
 def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, schemes, json_out, case_out, timeout,
           max_cells, probes, method) -> None:

@@ -50,30 +50,41 @@ MAX_SCALE = 1000.0
 
 
 @main.command()
-@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True,
-              help="folder for the reports (the committed ones are made with --full --out reports)")
-@click.option("--full", is_flag=True, help="the paper's scale: 20 seeds, Table 1 at 1e6 and ablations at 1e5 trials")
-@click.option("--tables", default=None, help="comma-separated paper tables (1,4-15); quick default: 1; --full: all")
-@click.option("--seeds", "study_seeds", type=Whole(1), default=None, help="study: model seeds per cell")
-@click.option("--trials", "study_trials", type=Whole(2, MAX_TRIALS), default=None, help="study: trials per seed")
-@click.option("--verifiers", default=None, help="comma-separated: run only these methods' cells (others: not run)")
-@click.option("--jobs", type=JOBS, default=2, show_default=True, help="worker processes for the study")
-@click.option("--scheduler", default=None,
-              help="run the study's cells on Dask: 'local' (a LocalCluster of --jobs workers) or a scheduler address")
-@click.option("--device", default=None, help="the study's batched rounds with torch on this device (cpu, cuda); "
-                                             "default: numpy. The same records either way")
-@click.option("--no-run", is_flag=True, help="write the reports from what the store holds, computing nothing new")
-@click.option("--store", "store_dir", type=Output(folder=True), default=None,
-              help="resumable cell store (default OUT/store)")
-@click.option("--cert-vocab", type=Whole(2), default=3, show_default=True, help="certification table: vocabulary")
-@click.option("--cert-depth", type=TREE_DEPTH, default=2, show_default=True, help="certification table: depth")
-@click.option("--cert-branching", type=TREE_BRANCHING, default=2, show_default=True,
-              help="certification table: branching")
-@click.option("--cert-seed", type=SEED, default=0, show_default=True, help="certification table: model seed")
-@click.option("--cert-arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
-              help="certification table: arithmetic")
-@click.option("--max-executions", type=COUNT_LIMIT, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
-              help="most executions one certificate of the table may enumerate (0 or inf: no limit)")
+@section("Study",
+         click.option("--full", is_flag=True,
+                      help="the paper's scale: 20 seeds, Table 1 at 1e6 and ablations at 1e5 trials"),
+         click.option("--tables", default=None,
+                      help="comma-separated paper tables (1,4-15); quick default: 1; --full: all"),
+         click.option("--seeds", "study_seeds", type=Whole(1), default=None, help="study: model seeds per cell"),
+         click.option("--trials", "study_trials", type=Whole(2, MAX_TRIALS), default=None,
+                      help="study: trials per seed"),
+         click.option("--verifiers", default=None,
+                      help="comma-separated: run only these methods' cells (others: not run)"),
+         click.option("--jobs", type=JOBS, default=2, show_default=True, help="worker processes for the study"),
+         click.option("--scheduler", default=None,
+                      help="run the study's cells on Dask: 'local' (a LocalCluster of --jobs workers) or a "
+                           "scheduler address"),
+         click.option("--device", default=None, help="the study's batched rounds with torch on this device (cpu, "
+                                                     "cuda); default: numpy. The same records either way"))
+@section("Certification table",
+         click.option("--cert-vocab", type=Whole(2), default=3, show_default=True,
+                      help="certification table: vocabulary"),
+         click.option("--cert-depth", type=TREE_DEPTH, default=2, show_default=True,
+                      help="certification table: depth"),
+         click.option("--cert-branching", type=TREE_BRANCHING, default=2, show_default=True,
+                      help="certification table: branching"),
+         click.option("--cert-seed", type=SEED, default=0, show_default=True, help="certification table: model seed"),
+         click.option("--cert-arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True,
+                      help="certification table: arithmetic"),
+         click.option("--max-executions", type=COUNT_LIMIT, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
+                      help="most executions one certificate of the table may enumerate (0 or inf: no limit)"))
+@section("Output",
+         click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True,
+                      help="folder for the reports (the committed ones are made with --full --out reports)"),
+         click.option("--store", "store_dir", type=Output(folder=True), default=None,
+                      help="resumable cell store (default OUT/store)"),
+         click.option("--no-run", is_flag=True,
+                      help="write the reports from what the store holds, computing nothing new"))
 @click.pass_context
 def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, scheduler, device, no_run, store_dir,
            cert_vocab, cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
@@ -191,7 +202,8 @@ def _certification_report(out: Path, store: Store, model: SyntheticModel, plans:
 @shape_options
 @verifier_options
 @section("Monte Carlo",
-         click.option("--seeds", type=Whole(1), default=5, show_default=True, help="model seeds --seed … --seed+K−1"),
+         click.option("--seeds", type=Whole(1), default=5, show_default=True,
+                      help="model seeds --seed … --seed+K−1"),
          click.option("--trials", type=Whole(2, MAX_TRIALS), default=10_000, show_default=True,
                       help="rounds per model seed"),
          click.option("--device", default=None, help="run the batched rounds with torch on this device (cpu, cuda, "
