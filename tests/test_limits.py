@@ -74,6 +74,7 @@ def test_a_refused_report_writes_nothing(tmp_path):
     assert not out.exists()
     result = run_capped(["report", "--out", str(out), "--cert-depth", "12"], timeout=60)
     assert result.returncode == 2 and "--cert-depth" in result.stderr and "--max-executions" in result.stderr
+    assert "--method" not in result.stderr  # the table certifies by enumeration: report takes no --method
     assert not out.exists()
 
 

@@ -20,8 +20,9 @@ from ..trees import Topology, TreeStructure, node_children, node_depths
 #: A drafting scheme (:data:`simulator.drafting.SCHEMES`): a node's children from its draft row, one per ``next``.
 Sampler = Callable[[Sequence[Number], int, Randomness], Iterator[int]]
 
-#: The most contexts :func:`lazy_drafter` reads to decide that every inner node gets all its children.
-MAX_SUPPORT_CONTEXTS = 100_000
+#: The most contexts :func:`lazy_drafter` reads to decide that every inner node gets all its children: a few
+#: seconds of a synthetic model's rows (0.3 ms each), so that a tree too large to certify is refused promptly.
+MAX_SUPPORT_CONTEXTS = 10_000
 
 
 class LazyDraft:

@@ -152,9 +152,10 @@ def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, job
 
 
 def _cert_options(estimate: SizeEstimate) -> SizeEstimate:
-    """The options of the report's certification table (``--cert-…``; its dynamic drafters' settings are fixed)."""
+    """The options of the report's certification table (``--cert-…``; its dynamic drafters' settings are fixed). The
+    table certifies by enumeration: a refusal suggests no ``--method``, which ``report`` does not take."""
     return replace(estimate, options=tuple(f"cert-{o}" for o in estimate.options
-                                           if o in ("vocab", "depth", "branching")))
+                                           if o in ("vocab", "depth", "branching")), recursion=False)
 
 
 def _parse_tables(text: str) -> tuple[int, ...]:
