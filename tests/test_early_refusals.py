@@ -131,6 +131,17 @@ def test_standard_output_that_cannot_be_written_is_a_typed_error(args):
     assert result.stderr.strip() == "error: stdout: cannot write standard output: No space left on device"
 
 
+@pytest.mark.parametrize("args", [["list"], ["certify", "--verifier", "tv-rrs"]])
+def test_a_closed_standard_output_is_a_typed_error_not_a_verdicts_code(args):
+    """``specproof list >&-``: file descriptor 1 closed from the start is exit 2 (it was an internal error and
+    exit 1, certify's LOSSY code, for a lossless rule)."""
+    result = subprocess.run(["bash", "-c", 'exec "$@" >&-', "_", sys.executable, "-m", "specproof.cli", *args],
+                            stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: stdout: standard output is closed"), result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_standard_output_written_is_exit_0_control(tmp_path):
     with open(tmp_path / "out.txt", "w") as out:
         result = subprocess.run([sys.executable, "-m", "specproof.cli", "list"], stdout=out, stderr=subprocess.PIPE,
