@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from exact.prove.prover import MAX_SYMBOLS, check_symbols
-from simulator.errors import InvalidParameterError, SizeLimitError
+from simulator.errors import InvalidParameterError, OutputError, SizeLimitError
+from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.limits import time_limit
 from specproof.cli.app import main
 from specproof.cli.options import Output, check_scheduler
@@ -114,6 +115,25 @@ def test_every_output_option_is_checked_before_the_work(tmp_path):
             assert result.stderr.startswith("error: ") and "timeout" not in result.stderr, (args, result.stderr)
             assert bad.split("/")[-2] in result.stderr, (args, result.stderr)
             assert seconds < PROMPT, (args, f"{seconds:.1f} s")
+
+
+def test_an_empty_output_path_is_refused_not_the_current_folder(tmp_path, monkeypatch):
+    """``zoo --out ''`` ran into the current folder (``Path("")`` is ``.``): every output option refuses it,
+    naming the option, before the work."""
+    monkeypatch.chdir(tmp_path)
+    for name, param in output_options():
+        args = [name, *NEEDS.get(name, []), *NEEDS_FOR.get((name, param.name), []), param.opts[0], ""]
+        result, seconds = invoke(args)
+        assert result.exit_code == 2, (args, result.output)
+        field = max(param.opts, key=len).lstrip("-").replace("-", "_")
+        assert result.stderr.startswith(f"error: {field}: ") and "the path is empty" in result.stderr, \
+            (args, result.stderr)
+        assert seconds < PROMPT, (args, f"{seconds:.1f} s")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OutputError, match="out: the path is empty"):  # the check every command calls, too
+        check_output_dir("", "out")
+    with pytest.raises(OutputError, match="json: the path is empty"):
+        check_output_file("", "json")
 
 
 def test_the_output_check_accepts_a_writable_path(tmp_path):
