@@ -52,12 +52,18 @@ REFUSALS = [
     (["mc", "--verifier", "tv-sps", "--trials", "99999999999999999999999"], "trials"),
     (["certify", "--verifier", "tv-sps", "--shrink-time", "nan"], "shrink_time"),
     (["gate", "--config", "BIG"], "config.battery.vocab"),
+    # round 4 of bad input
+    (["optimum", "--schemes", "magic"], "schemes"),
+    (["optimum", "--verifier", "tv-sps", "--schemes", "magic"], "schemes"),
+    (["optimum", "--vocab", "1000", "--topology", "chain"], "vocab"),
+    (["optimum", "--verifier-out", "TMP/optv-bad.name.txt"], "verifier_out"),
+    (["zoo", "--out", ""], "out"),
 ]
 
 
 @pytest.mark.parametrize("args,field", REFUSALS)
 def test_input_known_bad_up_front_is_refused_at_once_naming_the_field(args, field, tmp_path):
-    args = [gate_config(tmp_path, 10**6) if a == "BIG" else a for a in args]
+    args = [gate_config(tmp_path, 10**6) if a == "BIG" else a.replace("TMP", str(tmp_path)) for a in args]
     if args[0] == "report":
         args += ["--out", str(tmp_path / "report")]
     result, seconds = invoke(args)

@@ -3,16 +3,17 @@ distance from it (:mod:`exact.prove.optimum`, docs/optimum.md). Registered on :f
 
 from __future__ import annotations
 
+import keyword
 import sys
 from pathlib import Path
 
 import click
 
 from exact.prove.optimum import MAX_COLUMNS, optimum, rule_row, verifier_module
-from simulator.errors import SpecproofError
+from exact.subject import parse_schemes, subject
+from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.numeric import to_json_number
 from simulator.verifiers import VERIFIERS
-from simulator.verifiers.registry import load_verifier
 from specproof.cli.group import main
 from specproof.cli.options import (COUNT_LIMIT, Output, build_drafter, limit_options, limited, model_factory,
                                    kept, model_options, tree_options, write_output)
@@ -23,11 +24,16 @@ UNSETTLED_EXIT = 4
 
 
 def _rule_row(model, drafter, name: str, best, max_executions: int, timeout: float, fn=None) -> dict:
-    """One rule's row (:func:`exact.prove.optimum.rule_row`) as a dict, or why it was not certified here."""
+    """One rule's row (:func:`exact.prove.optimum.rule_row`) as a dict. A built-in rule of the table whose
+    certificate cannot be computed here (not defined on the shape, over a limit) is a row saying why; the rule
+    the user named (``fn`` given: ``--verifier``) is what they asked to judge, so its error is the command's,
+    exit 2, as in ``certify``."""
     try:
         with limited(max_executions, timeout):
             row = rule_row(model, drafter, name if fn is None else fn, best, name)
     except SpecproofError as err:
+        if fn is not None:
+            raise
         return {"verifier": name, "skipped": f"{err.field}: {err.message}"}
     out = {"verifier": name, "lossless": row.lossless, "expected_accepted": row.expected_accepted}
     if row.outside:
@@ -37,6 +43,27 @@ def _rule_row(model, drafter, name: str, best, max_executions: int, timeout: flo
     if row.above_optimum:
         out["above_optimum"] = True
     return out
+
+
+def check_module_path(path: str | None) -> None:
+    """Refuse a ``--verifier-out`` that ``certify --verifier STEM:verify`` could not import as written: a name
+    other than ``STEM.py`` with ``STEM`` a Python identifier, or a ``STEM`` that names a module of Python's own or
+    one already imported (``json``, ``numpy``, ``exact``), which the import would find instead."""
+    if path is None:
+        return
+    file = Path(path)
+    stem, example = file.stem, "give a name like optimal_c22.py"
+    if file.suffix != ".py":
+        why = f"certify --verifier NAME:verify imports NAME.py, so the file name must end in .py: {example}"
+    elif not stem.isidentifier() or keyword.iskeyword(stem):
+        why = (f"certify --verifier {stem}:verify could not import it: {stem!r} is not a Python module name "
+               f"(letters, digits and _, not starting with a digit, not a keyword): {example}")
+    elif stem in sys.stdlib_module_names or stem in sys.modules:
+        why = (f"certify --verifier {stem}:verify would import the module {stem!r} of Python or of an installed "
+               f"package instead: {example}")
+    else:
+        return
+    raise InvalidParameterError("verifier_out", f"{path}: {why}")
 
 
 def _short(value) -> str:
@@ -65,10 +92,15 @@ def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pro
     and each built-in rule's exact E[τ] and efficiency E[τ]/E[τ]*. Exit 0 proved exactly, 4 not settled."""
     check_output_file(json_out, "json")
     check_output_file(verifier_out, "verifier_out")
-    model = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)(seed)
+    check_module_path(verifier_out)
     extra = None
-    if tree["verifier"] is not None:
-        extra = load_verifier(tree["verifier"])  # a typo fails before the LP
+    if tree["verifier"] is not None:  # a typo, an unknown scheme fail before the LP
+        extra = subject(tree["verifier"], "verifier", parse_schemes(tree["schemes"]))
+    elif tree["schemes"] is not None:
+        parse_schemes(tree["schemes"])
+        raise InvalidParameterError("schemes", "--schemes declares what --verifier claims: give --verifier too "
+                                               "(the table lists the built-in rules that claim --drafting)")
+    model = model_factory(model_kind, table_path, vocab, rho, tau_p, tau_q, zero_prob)(seed)
     scheme = tree["drafting"]
     tree = {**tree, "verifier": None}  # --verifier is a rule to compare, not a pairing to check here
     drafter, drafting = build_drafter(model, tree)
@@ -89,7 +121,8 @@ def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pro
     names = [spec.name for spec in VERIFIERS.values() if scheme in spec.lossless_under] if rules else []
     rows = [_rule_row(model, drafter, name, best, max_executions, timeout) for name in names]
     if extra is not None:
-        rows.append(_rule_row(model, drafter, extra[0], best, max_executions, timeout, extra[1]))
+        rows.append({**_rule_row(model, drafter, extra.name, best, max_executions, timeout, extra.fn),
+                     **extra.claim_json(scheme)})
     for row in rows:
         if "skipped" in row:
             click.echo(f"  {row['verifier']:12s} not certified here: {row['skipped']}")
@@ -102,6 +135,8 @@ def optimum_cmd(model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_pro
         flag = "" if row["lossless"] else " LOSSY"
         above = "  ABOVE THE OPTIMUM" if row.get("above_optimum") else ""
         click.echo(f"  {row['verifier']:12s} E[τ] = {_short(row['expected_accepted'])}{eff}{flag}{above}")
+        if row.get("control_run"):
+            click.echo(extra.control_note(scheme))
     out = {**result.to_json(), "config": {**model.describe(), **drafting},
            "rules": [{k: (to_json_number(v, "fraction") if k in ("expected_accepted", "efficiency") else v)
                       for k, v in row.items()} for row in rows]}
