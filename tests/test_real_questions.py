@@ -27,6 +27,8 @@ GOOD = json.dumps({"question_id": 7, "category": "writing", "turns": ["Say hello
     (json.dumps({"question_id": 9, "turns": ["ok", ""]}) + "\n", ":1", "not a non-empty string"),
     (json.dumps({"turns": ["no id"]}) + "\n", ":1", "needs a question_id"),
     ("[1, 2, 3]\n", ":1", "needs a question_id"),
+    (f"{GOOD}\n\n{GOOD}\n", ":3", "question_id 7 is line 1's too"),  # one store key, one answer id: refused
+    (f"{GOOD}\n" + json.dumps({"question_id": "7", "turns": ["hi"]}) + "\n", ":2", "question_id '7' is line 1's"),
 ])
 def test_a_bad_questions_file_is_refused_naming_the_file_and_line(tmp_path, text, where, words):
     path = tmp_path / "q.jsonl"
@@ -70,3 +72,38 @@ def test_the_real_report_refuses_a_single_question_naming_the_field(tmp_path):
     path.write_text(GOOD + "\n")
     out = CliRunner().invoke(cli.main, ["real-report", "--questions", str(path), "--out", str(tmp_path / "out")])
     assert out.exit_code == 2 and "error: questions: the report's standard errors" in out.stderr, out.output
+
+
+def test_the_real_report_refuses_duplicate_question_ids_before_any_work(tmp_path):
+    """Two questions with one ``question_id`` wrote one store key; refused now, before any model loads."""
+    path = tmp_path / "q.jsonl"
+    path.write_text(GOOD + "\n" + GOOD.replace("Say hello.", "Say hi.") + "\n")
+    out = CliRunner().invoke(cli.main, ["real-report", "--questions", str(path), "--out", str(tmp_path / "out"),
+                                        "--target", str(tmp_path / "no-target")])
+    assert out.exit_code == 2, out.output
+    assert f"error: questions: {path}:2: question_id 7 is line 1's too" in out.stderr, out.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_real_report_refuses_a_missing_trained_draft_up_front_naming_its_option(tmp_path):
+    """``--trained-draft /nonexistent`` was refused after the main draft's study (66 s), naming ``draft``."""
+    path = tmp_path / "q.jsonl"
+    path.write_text(GOOD + "\n" + GOOD.replace("7", "8") + "\n")
+    store = tmp_path / "store"
+    out = CliRunner().invoke(cli.main, ["real-report", "--questions", str(path), "--out", str(tmp_path / "out"),
+                                        "--store", str(store), "--target", str(tmp_path / "no-target"),
+                                        "--trained-draft", str(tmp_path / "nonexistent")])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.startswith("error: trained_draft: ") and "nonexistent" in out.stderr, out.stderr
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_real_refuses_an_empty_aded_corpus_naming_it(tmp_path, text):
+    path = tmp_path / "q.jsonl"
+    path.write_text(GOOD + "\n")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text)
+    out = CliRunner().invoke(cli.main, ["real", "--target", str(tmp_path / "no-target"), "--questions", str(path),
+                                        "--drafting", "aded", "--verifier", "match", "--aded-corpus", str(corpus)])
+    assert out.exit_code == 2 and f"error: aded_corpus: {corpus} holds no text" in out.stderr, out.output

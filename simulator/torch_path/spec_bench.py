@@ -250,10 +250,12 @@ class BenchSummary:
 
 def read_questions(path: str) -> list[dict]:
     """Spec-Bench's ``question.jsonl``: one ``{"question_id", "category", "turns": [...]}`` object per line, each
-    with at least one turn, a non-empty string; blank lines are skipped. Checked whole before any model loads:
-    :class:`InvalidParameterError` on ``questions`` naming the file and line, or the file when it holds no
-    question."""
+    with at least one turn, a non-empty string, and a ``question_id`` no other line has (answers and
+    ``real-report``'s store are keyed by it, as text: ``1`` and ``"1"`` are one key); blank lines are skipped.
+    Checked whole before any model loads: :class:`InvalidParameterError` on ``questions`` naming the file and
+    line, or the file when it holds no question."""
     out = []
+    seen: dict[str, int] = {}
     for number, line in enumerate(read_text(path, "questions").splitlines(), start=1):
         if not line.strip():
             continue
@@ -269,6 +271,12 @@ def read_questions(path: str) -> list[dict]:
         if not all(isinstance(turn, str) and turn.strip() for turn in item["turns"]):
             raise InvalidParameterError("questions", f"{where}: question {item['question_id']!r} has a turn that "
                                                      "is not a non-empty string")
+        key = str(item["question_id"])
+        if key in seen:
+            raise InvalidParameterError("questions", f"{where}: question_id {item['question_id']!r} is line "
+                                                     f"{seen[key]}'s too: question ids must be unique (answers and "
+                                                     "the report's store are keyed by them)")
+        seen[key] = number
         out.append(item)
     if not out:
         raise InvalidParameterError("questions", f"{path} holds no question (one JSON object per line, with "
