@@ -80,7 +80,7 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
     _, shape = tree_shape(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
     chosen = read_questions(questions)[:max_questions]
-    corpus = read_text(aded_corpus, "aded_corpus").splitlines() if aded_corpus else None
+    corpus = _aded_corpus(aded_corpus) if aded_corpus is not None else None
     if draft is None:
         draft_model, target_model = None, load_causal_lm(target, getattr(torch, dtype), "target", device, cache_dir)
     else:
@@ -110,6 +110,15 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
         click.echo(f"  {summary.tokens_per_s:.1f} tokens/s")
     if answers is not None:
         click.echo(f"  answers written to {answers}")
+
+
+def _aded_corpus(path: str) -> list[str]:
+    """``--aded-corpus``'s texts, one a line; a file with none is refused (ADED's table would start empty)."""
+    texts = [line for line in read_text(path, "aded_corpus").splitlines() if line.strip()]
+    if not texts:
+        raise InvalidParameterError("aded_corpus", f"{path} holds no text (one a line): ADED's tri-gram table "
+                                                   "starts from them; leave the option out for the shipped corpus")
+    return texts
 
 
 @main.command("real-report")
@@ -142,6 +151,10 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     if len(chosen) < 2:
         raise InvalidParameterError("questions", f"the report's standard errors are across questions: it needs at "
                                                  f"least 2, the file holds {len(chosen)}")
+    if trained_draft is not None and not trained_draft.startswith("self:"):  # found now, not after the main study
+        from simulator.torch_path.real import model_directory
+
+        model_directory(trained_draft, "trained_draft")
     store = Path(store_dir) if store_dir else Path(out_dir) / "store" / "real_pair"
     ticks = StageBars()
     before, start = os.getloadavg()[0], time.perf_counter()
