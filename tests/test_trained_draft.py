@@ -154,7 +154,8 @@ def test_train_draft_checks_every_output_and_option_before_any_work(tmp_path, mo
             for a in args]
     out = [] if "--out" in args else ["--out", str(tmp_path / "draft")]
     layers = [] if "--layers" in args else ["--layers", "0"]  # the tiny target has 2 layers, the name's draft 3
-    result = CliRunner().invoke(cli.main, ["train-draft", "--target", target, *layers, *out, *args])
+    check = [] if "--questions" in args else ["--check-questions", "0"]  # no MT-bench to fetch
+    result = CliRunner().invoke(cli.main, ["train-draft", "--target", target, *layers, *check, *out, *args])
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {field}: ") and words in result.stderr, result.stderr
     assert (existing / "notes.txt").read_text() == "keep me" and not (tmp_path / "draft").exists()
