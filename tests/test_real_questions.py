@@ -107,3 +107,44 @@ def test_real_refuses_an_empty_aded_corpus_naming_it(tmp_path, text):
     out = CliRunner().invoke(cli.main, ["real", "--target", str(tmp_path / "no-target"), "--questions", str(path),
                                         "--drafting", "aded", "--verifier", "match", "--aded-corpus", str(corpus)])
     assert out.exit_code == 2 and f"error: aded_corpus: {corpus} holds no text" in out.stderr, out.output
+
+
+@pytest.fixture(scope="module")
+def tiny_pair_with_tokenizer(tmp_path_factory):
+    from test_real import _save_pair_with_tokenizer
+
+    return _save_pair_with_tokenizer(tmp_path_factory.mktemp("pair"))
+
+
+@pytest.mark.parametrize("verifier,drafting,words", [
+    ("tv-rrs", "without-replacement", "tv-rrs claims losslessness under iid, not without-replacement"),
+    ("tv-rrs", "dyspec", "tv-rrs claims losslessness under iid, not dyspec"),
+    ("bug-accept-all", "aded", "bug-accept-all is a negative control, lossy by design"),
+    ("tv-rrs", "iid", None),  # the control: a lossless pair is not marked
+    ("match", "aded", None),
+])
+def test_real_marks_a_run_whose_rule_is_not_lossless_under_its_drafting(tmp_path, tiny_pair_with_tokenizer,
+                                                                         verifier, drafting, words):
+    """``real`` ran a rule under a drafting it is not lossless under, or a negative control, and said nothing:
+    its speed and acceptance read as a lossless rule's (certify calls these pairs LOSSY). It still runs (a
+    measurement, exit 0), but says so up front and in its summary, and marks every answer line."""
+    draft, target = tiny_pair_with_tokenizer
+    questions, answers = tmp_path / "q.jsonl", tmp_path / "answers.jsonl"
+    questions.write_text(GOOD + "\n")
+    models = ["--target", target] + ([] if drafting == "aded" else ["--draft", draft])
+    out = CliRunner().invoke(cli.main, ["real", *models, "--questions", str(questions), "--answers", str(answers),
+                                        "--verifier", verifier, "--drafting", drafting, "--depth", "2",
+                                        "--max-new-tokens", "3", "--max-questions", "1", "--no-baseline"])
+    assert out.exit_code == 0, out.output
+    line = json.loads(answers.read_text().splitlines()[0])
+    claim = line["claim"]
+    assert (claim["verifier"], claim["drafting"]) == (verifier, drafting)
+    if words is None:
+        assert "NOT LOSSLESS" not in out.output and claim["lossless_claimed"] and claim["note"] is None
+        assert line["model_id"] == f"specproof-{verifier}"
+        return
+    assert out.stderr.startswith(f"warning: NOT LOSSLESS: {words}"), out.stderr
+    assert f"  NOT LOSSLESS: {words}" in out.stdout, out.stdout
+    assert not claim["lossless_claimed"] and words in claim["note"]
+    assert claim["negative_control"] == verifier.startswith("bug-")
+    assert line["model_id"] == f"specproof-{verifier}-not-lossless"

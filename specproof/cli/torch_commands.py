@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from exact.subject import subject
 from simulator.drafting import DRAFTING
 from simulator.drafting.arrays import ARRAY_SCHEMES
 from simulator.drafting.drafter_registry import DRAFTERS
@@ -74,6 +75,9 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
 
     if verifier not in real_verifiers():
         raise InvalidParameterError("verifier", f"choose from {real_verifiers()}")
+    claim = subject(verifier).measurement_json(drafting)  # a control or an unclaimed scheme: said, not refused
+    if claim["note"]:
+        click.echo(f"warning: {claim['note']}", err=True)
     if (drafting == "aded") == (draft is not None):
         raise InvalidParameterError("draft", "--drafting aded reads no draft model: drop --draft" if draft else
                                              f"--drafting {drafting} needs --draft")
@@ -92,13 +96,17 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
     drafter = real_drafter(drafting, shape, tokenizer, target_model.config.vocab_size, options, corpus)
     with progress_bar(len(chosen), "questions") as bar:
         summary = run_spec_bench(draft_model, target_model, tokenizer, chosen, verifier, drafter, answers,
-                                 max_new_tokens, processing, seed, f"specproof-{verifier}", baseline,
-                                 lambda i: bar.update(1))
+                                 max_new_tokens, processing, seed,
+                                 f"specproof-{verifier}" + ("" if claim["lossless_claimed"] else "-not-lossless"),
+                                 baseline, lambda i: bar.update(1),
+                                 marks={"claim": {"verifier": verifier, "drafting": drafting, **claim}})
     tree = (f"{topology} {list(shape.parents)}, drafting {drafting}" if drafting in ARRAY_SCHEMES else
             f"drafting {drafting} ({', '.join(f'{k} {v}' for k, v in drafter.describe().items() if k != 'drafting')})")
     click.echo(f"{verifier} on {tree}, draft {draft or 'none'}: "
                f"{summary.questions} questions (ids {', '.join(str(a.question_id) for a in summary.answered)}), "
                f"{summary.tokens} tokens")
+    if claim["note"]:
+        click.echo(f"  {claim['note']}")
     spread = (f" ± {summary.block_efficiency_se:.3f}" if summary.questions > 1 else "") + " tokens per target pass" + \
         (" (SE across questions)" if summary.questions > 1 else " (one question: no standard error)")
     click.echo(f"  block efficiency {summary.block_efficiency:.3f}{spread}; "
@@ -145,7 +153,7 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     check_device(device)
     from simulator.torch_path.fetch import fetch
     from simulator.torch_path.spec_bench import read_questions
-    from specproof.reports.real_pair import run_real_pair, stored_seconds, write_real_pair_report
+    from specproof.reports.real_pair import not_lossless, run_real_pair, stored_seconds, write_real_pair_report
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
     if len(chosen) < 2:
@@ -165,6 +173,8 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     write_real_pair_report(Path(out_dir), done, [q["question_id"] for q in chosen], max_new_tokens,
                            command_line(ctx), device, (before, os.getloadavg()[0]), time.perf_counter() - start,
                            stored_seconds(done))
+    for line in not_lossless([config for config, _ in done]):
+        click.echo(f"  {line}")
     click.echo(f"written to {out_dir}/real_pair.md")
 
 
