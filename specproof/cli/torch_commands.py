@@ -138,7 +138,7 @@ def _aded_corpus(path: str) -> list[str]:
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
-@click.option("--store", "store_dir", type=click.Path(file_okay=False),
+@click.option("--store", "store_dir", type=Output(folder=True),
               help="where each configuration's questions are kept, so a rerun resumes  [default: OUT/store/real_pair]")
 @click.option("--trained-draft", help="the verifier study again with this draft: a name (smollm2-draft, made by "
                                       "specproof train-draft) or a folder")
@@ -150,6 +150,8 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     chain and target-only, tokens/s and speed-ups; real_pair.md/json/png."""
     require("transformers", "specproof real-report", "real")
     check_output_dir(out_dir, "out")
+    store = Path(store_dir) if store_dir is not None else Path(out_dir) / "store" / "real_pair"
+    check_output_dir(store, "store")  # written as each question is done, minutes in
     check_device(device)
     from simulator.torch_path.fetch import fetch
     from simulator.torch_path.spec_bench import read_questions
@@ -163,7 +165,6 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
         from simulator.torch_path.real import model_directory
 
         model_directory(trained_draft, "trained_draft")
-    store = Path(store_dir) if store_dir else Path(out_dir) / "store" / "real_pair"
     ticks = StageBars()
     before, start = os.getloadavg()[0], time.perf_counter()
     try:
