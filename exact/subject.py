@@ -69,6 +69,28 @@ class Subject:
                 "this verdict is not a claim of the rule")
 
 
+    def lossless_under(self, scheme: str) -> bool:
+        """Whether a run under drafting ``scheme`` is a lossless rule's by the claim: the subject claims
+        losslessness there (a negative control claims it nowhere)."""
+        return self.claims and scheme in self.schemes
+
+    def measurement_note(self, scheme: str) -> str | None:
+        """What a measurement (``specproof real``, ``real-report``: no verdict of its own) says of a run under
+        ``scheme`` that is not a lossless rule's, or ``None``: its speed and acceptance must not pass for one."""
+        if self.lossless_under(scheme):
+            return None
+        why = (f"{self.name} is a negative control, lossy by design" if not self.claims else
+               f"{self.name} claims losslessness under {', '.join(self.schemes)}, not {scheme}")
+        return (f"NOT LOSSLESS: {why}; the answers need not follow the target's distribution, and this run's speed "
+                "and acceptance are not a lossless rule's")
+
+    def measurement_json(self, scheme: str) -> dict:
+        """What a measurement's JSON says of the claim (:meth:`measurement_note`)."""
+        return {"lossless_claimed": self.lossless_under(scheme),
+                "claimed_schemes": list(self.schemes) if self.claims else [], "negative_control": not self.claims,
+                "note": self.measurement_note(scheme)}
+
+
 def parse_schemes(text: str | None, field_name: str = "schemes") -> tuple[str, ...] | None:
     """``--schemes iid,without-replacement`` as a tuple of drafting schemes (``None`` when not given)."""
     if text is None:

@@ -45,6 +45,7 @@ def check_output_file(path: str | Path | None, field: str) -> None:
     cannot be written, and a path that is a directory (:class:`OutputError` on ``field``)."""
     if path is None:
         return
+    _refuse_empty(path, field, "file")
     path = Path(path)
     if path.is_dir():
         raise OutputError(field, f"{path} is a directory; give a file name")
@@ -59,7 +60,9 @@ def check_output_file(path: str | Path | None, field: str) -> None:
 
 def check_output_dir(path: str | Path, field: str) -> None:
     """Refuse, before any computation, an output folder that cannot be created or written: the nearest existing
-    ancestor must be a writable directory (:class:`OutputError` on ``field``)."""
+    ancestor must be a writable directory (:class:`OutputError` on ``field``). An empty path is refused: it would
+    write into the current folder (``--out ''``, an unset shell variable)."""
+    _refuse_empty(path, field, "folder")
     path = Path(path)
     existing = path
     while not existing.exists() and existing != existing.parent:
@@ -67,6 +70,12 @@ def check_output_dir(path: str | Path, field: str) -> None:
     if existing.exists() and not existing.is_dir():
         raise OutputError(field, f"{existing} is a file, so the folder {path} cannot be made there")
     _check_writable_dir(existing, field, f"to make or fill {path}")
+
+
+def _refuse_empty(path: str | Path, field: str, kind: str) -> None:
+    if str(path) == "":  # Path("") is Path("."): the current folder
+        raise OutputError(field, f"the path is empty: give a {kind} name (an unset shell variable?)"
+                                 + ("; for the current folder, give ." if kind == "folder" else ""))
 
 
 def _check_writable_dir(folder: Path, field: str, purpose: str) -> None:

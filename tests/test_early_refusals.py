@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from exact.prove.prover import MAX_SYMBOLS, check_symbols
-from simulator.errors import InvalidParameterError, SizeLimitError
+from simulator.errors import InvalidParameterError, OutputError, SizeLimitError
+from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.limits import DEFAULT_MAX_EXECUTIONS, time_limit
 from specproof.cli.app import main
 from specproof.cli.checks import check_scheduler
@@ -53,12 +54,18 @@ REFUSALS = [
     (["mc", "--verifier", "tv-sps", "--trials", "99999999999999999999999"], "trials"),
     (["certify", "--verifier", "tv-sps", "--shrink-time", "nan"], "shrink_time"),
     (["gate", "--config", "BIG"], "config.battery.vocab"),
+    # round 4 of bad input
+    (["optimum", "--schemes", "magic"], "schemes"),
+    (["optimum", "--verifier", "tv-sps", "--schemes", "magic"], "schemes"),
+    (["optimum", "--vocab", "1000", "--topology", "chain"], "vocab"),
+    (["optimum", "--verifier-out", "TMP/optv-bad.name.txt"], "verifier_out"),
+    (["zoo", "--out", ""], "out"),
 ]
 
 
 @pytest.mark.parametrize("args,field", REFUSALS)
 def test_input_known_bad_up_front_is_refused_at_once_naming_the_field(args, field, tmp_path):
-    args = [gate_config(tmp_path, 10**6) if a == "BIG" else a for a in args]
+    args = [gate_config(tmp_path, 10**6) if a == "BIG" else a.replace("TMP", str(tmp_path)) for a in args]
     if args[0] == "report":
         args += ["--out", str(tmp_path / "report")]
     result, seconds = invoke(args)
@@ -119,6 +126,25 @@ def test_every_output_option_is_checked_before_the_work(tmp_path):
             assert seconds < PROMPT, (args, f"{seconds:.1f} s")
 
 
+def test_an_empty_output_path_is_refused_not_the_current_folder(tmp_path, monkeypatch):
+    """``zoo --out ''`` ran into the current folder (``Path("")`` is ``.``): every output option refuses it,
+    naming the option, before the work."""
+    monkeypatch.chdir(tmp_path)
+    for name, param in output_options():
+        args = [name, *NEEDS.get(name, []), *NEEDS_FOR.get((name, param.name), []), param.opts[0], ""]
+        result, seconds = invoke(args)
+        assert result.exit_code == 2, (args, result.output)
+        field = max(param.opts, key=len).lstrip("-").replace("-", "_")
+        assert result.stderr.startswith(f"error: {field}: ") and "the path is empty" in result.stderr, \
+            (args, result.stderr)
+        assert seconds < PROMPT, (args, f"{seconds:.1f} s")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OutputError, match="out: the path is empty"):  # the check every command calls, too
+        check_output_dir("", "out")
+    with pytest.raises(OutputError, match="json: the path is empty"):
+        check_output_file("", "json")
+
+
 def test_the_output_check_accepts_a_writable_path(tmp_path):
     """Control: the same command with a writable --json writes it."""
     result, _ = invoke(["certify", "--verifier", "tv-sps", "--json", str(tmp_path / "cert.json")])
@@ -132,6 +158,17 @@ def test_standard_output_that_cannot_be_written_is_a_typed_error(args):
                                 text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == "error: stdout: cannot write standard output: No space left on device"
+
+
+@pytest.mark.parametrize("args", [["list"], ["certify", "--verifier", "tv-rrs"]])
+def test_a_closed_standard_output_is_a_typed_error_not_a_verdicts_code(args):
+    """``specproof list >&-``: file descriptor 1 closed from the start is exit 2 (it was an internal error and
+    exit 1, certify's LOSSY code, for a lossless rule)."""
+    result = subprocess.run(["bash", "-c", 'exec "$@" >&-', "_", sys.executable, "-m", "specproof.cli", *args],
+                            stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: stdout: standard output is closed"), result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_standard_output_written_is_exit_0_control(tmp_path):

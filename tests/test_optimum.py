@@ -130,6 +130,69 @@ def test_a_shape_over_the_limit_is_refused_with_its_estimate():
     assert err.value.field == "drafting"
 
 
+def test_a_size_refusal_names_the_vocabulary_when_the_tree_fits_at_a_smaller_one():
+    """A chain of 3 nodes fits at V = 43 (3·43^3 = 238,521 columns), not at V = 1000: the refusal names ``vocab``
+    (it named ``depth``), and the largest V that fits."""
+    _, drafter = instance("chain", 2, 1, 3, 0)
+    assert check_size(drafter, 43) == column_estimate(3, 43)
+    with pytest.raises(InvalidParameterError, match="fits up to V = 43") as err:
+        check_size(drafter, 1000)
+    assert err.value.field == "vocab"
+    explicit = make_drafter("iid", make_topology("explicit", parents=[-1, *[i // 2 for i in range(16)]]))
+    with pytest.raises(InvalidParameterError, match="at any vocabulary") as err:
+        check_size(explicit, 3)
+    assert err.value.field == "parents"
+
+
+RAISING = """
+def broken(tree, p, q, rng):
+    raise ValueError("boom")
+"""
+
+
+def test_a_named_verifier_that_raises_is_exit_2_naming_its_line_not_a_row(tmp_path, monkeypatch):
+    """``optimum --verifier module:fn`` whose function raises exited 0 with a row "not certified here"; certify
+    exits 2 for it, and so does optimum now, with the user's line. A built-in rule the table cannot certify stays a
+    row (control: bv, chain-only, on a tree)."""
+    (tmp_path / "plug_optimum.py").write_text(RAISING)
+    monkeypatch.chdir(tmp_path)
+    base = ["optimum", "--model", "random-rational", "--vocab", "2", "--seed", "1", "--topology", "chain",
+            "--depth", "1"]
+    result = CliRunner().invoke(cli.main, [*base, "--verifier", "plug_optimum:broken"])
+    assert result.exit_code == 2, result.output
+    assert "error: verifier: plug_optimum:broken raised ValueError: boom" in result.stderr
+    assert "plug_optimum.py:3" in result.stderr
+    tree = CliRunner().invoke(cli.main, ["optimum", "--model", "random-rational", "--vocab", "2", "--seed", "1",
+                                         "--topology", "complete", "--depth", "1", "--branching", "2"])
+    assert tree.exit_code == 0 and "not certified here" in tree.output, tree.output
+
+
+def test_schemes_is_checked_and_marks_the_named_verifiers_control_run(tmp_path):
+    base = ["optimum", "--model", "random-rational", "--vocab", "2", "--seed", "1", "--topology", "chain",
+            "--depth", "1", "--no-rules"]
+    result = CliRunner().invoke(cli.main, [*base, "--verifier", "tv-sps", "--schemes", "magic"])
+    assert result.exit_code == 2 and "error: schemes: unknown drafting scheme 'magic'" in result.stderr
+    result = CliRunner().invoke(cli.main, [*base, "--schemes", "iid"])
+    assert result.exit_code == 2 and "error: schemes: " in result.stderr and "--verifier" in result.stderr
+    out = tmp_path / "optimum.json"
+    result = CliRunner().invoke(cli.main, [*base, "--verifier", "tv-sps", "--schemes", "without-replacement",
+                                           "--json", str(out)])
+    assert result.exit_code == 0 and "control run: tv-sps claims losslessness under without-replacement, not iid" \
+        in result.output, result.output
+    row, = json.loads(out.read_text())["rules"]
+    assert row["control_run"] and row["claimed_schemes"] == ["without-replacement"]
+
+
+@pytest.mark.parametrize("name,words", [("optv-bad.name.txt", "must end in .py"), ("opt-v.py", "not a Python module"),
+                                         ("json.py", "would import the module 'json'")])
+def test_verifier_out_must_be_a_module_certify_can_import(tmp_path, name, words):
+    result = CliRunner().invoke(cli.main, ["optimum", "--vocab", "2", "--topology", "chain", "--depth", "1",
+                                           "--verifier-out", str(tmp_path / name)])
+    assert result.exit_code == 2 and result.stderr.startswith("error: verifier_out: ") and words in result.stderr, \
+        result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_command_prints_the_optimum_and_each_rules_efficiency(tmp_path):
     out = tmp_path / "optimum.json"
     args = ["optimum", "--model", "random-rational", "--vocab", "3", "--seed", "1", "--topology", "chain",

@@ -4,14 +4,16 @@ run of its configurations on a tiny random-weight pair."""
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from specproof.reports.real_pair import (BUDGETS, Config, Estimate, Runner, Store, Summary, aded_configs,
-                                         complete_within, dyspec_configs, rank_rates, sequoia_config, sequoia_tree,
-                                         verifier_configs, write_real_pair_report)
+                                         complete_within, dyspec_configs, not_lossless, rank_rates, sequoia_config,
+                                         sequoia_tree, verifier_configs, write_real_pair_report)
 
 
 def test_rank_rates_count_each_rank_tried_up_to_the_accepted_one():
@@ -89,6 +91,27 @@ def test_the_report_writes_every_study_from_records(tmp_path):
     data = __import__("json").loads((tmp_path / "real_pair.json").read_text())
     assert {r["verifier"] for r in data["rows"] if r["shape"] == "complete"} >= {"lv-rrs", "tv-rrsw", "trv"}
     assert (tmp_path / "real_pair.png").stat().st_size > 0
+
+
+def test_every_configuration_pairs_its_rules_with_a_drafting_they_are_lossless_under(tmp_path):
+    """The report's rows read as lossless rules' speed and acceptance: no configuration runs or evaluates a rule
+    under a drafting it is not lossless under (control: one planted is named in the report, its JSON rows and the
+    lines the command prints)."""
+    configs = verifier_configs() + verifier_configs("trained") + aded_configs() + \
+        [c for b in BUDGETS for c in dyspec_configs(b) + [sequoia_config(b, [0.6, 0.3])]]
+    assert not_lossless(configs) == []
+    planted = replace(verifier_configs()[0], drafting="without-replacement")  # tv-rrs, tv-kseq, ... are iid's
+    lines = not_lossless([planted])
+    assert "chain-iid: NOT LOSSLESS: tv-rrs claims losslessness under iid, not without-replacement" in lines[0]
+    rng = np.random.default_rng(1)
+    done = [(c, _fake(c, rng)) for c in [planted, *configs[1:4]] + aded_configs() +
+            [c for b in BUDGETS for c in dyspec_configs(b) + [sequoia_config(b, [0.6, 0.3])]]]
+    write_real_pair_report(tmp_path, done, [81, 82, 83], 32, "specproof real-report", "cpu", (0.1, 0.2), 5.0, 60.0)
+    assert "**Not lossless runs.** chain-iid: NOT LOSSLESS: tv-rrs" in (tmp_path / "real_pair.md").read_text()
+    rows = json.loads((tmp_path / "real_pair.json").read_text())["rows"]
+    flagged = {r["verifier"] for r in rows if r["shape"] == "chain" and not r["lossless_claimed"]}
+    assert flagged == {"tv-rrs", "tv-kseq", "lv-rrs", "gbv"}
+    assert all(r["lossless_claimed"] for r in rows if r["shape"] != "chain")
 
 
 @pytest.fixture(scope="module")

@@ -101,7 +101,7 @@ def test_train_draft_runs_end_to_end_on_a_tiny_pair_and_its_loss_falls(tmp_path)
     model.save_pretrained(target)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("abc\nhello there\nfed cab\nno\n")
-    out = tmp_path / "draft"
+    out = tmp_path / "trained"  # not "draft": the pair's own draft model is there, which train-draft will not replace
     result = CliRunner().invoke(cli.main, [
         "train-draft", "--target", target, "--layers", "0", "--head-tokens", "12", "--prompts", str(prompts),
         "--samples", "2", "--new-tokens", "8", "--generation-batch", "3", "--epochs", "40",
@@ -125,3 +125,37 @@ def test_train_draft_runs_end_to_end_on_a_tiny_pair_and_its_loss_falls(tmp_path)
         "--samples", "2", "--new-tokens", "8", "--generation-batch", "3", "--epochs", "40",
         "--learning-rate", "0.01", "--check-questions", "0", "--out", str(again)], catch_exceptions=False)
     assert json.loads((again / "training.json").read_text())["losses"] == losses
+
+
+@pytest.mark.parametrize("args,field,words", [
+    (["--out", "/proc/specproof-draft"], "out", "/proc"),
+    (["--out", "EXISTING"], "out", "is not a draft"),
+    (["--layers", "0,99"], "layers", "the target has layers 0..1"),
+    (["--head-tokens", "10000000"], "head_tokens", "at most that many"),
+    (["--questions", "MISSING"], "questions", "cannot read"),
+])
+def test_train_draft_checks_every_output_and_option_before_any_work(tmp_path, monkeypatch, args, field, words):
+    """``--out /proc/td`` was refused after generating and training (about 30 minutes), throwing the draft away;
+    ``--layers 0,99`` after the generation; ``--head-tokens 10000000`` was clamped to the vocabulary. All are
+    refused now before the target's weights load (its config is read for the layers and vocabulary)."""
+    from simulator.torch_path import real
+    from specproof.cli import app as cli
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the target's weights loaded before the refusal")
+
+    monkeypatch.setattr(real, "load_causal_lm", no_work)
+    (tmp_path / "pair").mkdir()
+    _, target = _save_pair_with_tokenizer(tmp_path / "pair")
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("keep me")
+    args = [str(existing) if a == "EXISTING" else str(tmp_path / "missing.jsonl") if a == "MISSING" else a
+            for a in args]
+    out = [] if "--out" in args else ["--out", str(tmp_path / "draft")]
+    layers = [] if "--layers" in args else ["--layers", "0"]  # the tiny target has 2 layers, the name's draft 3
+    check = [] if "--questions" in args else ["--check-questions", "0"]  # no MT-bench to fetch
+    result = CliRunner().invoke(cli.main, ["train-draft", "--target", target, *layers, *check, *out, *args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {field}: ") and words in result.stderr, result.stderr
+    assert (existing / "notes.txt").read_text() == "keep me" and not (tmp_path / "draft").exists()

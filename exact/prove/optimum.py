@@ -128,7 +128,8 @@ def column_estimate(nodes: int, vocab: int) -> int:
 
 def check_size(drafter: Drafter, vocab: int, max_columns: int = MAX_COLUMNS) -> int:
     """Refuse a drafter the LP does not take (not a fixed shape) or a shape whose column estimate is over
-    ``max_columns``; return the estimate."""
+    ``max_columns``, naming ``vocab`` where the tree fits at a smaller vocabulary, else the tree (``depth``, or
+    ``parents`` for an explicit one); return the estimate."""
     scheme = getattr(drafter, "scheme", None)
     topology = getattr(drafter, "topology", None)
     if scheme not in DRAFTING or topology is None:
@@ -136,11 +137,21 @@ def check_size(drafter: Drafter, vocab: int, max_columns: int = MAX_COLUMNS) -> 
                                                 f"got {scheme!r}")
     nodes = len(topology.parents)
     estimate = column_estimate(nodes, vocab)
-    if estimate > max_columns:
-        raise InvalidParameterError("depth", f"the LP would have about {estimate:,} columns (V^(nodes−1)·nodes·V with "
-                                             f"{nodes} nodes, V = {vocab}), over the limit of {max_columns:,}: reduce "
-                                             "--depth, --branching or --vocab")
-    return estimate
+    if estimate <= max_columns:
+        return estimate
+    size = (f"the LP would have about {estimate:,} columns (V^(nodes−1)·nodes·V with {nodes} nodes, V = {vocab}), "
+            f"over the limit of {max_columns:,}")
+    if column_estimate(nodes, 2) <= max_columns:  # the vocabulary is what makes it too big
+        low, high = 2, vocab  # the largest V that fits: fits at low, not at high
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if column_estimate(nodes, mid) <= max_columns else (low, mid)
+        raise InvalidParameterError("vocab", f"{size}: reduce --vocab (this tree fits up to V = {low}), or "
+                                             "--depth or --branching")
+    field = "parents" if getattr(topology, "name", "") == "explicit" else "depth"
+    raise InvalidParameterError(field, f"{size}; this tree is over it at any vocabulary (V = 2: "
+                                       f"{column_estimate(nodes, 2):,}): reduce " +
+                                ("the tree (--parents)" if field == "parents" else "--depth or --branching"))
 
 
 def paths_key(tree) -> tuple:

@@ -67,6 +67,18 @@ class TrainingPlan:
             raise InvalidParameterError("learning_rate", f"must lie in (0, 1), got {self.learning_rate!r}")
 
 
+def check_plan(plan: TrainingPlan, config) -> None:
+    """Refuse, before any work, a plan the target (its transformers ``config``) cannot take: a decoder layer it
+    does not have (:class:`InvalidParameterError` on ``layers``), a head larger than its vocabulary (on
+    ``head_tokens``)."""
+    count = config.num_hidden_layers
+    if max(plan.layers) >= count:
+        raise InvalidParameterError("layers", f"the target has layers 0..{count - 1}, got {plan.layers}")
+    if plan.head_tokens > config.vocab_size:
+        raise InvalidParameterError("head_tokens", f"the target's vocabulary has {config.vocab_size:,} tokens, so "
+                                                   f"the head can keep at most that many, got {plan.head_tokens:,}")
+
+
 @dataclass
 class Generations:
     """The target's answers: token ids of prompt and answer (``sequences``), where each answer starts
@@ -255,12 +267,14 @@ class TrainedDraft:
 
 
 def make_draft(target, tokenizer, plan: TrainingPlan, tick: Tick | None = None) -> TrainedDraft:
-    """Generate, choose the head, train (the module's three steps)."""
+    """Generate, choose the head, train (the module's three steps); a plan the target cannot take is refused
+    first (:func:`check_plan`)."""
+    check_plan(plan, target.config)
     start = time.perf_counter()
     data = generate_data(target, tokenizer, plan, tick)
     generated = time.perf_counter()
     vocab = target.config.vocab_size
-    kept = choose_head_tokens(data, vocab, min(plan.head_tokens, vocab), stop_tokens(target, tokenizer))
+    kept = choose_head_tokens(data, vocab, plan.head_tokens, stop_tokens(target, tokenizer))
     draft = initial_draft(target, plan.layers)
     losses = train(draft, data, kept, plan, tick)
     return TrainedDraft(draft, kept, data.answer_tokens, head_coverage(data, kept, vocab), losses,

@@ -250,10 +250,12 @@ class BenchSummary:
 
 def read_questions(path: str) -> list[dict]:
     """Spec-Bench's ``question.jsonl``: one ``{"question_id", "category", "turns": [...]}`` object per line, each
-    with at least one turn, a non-empty string; blank lines are skipped. Checked whole before any model loads:
-    :class:`InvalidParameterError` on ``questions`` naming the file and line, or the file when it holds no
-    question."""
+    with at least one turn, a non-empty string, and a ``question_id`` no other line has (answers and
+    ``real-report``'s store are keyed by it, as text: ``1`` and ``"1"`` are one key); blank lines are skipped.
+    Checked whole before any model loads: :class:`InvalidParameterError` on ``questions`` naming the file and
+    line, or the file when it holds no question."""
     out = []
+    seen: dict[str, int] = {}
     for number, line in enumerate(read_text(path, "questions").splitlines(), start=1):
         if not line.strip():
             continue
@@ -269,6 +271,12 @@ def read_questions(path: str) -> list[dict]:
         if not all(isinstance(turn, str) and turn.strip() for turn in item["turns"]):
             raise InvalidParameterError("questions", f"{where}: question {item['question_id']!r} has a turn that "
                                                      "is not a non-empty string")
+        key = str(item["question_id"])
+        if key in seen:
+            raise InvalidParameterError("questions", f"{where}: question_id {item['question_id']!r} is line "
+                                                     f"{seen[key]}'s too: question ids must be unique (answers and "
+                                                     "the report's store are keyed by them)")
+        seen[key] = number
         out.append(item)
     if not out:
         raise InvalidParameterError("questions", f"{path} holds no question (one JSON object per line, with "
@@ -310,7 +318,7 @@ def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
 def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier: str, drafter: Drafter,
                    answers: str | None, new_tokens: int, processing: Processing, seed: int, model_id: str,
                    baseline: bool = True, progress=None, max_turns: int | None = None,
-                   observe: Callable[[RoundRows], None] | None = None) -> BenchSummary:
+                   observe: Callable[[RoundRows], None] | None = None, marks: dict | None = None) -> BenchSummary:
     """Answer every turn of every question speculatively (and target-only, for the baseline, when ``baseline``),
     under the tokenizer's chat template, each turn continuing the conversation with the speculative answer; stop
     at ``new_tokens`` or the end-of-sequence token. Writes Spec-Bench's answer lines to ``answers`` (unless
@@ -320,7 +328,8 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
     after question ``i``. ``draft`` is ``None`` for a drafter that reads no draft model (ADED). Every question
     starts from the drafter as given (ADED's table learns within an answer, not from question to question), so
     questions are independent samples for their standard errors. ``max_turns`` keeps only the first turns of each
-    question; ``observe`` sees every round's rows (:func:`speculative_generate`)."""
+    question; ``observe`` sees every round's rows (:func:`speculative_generate`); ``marks`` are fields added to every
+    answer line (``specproof real``'s ``claim``: whether the rule is lossless under the drafting)."""
     kernel = array_drafter(drafter)
     stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     answered = []
@@ -360,7 +369,7 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
                                       "model_id": model_id, "choices": [{"index": 0, "turns": turns, "idxs": idxs,
                                                                           "new_tokens": news, "wall_time": walls,
                                                                           "accept_lengths": accepts}],
-                                      "tstamp": time.time()}) + "\n")
+                                      "tstamp": time.time(), **(marks or {})}) + "\n")
                 out.flush()
             if progress is not None:
                 progress(qi)

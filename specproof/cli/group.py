@@ -33,8 +33,12 @@ class SpecproofGroup(click.Group):
     def main(self, *args, **kwargs):
         """click's ``main``, with standard output flushed before the process exits: an output that cannot be
         written (a full disk, ``> /dev/full``), help text included, is a typed error, exit 2, not a traceback
-        or Python's exit 120."""
+        or Python's exit 120. A closed standard output (``specproof list >&-``) is refused before anything runs:
+        a command whose output nobody can read has no verdict to give."""
         try:
+            if _stdout_closed():
+                _fail("error: stdout: standard output is closed (>&-): nothing the command prints could be read; "
+                      "redirect it to a file or /dev/null instead", 2)
             return super().main(*args, **kwargs)
         except OSError as err:  # raised outside a command: click's own help, usage and version text
             if not _stdout_unwritable(err):
@@ -110,6 +114,22 @@ def _exit_interrupted() -> None:
 BROKEN_PIPE_EXIT = 141
 
 
+def _stdout_closed() -> bool:
+    """Whether the process started with file descriptor 1 closed: Python then sets ``sys.stdout`` to ``None``, and
+    click would drop every line the command prints (while the next file opened takes descriptor 1)."""
+    if sys.stdout is None:
+        return True
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test runner's buffer): not closed
+        return False
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
 def _stdout_unwritable(err: OSError) -> bool:
     """Whether ``err`` came from writing standard output: raised inside ``click.echo`` (how every command and
     click's help write it) with standard output as its ``file``."""
@@ -129,6 +149,8 @@ def _stdout_failed(err: OSError) -> None:
 
 def _flush_stdout() -> None:
     """Flush standard output as the command ends, its failure a typed error (or the closed reader's 141)."""
+    if sys.stdout is None:  # closed from the start: refused in SpecproofGroup.main
+        return
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -27,11 +27,16 @@ UNSETTLED_EXIT = 4
 
 
 def _rule_row(model, drafter, name: str, best, max_executions: int, timeout: float, fn=None) -> dict:
-    """One rule's row (:func:`exact.prove.optimum.rule_row`) as a dict, or why it was not certified here."""
+    """One rule's row (:func:`exact.prove.optimum.rule_row`) as a dict. A built-in rule of the table whose
+    certificate cannot be computed here (not defined on the shape, over a limit) is a row saying why; the rule
+    the user named (``fn`` given: ``--verifier``) is what they asked to judge, so its error is the command's,
+    exit 2, as in ``certify``."""
     try:
         with limited(max_executions, timeout):
             row = rule_row(model, drafter, name if fn is None else fn, best, name)
     except SpecproofError as err:
+        if fn is not None:
+            raise
         return {"verifier": name, "skipped": f"{err.field}: {err.message}"}
     out = {"verifier": name, "lossless": row.lossless, "expected_accepted": row.expected_accepted}
     if row.outside:
@@ -98,7 +103,8 @@ def optimum_cmd(ctx: click.Context, **options) -> None:
     names = [spec.name for spec in VERIFIERS.values() if scheme in spec.lossless_under] if request.rules else []
     rows = [_rule_row(model, drafter, name, best, max_executions, timeout) for name in names]
     if extra is not None:
-        rows.append(_rule_row(model, drafter, extra.name, best, max_executions, timeout, extra.fn))
+        rows.append({**_rule_row(model, drafter, extra.name, best, max_executions, timeout, extra.fn),
+                     **extra.claim_json(scheme)})
     for row in rows:
         if "skipped" in row:
             click.echo(f"  {row['verifier']:12s} not certified here: {row['skipped']}")
@@ -111,6 +117,8 @@ def optimum_cmd(ctx: click.Context, **options) -> None:
         flag = "" if row["lossless"] else " LOSSY"
         above = "  ABOVE THE OPTIMUM" if row.get("above_optimum") else ""
         click.echo(f"  {row['verifier']:12s} E[τ] = {_short(row['expected_accepted'])}{eff}{flag}{above}")
+        if row.get("control_run"):
+            click.echo(extra.control_note(scheme))
     out = {**result.to_json(), "config": {**model.describe(), **drafting},
            "rules": [{k: (to_json_number(v, "fraction") if k in ("expected_accepted", "efficiency") else v)
                       for k, v in row.items()} for row in rows]}

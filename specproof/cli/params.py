@@ -93,13 +93,21 @@ class Limit(_Refusing, click.ParamType):
         return number
 
 
-class Output(click.Path):
+class Output(_Refusing, click.Path):
     """A file or folder a command writes (``--out``, ``--json``, ``--case-out`` …): the command checks it with
     :func:`simulator.jsonfile.check_output_file` or ``check_output_dir`` before its work starts; the type marks the
-    option so that tests find every output option."""
+    option so that tests find every output option. An empty path is refused here (``Path("")`` is the current
+    folder)."""
 
     def __init__(self, folder: bool = False) -> None:
         super().__init__(file_okay=not folder, dir_okay=folder)
+        self.folder = folder
+
+    def convert(self, value, param, ctx):
+        if value == "":
+            self.fail(f"the path is empty: give a {'folder' if self.folder else 'file'} name (an unset shell "
+                      "variable?)" + ("; for the current folder, give ." if self.folder else ""), param, ctx)
+        return super().convert(value, param, ctx)
 
 
 #: The numeric types the command line's options use; tests/test_option_values.py holds every numeric option to them.

@@ -4,11 +4,14 @@ contradict each other are refused there, and nothing below it reads click."""
 
 from __future__ import annotations
 
+import keyword
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
+from exact.subject import parse_schemes
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.trees import Topology, shape_from_options
@@ -240,6 +243,32 @@ class OptimumRequest(TreeRequest):
     def from_click(cls, ctx: click.Context, **options) -> OptimumRequest:
         check_output_file(options["json_out"], "json")
         check_output_file(options["verifier_out"], "verifier_out")
+        _check_module_path(options["verifier_out"])
+        if options["verifier"] is None and options["schemes"] is not None:
+            parse_schemes(options["schemes"])  # an unknown scheme is named as such
+            raise InvalidParameterError("schemes", "--schemes declares what --verifier claims: give --verifier too "
+                                                   "(the table lists the built-in rules that claim --drafting)")
         return cls(**cls.parts(ctx, options), max_columns=options["max_columns"], rules=options["rules"],
                    json_out=options["json_out"], verifier_out=options["verifier_out"],
                    limits=picked(LimitSpec, options))
+
+
+def _check_module_path(path: str | None) -> None:
+    """Refuse a ``--verifier-out`` that ``certify --verifier STEM:verify`` could not import as written: a name
+    other than ``STEM.py`` with ``STEM`` a Python identifier, or a ``STEM`` that names a module of Python's own or
+    one already imported (``json``, ``numpy``, ``exact``), which the import would find instead."""
+    if path is None:
+        return
+    file = Path(path)
+    stem, example = file.stem, "give a name like optimal_c22.py"
+    if file.suffix != ".py":
+        why = f"certify --verifier NAME:verify imports NAME.py, so the file name must end in .py: {example}"
+    elif not stem.isidentifier() or keyword.iskeyword(stem):
+        why = (f"certify --verifier {stem}:verify could not import it: {stem!r} is not a Python module name "
+               f"(letters, digits and _, not starting with a digit, not a keyword): {example}")
+    elif stem in sys.stdlib_module_names or stem in sys.modules:
+        why = (f"certify --verifier {stem}:verify would import the module {stem!r} of Python or of an installed "
+               f"package instead: {example}")
+    else:
+        return
+    raise InvalidParameterError("verifier_out", f"{path}: {why}")

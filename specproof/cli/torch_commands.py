@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from exact.subject import subject
 from simulator.drafting import DRAFTING
 from simulator.drafting.arrays import ARRAY_SCHEMES
 from simulator.drafting.drafter_registry import DRAFTERS
@@ -78,13 +79,16 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
 
     if verifier not in real_verifiers():
         raise InvalidParameterError("verifier", f"choose from {real_verifiers()}")
+    claim = subject(verifier).measurement_json(drafting)  # a control or an unclaimed scheme: said, not refused
+    if claim["note"]:
+        click.echo(f"warning: {claim['note']}", err=True)
     if (drafting == "aded") == (draft is not None):
         raise InvalidParameterError("draft", "--drafting aded reads no draft model: drop --draft" if draft else
                                              f"--drafting {drafting} needs --draft")
     _, shape = tree_of(topology, depth, branching, parents)
     processing = Processing(temperature, top_k, top_p)
     chosen = read_questions(questions)[:max_questions]
-    corpus = read_text(aded_corpus, "aded_corpus").splitlines() if aded_corpus else None
+    corpus = _aded_corpus(aded_corpus) if aded_corpus is not None else None
     if draft is None:
         draft_model, target_model = None, load_causal_lm(target, getattr(torch, dtype), "target", device, cache_dir)
     else:
@@ -96,13 +100,17 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
     drafter = real_drafter(drafting, shape, tokenizer, target_model.config.vocab_size, options, corpus)
     with progress_bar(len(chosen), "questions") as bar:
         summary = run_spec_bench(draft_model, target_model, tokenizer, chosen, verifier, drafter, answers,
-                                 max_new_tokens, processing, seed, f"specproof-{verifier}", baseline,
-                                 lambda i: bar.update(1))
+                                 max_new_tokens, processing, seed,
+                                 f"specproof-{verifier}" + ("" if claim["lossless_claimed"] else "-not-lossless"),
+                                 baseline, lambda i: bar.update(1),
+                                 marks={"claim": {"verifier": verifier, "drafting": drafting, **claim}})
     tree = (f"{topology} {list(shape.parents)}, drafting {drafting}" if drafting in ARRAY_SCHEMES else
             f"drafting {drafting} ({', '.join(f'{k} {v}' for k, v in drafter.describe().items() if k != 'drafting')})")
     click.echo(f"{verifier} on {tree}, draft {draft or 'none'}: "
                f"{summary.questions} questions (ids {', '.join(str(a.question_id) for a in summary.answered)}), "
                f"{summary.tokens} tokens")
+    if claim["note"]:
+        click.echo(f"  {claim['note']}")
     spread = (f" ± {summary.block_efficiency_se:.3f}" if summary.questions > 1 else "") + " tokens per target pass" + \
         (" (SE across questions)" if summary.questions > 1 else " (one question: no standard error)")
     click.echo(f"  block efficiency {summary.block_efficiency:.3f}{spread}; "
@@ -116,6 +124,15 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
         click.echo(f"  answers written to {answers}")
 
 
+def _aded_corpus(path: str) -> list[str]:
+    """``--aded-corpus``'s texts, one a line; a file with none is refused (ADED's table would start empty)."""
+    texts = [line for line in read_text(path, "aded_corpus").splitlines() if line.strip()]
+    if not texts:
+        raise InvalidParameterError("aded_corpus", f"{path} holds no text (one a line): ADED's tri-gram table "
+                                                   "starts from them; leave the option out for the shipped corpus")
+    return texts
+
+
 @main.command("real-report")
 @click.option("--target", default="smollm2", show_default=True, help="the target (a fetched name, directory or .gguf)")
 @click.option("--questions", type=click.Path(dir_okay=False),
@@ -125,7 +142,7 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
-@click.option("--store", "store_dir", type=click.Path(file_okay=False),
+@click.option("--store", "store_dir", type=Output(folder=True),
               help="where each configuration's questions are kept, so a rerun resumes  [default: OUT/store/real_pair]")
 @click.option("--trained-draft", help="the verifier study again with this draft: a name (smollm2-draft, made by "
                                       "specproof train-draft) or a folder")
@@ -137,16 +154,21 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     chain and target-only, tokens/s and speed-ups; real_pair.md/json/png."""
     require("transformers", "specproof real-report", "real")
     check_output_dir(out_dir, "out")
+    store = Path(store_dir) if store_dir is not None else Path(out_dir) / "store" / "real_pair"
+    check_output_dir(store, "store")  # written as each question is done, minutes in
     check_device(device)
     from simulator.torch_path.fetch import fetch
     from simulator.torch_path.spec_bench import read_questions
-    from specproof.reports.real_pair import run_real_pair, stored_seconds, write_real_pair_report
+    from specproof.reports.real_pair import not_lossless, run_real_pair, stored_seconds, write_real_pair_report
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
     if len(chosen) < 2:
         raise InvalidParameterError("questions", f"the report's standard errors are across questions: it needs at "
                                                  f"least 2, the file holds {len(chosen)}")
-    store = Path(store_dir) if store_dir else Path(out_dir) / "store" / "real_pair"
+    if trained_draft is not None and not trained_draft.startswith("self:"):  # found now, not after the main study
+        from simulator.torch_path.real import model_directory
+
+        model_directory(trained_draft, "trained_draft")
     ticks = StageBars()
     before, start = os.getloadavg()[0], time.perf_counter()
     try:
@@ -156,6 +178,8 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     write_real_pair_report(Path(out_dir), done, [q["question_id"] for q in chosen], max_new_tokens,
                            command_line(ctx), device, (before, os.getloadavg()[0]), time.perf_counter() - start,
                            stored_seconds(done))
+    for line in not_lossless([config for config, _ in done]):
+        click.echo(f"  {line}")
     click.echo(f"written to {out_dir}/real_pair.md")
 
 

@@ -15,7 +15,7 @@ from simulator.errors import InvalidParameterError
 from simulator.usercode import require
 from specproof.cli.group import main
 from specproof.cli.output import command_line
-from specproof.cli.params import SEED, Real, Whole
+from specproof.cli.params import SEED, Output, Real, Whole
 from specproof.cli.progress import StageBars
 
 
@@ -45,7 +45,7 @@ def _recipe_names() -> list[str]:
               help="measure Σ min(p, q) on MT-bench's first N first turns (0: no check)")
 @click.option("--questions", type=click.Path(dir_okay=False),
               help="Spec-Bench question.jsonl for the check (default: specproof fetch mt-bench)")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+@click.option("--out", "out_dir", type=Output(folder=True),
               help="where the draft is written (default: <cache>/drafts/NAME, where --draft NAME looks)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="where fetched and converted models live")
 @click.pass_context
@@ -56,23 +56,31 @@ def train_draft(ctx, name, target, layers, head_tokens, prompts, samples, new_to
     MT-bench. Exit 1 when the name records an acceptance and the measured one falls short of it by more than the
     recorded tolerance (training on another CPU need not reproduce the weights bit for bit)."""
     require("transformers", "specproof train-draft", "real")
-    import torch
-
-    from simulator.torch_path.draft_training import TrainingPlan, make_draft
     from simulator.torch_path.fetch import cache_dir as resolve_cache
-    from simulator.torch_path.real import load_causal_lm, load_tokenizer
-    from simulator.torch_path.spec_bench import shipped_instructions
     from simulator.torch_path.trained_draft import RECIPES, draft_folder
-    from specproof.reports.draft_record import check_acceptance, save_draft
 
     recipe = RECIPES[name]
+    folder = Path(out_dir) if out_dir is not None else draft_folder(name, resolve_cache(cache_dir))
+    _check_draft_folder(folder)  # every output and option before the generation and training (30 minutes)
     chosen_layers = recipe.layers if layers is None else _layer_list(layers)
+    import torch
+
+    from simulator.torch_path.draft_training import TrainingPlan, check_plan, make_draft
+    from simulator.torch_path.fetch import fetch
+    from simulator.torch_path.real import load_causal_lm, load_tokenizer
+    from simulator.torch_path.spec_bench import read_questions, shipped_instructions
+    from specproof.reports.draft_record import check_acceptance, save_draft
+
     texts = shipped_instructions("train_instructions.txt") if prompts is None else _read_lines(prompts)
-    plan = TrainingPlan(tuple(texts), chosen_layers, head_tokens or recipe.head_tokens, samples=samples,
-                        new_tokens=new_tokens, generation_batch=generation_batch, epochs=epochs,
-                        learning_rate=learning_rate, steps=steps, seed=seed)
-    folder = Path(out_dir) if out_dir else draft_folder(name, resolve_cache(cache_dir))
+    if check_questions:
+        questions = questions or str(fetch("mt-bench"))
+        read_questions(questions)
     target_name = target or recipe.target
+    config = _target_config(target_name, cache_dir)
+    plan = TrainingPlan(tuple(texts), chosen_layers, head_tokens or min(recipe.head_tokens, config.vocab_size),
+                        samples=samples, new_tokens=new_tokens, generation_batch=generation_batch, epochs=epochs,
+                        learning_rate=learning_rate, steps=steps, seed=seed)
+    check_plan(plan, config)
     model = load_causal_lm(target_name, torch.float32, "target", cache_dir=cache_dir)
     tokenizer, _ = load_tokenizer(target_name, cache_dir=cache_dir)
     ticks = StageBars()
@@ -94,6 +102,34 @@ def train_draft(ctx, name, target, layers, head_tokens, prompts, samples, new_to
         click.echo(f"acceptance Σ min(p, q) on MT-bench's first {check_questions} first turns: {measured:.4f}"
                    + ("" if ok else f" — below the recorded {recipe.acceptance} − {recipe.tolerance}"))
         sys.exit(0 if ok else 1)
+
+
+def _check_draft_folder(folder: Path) -> None:
+    """Refuse, before any work, a draft folder that cannot be written (it is written beside, in its parent, and
+    renamed into place) or that holds something other than a draft: the new draft replaces the folder."""
+    from simulator.jsonfile import check_output_dir
+    from simulator.torch_path.trained_draft import TRAINING_RECORD
+
+    check_output_dir(folder, "out")
+    check_output_dir(folder.parent, "out")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / TRAINING_RECORD).is_file():
+        raise InvalidParameterError("out", f"{folder} holds files and is not a draft (no {TRAINING_RECORD}): the draft "
+                                           "replaces the folder, so give a new or empty folder, or a draft's")
+
+
+def _target_config(source: str, cache_dir: str | None):
+    """The target's transformers config, read without its weights: the layers and vocabulary the plan is checked
+    against."""
+    from transformers import AutoConfig
+
+    from simulator.torch_path.real import model_directory, quiet_transformers
+
+    folder = model_directory(source, "target", cache_dir)
+    try:
+        with quiet_transformers():
+            return AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise InvalidParameterError("target", f"cannot read the config of {source}: {err}") from None
 
 
 def _layer_list(text: str) -> tuple[int, ...]:

@@ -210,6 +210,27 @@ def sequoia_config(budget: int, rates: Sequence[float]) -> Config:
                   "without-replacement", parents, budget, "tv-rrsw", DYSPEC_RULES, "tv-rrsw")
 
 
+def not_lossless(configs: Sequence[Config]) -> list[str]:
+    """A line for every rule of ``configs`` (the deciding one and those evaluated on its rounds) that is not
+    lossless under its configuration's drafting, or a negative control (:meth:`exact.subject.Subject.measurement_note`):
+    the report's configurations pair each rule with a drafting it claims, so this is empty unless one is changed."""
+    from exact.subject import subject
+
+    lines = []
+    for config in configs:
+        for rule in dict.fromkeys([*([config.verifier] if config.verifier else []), *config.exact]):
+            note = subject(rule).measurement_note(config.drafting)
+            if note is not None:
+                lines.append(f"{config.key}: {note}")
+    return lines
+
+
+def _lossless_claimed(rule: str, drafting: str) -> bool:
+    from exact.subject import subject
+
+    return subject(rule).lossless_under(drafting)
+
+
 def aded_configs() -> list[Config]:
     return [Config("aded", "aded", "ADED tri-gram (24 × 4)", "aded", None, None, "match", ("match", "tv-det"),
                    "match", draft=None),
@@ -536,6 +557,10 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         "## TRV, BV, LV and GBV against token verification (the same rounds)",
         "",
     ]
+    warnings = not_lossless([config for config, _ in done])
+    if warnings:  # before the first table: these rows must not pass for a lossless rule's
+        at = lines.index("## TRV, BV, LV and GBV against token verification (the same rounds)")
+        lines[at:at] = ["**Not lossless runs.** " + " ".join(f"{w}." for w in warnings), ""]
     checks: list[tuple[str, Estimate]] = []
     for config, _ in done:
         if config.study != "verifiers":
@@ -653,15 +678,18 @@ def _json(done, summaries: dict[str, Summary], baseline: float, question_ids: li
         for rule in s.rules:
             e = s.exact(rule)
             decided = rule == config.verifier
-            rows.append(asdict(RealRow(rule, config.drafting, config.shape, depth, branching, config.draft,
-                                       len(s.records), s.tokens, 1 + e.mean, e.se,
-                                       s.tokens_per_s if decided else None,
-                                       s.tokens_per_s / baseline if decided else None, s.draft_passes_per_step)))
+            rows.append({**asdict(RealRow(rule, config.drafting, config.shape, depth, branching, config.draft,
+                                          len(s.records), s.tokens, 1 + e.mean, e.se,
+                                          s.tokens_per_s if decided else None,
+                                          s.tokens_per_s / baseline if decided else None, s.draft_passes_per_step)),
+                         "lossless_claimed": _lossless_claimed(rule, config.drafting)})
     configs = []
     for config, _ in done:
         s = summaries[config.key]
         entry = {**asdict(config), "tokens": s.tokens, "steps": s.steps, "tokens_per_s": s.tokens_per_s,
-                 "speedup": s.tokens_per_s / baseline}
+                 "speedup": s.tokens_per_s / baseline,
+                 "lossless_claimed": {rule: _lossless_claimed(rule, config.drafting)
+                                      for rule in dict.fromkeys([*filter(None, [config.verifier]), *config.exact])}}
         if config.verifier is not None:
             check = s.check()
             entry.update(sampled=asdict(s.sampled()), check=None if check is None else asdict(check),
