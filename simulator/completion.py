@@ -2,7 +2,7 @@
 
 A verifier that leaves later rounds alone is completed with the target ``q`` (both seeds' Lemma A.1 /
 Lemma 2). Greedy block verification is lossless only if the tokens after its output are drawn from a
-modified target (block_verification.txt Alg. 5, Eq. 31, Lemma 8); it returns
+modified target (Block Verification (Sun et al., ICLR 2025, arXiv:2403.10444), Alg. 5, Eq. 31, Lemma 8); it returns
 :class:`GreedyBlockCompletion` beside ``(node, y)`` and every engine completes with it.
 
 A rule's ``next_row(block, view)`` is the distribution of the next token given the ``block`` of tokens

@@ -2,7 +2,7 @@
 
 A tree is a parent list in BFS order: node 0 is the root (the prefix, parent ``-1``), every other node's
 parent has a smaller index and parents are non-decreasing, so children of a node are contiguous and ordered.
-Topologies (layer_verification.txt App. G, Fig. 4): ``chain(H)``, ``multi-chain(b, H)`` (the root has ``b``
+Topologies (Layer Verification (Cha et al., AdaptFM at ICML 2026), App. G, Fig. 4): ``chain(H)``, ``multi-chain(b, H)`` (the root has ``b``
 children, each continues as a chain), ``complete(b, H)``, ``tapered(b, H)`` (the root has ``b`` children; a
 non-root node with sibling index ``idx`` among ``s`` siblings has ``max(s − idx, 1)`` children), ``binary(H)``
 (= ``complete(2, H)``), and any explicit parent list.

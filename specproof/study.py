@@ -1,4 +1,4 @@
-"""The layer_verification.txt toy study as a grid of Monte Carlo cells, run through a resumable store.
+"""The toy study of Layer Verification (Cha et al., AdaptFM at ICML 2026) as a grid of Monte Carlo cells, run through a resumable store.
 
 A :class:`Cell` is one configuration; :func:`paper_cells` maps the paper's Tables 1 and 4–15 (transcribed with
 their source lines in ``simulator/data/layer_verification_toy.json``) to cells. :class:`Store` appends one record
@@ -44,7 +44,7 @@ except ImportError:  # not POSIX: stores are not locked
 #: The paper's base configuration (docs/models.md) and its structures.
 BASE = {"vocab": 15, "depth": 4, "branching": 2, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0}
 STRUCTURES = {"Multi-Chain": "multi-chain", "Tapered-Tree": "tapered", "Complete-Tree": "complete"}
-#: Ablation tables: the structure and the factor each varies (layer_verification.txt App. G).
+#: Ablation tables: the structure and the factor each varies (Cha et al. 2026, App. G).
 ABLATIONS = {
     4: ("complete", "depth"), 5: ("tapered", "depth"), 6: ("multi-chain", "depth"),
     7: ("complete", "branching"), 8: ("tapered", "branching"), 9: ("multi-chain", "branching"),

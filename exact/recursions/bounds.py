@@ -1,6 +1,6 @@
 """Closed-form references that do not run any verifier.
 
-:func:`chain_coupling_bound` is block_verification.txt's Lemma 10: for chain drafts of length ``γ`` from
+:func:`chain_coupling_bound` is Block Verification (Sun et al., ICLR 2025, arXiv:2403.10444), Lemma 10: for chain drafts of length ``γ`` from
 ``p``, any coupling of the draft block with a target block accepts in expectation at most
 ``Σ_{ℓ=1..γ} Σ_{x^ℓ} min(M_s(x^ℓ), M_b(x^ℓ))`` tokens (joint probabilities of the first ``ℓ`` tokens).
 Greedy BV attains it (their Lemma 9); BV and token verification stay at or below it.

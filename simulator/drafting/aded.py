@@ -1,4 +1,4 @@
-"""ADED's adaptive drafts (aded_adaptive_draft_verification.txt; docs/drafting.md): a tri-gram table searched by MCTS.
+"""ADED's adaptive drafts (Liu et al., AAAI 2025, arXiv:2407.12021; docs/drafting.md): a tri-gram table searched by MCTS.
 
 * :class:`TrigramTable` — Eq. 1 from a corpus, updated by App. Alg. 2 (:meth:`TrigramTable.adjusted`);
 * :func:`mcts_candidates` — App. Alg. 1 with the PUCT score of Eqs. 2–3, seeded by ``(seed, context)``: a draft

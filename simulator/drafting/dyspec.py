@@ -1,4 +1,4 @@
-"""DySpec's dynamic token trees (dyspec_dynamic_token_tree.txt, Algs. 1–2; corrections in docs/corrections.md).
+"""DySpec's dynamic token trees (Xiong et al., arXiv:2410.11744, Algs. 1–2; corrections in docs/corrections.md).
 
 Each *sampling slot* has an estimated value ``v``; a slot at node ``u`` samples ``y`` from ``u``'s residual ``R``
 and opens ``u``'s next sibling slot (``v·(1 − R[y])``) and the new node's first child slot (``v·R[y]``).

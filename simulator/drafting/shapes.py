@@ -1,8 +1,8 @@
-"""Drafting schemes (docs/drafting.md; layer_verification.txt App. D.1): how a node's children get their tokens.
+"""Drafting schemes (docs/drafting.md; Cha et al., AdaptFM at ICML 2026, App. D.1): how a node's children get their tokens.
 
 Every scheme draws through the randomness interface, node by node in BFS order, so the exact engine enumerates
 the draft trees from this very code. :data:`SCHEMES`: ``iid`` (with replacement), ``without-replacement``,
-``almost-greedy`` (the top ``c−1`` tokens, then one sampled from the rest; Hu et al.) and ``top-k``
+``almost-greedy`` (the top ``c−1`` tokens, then one sampled from the rest; Hu et al., ICLR 2025, arXiv:2502.18779) and ``top-k``
 (deterministic). Short-support rule: a node whose draft row has fewer positive tokens than the scheme needs gets
 fewer children, never a zero-probability token; the survivors keep BFS order.
 """

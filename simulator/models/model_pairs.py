@@ -2,7 +2,7 @@
 whole token prefix, a tuple of ints). Every model is lazy and deterministic: a context's rows depend only on
 the parameters and the context, never on query order.
 
-* :class:`SyntheticModel` — correlated Gaussian logits (layer_verification.txt App. G);
+* :class:`SyntheticModel` — correlated Gaussian logits (Layer Verification (Cha et al., AdaptFM at ICML 2026), App. G);
 * :class:`TableModel` — explicit rows per context, floats or exact ``Fraction``s;
 * :class:`RandomRationalModel` — small-integer weights per context, for exact tests;
 * :class:`ModelView` — one round's model and context, rows validated and cached in its arithmetic.

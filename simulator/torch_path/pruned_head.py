@@ -1,4 +1,4 @@
-"""A vocabulary-pruned output head (FR-Spec): a draft's head over the tokens it keeps (docs/torch-path.md,
+"""A vocabulary-pruned output head (FR-Spec, Zhao et al., ACL 2025, arXiv:2502.14856): a draft's head over the tokens it keeps (docs/torch-path.md,
 "A trained draft").
 
 The head's cost grows with its rows, and the few thousand tokens a target's answers use most carry nearly all of

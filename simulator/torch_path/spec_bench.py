@@ -7,8 +7,8 @@ draft's KV cache), scores the tree with the target in one pass over its KV cache
 (:class:`simulator.torch_path.kv_cache.CachedLM`), and lets the rule's array rule decide
 (:func:`simulator.torch_path.verify.torch_verify`); rows stay tensors on the models' device. On the same
 uniforms it decides exactly as the reference drafting and rule on the same rows (tested). :func:`target_generate`
-is the target-only baseline, cached too. :func:`run_spec_bench` reads and writes Spec-Bench's files (Xia et al.
-2024).
+is the target-only baseline, cached too. :func:`run_spec_bench` reads and writes Spec-Bench's files (Xia et al.,
+Findings of ACL 2024, arXiv:2401.07851).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Block verification on a chain draft (block_verification.txt, Sun et al., ICLR 2025): ``bv`` (Algorithm 2,
+"""Block verification on a chain draft (Block Verification (Sun et al., ICLR 2025, arXiv:2403.10444)): ``bv`` (Algorithm 2,
 :func:`block_verify`) and ``greedy-bv`` (Appendix C, Algorithm 4, :func:`greedy_block_decision`), lossless only
 with the distribution modification of Algorithm 5 (Lemma 8), which it returns as a :class:`GreedyBlockCompletion`.
 

@@ -1,7 +1,7 @@
 """Negative controls: verifiers known to be lossy (docs/controls.md). Each must be flagged with a counterexample.
 
 * ``bug-greedy-bv-nomod`` — greedy block verification whose later tokens come from the plain target:
-  block_verification.txt's ``BA`` example gives 1/3 instead of 2/9.
+  Block Verification's ``BA`` example (Sun et al., ICLR 2025, arXiv:2403.10444, §2) gives 1/3 instead of 2/9.
 * ``bug-residual-q`` — token verification with SpS that resamples the correction from ``q`` rather than
   ``norm((q−p)_+)`` (a production bug class).
 * ``bug-accept-all`` — every first-child draft token accepted (the uniform stuck at 0).

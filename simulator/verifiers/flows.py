@@ -1,4 +1,4 @@
-"""Single-step rules as flow networks (docs/rules.md; layer_verification.txt §3, App. C, E.2): the tuple laws, the
+"""Single-step rules as flow networks (docs/rules.md; Cha et al., AdaptFM at ICML 2026, §3, App. C, E.2): the tuple laws, the
 optimum ``α*``, and the flow-defined rules OPT (:func:`opt_flow`) and GR (:func:`gr_flow`).
 
 At a node with ``k`` candidates: source → tuple ``X`` (capacity ``P(X)``, the tuple law) → token ``x ∈ set(X)`` →
@@ -152,8 +152,8 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
 
 @row_cache(256)  # a k = 3 solution holds V^3 tuples: a larger cache costs gigabytes
 def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
-    """GR (Global Resolution, Thomas & Pal, ICLR 2026) — a *reconstruction*: we do not have its paper or code, so it
-    follows the structure docs/rules.md records. ``H*`` is the smallest minimiser of ``α*`` (:func:`alpha_star`);
+    """GR (Global Resolution, Thomas & Pal, ICLR 2026, arXiv:2511.15898) — a *reconstruction*, not taken from the
+    paper's text or code: it follows the structure docs/rules.md records. ``H*`` is the smallest minimiser of ``α*`` (:func:`alpha_star`);
     tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject weight 1), tuples
     with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens (no reject).
 

@@ -1,4 +1,4 @@
-"""Layer Verification (layer_verification.txt, Algs. 1–2 / 4, Eqs. 1–2, App. E.2): a single-step rule lifted to a
+"""Layer Verification (Cha et al., AdaptFM at ICML 2026), Algs. 1–2 / 4, Eqs. 1–2, App. E.2: a single-step rule lifted to a
 tree by forward node scoring (:func:`score_nodes`, Alg. 1) and backward sampling (:func:`sample_back`, Alg. 2).
 
 Assumption 4.2 (``flow_v ≤ a_v q_v``) holds whenever the rule is a lossless single-step rule for the tuple law, and

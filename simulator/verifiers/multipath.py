@@ -1,4 +1,4 @@
-"""Greedy multi-path block verification (GBV; Thomas & Pal 2026, as specified in docs/rules.md) for multi-chain
+"""Greedy multi-path block verification (GBV; Thomas & Pal, arXiv:2602.16961, as specified in docs/rules.md) for multi-chain
 drafts of ``K`` i.i.d. paths: the best drafted path by the ranking of :func:`ranking` is selected, and block
 verification runs on it with the selected path's law ``p̃`` (:func:`selected_law`) in place of ``p``.
 

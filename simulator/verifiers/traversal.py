@@ -1,4 +1,4 @@
-"""Traversal Verification (traversal_verification.txt, Weng et al., NeurIPS 2025, Alg. 3, Eqs. 1–3):
+"""Traversal Verification (Weng et al., NeurIPS 2025, arXiv:2505.12398), Alg. 3, Eqs. 1–3:
 :func:`traversal_verify` and the rules built on it.
 
 Alg. 3's zeroing update (Eq. 2) is right for without-replacement trees and lossy on i.i.d. trees with duplicate

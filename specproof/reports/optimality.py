@@ -37,7 +37,7 @@ SHAPES = {"chain": ("chain", 3, 1), "complete": ("complete", 2, 2), "multi-chain
 SCHEMES = ("iid", "without-replacement")
 VOCAB = 3
 #: The synthetic pair's settings: the toy study's similarity sweep at τ = 1 and its temperature sweep at ρ = 0.5
-#: (layer_verification.txt Tables 10–15), each with model seeds 0 and 1.
+#: (Cha et al. 2026, Tables 10–15), each with model seeds 0 and 1.
 SYNTHETIC = ((0.0, 1.0), (0.25, 1.0), (0.5, 1.0), (0.5, 0.5), (0.5, 0.75), (0.5, 1.5))
 SYNTHETIC_SEEDS = (0, 1)
 RANDOM_SEEDS = tuple(range(20))

@@ -174,10 +174,10 @@ def rank_rates(rounds: Sequence[dict]) -> list[float]:
 
 
 def sequoia_tree(rates: Sequence[float], budget: int) -> tuple[int, ...]:
-    """The tree of ``budget`` draft tokens a greedy search finds heaviest when a node weighs the product, along
-    its path, of ``P(accepted at its rank | parent reached) = rate_r Π_{j<r}(1 − rate_j)`` (Sequoia's positional
-    model): the heaviest frontier node added each time, a node's rank-r child offered once its rank-(r−1) child
-    is in. BFS order."""
+    """The tree of ``budget`` draft tokens a greedy search finds heaviest when a node weighs the product, along its
+    path, of ``P(accepted at its rank | parent reached) = rate_r Π_{j<r}(1 − rate_j)`` (the positional model of
+    Sequoia, Chen et al., NeurIPS 2024, arXiv:2402.12374): the heaviest frontier node added each time, a node's
+    rank-r child offered once its rank-(r−1) child is in. BFS order."""
     reach = []
     rejected = 1.0
     for rate in rates:

@@ -320,8 +320,8 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
         "model pair of docs/models.md, i.i.d. drafting; accepted length is the mean number of accepted draft tokens "
         "per round (E[τ]), its SE the standard error across model seeds, as in the paper. Our TVD is the "
         "paper's: completed samples against q^(H+1) over all V^(H+1) cells.", "",
-        "The paper's numbers are transcribed from layer_verification.txt (`simulator/data/"
-        "layer_verification_toy.json`, with source lines). Cells marked *not run* have no record in the store "
+        "The paper's numbers are transcribed from Layer Verification (Cha et al., AdaptFM at ICML 2026; "
+        "`simulator/data/layer_verification_toy.json`, with source lines). Cells marked *not run* have no record in the store "
         "yet: re-running the same command resumes the sweep.", ""]
     unbatched = sorted({r.method for r in rows if not has_batched_path(
         r.method, "iid", r.cell.vocab, make_topology(r.cell.topology, r.cell.depth, r.cell.branching))})
