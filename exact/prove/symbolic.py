@@ -107,21 +107,6 @@ class Space:
             out.append((coeffs, Fraction(1), ">="))
         return out
 
-    def linear_form(self, atom) -> tuple[list[Fraction], Fraction] | None:
-        """``(coefficients, constant)`` of a polynomial of degree ≤ 1, else ``None``."""
-        coeffs = [Fraction(0)] * len(self.names)
-        const = Fraction(0)
-        for monom, c in atom.terms():
-            degree = sum(monom)
-            if degree > 1:
-                return None
-            value = rational(c)
-            if degree == 0:
-                const = value
-            else:
-                coeffs[monom.index(1)] = value
-        return coeffs, const
-
     def evaluate(self, poly, point: Sequence[Fraction]) -> Fraction:
         """A polynomial of the ring at a rational point (one value per symbol)."""
         total = Fraction(0)

@@ -74,10 +74,6 @@ class VerifierSpec:
         return not self.lossless_under
 
     @property
-    def chain_only(self) -> bool:
-        return self.shapes == ("chain",)
-
-    @property
     def default_shape(self) -> str:
         """The richest shape the rule is defined on, for tables."""
         return next((s for s in ("complete", "multi-chain", "chain") if s in self.shapes), self.shapes[0])
