@@ -281,7 +281,7 @@ def check_dyspec_greedy(count: int, seed: int, tick: Callable[[], None] = _nothi
     return [worst.check("DySpec's greedy tree is the maximum-weight subtree of its size", "Xiong et al. 2024, App. D.1")]
 
 
-# ---- the exact ceiling (issue 55; exact/prove/optimum.py) -------------------------------------------------
+# ---- the exact ceiling (exact/prove/optimum.py) -----------------------------------------------------------
 def check_optimum(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
     """The LP optimum E[τ]* (exact, primal and dual checked), on ``count`` chains and ``count // 5`` instances of
     each other kind: = BV on chains (Sun et al. 2025, Thm. 2); = α* at depth 1 (the optimal-transport value of
