@@ -97,8 +97,35 @@ def declared_schemes(fn: object, name: str) -> tuple[str, ...] | None:
 
 
 def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] | None = None) -> Subject:
-    """A :class:`Subject` from a registry name, ``module:function``, a description object, a verifier function or
-    a :class:`simulator.torch_path.kernels.Kernel`; ``schemes`` overrides the drafting schemes it is checked under."""
+    """What a battery, a hunt, a gate or a proof checks, built from any of the ways a caller names it.
+
+    Defaults: a built-in's registry entry; a plugin, every shape under the schemes its function declares
+    (``my_rule.schemes = ("without-replacement",)``), else ``iid``; a chain adapter, chains.
+
+    Parameters
+    ----------
+    what : object
+        A registry name (``"tv-sps"``), ``"module:function"``, a description object (``{"verifier": ...}`` or
+        ``{"kernel": ..., "adapter": ...}``, with optional ``"shapes"`` and ``"schemes"``), a verifier function, a
+        :class:`simulator.torch_path.kernels.Kernel`, or a :class:`Subject` (returned as it is).
+    field_name : str
+        The field errors are named after.
+    schemes : sequence of str, optional
+        The drafting schemes it is checked under, overriding what it claims (``--schemes``).
+
+    Returns
+    -------
+    Subject
+        Its name, the callable verifier, its description, the shapes it is defined on and the schemes it claims.
+
+    Raises
+    ------
+    InvalidParameterError
+        An unknown name, key, shape or scheme, a module or function that cannot be imported, or a value of another
+        type, naming ``field_name``.
+    MissingDependencyError
+        A kernel whose module needs an extra that is not installed.
+    """
     if isinstance(what, Subject):
         return what
     if isinstance(what, dict):

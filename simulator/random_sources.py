@@ -154,13 +154,12 @@ def _torch_draw(fn: object) -> str | None:
 
 
 class RandomSources:
-    """While entered: ``random.random`` and ``random.Random.random`` return ``uniform()`` (no ``uniform``, for a
-    plugin: they refuse, also when a library the plugin calls draws). For a kernel also ``numpy.random``'s
-    functions refuse, a profiler refuses draws through names bound before, and ``random``'s and numpy's global
-    states are compared on exit; for a plugin :func:`scan_plugin` finds such names in its code before it runs
-    (a profiler, or swapping numpy's names, at every call would cost more than the round). ``where(frame)`` names the user's line;
-    refusals are ``error(field, ...)``. While the capture's own code runs, it sets ``busy`` and switches
-    :meth:`profile` off."""
+    """While entered: ``random.random`` and ``random.Random.random`` return ``uniform()`` (no ``uniform``, for a plugin:
+    they refuse, also when a library the plugin calls draws). For a kernel also ``numpy.random``'s functions refuse, a
+    profiler refuses draws through names bound before, and ``random``'s and numpy's global states are compared on exit;
+    for a plugin :func:`scan_plugin` finds such names in its code before it runs (a profiler, or swapping numpy's names,
+    at every call would cost more than the round). ``where(frame)`` names the user's line; refusals are
+    ``error(field, ...)``. While the capture's own code runs, it sets ``busy`` and switches :meth:`profile` off."""
 
     def __init__(self, uniform: Callable[[], object] | None = None,
                  where: Callable[[FrameType | None], str] = user_line, error: type[SpecproofError] = KernelError,
@@ -314,9 +313,31 @@ _STORES = ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF")
 
 
 def call_plugin(fn: Callable[..., T], *args: object) -> T:
-    """``fn(*args)``, a user's verifier, with every draw outside its ``rng`` refused (:class:`RandomSourceError`,
-    field ``verifier``, naming the source and the line): its code is scanned once (:func:`scan_plugin`), and each
-    call runs under the replaced names. A plugin called inside a plugin runs under the outer watch."""
+    """``fn(*args)``, a user's verifier, with every draw outside its ``rng`` refused.
+
+    The plugin's code is scanned once (:func:`scan_plugin`): a name, module attribute or import that reaches another
+    random source is refused, even on a branch that would not run. Each call then runs with ``random.random()`` and
+    numpy's global draws replaced, and a profiler sees draws through names bound earlier. A plugin called inside a
+    plugin runs under the outer watch.
+
+    Parameters
+    ----------
+    fn : callable
+        The plugin, ``fn(tree, p, q, rng)`` for a verifier.
+    *args : object
+        Its arguments.
+
+    Returns
+    -------
+    object
+        What ``fn`` returns.
+
+    Raises
+    ------
+    RandomSourceError
+        On field ``verifier``: ``fn`` names or makes a draw from Python's ``random``, ``os.urandom``,
+        ``numpy.random`` or torch's generators; the message names the source and the plugin's line.
+    """
     if getattr(_PLUGIN, "calling", False):
         return fn(*args)
     scan_plugin(fn)

@@ -26,9 +26,59 @@ class Randomness(Protocol):
     index whose running sum of weights exceeds ``u·Σw``, in index order (``u = 1`` picks the last positive
     weight)."""
 
-    def bernoulli(self, prob: Number) -> bool: ...
+    def bernoulli(self, prob: Number) -> bool:
+        """One Bernoulli draw from the handler's next uniform ``u``: ``u < prob``, and ``prob == 1`` is always true.
 
-    def categorical(self, weights: Sequence[Number]) -> int: ...
+        Parameters
+        ----------
+        prob : int, float or rational
+            The probability of ``True``, in ``[0, 1]``. A float within :data:`BERNOULLI_FLOAT_SLACK` outside is taken as
+            the end point; under the exact engine with ``fraction`` arithmetic it must be exact (an ``int``, a
+            ``Fraction``).
+
+        Returns
+        -------
+        bool
+            ``True`` with probability ``prob``. Under the exact engine each outcome of positive probability is a branch
+            enumerated with its probability.
+
+        Raises
+        ------
+        RandomnessError
+            ``prob`` is not a number, is NaN or lies outside ``[0, 1]``; or a replay ran out of uniforms.
+        ExactnessError
+            A float under ``fraction`` arithmetic (the exact engine).
+        ChoiceLimitError
+            One enumerated execution made more than :data:`simulator.limits.MAX_CHOICES_PER_EXECUTION` choices.
+        """
+        ...
+
+    def categorical(self, weights: Sequence[Number]) -> int:
+        """One categorical draw from the handler's next uniform ``u``: the smallest index whose running sum of weights
+        exceeds ``u·Σw`` (a zero weight is never chosen; ``u = 1`` picks the last positive weight).
+
+        Parameters
+        ----------
+        weights : sequence of int, float or rational
+            Finite, non-negative weights with a positive sum; they need not be normalised. Exact under ``fraction``
+            arithmetic, as for :meth:`bernoulli`.
+
+        Returns
+        -------
+        int
+            The index drawn, with probability ``weights[i] / Σw``.
+
+        Raises
+        ------
+        RandomnessError
+            An empty, negative, NaN or infinite weight, or no mass at all (the field names the weight, ``weights[2]``);
+            or a replay ran out of uniforms.
+        ExactnessError
+            A float under ``fraction`` arithmetic (the exact engine).
+        ChoiceLimitError
+            One enumerated execution made too many choices.
+        """
+        ...
 
 
 #: A float Bernoulli parameter within this much of [0, 1] is taken as the end point: float rounding of a
@@ -99,9 +149,11 @@ class _UniformHandler:
         raise NotImplementedError
 
     def bernoulli(self, prob: Number) -> bool:
+        """The Bernoulli of :meth:`Randomness.bernoulli`, on this handler's next uniform."""
         return bernoulli_from_uniform(self._next_uniform(), check_bernoulli(prob))
 
     def categorical(self, weights: Sequence[Number]) -> int:
+        """The categorical of :meth:`Randomness.categorical`, on this handler's next uniform."""
         return categorical_from_uniform(self._next_uniform(), check_weights(weights))
 
 
@@ -240,7 +292,18 @@ class CounterRandomness(_UniformHandler):
 
 
 class ReplayRandomness(_UniformHandler):
-    """Uniforms read in order from a given array (values in ``[0, 1]``)."""
+    """Uniforms read in order from a given array, as the torch path feeds a batch's.
+
+    Parameters
+    ----------
+    uniforms : sequence of float
+        The uniforms, each in ``[0, 1]``.
+
+    Raises
+    ------
+    RandomnessError
+        A uniform outside ``[0, 1]`` (or NaN), naming it (``uniforms[3]``); a draw past the last uniform.
+    """
 
     def __init__(self, uniforms: Sequence[float]) -> None:
         values = [float(u) for u in uniforms]

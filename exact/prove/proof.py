@@ -143,7 +143,15 @@ class Tally:
 
 @dataclass
 class Proof:
-    """The verdict and the evidence (``to_json`` is the certificate a second program can re-check)."""
+    """The verdict of :func:`exact.prove.prover.prove` and its evidence; :meth:`to_json` is the certificate a second
+    program can re-check (docs/proofs.md).
+
+    ``verdict`` is PROVED, REFUTED or UNDECIDED; ``cells`` are the regions of model pairs and what was checked in
+    each; ``witness`` is the reproducer of a refutation (certified LOSSY by the exact engine, its TVD in
+    ``witness_tvd``, or ``failure`` where the rule fails there instead); ``reason`` says why a verdict is not PROVED;
+    ``expectations`` holds, on a chain, the rule's ``E[τ]`` checked against its paper's closed form cell by cell;
+    ``method`` says how the verdict was reached.
+    """
 
     verdict: str
     verifier: str
@@ -354,9 +362,9 @@ class Expectation:
 
 def _expectations(forms: tuple, paths: list, space: Space, drafter, what: Subject, height: int,
                   tally: Tally) -> list[Expectation]:
-    """The rule's ``E[τ]`` on a chain against its paper's closed form (:mod:`exact.recursions.closed_forms`) for every model
-    pair (from the proof's own paths) and, where the paper gives one, against the form for context-independent rows
-    (a second, smaller space whose one ``p`` row and one ``q`` row serve every context)."""
+    """The rule's ``E[τ]`` on a chain against its paper's closed form (:mod:`exact.recursions.closed_forms`) for every
+    model pair (from the proof's own paths) and, where the paper gives one, against the form for context-independent
+    rows (a second, smaller space whose one ``p`` row and one ``q`` row serve every context)."""
     general, context_free = forms
     out = [_expectation(general, "every pair of rows", [(path[3], path[1], path[2]) for path in paths], space,
                         LinearFeasibility(space), height, tally.cell)]
@@ -374,7 +382,8 @@ def _expectation(form: Form, rows: str, paths: list, space: Space, feasible: Lin
                  height: int, on_cell: Callable[[Cell, int], None] | None = None) -> Expectation:
     """For every term of the form, ``Σ_{paths counting towards it} P(path) − term`` is zero on every cell of the
     decomposition of those paths and of the term's own branches (each ``min`` is a comparison). ``paths`` are
-    ``(accepted tokens, probability, signs)``; ``on_cell`` hears of each cell (:func:`exact.prove.cells.check_cells`)."""
+    ``(accepted tokens, probability, signs)``; ``on_cell`` hears of each cell (:func:`exact.prove.cells.check_cells`).
+    """
     view = SymbolicView(space)
     rounds = [(key, prob, signs) for accepted, prob, signs in paths for key in form.keys_of(accepted)]
     keys = form.keys(space.vocab, height)

@@ -241,7 +241,27 @@ def verifier_name(fn: Verifier) -> str:
 
 
 def load_verifier(name: str) -> tuple[str, Verifier]:
-    """A built-in verifier by name, or ``module:function`` imported (the working directory is searched)."""
+    """A verifier by the name a user gives: a built-in rule, or ``module:function`` imported.
+
+    Parameters
+    ----------
+    name : str
+        A registry name (``specproof list``) or ``"module:function"``; the module is searched from the working
+        directory, then ``sys.path``.
+
+    Returns
+    -------
+    tuple
+        ``(name, verifier)``: the name as given, and the callable ``verifier(tree, p, q, rng) -> (node, y)``.
+
+    Raises
+    ------
+    InvalidParameterError
+        On field ``verifier``: an unknown built-in name, a missing ``:``, a module that does not exist or raises
+        (an exit or interrupt included) while importing, or no callable of that name in it.
+    MissingDependencyError
+        The module imports an optional dependency that is not installed; the message names the extra.
+    """
     if name in VERIFIERS:
         return name, VERIFIERS[name].fn
     if ":" not in name:
