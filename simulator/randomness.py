@@ -1,11 +1,6 @@
-"""The one randomness interface (docs/randomness.md). Drafters and verifiers make every random choice through it.
-
-Two calls, each consuming exactly one uniform ``u`` in ``[0, 1]``: ``bernoulli(prob)`` is ``u < prob``, always true
-at ``prob == 1``; ``categorical(weights)`` is the smallest index whose running sum exceeds ``u·Σw`` (weights
-unnormalised; a zero weight is never chosen). Handlers differ only in where ``u`` comes from:
-:class:`SamplingRandomness` (a seeded generator), :class:`ReplayRandomness` (a given array, as the torch path
-feeds) and the exact engine's enumerating chooser (:mod:`exact.enumeration`). Rules never know which runs them.
-"""
+"""The one randomness interface (docs/randomness.md): drafters and verifiers make every random choice through
+:class:`Randomness`, and handlers differ only in where each uniform comes from (a seeded generator, a replayed
+array, a counter stream, the exact engine's enumeration). Rules never know which runs them."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Draft-tree shapes (docs/drafting.md) and the :class:`DraftTree` a verifier sees.
-
-A tree is a parent list in BFS order: node 0 is the root (the prefix, parent ``-1``), every other node's parent has a
-smaller index and parents are non-decreasing, so children of a node are contiguous and ordered. Topologies (Layer
-Verification (Cha et al., AdaptFM at ICML 2026), App. G, Fig. 4): ``chain(H)``, ``multi-chain(b, H)`` (the root has
-``b`` children, each continues as a chain), ``complete(b, H)``, ``tapered(b, H)`` (the root has ``b`` children; a
-non-root node with sibling index ``idx`` among ``s`` siblings has ``max(s − idx, 1)`` children), ``binary(H)`` (=
-``complete(2, H)``), and any explicit parent list.
-"""
+"""Draft-tree shapes (:func:`make_topology`; docs/drafting.md) and the :class:`DraftTree` a verifier sees. A tree is
+a parent list in BFS order: node 0 is the root, children of a node are contiguous and ordered."""
 
 from __future__ import annotations
 
@@ -107,7 +100,13 @@ def _grow(height: int, n_children: Callable[[int, int, int], int]) -> tuple[int,
 
 def make_topology(name: str, depth: int = 2, branching: int = 2,
                   parents: Sequence[int] | None = None) -> Topology:
-    """Build a topology by name; ``explicit`` takes ``parents``. Raises a typed error naming the field."""
+    """Build a topology by name; ``explicit`` takes ``parents``. Raises a typed error naming the field.
+
+    The shapes of Layer Verification's App. G, Fig. 4 (Cha et al., AdaptFM at ICML 2026): ``chain(H)``,
+    ``multi-chain(b, H)`` (the root has ``b`` children, each continuing as a chain), ``complete(b, H)``,
+    ``tapered(b, H)`` (the root has ``b`` children; a non-root node with sibling index ``idx`` among ``s`` siblings
+    has ``max(s − idx, 1)`` children), ``binary(H)`` (``complete(2, H)``), and ``explicit``, any BFS parent list.
+    """
     if name not in TOPOLOGIES:
         raise InvalidParameterError("topology", f"unknown topology {name!r}; choose from {sorted(TOPOLOGIES)}")
     if name == "explicit":

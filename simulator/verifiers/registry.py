@@ -1,9 +1,6 @@
-"""The built-in verifiers by public name (:data:`VERIFIERS`), and loading of a user's ``module:function`` verifier.
-
-A verifier is a plain function ``verify(tree, p, q, rng)`` returning ``(node, y)`` — or ``(node, y, completion)``
-when later tokens must follow a modified target (greedy BV). Engines find everything they need of a rule here,
-its array rule included, and never choose a rule by its name.
-"""
+"""The built-in verifiers by public name (:data:`VERIFIERS`), each with everything an engine needs of it (its array
+rule, exact recursion, claimed schemes), and the loading of a user's ``module:function`` verifier
+(:func:`load_verifier`). Engines never choose a rule by its name."""
 
 from __future__ import annotations
 
@@ -37,7 +34,11 @@ class VerifierSpec:
     (docs/rules.md); a control lists none. ``shapes`` lists the topologies a rule is defined on; ``float_only`` marks
     rules that need irrational arithmetic; ``array_rule`` names the rule's array rule (its batched form on numpy and
     torch), which every batched engine looks up here, with the single-step rule it lifts passed as its array step
-    (:mod:`.single_step_arrays`), not by name."""
+    (:mod:`.single_step_arrays`), not by name.
+
+    A verifier is a plain function ``verify(tree, p, q, rng)`` returning ``(node, y)``, or ``(node, y, completion)``
+    when later tokens must follow a modified target (greedy BV).
+    """
 
     name: str
     fn: Verifier

@@ -1,11 +1,6 @@
-"""Single-step rules at one node (docs/rules.md): ``k`` candidate tokens, the node's draft row ``p`` and target
-row ``q``.
-
-The sequential rules — SpS, RRS, RRSw (and DySpec's Alg. 3 as printed), deterministic RRS, K-SEQ — are each written
-once as a deterministic *plan* (:class:`Plan`), so that one function serves sampling (:func:`run_plan`) and the
-flows Layer Verification lifts (:func:`plan_acceptance`; Cha et al. 2026, §3–4, App. E.2). Each plan's array
-form, for many nodes at once, is its array step in :mod:`.single_step_arrays`.
-"""
+"""Single-step rules at one node (docs/rules.md), each written once as a deterministic plan (:class:`Plan`) that
+serves both sampling (:func:`run_plan`) and the flows Layer Verification lifts (:func:`plan_acceptance`; Cha et
+al. 2026, §3–4, App. E.2)."""
 
 from __future__ import annotations
 
@@ -23,7 +18,12 @@ Row = tuple[Number, ...]
 @dataclass(frozen=True)
 class Plan:
     """Per-candidate acceptance probabilities (each given the earlier rejections) and the final residual.
-    Deterministic, so the same plan serves sampling and flows."""
+    Deterministic, so the same plan serves sampling and flows.
+
+    The sequential rules: SpS, RRS, RRSw (and DySpec's Alg. 3 as printed), deterministic RRS and K-SEQ, each over
+    ``k`` candidate tokens, the node's draft row ``p`` and target row ``q``. Each plan's array form, for many nodes at
+    once, is its array step in :mod:`.single_step_arrays`.
+    """
 
     steps: tuple[tuple[int, Number], ...]  # (candidate position, acceptance probability)
     residual: Row
