@@ -1,10 +1,5 @@
-"""Exact laws and losslessness certificates for a verifier on a model pair and a drafting configuration.
-
-Under ``fraction`` arithmetic lossless means TVD == 0 exactly. Under ``float`` it means
-TVD ≤ :data:`FLOAT_TOLERANCE`: the completed law is a sum of at most a few ``10^5`` products of a dozen
-rounded factors, each carrying a relative error near ``1e-16``, so rounding stays far below ``1e-12``
-(the test suite checks float64 against exact rationals to that bound); ``1e-10`` leaves a margin of 100.
-"""
+"""Exact laws and losslessness certificates of a verifier on a model pair and a drafting (:func:`certify`,
+:func:`round_law`, :func:`fixed_tree_law`): the exact TVD of the completed output law to ``q^(H+1)``."""
 
 from __future__ import annotations
 

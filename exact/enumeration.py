@@ -1,14 +1,6 @@
-"""Exhaustive enumeration of a randomised program's choices (docs/engines.md, "Exact").
-
-:class:`EnumeratingChooser` is a randomness handler that follows a prefix of branch indices, takes branch 0
-beyond it and records each choice's width; :func:`enumerate_outcomes` replays prefixes depth first (like
-Hypothesis's ``ChoiceTree``), yielding every execution with its exact probability. Zero-probability branches are
-pruned, so a rule never runs on an impossible state. Executions count against :mod:`simulator.limits`.
-
-:func:`expected_acceptance` is one drafted round's ``E[τ | tree, rows]`` over the rule's own choices only (a real
-round's, in ``specproof real-report``; docs/engines.md, "One round's expectation"), enumerated on the round's
-support (:func:`restrict_round`) with a vocabulary draw's undrafted outcomes lumped (:class:`LumpingChooser`).
-"""
+"""Exhaustive enumeration of a randomised program's choices (docs/engines.md, "Exact"): every execution with its
+exact probability (:func:`enumerate_outcomes`), and one drafted round's ``E[τ]`` over the rule's own choices
+(:func:`expected_acceptance`)."""
 
 from __future__ import annotations
 
@@ -34,7 +26,11 @@ IDENTITY_MEMO = 100_000
 
 
 class EnumeratingChooser:
-    """Follows ``prefix`` of branch indices, then branch 0; multiplies the probabilities of the branches taken."""
+    """Follows ``prefix`` of branch indices, then branch 0; multiplies the probabilities of the branches taken.
+
+    A randomness handler that records each choice's width, so that :func:`enumerate_outcomes` can replay every
+    other branch depth first (as Hypothesis's ``ChoiceTree`` does).
+    """
 
     def __init__(self, prefix: Sequence[int], exact: bool,
                  cache: dict | None = None) -> None:

@@ -1,10 +1,5 @@
-"""Certification over several model pairs: what one verdict covers, and the loop a search reuses.
-
-A certificate decides one model pair, and a subtle bug can hide from most pairs (one random pair in eight is
-common). :func:`certify_pairs` certifies a verifier on the pairs built from model seeds ``seeds`` in order and
-stops at the first lossy one. Its :class:`PairsResult` says how many pairs were certified, and that a LOSSLESS
-verdict covers those pairs, not every pair (only a proof does that).
-"""
+"""Certification over several model pairs (:func:`certify_pairs`): what one verdict covers, and the loop a search
+reuses."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
 """Reproducer files (docs/gate.md, "Reproducers and shrinking"): a model pair as a table, a tree shape, a drafting
-scheme and the subject, certified whole.
-
-A loss is a property of the output law over every draft tree the drafter can produce, so a reproducer keeps the
-drafting, not one fixed tree: ``specproof certify --case FILE`` enumerates it again and certifies the subject
-LOSSY. :class:`Reproducer` gives the JSON format; :func:`capture` records the rows a certification reads.
-"""
+scheme and the subject (:class:`Reproducer`), which ``specproof certify --case FILE`` certifies again."""
 
 from __future__ import annotations
 
@@ -59,7 +54,11 @@ class Reproducer:
     ``p``/``q`` hold the rows of every context the certification reads (keys as in ``--table``: ``""`` the round's
     empty prefix, ``"0,1"`` a context); ``parents`` is the fixed shape (absent for DySpec's dynamic trees, which
     take ``options``: ``budget``, or ``threshold`` and ``max_depth``). ``found`` (informative) records the TVD and
-    size."""
+    size.
+
+    A loss is a property of the output law over every draft tree the drafter can produce, so a reproducer keeps the
+    drafting, not one fixed tree: certifying it enumerates them again.
+    """
 
     vocab: int
     p: Rows

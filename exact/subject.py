@@ -1,14 +1,6 @@
-"""What a battery, a hunt or a gate checks (:class:`Subject`): a built-in verifier, a ``module:function`` plugin,
-or a torch kernel through its adapter, with the tree shapes it is defined on and the drafting schemes it claims
-losslessness under.
-
-Its description is a small JSON object, the same in a gate config, a reproducer and a certificate:
-``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
-"chain", ...}`` (:data:`KERNEL_KEYS`). Defaults: a built-in's registry entry; a plugin, every shape under the
-schemes its function declares (``my_rule.schemes = ("without-replacement",)``), else ``iid``; a chain adapter,
-chains. ``"shapes"`` and ``"schemes"`` (a gate config's, or ``--schemes`` on the command line) override them: the
-claimed schemes are resolved here, one way for every command (docs/plugins.md, "Declaring the drafting schemes").
-"""
+"""What a battery, a hunt, a gate or a proof checks (:class:`Subject`, built by :func:`subject`): a built-in verifier,
+a ``module:function`` plugin or a torch kernel through its adapter, with the shapes it is defined on and the
+drafting schemes it claims (docs/plugins.md, "Declaring the drafting schemes")."""
 
 from __future__ import annotations
 
@@ -26,7 +18,13 @@ KERNEL_KEYS = ("kernel", "adapter", "dtype", "uniforms", "kernel_kwargs", "kerne
 
 @dataclass(frozen=True)
 class Subject:
-    """A verifier or kernel with its name, where it is defined and what it claims."""
+    """A verifier or kernel with its name, where it is defined and what it claims.
+
+    Its description is a small JSON object, the same in a gate config, a reproducer and a certificate:
+    ``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
+    "chain", ...}`` (:data:`KERNEL_KEYS`). ``"shapes"`` and ``"schemes"`` (a gate config's, or ``--schemes``) override
+    the defaults: the claimed schemes are resolved here, one way for every command.
+    """
 
     name: str
     fn: Verifier = field(compare=False)

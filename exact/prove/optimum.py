@@ -1,29 +1,6 @@
-"""The exact ceiling of one instance: the largest ``E[τ]`` any lossless verifier could reach (docs/optimum.md).
-
-For a model pair, a fixed draft-tree shape and a drafting scheme, a lossless verifier is a solution ``π(T, v, y) ≥ 0``
-of a linear system, one variable per drafted tree ``T`` (of probability ``P(T)``), node ``v`` of ``T`` (the accepted
-node) and next token ``y``; its output is ``o = path(v) + (y,)``:
-
-* ``Σ_{v,y} π(T, v, y) = P(T)`` for every drafted tree;
-* ``Σ_{(T,v,y): o ⊑ s} π(T, v, y) · q(s[|o|:] | o) = q(s)`` for every ``s ∈ Σ^(H+1)``: the output completed by the
-  target reproduces the target.
-
-Maximising ``Σ π · depth(v)`` gives ``E[τ]*``. The bound is an oracle's: ``π`` may depend on rows of the model off the
-drafted tree, which a real verifier does not see; it equals the best tree-local rule on chains (Block Verification, its
-Theorem 2) and at depth 1 (the optimal-transport rule), elsewhere it is an upper bound.
-
-HiGHS solves the LP in floats (a vertex: the dual simplex, or interior point and crossover); the answer is then settled
-in exact rationals: the float solution's support gives a primal system solved exactly (sparse elimination), checked
-``x ≥ 0`` and every equality exactly; the support's columns and the others HiGHS's duals leave tight give a dual system
-``A_J^T y = c_J`` solved exactly, checked ``A^T y ≥ c`` on every column; and ``b^T y = c^T x`` closes the proof (weak
-duality: nothing feasible does better). Floats only propose; the verdict rests on the exact checks.
-
-Columns that give the same output in the same tree (siblings drafted with the same token) are one column: they enter
-every row alike and have the same depth, so merging them keeps the optimum. Trees with the same set of root paths
-(siblings in another order under i.i.d. drafting, a duplicate sibling more or less) have the same columns and share one
-block, their probabilities added; a solution splits back in proportion, so this keeps the optimum too
-(:func:`paths_key`).
-"""
+"""The exact ceiling of one instance (:func:`optimum`; docs/optimum.md): the largest ``E[τ]`` any lossless verifier
+could reach, an LP solved by HiGHS and settled in exact rationals, and the optimal verifier as a runnable module
+(:func:`verifier_module`)."""
 
 from __future__ import annotations
 
@@ -195,7 +172,17 @@ def _completions(view: ModelView, height: int):
 
 def build_lp(model: ModelPair, drafter: Drafter, context: Sequence[int] = (), merge: bool = True) -> LP:
     """The LP of one instance, exact (module docstring); ``merge``: one block per :func:`paths_key` and one row per
-    class of sequences (:func:`_sequence_classes`), both keeping the feasible set of the output law."""
+    class of sequences (:func:`_sequence_classes`), both keeping the feasible set of the output law.
+
+    Variables ``π(T, v, y) ≥ 0``, one per drafted tree ``T`` (probability ``P(T)``), accepted node ``v`` and next token
+    ``y``, whose output is ``o = path(v) + (y,)``; rows ``Σ_{v,y} π(T, v, y) = P(T)`` for every drafted tree, and
+    ``Σ_{(T,v,y): o ⊑ s} π(T, v, y) · q(s[|o|:] | o) = q(s)`` for every ``s ∈ Σ^(H+1)`` (the output completed by the
+    target reproduces the target); objective ``Σ π · depth(v)``. Columns that give the same output in the same tree
+    (siblings drafted with the same token) enter every row alike with the same depth, so they are one column; trees
+    with the same root paths (siblings in another order under i.i.d. drafting, a duplicate sibling more or less) have
+    the same columns and share one block, their probabilities added, a solution splitting back in proportion. Both
+    merges keep the optimum.
+    """
     view = ModelView(model, "fraction", tuple(context))
     height = drafter.height
     vocab = view.vocab
@@ -439,7 +426,13 @@ def check_dual(lp: LP, y: Sequence) -> bool:
 
 def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: dict | None = None):
     """The exact primal point and dual certificate HiGHS's floats propose: ``(x, y)``, each ``None`` where its
-    exact system was inconsistent."""
+    exact system was inconsistent.
+
+    HiGHS's vertex (the dual simplex, or interior point and crossover) proposes; the float solution's support gives a
+    primal system solved exactly (sparse elimination), checked ``x ≥ 0`` and every equality exactly; the support's
+    columns and the others HiGHS's duals leave tight give a dual system ``A_J^T y = c_J`` solved exactly, checked
+    ``A^T y ≥ c`` on every column; ``b^T y = c^T x`` then closes the proof (weak duality).
+    """
     timings = {} if timings is None else timings
     start = time.perf_counter()
     support = [j for j, v in enumerate(x_float) if v > SUPPORT_TOLERANCE]

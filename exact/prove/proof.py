@@ -1,12 +1,6 @@
-"""The machinery of a proof by cells, and its result :class:`Proof` (docs/proofs.md; the entry point is
-:func:`exact.prove.prover.prove`).
-
-The round runs on symbolic rows (:mod:`exact.prove.symbolic`), each path ending in a sequence ``s`` with a
-probability and the sign conditions it assumed. The space of model pairs is cut into cells by those signs
-(:mod:`exact.prove.cells`); in each, ``Σ_paths P(path) = q^(H+1)(s)`` is checked as an identity of rational
-functions. A failing cell with an exact witness point is REFUTED (the exact engine confirms it); one without is
-UNDECIDED, never PROVED. :class:`Tally` counts the proof's size against ``max_cells``.
-"""
+"""The machinery of a proof by cells and its result :class:`Proof` (docs/proofs.md; the entry point is
+:func:`exact.prove.prover.prove`): symbolic paths decided cell by cell (:func:`decide`), and the proof's size
+counted against its limit (:class:`Tally`)."""
 
 from __future__ import annotations
 
@@ -266,7 +260,13 @@ def decide(paths: list, target: dict, sequences: list, stuck: list, space: Space
            tally: Tally) -> Decided:
     """``Σ P(path) = target(s)`` for every output sequence ``s``, cell by cell
     (:func:`exact.prove.cells.check_cells`; ``paths`` are ``(s, probability, signs, ...)``), after the regions of
-    the ``stuck`` paths (:func:`_stopped`); the identity is not checked once a stopped path fails with a witness."""
+    the ``stuck`` paths (:func:`_stopped`); the identity is not checked once a stopped path fails with a witness.
+
+    The round ran on symbolic rows (:mod:`exact.prove.symbolic`), each path ending in a sequence ``s`` with a
+    probability and the sign conditions it assumed; the cells are cut by those signs (:mod:`exact.prove.cells`). A
+    failing cell with an exact witness point is REFUTED (the exact engine confirms it); one without is UNDECIDED,
+    never PROVED.
+    """
     stopped = _stopped(stuck, space, feasible, tally)
     decided = Decided([], 0, len(stuck), stopped)
     if decided.failed_stop is None:  # the law's identity, cell by cell (moot once the rule fails somewhere)
