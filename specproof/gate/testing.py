@@ -1,15 +1,5 @@
-"""pytest helpers: a user's test suite certifies its verifier or kernel in three lines.
-
-    from specproof.gate.testing import assert_lossless
-
-    def test_my_verifier_is_lossless():
-        assert_lossless("examples.plugin_verifier:my_tv")
-
-Each helper certifies exactly on a battery (:mod:`specproof.gate.battery`; keyword arguments override its keys, e.g.
-``vocab=[3], topologies=["chain"], depth=3``). A failure raises ``AssertionError`` with the instance, the TVD,
-the counterexample sequence and the path of a written reproducer (``CASE.json``, shrunk), which
-``specproof certify --case`` certifies again. What a passing assertion covers is the battery, not every pair.
-"""
+"""pytest helpers: a user's test suite certifies its verifier or kernel exactly in three lines
+(:func:`assert_lossless`; docs/gate.md#pytest)."""
 
 from __future__ import annotations
 
@@ -44,6 +34,12 @@ def assert_lossless(verifier: object, case_dir: str | os.PathLike | None = None,
 
     What a passing assertion covers is the battery, not every pair (``specproof prove`` decides every pair of a
     shape).
+
+    Examples
+    --------
+    >>> from specproof.gate.testing import assert_lossless
+    >>> def test_my_verifier_is_lossless():
+    ...     assert_lossless("examples.plugin_verifier:my_tv")
 
     Parameters
     ----------

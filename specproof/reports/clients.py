@@ -1,12 +1,5 @@
-"""The clients report (``specproof clients``): samplers other projects ship, certified unmodified through the
-shipped adapters, each by the very command a reader can paste (docs/kernels.md, "Code people ship").
-
-Each row runs ``specproof certify ... --json`` in a fresh process, exactly as written in the report, and reads
-the verdict, TVD, support violation, executions and time from the certificate. Sources: transformers' sampler as
-installed; the others from ``specproof fetch`` (vLLM 0.6.3's ``RejectionSampler``, its two modules only; EAGLE's
-``evaluate_posterior``, its one module; a row that cannot fetch its modules says so and is not counted as a
-verdict).
-"""
+"""The clients report (``specproof clients``; docs/kernels.md, "Code people ship"): samplers other projects ship,
+certified unmodified through the shipped adapters, each by the very command a reader can paste."""
 
 from __future__ import annotations
 
@@ -38,9 +31,9 @@ SYNTHETIC = ["--model", "synthetic", "--vocab", "3"]
 
 @dataclass(frozen=True)
 class Client:
-    """One certification: what is certified, the ``certify`` arguments after ``specproof certify``, what the
-    row expects (``LOSSLESS``/``LOSSY``, or ``REFUSED``: exit 2, a kernel the capture cannot resolve) and why; ``needs``, the ``specproof fetch`` artifact whose folder replaces
-    ``{folder}`` in the arguments."""
+    """One certification: what is certified, the ``certify`` arguments after ``specproof certify``, what the row expects
+    (``LOSSLESS``/``LOSSY``, or ``REFUSED``: exit 2, a kernel the capture cannot resolve) and why; ``needs``, the
+    ``specproof fetch`` artifact whose folder replaces ``{folder}`` in the arguments."""
 
     source: str
     args: tuple[str, ...]
@@ -209,7 +202,13 @@ def _number(text: str) -> str:
 
 def write_clients_report(out: Path, command: str) -> bool:
     """Run every row of :data:`CLIENTS`; write ``clients.md`` and ``clients.json`` in ``out``. True when every row
-    that ran gave its expected verdict."""
+    that ran gave its expected verdict.
+
+    Each row runs ``specproof certify ... --json`` in a fresh process, exactly as written in the report, and reads the
+    verdict, TVD, support violation, executions and time from the certificate. Sources: transformers' sampler as
+    installed; the others from ``specproof fetch`` (a row that cannot fetch its modules says so and is not counted as
+    a verdict).
+    """
     import torch
     import transformers
 

@@ -1,10 +1,5 @@
-"""The papers' claims as checks the exact engine runs (``specproof theorems``).
-
-Each check draws random exact instances, evaluates a claim on every one with rationals, and reports the
-number of instances, the worst margin (a number that is ≥ 0 exactly when the claim holds on that instance;
-for equalities it is ``−max |difference|``) and the instance where the margin is worst. A claim that fails
-shows up as a negative margin with its instance, never as a skipped test.
-"""
+"""The papers' claims as checks the exact engine runs (``specproof theorems``, :func:`run_checks`): each claim
+evaluated with rationals on random exact instances, reporting its worst margin and instance."""
 
 from __future__ import annotations
 
@@ -352,7 +347,11 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
 def run_checks(scale: float = 1.0, seed: int = 0, only: Iterable[str] | None = None,
                tick: Callable[[str, int], None] | None = None) -> list[Check]:
     """Run the checks (all, or those named in ``only``); ``scale`` multiplies the default instance counts;
-    ``tick(check, instances)`` after each instance, for a progress bar."""
+    ``tick(check, instances)`` after each instance, for a progress bar.
+
+    A margin is ≥ 0 exactly when the claim holds on the instance (for equalities, ``−max |difference|``). A claim
+    that fails shows up as a negative margin with its instance, never as a skipped test.
+    """
     names = list(CHECKS) if only is None else list(only)
     for name in names:
         if name not in CHECKS:
