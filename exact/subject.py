@@ -122,7 +122,7 @@ def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] |
         An unknown name, key, shape or scheme, a module or function that cannot be imported, or a value of another
         type, naming ``field_name``.
     MissingDependencyError
-        A kernel whose module needs an extra that is not installed.
+        A kernel described while torch is not installed (the message names the extra).
     """
     if isinstance(what, Subject):
         return what

@@ -259,9 +259,8 @@ def load_verifier(name: str) -> tuple[str, Verifier]:
     ------
     InvalidParameterError
         On field ``verifier``: an unknown built-in name, a missing ``:``, a module that does not exist or raises
-        (an exit or interrupt included) while importing, or no callable of that name in it.
-    MissingDependencyError
-        The module imports an optional dependency that is not installed; the message names the extra.
+        (an exit or interrupt included) while importing (a missing optional dependency included), or no callable
+        of that name in it.
     """
     if name in VERIFIERS:
         return name, VERIFIERS[name].fn
