@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from side_by_side import checkouts, read_rows, two_commit_parser  # benchmarks/, the script's own folder
+from specproof.reports.portable import portable_command
 from specproof.study import PAPER_SEEDS, ablation_cells, model_key
 
 #: Workers the projection assumes: the 2-core machine's, as :mod:`benchmarks.ablation_time` by default.
@@ -31,7 +32,7 @@ JOBS = 2
 #: The keys every row holds, measured or read back with ``--rows``.
 ROW_KEYS = ("key", "verifier", "topology", "model", "first", "before_s", "after_s", "before_setup_s",
             "after_setup_s", "before_mean", "after_mean")
-#: The issue's measurement of the suite at 20b6630 on its own 2-core machine (issue 18), in hours.
+#: The suite's time at 20b6630 on a reference 2-core machine, in hours.
 ISSUE_BASELINE_H = 3.2
 
 # Serves cells in a checkout under test, one JSON line in and one out per cell; its own modules, either layout.
@@ -166,7 +167,7 @@ def render(rows: list[dict], command: str, commits: dict[str, str], lanes: int) 
     if commits["before"].startswith("20b6630"):
         estimate = ISSUE_BASELINE_H / ratio
         numbers["issue_machine_h"] = estimate
-        lines += ["", f"The issue measured the suite at 20b6630 at {ISSUE_BASELINE_H} h on its 2-core machine: "
+        lines += ["", f"On a reference 2-core machine the suite took {ISSUE_BASELINE_H} h at 20b6630: "
                       f"{ratio:.2f}× less is **{estimate:.2f} h** there."]
     lines += ["", "| cell | before (s) | after (s) | less | first |", "|---|---|---|---|---|"]
     lines += [f"| {r['key']} | {r['before_s']:.1f} | {r['after_s']:.1f} | {r['before_s'] / r['after_s']:.2f}× | "
@@ -190,8 +191,8 @@ def main() -> None:
         rows = read_rows(parser, args.rows, ROW_KEYS)
     else:
         rows = measure(roots, wanted, args.lanes)
-    text, numbers = render(rows, "python3 benchmarks/ablation_side_by_side.py " + " ".join(sys.argv[1:]), commits,
-                           args.lanes)
+    command = portable_command(["python3", "benchmarks/ablation_side_by_side.py", *sys.argv[1:]])
+    text, numbers = render(rows, command, commits, args.lanes)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

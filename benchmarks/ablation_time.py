@@ -28,6 +28,7 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from specproof import study
+from specproof.reports.portable import portable_command
 from specproof.study import PAPER_SEEDS, Store, ablation_cells, compute_seed, model_key
 
 
@@ -52,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     wanted = set(args.verifiers.split(",")) if args.verifiers else None
     store = Store(args.store) if args.store else None
-    command = "python3 benchmarks/ablation_time.py " + " ".join(sys.argv[1:])
+    command = portable_command(["python3", "benchmarks/ablation_time.py", *sys.argv[1:]])
     kept, setups = [], {}  # setups: seconds per model configuration
     if wanted is not None:
         previous = json.loads(Path(args.out).with_suffix(".json").read_text())

@@ -23,6 +23,7 @@ from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT, computatio
 from simulator.models import SyntheticModel
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
+from specproof.reports.portable import portable_command
 
 
 def measure(name: str, vocab: int) -> dict:
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--out", default="reports/exact_rate.md")
     parser.add_argument("--vocab", type=int, default=4)
     args = parser.parse_args()
-    command = "python3 benchmarks/exact_rate.py " + " ".join(sys.argv[1:])
+    command = portable_command(["python3", "benchmarks/exact_rate.py", *sys.argv[1:]])
     rows = []
     for name in VERIFIERS:
         rows.append(measure(name, args.vocab))

@@ -27,6 +27,7 @@ from simulator.limits import limits
 from simulator.models import SyntheticModel
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
+from specproof.reports.portable import portable_command
 
 
 def shape_of(name: str) -> str:
@@ -85,7 +86,7 @@ def main() -> None:
                         help="keep the rows of --out's JSON for the cells not rerun (their command stays listed)")
     args = parser.parse_args()
     names = args.verifiers.split(",")
-    command = "python3 benchmarks/exact_scale.py " + " ".join(sys.argv[1:])
+    command = portable_command(["python3", "benchmarks/exact_scale.py", *sys.argv[1:]])
     stored = json.loads(Path(args.out).with_suffix(".json").read_text()) if args.update else {"rows": []}
     if isinstance(stored, list):  # the first layout: rows only, the command in the markdown
         stored = {"commands": ["python3 benchmarks/exact_scale.py --budget 30 --vocab 4 --branching 2 "

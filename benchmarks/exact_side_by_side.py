@@ -24,6 +24,7 @@ from pathlib import Path
 
 from side_by_side import checkouts, read_rows, two_commit_parser  # benchmarks/, the script's own folder
 from simulator.numeric import rational_backend
+from specproof.reports.portable import portable_command
 
 SYNTHETIC = ["--model", "synthetic", "--topology", "complete", "--branching", "2"]
 #: the environment of a row measured with Python's fractions at the after commit (the before commit has no choice)
@@ -38,7 +39,7 @@ EXACT = [
     ("certify tv-kseq, complete(2, 3), V = 4", ["certify", "--verifier", "tv-kseq", *SYNTHETIC, "--depth", "3",
                                                   "--vocab", "4"]),
 ]
-#: (label, command arguments, environment): the issue's measurements of the exact engine, the recursion, Monte Carlo
+#: (label, command arguments, environment): the reference measurements of the exact engine, the recursion, Monte Carlo
 #: and the prover
 COMMANDS = [
     *[(f"{label}, {rationals}", args, env) for label, args in EXACT
@@ -137,7 +138,8 @@ def main() -> None:
     for r in rows:
         if isinstance(r["before_s"], float) and isinstance(r["after_s"], float) and r["before_out"] != r["after_out"]:
             raise SystemExit(f"{r['label']}: the outputs differ:\n  before: {r['before_out']}\n  after: {r['after_out']}")
-    text = render(rows, "python3 benchmarks/exact_side_by_side.py " + " ".join(sys.argv[1:]), commits, args.repeats)
+    command = portable_command(["python3", "benchmarks/exact_side_by_side.py", *sys.argv[1:]])
+    text = render(rows, command, commits, args.repeats)
     Path(args.out).write_text(text)
     print(text)
 

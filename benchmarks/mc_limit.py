@@ -1,4 +1,4 @@
-"""Monte Carlo near the machine's limit: the issue's tv-rrs command at two commits side by side, and this machine's
+"""Monte Carlo near the machine's limit: the reference tv-rrs command at two commits side by side, and this machine's
 random-gather rate and streaming bandwidth with the fraction of them the trial loop reaches.
 
 Usage: ``python3 benchmarks/mc_limit.py --before DIR [--after .] [--repeats 5] [--rows LOG]

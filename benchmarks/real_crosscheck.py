@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 
 import torch
 
+from specproof.reports.portable import portable_command
 from specproof.reports.real_crosscheck import DRAFT, PROMPT, TARGET, TOP_K, run_crosscheck, write_real_crosscheck_report
 
 
@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    command = shlex.join(["python3", "benchmarks/real_crosscheck.py", *sys.argv[1:]])
+    command = portable_command(["python3", "benchmarks/real_crosscheck.py", *sys.argv[1:]])
     before = os.getloadavg()[0]
 
     def tick(stage: str, total: int) -> None:

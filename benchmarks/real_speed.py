@@ -32,7 +32,6 @@ import datetime
 import math
 import os
 import platform
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from simulator.torch_path.kv_cache import CachedLM
 from simulator.torch_path.real import Processing, check_vocabularies, load_causal_lm, load_pair, load_tokenizer
 from simulator.torch_path.spec_bench import chat_ids, read_questions, speculative_generate, target_generate
 from simulator.trees import make_topology
+from specproof.reports.portable import portable_command
 
 #: the per-verifier table's verifiers and shapes (the real-pair report's)
 SHAPES = {"chain": ("chain", 3, 1), "complete": ("complete", 3, 2), "multi-chain": ("multi-chain", 3, 3)}
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="reports/real_speed.md")
     args = parser.parse_args()
-    command = shlex.join(["python3", "benchmarks/real_speed.py", *sys.argv[1:]])
+    command = portable_command(["python3", "benchmarks/real_speed.py", *sys.argv[1:]])
     load_start, wall_start = os.getloadavg()[0], time.perf_counter()
 
     torch.manual_seed(args.seed)

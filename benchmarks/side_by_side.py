@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specproof.reports.portable import portable_command
 from specproof.study import PAPER_SEEDS, paper_cells
 
 #: Workers the projection of Table 1 assumes (the 2-core machine's), as ``benchmarks/throughput.py`` by default.
@@ -162,7 +163,8 @@ def main() -> None:
         rows = read_rows(parser, args.rows, ROW_KEYS)
     else:
         rows = measure(roots, set(filter(None, args.cells.split(","))), args.repeats)
-    text = render(rows, "python3 benchmarks/side_by_side.py " + " ".join(sys.argv[1:]), commits, args.repeats)
+    command = portable_command(["python3", "benchmarks/side_by_side.py", *sys.argv[1:]])
+    text = render(rows, command, commits, args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(text)

@@ -32,6 +32,7 @@ from simulator.montecarlo.context_rows import ContextRows
 from simulator.drafting import FixedShape
 from simulator.models import SyntheticModel
 from simulator.montecarlo.engine import run_trials
+from specproof.reports.portable import portable_command
 from specproof.study import PAPER_SEEDS, compute_seed, model_key, paper_cells
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
@@ -123,13 +124,13 @@ TRIED = (
     "masses (anchors on a grid in log A_t, Hermite-interpolated): H* changes between neighbouring anchors for "
     "23–80% of the problems (grid steps 1/16 to 1/2), and where it does not Newton still needed 2.9–4 "
     "evaluations, which the anchors' own solves eat up; a scaling step from θ = 0 (`θ = log(q/flow)`), no fewer "
-    "iterations. Found later (issue 17's side-by-side): finding the trials that share a problem by "
+    "iterations. Found later (by a side-by-side run): finding the trials that share a problem by "
     "`np.unique(axis=0)` over whole rows took 70% of the multi-chain cell, since it sorts rows whose long draft "
     "prefix is shared; two sort keys and an exact comparison of neighbours find the same problems (multi-chain "
     "3.9×, tapered 1.6×, complete 1.16×; the records unchanged). "
     "What is left is the problem count, fixed by the algorithm (every node of every trial below "
     "depth 1 brings its own A_t), times Newton's iterations of a few dozen array operations each on "
-    "15 × 15 systems and 120 tuple rows (575 at b = 3). Issue 18 (stop 32): warm starts again, from a grid "
+    "15 × 15 systems and 120 tuple rows (575 at b = 3). Then warm starts again, from a grid "
     "linear in A_t (steps of 1/64) with each point's slope dθ/dA (cubic Hermite between two neighbours that "
     "have the problem's H*, the tangent of one): 5.7 → 2.6 flow evaluations per problem on the complete tree; "
     "the grid is used only where the run brings at least 256 problems to a context, since a context's grid "
@@ -169,7 +170,7 @@ def main() -> None:
     setup_total = PAPER_SEEDS * setup  # every worker builds each seed's rows once: jobs × this over jobs cores
     total = setup_total + sum(r["table1_cell_s"] for r in results) / args.jobs
     without = setup_total + sum(r["table1_cell_s"] for r in results if r["verifier"] != "lv-gr") / args.jobs
-    command = "python3 benchmarks/throughput.py " + " ".join(sys.argv[1:])
+    command = portable_command(["python3", "benchmarks/throughput.py", *sys.argv[1:]])
     lines = ["# Benchmarks: Table 1 at full scale, and Monte Carlo throughput", "",
              f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, "
              f"{platform.platform()}, Python {platform.python_version()}, numpy {np.__version__}.", "",

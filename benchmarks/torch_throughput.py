@@ -33,6 +33,7 @@ from simulator.torch_path.devices import set_torch_threads  # noqa: E402
 from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from simulator.verifiers import flows, rules  # noqa: E402
+from specproof.reports.portable import portable_command  # noqa: E402
 
 CHAINS = ("bv", "greedy-bv", "bug-greedy-bv-nomod")
 MULTI_CHAINS = ("gbv", "bug-gbv-clipped")
@@ -115,7 +116,7 @@ def main() -> None:
         print(json.dumps({"verifier": name, **{str(b): r for b, r in rates.items()},
                           **{f"numpy {b}": r for b, r in numpy_rates.items()}}), file=sys.stderr)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
-    command = "python3 benchmarks/torch_throughput.py " + " ".join(sys.argv[1:])
+    command = portable_command(["python3", "benchmarks/torch_throughput.py", *sys.argv[1:]])
     lines = ["# Array rules: verifier-trials per second, torch and numpy", "",
              f"Command: `{command}`. Device: {device}; {platform.machine()}, {platform.platform()}, "
              f"Python {platform.python_version()}, torch {torch.__version__} with {threads} intra-op thread(s) "

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import platform
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from simulator.torch_path.real import Processing, load_causal_lm, load_pair, loa
 from simulator.torch_path.spec_bench import chat_ids, read_questions, speculative_generate, target_generate
 from simulator.torch_path.trained_draft import TRAINING_RECORD, trained_directory
 from simulator.trees import make_topology
+from specproof.reports.portable import portable_command
 from specproof.reports.real_transfer import measure_overlaps
 
 
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--out", default="reports/trained_draft.md")
     args = parser.parse_args()
-    command = shlex.join(["python3", "benchmarks/trained_draft.py", *sys.argv[1:]])
+    command = portable_command(["python3", "benchmarks/trained_draft.py", *sys.argv[1:]])
     load_start, wall = os.getloadavg()[0], time.perf_counter()
     folder = trained_directory(args.trained, cache_dir()) if not Path(args.trained).is_dir() else Path(args.trained)
     record = json.loads((folder / TRAINING_RECORD).read_text())

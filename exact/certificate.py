@@ -1,10 +1,5 @@
-"""Exact laws and losslessness certificates for a verifier on a model pair and a drafting configuration.
-
-Under ``fraction`` arithmetic lossless means TVD == 0 exactly. Under ``float`` it means
-TVD ≤ :data:`FLOAT_TOLERANCE`: the completed law is a sum of at most a few ``10^5`` products of a dozen
-rounded factors, each carrying a relative error near ``1e-16``, so rounding stays far below ``1e-12``
-(the test suite checks float64 against exact rationals to that bound); ``1e-10`` leaves a margin of 100.
-"""
+"""Exact laws and losslessness certificates of a verifier on a model pair and a drafting (:func:`certify`,
+:func:`round_law`, :func:`fixed_tree_law`): the exact TVD of the completed output law to ``q^(H+1)``."""
 
 from __future__ import annotations
 
@@ -39,7 +34,47 @@ def _resolve(verifier: str | Verifier) -> tuple[str, Verifier]:
 
 def round_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
               context: Context = ()) -> OutputLaw:
-    """The exact law of one round: every draft tree and every verifier choice, enumerated."""
+    """The exact law of one round: every draft tree and every verifier choice, enumerated.
+
+    Parameters
+    ----------
+    model : ModelPair
+        The draft and target models.
+    drafter : Drafter
+        How the tree is drafted.
+    verifier : str or callable
+        A registry name (``"tv-sps"``, ``specproof list``), ``"module:function"``, or a function
+        ``verify(tree, p, q, rng) -> (node, y)`` (docs/plugins.md).
+    arithmetic : {"fraction", "float"}
+        Exact rationals or float64.
+    context : tuple of int
+        The tokens the round starts after.
+
+    Returns
+    -------
+    OutputLaw
+        The probability of every outcome ``(path, y, completion rule)``; :meth:`OutputLaw.distance` compares its
+        completion with ``q^(H+1)``.
+
+    Raises
+    ------
+    InvalidParameterError
+        An unknown verifier or arithmetic, or a rule on a drafting it is undefined on.
+    VerifierFailure
+        The verifier raised: the message names its exception and its source line.
+    VerifierOutputError
+        The verifier returned something other than ``(node, y)`` or ``(node, y, completion)`` of this tree and
+        vocabulary.
+    RandomSourceError
+        A plugin drew from a source other than its ``rng`` (Python's ``random``, ``numpy.random``, torch).
+    RandomnessError
+        A malformed ``rng`` call (a probability outside ``[0, 1]``, weights with no mass).
+    ExactnessError
+        A float reached ``rng`` under ``fraction`` arithmetic.
+    ExecutionLimitError, TimeLimitError
+        The computation passed the execution or wall-clock limit in force (:func:`simulator.limits.limits`,
+        :func:`simulator.limits.time_limit`).
+    """
     _, fn = _resolve(verifier)
     return view_law(ModelView(model, check_arithmetic(arithmetic), context), drafter, fn)
 
@@ -88,10 +123,33 @@ def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool
 
 
 def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -> OutputLaw | ArrayLaw:
-    """The round's law by the recursion the registry names for ``verifier`` (``VerifierSpec.exact_law``, e.g. TRV's
-    over subtrees, :mod:`exact.recursions.traversal_dp`): the same law as enumeration (the tests compare them wherever
-    enumeration finishes) at a cost that grows with the sub-problems, not the draft trees. ``executions`` counts
-    the sub-problems solved."""
+    """The round's law by the recursion the registry names for ``verifier`` (``VerifierSpec.exact_law``: token
+    verification's law over (prefix, shape node), TRV's over subtrees, LV's with the deepest level in closed form).
+
+    The same law as enumeration (the tests compare them wherever enumeration finishes), at a cost that grows with the
+    sub-problems rather than the draft trees; ``executions`` counts the sub-problems solved.
+
+    Parameters
+    ----------
+    view : ModelView
+        The model, context and arithmetic.
+    drafter : Drafter
+        How the tree is drafted.
+    verifier : str or callable
+        A built-in rule with a recursion.
+
+    Returns
+    -------
+    OutputLaw or ArrayLaw
+        The round's law (token verification's is already a law over ``Σ^(H+1)``).
+
+    Raises
+    ------
+    InvalidParameterError
+        On ``method``: the rule has no recursion; on ``verifier``: a rule on a drafting it is undefined on.
+    ExecutionLimitError, TimeLimitError
+        The recursion passed a limit in force.
+    """
     _, fn = _resolve(verifier)
     name = verifier_name(fn)
     spec = VERIFIERS.get(name)
@@ -111,9 +169,49 @@ def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -
 def fixed_tree_law(tree: DraftTree, p: Sequence, q: Sequence, verifier: str | Verifier, vocab: int,
                    arithmetic: str = "fraction", view: ModelView | None = None,
                    height: int | None = None) -> OutputLaw:
-    """The exact law of a verifier on one given tree (only the verifier's own choices are random).
+    """The exact law of a verifier on one given tree: only the verifier's own choices are random.
 
-    With a model ``view`` (whose rows must be the tree's) the law can be completed to ``height + 1`` tokens.
+    Parameters
+    ----------
+    tree : DraftTree
+        The drafted tree.
+    p, q : sequence of rows
+        ``p[v]`` the draft's row at each inner node, ``q[v]`` the target's at every node.
+    verifier : str or callable
+        A registry name (``"tv-sps"``, ``specproof list``), ``"module:function"``, or a function
+        ``verify(tree, p, q, rng) -> (node, y)`` (docs/plugins.md).
+    vocab : int
+        The vocabulary size; a returned token must lie in ``0..vocab-1``.
+    arithmetic : {"fraction", "float"}
+        Exact rationals or float64.
+    view : ModelView, optional
+        A model whose rows are the tree's: with it the law can be completed to ``height + 1`` tokens.
+    height : int, optional
+        The completion's height ``H`` (default: the tree's).
+
+    Returns
+    -------
+    OutputLaw
+        The law of ``(path, y)``; completing it needs ``view``.
+
+    Raises
+    ------
+    InvalidParameterError
+        An unknown verifier or arithmetic.
+    VerifierFailure
+        The verifier raised: the message names its exception and its source line.
+    VerifierOutputError
+        The verifier returned something other than ``(node, y)`` or ``(node, y, completion)`` of this tree and
+        vocabulary.
+    RandomSourceError
+        A plugin drew from a source other than its ``rng`` (Python's ``random``, ``numpy.random``, torch).
+    RandomnessError
+        A malformed ``rng`` call (a probability outside ``[0, 1]``, weights with no mass).
+    ExactnessError
+        A float reached ``rng`` under ``fraction`` arithmetic.
+    ExecutionLimitError, TimeLimitError
+        The computation passed the execution or wall-clock limit in force (:func:`simulator.limits.limits`,
+        :func:`simulator.limits.time_limit`).
     """
     exact = check_arithmetic(arithmetic) == "fraction"
     _, fn = _resolve(verifier)
@@ -142,7 +240,14 @@ def _checked(law: OutputLaw) -> OutputLaw:
 
 @dataclass(frozen=True)
 class Certificate:
-    """The verdict on one verifier and configuration, with the evidence."""
+    """The verdict on one verifier and configuration, with its evidence (:func:`certify`).
+
+    ``lossless``, ``tvd`` and ``tolerance`` (with ``tolerance_reason``) are the verdict; ``expected_accepted`` is
+    ``E[τ]``, ``profile`` is ``[P(τ ≥ 1), …, P(τ ≥ H)]``; ``counterexample`` is the worst sequence of a lossy verdict;
+    ``off_support`` the mass on sequences the target excludes; ``executions`` what was enumerated (or the recursion's
+    sub-problems, ``method``); ``reach`` what the rule reached. :meth:`to_json` is the certificate's JSON
+    (docs/certificates.md).
+    """
 
     verifier: str
     arithmetic: str
@@ -183,12 +288,67 @@ class Certificate:
 
 def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
             context: Context = (), config: dict | None = None, method: str = "enumerate") -> Certificate:
-    """Certify ``verifier``: exact TVD of its completed output law to ``q^(H+1)``, ``E[τ]``, counterexample.
+    """Certify ``verifier`` on one model pair and drafting: the exact TVD of its completed output law to ``q^(H+1)``,
+    ``E[τ]``, and the worst sequence when they differ.
 
-    Lossless means TVD within the tolerance (0 under fractions, :data:`FLOAT_TOLERANCE` under floats, or what a
-    verifier that computes in floats states through ``float_tolerance()``: a torch kernel) and no mass on a
-    sequence of target probability 0. ``method``: ``enumerate`` runs the rule itself on every draft and choice;
-    ``recursion`` computes the law by the rule's recursion in the registry (:func:`recursion_law`)."""
+    Lossless means a TVD within the tolerance (0 under fractions, :data:`FLOAT_TOLERANCE` under floats, or what a
+    verifier computing in floats states through ``float_tolerance()``, as a torch kernel does) and no mass on a
+    sequence of target probability 0. The verdict covers this pair only: :func:`exact.pairs.certify_pairs` tries
+    several, :func:`exact.prove.prover.prove` decides every pair of a shape.
+
+    Why ``1e-10`` under floats: the completed law is a sum of at most a few ``10^5`` products of a dozen rounded
+    factors, each with a relative error near ``1e-16``, so rounding stays below ``1e-12`` (the tests compare float64
+    with exact rationals to that bound); the tolerance leaves a margin of 100.
+
+    Parameters
+    ----------
+    model : ModelPair
+        The draft ``p`` and the target ``q`` (:mod:`simulator.models`).
+    drafter : Drafter
+        How the round's tree is drafted: ``FixedShape(topology, scheme)``, DySpec's or ADED's drafter
+        (:mod:`simulator.drafting`).
+    verifier : str or callable
+        A registry name (``"tv-sps"``, ``specproof list``), ``"module:function"``, or a function
+        ``verify(tree, p, q, rng) -> (node, y)`` (docs/plugins.md).
+    arithmetic : {"fraction", "float"}
+        Exact rationals (lossless: TVD = 0) or float64.
+    context : tuple of int
+        The tokens the round starts after.
+    config : dict, optional
+        Recorded in the certificate as given.
+    method : {"enumerate", "recursion"}
+        ``enumerate`` runs the rule on every draft and every choice; ``recursion`` computes the same law by the
+        rule's recursion in the registry (:func:`recursion_law`).
+
+    Returns
+    -------
+    Certificate
+        ``lossless``, ``tvd``, ``tolerance`` with its reason, ``expected_accepted`` (``E[τ]``), the acceptance profile
+        ``[P(τ ≥ 1), …]``, the counterexample of a lossy verdict, ``executions``, and ``reach``, what the rule reached
+        on this instance (:mod:`exact.reach`).
+
+    Raises
+    ------
+    InvalidParameterError
+        An unknown verifier, arithmetic or method; a rule on a drafting it is undefined on (Layer Verification on
+        a dynamic tree); ``method="recursion"`` for a rule with no recursion.
+    InvalidDistributionError
+        A model row that is not a probability vector.
+    VerifierFailure
+        The verifier raised: the message names its exception and its source line.
+    VerifierOutputError
+        The verifier returned something other than ``(node, y)`` or ``(node, y, completion)`` of this tree and
+        vocabulary.
+    RandomSourceError
+        A plugin drew from a source other than its ``rng`` (Python's ``random``, ``numpy.random``, torch).
+    RandomnessError
+        A malformed ``rng`` call (a probability outside ``[0, 1]``, weights with no mass).
+    ExactnessError
+        A float reached ``rng`` under ``fraction`` arithmetic.
+    ExecutionLimitError, TimeLimitError
+        The computation passed the execution or wall-clock limit in force (:func:`simulator.limits.limits`,
+        :func:`simulator.limits.time_limit`).
+    """
     name, fn = _resolve(verifier)
     if method not in METHODS:
         raise InvalidParameterError("method", f"unknown method {method!r}; choose from {METHODS}")
@@ -210,10 +370,37 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
 def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
                     reference: Callable[[int], dict[tuple[int, ...], float]], tolerance: float, reason: str,
                     config: dict | None = None) -> Certificate:
-    """:func:`certify` in float64 against a reference law of the first ``H+1`` tokens computed another way
-    (``reference(H + 1)``: a causal LM's joint from plain forward passes, while the rule reads tree-pass rows,
-    :mod:`simulator.torch_path.crosscheck`) instead of the view's own ``q^(H+1)``. Lossless means TVD ≤
-    ``tolerance`` (``reason`` says why that much) and no mass on a sequence the reference gives probability 0."""
+    """:func:`certify` in float64 against a reference law of the first ``H + 1`` tokens computed another way, instead of
+    the view's own ``q^(H+1)``: a causal LM's joint from plain forward passes, while the rule reads the rows a tree
+    pass computes (:mod:`simulator.torch_path.crosscheck`).
+
+    Parameters
+    ----------
+    model : ModelPair
+        The pair whose rows the rule reads.
+    drafter : Drafter
+        How the tree is drafted.
+    verifier : str or callable
+        A registry name, ``"module:function"`` or a verifier function.
+    reference : callable
+        ``reference(H + 1)``: the law to compare with, sequence → probability.
+    tolerance : float
+        Lossless means TVD ≤ ``tolerance`` and no mass on a sequence the reference gives probability 0.
+    reason : str
+        Why that much tolerance, recorded in the certificate.
+    config : dict, optional
+        Recorded in the certificate as given.
+
+    Returns
+    -------
+    Certificate
+        As :func:`certify`'s, in float64.
+
+    Raises
+    ------
+    SpecproofError
+        As :func:`certify`: an invalid verifier or row, a failing verifier, a draw outside ``rng``, a limit passed.
+    """
     name, fn = _resolve(verifier)
     tracer = plugin_tracer(fn)
     with computation() as scope:

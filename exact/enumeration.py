@@ -1,14 +1,6 @@
-"""Exhaustive enumeration of a randomised program's choices (docs/engines.md, "Exact").
-
-:class:`EnumeratingChooser` is a randomness handler that follows a prefix of branch indices, takes branch 0
-beyond it and records each choice's width; :func:`enumerate_outcomes` replays prefixes depth first (like
-Hypothesis's ``ChoiceTree``), yielding every execution with its exact probability. Zero-probability branches are
-pruned, so a rule never runs on an impossible state. Executions count against :mod:`simulator.limits`.
-
-:func:`expected_acceptance` is one drafted round's ``E[τ | tree, rows]`` over the rule's own choices only (a real
-round's, in ``specproof real-report``; docs/engines.md, "One round's expectation"), enumerated on the round's
-support (:func:`restrict_round`) with a vocabulary draw's undrafted outcomes lumped (:class:`LumpingChooser`).
-"""
+"""Exhaustive enumeration of a randomised program's choices (docs/engines.md, "Exact"): every execution with its
+exact probability (:func:`enumerate_outcomes`), and one drafted round's ``E[τ]`` over the rule's own choices
+(:func:`expected_acceptance`)."""
 
 from __future__ import annotations
 
@@ -34,7 +26,11 @@ IDENTITY_MEMO = 100_000
 
 
 class EnumeratingChooser:
-    """Follows ``prefix`` of branch indices, then branch 0; multiplies the probabilities of the branches taken."""
+    """Follows ``prefix`` of branch indices, then branch 0; multiplies the probabilities of the branches taken.
+
+    A randomness handler that records each choice's width, so that :func:`enumerate_outcomes` can replay every
+    other branch depth first (as Hypothesis's ``ChoiceTree`` does).
+    """
 
     def __init__(self, prefix: Sequence[int], exact: bool,
                  cache: dict | None = None) -> None:
@@ -170,7 +166,34 @@ def replayed(run: Callable[[tuple[int, ...]], tuple[T, object]]) -> Iterator[tup
 
 def enumerate_outcomes(program: Callable[[EnumeratingChooser], T], exact: bool = True
                        ) -> Iterator[tuple[T, Number]]:
-    """Every execution of ``program`` with its probability. The probabilities sum to 1."""
+    """Every execution of ``program`` with its probability, depth first.
+
+    ``program`` receives an :class:`EnumeratingChooser` as its ``rng``; each execution replays a prefix of branch
+    indices and takes branch 0 beyond it (as Hypothesis's ``ChoiceTree`` does), and branches of probability 0 are
+    pruned, so a rule never runs on an impossible state. Executions count against :mod:`simulator.limits`.
+
+    Parameters
+    ----------
+    program : callable
+        ``program(rng) -> result``, drawing every random choice through ``rng.bernoulli`` and ``rng.categorical``.
+    exact : bool
+        Probabilities as exact rationals (a float reaching ``rng`` is then an error) or floats.
+
+    Yields
+    ------
+    tuple
+        ``(result, probability)`` of each execution; the probabilities sum to 1.
+
+    Raises
+    ------
+    ExactnessError
+        A float reached ``rng`` with ``exact`` set.
+    RandomnessError, ChoiceLimitError
+        A malformed ``rng`` call; one execution making more than :data:`simulator.limits.MAX_CHOICES_PER_EXECUTION`
+        choices.
+    ExecutionLimitError, TimeLimitError
+        The enumeration passed a limit in force.
+    """
     # a categorical's branch lists, per weight vector, for this enumeration: the same rows recur in thousands of
     # executions, and validating and dividing them again dominated the run time
     cache: dict = {}  # by weight vector, and by the identity of a row object seen before
@@ -215,9 +238,30 @@ class DraftedRound:
 
 def restrict_round(parents: Sequence[int], tokens: Sequence[int], p: np.ndarray, q: np.ndarray,
                    sampled: Sequence[bool]) -> DraftedRound:
-    """The round of ``parents``/``tokens`` (``tokens[0]`` unused) with rows ``p [n, V]`` (read where
-    ``sampled[v]``) and ``q [n, V]``, restricted to its support (module docstring). A round whose support exceeds
-    :data:`MAX_SUPPORT` raises :class:`InvalidParameterError` on ``top_k``."""
+    """A real round restricted to its support: every token with mass in some row of the round, and the drafted tokens.
+
+    Under top-k processing the other tokens have zero mass in every row, so no rule's arithmetic sees them and no
+    draw can reach them: the restriction drops no mass and renormalises nothing.
+
+    Parameters
+    ----------
+    parents, tokens : sequence of int
+        The drafted tree (``tokens[0]`` is unused).
+    p, q : array of shape ``[n, V]``
+        The draft's and the target's rows at each node; ``p[v]`` is read only where ``sampled[v]``.
+    sampled : sequence of bool
+        Which nodes the drafter sampled children from.
+
+    Returns
+    -------
+    DraftedRound
+        The tree and its rows over the support; ``support[i]`` is token ``i``'s id in the full vocabulary.
+
+    Raises
+    ------
+    InvalidParameterError
+        On ``top_k``: the support holds more than :data:`MAX_SUPPORT` tokens.
+    """
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     inner = np.asarray(sampled, dtype=bool)
     mass = (q > 0).any(axis=0) | (p[inner] > 0).any(axis=0)
@@ -268,9 +312,33 @@ class Expectation:
 
 
 def expected_acceptance(verifier: Callable, drafted: DraftedRound, lump: bool = True) -> Expectation:
-    """``E[τ]`` of ``verifier`` (a reference rule: ``verifier(tree, p, q, rng) -> (node, token)``) on one drafted
-    round, every choice it makes enumerated; ``lump`` merges a vocabulary draw's undrafted outcomes
-    (:class:`LumpingChooser`)."""
+    """``E[τ | tree, rows]`` of one drafted round: the rule's own choices enumerated, the tree and rows fixed.
+
+    This is a real round's expectation in ``specproof real-report`` (docs/engines.md, "One round's expectation"):
+    its mean over rounds has the sampled mean's expectation and much less noise.
+
+    Parameters
+    ----------
+    verifier : callable
+        A reference rule ``verifier(tree, p, q, rng) -> (node, token)``.
+    drafted : DraftedRound
+        The round, restricted to its support (:func:`restrict_round`).
+    lump : bool
+        Merge a vocabulary draw's undrafted outcomes into one branch (:class:`LumpingChooser`): exact for every rule
+        whose later acceptance depends on such a token only through which drafted token it equals.
+
+    Returns
+    -------
+    Expectation
+        ``accepted`` (``E[τ]``), ``total`` (the probability enumerated, 1 up to rounding) and ``executions``.
+
+    Raises
+    ------
+    RandomnessError, ChoiceLimitError
+        A malformed ``rng`` call, or an execution with too many choices.
+    ExecutionLimitError
+        The enumeration passed the execution limit in force.
+    """
     tree = drafted.tree
     depth = [tree.depth(v) for v in range(len(tree))]
     kept = [x for x in tree.tokens[1:] if x is not None]

@@ -37,8 +37,54 @@ class GenerationLaw:
 
 def generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier, length: int,
                    arithmetic: str = "fraction", context: Context = ()) -> GenerationLaw:
-    """Every execution of :func:`generate` for ``length`` tokens, with its probability: one exact computation
-    (its round laws count against the same limit; each generated sequence counts as one)."""
+    """The exact law of the first ``length`` tokens over several draft–verify rounds: every execution of
+    :func:`simulator.montecarlo.generations.generate`, with its probability, in one exact computation.
+
+    Each round's law is computed once per distinct state (context, drafter state, completion rule) and applied to
+    every outcome; the drafter advances between rounds as in generation (ADED's table). Round laws count against the
+    same execution limit, and each generated sequence counts as one.
+
+    Parameters
+    ----------
+    model : ModelPair
+        The draft and target models.
+    drafter : Drafter
+        How each round's tree is drafted.
+    verifier : str or callable
+        A registry name (``"tv-sps"``, ``specproof list``), ``"module:function"``, or a function
+        ``verify(tree, p, q, rng) -> (node, y)`` (docs/plugins.md).
+    length : int
+        The number of tokens generated, ``N ≥ 1``.
+    arithmetic : {"fraction", "float"}
+        Exact rationals or float64.
+    context : tuple of int
+        The prompt's tokens.
+
+    Returns
+    -------
+    GenerationLaw
+        The law of the ``N`` tokens beside the target's, their TVD and counterexample, ``lossless``, the expected
+        number of rounds and of accepted draft tokens, and the law of the number of rounds.
+
+    Raises
+    ------
+    InvalidParameterError
+        An unknown verifier or arithmetic, or ``length`` out of range.
+    VerifierFailure
+        The verifier raised: the message names its exception and its source line.
+    VerifierOutputError
+        The verifier returned something other than ``(node, y)`` or ``(node, y, completion)`` of this tree and
+        vocabulary.
+    RandomSourceError
+        A plugin drew from a source other than its ``rng`` (Python's ``random``, ``numpy.random``, torch).
+    RandomnessError
+        A malformed ``rng`` call (a probability outside ``[0, 1]``, weights with no mass).
+    ExactnessError
+        A float reached ``rng`` under ``fraction`` arithmetic.
+    ExecutionLimitError, TimeLimitError
+        The computation passed the execution or wall-clock limit in force (:func:`simulator.limits.limits`,
+        :func:`simulator.limits.time_limit`).
+    """
     with computation() as scope:
         return _generation_law(model, drafter, verifier, length, arithmetic, context, scope)
 

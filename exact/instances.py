@@ -1,11 +1,5 @@
-"""Random exact instances for certification batteries: a rational model, a tree shape and a drafting scheme.
-
-Instances spread over every topology (explicit random BFS trees included) and every drafting scheme a
-verifier is lossless under (DySpec's and ADED's drafters with random settings of the same size), with
-vocab 2–4 and at most ``max_nodes`` draft nodes; the enumeration size is kept in check by bounding
-``vocab ** draft_nodes``. Models are :class:`RandomRationalModel` (small integer
-weights, zeros frequent, prefix-dependent), so certificates are exact and fast.
-"""
+"""Random exact instances for certification batteries (:func:`random_instances`): a rational model, a tree shape and
+a drafting scheme, small enough that certificates are exact and fast."""
 
 from __future__ import annotations
 
@@ -57,7 +51,13 @@ def random_shape(rng: np.random.Generator, shape: str, max_nodes: int) -> Topolo
 
 def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: int = 7,
                      max_outcomes: int = 3000) -> Iterator[Instance]:
-    """``count`` instances for ``spec``, cycling through shapes and the schemes it is lossless under."""
+    """``count`` instances for ``spec``, cycling through shapes and the schemes it is lossless under.
+
+    Instances spread over every topology (random BFS trees included) and every drafting scheme the verifier is
+    lossless under (DySpec's and ADED's drafters with random settings of the same size), with vocabularies of 2–4 and
+    at most ``max_nodes`` draft nodes; ``vocab ** draft_nodes`` is bounded to keep the enumeration small. Models are
+    :class:`~simulator.models.RandomRationalModel`: small integer weights, zeros frequent, prefix-dependent.
+    """
     rng = np.random.default_rng(seed)
     shapes = spec.shapes
     schemes = spec.lossless_under or ((spec.demo[1],) if spec.demo else ("iid",))

@@ -29,7 +29,20 @@ class Counterexample:
 
 
 class OutputLaw:
-    """The law of one round's output, with completion against a model view (``None`` for a bare tree)."""
+    """The law of one round's output, and its completion to ``H + 1`` tokens against a model view.
+
+    Parameters
+    ----------
+    outcomes : iterable of (RoundOutcome, probability)
+        The round's executions, as :func:`exact.enumeration.enumerate_outcomes` yields them; equal outcomes are
+        summed as they stream in (memory grows with the distinct outcomes, not the executions).
+    height : int
+        ``H``: completed sequences have ``H + 1`` tokens.
+    view : ModelView or None
+        The model completion reads (``None`` for a bare tree: then only the round's own law is available).
+    exact : bool
+        Whether probabilities are exact rationals.
+    """
 
     def __init__(self, outcomes: Iterable[tuple[RoundOutcome, Number]], height: int,
                  view: ModelView | None, exact: bool) -> None:
@@ -94,7 +107,20 @@ class OutputLaw:
                 self._extend(out, block + (x,), prob * px, rule, count)
 
     def completed(self) -> dict[Sequence_, Number]:
-        """The completed law over ``Σ^(H+1)`` (zero cells omitted)."""
+        """The completed law over ``Σ^(H+1)``: each outcome's ``path + (y,)`` extended by its completion rule.
+
+        Returns
+        -------
+        dict
+            Sequence → probability, zero cells omitted.
+
+        Raises
+        ------
+        ValueError
+            The law has no model view to complete with.
+        ExecutionLimitError
+            The completed sequences passed the execution limit in force (each counts).
+        """
         self._require_view()
         out: dict[Sequence_, Number] = {}
         count = active_count()
@@ -104,7 +130,18 @@ class OutputLaw:
         return out
 
     def target(self) -> dict[Sequence_, Number]:
-        """The target's joint ``q^(H+1)`` over ``Σ^(H+1)`` (zero cells omitted)."""
+        """The target's joint ``q^(H+1)`` over ``Σ^(H+1)``.
+
+        Returns
+        -------
+        dict
+            Sequence → probability, zero cells omitted.
+
+        Raises
+        ------
+        ValueError
+            The law has no model view.
+        """
         self._require_view()
         out: dict[Sequence_, Number] = {}
         self._extend(out, (), rational(1) if self.exact else 1.0, TARGET, active_count())
@@ -116,8 +153,25 @@ class OutputLaw:
         return distance.tvd, distance.counterexample
 
     def distance(self, reference: dict[Sequence_, Number] | None = None) -> "Distance":
-        """TVD to the target, the worst sequence, and the mass on sequences the target gives probability 0;
-        ``reference``: a law over ``Σ^(H+1)`` computed elsewhere, instead of the view's ``q^(H+1)``."""
+        """How the completed law differs from the target's.
+
+        Parameters
+        ----------
+        reference : dict, optional
+            A law over ``Σ^(H+1)`` computed another way (a causal LM's joint from plain forward passes), used instead of
+            the view's ``q^(H+1)``.
+
+        Returns
+        -------
+        Distance
+            ``tvd``, the ``counterexample`` (the sequence of largest difference, ``None`` when the laws agree exactly)
+            and ``off_support``, the mass on sequences the reference gives probability 0.
+
+        Raises
+        ------
+        ValueError
+            The law has no model view.
+        """
         mine, target = self.completed(), (self.target() if reference is None else reference)
         tvd = self._zero
         off_support = self._zero

@@ -1,10 +1,5 @@
-"""Certification over several model pairs: what one verdict covers, and the loop a search reuses.
-
-A certificate decides one model pair, and a subtle bug can hide from most pairs (one random pair in eight is
-common). :func:`certify_pairs` certifies a verifier on the pairs built from model seeds ``seeds`` in order and
-stops at the first lossy one. Its :class:`PairsResult` says how many pairs were certified, and that a LOSSLESS
-verdict covers those pairs, not every pair (only a proof does that).
-"""
+"""Certification over several model pairs (:func:`certify_pairs`): what one verdict covers, and the loop a search
+reuses."""
 
 from __future__ import annotations
 
@@ -72,9 +67,40 @@ def _seed_list(seeds: tuple[int, ...]) -> str:
 def certify_pairs(pair: Callable[[int], tuple[ModelPair, Drafter]], seeds: Iterable[int],
                   verifier: str | Verifier, arithmetic: str = "fraction", config: Callable[[int], dict] | None = None,
                   on_pair: Callable[[int, Certificate], None] | None = None, method: str = "enumerate") -> PairsResult:
-    """Certify ``verifier`` on ``pair(seed)`` (a model and its drafter) for each seed in order, stopping at the
-    first lossy pair; ``config(seed)`` is stored in each certificate, ``on_pair`` hears of each as it is done;
-    ``method`` as :func:`~exact.certificate.certify`'s."""
+    """Certify ``verifier`` on the model pair of each seed in order, stopping at the first lossy one.
+
+    A subtle bug can hide from most pairs (one random pair in eight is common), so one certificate rarely settles a
+    question; a LOSSLESS result covers the pairs tried, not every pair (only a proof does that).
+
+    Parameters
+    ----------
+    pair : callable
+        ``pair(seed) -> (model, drafter)``: the instance of one seed.
+    seeds : iterable of int
+        The seeds, in the order they are tried.
+    verifier : str or callable
+        A registry name (``"tv-sps"``, ``specproof list``), ``"module:function"``, or a function
+        ``verify(tree, p, q, rng) -> (node, y)`` (docs/plugins.md).
+    arithmetic : {"fraction", "float"}
+        Exact rationals or float64.
+    config : callable, optional
+        ``config(seed)``, recorded in that seed's certificate.
+    on_pair : callable, optional
+        ``on_pair(seed, certificate)``, called as each pair is done (progress).
+    method : {"enumerate", "recursion"}
+        As :func:`exact.certificate.certify`'s.
+
+    Returns
+    -------
+    PairsResult
+        The seeds certified and their certificates; ``lossless`` is true when every pair tried was.
+
+    Raises
+    ------
+    SpecproofError
+        Whatever :func:`exact.certificate.certify` raises on a pair (an invalid verifier or model, a failing
+        verifier, a limit passed).
+    """
     done_seeds, certs = [], []
     for seed in seeds:
         model, drafter = pair(seed)

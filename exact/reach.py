@@ -1,11 +1,5 @@
-"""What a certificate's rule reached on its instance (docs/certificates.md#what-the-verdict-could-see).
-
-A LOSSLESS verdict weighs only the decisions the rule took with positive probability: where no draft token is
-ever accepted, an acceptance bug cannot change the law. :class:`Reach` holds ``P(τ ≥ 1)``, the probability that
-the round ended at an inner node (its token a correction draw) and at a leaf (a bonus draw), the bug classes a
-probability of 0 hides, and for a plugin the share of its source lines that ran in executions of positive
-probability (:class:`LineTracer`, ``sys.settrace`` on the plugin's code only).
-"""
+"""What a certificate's rule reached on its instance (:class:`Reach`; docs/certificates.md#what-the-verdict-could-see):
+a LOSSLESS verdict weighs only the decisions taken with positive probability."""
 
 from __future__ import annotations
 
@@ -62,7 +56,13 @@ class Reach:
     """How often the rule took each kind of decision on this instance, and what a probability of 0 hides.
 
     ``p_inner`` and ``p_leaf`` are ``None`` where the law does not say (a recursion's); ``lines`` is ``None`` for a
-    built-in rule or a subject that is not a plugin function."""
+    built-in rule or a subject that is not a plugin function.
+
+    Where no draft token is ever accepted, an acceptance bug cannot change the law. So it holds ``P(τ ≥ 1)``, the
+    probability that the round ended at an inner node (a correction draw) and at a leaf (a bonus draw), the bug
+    classes a probability of 0 hides, and for a plugin the share of its source lines that ran in executions of positive
+    probability (:class:`LineTracer`, ``sys.settrace`` on the plugin's code only).
+    """
 
     p_accept: Number
     p_inner: Number | None

@@ -1,10 +1,5 @@
 """Reproducer files (docs/gate.md, "Reproducers and shrinking"): a model pair as a table, a tree shape, a drafting
-scheme and the subject, certified whole.
-
-A loss is a property of the output law over every draft tree the drafter can produce, so a reproducer keeps the
-drafting, not one fixed tree: ``specproof certify --case FILE`` enumerates it again and certifies the subject
-LOSSY. :class:`Reproducer` gives the JSON format; :func:`capture` records the rows a certification reads.
-"""
+scheme and the subject (:class:`Reproducer`), which ``specproof certify --case FILE`` certifies again."""
 
 from __future__ import annotations
 
@@ -59,7 +54,11 @@ class Reproducer:
     ``p``/``q`` hold the rows of every context the certification reads (keys as in ``--table``: ``""`` the round's
     empty prefix, ``"0,1"`` a context); ``parents`` is the fixed shape (absent for DySpec's dynamic trees, which
     take ``options``: ``budget``, or ``threshold`` and ``max_depth``). ``found`` (informative) records the TVD and
-    size."""
+    size.
+
+    A loss is a property of the output law over every draft tree the drafter can produce, so a reproducer keeps the
+    drafting, not one fixed tree: certifying it enumerates them again.
+    """
 
     vocab: int
     p: Rows
@@ -133,7 +132,32 @@ class Reproducer:
 
 
 def capture(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: str) -> Reproducer:
-    """The reproducer of one instance: the subject certified once on a recording model, and the rows it read."""
+    """The reproducer of one instance: the subject certified once on a recording model, and the rows it read.
+
+    Parameters
+    ----------
+    model : ModelPair
+        The model pair certified.
+    drafter : Drafter
+        A fixed shape or DySpec's drafter (ADED's table depends on its history: refused).
+    what : Subject
+        The verifier, plugin or kernel (:func:`exact.subject.subject`).
+    arithmetic : {"fraction", "float"}
+        The certification's arithmetic, recorded in the case.
+
+    Returns
+    -------
+    Reproducer
+        A table model of the rows read, the shape and scheme, and the subject: ``specproof certify --case`` certifies
+        it again.
+
+    Raises
+    ------
+    InvalidParameterError
+        A drafter a reproducer cannot hold.
+    SpecproofError
+        Whatever :func:`exact.certificate.certify` raises on the instance.
+    """
     recording = RecordingModel(model)
     certify(recording, drafter, what.fn, arithmetic)
     table = {name: {ctx: tuple(row) for ctx, row in read.items()} for name, read in recording.read.items()}
@@ -143,9 +167,20 @@ def capture(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: str) 
 
 
 def failing_case(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: str) -> Reproducer | None:
-    """The reproducer of a certification that fails inside the subject (an error raised on a branch, e.g. by a
-    torch kernel): the rows read up to the failure, which an enumeration of the case reads again in the same
-    order and so reaches the same branch; ``None`` when it certifies without failing."""
+    """The reproducer of a certification that fails inside the subject (an error raised on a branch, by a torch kernel
+    say): the rows read up to the failure, which an enumeration of the case reads again in the same order and so
+    reaches the same branch.
+
+    Parameters
+    ----------
+    model, drafter, what, arithmetic
+        As :func:`capture`'s.
+
+    Returns
+    -------
+    Reproducer or None
+        The case, or ``None`` when the certification finishes, or fails somewhere no branch locates.
+    """
     recording = RecordingModel(model)
     try:
         certify(recording, drafter, what.fn, arithmetic)
@@ -160,7 +195,23 @@ def failing_case(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: 
 
 
 def pruned(case: Reproducer) -> Reproducer:
-    """``case`` keeping only the rows its certification reads."""
+    """``case`` keeping only the rows its certification reads.
+
+    Parameters
+    ----------
+    case : Reproducer
+        A reproducer, as read by :func:`load_reproducer`.
+
+    Returns
+    -------
+    Reproducer
+        The same case over the rows its subject reads.
+
+    Raises
+    ------
+    SpecproofError
+        Whatever certifying the case raises.
+    """
     return capture(case.model(), case.drafter(), subject(case.subject, "case.subject"), case.arithmetic)
 
 
@@ -176,7 +227,28 @@ def _shape(drafter: Drafter) -> tuple[tuple[int, ...] | None, dict]:
 
 
 def parse_reproducer(data: object, source: str = "case") -> Reproducer:
-    """Read a reproducer object; every problem is a typed error naming the field (``case.parents[2]``, say)."""
+    """A reproducer from its JSON object (docs/gate.md, "Reproducers and shrinking").
+
+    Parameters
+    ----------
+    data : object
+        The parsed JSON: ``vocab``, ``p``, ``q`` (rows by context), ``drafting``, ``subject``, and ``parents`` for a
+        fixed shape (or DySpec's ``budget``, ``threshold``, ``max_depth``); ``arithmetic`` optional.
+    source : str
+        The field errors are named after (``case``).
+
+    Returns
+    -------
+    Reproducer
+        The case, ready to certify.
+
+    Raises
+    ------
+    InvalidParameterError
+        Anything missing or malformed, naming the field (``case.parents[2]``, ``case.drafting``).
+    InvalidDistributionError, InvalidTreeError
+        A row that is not a probability vector; a parent list that is not a BFS-ordered tree.
+    """
     if not isinstance(data, dict):
         raise InvalidParameterError(source, "must be a JSON object (a reproducer)")
     for key in ("drafting", "subject"):
@@ -204,5 +276,22 @@ def parse_reproducer(data: object, source: str = "case") -> Reproducer:
 
 
 def load_reproducer(path: str | Path) -> Reproducer:
+    """A reproducer file (``CASE.json``), read and parsed.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+
+    Returns
+    -------
+    Reproducer
+        As :func:`parse_reproducer` returns it.
+
+    Raises
+    ------
+    InvalidParameterError
+        The file is unreadable or not JSON, or a field is malformed (each names the field).
+    """
     return parse_reproducer(read_json(path, "case"), "case")
 

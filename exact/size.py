@@ -1,12 +1,5 @@
-"""The size of an exact computation, estimated before it starts, and the refusal of one that is too large
-(docs/limits.md, "Exact enumeration").
-
-Two estimates, by how the round is enumerated: drafted on demand (:mod:`simulator.drafting.lazy_draft`), Knuth's
-estimator over the choice tree (:func:`sample_executions`; refused only when the mean less two standard errors
-passes the limit); drafted eagerly, trees × (1 + executions per tree), from the drafter's bound or count
-(:func:`count_trees`) and one probe tree (:func:`probe`). Both add the ``V^(H+1)`` completed sequences. Numbers
-are base-10 logarithms; the run-time count (:mod:`simulator.limits`) still stops anything underestimated.
-"""
+"""The size of an exact computation estimated before it starts, and the refusal of one that is too large
+(:func:`estimate_round`; docs/limits.md, "Exact enumeration")."""
 
 from __future__ import annotations
 
@@ -184,7 +177,14 @@ def estimate_round(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
     """The size of one round's certificate (or of ``10^rounds_log10`` rounds, for the law of ``N`` tokens, whose
     completed sequences are ``extra_sequences_log10``). Drafted on demand: sampled (:func:`sample_executions`). Drafted
     eagerly, only the work the ambient ``max_executions`` affords is done: the bounds first, then the probe, then
-    (if the bound was too loose to decide) a count of the trees."""
+    (if the bound was too loose to decide) a count of the trees.
+
+    Two estimates, by how the round is enumerated: drafted on demand (:mod:`simulator.drafting.lazy_draft`), Knuth's
+    estimator over the choice tree (:func:`sample_executions`; refused only when the mean less two standard errors
+    passes the limit); drafted eagerly, trees × (1 + executions per tree), from the drafter's bound or count
+    (:func:`count_trees`) and one probe tree (:func:`probe`). Both add the ``V^(H+1)`` completed sequences. Numbers
+    are base-10 logarithms; the run-time count (:mod:`simulator.limits`) still stops anything underestimated.
+    """
     fn = verifier if callable(verifier) else load_verifier(verifier)[1]
     vocab = model.vocab
     sequences = (drafter.height + 1) * math.log10(vocab) if extra_sequences_log10 is None else extra_sequences_log10

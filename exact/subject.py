@@ -1,14 +1,6 @@
-"""What a battery, a hunt or a gate checks (:class:`Subject`): a built-in verifier, a ``module:function`` plugin,
-or a torch kernel through its adapter, with the tree shapes it is defined on and the drafting schemes it claims
-losslessness under.
-
-Its description is a small JSON object, the same in a gate config, a reproducer and a certificate:
-``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
-"chain", ...}`` (:data:`KERNEL_KEYS`). Defaults: a built-in's registry entry; a plugin, every shape under the
-schemes its function declares (``my_rule.schemes = ("without-replacement",)``), else ``iid``; a chain adapter,
-chains. ``"shapes"`` and ``"schemes"`` (a gate config's, or ``--schemes`` on the command line) override them: the
-claimed schemes are resolved here, one way for every command (docs/plugins.md, "Declaring the drafting schemes").
-"""
+"""What a battery, a hunt, a gate or a proof checks (:class:`Subject`, built by :func:`subject`): a built-in verifier,
+a ``module:function`` plugin or a torch kernel through its adapter, with the shapes it is defined on and the
+drafting schemes it claims (docs/plugins.md, "Declaring the drafting schemes")."""
 
 from __future__ import annotations
 
@@ -26,7 +18,13 @@ KERNEL_KEYS = ("kernel", "adapter", "dtype", "uniforms", "kernel_kwargs", "kerne
 
 @dataclass(frozen=True)
 class Subject:
-    """A verifier or kernel with its name, where it is defined and what it claims."""
+    """A verifier or kernel with its name, where it is defined and what it claims.
+
+    Its description is a small JSON object, the same in a gate config, a reproducer and a certificate:
+    ``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
+    "chain", ...}`` (:data:`KERNEL_KEYS`). ``"shapes"`` and ``"schemes"`` (a gate config's, or ``--schemes``) override
+    the defaults: the claimed schemes are resolved here, one way for every command.
+    """
 
     name: str
     fn: Verifier = field(compare=False)
@@ -119,8 +117,35 @@ def declared_schemes(fn: object, name: str) -> tuple[str, ...] | None:
 
 
 def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] | None = None) -> Subject:
-    """A :class:`Subject` from a registry name, ``module:function``, a description object, a verifier function or
-    a :class:`simulator.torch_path.kernels.Kernel`; ``schemes`` overrides the drafting schemes it is checked under."""
+    """What a battery, a hunt, a gate or a proof checks, built from any of the ways a caller names it.
+
+    Defaults: a built-in's registry entry; a plugin, every shape under the schemes its function declares
+    (``my_rule.schemes = ("without-replacement",)``), else ``iid``; a chain adapter, chains.
+
+    Parameters
+    ----------
+    what : object
+        A registry name (``"tv-sps"``), ``"module:function"``, a description object (``{"verifier": ...}`` or
+        ``{"kernel": ..., "adapter": ...}``, with optional ``"shapes"`` and ``"schemes"``), a verifier function, a
+        :class:`simulator.torch_path.kernels.Kernel`, or a :class:`Subject` (returned as it is).
+    field_name : str
+        The field errors are named after.
+    schemes : sequence of str, optional
+        The drafting schemes it is checked under, overriding what it claims (``--schemes``).
+
+    Returns
+    -------
+    Subject
+        Its name, the callable verifier, its description, the shapes it is defined on and the schemes it claims.
+
+    Raises
+    ------
+    InvalidParameterError
+        An unknown name, key, shape or scheme, a module or function that cannot be imported, or a value of another
+        type, naming ``field_name``.
+    MissingDependencyError
+        A kernel described while torch is not installed (the message names the extra).
+    """
     if isinstance(what, Subject):
         return what
     if isinstance(what, dict):

@@ -1,10 +1,8 @@
-"""The arithmetic every array rule shares, written once for numpy and torch (the array API, ``array-api-compat``):
-row sums, the clipped ratio, the residual, the categorical draw, integer powers, distinct rows and GBV's ranking.
-Each mirrors a scalar function of :mod:`simulator.numeric`, :mod:`simulator.randomness` or a reference rule
-operation for operation, so an array rule decides exactly as its reference on the same uniforms (float64 on the
-CPU). Single-step rules' own arithmetic is in :mod:`simulator.verifiers.single_step_arrays`.
+"""The arithmetic every array rule shares, written once for numpy and torch (``array-api-compat``).
 
-Shapes: a row batch is ``[m, V]`` (a row per trial or node), per-row scalars ``[m]``.
+Each function mirrors a scalar one of :mod:`simulator.numeric`, :mod:`simulator.randomness` or a reference rule
+operation for operation, so an array rule decides as its reference does on the same uniforms. Shapes: rows
+``[m, V]``, per-row scalars ``[m]``.
 """
 
 from __future__ import annotations
@@ -195,11 +193,11 @@ def ipow(x, k):
 
 
 def distinct_rows(rows):
-    """``(first [d], inverse [m])``: where each distinct row of ``rows`` ``[m, c]`` first stands (in the order
-    found) and each row's index among them. Rows are ordered by two keys (the last column, then a fixed projection) and neighbours compared
-    exactly, so different rows are never merged (rows of equal keys that differ stay apart; interleaved, a row
-    may be kept twice — solved twice, never wrongly). ``np.unique(axis=0)`` gives the same at 20× the cost on
-    LV's rows: it sorts whole rows, and a level's rows share their long draft prefix."""
+    """``(first [d], inverse [m])``: where each distinct row of ``rows`` ``[m, c]`` first stands (in the order found)
+    and each row's index among them. Rows are ordered by two keys (the last column, then a fixed projection) and
+    neighbours compared exactly, so different rows are never merged (rows of equal keys that differ stay apart;
+    interleaved, a row may be kept twice — solved twice, never wrongly). ``np.unique(axis=0)`` gives the same at 20× the
+    cost on LV's rows: it sorts whole rows, and a level's rows share their long draft prefix."""
     xp = array_namespace(rows)
     count, width = rows.shape
     weights = xp.asarray([1.0 / (j + 1) for j in range(width)], dtype=rows.dtype, device=device(rows))

@@ -1,12 +1,7 @@
-"""Completion rules: how a round's output ``path + (y,)`` is extended to ``H+1`` tokens (docs/notation.md).
+"""Completion rules: how a round's output ``path + (y,)`` is extended to ``H + 1`` tokens (docs/notation.md).
 
-A verifier that leaves later rounds alone is completed with the target ``q`` (both seeds' Lemma A.1 /
-Lemma 2). Greedy block verification is lossless only if the tokens after its output are drawn from a
-modified target (block_verification.txt Alg. 5, Eq. 31, Lemma 8); it returns
-:class:`GreedyBlockCompletion` beside ``(node, y)`` and every engine completes with it.
-
-A rule's ``next_row(block, view)`` is the distribution of the next token given the ``block`` of tokens
-generated so far in this round (relative to the round's context).
+A rule's ``next_row(block, view)`` is the next token's distribution given the round's tokens so far: the
+target's, or greedy block verification's modified target.
 """
 
 from __future__ import annotations
@@ -20,7 +15,11 @@ from .numeric import Number, normalise, positive_part, total
 
 @dataclass(frozen=True)
 class TargetCompletion:
-    """Complete with the target model's conditionals."""
+    """Complete with the target model's conditionals.
+
+    A verifier that leaves later rounds alone is completed with it (Traversal Verification's Lemma A.1, Block
+    Verification's Lemma 2).
+    """
 
     def next_row(self, block: Context, view: ModelView) -> tuple[Number, ...]:
         return view.q(block)
@@ -49,6 +48,10 @@ class GreedyBlockCompletion:
 
     ``gamma`` is the draft length ``γ``. If the joint residual has no mass the state is unreachable (its
     probability under Lemma 9's recursion is ``Σ_x (M_b − M_s)_+(s, x) = 0``); the target is returned there.
+
+    Greedy block verification is lossless only with this completion (Block Verification, Sun et al., ICLR 2025,
+    arXiv:2403.10444, Alg. 5, Eq. 31, Lemma 8): the rule returns it beside ``(node, y)`` and every engine completes
+    with it.
     """
 
     gamma: int

@@ -1,10 +1,6 @@
-"""Reading the project's input files (tables, cases, corpora) and writing its outputs, with errors that name the
-option or file.
-
-Every way an input can be wrong (unreadable, binary, not JSON, nested too deep) is a typed error naming its
-option. An output path is checked before a computation starts; a write that still fails (a full disk) is
-:class:`simulator.errors.OutputError` naming the file, reported without losing the verdict already printed.
-"""
+"""Reading the project's input files (tables, cases, corpora) and writing its outputs, with typed errors that name
+the option or file: an unreadable, binary, malformed or too deeply nested input, an output path checked before
+the work starts, a write that fails anyway (:class:`~simulator.errors.OutputError`)."""
 
 from __future__ import annotations
 

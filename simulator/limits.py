@@ -1,11 +1,5 @@
-"""Limits that keep every run finite: executions per exact computation, and wall-clock time (docs/limits.md).
-
-An exact computation may enumerate at most ``max_executions`` executions and completed sequences together
-(ambient, set by :func:`limits`; :class:`ExecutionLimitError` past it); :func:`computation` opens a count that
-nested computations join. One execution makes at most :data:`MAX_CHOICES_PER_EXECUTION` random choices.
-:func:`time_limit` stops a run after ``seconds`` with :class:`TimeLimitError`, even inside a plugin that never
-returns, through ``SIGALRM``: only in the main thread of a POSIX process.
-"""
+"""Limits that keep every run finite: executions per exact computation (:func:`limits`, :func:`computation`) and
+wall-clock time (:func:`time_limit`); docs/limits.md."""
 
 from __future__ import annotations
 
@@ -55,7 +49,12 @@ _ACTIVE: ContextVar["Count | None"] = ContextVar("specproof_count", default=None
 @contextmanager
 def limits(max_executions: int | None = DEFAULT_MAX_EXECUTIONS,
            progress: Callable[[float], None] | None = None) -> Iterator[Limits]:
-    """Set the limits of the exact computations started inside the block."""
+    """Set the limits of the exact computations started inside the block.
+
+    An exact computation may enumerate at most ``max_executions`` executions and completed sequences together
+    (:class:`~simulator.errors.ExecutionLimitError` past it); one execution makes at most
+    :data:`MAX_CHOICES_PER_EXECUTION` random choices.
+    """
     token = _LIMITS.set(Limits(max_executions, progress))
     try:
         yield _LIMITS.get()
@@ -180,7 +179,7 @@ def time_limit(seconds: float | None, describe: Callable[[], str] | None = None)
     """Raise :class:`TimeLimitError` in the block after ``seconds`` of wall-clock time (``None``, 0 or ``inf``: no
     limit).
     ``describe()`` says how far the run got, for the message. Uses ``SIGALRM``, so it acts in the main thread of a
-    POSIX process only; elsewhere it does nothing."""
+    POSIX process only; elsewhere it does nothing. The alarm stops even a plugin that never returns."""
     if seconds is not None and (isinstance(seconds, bool) or not seconds >= 0):
         raise InvalidParameterError("timeout", f"must be a number of seconds ≥ 0, got {seconds!r}")
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()

@@ -1,12 +1,5 @@
-"""Arithmetic shared by every engine: validation, normalisation and residuals of probability vectors.
-
-Vectors are plain tuples whose entries are either all ``float`` or all exact rationals; the same code runs under
-both, which is what lets the exact engine certify the very functions that sample. Exact rows are made by
-:func:`rational`: ``gmpy2.mpq`` where gmpy2 is installed (GMP's integers: several times faster than Python's at
-the hundreds of digits an exact law reaches), ``fractions.Fraction`` otherwise or when the environment variable
-``SPECPROOF_RATIONALS=fraction`` asks for it. The two are the same numbers (equal, with equal hashes, printed
-alike), so every output is the same with either.
-"""
+"""Arithmetic every engine shares: validation, normalisation and residuals of probability rows, written once for
+floats and exact rationals, so that the exact engine certifies the very functions that sample."""
 
 from __future__ import annotations
 
@@ -49,7 +42,12 @@ def check_arithmetic(arithmetic: str, field: str = "arithmetic") -> str:
 
 def rational_backend() -> str:
     """The rationals exact rows are made of: ``SPECPROOF_RATIONALS`` (``gmpy2`` or ``fraction``) if set, else
-    ``gmpy2`` where it is installed. Asking for ``gmpy2`` without it installed is an error, not a quiet fallback."""
+    ``gmpy2`` where it is installed. Asking for ``gmpy2`` without it installed is an error, not a quiet fallback.
+
+    ``gmpy2.mpq`` (GMP's integers) is several times faster than ``fractions.Fraction`` at the hundreds of digits an
+    exact law reaches; the two are the same numbers (equal, with equal hashes, printed alike), so every output is
+    the same with either.
+    """
     return _backend(os.environ.get("SPECPROOF_RATIONALS", "").strip())
 
 

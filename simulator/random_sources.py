@@ -1,18 +1,6 @@
-"""Random sources besides specproof's own, while user code runs: a plugin verifier (docs/plugins.md, "Draw only
-from rng") or a torch kernel under the capture (docs/kernels.md, "Random sources").
-
-A plugin's only randomness is its ``rng``, which has no continuous uniform, so every draw from Python's ``random``
-(``random.random()`` included), ``os.urandom``, ``numpy.random`` or torch's generators is refused with a typed
-error naming the source and the plugin's line (:func:`call_plugin`). Under the capture ``random.random()``
-becomes one of the capture's uniforms, enumerated like ``torch.rand``, and the other draws are refused the same
-way (torch's own random ops are the capture's to route). A verdict never rests on a draw the enumerator did not
-make.
-
-The same :class:`RandomSources` watches both: the names looked up at call time are replaced, a profiler sees
-draws through names bound earlier, and, for a kernel, the global generators' states are compared after it (for a
-plugin, called once per execution, that comparison would cost more than the round). This module does not import
-torch: torch is looked at only when it is already imported (``sys.modules``).
-"""
+"""Random sources other than specproof's own while user code runs: a plugin's draws outside its ``rng`` refused
+(:func:`call_plugin`), a kernel's ``random.random()`` made a capture uniform (:class:`RandomSources`);
+docs/plugins.md, "Draw only from rng". Torch is read only when already imported."""
 
 from __future__ import annotations
 
@@ -154,13 +142,18 @@ def _torch_draw(fn: object) -> str | None:
 
 
 class RandomSources:
-    """While entered: ``random.random`` and ``random.Random.random`` return ``uniform()`` (no ``uniform``, for a
-    plugin: they refuse, also when a library the plugin calls draws). For a kernel also ``numpy.random``'s
-    functions refuse, a profiler refuses draws through names bound before, and ``random``'s and numpy's global
-    states are compared on exit; for a plugin :func:`scan_plugin` finds such names in its code before it runs
-    (a profiler, or swapping numpy's names, at every call would cost more than the round). ``where(frame)`` names the user's line;
-    refusals are ``error(field, ...)``. While the capture's own code runs, it sets ``busy`` and switches
-    :meth:`profile` off."""
+    """While entered: ``random.random`` and ``random.Random.random`` return ``uniform()`` (no ``uniform``, for a plugin:
+    they refuse, also when a library the plugin calls draws). For a kernel also ``numpy.random``'s functions refuse, a
+    profiler refuses draws through names bound before, and ``random``'s and numpy's global states are compared on exit;
+    for a plugin :func:`scan_plugin` finds such names in its code before it runs (a profiler, or swapping numpy's names,
+    at every call would cost more than the round). ``where(frame)`` names the user's line; refusals are
+    ``error(field, ...)``. While the capture's own code runs, it sets ``busy`` and switches :meth:`profile` off.
+
+    One watch serves plugins and kernels: the names looked up at call time are replaced, a profiler sees draws
+    through names bound earlier, and, for a kernel, the global generators' states are compared after it (for a
+    plugin, called once per execution, that comparison would cost more than the round). A verdict never rests on a
+    draw the enumerator did not make. This module does not import torch: it looks at torch only in ``sys.modules``.
+    """
 
     def __init__(self, uniform: Callable[[], object] | None = None,
                  where: Callable[[FrameType | None], str] = user_line, error: type[SpecproofError] = KernelError,
@@ -314,9 +307,31 @@ _STORES = ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF")
 
 
 def call_plugin(fn: Callable[..., T], *args: object) -> T:
-    """``fn(*args)``, a user's verifier, with every draw outside its ``rng`` refused (:class:`RandomSourceError`,
-    field ``verifier``, naming the source and the line): its code is scanned once (:func:`scan_plugin`), and each
-    call runs under the replaced names. A plugin called inside a plugin runs under the outer watch."""
+    """``fn(*args)``, a user's verifier, with every draw outside its ``rng`` refused.
+
+    The plugin's code is scanned once (:func:`scan_plugin`): a name, module attribute or import that reaches another
+    random source is refused, even on a branch that would not run. Each call then runs with ``random.random()`` and
+    numpy's global draws replaced, and a profiler sees draws through names bound earlier. A plugin called inside a
+    plugin runs under the outer watch.
+
+    Parameters
+    ----------
+    fn : callable
+        The plugin, ``fn(tree, p, q, rng)`` for a verifier.
+    *args : object
+        Its arguments.
+
+    Returns
+    -------
+    object
+        What ``fn`` returns.
+
+    Raises
+    ------
+    RandomSourceError
+        On field ``verifier``: ``fn`` names or makes a draw from Python's ``random``, ``os.urandom``,
+        ``numpy.random`` or torch's generators; the message names the source and the plugin's line.
+    """
     if getattr(_PLUGIN, "calling", False):
         return fn(*args)
     scan_plugin(fn)

@@ -1,11 +1,6 @@
-"""The one randomness interface (docs/randomness.md). Drafters and verifiers make every random choice through it.
-
-Two calls, each consuming exactly one uniform ``u`` in ``[0, 1]``: ``bernoulli(prob)`` is ``u < prob``, always true
-at ``prob == 1``; ``categorical(weights)`` is the smallest index whose running sum exceeds ``u·Σw`` (weights
-unnormalised; a zero weight is never chosen). Handlers differ only in where ``u`` comes from:
-:class:`SamplingRandomness` (a seeded generator), :class:`ReplayRandomness` (a given array, as the torch path
-feeds) and the exact engine's enumerating chooser (:mod:`exact.enumeration`). Rules never know which runs them.
-"""
+"""The one randomness interface (docs/randomness.md): drafters and verifiers make every random choice through
+:class:`Randomness`, and handlers differ only in where each uniform comes from (a seeded generator, a replayed
+array, a counter stream, the exact engine's enumeration). Rules never know which runs them."""
 
 from __future__ import annotations
 
@@ -26,9 +21,59 @@ class Randomness(Protocol):
     index whose running sum of weights exceeds ``u·Σw``, in index order (``u = 1`` picks the last positive
     weight)."""
 
-    def bernoulli(self, prob: Number) -> bool: ...
+    def bernoulli(self, prob: Number) -> bool:
+        """One Bernoulli draw from the handler's next uniform ``u``: ``u < prob``, and ``prob == 1`` is always true.
 
-    def categorical(self, weights: Sequence[Number]) -> int: ...
+        Parameters
+        ----------
+        prob : int, float or rational
+            The probability of ``True``, in ``[0, 1]``. A float within :data:`BERNOULLI_FLOAT_SLACK` outside is taken as
+            the end point; under the exact engine with ``fraction`` arithmetic it must be exact (an ``int``, a
+            ``Fraction``).
+
+        Returns
+        -------
+        bool
+            ``True`` with probability ``prob``. Under the exact engine each outcome of positive probability is a branch
+            enumerated with its probability.
+
+        Raises
+        ------
+        RandomnessError
+            ``prob`` is not a number, is NaN or lies outside ``[0, 1]``; or a replay ran out of uniforms.
+        ExactnessError
+            A float under ``fraction`` arithmetic (the exact engine).
+        ChoiceLimitError
+            One enumerated execution made more than :data:`simulator.limits.MAX_CHOICES_PER_EXECUTION` choices.
+        """
+        ...
+
+    def categorical(self, weights: Sequence[Number]) -> int:
+        """One categorical draw from the handler's next uniform ``u``: the smallest index whose running sum of weights
+        exceeds ``u·Σw`` (a zero weight is never chosen; ``u = 1`` picks the last positive weight).
+
+        Parameters
+        ----------
+        weights : sequence of int, float or rational
+            Finite, non-negative weights with a positive sum; they need not be normalised. Exact under ``fraction``
+            arithmetic, as for :meth:`bernoulli`.
+
+        Returns
+        -------
+        int
+            The index drawn, with probability ``weights[i] / Σw``.
+
+        Raises
+        ------
+        RandomnessError
+            An empty, negative, NaN or infinite weight, or no mass at all (the field names the weight, ``weights[2]``);
+            or a replay ran out of uniforms.
+        ExactnessError
+            A float under ``fraction`` arithmetic (the exact engine).
+        ChoiceLimitError
+            One enumerated execution made too many choices.
+        """
+        ...
 
 
 #: A float Bernoulli parameter within this much of [0, 1] is taken as the end point: float rounding of a
@@ -99,9 +144,11 @@ class _UniformHandler:
         raise NotImplementedError
 
     def bernoulli(self, prob: Number) -> bool:
+        """The Bernoulli of :meth:`Randomness.bernoulli`, on this handler's next uniform."""
         return bernoulli_from_uniform(self._next_uniform(), check_bernoulli(prob))
 
     def categorical(self, weights: Sequence[Number]) -> int:
+        """The categorical of :meth:`Randomness.categorical`, on this handler's next uniform."""
         return categorical_from_uniform(self._next_uniform(), check_weights(weights))
 
 
@@ -240,7 +287,18 @@ class CounterRandomness(_UniformHandler):
 
 
 class ReplayRandomness(_UniformHandler):
-    """Uniforms read in order from a given array (values in ``[0, 1]``)."""
+    """Uniforms read in order from a given array, as the torch path feeds a batch's.
+
+    Parameters
+    ----------
+    uniforms : sequence of float
+        The uniforms, each in ``[0, 1]``.
+
+    Raises
+    ------
+    RandomnessError
+        A uniform outside ``[0, 1]`` (or NaN), naming it (``uniforms[3]``); a draw past the last uniform.
+    """
 
     def __init__(self, uniforms: Sequence[float]) -> None:
         values = [float(u) for u in uniforms]

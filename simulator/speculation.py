@@ -83,8 +83,8 @@ def speculate(view: ModelView, drafter: Drafter, verifier: Verifier, rng: Random
     return decide(draft.tree, draft.p, draft.q, verifier, rng, view.vocab)
 
 def lazy_program(view: ModelView, drafter: Drafter, verifier: Verifier) -> Callable[[Randomness], RoundOutcome] | None:
-    """:func:`speculate` with the tree drafted on demand (``drafter.lazy``, :mod:`simulator.drafting.lazy_draft`): a token
-    is drawn when the verifier first reads it. ``None`` when the drafter cannot draft lazily for this view."""
+    """:func:`speculate` with the tree drafted on demand (``drafter.lazy``, :mod:`simulator.drafting.lazy_draft`): a
+    token is drawn when the verifier first reads it. ``None`` when the drafter cannot draft lazily for this view."""
     lazy = getattr(drafter, "lazy", None)
     make = lazy(view) if lazy is not None else None
     if make is None:

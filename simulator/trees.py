@@ -1,12 +1,5 @@
-"""Draft-tree shapes (docs/drafting.md) and the :class:`DraftTree` a verifier sees.
-
-A tree is a parent list in BFS order: node 0 is the root (the prefix, parent ``-1``), every other node's
-parent has a smaller index and parents are non-decreasing, so children of a node are contiguous and ordered.
-Topologies (layer_verification.txt App. G, Fig. 4): ``chain(H)``, ``multi-chain(b, H)`` (the root has ``b``
-children, each continues as a chain), ``complete(b, H)``, ``tapered(b, H)`` (the root has ``b`` children; a
-non-root node with sibling index ``idx`` among ``s`` siblings has ``max(s − idx, 1)`` children), ``binary(H)``
-(= ``complete(2, H)``), and any explicit parent list.
-"""
+"""Draft-tree shapes (:func:`make_topology`; docs/drafting.md) and the :class:`DraftTree` a verifier sees. A tree is
+a parent list in BFS order: node 0 is the root, children of a node are contiguous and ordered."""
 
 from __future__ import annotations
 
@@ -107,7 +100,13 @@ def _grow(height: int, n_children: Callable[[int, int, int], int]) -> tuple[int,
 
 def make_topology(name: str, depth: int = 2, branching: int = 2,
                   parents: Sequence[int] | None = None) -> Topology:
-    """Build a topology by name; ``explicit`` takes ``parents``. Raises a typed error naming the field."""
+    """Build a topology by name; ``explicit`` takes ``parents``. Raises a typed error naming the field.
+
+    The shapes of Layer Verification's App. G, Fig. 4 (Cha et al., AdaptFM at ICML 2026): ``chain(H)``,
+    ``multi-chain(b, H)`` (the root has ``b`` children, each continuing as a chain), ``complete(b, H)``,
+    ``tapered(b, H)`` (the root has ``b`` children; a non-root node with sibling index ``idx`` among ``s`` siblings
+    has ``max(s − idx, 1)`` children), ``binary(H)`` (``complete(2, H)``), and ``explicit``, any BFS parent list.
+    """
     if name not in TOPOLOGIES:
         raise InvalidParameterError("topology", f"unknown topology {name!r}; choose from {sorted(TOPOLOGIES)}")
     if name == "explicit":
@@ -204,13 +203,38 @@ class TreeStructure:
         return len(self.parents)
 
     def children(self, v: int) -> tuple[int, ...]:
+        """The children of node ``v``, in order.
+
+        Parameters
+        ----------
+        v : int
+            A node id, ``0 ≤ v < len(tree)``.
+
+        Returns
+        -------
+        tuple of int
+            Their ids, contiguous and increasing (BFS order); empty for a leaf.
+        """
         return tuple(self._children[v])
 
     def depth(self, v: int) -> int:
+        """The depth of node ``v``: 0 at the root, the number of draft tokens on its path.
+
+        Parameters
+        ----------
+        v : int
+            A node id.
+
+        Returns
+        -------
+        int
+            Its depth.
+        """
         return self._depths[v]
 
     @property
     def height(self) -> int:
+        """The tree's height ``H``: the depth of its deepest node."""
         return max(self._depths)
 
     def is_chain(self) -> bool:
@@ -225,10 +249,27 @@ class TreeStructure:
 
 
 class DraftTree(TreeStructure):
-    """A drafted tree: BFS parent list plus the token of every non-root node (``tokens[0]`` is ``None``).
+    """A drafted tree: the object a verifier receives.
 
-    This is the object a verifier receives: ``parents``, ``tokens``, ``children(v)``, ``depth(v)``,
-    ``path(v)`` (the tokens from the root to ``v``, root excluded).
+    A verifier reads ``parents``, ``tokens`` (``tokens[0]`` is ``None``), ``children(v)``, ``depth(v)`` and ``path(v)``;
+    under the exact engine it receives a tree drafted on demand with the same methods
+    (:class:`simulator.drafting.lazy_draft.LazyTree`), not this class.
+
+    Parameters
+    ----------
+    parents : sequence of int
+        The parent of each node in BFS order: ``parents[0] == -1`` (the root, the prefix), every other node's parent
+        a smaller index, parents non-decreasing.
+    tokens : sequence of int or None
+        Each node's token; ``None`` at the root.
+    vocab : int, optional
+        The vocabulary size: tokens must lie in ``0..vocab-1``.
+
+    Raises
+    ------
+    InvalidTreeError
+        A parent list that is not a BFS-ordered rooted tree, or a token list of the wrong length, with a token at the
+        root, or a token that is not an id in range (the field names the entry, ``tokens[3]``).
     """
 
     def __init__(self, parents: Sequence[int], tokens: Sequence[int | None], vocab: int | None = None) -> None:
@@ -252,6 +293,19 @@ class DraftTree(TreeStructure):
             self._paths.append(self._paths[self.parents[v]] + (self.tokens[v],))  # type: ignore[operator]
 
     def path(self, v: int) -> tuple[int, ...]:
+        """The tokens from the root to ``v``, root excluded: what accepting ``v`` emits before the correction or bonus
+        token.
+
+        Parameters
+        ----------
+        v : int
+            A node id.
+
+        Returns
+        -------
+        tuple of int
+            ``depth(v)`` tokens.
+        """
         return self._paths[v]
 
     def __repr__(self) -> str:

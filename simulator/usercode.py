@@ -1,12 +1,6 @@
-"""Code specproof did not write — plugins, kernels, adapters and their modules: the code a plugin runs (found
-without running it), and the ways it can leave a run: an exception, an exit or interrupt it raised, a failed
-import, a missing optional dependency.
-
-Exit codes must not lie (docs/cli/README.md#exit-codes): a plugin's ``sys.exit(0)`` must not turn a gate green, nor
-its ``KeyboardInterrupt`` pass for the user's Ctrl-C. The command line runs inside :func:`interrupts_recorded`,
-which records a real SIGINT or SIGTERM; code running user code turns an exit or interrupt into a typed error
-unless :func:`interrupted` says the run was interrupted.
-"""
+"""Code specproof did not write (plugins, kernels, adapters, their modules): the code a plugin runs, found without
+running it, and the ways it can leave a run, each a typed error, so that exit codes never lie
+(docs/cli/README.md#exit-codes)."""
 
 from __future__ import annotations
 
@@ -43,7 +37,12 @@ _signalled: list[int] = []
 def interrupts_recorded() -> Iterator[None]:
     """Inside the block, SIGINT and SIGTERM are recorded (:func:`interrupted`) before ``KeyboardInterrupt`` is
     raised in the main thread; the previous handlers come back after it. Elsewhere than the main thread it does
-    nothing."""
+    nothing.
+
+    A plugin's ``sys.exit(0)`` must not turn a gate green, nor its ``KeyboardInterrupt`` pass for the user's Ctrl-C:
+    the command line runs inside this block, and code running user code turns an exit or interrupt into a typed
+    error unless :func:`interrupted` says the run was interrupted.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,11 +1,5 @@
-"""Worker processes that die with the process that started them (docs/limits.md, "Sweeps: one writer, no orphans").
-
-A sweep's workers compute for minutes and write nothing themselves; killed outright, the parent would leave them
-running, holding cores a resumed sweep needs. :func:`die_with_parent`, run first in each worker
-(:func:`pool_options`), arms ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux and polls ``os.getppid()`` elsewhere.
-Linux's signal follows the parent *thread*: submit to a ``ProcessPoolExecutor`` from a thread that outlives the
-pool (the main thread, as :func:`specproof.study.run_cells` does).
-"""
+"""Child and worker processes that die with the process that started them (docs/limits.md, "Sweeps: one writer,
+no orphans"): :func:`pool_options` for a sweep's pool, :func:`fork_child` for a supervised child."""
 
 from __future__ import annotations
 
@@ -27,7 +21,13 @@ POLL_SECONDS = 0.5
 
 def die_with_parent(parent: int) -> None:
     """Make this process die when process ``parent`` (the one that started it) dies; if it is already gone, exit
-    now. Call it first thing in a worker, with the parent's ``os.getpid()`` taken in the parent."""
+    now. Call it first thing in a worker, with the parent's ``os.getpid()`` taken in the parent.
+
+    A sweep's workers compute for minutes and write nothing themselves; were the parent killed outright, they would
+    keep the cores a resumed sweep needs. On Linux this arms ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, elsewhere it polls
+    ``os.getppid()``. Linux's signal follows the parent *thread*: submit to a ``ProcessPoolExecutor`` from a thread
+    that outlives the pool (the main thread, as :func:`specproof.study.run_cells` does).
+    """
     if sys.platform.startswith("linux") and _set_parent_death_signal(signal.SIGKILL):
         if os.getppid() != parent:  # the parent died before the signal was armed: nothing will send it
             os._exit(1)

@@ -1,11 +1,5 @@
-"""The layer_verification.txt toy study as a grid of Monte Carlo cells, run through a resumable store.
-
-A :class:`Cell` is one configuration; :func:`paper_cells` maps the paper's Tables 1 and 4–15 (transcribed with
-their source lines in ``simulator/data/layer_verification_toy.json``) to cells. :class:`Store` appends one record
-per (cell, model seed) as each seed finishes, so an interrupted sweep resumes without recomputing, and records
-depend only on the cell and seed, so a resumed sweep — local or on Dask (:func:`run_cells`) — gives the same
-numbers. One sweep at a time holds a store's lock (:meth:`Store.lock`).
-"""
+"""Layer Verification's toy study (Cha et al., AdaptFM at ICML 2026) as a grid of Monte Carlo cells
+(:func:`paper_cells`), run through a resumable store (:class:`Store`, :func:`run_cells`)."""
 
 from __future__ import annotations
 
@@ -44,7 +38,7 @@ except ImportError:  # not POSIX: stores are not locked
 #: The paper's base configuration (docs/models.md) and its structures.
 BASE = {"vocab": 15, "depth": 4, "branching": 2, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0}
 STRUCTURES = {"Multi-Chain": "multi-chain", "Tapered-Tree": "tapered", "Complete-Tree": "complete"}
-#: Ablation tables: the structure and the factor each varies (layer_verification.txt App. G).
+#: Ablation tables: the structure and the factor each varies (Cha et al. 2026, App. G).
 ABLATIONS = {
     4: ("complete", "depth"), 5: ("tapered", "depth"), 6: ("multi-chain", "depth"),
     7: ("complete", "branching"), 8: ("tapered", "branching"), 9: ("multi-chain", "branching"),
@@ -101,7 +95,13 @@ def _column_config(table: int, column: str) -> dict:
 
 
 def paper_cells(table: int, seeds: int = PAPER_SEEDS, trials: int | None = None) -> Iterator[tuple[str, int, Cell]]:
-    """``(method, column index, cell)`` for every method row (not the baseline) of a paper table."""
+    """``(method, column index, cell)`` for every method row (not the baseline) of a paper table.
+
+    The paper's Tables 1 and 4–15 are transcribed with their source lines in
+    ``simulator/data/layer_verification_toy.json``. Records depend only on the cell and seed, so a resumed sweep,
+    local or on Dask (:func:`run_cells`), gives the same numbers; one sweep at a time holds a store's lock
+    (:meth:`Store.lock`).
+    """
     spec = paper_tables()[f"Table {table}"]
     for method, values in spec["rows"].items():
         if method == "baseline":
@@ -133,7 +133,8 @@ def _rows(vocab: int, rho: float, tau_p: float, tau_q: float, depth: int, seed: 
 
 
 def exact_accept_len(cell: Cell, seed: int) -> float | None:
-    """The exact ``E[τ]`` of a token-verification cell for one model seed (:mod:`exact.recursions.token_dp`), else ``None``."""
+    """The exact ``E[τ]`` of a token-verification cell for one model seed (:mod:`exact.recursions.token_dp`), else
+    ``None``."""
     from exact.recursions.token_dp import DP_RULES, tv_expected_accepted
 
     if cell.verifier not in DP_RULES:

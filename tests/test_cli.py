@@ -172,7 +172,8 @@ def test_dyspec_printed_needs_float_and_says_so():
 
 
 def test_law_runs_traversal_on_the_papers_tree(tmp_path):
-    # traversal_verification.txt §3.2 (docs/rules.md): X1 = a is accepted together with X3 = b w.p. 2/3.
+    # Traversal Verification (Weng et al., NeurIPS 2025) §3.2 (docs/rules.md): X1 = a is accepted together
+    # with X3 = b w.p. 2/3.
     p, q = ["6/10", "3/10", "1/10"], ["3/10", "4/10", "3/10"]
     case = write_case(tmp_path, vocab=3, parents=[-1, 0, 0, 1, 1, 2], tokens=[None, 0, 2, 1, 2, 0],
                       verifier="trv", p={str(v): p for v in range(3)}, q={str(v): q for v in range(6)})

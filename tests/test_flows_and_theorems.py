@@ -113,8 +113,9 @@ def test_every_rule_outflow_is_within_q_and_at_most_alpha_star():
 
 
 def test_spec8_traversal_example():
-    # traversal_verification.txt §3.2: target q = [.3,.4,.3], draft p = [.6,.3,.1] at every node; the tree
-    # X1..X5 = a, c, b, c, a with X1, X2 under the root, X3, X4 under X1, X5 under X2 (its Figure 1).
+    # Traversal Verification (Weng et al., NeurIPS 2025) §3.2: target q = [.3,.4,.3], draft p = [.6,.3,.1] at
+    # every node; the tree X1..X5 = a, c, b, c, a with X1, X2 under the root, X3, X4 under X1, X5 under X2
+    # (its Figure 1).
     p, q = [F(6, 10), F(3, 10), F(1, 10)], [F(3, 10), F(4, 10), F(3, 10)]
     a, b, c = 0, 1, 2
     tree = DraftTree([-1, 0, 0, 1, 1, 2], [None, a, c, b, c, a])

@@ -33,7 +33,7 @@ def test_block_example_block_verification_is_11_9(block_example):
 def test_block_example_unconstrained_coupling_bound_is_12_9(block_example):
     view = ModelView(block_example, "fraction")
     assert chain_coupling_bound(view, 2) == F(12, 9)
-    # Greedy BV attains the bound (block_verification.txt Lemma 9 / Theorem 3) and stays lossless.
+    # Greedy BV attains the bound (Block Verification, Sun et al., ICLR 2025, Lemma 9 / Theorem 3) and stays lossless.
     cert = certify(block_example, FixedShape(CHAIN2), "greedy-bv")
     assert cert.lossless and cert.expected_accepted == F(12, 9)
 

@@ -26,7 +26,7 @@ def test_paper_tables_map_to_the_configurations_they_name():
     assert temps == {(0.5, 0.5), (0.75, 0.75), (1.0, 1.0), (1.5, 1.5)}
     assert {c.rho for _, _, c in paper_cells(10)} == {0.0, 0.25, 0.5}
     assert all(c.trials == 10**5 for t in range(4, 16) for _, _, c in paper_cells(t))
-    # Spot values transcribed from layer_verification.txt (Table 1 and Table 4).
+    # Spot values transcribed from Layer Verification (Cha et al. 2026), Table 1 and Table 4.
     tables = paper_tables()
     assert tables["Table 1"]["rows"]["lv-gr"][2] == {"accept_len": 3.28, "se": 0.05, "tvd": 0.2567}
     assert tables["Table 4"]["rows"]["baseline"][2]["tvd"] == 0.6217

@@ -306,7 +306,7 @@ def test_the_docs_live_in_the_repository_and_every_link_resolves():
 
 
 def test_the_sample_case_in_examples_gives_the_papers_number():
-    # traversal_verification.txt §3.2: X1 X3 (path [0, 1]) is accepted with probability 2/3.
+    # Traversal Verification (Weng et al., NeurIPS 2025) §3.2: X1 X3 (path [0, 1]) is accepted with probability 2/3.
     result = run(["law", "--case", str(REPO / "examples" / "case.json")])
     assert result.returncode == 0, result.stderr
     law = json.loads(result.stdout)["law"]

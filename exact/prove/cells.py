@@ -1,11 +1,5 @@
-"""The cell decomposition behind a symbolic proof (:mod:`exact.prove.proof`, docs/proofs.md).
-
-For each output sequence the space of model pairs is split depth first by the signs of the atoms its paths
-assumed, only while some path's validity is open, never into a cell the relaxation rules out
-(:class:`exact.prove.symbolic.LinearFeasibility`). In each cell ``Σ P(path) = q^(H+1)(s)`` is checked as an
-identity of rational functions (:class:`Reduced`, :func:`vanishes`); a failing cell is searched for an exact
-witness point (:func:`witness`).
-"""
+"""The cell decomposition behind a symbolic proof (:func:`check_cells`; docs/proofs.md): the space of model pairs
+split by the signs its paths assumed, and in each cell the law's identity checked exactly."""
 
 from __future__ import annotations
 
@@ -229,7 +223,13 @@ def check_cells(paths: list, target: dict, sequences: list, space: Space, feasib
     for a witness, and if it has none, for the equalities it forces (:func:`vanishing_terms`), until one witness is
     found; after that, failing cells are recorded as failing without a search (the verdict is REFUTED).
     ``on_cell(cell, open)`` hears of each cell as it is decided, with the regions still open (split but not
-    decided, and the sequences not started): the prover's progress and its ``--max-cells`` count."""
+    decided, and the sequences not started): the prover's progress and its ``--max-cells`` count.
+
+    The split runs depth first by the signs of the atoms the paths assumed, only while some path's validity is open,
+    never into a cell the relaxation rules out (:class:`exact.prove.symbolic.LinearFeasibility`). In each cell
+    ``Σ P(path) = q^(H+1)(s)`` is checked as an identity of rational functions (:class:`Reduced`, :func:`vanishes`);
+    a failing cell is searched for an exact witness point (:func:`witness`).
+    """
     cells: list[Cell] = []
     identities = 0
     memo: dict[frozenset, Reduced | None] = {}

@@ -1,18 +1,6 @@
-"""Proofs by lifting (docs/proofs.md, "Proofs by lifting"): token verification built from a single-step rule
-(:func:`simulator.verifiers.token_tree.tv`) is proved by proving its one step, then lifting the step to the tree.
-
-The *single-step claim* for a branching ``k``: at one context with any rows ``p``, ``q`` (symbols,
-:meth:`exact.prove.symbolic.Space.context_free`), ``k`` children drafted from ``p`` by the drafting scheme (fewer
-where ``p``'s support is short, as the scheme drafts them), the node's output token — the accepted candidate's, or
-the correction drawn on rejection; at a leaf (``k = 0``) the bonus token from ``q`` — has law ``q``. It is the same
-symbolic run and cell-by-cell identity as a whole-round proof (:mod:`exact.prove.proof`), on the code token
-verification runs at a node (:func:`simulator.verifiers.token_tree.token_step`), for every ``k`` of the shape.
-
-The *token-tree argument* lifts the claims to every tree whose branchings are all among those ``k``, at that ``V``
-and scheme, by induction on the height, under the hypotheses :func:`hypotheses` states (each checked as far as it
-can be: a verifier that is not a recognised lift is not lifted, and keeps the cell search). A failing claim's
-witness is placed on the tree and certified by the exact engine; only then is the verdict REFUTED.
-"""
+"""Proofs by lifting (docs/proofs.md, "Proofs by lifting"): token verification built from a single-step rule is proved
+by proving its one step at each branching of the shape (:func:`prove_claim`), then lifting the step to the tree
+(:func:`prove_lifted`)."""
 
 from __future__ import annotations
 
@@ -197,7 +185,15 @@ def claim_program(lift: Lift, scheme: str, k: int, space: Space, name: str):
 def prove_claim(lift: Lift, scheme: str, k: int, space: Space, feasible: LinearFeasibility, name: str,
                 tally: Tally) -> Claim:
     """The single-step claim at branching ``k``: every path of :func:`claim_program`, then ``Σ P(path) = q(x)``
-    for every output token ``x``, cell by cell (:func:`exact.prove.proof.decide`)."""
+    for every output token ``x``, cell by cell (:func:`exact.prove.proof.decide`).
+
+    The single-step claim for a branching ``k``: at one context with any rows ``p``, ``q`` (symbols,
+    :meth:`exact.prove.symbolic.Space.context_free`), ``k`` children drafted from ``p`` by the scheme (fewer where
+    ``p``'s support is short, as the scheme drafts them), the node's output token (the accepted candidate's, or the
+    correction drawn on rejection; at a leaf, ``k = 0``, the bonus token from ``q``) has law ``q``. It is the same
+    symbolic run and cell-by-cell identity as a whole-round proof (:mod:`exact.prove.proof`), on the code token
+    verification runs at a node (:func:`simulator.verifiers.token_tree.token_step`).
+    """
     started = time.perf_counter()
     program = claim_program(lift, scheme, k, space, name)
     if tally.descents:
@@ -237,7 +233,13 @@ def prove_lifted(what: Subject, lift: Lift, topology: Topology, scheme: str, voc
     the shape, then the token-tree argument. PROVED covers every tree whose branchings are among the shape's at
     this ``V`` and scheme; a failing claim's witness is placed on ``topology`` (:func:`placements`) and the
     verdict is REFUTED only when the exact engine certifies the placed rows lossy (or failing) there, UNDECIDED
-    otherwise. ``config`` is the asked shape's, as the certificate records it."""
+    otherwise. ``config`` is the asked shape's, as the certificate records it.
+
+    The token-tree argument lifts the claims to every tree whose branchings are all among those ``k``, at that ``V``
+    and scheme, by induction on the height, under the hypotheses :func:`hypotheses` states (each checked as far as it
+    can be: a verifier that is not a recognised lift is not lifted, and keeps the cell search). A failing claim's
+    witness is placed on the tree and certified by the exact engine; only then is the verdict REFUTED.
+    """
     space = Space.context_free(vocab)
     feasible = LinearFeasibility(space)
     ks = branchings(topology)

@@ -1,30 +1,6 @@
-"""The exact ceiling of one instance: the largest ``E[τ]`` any lossless verifier could reach (docs/optimum.md).
-
-For a model pair, a fixed draft-tree shape and a drafting scheme, a lossless verifier is a solution
-``π(T, v, y) ≥ 0`` of a linear system, one variable per drafted tree ``T`` (of probability ``P(T)``), node ``v``
-of ``T`` (the accepted node) and next token ``y``; its output is ``o = path(v) + (y,)``:
-
-* ``Σ_{v,y} π(T, v, y) = P(T)`` for every drafted tree;
-* ``Σ_{(T,v,y): o ⊑ s} π(T, v, y) · q(s[|o|:] | o) = q(s)`` for every ``s ∈ Σ^(H+1)``: the output completed by the
-  target reproduces the target.
-
-Maximising ``Σ π · depth(v)`` gives ``E[τ]*``. The bound is an oracle's: ``π`` may depend on rows of the model off
-the drafted tree, which a real verifier does not see; it equals the best tree-local rule on chains (Block
-Verification, its Theorem 2) and at depth 1 (the optimal-transport rule), elsewhere it is an upper bound.
-
-HiGHS solves the LP in floats (a vertex: the dual simplex, or interior point and crossover); the answer is then
-settled in exact rationals: the float solution's support gives a primal system solved exactly (sparse elimination), checked
-``x ≥ 0`` and every equality exactly; the support's columns and the others HiGHS's duals leave tight give a dual
-system ``A_J^T y = c_J`` solved exactly, checked ``A^T y ≥ c`` on every column; and ``b^T y = c^T x`` closes the
-proof (weak duality: nothing feasible does better).
-Floats only propose; the verdict rests on the exact checks.
-
-Columns that give the same output in the same tree (siblings drafted with the same token) are one column: they
-enter every row alike and have the same depth, so merging them keeps the optimum. Trees with the same set of
-root paths (siblings in another order under i.i.d. drafting, a duplicate sibling more or less) have the same
-columns and share one block, their probabilities added; a solution splits back in proportion, so this keeps the
-optimum too (:func:`paths_key`).
-"""
+"""The exact ceiling of one instance (:func:`optimum`; docs/optimum.md): the largest ``E[τ]`` any lossless verifier
+could reach, an LP solved by HiGHS and settled in exact rationals, and the optimal verifier as a runnable module
+(:func:`verifier_module`)."""
 
 from __future__ import annotations
 
@@ -207,7 +183,17 @@ def _completions(view: ModelView, height: int):
 
 def build_lp(model: ModelPair, drafter: Drafter, context: Sequence[int] = (), merge: bool = True) -> LP:
     """The LP of one instance, exact (module docstring); ``merge``: one block per :func:`paths_key` and one row per
-    class of sequences (:func:`_sequence_classes`), both keeping the feasible set of the output law."""
+    class of sequences (:func:`_sequence_classes`), both keeping the feasible set of the output law.
+
+    Variables ``π(T, v, y) ≥ 0``, one per drafted tree ``T`` (probability ``P(T)``), accepted node ``v`` and next token
+    ``y``, whose output is ``o = path(v) + (y,)``; rows ``Σ_{v,y} π(T, v, y) = P(T)`` for every drafted tree, and
+    ``Σ_{(T,v,y): o ⊑ s} π(T, v, y) · q(s[|o|:] | o) = q(s)`` for every ``s ∈ Σ^(H+1)`` (the output completed by the
+    target reproduces the target); objective ``Σ π · depth(v)``. Columns that give the same output in the same tree
+    (siblings drafted with the same token) enter every row alike with the same depth, so they are one column; trees
+    with the same root paths (siblings in another order under i.i.d. drafting, a duplicate sibling more or less) have
+    the same columns and share one block, their probabilities added, a solution splitting back in proportion. Both
+    merges keep the optimum.
+    """
     view = ModelView(model, "fraction", tuple(context))
     height = drafter.height
     vocab = view.vocab
@@ -451,7 +437,13 @@ def check_dual(lp: LP, y: Sequence) -> bool:
 
 def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: dict | None = None):
     """The exact primal point and dual certificate HiGHS's floats propose: ``(x, y)``, each ``None`` where its
-    exact system was inconsistent."""
+    exact system was inconsistent.
+
+    HiGHS's vertex (the dual simplex, or interior point and crossover) proposes; the float solution's support gives a
+    primal system solved exactly (sparse elimination), checked ``x ≥ 0`` and every equality exactly; the support's
+    columns and the others HiGHS's duals leave tight give a dual system ``A_J^T y = c_J`` solved exactly, checked
+    ``A^T y ≥ c`` on every column; ``b^T y = c^T x`` then closes the proof (weak duality).
+    """
     timings = {} if timings is None else timings
     start = time.perf_counter()
     support = [j for j, v in enumerate(x_float) if v > SUPPORT_TOLERANCE]
@@ -479,8 +471,43 @@ def settle(lp: LP, x_float: Sequence[float], y_float: Sequence[float], timings: 
 
 def optimum(model: ModelPair, drafter: Drafter, context: Sequence[int] = (),
             max_columns: int = MAX_COLUMNS, merge: bool = True, generate: bool = False) -> Optimum:
-    """``E[τ]*`` of one instance, solved by HiGHS and settled exactly (module docstring); ``generate``: HiGHS by
-    column generation from the dual (:func:`_float_solve`)."""
+    """``E[τ]*`` of one instance: the largest expected number of accepted draft tokens any lossless verifier could
+    reach, proved exactly (docs/optimum.md).
+
+    A lossless verifier is a solution ``π(T, v, y) ≥ 0`` of a linear system, one variable per drafted tree ``T``,
+    accepted node ``v`` and next token ``y``: ``Σ_{v,y} π(T, v, y) = P(T)`` for every tree, and the output completed by
+    the target reproduces ``q^(H+1)``. Maximising ``Σ π · depth(v)`` gives ``E[τ]*``. The bound is an oracle's (``π``
+    may read rows off the drafted tree); it equals the best tree-local rule on chains (Block Verification's Theorem 2)
+    and at depth 1. HiGHS solves the LP in floats; the answer is then settled in exact rationals: a primal point and a
+    dual certificate checked exactly, and equal objectives close the proof. Floats only propose.
+
+    Parameters
+    ----------
+    model : ModelPair
+        The draft and target models.
+    drafter : Drafter
+        A fixed shape with a fixed drafting scheme (``iid`` or ``without-replacement``).
+    context : sequence of int
+        The tokens the round starts after.
+    max_columns : int
+        The largest LP accepted, estimated as ``V^(nodes−1) · nodes · V`` columns.
+    merge : bool
+        Merge columns that give the same output in the same tree, and trees with the same root paths (the optimum is
+        unchanged: :func:`paths_key`).
+    generate : bool
+        Solve by column generation from the dual instead of the whole LP at once.
+
+    Returns
+    -------
+    Optimum
+        ``optimum`` (a ``Fraction``, or ``None`` when neither side checked), whether the primal and the dual checked
+        exactly and the objectives closed (``proved``), the LP's size and the timings.
+
+    Raises
+    ------
+    InvalidParameterError
+        A drafter that is not a fixed shape with a fixed scheme, or an LP over ``max_columns``.
+    """
     check_size(drafter, model.vocab, max_columns)
     began = time.perf_counter()
     timings: dict[str, float] = {}

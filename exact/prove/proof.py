@@ -1,12 +1,6 @@
-"""The machinery of a proof by cells, and its result :class:`Proof` (docs/proofs.md; the entry point is
-:func:`exact.prove.prover.prove`).
-
-The round runs on symbolic rows (:mod:`exact.prove.symbolic`), each path ending in a sequence ``s`` with a
-probability and the sign conditions it assumed. The space of model pairs is cut into cells by those signs
-(:mod:`exact.prove.cells`); in each, ``Σ_paths P(path) = q^(H+1)(s)`` is checked as an identity of rational
-functions. A failing cell with an exact witness point is REFUTED (the exact engine confirms it); one without is
-UNDECIDED, never PROVED. :class:`Tally` counts the proof's size against ``max_cells``.
-"""
+"""The machinery of a proof by cells and its result :class:`Proof` (docs/proofs.md; the entry point is
+:func:`exact.prove.prover.prove`): symbolic paths decided cell by cell (:func:`decide`), and the proof's size
+counted against its limit (:class:`Tally`)."""
 
 from __future__ import annotations
 
@@ -143,7 +137,15 @@ class Tally:
 
 @dataclass
 class Proof:
-    """The verdict and the evidence (``to_json`` is the certificate a second program can re-check)."""
+    """The verdict of :func:`exact.prove.prover.prove` and its evidence; :meth:`to_json` is the certificate a second
+    program can re-check (docs/proofs.md).
+
+    ``verdict`` is PROVED, REFUTED or UNDECIDED; ``cells`` are the regions of model pairs and what was checked in
+    each; ``witness`` is the reproducer of a refutation (certified LOSSY by the exact engine, its TVD in
+    ``witness_tvd``, or ``failure`` where the rule fails there instead); ``reason`` says why a verdict is not PROVED;
+    ``expectations`` holds, on a chain, the rule's ``E[τ]`` checked against its paper's closed form cell by cell;
+    ``method`` says how the verdict was reached.
+    """
 
     verdict: str
     verifier: str
@@ -258,7 +260,13 @@ def decide(paths: list, target: dict, sequences: list, stuck: list, space: Space
            tally: Tally) -> Decided:
     """``Σ P(path) = target(s)`` for every output sequence ``s``, cell by cell
     (:func:`exact.prove.cells.check_cells`; ``paths`` are ``(s, probability, signs, ...)``), after the regions of
-    the ``stuck`` paths (:func:`_stopped`); the identity is not checked once a stopped path fails with a witness."""
+    the ``stuck`` paths (:func:`_stopped`); the identity is not checked once a stopped path fails with a witness.
+
+    The round ran on symbolic rows (:mod:`exact.prove.symbolic`), each path ending in a sequence ``s`` with a
+    probability and the sign conditions it assumed; the cells are cut by those signs (:mod:`exact.prove.cells`). A
+    failing cell with an exact witness point is REFUTED (the exact engine confirms it); one without is UNDECIDED,
+    never PROVED.
+    """
     stopped = _stopped(stuck, space, feasible, tally)
     decided = Decided([], 0, len(stuck), stopped)
     if decided.failed_stop is None:  # the law's identity, cell by cell (moot once the rule fails somewhere)
@@ -354,9 +362,9 @@ class Expectation:
 
 def _expectations(forms: tuple, paths: list, space: Space, drafter, what: Subject, height: int,
                   tally: Tally) -> list[Expectation]:
-    """The rule's ``E[τ]`` on a chain against its paper's closed form (:mod:`exact.recursions.closed_forms`) for every model
-    pair (from the proof's own paths) and, where the paper gives one, against the form for context-independent rows
-    (a second, smaller space whose one ``p`` row and one ``q`` row serve every context)."""
+    """The rule's ``E[τ]`` on a chain against its paper's closed form (:mod:`exact.recursions.closed_forms`) for every
+    model pair (from the proof's own paths) and, where the paper gives one, against the form for context-independent
+    rows (a second, smaller space whose one ``p`` row and one ``q`` row serve every context)."""
     general, context_free = forms
     out = [_expectation(general, "every pair of rows", [(path[3], path[1], path[2]) for path in paths], space,
                         LinearFeasibility(space), height, tally.cell)]
@@ -374,7 +382,8 @@ def _expectation(form: Form, rows: str, paths: list, space: Space, feasible: Lin
                  height: int, on_cell: Callable[[Cell, int], None] | None = None) -> Expectation:
     """For every term of the form, ``Σ_{paths counting towards it} P(path) − term`` is zero on every cell of the
     decomposition of those paths and of the term's own branches (each ``min`` is a comparison). ``paths`` are
-    ``(accepted tokens, probability, signs)``; ``on_cell`` hears of each cell (:func:`exact.prove.cells.check_cells`)."""
+    ``(accepted tokens, probability, signs)``; ``on_cell`` hears of each cell (:func:`exact.prove.cells.check_cells`).
+    """
     view = SymbolicView(space)
     rounds = [(key, prob, signs) for accepted, prob, signs in paths for key in form.keys_of(accepted)]
     keys = form.keys(space.vocab, height)

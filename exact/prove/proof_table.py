@@ -1,8 +1,5 @@
 """The proof table (``specproof prove-table``, ``reports/proofs.md``): every built-in rule the symbolic run can
-follow, proved or refuted on the small shapes it supports, each negative control refuted with its witness, and
-the rules it cannot follow with the reason; the token-verification lifts also by lifting (exact/prove/lifting.py),
-beside their cell search and on a tree the cell search cannot reach; each case under a wall-clock limit, with the
-time it took."""
+follow, proved or refuted on small shapes (:func:`cases`), each case under a wall-clock limit."""
 
 from __future__ import annotations
 
@@ -50,7 +47,12 @@ def cases() -> list[Case]:
     they are lossy (``bug-gbv-clipped`` needs V = 3: at V = 2 its clipped ranking orders the tokens as the
     unclipped one does), and the rules the symbolic run cannot follow; then the token-verification lifts by
     lifting at V = 3, on one level (beside its cell search) and on the complete tree of branching 2 and depth 3,
-    with two controls refuted there."""
+    with two controls refuted there.
+
+    Each negative control is refuted with its witness, the rules the run cannot follow are listed with the reason,
+    and the token-verification lifts are proved by lifting too (:mod:`exact.prove.lifting`), beside their cell search
+    and on a tree the cell search cannot reach.
+    """
     out = []
     for rule in TREE_RULES:
         for scheme in _schemes(rule):

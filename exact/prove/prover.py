@@ -56,14 +56,52 @@ def _unsupported(name: str) -> str | None:
 
 def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, probes: int = 0,
           tally: Tally | None = None, method: str = "cells") -> Proof:
-    """Prove or refute losslessness of ``verifier`` for every model pair of ``topology`` (drafted by ``scheme``)
-    over ``vocab`` tokens. ``probes`` random exact points are certified by the exact engine first (a loss found
-    there refutes at once); ``tally`` counts the proof's size against its limit and reports progress. ``method``
-    (:data:`METHODS`): ``cells`` runs the whole round symbolically; ``lifting`` proves the single-step rule of a
-    token-verification lift and lifts it to every tree of the shape's branchings (:mod:`exact.prove.lifting`),
-    refusing a verifier that is not one; ``auto`` lifts where it can and runs the cells elsewhere (the command
-    line's default). Raises :class:`SymbolicError` for a rule the symbolic run cannot follow,
-    :class:`SizeLimitError` past the tally's ``max_cells``."""
+    """Prove or refute that ``verifier`` is lossless for every model pair of ``topology``, drafted by ``scheme``, over
+    ``vocab`` tokens.
+
+    The rows are symbols and the round runs on them symbolically; the space of model pairs is cut into cells by the
+    signs the run assumed, and in each cell the completed law is checked against ``q^(H+1)`` as an identity of
+    rational functions (docs/proofs.md). A failing cell with an exact witness, confirmed by the exact engine, is
+    REFUTED; a cell without one leaves the verdict UNDECIDED, never PROVED.
+
+    Parameters
+    ----------
+    verifier : str or Subject
+        A registry name, ``"module:function"``, or a :class:`~exact.subject.Subject`.
+    topology : Topology
+        The tree shape (:func:`simulator.trees.make_topology`).
+    scheme : str
+        The drafting scheme; it must be one the verifier claims (a proof is of a claim).
+    vocab : int
+        The vocabulary size ``V`` (symbols grow as ``V^H``: :func:`check_symbols`).
+    probes : int
+        Random exact points certified by the exact engine first; a loss there refutes at once.
+    tally : Tally, optional
+        Counts the proof's size against its ``max_cells`` and reports progress.
+    method : {"cells", "lifting", "auto"}
+        ``cells`` runs the whole round symbolically; ``lifting`` proves the single-step rule of a token-verification
+        lift and lifts it to every tree of the shape's branchings (:mod:`exact.prove.lifting`); ``auto`` lifts where
+        it can and runs the cells elsewhere (the command line's default).
+
+    Returns
+    -------
+    Proof
+        ``verdict`` (PROVED, REFUTED or UNDECIDED), the cells, the witness of a refutation (a reproducer certified
+        LOSSY) and, on chains, the paper's closed form of ``E[τ]`` checked on every cell.
+
+    Raises
+    ------
+    SymbolicError
+        A rule the symbolic run cannot follow (floats, irrational functions, a flow solved numerically).
+    InvalidParameterError
+        An unknown method or scheme, a scheme the verifier does not claim, or ``lifting`` for a verifier that is
+        not a lift.
+    SizeLimitError
+        A symbolic space over :data:`MAX_SYMBOLS` (refused before any set-up), or a proof past the tally's
+        ``max_cells``.
+    TimeLimitError
+        The wall-clock limit in force passed.
+    """
     started = time.perf_counter()
     tally = tally if tally is not None else Tally()
     if method not in METHODS:

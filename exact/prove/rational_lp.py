@@ -1,16 +1,5 @@
-"""A small exact linear program: is a system of linear sign conditions on non-negative rationals satisfiable?
-
-The symbolic prover prunes a branch only when its conditions cannot hold together, so the decision must be exact:
-a float solver's "infeasible" near a degenerate system (``g > 0`` beside ``g < 0``) would drop a region that
-exists. :func:`satisfiable` runs a dense two-phase simplex in exact rationals with Bland's rule (no cycling).
-Most systems are tiny; a large one (a degenerate cell's certificate: hundreds of equalities in hundreds of
-unknowns, minutes of exact pivots) is first solved by scipy's HiGHS in floats. If HiGHS finds a point, the exact
-simplex is run on the variables that point uses: a point it finds there is a point of the whole system. If HiGHS
-finds none and no condition is strict, it is asked for a Farkas certificate with a margin (multipliers of the
-conditions whose combination is negative on every ``x ≥ 0``), which is converted to rationals and checked
-exactly. Only when neither settles it does the exact simplex run on the whole system. Floats only ever propose:
-each answer rests on an exact point or an exact certificate.
-"""
+"""A small exact linear program (:func:`satisfiable`): is a system of linear sign conditions on non-negative rationals
+satisfiable? Floats only ever propose: each answer rests on an exact point or an exact certificate."""
 
 from __future__ import annotations
 
@@ -61,7 +50,18 @@ def satisfiable(forms: Sequence[Form], size: int) -> tuple[bool, list[Fraction] 
 
     A condition is ``a·x + c  ⋈  0`` with ``⋈`` one of ``>``, ``>=``, ``=``. Strict conditions share one slack
     ``t``: the system holds iff ``max t`` subject to ``a·x + c ≥ t`` (strict ones), ``a·x + c ≥ 0``, ``= 0``,
-    ``0 ≤ t ≤ 1`` is positive."""
+    ``0 ≤ t ≤ 1`` is positive.
+
+    The symbolic prover prunes a branch only when its conditions cannot hold together, so the decision must be exact:
+    a float solver's "infeasible" near a degenerate system (``g > 0`` beside ``g < 0``) would drop a region that
+    exists. A dense two-phase simplex in exact rationals with Bland's rule (no cycling) decides; a large system (a
+    degenerate cell's certificate: hundreds of equalities in hundreds of unknowns, minutes of exact pivots) is first
+    solved by scipy's HiGHS in floats. If HiGHS finds a point, the exact simplex runs on the variables that point
+    uses, and a point found there is a point of the whole system. If HiGHS finds none and no condition is strict, it
+    is asked for a Farkas certificate with a margin (multipliers whose combination is negative on every ``x ≥ 0``),
+    converted to rationals and checked exactly. Only when neither settles it does the exact simplex run on the whole
+    system.
+    """
     if size >= GUIDED_SIZE:
         support = _float_support(forms, size)
         if support is not None and len(support) < size:

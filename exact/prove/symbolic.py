@@ -1,12 +1,6 @@
-"""Symbolic rows, and a number type whose comparisons become branches (docs/proofs.md, "How it works").
-
-The rows a run may read are symbols on the simplex (:class:`Space`), and the reference rules run unchanged on
-:class:`Sym`, a rational function of them. :class:`SymbolicChooser` turns every comparison into a branch on the
-signs of its irreducible factors (*atoms*) and every random choice into a branch of rational probability;
-:func:`symbolic_paths` yields each path's output, probability and sign conditions, :func:`estimate_runs` counts
-paths beforehand. A sign is pruned only when its conditions provably cannot hold (:class:`LinearFeasibility`), so
-no region that exists is dropped.
-"""
+"""Symbolic rows and a number type whose comparisons become branches (docs/proofs.md, "How it works"): the reference
+rules run unchanged on :class:`Sym`, and :func:`symbolic_paths` yields each path's output, probability and sign
+conditions."""
 
 from __future__ import annotations
 
@@ -106,21 +100,6 @@ class Space:
                 coeffs[i] = Fraction(-1)
             out.append((coeffs, Fraction(1), ">="))
         return out
-
-    def linear_form(self, atom) -> tuple[list[Fraction], Fraction] | None:
-        """``(coefficients, constant)`` of a polynomial of degree ≤ 1, else ``None``."""
-        coeffs = [Fraction(0)] * len(self.names)
-        const = Fraction(0)
-        for monom, c in atom.terms():
-            degree = sum(monom)
-            if degree > 1:
-                return None
-            value = rational(c)
-            if degree == 0:
-                const = value
-            else:
-                coeffs[monom.index(1)] = value
-        return coeffs, const
 
     def evaluate(self, poly, point: Sequence[Fraction]) -> Fraction:
         """A polynomial of the ring at a rational point (one value per symbol)."""
@@ -315,7 +294,12 @@ def chooser() -> "SymbolicChooser":
 
 class SymbolicChooser:
     """The randomness interface and the comparison oracle of one path: follows ``prefix`` of branch indices, then
-    branch 0, and records every branch point's width (the enumerator's replay, as :mod:`exact.enumeration`)."""
+    branch 0, and records every branch point's width (the enumerator's replay, as :mod:`exact.enumeration`).
+
+    Every comparison becomes a branch on the signs of its irreducible factors (*atoms*), every random choice a branch
+    of rational probability. A sign is pruned only when its conditions provably cannot hold
+    (:class:`LinearFeasibility`), so no region that exists is dropped.
+    """
 
     def __init__(self, space: Space, prefix: Sequence[int], feasible: Callable[[dict], bool],
                  pick: Callable[[int], int] | None = None) -> None:

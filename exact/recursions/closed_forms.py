@@ -1,11 +1,5 @@
-"""The papers' closed forms for a chain's expected number of accepted draft tokens ``E[τ]`` (docs/proofs.md).
-
-Each :class:`Form` sums terms, one per accepted prefix or per length, written once for every number type —
-floats, fractions and the symbols of :mod:`exact.prove.symbolic` — so ``specproof prove`` checks every term on
-every cell. :data:`FORMS` holds them by the name a rule gives in the registry (``VerifierSpec.chain_expectation``):
-``token`` (Leviathan et al. 2023), ``block`` (Sun et al. 2025, Lemma 3; LV, TRV and GBV reduce to it on a chain)
-and ``greedy-block`` (Sun et al. 2025, Lemma 9, Theorem 3).
-"""
+"""The papers' closed forms of a chain's ``E[τ]`` (:data:`FORMS`; docs/proofs.md), term by term for every number type,
+so that ``specproof prove`` checks every term on every cell."""
 
 from __future__ import annotations
 
@@ -68,7 +62,13 @@ def level_term(rows: Rows, level: int) -> Number:
 @dataclass(frozen=True)
 class Form:
     """A closed form ``E[τ] = Σ_k term(k)``: over the accepted prefixes ``x^ℓ`` (``by = "prefix"``: ``term`` is
-    ``P(X^ℓ = x^ℓ, τ ≥ ℓ)``) or over the lengths ``ℓ`` (``by = "level"``: ``term`` is ``P(τ ≥ ℓ)``)."""
+    ``P(X^ℓ = x^ℓ, τ ≥ ℓ)``) or over the lengths ``ℓ`` (``by = "level"``: ``term`` is ``P(τ ≥ ℓ)``).
+
+    Written once for floats, fractions and the symbols of :mod:`exact.prove.symbolic`. :data:`FORMS` holds them by the
+    name a rule gives in the registry (``VerifierSpec.chain_expectation``): ``token`` (Leviathan et al., ICML 2023),
+    ``block`` (Sun et al., ICLR 2025, Lemma 3; LV, TRV and GBV reduce to it on a chain) and ``greedy-block`` (Sun et
+    al., ICLR 2025, Lemma 9, Theorem 3).
+    """
 
     term: Callable[[Rows, Key], Number]
     by: str

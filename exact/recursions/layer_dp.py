@@ -1,11 +1,5 @@
-"""The exact law of Layer Verification with the deepest level's draws summed in closed form (docs/engines.md,
-"LV's reduction over the deepest level").
-
-The leaves' scores ``a_w`` enter only LV's first backward categorical, which is linear in them when
-``Σ_x A(x | X) ≤ 1`` for every tuple (checked as the rule runs; refused otherwise). So only the drafts above depth
-``H`` are enumerated, and LV's own backward stage runs on one *virtual leaf* per (parent ``v``, token ``x``) with
-score ``λ_v Σ_X P(X) A(x | X)``. Exact under fractions.
-"""
+"""The exact law of Layer Verification with the deepest level's draws summed in closed form (:func:`layer_law`;
+docs/engines.md, "LV's reduction over the deepest level"). Exact under fractions."""
 
 from __future__ import annotations
 
@@ -121,7 +115,13 @@ class LayerReduction:
 def layer_law(view: ModelView, drafter: Any, rule: str, law: str = "iid") -> tuple[dict[RoundOutcome, Number], int]:
     """The round's law of LV lifting ``rule`` (a name of :data:`~simulator.verifiers.rules.RULES`, with its tuple
     ``law``) on ``drafter``'s trees, and the number of configurations above the deepest level enumerated.
-    ``drafter``: a fixed shape (LV is undefined on dynamic trees)."""
+    ``drafter``: a fixed shape (LV is undefined on dynamic trees).
+
+    The leaves' scores ``a_w`` enter only LV's first backward categorical, which is linear in them when
+    ``Σ_x A(x | X) ≤ 1`` for every tuple (checked as the rule runs; refused otherwise). So only the drafts above depth
+    ``H`` are enumerated, and LV's own backward stage runs on one *virtual leaf* per (parent ``v``, token ``x``) with
+    score ``λ_v Σ_X P(X) A(x | X)``.
+    """
     if not isinstance(drafter, FixedShape):
         raise InvalidParameterError("drafter", "the layer reduction covers fixed shapes")
     reduction = LayerReduction(view, drafter.topology, drafter.scheme, RULES[rule], law)

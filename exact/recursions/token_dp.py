@@ -1,11 +1,5 @@
-"""Exact ``E[τ]`` of token verification at the paper's scale, by dynamic programming over contexts, where
-enumerating draft trees is out of reach (``15^30`` at ``V = 15, H = 4``).
-
-Token verification walks down one path, so ``E(v, c) = E_X[Σ_i 1{i accepted | X} (1 + E(w_i, c·X_i))]`` over
-(shape node, context), ``X`` the children's i.i.d. tokens, ``w_i`` the ``i``-th child. This module holds the
-recursion; the expectation over ``X`` is the single-step rule's
-(:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.accepted_mean`).
-"""
+"""Exact ``E[τ]`` of token verification at the paper's scale by dynamic programming over contexts
+(:func:`tv_expected_accepted`), where enumerating draft trees is out of reach (``15^30`` at ``V = 15, H = 4``)."""
 
 from __future__ import annotations
 
@@ -27,7 +21,12 @@ def tv_expected_accepted(model: ModelPair, topology: Topology, verifier: str,
     array step for it (:class:`~simulator.verifiers.registry.VerifierSpec`'s ``exact_dp``), whose
     :meth:`~simulator.verifiers.single_step_arrays.ArrayStep.accepted_mean` is for SpS, RRS and K-SEQ a sum that
     factorises over positions, for GR a sum over its tabulated flows. Every context of a level is handled at once
-    (numpy, float64: exact up to rounding, ~1e-15)."""
+    (numpy, float64: exact up to rounding, ~1e-15).
+
+    Token verification walks down one path, so ``E(v, c) = E_X[Σ_i 1{i accepted | X} (1 + E(w_i, c·X_i))]`` over
+    (shape node, context), ``X`` the children's i.i.d. tokens, ``w_i`` the ``i``-th child; the expectation over ``X``
+    is the single-step rule's (:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.accepted_mean`).
+    """
     if verifier not in DP_RULES:
         raise InvalidParameterError("verifier", f"the DP covers {DP_RULES}, not {verifier!r}")
     step = VERIFIERS[verifier].exact_dp

@@ -1,19 +1,6 @@
 """The exact law of token verification's first ``H + 1`` tokens by a forward recursion over (prefix, shape node)
-(docs/engines.md, "Token verification's law by recursion"), where enumerating draft trees is out of reach
-(``15^30`` trees at ``V = 15``, complete ``b = 2``, ``H = 4``).
-
-Token verification walks down one path. After ``d`` tokens the round is in one of two kinds of state: *at node
-``v``*, every token so far accepted (``v`` at depth ``d``, the prefix ``s`` its path), or *done*, a correction or
-bonus token already emitted and the rest following the target. The same prefix is reached both ways, so each token's
-probability splits into its accept part and its residual part. At node ``v`` with ``k`` children the rule looks at
-(i.i.d. candidates from ``p_s``) its one array step gives ``P(candidate i accepted holding x)`` and ``P(every
-candidate rejected, correction x)`` at every context of the level at once
-(:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.token_law`): the first moves mass to child ``i`` at
-``s·x``, the second to *done* at ``s·x``; a leaf emits its bonus token from ``q_s``; *done* extends by ``q_s``. The
-law of ``Σ^(H+1)`` is *done* after ``H + 1`` tokens, compared with the target's joint over every sequence.
-
-float64, level by level: ``V^(H+1)`` sequences (759,375 at ``V = 15, H = 4``) and one mass vector per shape node.
-"""
+(:func:`token_law`; docs/engines.md, "Token verification's law by recursion"), in float64, where enumerating draft
+trees is out of reach."""
 
 from __future__ import annotations
 
@@ -77,7 +64,18 @@ class ArrayLaw:
 
 def token_law(view: ModelView, drafter: Any, step: Any) -> ArrayLaw:
     """The law of token verification lifting the array step ``step`` on ``drafter``'s fixed shape under i.i.d.
-    drafting, from the view's model (float64, empty context)."""
+    drafting, from the view's model (float64, empty context).
+
+    After ``d`` tokens the round is *at node* ``v`` (every token so far accepted, ``v`` at depth ``d``, the prefix
+    ``s`` its path) or *done* (a correction or bonus token emitted, the rest following the target); the same prefix
+    is reached both ways, so each token's probability splits into its accept part and its residual part. At node
+    ``v`` with ``k`` children the rule's array step gives ``P(candidate i accepted holding x)`` and ``P(every
+    candidate rejected, correction x)`` at every context of the level at once
+    (:meth:`~simulator.verifiers.single_step_arrays.ArrayStep.token_law`): the first moves mass to child ``i`` at
+    ``s·x``, the second to *done* at ``s·x``; a leaf emits its bonus token from ``q_s``; *done* extends by ``q_s``.
+    The law is *done* after ``H + 1`` tokens: ``V^(H+1)`` sequences (759,375 at ``V = 15, H = 4``), level by level,
+    one mass vector per shape node (``15^30`` trees there).
+    """
     if not isinstance(drafter, FixedShape) or drafter.scheme != "iid":
         raise InvalidParameterError("drafting", "the token-law recursion covers fixed shapes drafted i.i.d. (the "
                                                 "candidates of a node are i.i.d. from its draft row); enumerate "

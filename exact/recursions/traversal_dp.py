@@ -1,14 +1,5 @@
 """The exact law of Traversal Verification by recursion over subtrees, without enumerating draft trees
-(docs/engines.md, "TRV's exact recursion").
-
-TRV (:mod:`simulator.verifiers.traversal`) visits leaves in DFS post-order: once inside a node's subtree it stays
-there until it accepts or deletes the node, and the parent's update (Eqs. 1–3) reads the deleted node's token
-only. So a subtree is a sub-problem ``S(context, rate, shape)`` — the law of acceptances inside it and the
-probability it is deleted — memoised by its arguments. Exact under fractions. Each sub-problem solved, and each
-(state, draw) pair its children's law folds, counts as an execution of the computation (:mod:`simulator.limits`):
-the count follows the work, so ``--max-executions`` stops a recursion too large to finish as it stops an
-enumeration.
-"""
+(:func:`traversal_law`; docs/engines.md, "TRV's exact recursion"). Exact under fractions."""
 
 from __future__ import annotations
 
@@ -137,7 +128,15 @@ def traversal_law(view: ModelView, drafter: Any, merge: bool = True,
                   zero_draft: bool = True) -> tuple[dict[RoundOutcome, Number], int]:
     """The round's law of TRV (``merge``: equal siblings merged, as ``trv``; ``zero_draft``: Eq. 2's update) on
     ``drafter``'s trees, and the number of sub-problems solved. ``drafter``: a fixed shape under any drafting
-    scheme (dynamic trees are not covered)."""
+    scheme (dynamic trees are not covered).
+
+    TRV (:mod:`simulator.verifiers.traversal`) visits leaves in DFS post-order: once inside a node's subtree it stays
+    there until it accepts or deletes the node, and the parent's update (Eqs. 1–3) reads the deleted node's token
+    only. So a subtree is a sub-problem ``S(context, rate, shape)`` (the law of acceptances inside it and the
+    probability it is deleted), memoised by its arguments. Each sub-problem solved, and each (state, draw) pair its
+    children's law folds, counts as an execution (:mod:`simulator.limits`), so ``--max-executions`` stops a recursion
+    too large to finish as it stops an enumeration.
+    """
     if not isinstance(drafter, FixedShape):
         raise InvalidParameterError("drafter", "the traversal recursion covers fixed shapes (dynamic trees: enumerate)")
     recursion = TraversalRecursion(view, drafter.scheme, merge, zero_draft)

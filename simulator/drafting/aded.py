@@ -1,13 +1,6 @@
-"""ADED's adaptive drafts (aded_adaptive_draft_verification.txt; docs/drafting.md): a tri-gram table searched by MCTS.
-
-* :class:`TrigramTable` — Eq. 1 from a corpus, updated by App. Alg. 2 (:meth:`TrigramTable.adjusted`);
-* :func:`mcts_candidates` — App. Alg. 1 with the PUCT score of Eqs. 2–3, seeded by ``(seed, context)``: a draft
-  is a deterministic function of the table and the context;
-* :class:`Aded` — the drafter: candidates merged into a tree; ``advance`` updates the table with the generated
-  text (the paper's self-improvement).
-
-Alg. 2's constants, which the paper does not give, are ours (:class:`AdedConfig`).
-"""
+"""ADED's adaptive drafts (Liu et al., AAAI 2025, arXiv:2407.12021; docs/drafting.md): a tri-gram table
+(:class:`TrigramTable`, Eq. 1, App. Alg. 2) searched by MCTS (:func:`mcts_candidates`, App. Alg. 1), and the
+drafter :class:`Aded`, whose ``advance`` updates the table with the generated text."""
 
 from __future__ import annotations
 
@@ -220,7 +213,12 @@ def candidate_tree(candidates: Sequence[Sequence[int]], vocab: int) -> DraftTree
 
 @dataclass(frozen=True)
 class Aded:
-    """The ADED drafter: deterministic drafts from the current table, which ``advance`` updates."""
+    """The ADED drafter: deterministic drafts from the current table, which ``advance`` updates.
+
+    Its candidates are merged into one tree (:func:`candidate_tree`); a draft is a deterministic function of the
+    table and the context. ``advance`` is the paper's self-improvement. Alg. 2's constants, which the paper does not
+    give, are ours (:class:`AdedConfig`).
+    """
 
     table: TrigramTable
     config: AdedConfig = AdedConfig()

@@ -1,17 +1,6 @@
-"""Drafting in array form for KV-cached rounds on real models (:mod:`simulator.torch_path.spec_bench`): numpy and
-torch alike (``array-api-compat``), rows staying on the model's device.
-
-* :data:`ARRAY_SCHEMES` — a node's children drawn from draft rows ``[m, V]`` and uniforms ``[m, c]``: ``iid`` and
-  ``without-replacement``, the schemes that draw every child from a uniform;
-* :data:`ARRAY_DRAFTERS` — a whole round's draft, one kernel per drafter of
-  :mod:`simulator.drafting.drafter_registry` that has one: fixed shapes a level at a time (:class:`LevelDrafter`),
-  DySpec's greedy and threshold trees (:class:`DySpecArrays`, on the reference's own growing loops), ADED's
-  tri-gram drafts (:class:`AdedArrays`); :func:`array_drafter` looks one up by the reference drafter's scheme.
-
-Each draws exactly as its reference does on the same rows and uniforms, read in the same order (tested decision
-by decision): a kernel asks for draft rows through :class:`RoundSource` only when a draw needs them, feeding every
-node added since the last pass in one batch, so a round costs as few draft passes as the drafter's order allows.
-"""
+"""Drafting in array form for KV-cached rounds on real models, numpy and torch alike: per-node schemes
+(:data:`ARRAY_SCHEMES`) and whole-round kernels (:data:`ARRAY_DRAFTERS`: fixed shapes, DySpec, ADED), each drawing
+exactly as its reference does on the same rows and uniforms."""
 
 from __future__ import annotations
 
@@ -265,7 +254,13 @@ ARRAY_DRAFTERS: dict[type, Callable[[Any], ArrayDrafter]] = {
 
 def array_drafter(drafter: Any) -> ArrayDrafter:
     """The kernel of a reference drafter (a kernel is returned as it is), or a typed error naming the drafters that
-    have one."""
+    have one.
+
+    Each kernel draws as its reference drafter does on the same rows and uniforms, read in the same order (tested
+    decision by decision). It asks for draft rows through :class:`RoundSource` only when a draw needs them, feeding
+    every node added since the last pass in one batch, so a round costs as few draft passes as the drafter's order
+    allows. Rows stay on the model's device.
+    """
     if type(drafter) in ARRAY_DRAFTERS.values():
         return drafter
     make = ARRAY_DRAFTERS.get(type(drafter))

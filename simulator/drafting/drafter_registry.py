@@ -1,5 +1,6 @@
 """Every drafter by scheme name: fixed shapes (:mod:`simulator.drafting`), DySpec's dynamic trees
-(:mod:`simulator.drafting.dyspec`) and ADED's adaptive drafts (:mod:`simulator.drafting.aded`), built by :func:`make_drafter`.
+(:mod:`simulator.drafting.dyspec`) and ADED's adaptive drafts (:mod:`simulator.drafting.aded`), built by
+:func:`make_drafter`.
 """
 
 from __future__ import annotations

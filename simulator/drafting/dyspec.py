@@ -1,11 +1,6 @@
-"""DySpec's dynamic token trees (dyspec_dynamic_token_tree.txt, Algs. 1–2; corrections in docs/corrections.md).
-
-Each *sampling slot* has an estimated value ``v``; a slot at node ``u`` samples ``y`` from ``u``'s residual ``R``
-and opens ``u``'s next sibling slot (``v·(1 − R[y])``) and the new node's first child slot (``v·R[y]``).
-:class:`DySpecBudget` (Alg. 1) fills the slot of largest value up to a budget; :class:`DySpecThreshold` (Alg. 2)
-grows layer by layer above a threshold. The shape depends on the sampled tokens (all drawn through the
-randomness interface), so Layer Verification is undefined on these trees (docs/rules.md).
-"""
+"""DySpec's dynamic token trees (Xiong et al., arXiv:2410.11744, Algs. 1–2; corrections in docs/corrections.md):
+:class:`DySpecBudget` fills the most valuable sampling slot up to a budget, :class:`DySpecThreshold` grows layer by
+layer above a threshold."""
 
 from __future__ import annotations
 
@@ -51,7 +46,13 @@ def grow_greedy(budget: int, tree: Grower) -> None:
     """Alg. 1 on ``tree``: ``budget`` nodes, each from the slot of largest value. Slots are (−value, opening order,
     node, residual); the order breaks ties first-opened first. A node's first slot holds ``None`` until it is
     popped, when the node's draft row is read: a node never sampled from (the last ones, once the budget is spent)
-    has no row read."""
+    has no row read.
+
+    Each sampling slot has an estimated value ``v``: a slot at node ``u`` samples ``y`` from ``u``'s residual ``R``
+    and opens ``u``'s next sibling slot (value ``v·(1 − R[y])``) and the new node's first child slot (``v·R[y]``).
+    The shape depends on the tokens drawn (all through the randomness interface), so Layer Verification is undefined
+    on these trees (docs/rules.md).
+    """
     heap: list[tuple[Number, int, int, Sequence[Number] | None]] = [(-tree.one, 0, 0, None)]
     opened, added = 1, 0
     while added < budget and heap:

@@ -1,11 +1,6 @@
-"""Drafting on demand for the exact engine (docs/engines.md, "Lazy drafting").
-
-A :class:`LazyDraft` is a tree of the topology's shape whose tokens and rows are drawn when first read: reading a
-token first draws its ancestors' and earlier siblings' tokens, each from the eager drafter's own scheme code
-(:data:`simulator.drafting.SCHEMES`). Tokens never read are never drawn, and the law is unchanged
-(tests/test_lazy_draft.py, docs/engines.md for why). :func:`lazy_drafter` declines where node ids could depend
-on the draws; the caller then drafts eagerly.
-"""
+"""Drafting on demand for the exact engine (docs/engines.md, "Lazy drafting"): a :class:`LazyDraft` draws a token,
+from the eager drafter's own scheme code, only when it is first read; tokens never read are never drawn, and the
+law is unchanged."""
 
 from __future__ import annotations
 
@@ -27,7 +22,11 @@ MAX_SUPPORT_CONTEXTS = 10_000
 
 class LazyDraft:
     """One round's draft of ``topology`` whose tokens are drawn from ``rng`` when first read. ``tree``, ``p`` and
-    ``q`` are what a verifier receives (as :class:`~simulator.drafting.Draft`'s fields)."""
+    ``q`` are what a verifier receives (as :class:`~simulator.drafting.Draft`'s fields).
+
+    Reading a token first draws its ancestors' and earlier siblings' tokens, each from the eager drafter's own
+    scheme code (:data:`simulator.drafting.SCHEMES`).
+    """
 
     def __init__(self, topology: Topology, view: ModelView, sample: Sampler, rng: Randomness) -> None:
         self._view, self._rng, self._sample = view, rng, sample

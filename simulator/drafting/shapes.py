@@ -1,11 +1,6 @@
-"""Drafting schemes (docs/drafting.md; layer_verification.txt App. D.1): how a node's children get their tokens.
-
-Every scheme draws through the randomness interface, node by node in BFS order, so the exact engine enumerates
-the draft trees from this very code. :data:`SCHEMES`: ``iid`` (with replacement), ``without-replacement``,
-``almost-greedy`` (the top ``c−1`` tokens, then one sampled from the rest; Hu et al.) and ``top-k``
-(deterministic). Short-support rule: a node whose draft row has fewer positive tokens than the scheme needs gets
-fewer children, never a zero-probability token; the survivors keep BFS order.
-"""
+"""Drafting schemes (docs/drafting.md): how a node's children get their tokens, through the randomness interface
+node by node in BFS order, so the exact engine enumerates the draft trees from this very code; the drafter
+protocol (:class:`Drafter`) and fixed shapes (:class:`FixedShape`)."""
 
 from __future__ import annotations
 
@@ -109,7 +104,13 @@ class Draft:
 
 
 def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness) -> Draft:
-    """Draft a tree of the given shape from ``view``'s draft model, consuming randomness from ``rng``."""
+    """Draft a tree of the given shape from ``view``'s draft model, consuming randomness from ``rng``.
+
+    The schemes (:data:`SCHEMES`; Cha et al., AdaptFM at ICML 2026, App. D.1): ``iid`` (with replacement),
+    ``without-replacement``, ``almost-greedy`` (the top ``c − 1`` tokens, then one sampled from the rest; Hu et al.,
+    ICLR 2025, arXiv:2502.18779) and ``top-k`` (deterministic). A node whose draft row has fewer positive tokens than
+    the scheme needs gets fewer children, never a zero-probability token; the survivors keep BFS order.
+    """
     sample_children = SCHEMES[check_drafting(scheme)]
     shape_children: list[list[int]] = [[] for _ in topology.parents]
     for node, par in enumerate(topology.parents[1:], start=1):
@@ -135,15 +136,15 @@ def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness
 class Drafter(Protocol):
     """What every engine drafts with: one round's tree from a model view, through the randomness interface.
 
-    ``scheme`` names the drafting for the registry's ``lossless_under``; ``height`` bounds the depth of every
-    draft (a round's output is completed to ``height + 1`` tokens); ``advance(generated)`` returns the drafter
-    for the next round given every token generated so far (a stateless drafter returns itself).
+    ``scheme`` names the drafting for the registry's ``lossless_under``; ``height`` bounds the depth of every draft (a
+    round's output is completed to ``height + 1`` tokens); ``advance(generated)`` returns the drafter for the next round
+    given every token generated so far (a stateless drafter returns itself).
 
-    Optional: ``lazy(view)``, a function drafting one round on demand for the exact engine (tokens drawn when
-    a verifier first reads them, :mod:`simulator.drafting.lazy_draft`) or ``None`` where it cannot for this view; the
-    engine drafts eagerly without it. Present on every built-in drafter: ``log10_trees(vocab)``, log10 of an upper bound on the
-    number of distinct trees one round can draft, and ``size_options``, the options the trees grow with as the
-    command line names them (without ``--``); the exact engine's size estimate (:mod:`exact.size`) reads them.
+    Optional: ``lazy(view)``, a function drafting one round on demand for the exact engine (tokens drawn when a verifier
+    first reads them, :mod:`simulator.drafting.lazy_draft`) or ``None`` where it cannot for this view; the engine drafts
+    eagerly without it. Present on every built-in drafter: ``log10_trees(vocab)``, log10 of an upper bound on the number
+    of distinct trees one round can draft, and ``size_options``, the options the trees grow with as the command line
+    names them (without ``--``); the exact engine's size estimate (:mod:`exact.size`) reads them.
     """
 
     scheme: str
@@ -172,8 +173,8 @@ class FixedShape:
         return draft_tree(self.topology, view, self.scheme, rng)
 
     def lazy(self, view: ModelView) -> Callable[[Randomness], LazyDraft] | None:
-        """Drafting on demand for the exact engine (:mod:`simulator.drafting.lazy_draft`), or ``None`` where node ids could
-        depend on the draws (short draft rows under a scheme without replacement)."""
+        """Drafting on demand for the exact engine (:mod:`simulator.drafting.lazy_draft`), or ``None`` where node ids
+        could depend on the draws (short draft rows under a scheme without replacement)."""
         return lazy_drafter(self.topology, view, SCHEMES[self.scheme], self.scheme == "iid")
 
     def advance(self, generated: Context) -> "FixedShape":

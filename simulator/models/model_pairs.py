@@ -1,12 +1,6 @@
-"""Model pairs (docs/models.md): a draft ``p`` and a target ``q``, each a next-token distribution per context (the
-whole token prefix, a tuple of ints). Every model is lazy and deterministic: a context's rows depend only on
-the parameters and the context, never on query order.
-
-* :class:`SyntheticModel` — correlated Gaussian logits (layer_verification.txt App. G);
-* :class:`TableModel` — explicit rows per context, floats or exact ``Fraction``s;
-* :class:`RandomRationalModel` — small-integer weights per context, for exact tests;
-* :class:`ModelView` — one round's model and context, rows validated and cached in its arithmetic.
-"""
+"""Model pairs (docs/models.md): a draft ``p`` and a target ``q``, each a next-token row per context, lazy and
+deterministic (a context's rows depend only on the parameters and the context): :class:`SyntheticModel`,
+:class:`TableModel`, :class:`RandomRationalModel`, and :class:`ModelView`, one round's validated rows."""
 
 from __future__ import annotations
 
@@ -140,6 +134,8 @@ class SyntheticModel:
 
     ``u, ε^p, ε^q ~ N(0, I_V)`` are drawn per context from a generator keyed by ``(seed, context)``.
     The paper's base configuration is ``vocab=15, rho=0.5, tau_p=tau_q=1``.
+
+    The toy study's model: Layer Verification's App. G (Cha et al., AdaptFM at ICML 2026).
     """
 
     def __init__(self, vocab: int = 15, rho: float = 0.5, tau_p: float = 1.0, tau_q: float = 1.0,
@@ -163,11 +159,11 @@ class SyntheticModel:
 
     def row_arrays(self, contexts: Sequence[Context]) -> tuple[np.ndarray, np.ndarray]:
         """``p`` and ``q`` of many contexts as arrays ``[C, V]``, the numbers :meth:`p` and :meth:`q` give: each
-        context's normals from its own generator (once for both rows), then the same elementwise arithmetic on
-        all rows at once (a row's sum over its last axis is the sum a single row gets; the tests compare every
-        row). The generators run on arrays, a block of contexts of one length at a time
-        (:func:`simulator.models.seeded_normals.standard_normals`: the same normals in a fifth of the time); ``contexts``
-        may be a :class:`ContextTree`, whose blocks are arrays already."""
+        context's normals from its own generator (once for both rows), then the same elementwise arithmetic on all rows
+        at once (a row's sum over its last axis is the sum a single row gets; the tests compare every row). The
+        generators run on arrays, a block of contexts of one length at a time
+        (:func:`simulator.models.seeded_normals.standard_normals`: the same normals in a fifth of the time);
+        ``contexts`` may be a :class:`ContextTree`, whose blocks are arrays already."""
         blocks = contexts.blocks() if isinstance(contexts, ContextTree) else _blocks(contexts)
         normals = np.empty((len(contexts), 3, self.vocab))
         for at, tokens in blocks:

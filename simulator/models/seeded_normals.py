@@ -1,24 +1,5 @@
-"""Standard normals of many seeded numpy generators at once, bit for bit: row ``i`` of :func:`standard_normals` is
-``numpy.random.default_rng(numpy.random.SeedSequence(entropy[i])).standard_normal(count)``.
-
-The synthetic model (:class:`simulator.models.SyntheticModel`) keys a generator by each context; building a
-generator per context costs ~8 µs, most of the Monte Carlo engine's set-up (54,241 contexts at ``V = 15, H = 4``).
-The three stages numpy runs per generator are run here on arrays, one context per element:
-
-* ``SeedSequence``'s entropy pool and ``generate_state(4, uint64)`` (32-bit hashing; O'Neill's seed_seq design);
-* ``PCG64``'s seeding and its 128-bit LCG (XSL-RR output), in two 64-bit halves with 32-bit partial products;
-* ``Generator.standard_normal``'s ziggurat: a raw 64-bit word gives the layer (8 bits), the sign (1 bit) and a
-  52-bit abscissa; it is returned at once when the abscissa is below the layer's threshold (98.5% of draws); the
-  rest take the wedge test with one more uniform (and start over when it fails). The tables (layer widths and
-  thresholds) are read off numpy itself at first use (:func:`_tables`): each is probed with a chosen raw word, so
-  they are numpy's own numbers; the wedge's heights are ``exp(−x²/2)`` of the widths.
-
-Where these numbers cannot be trusted bit for bit the row is left to numpy itself: a draw in the tail layer (about
-one context in a hundred), a wedge test within :data:`WEDGE_MARGIN` of its threshold (exp may differ in its last
-bit between libraries), a context that ran past the raw words drawn ahead. A self-check at first use compares
-rows with numpy's; a mismatch (a numpy whose algorithm changed) sends every row to numpy
-(:data:`_STATE`). ``tests/test_seeded_normals.py`` compares millions of draws.
-"""
+"""Standard normals of many seeded numpy generators at once, bit for bit (:func:`standard_normals`): the synthetic
+model's set-up, one generator per context, run on arrays."""
 
 from __future__ import annotations
 
@@ -54,7 +35,24 @@ def numpy_normals(entropy: np.ndarray, count: int) -> np.ndarray:
 def standard_normals(entropy: np.ndarray, count: int) -> np.ndarray:
     """``[C, count]`` float64: row ``i`` the first ``count`` standard normals of
     ``default_rng(SeedSequence(entropy[i]))``, for a ``uint32`` entropy array ``[C, L]`` (``L ≥ 1``) — the same bits,
-    computed on arrays."""
+    computed on arrays.
+
+    The synthetic model (:class:`simulator.models.SyntheticModel`) keys a generator by each context; building one per
+    context costs about 8 µs, most of the Monte Carlo engine's set-up (54,241 contexts at ``V = 15, H = 4``). The
+    three stages numpy runs per generator run here on arrays, one context per element: ``SeedSequence``'s entropy
+    pool and ``generate_state(4, uint64)`` (32-bit hashing, O'Neill's seed_seq design); ``PCG64``'s seeding and its
+    128-bit LCG (XSL-RR output), in two 64-bit halves with 32-bit partial products; ``Generator.standard_normal``'s
+    ziggurat, where a raw 64-bit word gives the layer (8 bits), the sign (1 bit) and a 52-bit abscissa, returned at
+    once below the layer's threshold (98.5% of draws), the rest taking the wedge test with one more uniform. The
+    tables (layer widths and thresholds) are read off numpy itself at first use, each probed with a chosen raw word;
+    the wedge's heights are ``exp(−x²/2)`` of the widths.
+
+    Where these numbers cannot be trusted bit for bit the row is left to numpy: a draw in the tail layer (about one
+    context in a hundred), a wedge test within :data:`WEDGE_MARGIN` of its threshold (``exp`` may differ in its last
+    bit between libraries), a context that ran past the raw words drawn ahead. A self-check at first use compares
+    rows with numpy's; a mismatch (a numpy whose algorithm changed) sends every row to numpy. The tests compare
+    millions of draws.
+    """
     entropy = np.ascontiguousarray(entropy, dtype=np.uint32)
     if entropy.ndim != 2 or entropy.shape[1] < 1:
         raise ValueError("entropy must be a [C, L] array of uint32 words, L >= 1")

@@ -1,12 +1,6 @@
 """Batched Monte Carlo rounds (docs/engines.md, "Batched rounds"): many trials of one configuration at once,
-decided by the rule's array rule from the registry (:mod:`simulator.verifiers.batched`, as the torch path runs).
-
-Each trial reads its counter stream (:func:`simulator.randomness.counter_uniform`) in the reference's order —
-i.i.d. draft in BFS order, the rule's draws, the completion — so it returns exactly what
-:func:`simulator.montecarlo.engine.run_trials` returns on the reference path (tested for every array rule and
-topology). Rows and per-context tables come from :class:`~simulator.montecarlo.context_rows.ContextRows`; LV's
-closed-form flow and GR's stacked solves agree with the reference to rounding.
-"""
+decided by the rule's array rule (:mod:`simulator.verifiers.batched`), each returning exactly what the reference
+path returns for the same trial."""
 
 from __future__ import annotations
 
@@ -122,7 +116,13 @@ def batched_rounds(model: ModelPair, topology: Topology, drafting: str, name: st
     """Accepted lengths and completed-sequence codes (as :func:`simulator.montecarlo.engine.encode`) of ``trials``, as
     numpy arrays. With ``rows`` a :class:`~simulator.montecarlo.context_rows.DeviceRows` the rounds run on its torch
     device (the same array rule, the same counter streams: the same numbers in float64). ``run_trials``: the trials per
-    seed of the run these belong to (:attr:`~simulator.verifiers.batched.frame.Batch.trials`)."""
+    seed of the run these belong to (:attr:`~simulator.verifiers.batched.frame.Batch.trials`).
+
+    Each trial reads its counter stream (:func:`simulator.randomness.counter_uniform`) in the reference's order
+    (i.i.d. draft in BFS order, the rule's draws, the completion), so it returns what
+    :func:`simulator.montecarlo.engine.run_trials` returns on the reference path (tested for every array rule and
+    topology); LV's closed-form flow and GR's stacked solves agree with the reference to rounding.
+    """
     if not has_batched_path(name, drafting, model.vocab, topology):
         raise InvalidParameterError("verifier", f"no batched path for {name} with {drafting} drafting")
     rows = rows or ContextRows(model, topology.height)

@@ -1,8 +1,6 @@
-"""The rows of a model pair as arrays: ``p`` and ``q`` at every context of length ≤ ``H``, and the per-context tables
-the array rules read (running sums for sampling, the rows the single-step rules derive — RRS's targets, K-SEQ's
-``ρ*`` and residual —, GR's step tables, GBV's ranking), each computed once. Shared by the Monte Carlo engine
-(:mod:`simulator.montecarlo.batched`), the toy study and the exact dynamic programme (:mod:`exact.recursions.token_dp`).
-"""
+"""A model pair's rows as arrays, ``p`` and ``q`` at every context of length ≤ ``H``, with the per-context tables
+the array rules read, each computed once (:class:`ContextRows`): shared by Monte Carlo, the toy study and the
+exact programme over contexts."""
 
 from __future__ import annotations
 
@@ -25,6 +23,9 @@ class ContextRows:
 
     The context ``c`` of length ``ℓ`` with base-``V`` code ``k`` has id ``(V^ℓ − 1)/(V − 1) + k``; the child of
     id ``i`` by token ``x`` has id ``i·V + x + 1``.
+
+    The tables: running sums for sampling, the rows the single-step rules derive (RRS's targets, K-SEQ's ``ρ*`` and
+    residual), GR's step tables and GBV's ranking.
     """
 
     def __init__(self, model: ModelPair, height: int) -> None:

@@ -1,13 +1,5 @@
-"""Four Monte Carlo test designs of the field, and the probability that each *passes* a verifier, computed from
-the verifier's exact completed law (never by re-running the verifier; docs/gate.md, "The mutation zoo").
-
-``law`` and ``target`` are the completed output law and ``q^(H+1)``, as probability vectors over the
-``V^(H+1)`` sequences in lexicographic order (:func:`cells`). The designs: :func:`serving_pass` (exact bounds),
-:func:`tvd_baseline_pass` (Layer Verification's methodology) and :func:`chi_square_pass` (``specproof mc``), the
-last two approximate, :func:`simulated_pass` measuring their error; and :func:`vllm_l2_pass`, vLLM's own
-distribution test, whose ratio of distances has no closed form: its pass probability is the frequency over
-replications drawn from the exact law.
-"""
+"""Four Monte Carlo test designs of the field and the probability that each *passes* a verifier, computed from its
+exact completed law, never by re-running it (docs/gate.md, "The mutation zoo")."""
 
 from __future__ import annotations
 
@@ -38,7 +30,14 @@ class Interval:
 
 
 def cells(law: Mapping[Sequence[int], object], vocab: int, length: int) -> np.ndarray:
-    """A law over sequences of ``length`` tokens as a float vector over the ``vocab**length`` sequences."""
+    """A law over sequences of ``length`` tokens as a float vector over the ``vocab**length`` sequences.
+
+    The designs take ``law`` and ``target`` (the completed law and ``q^(H+1)``) as such vectors, sequences in
+    lexicographic order: :func:`serving_pass` (exact bounds), :func:`tvd_baseline_pass` (Layer Verification's
+    methodology) and :func:`chi_square_pass` (``specproof mc``), the last two approximate, with :func:`simulated_pass`
+    measuring their error; and :func:`vllm_l2_pass`, vLLM's own test, whose ratio of distances has no closed form:
+    its pass probability is a frequency over replications drawn from the exact law.
+    """
     out = np.zeros(vocab**length)
     for seq, prob in law.items():
         index = 0

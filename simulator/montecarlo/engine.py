@@ -1,12 +1,6 @@
-"""The Monte Carlo engine (docs/engines.md, "Monte Carlo"): the papers' toy methodology, with real statistics.
-
-Trial ``t`` under model seed ``s`` drafts, verifies and completes one round on its own counter stream
-(:class:`simulator.randomness.CounterRandomness`), so its result depends only on ``(s, t)``, never on batch size or
-order; :mod:`simulator.montecarlo.batched` runs the same trials in arrays where it has a path. Per seed: mean
-accepted length, TVD to ``q^(H+1)`` and to direct target samples, a chi-square test (:func:`tested_prefix`).
-Memory is bounded (:func:`check_tables`), and power (:func:`check_power`) and time (:class:`RunEstimate`) are
-checked before a run commits.
-"""
+"""The Monte Carlo engine (docs/engines.md, "Monte Carlo"): the papers' toy methodology with real statistics, each
+trial on its own counter stream; per seed the mean accepted length, TVDs and a chi-square test
+(:func:`monte_carlo`)."""
 
 from __future__ import annotations
 
@@ -488,7 +482,15 @@ def monte_carlo(model_for_seed: Callable[[int], ModelPair], drafter: Drafter, na
     ``device``, the batched rounds on that torch device. ``estimate(RunEstimate)`` is called once, after the
     first seed's pilot (its set-up, then :data:`PILOT_SECONDS` of trials past the first chunk, or one more chunk
     where a chunk takes longer) and before the rest of the run: raising there stops the run. The pilot's trials
-    are the run's own; the results are the same with or without it."""
+    are the run's own; the results are the same with or without it.
+
+    Trial ``t`` under model seed ``s`` drafts, verifies and completes one round on its own counter stream
+    (:class:`simulator.randomness.CounterRandomness`), so its result depends only on ``(s, t)``, never on batch size
+    or order; :mod:`simulator.montecarlo.batched` runs the same trials in arrays where it has a path. Per seed: the
+    mean accepted length, the TVD to ``q^(H+1)`` and to direct target samples, and a chi-square test
+    (:func:`tested_prefix`). Memory (:func:`check_tables`), power (:func:`check_power`) and time
+    (:class:`RunEstimate`) are checked before a run commits.
+    """
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise InvalidParameterError("seeds", f"must be an integer ≥ 1, got {seeds!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or not 2 <= trials <= MAX_TRIALS:

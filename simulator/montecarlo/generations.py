@@ -1,11 +1,6 @@
-"""Multi-round generation: draft–verify rounds until ``N`` tokens exist, drafter state carried across rounds.
-
-:class:`GenerationState` holds what a generation carries between rounds and :meth:`GenerationState.after` is the
-one transition, shared by Monte Carlo (:func:`generate`, :func:`run_generations`) and the exact engine
-(:func:`exact.generation_law.generation_law`, which applies it to every outcome of each round's law). After a
-round the drafter advances on the history (ADED's table) and the next view follows the round's completion rule
-(greedy BV's modified target, for its window).
-"""
+"""Multi-round generation: draft–verify rounds until ``N`` tokens exist, the drafter's state carried across rounds;
+:meth:`GenerationState.after` is the one transition Monte Carlo (:func:`generate`) and the exact engine
+(:func:`exact.generation_law.generation_law`) share."""
 
 from __future__ import annotations
 
@@ -44,7 +39,11 @@ def check_length(length: object) -> int:
 
 @dataclass(frozen=True)
 class GenerationState:
-    """Where a generation stands between rounds: the next round's view and drafter, what was generated."""
+    """Where a generation stands between rounds: the next round's view and drafter, what was generated.
+
+    After a round the drafter advances on the history (ADED's table) and the next view follows the round's
+    completion rule (greedy BV's modified target, for its window).
+    """
 
     view: ModelView
     drafter: Drafter

@@ -1,10 +1,5 @@
-"""Goodness-of-fit against an exact law, with its power stated (used by Monte Carlo and the tests).
-
-Pearson's chi-square over ``k`` cells at false-alarm rate ``α``. Its power is bounded below for *every*
-alternative at a given total-variation distance: if the alternative ``a`` has ``TVD(a, e) = δ`` on the cells,
-Cauchy–Schwarz gives ``Σ (a−e)²/e ≥ (Σ|a−e|)² = 4δ²``, so the noncentrality is at least ``4Nδ²`` and the power
-is at least ``ncx2.sf(crit, k−1, 4Nδ²)``. :func:`detectable_tvd` inverts that bound.
-"""
+"""Goodness-of-fit against an exact law with its power stated: Pearson's chi-square (:func:`chi_square`) and a lower
+bound on its power against every alternative at a given TVD (:func:`power_lower_bound`)."""
 
 from __future__ import annotations
 
@@ -28,7 +23,12 @@ def _stats_ufunc(name: str):
 def power_lower_bound(samples: int, cells: int, tvd: float, alpha: float) -> float:
     """The chi-square test's power against any alternative at ``tvd`` from the null, ``N`` samples:
     ``ncx2.sf(chi2.isf(α, df), df, 4Nδ²)`` computed by the functions ``scipy.stats`` calls (the same numbers,
-    bit for bit, without loading ``scipy.stats``)."""
+    bit for bit, without loading ``scipy.stats``).
+
+    Why it holds for *every* alternative: if ``a`` has ``TVD(a, e) = δ`` on the ``k`` cells, Cauchy–Schwarz gives
+    ``Σ (a−e)²/e ≥ (Σ|a−e|)² = 4δ²``, so the noncentrality is at least ``4Nδ²``. :func:`detectable_tvd` inverts the
+    bound.
+    """
     df = cells - 1
     critical = scipy.special.chdtri(df, alpha)  # chi2.isf(α, df)
     noncentrality = 4 * samples * tvd**2

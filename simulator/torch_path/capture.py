@@ -1,13 +1,6 @@
-"""Torch randomness capture: an unmodified torch kernel's random ops, routed to the randomness interface.
-
-While :func:`capture` is active, a :class:`torch.overrides.TorchFunctionMode` hands the kernel's random ops to the
-active handler (:mod:`simulator.randomness`); the kernel's source is not touched. Modelled exactly:
-``torch.multinomial``, uniforms compared with concrete thresholds (through monotone maps, clamps and masked fills;
-one Bernoulli each) and exponential races (``argmax(w / E)``, Gumbel-max). Any other use of a random value raises
-:class:`~simulator.errors.KernelError`. Uniforms are ``continuous`` or ``grid`` (:data:`GRID_BITS`). The op
-table: docs/kernels.md, "How a kernel's randomness is captured". The lowest precision of the kernel's concrete
-arithmetic is recorded (:class:`Precision`): its certificate is judged at it.
-"""
+"""Torch randomness capture (:func:`capture`): an unmodified torch kernel's random ops routed to the randomness
+interface, exactly, without touching its source; what is modelled and what is refused: docs/kernels.md, "How a
+kernel's randomness is captured"."""
 
 from __future__ import annotations
 
@@ -769,7 +762,15 @@ def scripted_code_as_python() -> Iterator[None]:
 @contextlib.contextmanager
 def capture(rng: Randomness, uniforms: str = "continuous", precision: Precision | None = None) -> Iterator[Capture]:
     """Run torch code with its random ops decided by ``rng`` (what is modelled: docs/kernels.md); ``precision``
-    collects the lowest precision of its concrete arithmetic across calls."""
+    collects the lowest precision of its concrete arithmetic across calls.
+
+    While active, a :class:`torch.overrides.TorchFunctionMode` hands the kernel's random ops to ``rng``. Modelled
+    exactly: ``torch.multinomial``, uniforms compared with concrete thresholds (through monotone maps, clamps and
+    masked fills; one Bernoulli each) and exponential races (``argmax(w / E)``, Gumbel-max); any other use of a random
+    value raises :class:`~simulator.errors.KernelError`. Uniforms are ``continuous`` or ``grid``
+    (:data:`GRID_BITS`). The lowest precision of the kernel's concrete arithmetic is recorded (:class:`Precision`),
+    and its certificate is judged at it.
+    """
     mode = Capture(rng, uniforms, precision)
     with compiled_code_eager(), scripted_code_as_python(), mode, mode.sources:
         yield mode

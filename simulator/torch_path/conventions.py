@@ -1,13 +1,6 @@
-"""Adapters for the calling conventions of shipped verifiers (docs/kernels.md, "Conventions of shipped
-verifiers"): eagle-llm's own ``evaluate_posterior`` (:func:`eagle_adapter`), a candidate-path signature modelled
-on it (:func:`eagle_paths_adapter`), vLLM's batched rejection sampler (:func:`vllm_adapter`), SGLang's Triton chain
-verifier (:func:`sglang_adapter`) and SpecInfer's token tree (:func:`specinfer_adapter`). Each lays specproof's
-tree and rows out as the convention does and checks the kernel's answer, a :class:`KernelError` naming what is
-wrong.
-
-:data:`simulator.torch_path.kernels.ADAPTERS` names them by ``module:function`` reference: this module builds on
-that one's helpers, so that one cannot import this one.
-"""
+"""Adapters for the calling conventions of shipped verifiers (docs/kernels.md, "Conventions of shipped verifiers"):
+EAGLE's ``evaluate_posterior``, vLLM's rejection samplers, SGLang's Triton chain verifier and SpecInfer's token
+tree, each laying specproof's tree and rows out as the convention does and checking the kernel's answer."""
 
 from __future__ import annotations
 
@@ -19,6 +12,8 @@ import types
 import torch
 
 from simulator.errors import KernelError
+# kernels.ADAPTERS names this module's adapters by module:function reference: this module builds on that one's
+# helpers, so that one cannot import this one
 from simulator.torch_path.kernels import (PLACEHOLDER, _accepted, _ints, _one, _padded, _rows, _token,
                                           chain_nodes)
 from simulator.torch_path.triton_capture import interpreter_on, libdevice_stand_in

@@ -1,23 +1,6 @@
-"""The exact cross-check on a real pair's rows (``specproof certify --model causal-lm``, docs/cli/certify.md).
-
-The exact engine enumerates every draft tree and verifier choice of one round after a prompt. It reads the rows
-as generation computes them (:class:`simulator.torch_path.kv_cache.CachedLM`, the serving loop's model): the
-draft scores a tree a level at a time and the target scores it in one pass, over the prompt's KV cache. The
-tree is the union of every tree the drafter can draft, so each pass holds every sibling a row could wrongly see.
-The completed law of the first ``H+1`` tokens is compared with the target's joint from plain causal forward
-passes of every prefix (:class:`PlainRows`: transformers' own mask and positions, none of specproof's tree code).
-
-A real vocabulary (49,152 for SmolLM2) is far too large to enumerate or to run rules on row by row, so the pair
-is restricted to its reachable support (:class:`SupportPair`): the union of the positive tokens of every
-draft and target row at every context reachable within ``H+1`` tokens. Top-k processing zeroes every other
-token, so the restriction drops no mass and renormalises nothing; a row that puts mass outside the support is
-refused, never cut. Nothing iterates over the full vocabulary beyond one tensor operation per row.
-
-* :data:`TOLERANCE` and its reason — what the certificate (:func:`exact.certificate.certify_against` with
-  :meth:`SupportPair.plain_joint`) allows;
-* :func:`monte_carlo_accepted` — the Monte Carlo engine's reference rounds on the same rows;
-* :func:`first_rounds` — accepted lengths of real first rounds on the KV-cached serving loop.
-"""
+"""The exact cross-check on a real pair's rows (``specproof certify --model causal-lm``, docs/cli/certify.md): every
+rule's exact law of one round on the rows generation computes, against the target's joint from plain forward
+passes (:class:`SupportPair`)."""
 
 from __future__ import annotations
 
@@ -116,6 +99,14 @@ class SupportPair:
       gives mass to a token its plain row does not (a bug, or a near-tie at the top-k boundary), the contexts
       through it are reachable too, and the trees are scored again with them.
     * :meth:`plain_joint` — the target's joint over ``Σ^length`` from :class:`PlainRows` alone.
+
+    Why the support: a real vocabulary (49,152 tokens for SmolLM2) is far too large to enumerate or to run rules on
+    row by row. Top-k processing zeroes every token outside the support, so the restriction drops no mass and
+    renormalises nothing; a row that puts mass outside it is refused, never cut. Nothing iterates over the full
+    vocabulary beyond one tensor operation per row. The tree is the union of every tree the drafter can draft, so
+    each pass holds every sibling a row could wrongly see; :class:`PlainRows` uses transformers' own mask and
+    positions, none of specproof's tree code. The certificate allows :data:`TOLERANCE`
+    (:func:`exact.certificate.certify_against`).
     """
 
     def __init__(self, draft, target, prompt: Sequence[int], draft_processing: Processing,

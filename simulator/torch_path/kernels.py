@@ -1,13 +1,6 @@
 """Torch kernels as verifiers (docs/kernels.md): a user's unmodified torch function, an adapter for its calling
-convention, and the capture of its random ops (:mod:`simulator.torch_path.capture`, and inside the Triton
-kernels it launches, :mod:`simulator.torch_path.triton_capture`) — together an ordinary verifier
-``(tree, p, q, rng)`` that every engine runs, the exact one included.
-
-An adapter, ``adapter(kernel, tree, p, q, vocab, dtype) -> (node, y)``, maps specproof's tree and rows to the
-kernel's tensors and its answer back; it runs under the capture, so it may draw. Built in (:data:`ADAPTERS`):
-:func:`chain`, :func:`flat_chain`, :func:`tree_adapter` and :func:`uniforms_adapter`, each documenting its
-convention, and the shipped verifiers' conventions of :mod:`simulator.torch_path.conventions`.
-"""
+convention and the capture of its random ops, together an ordinary verifier ``(tree, p, q, rng)`` that every
+engine runs (:class:`Kernel`)."""
 
 from __future__ import annotations
 
@@ -216,7 +209,14 @@ class Kernel:
     """A torch kernel as a verifier: ``kernel`` (``module:function``, ``module:Class`` or ``module:Class.method``,
     a class constructed with ``init``; :mod:`.loading`) through ``adapter``, in ``dtype``, its uniforms under the
     ``uniforms`` model, ``import_path`` put first on ``sys.path`` to find them. Call it as any verifier;
-    :meth:`float_tolerance` states what its certificate may allow."""
+    :meth:`float_tolerance` states what its certificate may allow.
+
+    An adapter, ``adapter(kernel, tree, p, q, vocab, dtype) -> (node, y)``, maps specproof's tree and rows to the
+    kernel's tensors and its answer back; it runs under the capture (:mod:`simulator.torch_path.capture`, and inside
+    the Triton kernels it launches :mod:`simulator.torch_path.triton_capture`), so it may draw. Built in
+    (:data:`ADAPTERS`): :func:`chain`, :func:`flat_chain`, :func:`tree_adapter` and :func:`uniforms_adapter`, each
+    documenting its convention, and the shipped verifiers' of :mod:`simulator.torch_path.conventions`.
+    """
 
     kernel: str
     adapter: str = "tree"

@@ -1,13 +1,5 @@
-"""A causal LM with a KV cache over a growing context, scoring draft trees on top of it (docs/torch-path.md,
-"Real model pairs").
-
-:class:`CachedLM` keeps the keys and values of the context it has seen. Each call feeds what is new — the
-context's tokens not yet cached, then tree nodes whose parents are in — in one forward pass, with a 4-D mask
-(:func:`tree_inputs`): a context token sees the context before it, a tree node sees the whole context and its
-ancestors, at position ``len(context) − 1 + depth``. :meth:`CachedLM.commit` keeps the accepted path's entries
-and drops the rejected branches, so the next round feeds only the token emitted after the path. Rows come back
-processed (:class:`simulator.torch_path.real.Processing`), as tensors on the model's device.
-"""
+"""A causal LM with a KV cache over a growing context, scoring draft trees on top of it (:class:`CachedLM`;
+docs/torch-path.md, "Real model pairs")."""
 
 from __future__ import annotations
 
@@ -50,7 +42,15 @@ def tree_inputs(cached: int, context_len: int, pending: int, parents: Sequence[i
 
 class CachedLM:
     """``model`` with a KV cache and the processing its rows get; ``passes`` counts forward passes and ``seconds``
-    the wall time spent in them (with the processing; on a GPU, launch time unless the caller synchronises)."""
+    the wall time spent in them (with the processing; on a GPU, launch time unless the caller synchronises).
+
+    It keeps the keys and values of the context it has seen. Each call feeds what is new (the context's tokens not
+    yet cached, then tree nodes whose parents are in) in one forward pass with a 4-D mask (:func:`tree_inputs`): a
+    context token sees the context before it, a tree node the whole context and its ancestors, at position
+    ``len(context) − 1 + depth``. :meth:`commit` keeps the accepted path's entries and drops the rejected branches,
+    so the next round feeds only the token emitted after the path. Rows come back processed
+    (:class:`simulator.torch_path.real.Processing`), as tensors on the model's device.
+    """
 
     def __init__(self, model, processing) -> None:
         from transformers import DynamicCache

@@ -1,12 +1,5 @@
-"""A vocabulary-pruned output head (FR-Spec): a draft's head over the tokens it keeps (docs/torch-path.md,
-"A trained draft").
-
-The head's cost grows with its rows, and the few thousand tokens a target's answers use most carry nearly all of
-its mass. :func:`prune_head` applies a trained draft's ``head_tokens.json`` when its folder is loaded
-(:func:`simulator.torch_path.real.load_causal_lm`), so every path — the KV-cached rounds, tree scoring,
-transformers' assisted generation — drafts from the same rows: the kept tokens' logits, every other token's
-``-inf`` (probability zero, which every lossless rule allows a draft).
-"""
+"""A vocabulary-pruned output head (FR-Spec, Zhao et al., ACL 2025, arXiv:2502.14856): a draft's head over the
+tokens it keeps (:func:`prune_head`; docs/torch-path.md, "A trained draft")."""
 
 from __future__ import annotations
 
@@ -59,7 +52,14 @@ def read_head_tokens(folder: Path, vocab: int) -> torch.Tensor | None:
 
 def prune_head(model, kept: torch.Tensor):
     """``model`` drafting over the tokens ``kept`` only: its output embeddings replaced by a :class:`PrunedHead`
-    over the same weight's kept rows (the input embeddings, tied or not, are untouched)."""
+    over the same weight's kept rows (the input embeddings, tied or not, are untouched).
+
+    The head's cost grows with its rows, and the few thousand tokens a target's answers use most carry nearly all of
+    its mass. A trained draft's ``head_tokens.json`` is applied when its folder is loaded
+    (:func:`simulator.torch_path.real.load_causal_lm`), so every path (the KV-cached rounds, tree scoring,
+    transformers' assisted generation) drafts from the same rows: the kept tokens' logits, every other token's
+    ``-inf`` (probability zero, which every lossless rule allows a draft).
+    """
     model.set_output_embeddings(PrunedHead(model.get_output_embeddings().weight, kept))
     model.config.tie_word_embeddings = False  # the head is no longer the embedding table: nothing to re-tie
     return model

@@ -1,14 +1,6 @@
-"""Real causal-LM pairs (transformers) for every engine: processed next-token rows and one-pass tree scoring
-(docs/torch-path.md, "Real model pairs").
-
-* :class:`Processing` — temperature, top-k and top-p, applied once: drafting samples from and verification reads
-  the same processed rows;
-* :func:`load_causal_lm` — a model from a directory, a GGUF file or a fetched name (nothing from a model hub);
-  :func:`load_tokenizer` its tokenizer; :func:`self_draft` a draft made of the target's own layers;
-* :class:`CausalLMPair` — a :class:`simulator.models.ModelPair` over a prompt, scoring a whole tree in one pass
-  (:func:`score_tree`);
-* :class:`ReprocessedDraft` — the mismatched-processing negative control.
-"""
+"""Real causal-LM pairs (transformers) for every engine (docs/torch-path.md, "Real model pairs"): processing applied
+once (:class:`Processing`), loading (:func:`load_causal_lm`, :func:`self_draft`), the pair scoring a whole tree
+in one pass (:class:`CausalLMPair`), and the mismatched-processing control (:class:`ReprocessedDraft`)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""KV-cached speculative generation on real model pairs and a Spec-Bench-compatible runner (``specproof real``,
-docs/cli/real.md).
-
-:func:`speculative_generate` drafts with a drafter's array kernel (:mod:`simulator.drafting.arrays`: a fixed shape
-a level at a time, DySpec's dynamic trees, ADED's tri-gram drafts; each batch of nodes one draft pass over the
-draft's KV cache), scores the tree with the target in one pass over its KV cache
-(:class:`simulator.torch_path.kv_cache.CachedLM`), and lets the rule's array rule decide
-(:func:`simulator.torch_path.verify.torch_verify`); rows stay tensors on the models' device. On the same
-uniforms it decides exactly as the reference drafting and rule on the same rows (tested). :func:`target_generate`
-is the target-only baseline, cached too. :func:`run_spec_bench` reads and writes Spec-Bench's files (Xia et al.
-2024).
-"""
+"""KV-cached speculative generation on real model pairs (:func:`speculative_generate`) and a Spec-Bench-compatible
+runner (:func:`run_spec_bench`; ``specproof real``, docs/cli/real.md)."""
 
 from __future__ import annotations
 
@@ -106,7 +96,15 @@ def speculative_generate(draft: CachedLM | None, target: CachedLM, context: Sequ
     (:func:`simulator.drafting.arrays.array_drafter`); ``draft`` may be ``None`` for one that reads no draft model
     (ADED). Drafting reads uniforms from ``numpy.random.default_rng([seed, 0])`` in the reference's order; the
     rule reads ``2n + 2`` per round from ``[seed, 1]``. ``observe`` sees every round's rows; the time it takes is
-    not counted in ``seconds``."""
+    not counted in ``seconds``.
+
+    It drafts with a drafter's array kernel (:mod:`simulator.drafting.arrays`; each batch of nodes one draft pass over
+    the draft's KV cache), scores the tree with the target in one pass over its KV cache
+    (:class:`simulator.torch_path.kv_cache.CachedLM`), and lets the rule's array rule decide
+    (:func:`simulator.torch_path.verify.torch_verify`); rows stay tensors on the models' device. On the same uniforms
+    it decides exactly as the reference drafting and rule on the same rows (tested). :func:`target_generate` is the
+    target-only baseline, cached too.
+    """
     if verifier not in real_verifiers():
         raise InvalidParameterError("verifier", f"the real path runs the torch path's verifiers whose later "
                                                 f"tokens follow the target: {real_verifiers()}")
@@ -329,7 +327,10 @@ def run_spec_bench(draft, target, tokenizer, questions: Sequence[dict], verifier
     starts from the drafter as given (ADED's table learns within an answer, not from question to question), so
     questions are independent samples for their standard errors. ``max_turns`` keeps only the first turns of each
     question; ``observe`` sees every round's rows (:func:`speculative_generate`); ``marks`` are fields added to every
-    answer line (``specproof real``'s ``claim``: whether the rule is lossless under the drafting)."""
+    answer line (``specproof real``'s ``claim``: whether the rule is lossless under the drafting).
+
+    Spec-Bench's file formats: Xia et al., Findings of ACL 2024, arXiv:2401.07851.
+    """
     kernel = array_drafter(drafter)
     stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     answered = []

@@ -1,10 +1,5 @@
-"""Trained drafts by name: what ``specproof train-draft`` makes and where ``--draft NAME`` finds it
-(docs/torch-path.md, "A trained draft"). No torch here: the command line lists the names in a bare install.
-
-A trained draft is a ``save_pretrained`` folder: a causal LM of the target's class and vocabulary with fewer
-layers, a ``head_tokens.json`` naming the tokens its output head keeps (:mod:`simulator.torch_path.pruned_head`)
-and a ``training.json`` recording how it was made and what it measured.
-"""
+"""Trained drafts by name, without torch (the command line lists them in a bare install): what ``specproof
+train-draft`` makes and where ``--draft NAME`` finds it (docs/torch-path.md, "A trained draft")."""
 
 from __future__ import annotations
 
@@ -47,7 +42,12 @@ def draft_folder(name: str, cache: Path) -> Path:
 
 def trained_directory(name: str, cache: Path, field: str = "draft") -> Path:
     """The folder of trained draft ``name``; one not trained yet raises :class:`InvalidParameterError` on
-    ``field`` saying the command that makes it."""
+    ``field`` saying the command that makes it.
+
+    A trained draft is a ``save_pretrained`` folder: a causal LM of the target's class and vocabulary with fewer
+    layers, a ``head_tokens.json`` naming the tokens its head keeps (:mod:`simulator.torch_path.pruned_head`) and a
+    ``training.json`` recording how it was made and what it measured.
+    """
     folder = draft_folder(name, cache)
     if not (folder / "config.json").is_file():
         raise InvalidParameterError(field, f"the draft {name!r} is not in {folder.parent} yet: make it with "

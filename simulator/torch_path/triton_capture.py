@@ -1,16 +1,5 @@
-"""Triton kernels under the torch capture: a random value followed through Triton's interpreter, exactly.
-
-A Triton kernel launched inside :func:`~simulator.torch_path.capture.capture` runs under Triton's interpreter
-(``TRITON_INTERPRET=1``, set before ``triton`` is imported), which executes each operation through one method of
-``triton.runtime.interpreter.InterpreterBuilder``. While :func:`interpreted` is active those methods are wrapped
-(triton's code is not copied): ``tl.load`` of a random tensor's storage yields its captured variables, affine and
-monotone maps are recorded as the torch capture records them, and each comparison of a random value with a
-concrete threshold is decided by the torch capture's own :meth:`Capture._resolve` — an exact choice conditioned on
-the earlier ones. Any other operation on a random value raises :class:`~simulator.errors.KernelError` naming the
-kernel's line and the operation. What is resolved and what is refused: docs/kernels.md, "Triton kernels".
-
-The builder is not a public API: :data:`TESTED_TRITON` is the version this module is tested with.
-"""
+"""Triton kernels under the torch capture: a random value followed through Triton's interpreter, exactly
+(:func:`interpreted`); what is resolved and what is refused: docs/kernels.md, "Triton kernels"."""
 
 from __future__ import annotations
 
@@ -647,7 +636,17 @@ def interpreted(mode: Capture, keyed: dict[str, str] | None = None) -> Iterator[
     through ``mode``; outside, triton is as it was. Nothing happens when triton is not imported (a torch kernel).
     ``keyed`` names ``@triton.jit`` helpers (``module:function``) that hash integer keys to a uniform of the dtype
     given (``float32``, ``float64``): each call is a keyed draw (:meth:`_Interpreted.keyed_draw`), as ``tl.rand``
-    is, instead of the concrete arithmetic it would be."""
+    is, instead of the concrete arithmetic it would be.
+
+    The kernel runs under Triton's interpreter (``TRITON_INTERPRET=1``, set before ``triton`` is imported), which
+    executes each operation through one method of ``triton.runtime.interpreter.InterpreterBuilder``; those methods
+    are wrapped (triton's code is not copied). ``tl.load`` of a random tensor's storage yields its captured
+    variables, affine and monotone maps are recorded as the torch capture records them, and each comparison of a
+    random value with a concrete threshold is decided by the torch capture as an exact choice conditioned on the
+    earlier ones. Any other operation on a random value raises :class:`~simulator.errors.KernelError` naming the
+    kernel's line and the operation. The builder is not a public API: :data:`TESTED_TRITON` is the version this is
+    tested with.
+    """
     keyed = keyed or {}
     if "triton" not in sys.modules:
         yield

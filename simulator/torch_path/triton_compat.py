@@ -1,16 +1,5 @@
-"""Fixes to Triton's CPU interpreter that let shipped kernels run under it unmodified (docs/kernels.md, "Shipped
-Triton clients").
-
-Triton 3.5's interpreter holds a scalar as a NumPy array of shape ``(1,)``, and converts it to a Python integer
-with ``int(array)`` in ``tensor.__index__``. NumPy 2.4 turned that conversion, deprecated since 1.25, into
-``TypeError('only 0-dimensional arrays can be converted to Python scalars')`` (numpy 2.4.0 release notes;
-triton-lang/triton#9171). So a loop bound computed in the kernel, such as SGLang's ``for step in range(1,
-num_accept + 1)``, stops the interpreter, although the kernel is valid and runs compiled.
-:func:`interpreter_scalar_index` converts such a scalar by its one element instead, as Triton's later fix does.
-
-Nothing here imports triton at module import: ``TRITON_INTERPRET=1`` must be set before triton is first imported,
-and triton is optional.
-"""
+"""A fix to Triton's CPU interpreter that lets shipped kernels run under it unmodified
+(:func:`interpreter_scalar_index`; docs/kernels.md, "Shipped Triton clients"). Triton is not imported here."""
 
 from __future__ import annotations
 
@@ -37,6 +26,13 @@ def interpreter_scalar_index() -> Iterator[bool]:
 
     On exit the interpreter's function and ``tensor.__index__`` are put back as they were, so nothing outlives
     the block. Raises ImportError when triton is not installed.
+
+    Why: Triton 3.5's interpreter holds a scalar as a NumPy array of shape ``(1,)`` and converts it with
+    ``int(array)`` in ``tensor.__index__``; NumPy 2.4 turned that conversion, deprecated since 1.25, into a
+    ``TypeError`` (numpy 2.4.0 release notes; triton-lang/triton#9171). So a loop bound computed in the kernel, such
+    as SGLang's ``for step in range(1, num_accept + 1)``, stops the interpreter although the kernel is valid and runs
+    compiled. Triton's later fix converts by the one element, as this does. ``TRITON_INTERPRET=1`` must be set before
+    triton is first imported, and triton is optional, so nothing here imports it at module import.
     """
     from triton.language import core
     from triton.runtime import interpreter

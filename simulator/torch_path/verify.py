@@ -1,11 +1,5 @@
-"""The torch path's batched verification (docs/torch-path.md): a batch of trees of one topology, rows given as
-arrays on any device, decided by the rule's array rule from the registry (:mod:`simulator.verifiers.batched`; the
-Monte Carlo engine runs the same on numpy).
-
-Every registered verifier has one (:data:`TORCH_VERIFIERS`); it decides as the reference rule does on the same
-uniforms, up to rounding at a threshold. The flow-defined rules (:data:`FLOW_DEFINED`) run the reference solver
-per tree and node in float64 whatever the input dtype: GR's flows are not continuous in its inputs.
-"""
+"""The torch path's batched verification (:func:`torch_verify`; docs/torch-path.md): a batch of trees of one
+topology, rows as arrays on any device, decided by the rule's array rule as the reference rule decides."""
 
 from __future__ import annotations
 
@@ -71,7 +65,12 @@ def torch_verify(name: str, parents: Sequence[int], tokens: Any, p: Any, q: Any,
     Torch tensors or numpy arrays: ``p[B, n, V]`` and ``q[B, n, V]`` (the rows of every node; a leaf's ``p`` is
     never read), ``tokens[B, n]`` (``tokens[:, 0]`` is ignored) and ``uniforms[B, U]``, read left to right, one per
     Bernoulli or categorical, exactly as :class:`simulator.randomness.ReplayRandomness` feeds the reference rule
-    (the Bernoulli ``u < a``; the categorical's first index whose running sum exceeds ``u·Σw``)."""
+    (the Bernoulli ``u < a``; the categorical's first index whose running sum exceeds ``u·Σw``).
+
+    Every registered verifier has one (:data:`TORCH_VERIFIERS`); it decides as the reference rule does on the same
+    uniforms, up to rounding at a threshold. The flow-defined rules (:data:`FLOW_DEFINED`) run the reference solver
+    per tree and node in float64 whatever the input dtype: GR's flows are not continuous in their inputs.
+    """
     spec = VERIFIERS.get(name)
     if spec is None or spec.array_rule is None:
         raise InvalidParameterError("verifier", f"no array rule for {name!r}; choose from {TORCH_VERIFIERS}")

@@ -1,9 +1,7 @@
-"""Block verification on a chain draft (block_verification.txt, Sun et al., ICLR 2025): ``bv`` (Algorithm 2,
-:func:`block_verify`) and ``greedy-bv`` (Appendix C, Algorithm 4, :func:`greedy_block_decision`), lossless only
-with the distribution modification of Algorithm 5 (Lemma 8), which it returns as a :class:`GreedyBlockCompletion`.
-
-Every level draws its Bernoulli in order ``i = 1..γ`` (no early exit), then the correction token.
-"""
+"""Block verification on a chain draft (Block Verification, Sun et al., ICLR 2025, arXiv:2403.10444): ``bv``
+(Alg. 2, :func:`block_verify`) and ``greedy-bv`` (App. C, Alg. 4, :func:`greedy_block_decision`), lossless only
+with Alg. 5's modification of later tokens (Lemma 8), returned as a :class:`GreedyBlockCompletion`. Every level
+draws its Bernoulli in order ``i = 1..γ`` (no early exit), then the correction token."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""Negative controls: verifiers known to be lossy (docs/controls.md). Each must be flagged with a counterexample.
-
-* ``bug-greedy-bv-nomod`` — greedy block verification whose later tokens come from the plain target:
-  block_verification.txt's ``BA`` example gives 1/3 instead of 2/9.
-* ``bug-residual-q`` — token verification with SpS that resamples the correction from ``q`` rather than
-  ``norm((q−p)_+)`` (a production bug class).
-* ``bug-accept-all`` — every first-child draft token accepted (the uniform stuck at 0).
-
-The two single-step controls have their array steps beside their plans (:data:`RESIDUAL_Q`, :data:`ACCEPT_FIRST`):
-SpS's array step with the same bug.
-"""
+"""Negative controls, verifiers known to be lossy (docs/controls.md): each must be flagged with a counterexample.
+The two single-step controls have their array steps beside their plans (:data:`RESIDUAL_Q`,
+:data:`ACCEPT_FIRST`)."""
 
 from __future__ import annotations
 
@@ -29,6 +21,8 @@ Rows = Sequence[Optional[Sequence[Number]]]
 
 
 def bug_greedy_bv_nomod(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    """CONTROL ``bug-greedy-bv-nomod``: greedy block verification whose later tokens come from the plain target; on
+    Block Verification's ``BA`` example (Sun et al., ICLR 2025, arXiv:2403.10444, §2) it gives 1/3 instead of 2/9."""
     node, y, _ = greedy_block_decision(tree, p, q, rng, verifier="bug-greedy-bv-nomod")
     return node, y
 
@@ -58,6 +52,9 @@ class _AcceptFirst(_ResidualFromTarget):
 
 _RESIDUAL_Q_RULE = SingleStepRule("bug-residual-q", plan=_sps_residual_q, max_candidates=1)
 _ACCEPT_FIRST_RULE = SingleStepRule("bug-accept-all", plan=_accept_first, max_candidates=1)
+#: the single-step controls' array steps: ``bug-residual-q``, token verification with SpS resampling the correction
+#: from ``q`` rather than ``norm((q − p)_+)`` (a production bug class), and ``bug-accept-all``, every first-child
+#: token accepted (the uniform stuck at 0)
 RESIDUAL_Q, ACCEPT_FIRST = _ResidualFromTarget(_RESIDUAL_Q_RULE), _AcceptFirst(_ACCEPT_FIRST_RULE)
 bug_residual_q = tv(_RESIDUAL_Q_RULE)
 bug_accept_all = tv(_ACCEPT_FIRST_RULE)

@@ -1,10 +1,5 @@
-"""Single-step rules as flow networks (docs/rules.md; layer_verification.txt §3, App. C, E.2): the tuple laws, the
-optimum ``α*``, and the flow-defined rules OPT (:func:`opt_flow`) and GR (:func:`gr_flow`).
-
-At a node with ``k`` candidates: source → tuple ``X`` (capacity ``P(X)``, the tuple law) → token ``x ∈ set(X)`` →
-sink (capacity ``q(x)``). A rule's flow ``f(X → x)`` is ``P(X)·P(accept a candidate holding x | X)``; the rule is
-lossless iff its outflow ``Σ_X f(X → x)`` never exceeds ``q``; its residual is ``norm(q − outflow)``.
-"""
+"""Single-step rules as flow networks (docs/rules.md; Cha et al., AdaptFM at ICML 2026, §3, App. C, E.2): the tuple
+laws, the optimum ``α*``, and the flow-defined rules OPT (:func:`opt_flow`) and GR (:func:`gr_flow`)."""
 
 from __future__ import annotations
 
@@ -87,7 +82,13 @@ def alpha_star(p: Row, q: Row, k: int, law: str = "iid") -> tuple[Number, frozen
 
 @dataclass(frozen=True)
 class FlowSolution:
-    """A feasible flow: per tuple, ``{token: f(X → token)}``; the outgoing flow; the residual."""
+    """A feasible flow: per tuple, ``{token: f(X → token)}``; the outgoing flow; the residual.
+
+    At a node with ``k`` candidates the network is source → tuple ``X`` (capacity ``P(X)``, the tuple law) → token
+    ``x ∈ set(X)`` → sink (capacity ``q(x)``). A rule's flow ``f(X → x)`` is ``P(X)·P(accept a candidate holding x |
+    X)``; the rule is lossless iff its outflow ``Σ_X f(X → x)`` never exceeds ``q``, and its residual is
+    ``norm(q − outflow)``.
+    """
 
     flows: dict[Tuple_, dict[int, Number]]
     outflow: Row
@@ -152,19 +153,20 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
 
 @row_cache(256)  # a k = 3 solution holds V^3 tuples: a larger cache costs gigabytes
 def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
-    """GR (Global Resolution, Thomas & Pal, ICLR 2026) — a *reconstruction*: we do not have its paper or code, so it
-    follows the structure docs/rules.md records. ``H*`` is the smallest minimiser of ``α*`` (:func:`alpha_star`);
-    tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject weight 1), tuples
-    with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens (no reject).
+    """GR (Global Resolution, Thomas & Pal, ICLR 2026, arXiv:2511.15898) — a *reconstruction*, not taken from the
+    paper's text or code: it follows the structure docs/rules.md records. ``H*`` is the smallest minimiser of ``α*``
+    (:func:`alpha_star`); tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject
+    weight 1), tuples with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens
+    (no reject).
 
     ``θ`` minimises the convex ``Σ_X P(X) log Z_X(θ) − Σ_y q(y) θ_y`` over ``|θ| ≤ 30`` with ``θ_y ≤ 0`` for outside
-    tokens; its gradient is expected flow minus ``q``, so at the optimum inside tokens are saturated and outside
-    tokens are within capacity, saturated where ``θ_y < 0`` (without the sign bound the outside part is unbounded
-    below whenever outside capacity exceeds outside mass). It is solved by :func:`.gr_solver.gr_dual`: projected
-    Newton with the analytic Hessian, on tuples merged by token set, to a projected gradient of 1e-12 (scipy's
-    L-BFGS-B as the fallback should Newton stop short). Any residual overshoot is clipped (flows into an over-full
-    token are scaled down, the excess rejected), so capacities hold exactly and GR is lossless exactly; only its
-    acceptance is approximate: at least ``α* − 1e-6`` (:data:`GR_TOLERANCE`, checked in the tests)."""
+    tokens; its gradient is expected flow minus ``q``, so at the optimum inside tokens are saturated and outside tokens
+    are within capacity, saturated where ``θ_y < 0`` (without the sign bound the outside part is unbounded below
+    whenever outside capacity exceeds outside mass). It is solved by :func:`.gr_solver.gr_dual`: projected Newton with
+    the analytic Hessian, on tuples merged by token set, to a projected gradient of 1e-12 (scipy's L-BFGS-B as the
+    fallback should Newton stop short). Any residual overshoot is clipped (flows into an over-full token are scaled
+    down, the excess rejected), so capacities hold exactly and GR is lossless exactly; only its acceptance is
+    approximate: at least ``α* − 1e-6`` (:data:`GR_TOLERANCE`, checked in the tests)."""
     exact = is_rational(p[0])
     laws = tuple_law(p, k, law)
     _, inner = alpha_star(p, q, k, law)

@@ -1,10 +1,5 @@
-"""GR's dual problem, solved for one instance (:func:`gr_dual`) or a stack of many (:func:`gr_dual_batch`);
-:mod:`.flows` holds GR itself.
-
-``θ`` minimises ``Σ_r probs_r log(reject_r + member_r·e^θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper``, one row ``r``
-per candidate tuple (``member`` its 0/1 token row, ``reject`` 1 where it has a reject option). An instance's ``θ``
-is the same bit for bit alone or in any stack (the tests check it).
-"""
+"""GR's dual problem, solved for one instance (:func:`gr_dual`) or a stack of many (:func:`gr_dual_batch`), the same
+``θ`` bit for bit either way; :mod:`.flows` holds GR itself."""
 
 from __future__ import annotations
 
@@ -393,6 +388,10 @@ def theta_slope(rows: Rows, probs: np.ndarray, reject: np.ndarray, q: np.ndarray
 def gr_dual(probs: np.ndarray, member: np.ndarray, reject: np.ndarray, q: np.ndarray,
             inner: np.ndarray) -> np.ndarray:
     """GR's ``θ`` for one instance, one row per tuple (``member`` 0/1, ``reject`` 1 for a row inside ``H*``), on
-    its rows merged (:func:`merge_rows`)."""
+    its rows merged (:func:`merge_rows`).
+
+    ``θ`` minimises ``Σ_r probs_r log(reject_r + member_r·e^θ) − q·θ`` over ``−GR_BOUND ≤ θ ≤ upper``, one row ``r``
+    per candidate tuple; an instance's ``θ`` is the same bit for bit alone or in any stack (the tests check it).
+    """
     member, reject, probs = merge_rows(member, reject, probs)
     return gr_dual_batch(Rows.of(member), probs[None], reject[None], q[None], inner[None])[0][0]

@@ -1,9 +1,6 @@
-"""Layer Verification (layer_verification.txt, Algs. 1–2 / 4, Eqs. 1–2, App. E.2): a single-step rule lifted to a
-tree by forward node scoring (:func:`score_nodes`, Alg. 1) and backward sampling (:func:`sample_back`, Alg. 2).
-
-Assumption 4.2 (``flow_v ≤ a_v q_v``) holds whenever the rule is a lossless single-step rule for the tuple law, and
-is what makes LV lossless (Theorem 4.3).
-"""
+"""Layer Verification (Cha et al., AdaptFM at ICML 2026, Algs. 1–2 / 4, Eqs. 1–2, App. E.2): a single-step rule
+lifted to a tree by forward node scoring (:func:`score_nodes`, Alg. 1) and backward sampling (:func:`sample_back`,
+Alg. 2)."""
 
 from __future__ import annotations
 
@@ -89,7 +86,11 @@ def sample_back(levels: Sequence[Sequence[int]], scores: Sequence[Number], flows
 
 def layer_verify(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
                  law: str = "iid") -> tuple[int, int]:
-    """Layer Verification: forward scoring, then the backward sampling stage (Alg. 2)."""
+    """Layer Verification: forward scoring, then the backward sampling stage (Alg. 2).
+
+    Assumption 4.2 (``flow_v ≤ a_v q_v``) holds whenever the rule is a lossless single-step rule for the tuple law,
+    and is what makes LV lossless (Theorem 4.3).
+    """
     scored = score_nodes(rule, tree, p, q, law)
     return sample_back(node_levels(tree.parents), scored.scores, scored.flows, q, rng)
 

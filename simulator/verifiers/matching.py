@@ -1,10 +1,5 @@
-"""Sample-and-match for deterministic drafts (docs/rules.md; ADED's greedy mode, REST, EAGLE top-k point masses).
-
-At each node one token ``y ~ q_v`` is drawn; if a child holds ``y`` verification moves there, else ``y`` is
-emitted. The output is then exactly a target sample, whatever the draft — lossless under every scheme.
-``bug-match-per-row`` draws one independent target token per candidate row instead, accepting a row whose
-own draw matches (the last draw is emitted when none does): lossy.
-"""
+"""Sample-and-match for deterministic drafts (docs/rules.md; ADED's greedy mode, REST, EAGLE's top-k point masses):
+``match``, lossless under every scheme, and its control ``bug-match-per-row``."""
 
 from __future__ import annotations
 
@@ -18,6 +13,8 @@ Rows = Sequence[Optional[Sequence[Number]]]
 
 
 def match(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    """At each node one token ``y ~ q_v`` is drawn; if a child holds ``y`` verification moves there, else ``y`` is
+    emitted. The output is exactly a target sample whatever the draft: lossless under every scheme."""
     v = 0
     while True:
         y = rng.categorical(q[v])
@@ -28,6 +25,8 @@ def match(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]
 
 
 def bug_match_per_row(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+    """CONTROL: one independent target token per candidate row, accepting a row whose own draw matches (the last draw
+    emitted when none does): lossy where a node has two children or more."""
     v = 0
     while True:
         kids = tree.children(v)

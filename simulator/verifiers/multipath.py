@@ -1,10 +1,5 @@
-"""Greedy multi-path block verification (GBV; Thomas & Pal 2026, as specified in docs/rules.md) for multi-chain
-drafts of ``K`` i.i.d. paths: the best drafted path by the ranking of :func:`ranking` is selected, and block
-verification runs on it with the selected path's law ``p̃`` (:func:`selected_law`) in place of ``p``.
-
-``bug-gbv-clipped`` selects by the clipped ratio ``min(1, q/p)`` but keeps the unclipped law — the tie-break
-mismatch between selection and its probability law of docs/controls.md.
-"""
+"""Greedy multi-path block verification (GBV; Thomas & Pal, arXiv:2602.16961, as specified in docs/rules.md) on
+multi-chain drafts of ``K`` i.i.d. paths, and its control ``bug-gbv-clipped``."""
 
 from __future__ import annotations
 
@@ -100,10 +95,17 @@ def greedy_multipath_verify(tree: DraftTree, p: Rows, q: Rows, rng: Randomness,
 
 
 def gbv(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
-    """GBV: select the lexicographic maximum path by the unclipped ratio, then BV with its law."""
+    """GBV: select the lexicographic maximum path by the unclipped ratio, then BV with its law.
+
+    The best drafted path by :func:`ranking` is selected, and block verification runs on it with the selected path's
+    law ``p̃`` (:func:`selected_law`) in place of ``p``.
+    """
     return greedy_multipath_verify(tree, p, q, rng)
 
 
 def bug_gbv_clipped(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
-    """CONTROL: selection by the clipped ratio with the law of the unclipped order."""
+    """CONTROL: selection by the clipped ratio with the law of the unclipped order.
+
+    That is the tie-break mismatch between selection and its probability law of docs/controls.md.
+    """
     return greedy_multipath_verify(tree, p, q, rng, select_by=_clipped)

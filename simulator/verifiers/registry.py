@@ -1,9 +1,6 @@
-"""The built-in verifiers by public name (:data:`VERIFIERS`), and loading of a user's ``module:function`` verifier.
-
-A verifier is a plain function ``verify(tree, p, q, rng)`` returning ``(node, y)`` — or ``(node, y, completion)``
-when later tokens must follow a modified target (greedy BV). Engines find everything they need of a rule here,
-its array rule included, and never choose a rule by its name.
-"""
+"""The built-in verifiers by public name (:data:`VERIFIERS`), each with everything an engine needs of it (its array
+rule, exact recursion, claimed schemes), and the loading of a user's ``module:function`` verifier
+(:func:`load_verifier`). Engines never choose a rule by its name."""
 
 from __future__ import annotations
 
@@ -37,7 +34,11 @@ class VerifierSpec:
     (docs/rules.md); a control lists none. ``shapes`` lists the topologies a rule is defined on; ``float_only`` marks
     rules that need irrational arithmetic; ``array_rule`` names the rule's array rule (its batched form on numpy and
     torch), which every batched engine looks up here, with the single-step rule it lifts passed as its array step
-    (:mod:`.single_step_arrays`), not by name."""
+    (:mod:`.single_step_arrays`), not by name.
+
+    A verifier is a plain function ``verify(tree, p, q, rng)`` returning ``(node, y)``, or ``(node, y, completion)``
+    when later tokens must follow a modified target (greedy BV).
+    """
 
     name: str
     fn: Verifier
@@ -72,10 +73,6 @@ class VerifierSpec:
     @property
     def is_control(self) -> bool:
         return not self.lossless_under
-
-    @property
-    def chain_only(self) -> bool:
-        return self.shapes == ("chain",)
 
     @property
     def default_shape(self) -> str:
@@ -245,7 +242,26 @@ def verifier_name(fn: Verifier) -> str:
 
 
 def load_verifier(name: str) -> tuple[str, Verifier]:
-    """A built-in verifier by name, or ``module:function`` imported (the working directory is searched)."""
+    """A verifier by the name a user gives: a built-in rule, or ``module:function`` imported.
+
+    Parameters
+    ----------
+    name : str
+        A registry name (``specproof list``) or ``"module:function"``; the module is searched from the working
+        directory, then ``sys.path``.
+
+    Returns
+    -------
+    tuple
+        ``(name, verifier)``: the name as given, and the callable ``verifier(tree, p, q, rng) -> (node, y)``.
+
+    Raises
+    ------
+    InvalidParameterError
+        On field ``verifier``: an unknown built-in name, a missing ``:``, a module that does not exist or raises
+        (an exit or interrupt included) while importing (a missing optional dependency included), or no callable
+        of that name in it.
+    """
     if name in VERIFIERS:
         return name, VERIFIERS[name].fn
     if ":" not in name:

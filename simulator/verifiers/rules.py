@@ -1,11 +1,5 @@
-"""The single-step rules as objects every lift uses: sampling a step, and its flows (docs/rules.md).
-
-A :class:`SingleStepRule` is either *sequential* (a plan from :mod:`.single_step`) or *flow-defined* (a feasible
-flow from :mod:`.flows`). :meth:`SingleStepRule.step` is what token verification runs,
-:meth:`SingleStepRule.token_acceptance` and :meth:`SingleStepRule.outflow` what Layer Verification needs — all from
-the same plan or flow, so each rule is written once. Its array form, which the array rules receive, is its array
-step (:mod:`.single_step_arrays`).
-"""
+"""The single-step rules as objects every lift uses (:class:`SingleStepRule`): sampling a step and its flows, from
+one plan or flow per rule (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -23,6 +17,10 @@ Row = tuple[Number, ...]
 
 @dataclass(frozen=True)
 class SingleStepRule:
+    """A single-step rule: *sequential* (a plan of :mod:`.single_step`) or *flow-defined* (a feasible flow of
+    :mod:`.flows`). :meth:`step` is what token verification runs, :meth:`token_acceptance` and :meth:`outflow` what
+    Layer Verification needs, all from the same plan or flow, so each rule is written once. Its array form, which
+    the array rules receive, is its array step (:mod:`.single_step_arrays`)."""
     name: str
     plan: Optional[Callable[[Sequence[int], Row, Row], ss.Plan]] = None
     solver: Optional[Callable[[Row, Row, int, str], fl.FlowSolution]] = None

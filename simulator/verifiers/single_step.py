@@ -1,11 +1,6 @@
-"""Single-step rules at one node (docs/rules.md): ``k`` candidate tokens, the node's draft row ``p`` and target
-row ``q``.
-
-The sequential rules — SpS, RRS, RRSw (and DySpec's Alg. 3 as printed), deterministic RRS, K-SEQ — are each written
-once as a deterministic *plan* (:class:`Plan`), so that one function serves sampling (:func:`run_plan`) and the
-flows Layer Verification lifts (:func:`plan_acceptance`; layer_verification.txt §3–4, App. E.2). Each plan's array
-form, for many nodes at once, is its array step in :mod:`.single_step_arrays`.
-"""
+"""Single-step rules at one node (docs/rules.md), each written once as a deterministic plan (:class:`Plan`) that
+serves both sampling (:func:`run_plan`) and the flows Layer Verification lifts (:func:`plan_acceptance`; Cha et
+al. 2026, §3–4, App. E.2)."""
 
 from __future__ import annotations
 
@@ -23,7 +18,12 @@ Row = tuple[Number, ...]
 @dataclass(frozen=True)
 class Plan:
     """Per-candidate acceptance probabilities (each given the earlier rejections) and the final residual.
-    Deterministic, so the same plan serves sampling and flows."""
+    Deterministic, so the same plan serves sampling and flows.
+
+    The sequential rules: SpS, RRS, RRSw (and DySpec's Alg. 3 as printed), deterministic RRS and K-SEQ, each over
+    ``k`` candidate tokens, the node's draft row ``p`` and target row ``q``. Each plan's array form, for many nodes at
+    once, is its array step in :mod:`.single_step_arrays`.
+    """
 
     steps: tuple[tuple[int, Number], ...]  # (candidate position, acceptance probability)
     residual: Row
@@ -49,13 +49,15 @@ def plan_acceptance(plan: Plan, k: int) -> list[Number]:
 
 
 def sps_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
-    """SpS (Leviathan et al.): accept ``x`` w.p. ``min(1, q(x)/p(x))``; residual ``norm((q−p)_+)``."""
+    """SpS (Leviathan et al., ICML 2023, arXiv:2211.17192): accept ``x`` w.p. ``min(1, q(x)/p(x))``; residual
+    ``norm((q−p)_+)``."""
     x = candidates[0]
     return Plan(((0, ratio(q[x], p[x])),), residual(q, p))
 
 
 def rrs_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
-    """RRS with replacement (SpecInfer/EAGLE): sequential SpS; after a rejection ``q ← norm((q−p)_+)``."""
+    """RRS with replacement (SpecInfer, arXiv:2305.09781; EAGLE, arXiv:2401.15077): sequential SpS; after a
+    rejection ``q ← norm((q−p)_+)``."""
     steps, target = [], tuple(q)
     for i, x in enumerate(candidates):
         steps.append((i, ratio(target[x], p[x])))
@@ -72,9 +74,9 @@ def _normal_cdf_acceptance(numerator: Number, denominator: Number) -> float:
 
 def rrsw_plan(candidates: Sequence[int], p: Row, q: Row,
               accept: Callable[[Number, Number], Number] = ratio) -> Plan:
-    """RRS without replacement (Jeon et al.): as RRS, and also ``p(x) ← 0`` renormalised; stops when the draft has no
-    mass left. DySpec's verification (its Alg. 3) is this rule; ``accept`` swaps in another acceptance probability
-    (:func:`dyspec_printed_plan`)."""
+    """RRS without replacement (Jeon et al., arXiv:2402.14160): as RRS, and also ``p(x) ← 0`` renormalised; stops
+    when the draft has no mass left. DySpec's verification (its Alg. 3) is this rule; ``accept`` swaps in another
+    acceptance probability (:func:`dyspec_printed_plan`)."""
     steps, target, draft = [], tuple(q), list(p)
     for i, x in enumerate(candidates):
         steps.append((i, accept(target[x], draft[x])))
@@ -92,8 +94,8 @@ def dyspec_printed_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
 
 
 def deterministic_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
-    """Deterministic RRS (point-mass drafts, EAGLE-2): accept a distinct ``x`` w.p. ``q(x)``; else ``q(x) ← 0``
-    renormalised. Its acceptance never reads ``p``, so it is lossless under every drafting scheme."""
+    """Deterministic RRS (point-mass drafts, EAGLE-2, arXiv:2406.16858): accept a distinct ``x`` w.p. ``q(x)``; else
+    ``q(x) ← 0`` renormalised. Its acceptance never reads ``p``, so it is lossless under every drafting scheme."""
     steps, target, seen = [], list(q), set()
     for i, x in enumerate(candidates):
         if x in seen:
@@ -143,10 +145,10 @@ def kseq_rho(p: Row, q: Row, k: int) -> Number:
 
 
 def kseq_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
-    """K-SEQ (SpecTr, Sun et al. 2023): ``β(ρ) = Σ min(p, q/ρ)``, ``p_acc(ρ) = 1 − (1 − β)^k``, ``ρ*`` the root of
-    ``p_acc(ρ) = ρ β(ρ)`` on ``[1, k]`` (:func:`kseq_rho`: any ``ρ ≥ ρ*`` is lossless, so the exact rational
-    bisection point is too); accept ``X_i`` w.p. ``min(1, q/(ρ* p))``; residual ``norm((q − γ min(p, q/ρ*))_+)``
-    with ``γ = p_acc/β``. ``k = 1`` gives ``ρ* = 1``: SpS exactly."""
+    """K-SEQ (SpecTr, Sun et al., NeurIPS 2023, arXiv:2310.15141): ``β(ρ) = Σ min(p, q/ρ)``,
+    ``p_acc(ρ) = 1 − (1 − β)^k``, ``ρ*`` the root of ``p_acc(ρ) = ρ β(ρ)`` on ``[1, k]`` (:func:`kseq_rho`: any
+    ``ρ ≥ ρ*`` is lossless, so the exact rational bisection point is too); accept ``X_i`` w.p. ``min(1, q/(ρ* p))``;
+    residual ``norm((q − γ min(p, q/ρ*))_+)`` with ``γ = p_acc/β``. ``k = 1`` gives ``ρ* = 1``: SpS exactly."""
     k = len(candidates)
     rho = kseq_rho(tuple(p), tuple(q), k)
     beta = _beta(p, q, rho)

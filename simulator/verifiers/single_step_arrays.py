@@ -1,10 +1,6 @@
-"""The array step of every single-step rule, beside its reference (docs/rules.md): the plans of :mod:`.single_step`
-and the flows of :mod:`.flows` for many nodes at once. Each is written once for numpy and torch (the array API,
-``array-api-compat``) with its reference's float operations in the same order, so an array rule lifting it
-decides exactly as the reference lift on the same uniforms (float64 on the CPU).
-
-Shapes: ``m`` nodes (one per open tree), ``V`` tokens, ``k`` candidates, ``W`` the most children of a node.
-"""
+"""The array step of every single-step rule, beside its reference (docs/rules.md): the plans and flows for many nodes
+at once, numpy and torch alike, with the reference's float operations in the same order. Shapes: ``m`` nodes,
+``V`` tokens, ``k`` candidates, ``W`` the most children of a node."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Token verification (TV) on any tree (docs/rules.md): a single-step rule applied top-down.
-
-At node ``v`` the rule sees the tokens of ``v``'s children; if it accepts one, verification moves to that
-child; if it rejects, the correction ``y`` is drawn from the rule's residual; at a leaf ``y ~ q_v``.
-``law`` is the tuple law the flow-defined rules (OPT, GR) solve for; sequential rules ignore it.
-
-:func:`tv` remembers each verifier it builds with its rule and law (:func:`lift_of`), so that a proof can take the
-verifier apart again into its single step (exact/prove/lifting.py) without going by its name.
-"""
+"""Token verification (TV) on any tree (docs/rules.md): a single-step rule applied top-down (:func:`tv`)."""
 
 from __future__ import annotations
 
@@ -62,7 +54,14 @@ def token_verify(rule: SingleStepRule, tree: DraftTree, p: Rows, q: Rows, rng: R
 
 
 def tv(rule: SingleStepRule, law: str = "iid"):
-    """The TV lift of ``rule`` as a verifier function."""
+    """The TV lift of ``rule`` as a verifier function.
+
+    At node ``v`` the rule sees the tokens of ``v``'s children; if it accepts one, verification moves to that child;
+    if it rejects, the correction ``y`` is drawn from the rule's residual; at a leaf ``y ~ q_v``. ``law`` is the
+    tuple law the flow-defined rules (OPT, GR) solve for; sequential rules ignore it. Each verifier built is
+    remembered with its rule and law (:func:`lift_of`), so that a proof can take it apart into its single step
+    (:mod:`exact.prove.lifting`) without going by its name.
+    """
     def verify(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
         return token_verify(rule, tree, p, q, rng, law)
     verify.__name__ = f"tv_{rule.name}"

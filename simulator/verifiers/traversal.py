@@ -1,12 +1,5 @@
-"""Traversal Verification (traversal_verification.txt, Weng et al., NeurIPS 2025, Alg. 3, Eqs. 1–3):
-:func:`traversal_verify` and the rules built on it.
-
-Alg. 3's zeroing update (Eq. 2) is right for without-replacement trees and lossy on i.i.d. trees with duplicate
-siblings (docs/corrections.md). Two lossless handlings of i.i.d. trees: ``trv`` merges duplicate siblings into one
-node, recursively (:func:`trv`); ``trv-iid`` keeps them apart and leaves the draft unchanged on rejection
-(:func:`trv_iid`). The control ``bug-trv-insertion-order`` visits leaves in node-index order instead of DFS
-post-order.
-"""
+"""Traversal Verification (Weng et al., NeurIPS 2025, arXiv:2505.12398, Alg. 3, Eqs. 1–3): :func:`traversal_verify`,
+the lossless ``trv`` and ``trv-iid``, and the control ``bug-trv-insertion-order``."""
 
 from __future__ import annotations
 
@@ -118,7 +111,11 @@ def _next_leaf(kids: list[list[int]], alive: list[bool], post_order: bool) -> in
 
 
 def trv(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
-    """TRV with duplicate siblings merged (lossless on i.i.d. and without-replacement trees)."""
+    """TRV with duplicate siblings merged (lossless on i.i.d. and without-replacement trees).
+
+    Alg. 3's zeroing update (Eq. 2) is right for without-replacement trees and lossy on i.i.d. trees with duplicate
+    siblings (docs/corrections.md); merging duplicate siblings into one node, recursively, makes it lossless there.
+    """
     return traversal_verify(tree, p, q, rng, merge=True, zero_draft=True)
 
 

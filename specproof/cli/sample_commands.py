@@ -88,7 +88,7 @@ MAX_SCALE = 1000.0
 @click.pass_context
 def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, scheduler, device, no_run, store_dir,
            cert_vocab, cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
-    """The main job: the certification table and the layer_verification.txt toy study, written to OUT."""
+    """The main job: the certification table and Layer Verification's toy study, written to OUT."""
     chosen = _parse_tables(tables) if tables else (tuple(PAPER_TRIALS) if full else QUICK_TABLES)
     check_scheduler(scheduler)
     check_device(device)

@@ -1,23 +1,5 @@
 """Exit 0 only with a verdict in hand: each command runs in a child process under a supervising parent
-(docs/cli/README.md#exit-codes, docs/limits.md).
-
-User code — a plugin, a kernel, an adapter — can end its process in ways no handler catches: ``os._exit(0)``, a
-crash inside a C extension, the OOM killer; and it can loop inside C code, where ``SIGALRM`` (the in-process
-``--timeout``) is never handled, or cancel that alarm. So once the command line is parsed the command is forked:
-the child runs it, and delivers its exit code over a pipe (:func:`deliver`, called by
-:func:`specproof.cli.launch.main` as the command exits) after its output is flushed. The parent waits, and
-
-- exits with the code delivered; a child that ended without delivering one is exit 2, naming the user code
-  and how the child ended (its exit status, or the signal that killed it);
-- enforces the command's time limit from outside: past it by :data:`GRACE_SECONDS` (the in-process limit's
-  own message comes first when it can), it kills the child and everything it started, exit 2;
-- forwards SIGINT and SIGTERM to the child, and kills it if it has not ended :data:`INTERRUPT_SECONDS` later
-  (at once on a second signal), exit 130.
-
-The child inherits standard output and error, so the command's output streams as it is written. Only the
-``specproof`` executable supervises (:func:`enable`); a command invoked in-process (click's test runner) runs
-as it is.
-"""
+(:func:`supervise`; docs/cli/README.md#exit-codes, docs/limits.md)."""
 
 from __future__ import annotations
 
@@ -81,8 +63,24 @@ class SupervisedCommand(click.Command):
 
 
 def supervise(ctx: click.Context, run):
-    """Run ``run()`` (the command) in a child and exit as :mod:`this module <specproof.cli.supervisor>` says;
-    in the child, return what ``run()`` returns (its exit reaches :func:`deliver`)."""
+    """Run ``run()`` (the command) in a child and exit as the child's verdict says; in the child, return what ``run()``
+    returns (its exit reaches :func:`deliver`).
+
+    Why a child: user code (a plugin, a kernel, an adapter) can end its process in ways no handler catches
+    (``os._exit(0)``, a crash inside a C extension, the OOM killer), and can loop inside C code, where ``SIGALRM``
+    (the in-process ``--timeout``) is never handled, or cancel that alarm. The child delivers its exit code over a
+    pipe after its output is flushed. The parent
+
+    - exits with the code delivered; a child that ended without delivering one is exit 2, naming the user code and
+      how the child ended (its exit status, or the signal that killed it);
+    - enforces the command's time limit from outside: past it by :data:`GRACE_SECONDS` (the in-process limit's own
+      message comes first when it can), it kills the child and everything it started, exit 2;
+    - forwards SIGINT and SIGTERM to the child, and kills it if it has not ended :data:`INTERRUPT_SECONDS` later (at
+      once on a second signal), exit 130.
+
+    The child inherits standard output and error, so output streams as it is written. Only the ``specproof``
+    executable supervises (:func:`enable`); a command invoked in-process (click's test runner) runs as it is.
+    """
     global _delivery
     child, fd = fork_child()
     if child is None:

@@ -1,11 +1,5 @@
-"""Batteries: the instances a gate check or a pytest assertion certifies a subject on.
-
-A battery is a dict (a gate config's ``[battery]`` table; keyword arguments of :mod:`specproof.gate.testing`): models
-(``random-rational``, ``synthetic``) × seeds × vocabularies × shapes × drafting schemes. Shapes are the
-battery's topologies at its ``depth`` and ``branching`` that the subject is defined on; DySpec's dynamic
-drafting ignores them (``budget``, ``threshold``, ``max_depth`` apply). Drafting: the battery's list, else the
-schemes the subject claims losslessness under (ADED excepted: its drafts depend on history).
-"""
+"""Batteries: the instances a gate check or a pytest assertion certifies a subject on (:func:`battery`,
+:func:`instances`), models × seeds × vocabularies × shapes × drafting schemes."""
 
 from __future__ import annotations
 
@@ -90,7 +84,14 @@ def merged(base: dict, given: object, where: str) -> dict:
 
 
 def instances(b: dict, what: Subject) -> list[dict]:
-    """Every instance of battery ``b`` for ``what`` (module docstring), as JSON-able dicts."""
+    """Every instance of battery ``b`` for ``what`` (module docstring), as JSON-able dicts.
+
+    A battery is a dict (a gate config's ``[battery]`` table; keyword arguments of :mod:`specproof.gate.testing`):
+    models (``random-rational``, ``synthetic``) × seeds × vocabularies × shapes × drafting schemes. Shapes are the
+    battery's topologies at its ``depth`` and ``branching`` that the subject is defined on; DySpec's dynamic drafting
+    ignores them (``budget``, ``threshold``, ``max_depth`` apply). Drafting: the battery's list, else the schemes the
+    subject claims (ADED excepted: its drafts depend on history).
+    """
     schemes = b["drafting"] or [s for s in what.schemes if s in DRAFTERS and s != "aded"] or ["iid"]
     out = []
     for kind, seed, vocab, scheme in itertools.product(b["models"], b["seeds"], b["vocab"], schemes):

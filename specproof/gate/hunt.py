@@ -1,10 +1,5 @@
-"""Instance search (docs/gate.md, "Hunting"): model pairs, vocabularies, shapes and drafting schemes, then local
-moves on the rows, until a pair shows a loss or the time is up.
-
-Some bug classes show on one random pair in eight, or fewer, so one certificate rarely settles a question.
-:func:`hunt` certifies pair after pair, deterministically for a given seed; the first lossy pair is shrunk
-(:mod:`specproof.gate.shrink`).
-"""
+"""Instance search (:func:`hunt`; docs/gate.md, "Hunting"): model pairs, vocabularies, shapes and drafting schemes,
+then local moves on the rows, until a pair shows a loss or the time is up."""
 
 from __future__ import annotations
 
@@ -91,7 +86,11 @@ def hunt(what: Subject, time_limit: float, fixed: Fixed = Fixed(), seed: int = 0
     the same seed and options give the same sequence of pairs on any machine. After each fresh pair that certifies
     lossless, :data:`LOCAL_MOVES` moves replace one row the certification read by a new random row and keep the
     change when the exact TVD does not decrease (a float kernel's rounding-level TVD climbs; an exact rule's zero
-    TVD walks)."""
+    TVD walks).
+
+    Some bug classes show on one random pair in eight, or fewer, so one certificate rarely settles a question. The
+    search is deterministic for a given seed; the first lossy pair is shrunk (:mod:`specproof.gate.shrink`).
+    """
     if not time_limit > 0:
         raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
     rng = np.random.default_rng(seed)

@@ -1,12 +1,5 @@
-"""Tasks in processes of their own, under a time limit each (the gate's checks: docs/gate.md, "Time limits").
-
-A check runs user code; in the gate's own process a plugin looping inside C code would hang the whole gate, and
-one calling ``os._exit(0)`` would end it with no verdict. :func:`run_isolated` runs each task in a forked child
-(:func:`simulator.workers.fork_child`: it dies with this process, and it and everything it starts are killed
-together), up to ``processes`` at once. The child relays messages as it goes (``send(kind, value)``, pickled
-over a pipe) and its result last; a child that passed its time limit is killed, and one that ended without a
-result is reported with how it ended (:class:`Stopped`). Each task gets its own limit, so the others still run.
-"""
+"""Tasks in processes of their own, each under a time limit (:func:`run_isolated`): the gate's checks
+(docs/gate.md, "Time limits")."""
 
 from __future__ import annotations
 
@@ -53,7 +46,15 @@ class Stopped:
 def run_isolated(tasks: list[Task], processes: int, seconds: float | None) -> list[object]:
     """Each task's result, or a :class:`Stopped`, in the order of ``tasks``; ``seconds``: each task's time limit
     (``None``: none). An exception the task raised (a bug, not user code's: user code's errors are the task's to
-    report) is raised here, the other children killed."""
+    report) is raised here, the other children killed.
+
+    A check runs user code: in the gate's own process, a plugin looping inside C code would hang the whole gate, and
+    one calling ``os._exit(0)`` would end it with no verdict. So each task runs in a forked child
+    (:func:`simulator.workers.fork_child`: it dies with this process, and it and everything it starts are killed
+    together), up to ``processes`` at once. The child relays messages as it goes (``send(kind, value)``, pickled over
+    a pipe) and its result last; a child past its time limit is killed, and one that ended without a result is
+    reported with how it ended. Each task has its own limit, so the others still run.
+    """
     results: list[object] = [None] * len(tasks)
     running: dict[int, tuple[Child, float]] = {}
     waiting = list(range(len(tasks)))

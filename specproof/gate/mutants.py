@@ -1,14 +1,6 @@
 """A mutation zoo: bug classes that reached serving systems or published implementations, each an ordinary torch
-kernel drawing its own random numbers. Every mutant is LOSSY; the correct kernels they mutate are in
-:mod:`specproof.gate.torch_kernels` and :mod:`simulator.verifiers.block`. Each function's docstring names its bug.
-
-By adapter: ``chain`` — ``sps_chain_stub_uniform``, ``sps_chain_bf16_ratio``, ``sps_chain_cdf_fallback``,
-``greedy_target_chain``, ``bv_cumprod_chain``; ``flat-chain`` — ``flat_chain_off_by_one``; ``tree`` —
-``match_tree_second_chance``, ``rrs_tree_late_update``. Certified unmodified (docs/kernels.md)::
-
-    specproof certify --kernel specproof.gate.mutants:sps_chain_stub_uniform --adapter chain --depth 2 \\
-        --model random-rational --vocab 3 --seeds 8
-"""
+kernel drawing its own random numbers, every one LOSSY (docs/gate.md, "The mutation zoo"); each docstring names
+its bug and its adapter."""
 
 from __future__ import annotations
 
@@ -25,6 +17,16 @@ def sps_chain_stub_uniform(candidate_input_ids, candidate_logits, candidate_leng
     emitted with the draft's probability ``p(x)``: LOSSY on any pair with such a token (exact only where
     ``p ≤ q`` on the target's support). A class seen where samplers carry a deterministic-testing hook (a fixed
     or zero uniform) that stays switched on outside tests.
+
+    Certified unmodified, as every mutant here (docs/kernels.md)::
+
+        specproof certify --kernel specproof.gate.mutants:sps_chain_stub_uniform --adapter chain --depth 2 \
+            --model random-rational --vocab 3 --seeds 8
+
+    By adapter: ``chain``: this one, ``sps_chain_bf16_ratio``, ``sps_chain_cdf_fallback``, ``greedy_target_chain``,
+    ``bv_cumprod_chain``; ``flat-chain``: ``flat_chain_off_by_one``; ``tree``: ``match_tree_second_chance``,
+    ``rrs_tree_late_update``. The correct kernels they mutate are in :mod:`specproof.gate.torch_kernels` and
+    :mod:`simulator.verifiers.block`.
     """
     drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):

@@ -1,12 +1,5 @@
-"""The regression gate (docs/gate.md): a battery of exact certificates for every verifier, plugin or kernel a
-config names, checked against expected verdicts and committed acceptance baselines.
-
-A check passes when its expectation (``lossless``, with a bounded :func:`specproof.gate.hunt.hunt` finding no
-loss, or ``lossy``, a negative control) holds on every instance and each instance's exact ``E[τ]`` matches its
-baseline. Finished instances are kept in a state folder while their :func:`fingerprint` holds, so a rerun
-certifies only what is missing. Config problems are typed errors raised before anything is certified;
-:func:`verdict` gives the exit code.
-"""
+"""The regression gate (:func:`run_gate`; docs/gate.md): exact certificates of every verifier, plugin or kernel a
+config names, checked against expected verdicts and committed acceptance baselines."""
 
 from __future__ import annotations
 
@@ -391,7 +384,14 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
     The state folder and the baselines file are checked before anything is certified. A typed error of one
     instance or hunt (a verifier that raised, a limit) is kept on its check's outcome when ``record_errors``
     (the gate command: every check still runs and is reported), else raised.
-    ``warn`` hears of results that could not be kept (a full disk)."""
+    ``warn`` hears of results that could not be kept (a full disk).
+
+    A check passes when its expectation (``lossless``, with a bounded :func:`specproof.gate.hunt.hunt` finding no
+    loss, or ``lossy``, a negative control) holds on every instance and each instance's exact ``E[τ]`` matches its
+    baseline. Finished instances are kept in a state folder while their :func:`fingerprint` holds, so a rerun
+    certifies only what is missing. Config problems are typed errors raised before anything is certified;
+    :func:`verdict` gives the exit code.
+    """
     with config.import_path():
         baselines = load_baselines(config.resolve("baselines"))
         state = State(config.resolve("state"), fresh, warn).open()

@@ -1,11 +1,5 @@
-"""Shrinking a lossy case to a small reproducer, deterministically and within a time bound (docs/gate.md).
-
-In the manner of Hypothesis's shrinker: moves that make the case smaller (:meth:`Reproducer.size`: fewer draft
-nodes, then a smaller vocabulary, depth and branching, then more zeros and smaller denominators in the rows) are
-tried in a fixed order — :func:`_fewer_nodes`, :func:`_smaller_vocab`, :func:`_simpler_rows` — and one is kept
-only when the subject still certifies LOSSY on the result, exactly. A candidate that cannot be certified counts
-as not lossy.
-"""
+"""Shrinking a lossy case to a small reproducer, deterministically and within a time bound (:func:`shrink`;
+docs/gate.md)."""
 
 from __future__ import annotations
 
@@ -44,7 +38,13 @@ class Shrunk:
 
 def shrink(case: Reproducer, time_limit: float = 10.0, what: Subject | None = None) -> Shrunk:
     """Shrink a lossy ``case``: the moves, in order, repeated until none applies or ``time_limit`` seconds pass.
-    Raises ``ValueError`` if ``case`` itself is not lossy."""
+    Raises ``ValueError`` if ``case`` itself is not lossy.
+
+    In the manner of Hypothesis's shrinker: moves that make the case smaller (:meth:`Reproducer.size`: fewer draft
+    nodes, then a smaller vocabulary, depth and branching, then more zeros and smaller denominators in the rows) are
+    tried in a fixed order, and one is kept only when the subject still certifies LOSSY on the result, exactly. A
+    candidate that cannot be certified counts as not lossy.
+    """
     what = what or subject(case.subject, "case.subject")
     deadline = time.monotonic() + time_limit
     best = pruned(case)

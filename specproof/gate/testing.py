@@ -1,17 +1,6 @@
-"""pytest helpers: a user's test suite certifies its verifier or kernel in three lines.
-
-    from specproof.gate.testing import assert_lossless
-
-    def test_my_verifier_is_lossless():
-        assert_lossless("examples.plugin_verifier:my_tv")
-
-Each helper certifies exactly on a battery (:mod:`specproof.gate.battery`; keyword arguments override its keys, e.g.
-``vocab=[3], topologies=["chain"], depth=3``). A failure raises ``AssertionError`` with the instance, the TVD,
-the counterexample sequence and the path of a written reproducer (``CASE.json``, shrunk), which
-``specproof certify --case`` certifies again. What a passing assertion covers is the battery, not every pair.
-For property tests, ``model_pairs()`` and ``tree_shapes()`` are Hypothesis strategies of the instances
-(:mod:`specproof.gate.strategies`, imported on first use: the helpers above need no Hypothesis).
-"""
+"""pytest helpers: a user's test suite certifies its verifier or kernel exactly in three lines
+(:func:`assert_lossless`; docs/gate.md#pytest), and Hypothesis strategies of the instances for property tests
+(``model_pairs()``, ``tree_shapes()``: :mod:`specproof.gate.strategies`, imported on first use)."""
 
 from __future__ import annotations
 
@@ -55,10 +44,42 @@ def _battery_certificates(verifier: object, overrides: dict):
 
 
 def assert_lossless(verifier: object, case_dir: str | os.PathLike | None = None, **overrides: object) -> int:
-    """Certify ``verifier`` (a registry name, ``module:function``, a verifier function or a
-    :class:`simulator.torch_path.kernels.Kernel`) LOSSLESS on every instance of the battery; returns how many there
-    were. On a loss, the shrunk reproducer is written to ``case_dir`` (default: ``$SPECPROOF_CASE_DIR``, else the
-    system's temporary folder)."""
+    """Certify ``verifier`` LOSSLESS on every instance of a battery, exactly; for a user's pytest suite.
+
+    What a passing assertion covers is the battery, not every pair (``specproof prove`` decides every pair of a
+    shape).
+
+    Examples
+    --------
+    >>> from specproof.gate.testing import assert_lossless
+    >>> def test_my_verifier_is_lossless():
+    ...     assert_lossless("examples.plugin_verifier:my_tv")
+
+    Parameters
+    ----------
+    verifier : object
+        A registry name, ``"module:function"``, a verifier function or a
+        :class:`simulator.torch_path.kernels.Kernel`.
+    case_dir : str or PathLike, optional
+        Where a loss's reproducer is written (default: ``$SPECPROOF_CASE_DIR``, else the system's temporary folder).
+    **overrides
+        Battery keys (:mod:`specproof.gate.battery`), e.g. ``vocab=[3], topologies=["chain"], depth=3``.
+
+    Returns
+    -------
+    int
+        The number of instances certified.
+
+    Raises
+    ------
+    AssertionError
+        A LOSSY instance: the message names the instance, the TVD and the counterexample sequence, and the path of
+        the shrunk reproducer (``CASE.json``) that ``specproof certify --case`` certifies again.
+    InvalidParameterError
+        An unknown battery key or value, or a verifier that cannot be loaded.
+    SpecproofError
+        Whatever certifying an instance raises (a verifier that fails, a draw outside ``rng``, a limit).
+    """
     count = 0
     for what, b, inst, cert in _battery_certificates(verifier, overrides):
         count += 1
@@ -71,8 +92,28 @@ def assert_lossless(verifier: object, case_dir: str | os.PathLike | None = None,
 
 
 def assert_lossy(verifier: object, **overrides: object) -> Certificate:
-    """Certify ``verifier`` LOSSY on at least one instance of the battery (a negative control: the same battery
-    must be able to fail); returns the first lossy certificate."""
+    """Certify ``verifier`` LOSSY on at least one instance of the battery: a negative control, showing the battery can
+    fail.
+
+    Parameters
+    ----------
+    verifier : object
+        As :func:`assert_lossless`'s.
+    **overrides
+        Battery keys.
+
+    Returns
+    -------
+    Certificate
+        The first lossy instance's certificate.
+
+    Raises
+    ------
+    AssertionError
+        Every instance certified LOSSLESS.
+    SpecproofError
+        As :func:`assert_lossless`.
+    """
     tried = []
     for what, _, inst, cert in _battery_certificates(verifier, overrides):
         if not cert.lossless:
@@ -84,9 +125,32 @@ def assert_lossy(verifier: object, **overrides: object) -> Certificate:
 
 def assert_acceptance(verifier: object, expected: Number | str, tolerance: float = 0.0,
                       **overrides: object) -> Number:
-    """Certify the exact expected number of accepted draft tokens ``E[τ]`` on the battery's first instance and
-    compare it with ``expected`` (a number or ``"n/d"``): equal under fractions when ``tolerance`` is 0, else
-    within ``tolerance``. Returns ``E[τ]``."""
+    """Certify the exact ``E[τ]`` (accepted draft tokens) on the battery's first instance and compare it with
+    ``expected``.
+
+    Parameters
+    ----------
+    verifier : object
+        As :func:`assert_lossless`'s.
+    expected : number or str
+        The expected ``E[τ]``, a number or ``"n/d"``.
+    tolerance : float
+        0: equal exactly (under fractions); otherwise within ``tolerance``.
+    **overrides
+        Battery keys.
+
+    Returns
+    -------
+    number
+        ``E[τ]``.
+
+    Raises
+    ------
+    AssertionError
+        ``E[τ]`` differs from ``expected``.
+    SpecproofError
+        As :func:`assert_lossless`.
+    """
     what, _, inst, cert = next(_battery_certificates(verifier, overrides))
     got = cert.expected_accepted
     want = Fraction(expected) if isinstance(expected, str) else expected

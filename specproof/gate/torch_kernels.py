@@ -1,14 +1,6 @@
-"""Verifiers as people ship them: plain torch functions that draw their own random numbers (``torch.rand``,
-``torch.multinomial``), each correct one beside a twin carrying one bug class that has reached production.
-
-specproof certifies them unmodified (docs/kernels.md)::
-
-    specproof certify --kernel specproof.gate.torch_kernels:sps_chain --adapter chain --depth 2 --model random-rational
-    specproof certify --kernel specproof.gate.torch_kernels:sps_chain_reused_uniform --adapter chain --depth 2 ...
-
-The calling conventions are the adapters of :mod:`simulator.torch_path.kernels`, plus :func:`tempered_adapter`,
-the worked example of a user's own adapter. Each kernel's docstring says whether it is lossless, and why.
-"""
+"""Verifiers as people ship them: plain torch functions that draw their own random numbers, each correct one beside
+a twin carrying one bug class that has reached production; each docstring says whether it is lossless, and why
+(docs/kernels.md)."""
 
 from __future__ import annotations
 
@@ -43,9 +35,16 @@ def _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_log
 
 # ---- chain kernels (adapter: chain) -----------------------------------------------------------------------------
 def sps_chain(candidate_input_ids, candidate_logits, candidate_length, new_logits):
-    """Speculative sampling, correct: accept draft ``x`` at position ``i`` when ``u < q_i(x)/p_i(x)`` for a
-    fresh uniform; at the first rejection emit a draw from ``(q_i − p_i)_+`` by another fresh uniform; after
-    ``γ`` acceptances a bonus from ``q_γ``. LOSSLESS; the twin of the four chain bugs below."""
+    """Speculative sampling, correct: accept draft ``x`` at position ``i`` when ``u < q_i(x)/p_i(x)`` for a fresh
+    uniform; at the first rejection emit a draw from ``(q_i − p_i)_+`` by another fresh uniform; after ``γ`` acceptances
+    a bonus from ``q_γ``. LOSSLESS; the twin of the four chain bugs below.
+
+    Certified unmodified through the adapters of :mod:`simulator.torch_path.kernels` (:func:`tempered_adapter` is the
+    worked example of a user's own)::
+
+        specproof certify --kernel specproof.gate.torch_kernels:sps_chain --adapter chain --depth 2 --model
+        random-rational
+    """
     drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):
         if torch.rand(()) < target[i, x] / draft[i, x]:

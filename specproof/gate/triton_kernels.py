@@ -1,16 +1,6 @@
-"""Chain verifiers written in Triton, each correct one beside a twin carrying one bug class that reached a
-production Triton or CUDA verifier; certified unmodified on the CPU under Triton's interpreter (docs/kernels.md,
-"Triton kernels")::
-
-    specproof certify --kernel specproof.gate.triton_kernels:sps_chain --adapter chain --depth 2
-
-Each kernel is transformers' ``chain`` convention (:func:`simulator.torch_path.kernels.chain`): a thin torch
-wrapper draws the acceptance uniforms with ``torch.rand`` (or the kernel draws them, ``tl.rand``), launches a
-Triton kernel that decides every position's acceptance, and draws the residual in torch or in a second Triton
-kernel, the bonus in torch. Each docstring says whether it is lossless, and why.
-Importing this module without triton installed raises :class:`~simulator.errors.MissingDependencyError` naming
-the extra that installs it.
-"""
+"""Chain verifiers written in Triton, each correct one beside a twin carrying a bug class that reached a production
+Triton or CUDA verifier, certified unmodified on the CPU under Triton's interpreter (docs/kernels.md, "Triton
+kernels"). Without triton installed, importing this raises :class:`~simulator.errors.MissingDependencyError`."""
 
 from __future__ import annotations
 
@@ -265,7 +255,15 @@ class _Launcher:
 
 def sps_chain(candidate_input_ids, candidate_logits, candidate_length, new_logits):
     """Speculative sampling with the acceptance in Triton, correct. LOSSLESS under both uniform models; the twin
-    of the bugs below."""
+    of the bugs below.
+
+    Every kernel here follows transformers' ``chain`` convention (:func:`simulator.torch_path.kernels.chain`): a thin
+    torch wrapper draws the acceptance uniforms with ``torch.rand`` (or the kernel draws them, ``tl.rand``), launches
+    a Triton kernel that decides every position's acceptance, and draws the residual in torch or in a second Triton
+    kernel, the bonus in torch::
+
+        specproof certify --kernel specproof.gate.triton_kernels:sps_chain --adapter chain --depth 2
+    """
     return _verify(_accept, candidate_input_ids, candidate_logits, candidate_length, new_logits)
 
 

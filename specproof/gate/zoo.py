@@ -1,11 +1,5 @@
-"""The mutation zoo (``specproof zoo``, docs/gate.md): real bug classes of speculative-decoding verifiers, each an
-ordinary torch kernel or a plugin, and what each kind of test does with it.
-
-Each mutant goes through the gate as a check expected lossless (:mod:`specproof.gate.runner`). The report gives its
-exact TVD on a reference instance, the share of ``certify``'s default pairs that show it, ``hunt``'s time, the
-shrunk reproducer's size, and the probability that each Monte Carlo test design passes it
-(:mod:`simulator.montecarlo.designs`).
-"""
+"""The mutation zoo (``specproof zoo``, docs/gate.md): real bug classes of speculative-decoding verifiers, and what
+each kind of test does with them (:func:`run_zoo`)."""
 
 from __future__ import annotations
 
@@ -239,6 +233,10 @@ def mutant_row(mutant: Mutant, outcome: CheckOutcome, rng: np.random.Generator, 
 
 
 def run_zoo(jobs: int = 1, tick: Tick = lambda stage, total: None) -> list[Row]:
+    """Every mutant through the gate as a check expected lossless (:mod:`specproof.gate.runner`), and per mutant its
+    exact TVD on a reference instance, the share of ``certify``'s default pairs that show it, ``hunt``'s time, the
+    shrunk reproducer's size, and the probability that each Monte Carlo test design passes it
+    (:mod:`simulator.montecarlo.designs`)."""
     rng = np.random.default_rng(20261125)
     with tempfile.TemporaryDirectory() as folder:
         outcomes = gate_outcomes(MUTANTS, Path(folder), jobs, lambda n: tick("gate", 0))

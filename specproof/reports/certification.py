@@ -1,10 +1,5 @@
-"""The certification table: every built-in verifier certified exactly on one small synthetic instance.
-
-Each verifier runs under every drafting scheme it is lossless under (docs/rules.md), controls under i.i.d.
-drafting, chain-only rules on a chain, dynamic drafters as :data:`TABLE_DRAFTERS`. A lossless rule certified
-lossless passes. A control certified lossless here is "not shown here", not a contradiction: one instance can
-miss its bug (its ``lossy_on`` names the shapes where it shows); only a proof contradicts an expected loss.
-"""
+"""The certification table: every built-in verifier certified exactly on one small synthetic instance
+(:func:`certification_table`)."""
 
 from __future__ import annotations
 
@@ -60,7 +55,13 @@ class Planned:
 
 def plan_table(model: ModelPair, depth: int = 2, branching: int = 2, arithmetic: str = "fraction",
                topology: str = "complete") -> list[Planned]:
-    """The rows of the table, built but not certified (so their size can be estimated first)."""
+    """The rows of the table, built but not certified (so their size can be estimated first).
+
+    Each verifier runs under every drafting scheme it is lossless under (docs/rules.md), controls under i.i.d.
+    drafting, chain-only rules on a chain, dynamic drafters as :data:`TABLE_DRAFTERS`. A lossless rule certified
+    lossless passes. A control certified lossless here is "not shown here", not a contradiction: one instance can miss
+    its bug (its ``lossy_on`` names the shapes where it shows); only a proof contradicts an expected loss.
+    """
     plans = []
     for spec in VERIFIERS.values():
         if spec.demo is not None:

@@ -1,12 +1,5 @@
-"""The clients report (``specproof clients``): samplers other projects ship, certified unmodified through the
-shipped adapters, each by the very command a reader can paste (docs/kernels.md, "Code people ship").
-
-Each row runs ``specproof certify ... --json`` in a fresh process, exactly as written in the report, and reads
-the verdict, TVD, support violation, executions and time from the certificate. Sources: transformers' sampler as
-installed; the others from ``specproof fetch`` (vLLM 0.6.3's ``RejectionSampler``, its two modules only; EAGLE's
-``evaluate_posterior``, its one module; a row that cannot fetch its modules says so and is not counted as a
-verdict).
-"""
+"""The clients report (``specproof clients``; docs/kernels.md, "Code people ship"): samplers other projects ship,
+certified unmodified through the shipped adapters, each by the very command a reader can paste."""
 
 from __future__ import annotations
 
@@ -20,6 +13,8 @@ import time
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
+
+from specproof.reports.portable import messages
 
 VLLM_KERNEL = "vllm.model_executor.layers.rejection_sampler:RejectionSampler.forward"
 HF_KERNEL = "transformers.generation.utils:_speculative_sampling"
@@ -36,9 +31,9 @@ SYNTHETIC = ["--model", "synthetic", "--vocab", "3"]
 
 @dataclass(frozen=True)
 class Client:
-    """One certification: what is certified, the ``certify`` arguments after ``specproof certify``, what the
-    row expects (``LOSSLESS``/``LOSSY``, or ``REFUSED``: exit 2, a kernel the capture cannot resolve) and why; ``needs``, the ``specproof fetch`` artifact whose folder replaces
-    ``{folder}`` in the arguments."""
+    """One certification: what is certified, the ``certify`` arguments after ``specproof certify``, what the row expects
+    (``LOSSLESS``/``LOSSY``, or ``REFUSED``: exit 2, a kernel the capture cannot resolve) and why; ``needs``, the
+    ``specproof fetch`` artifact whose folder replaces ``{folder}`` in the arguments."""
 
     source: str
     args: tuple[str, ...]
@@ -169,13 +164,14 @@ def run_client(client: Client, fetched: tuple[str | None, str] = (None, "")) -> 
         proc = subprocess.run([sys.executable, "-m", "specproof.cli", "certify", *args, "--json", str(out)],
                               capture_output=True, text=True)
         result.seconds = time.perf_counter() - start
+        said = messages(proc.stderr) or ["no message"]  # a library's warnings are not the command's message
         if proc.returncode == 2 and client.expected == "REFUSED":  # a typed refusal, as expected: its reason
             result.verdict = "REFUSED"
-            result.note = (proc.stderr.strip().splitlines() or ["no message"])[0][:300]
+            result.note = _portable(said[0][:300], client, folder_of_artifact)
             return result
         if proc.returncode not in (0, 1) or not out.exists():
             result.verdict = f"error (exit {proc.returncode})"
-            result.note = (proc.stderr.strip().splitlines() or ["no message"])[-1][:300]
+            result.note = _portable(said[-1][:300], client, folder_of_artifact)
             return result
         cert = json.loads(out.read_text())
     shown_cert = cert.get("deciding", cert)
@@ -183,8 +179,16 @@ def run_client(client: Client, fetched: tuple[str | None, str] = (None, "")) -> 
     result.tvd = str(shown_cert.get("tvd"))
     result.off_support = str(shown_cert.get("off_support"))
     result.executions = int(shown_cert.get("executions", 0))
-    result.precision = str(shown_cert.get("tolerance_reason", ""))
+    result.precision = _portable(str(shown_cert.get("tolerance_reason", "")), client, folder_of_artifact)
     return result
+
+
+def _portable(text: str, client: Client, folder: str | None) -> str:
+    """``text`` with the fetched artifact's folder written as the command writes it, ``$(specproof fetch NAME)``,
+    and the home folder as ``~``: a committed report names no folder of the machine that wrote it."""
+    if folder and client.needs is not None:
+        text = text.replace(folder, f"$(specproof fetch {client.needs})")
+    return text.replace(str(Path.home()), "~")
 
 
 def _number(text: str) -> str:
@@ -198,7 +202,13 @@ def _number(text: str) -> str:
 
 def write_clients_report(out: Path, command: str) -> bool:
     """Run every row of :data:`CLIENTS`; write ``clients.md`` and ``clients.json`` in ``out``. True when every row
-    that ran gave its expected verdict."""
+    that ran gave its expected verdict.
+
+    Each row runs ``specproof certify ... --json`` in a fresh process, exactly as written in the report, and reads the
+    verdict, TVD, support violation, executions and time from the certificate. Sources: transformers' sampler as
+    installed; the others from ``specproof fetch`` (a row that cannot fetch its modules says so and is not counted as
+    a verdict).
+    """
     import torch
     import transformers
 
@@ -230,7 +240,7 @@ def write_clients_report(out: Path, command: str) -> bool:
               "Not run: every row above is Triton's interpreter (or torch) on the CPU. The same Triton kernels "
               "compiled, checked decision by decision against specproof's reference rules on replayed uniforms and "
               "against the interpreter, and a statistical verdict on a CUDA-only verifier (FlashInfer's "
-              "`chain_speculative_sampling`), need a GPU session, and none was lent when this report was made. A "
+              "`chain_speculative_sampling`), need a GPU, and this report was made on a CPU. A "
               "GPU run must set `TRITON_INTERPRET=0` (tests/conftest.py sets it to 1)."]
     lines += ["", "## Commands", ""]
     for r in results:

@@ -1,11 +1,5 @@
-"""What the gate writes: a Markdown summary (for a person, or ``$GITHUB_STEP_SUMMARY``) and JUnit XML (for the
-test report of any CI system).
-
-JUnit: one ``testcase`` per instance (class: the check), failing when a check expected lossless is LOSSY there or
-when its ``E[τ]`` moved from the baseline, in error when its certificate raised a typed error; per control one
-``control flagged`` testcase, failing when no instance is LOSSY; per lossless check one ``hunt`` testcase when a
-hunt ran or erred.
-"""
+"""What the gate writes: a Markdown summary (for a person, or ``$GITHUB_STEP_SUMMARY``) and JUnit XML for any CI
+system's test report."""
 
 from __future__ import annotations
 
@@ -17,7 +11,13 @@ FAILURE, ERROR = "failure", "error"
 
 
 def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None, str | None]]:
-    """``(class, name, FAILURE or ERROR or None, message)`` for every JUnit testcase."""
+    """``(class, name, FAILURE or ERROR or None, message)`` for every JUnit testcase.
+
+    One testcase per instance (class: the check), failing when a check expected lossless is LOSSY there or its
+    ``E[τ]`` moved from the baseline, in error when its certificate raised a typed error; per control one ``control
+    flagged`` testcase, failing when no instance is LOSSY; per lossless check one ``hunt`` testcase when a hunt ran or
+    erred.
+    """
     out = []
     for o in outcomes:
         lossless = o.check.expect == "lossless"

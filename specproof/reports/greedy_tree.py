@@ -1,11 +1,5 @@
-"""DySpec's App. D.1: the greedy tree is a maximum-weight rooted subtree of its size.
-
-The search space is the ``V``-ary tree of token sequences; node ``u`` weighs ``w_u = Π_m p(u_{m+1} | u_{0:m})``
-(Eq. 12), a set of nodes weighs the sum of its weights (Eq. 13). The greedy algorithm starts from the root
-and adds the heaviest neighbour of the current set ``N − 1`` times (ties: the smaller token path).
-:func:`best_subtree_weight` finds the maximum over every connected rooted subtree of ``N`` nodes by
-exhaustive enumeration, a second method the greedy result is checked against.
-"""
+"""DySpec's App. D.1 (Xiong et al., arXiv:2410.11744): the greedy tree is a maximum-weight rooted subtree of its size,
+checked against exhaustive enumeration (:func:`best_subtree_weight`)."""
 
 from __future__ import annotations
 
@@ -19,7 +13,12 @@ def _children(view: ModelView, path: Context, weight: Number) -> list[tuple[Cont
 
 
 def greedy_subtree(view: ModelView, size: int) -> tuple[list[Context], Number]:
-    """D.1's greedy: ``size`` nodes (the root included) and their total weight."""
+    """D.1's greedy: ``size`` nodes (the root included) and their total weight.
+
+    The search space is the ``V``-ary tree of token sequences; node ``u`` weighs ``w_u = Π_m p(u_{m+1} | u_{0:m})``
+    (Eq. 12), a set of nodes the sum of its weights (Eq. 13). The greedy starts from the root and adds the heaviest
+    neighbour of the current set ``size − 1`` times (ties: the smaller token path).
+    """
     one: Number = rational(1) if view.arithmetic == "fraction" else 1.0
     chosen: list[Context] = [()]
     total = one

@@ -1,13 +1,5 @@
-"""The kernel report (``specproof kernels``): every torch kernel specproof knows, certified unmodified
-(docs/kernels.md).
-
-1. transformers' ``_speculative_sampling`` as installed, in float64, float32, on torch's grid and in ensemble mode.
-2. Every array rule of :mod:`simulator.torch_path.verify`, black-box through the ``uniforms`` adapter: its law
-   against the shared rule's exact law (:func:`parity`), and its certificate.
-3. The example kernels of ``specproof/gate/torch_kernels.py``: production bug classes and their correct twins.
-
-A verdict against a row's stated expectation is marked and makes the command exit 1.
-"""
+"""The kernel report (``specproof kernels``; docs/kernels.md): every torch kernel specproof knows, certified
+unmodified, a verdict against its row's expectation making the command exit 1 (:func:`run_rows`)."""
 
 from __future__ import annotations
 
@@ -239,7 +231,13 @@ Tick = Callable[[str, int], None]
 
 
 def run_rows(tick: Tick = lambda stage, total: None) -> tuple[list[Row], list[str]]:
-    """Every row certified (and the torch path's parity computed); notes on what was not run."""
+    """Every row certified (and the torch path's parity computed); notes on what was not run.
+
+    The rows: transformers' ``_speculative_sampling`` as installed, in float64, float32, on torch's grid and in
+    ensemble mode; every array rule of :mod:`simulator.torch_path.verify`, black-box through the ``uniforms`` adapter,
+    its law against the shared rule's exact law (:func:`parity`) and its certificate; the example kernels of
+    ``specproof/gate/torch_kernels.py``, production bug classes and their correct twins.
+    """
     hf, missing = _hf_rows()
     planned = hf + _torch_verify_rows() + _example_rows()
     rows = []

@@ -1,13 +1,5 @@
-"""``reports/optimality.md``: every claiming rule's distance from the exact ceiling ``E[τ]*`` (docs/optimum.md).
-
-For each shape (a chain, the complete, multi-chain and tapered trees) and fixed drafting scheme (i.i.d., without
-replacement), on random rational model pairs and on the synthetic pair at the toy study's ``ρ`` and temperatures,
-``V = 3``: the optimum, proved exactly (:func:`exact.prove.optimum.optimum`), and each built-in rule that claims
-the scheme and the shape, certified exactly, with its efficiency ``E[τ] / E[τ]*``. Summaries per rule: the
-minimum, the median and the share of instances at the optimum; the instance where the best rule is farthest
-from the ceiling is written as a model table (``--model table``) that reproduces it. Written by
-``specproof report --full``; each instance is cached in the report's store.
-"""
+"""``reports/optimality.md``: every claiming rule's distance from the exact ceiling ``E[τ]*`` (docs/optimum.md), on
+random rational pairs and the synthetic pair (:func:`write_optimality_report`)."""
 
 from __future__ import annotations
 
@@ -37,7 +29,7 @@ SHAPES = {"chain": ("chain", 3, 1), "complete": ("complete", 2, 2), "multi-chain
 SCHEMES = ("iid", "without-replacement")
 VOCAB = 3
 #: The synthetic pair's settings: the toy study's similarity sweep at τ = 1 and its temperature sweep at ρ = 0.5
-#: (layer_verification.txt Tables 10–15), each with model seeds 0 and 1.
+#: (Cha et al. 2026, Tables 10–15), each with model seeds 0 and 1.
 SYNTHETIC = ((0.0, 1.0), (0.25, 1.0), (0.5, 1.0), (0.5, 0.5), (0.5, 0.75), (0.5, 1.5))
 SYNTHETIC_SEEDS = (0, 1)
 RANDOM_SEEDS = tuple(range(20))
@@ -115,7 +107,15 @@ def _measure_cached(root: str, instance: Instance) -> dict:
 
 
 def measure_all(store_root: Path, jobs: int = 1, tick: Callable[[str, int], None] | None = None) -> list[dict]:
-    """Every instance's record, from the store's cache or computed (in ``jobs`` processes)."""
+    """Every instance's record, from the store's cache or computed (in ``jobs`` processes).
+
+    For each shape (a chain, the complete, multi-chain and tapered trees) and fixed drafting scheme (i.i.d., without
+    replacement), ``V = 3``: the optimum, proved exactly (:func:`exact.prove.optimum.optimum`), and each built-in rule
+    that claims the scheme and the shape, certified exactly, with its efficiency ``E[τ] / E[τ]*``. The report
+    summarises per rule the minimum, the median and the share of instances at the optimum, and writes the instance
+    where the best rule is farthest from the ceiling as a model table (``--model table``). Written by ``specproof
+    report --full``; each instance is cached in the report's store.
+    """
     todo = instances()
     step = (lambda: tick("optimality instances", len(todo))) if tick is not None else (lambda: None)
     records = []

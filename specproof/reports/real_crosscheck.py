@@ -1,13 +1,6 @@
-"""The exact cross-check on a real trained pair (``reports/real_crosscheck.md``, ``benchmarks/real_crosscheck.py``;
-``specproof certify --model causal-lm`` certifies one rule the same way).
-
-For one MT-bench prompt under the chat template, SmolLM2-135M-Instruct as target and its own layers as draft, top-k
-processing on both sides: each rule's exact law of the first ``H+1`` tokens on the rows generation computes (draft
-rows a level at a time, target rows in one tree pass over the prompt's KV cache), against the target's joint from
-plain forward passes (:mod:`simulator.torch_path.crosscheck`); then three estimates of the first round's accepted
-length that must agree: the exact ``E[τ]``, the Monte Carlo engine on the same rows, and real first rounds of the
-KV-cached serving loop.
-"""
+"""The exact cross-check on a real trained pair (``reports/real_crosscheck.md``; ``specproof certify --model
+causal-lm`` certifies one rule the same way): each rule's exact law on generation's rows against plain forward
+passes, and three estimates of the first round's ``E[τ]`` that must agree (:func:`run_crosscheck`)."""
 
 from __future__ import annotations
 
@@ -110,7 +103,14 @@ def run_crosscheck(target: str = TARGET, draft: str = DRAFT, prompt: str = PROMP
                    tick: Callable[[str, int], None] | None = None) -> tuple[list[CrosscheckRow], dict]:
     """Every planned row, and what the report says about the run (prompt tokens, support, passes, times). One
     :class:`simulator.torch_path.crosscheck.SupportPair` serves every row: its rows are scored once, over the
-    union of every tree of depth 2, and the exact engine and Monte Carlo read them for every rule and shape."""
+    union of every tree of depth 2, and the exact engine and Monte Carlo read them for every rule and shape.
+
+    For one MT-bench prompt under the chat template, SmolLM2-135M-Instruct as target and its own layers as draft,
+    top-k processing on both sides: each rule's exact law of the first ``H+1`` tokens on the rows generation computes
+    (draft rows a level at a time, target rows in one tree pass over the prompt's KV cache), against the target's
+    joint from plain forward passes (:mod:`simulator.torch_path.crosscheck`); then the exact ``E[τ]``, the Monte Carlo
+    engine on the same rows, and real first rounds of the KV-cached serving loop.
+    """
     import numpy as np
     import torch
 

@@ -1,21 +1,6 @@
 """The real-pair report (``specproof real-report``, docs/cli/real.md): verifiers and drafters on a real trained pair
-(SmolLM2-135M-Instruct and a draft made of its own layers) over MT-bench's first turns, in ``real_pair.md``,
-``.json`` and ``.png``.
-
-Every configuration (a drafter, a tree and the rule that decides the run) is one KV-cached serving run per
-question. On each round the observer computes, with the exact engine
-(:func:`exact.enumeration.expected_acceptance`), every listed rule's ``E[τ | the drafted tree and its rows]`` over
-that rule's own random choices. Their mean over rounds has the sampled mean's expectation and much less noise;
-rules evaluated on the same rounds give paired differences, whose standard errors are those of a ranking.
-Standard errors are clustered by question (rounds of one answer are not independent). The deciding rule's sampled
-mean is checked against its exact mean.
-
-Three studies: TRV, BV, LV and GBV against token verification on fixed shapes; DySpec's dynamic tree against fixed
-trees of the same budget (a chain, a complete binary tree, and the Sequoia-style tree built from the rank
-acceptance rates measured on DySpec's own rounds); ADED's tri-gram drafts (no draft model) against a draft-model
-chain and target-only decoding. Results are kept per configuration and question in a store, so an interrupted run
-resumes (:class:`Store`).
-"""
+over MT-bench's first turns, each round's exact ``E[τ]`` per rule beside the sampled one, in a resumable store
+(:func:`run_real_pair`, :func:`write_real_pair_report`)."""
 
 from __future__ import annotations
 
@@ -174,10 +159,10 @@ def rank_rates(rounds: Sequence[dict]) -> list[float]:
 
 
 def sequoia_tree(rates: Sequence[float], budget: int) -> tuple[int, ...]:
-    """The tree of ``budget`` draft tokens a greedy search finds heaviest when a node weighs the product, along
-    its path, of ``P(accepted at its rank | parent reached) = rate_r Π_{j<r}(1 − rate_j)`` (Sequoia's positional
-    model): the heaviest frontier node added each time, a node's rank-r child offered once its rank-(r−1) child
-    is in. BFS order."""
+    """The tree of ``budget`` draft tokens a greedy search finds heaviest when a node weighs the product, along its
+    path, of ``P(accepted at its rank | parent reached) = rate_r Π_{j<r}(1 − rate_j)`` (the positional model of
+    Sequoia, Chen et al., NeurIPS 2024, arXiv:2402.12374): the heaviest frontier node added each time, a node's
+    rank-r child offered once its rank-(r−1) child is in. BFS order."""
     reach = []
     rejected = 1.0
     for rate in rates:
@@ -400,7 +385,19 @@ def run_real_pair(target: str, questions: Sequence[dict], new_tokens: int, seed:
                   tick: Callable[[str, int], None] | None = None,
                   trained: str | None = None) -> tuple[list[tuple[Config, list[dict]]], Runner]:
     """Every configuration's records, in the report's order (DySpec's at each budget before the Sequoia-style tree
-    built from its rounds); with ``trained`` (a draft's name or folder), the verifier study again with it."""
+    built from its rounds); with ``trained`` (a draft's name or folder), the verifier study again with it.
+
+    Every configuration (a drafter, a tree and the rule that decides the run) is one KV-cached serving run per question
+    on SmolLM2-135M-Instruct with a draft of its own layers. On each round the exact engine
+    (:func:`exact.enumeration.expected_acceptance`) gives every listed rule's ``E[τ | the drafted tree and its rows]``
+    over that rule's own choices: their mean over rounds has the sampled mean's expectation and much less noise, and
+    rules evaluated on the same rounds give paired differences. Standard errors are clustered by question; the
+    deciding rule's sampled mean is checked against its exact mean. Three studies: TRV, BV, LV and GBV against token
+    verification on fixed shapes; DySpec's dynamic tree against fixed trees of the same budget (a chain, a complete
+    binary tree, and the Sequoia-style tree from the rank acceptance rates of DySpec's own rounds); ADED's tri-gram
+    drafts against a draft-model chain and target-only decoding. Results are kept per configuration and question
+    (:class:`Store`), so an interrupted run resumes.
+    """
     runner = Runner(target, questions, new_tokens, seed, device, Store(store), tick)
     done: list[tuple[Config, list[dict]]] = []
     for config in verifier_configs():

@@ -1,23 +1,6 @@
-"""Does Layer Verification's toy study transfer to a real pair? (``specproof real-transfer``, docs/cli/real.md)
-
-The toy study predicts each verifier's accepted tokens per step on the synthetic pair of docs/models.md. This
-report asks whether that model, fitted to a real pair, predicts the real verifiers' numbers
-(``reports/real_pair.json``, written by ``specproof real-report``):
-
-1. :func:`measure_overlaps`: the real pair's per-position acceptance ``Σ_x min(p(x), q(x))`` (softmax at
-   temperature 1) at every position of a target-generated continuation of MT-bench chat prompts;
-2. :func:`fit_synthetic`: the ``(ρ, τ_p, τ_q)`` of ``SyntheticModel(vocab=15)`` whose per-context ``Σ min(p, q)``
-   law is nearest (1-Wasserstein) to the real sample;
-3. :func:`predict`: each real row's expected accepted tokens per step on the fitted model, with the project's
-   engines (the exact dynamic programme where the rule has one, Monte Carlo otherwise), averaged over model
-   seeds as in the toy study;
-4. :func:`compare`: predicted against real, row by row, and the verifiers' rank correlation per shape and
-   overall.
-
-Why one-dimensional: ``Σ min(p, q)`` is the one quantity every verifier's acceptance starts from, and it is
-measurable on a real pair from plain forward passes. What it leaves out (how peaked each row is, how the
-positions of a step depend on each other) is exactly what the comparison tests.
-"""
+"""Does Layer Verification's toy study transfer to a real pair? (``specproof real-transfer``, docs/cli/real.md): the
+synthetic model fitted to a real pair's overlaps, and its predictions set against the real verifiers' numbers
+(:func:`run_transfer`)."""
 
 from __future__ import annotations
 
@@ -456,7 +439,17 @@ def run_transfer(pair_rows: Sequence[RealRow], real: dict[str, OverlapSample], q
                  tick: Callable[[str, int], None] | None = None, normals: Normals | None = None) -> Transfer:
     """Stages (b)–(d) on measured samples ``real`` (a :class:`OverlapSample` per draft of ``pair_rows``): fit each
     draft, predict its rows, compare the main draft's rows (others are listed, not ranked). ``normals``: the fit's
-    reference sample (default :func:`synthetic_normals`)."""
+    reference sample (default :func:`synthetic_normals`).
+
+    The steps: :func:`measure_overlaps`, the real pair's per-position acceptance ``Σ_x min(p(x), q(x))`` (softmax at
+    temperature 1) on target-generated continuations of MT-bench chat prompts; :func:`fit_synthetic`, the
+    ``(ρ, τ_p, τ_q)`` of ``SyntheticModel(vocab=15)`` whose per-context ``Σ min(p, q)`` law is nearest
+    (1-Wasserstein) to the real sample; :func:`predict`, each real row's expected accepted tokens per step on the
+    fitted model with the project's engines, averaged over model seeds; :func:`compare`, predicted against real
+    (``reports/real_pair.json``) and the rank correlations. Why one dimension: ``Σ min(p, q)`` is the one quantity
+    every verifier's acceptance starts from, measurable on a real pair from plain forward passes; what it leaves out
+    (how peaked each row is, how the positions of a step depend on each other) is exactly what the comparison tests.
+    """
     from scipy.stats import ks_2samp
 
     seconds: dict[str, float] = {}

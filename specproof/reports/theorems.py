@@ -1,10 +1,5 @@
-"""The papers' claims as checks the exact engine runs (``specproof theorems``).
-
-Each check draws random exact instances, evaluates a claim on every one with rationals, and reports the
-number of instances, the worst margin (a number that is ≥ 0 exactly when the claim holds on that instance;
-for equalities it is ``−max |difference|``) and the instance where the margin is worst. A claim that fails
-shows up as a negative margin with its instance, never as a skipped test.
-"""
+"""The papers' claims as checks the exact engine runs (``specproof theorems``, :func:`run_checks`): each claim
+evaluated with rationals on random exact instances, reporting its worst margin and instance."""
 
 from __future__ import annotations
 
@@ -115,8 +110,9 @@ def _chain_scheme(name: str) -> str:
 
 def check_bv_optimal_on_chains(count: int, seed: int, rivals: Sequence[str] = CHAIN_RIVALS,
                                tick: Callable[[], None] = _nothing) -> list[Check]:
-    """block_verification.txt Thm. 2: BV maximises E[τ] among lossless chain verifiers (``rivals``); Thm. 3 /
-    Lemma 9: greedy BV (which changes later rounds) reaches the coupling bound; TRV = BV = LV-SpS on chains."""
+    """Block Verification (Sun et al., ICLR 2025, arXiv:2403.10444), Thm. 2: BV maximises E[τ] among lossless
+    chain verifiers (``rivals``); Thm. 3 / Lemma 9: greedy BV (which changes later rounds) reaches the coupling
+    bound; TRV = BV = LV-SpS on chains."""
     from exact.recursions.bounds import chain_coupling_bound
 
     best, greedy, equal = _Worst(), _Worst(), _Worst()
@@ -135,9 +131,11 @@ def check_bv_optimal_on_chains(count: int, seed: int, rivals: Sequence[str] = CH
             diff = max([abs(bv.law().get(k, 0) - other.law().get(k, 0)) for k in set(bv.law()) | set(other.law())],
                        default=0)
             equal.see(-diff, f"{where} {name}")
-    return [best.check("BV's E[τ] ≥ every other lossless verifier on chains", "block_verification Thm. 2"),
-            greedy.check("greedy BV's E[τ] = Σ_ℓ Σ min(M_s, M_b) (the coupling bound)", "block_verification Lemma 9, 10"),
-            equal.check("TRV = BV = LV-SpS on chains (identical output laws)", "traversal Thm. 3.4; layer §3.2")]
+    return [best.check("BV's E[τ] ≥ every other lossless verifier on chains", "Sun et al. 2025, Thm. 2"),
+            greedy.check("greedy BV's E[τ] = Σ_ℓ Σ min(M_s, M_b) (the coupling bound)",
+                         "Sun et al. 2025, Lemma 9, 10"),
+            equal.check("TRV = BV = LV-SpS on chains (identical output laws)",
+                        "Weng et al. 2025, Thm. 3.4; Cha et al. 2026, §3.2")]
 
 
 # ---- single-step rules ------------------------------------------------------------------------------------
@@ -200,7 +198,8 @@ def _drafts(model, topology, scheme: str):
 
 
 def check_lv_assumption(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
-    """layer_verification.txt Assumption 4.2: ``flow_v(x) ≤ q_v(x)·a_v`` at every node LV scores."""
+    """Layer Verification (Cha et al., AdaptFM at ICML 2026), Assumption 4.2: ``flow_v(x) ≤ q_v(x)·a_v`` at every
+    node LV scores."""
     worst = _Worst()
     for model, rng in _models(count, seed, (2, 4), tick):
         shape = TREE_SHAPES[int(rng.integers(len(TREE_SHAPES)))]
@@ -211,7 +210,7 @@ def check_lv_assumption(count: int, seed: int, tick: Callable[[], None] = _nothi
                 margin = min(scored.scores[v] * qx - fx for v in range(len(draft.tree))
                              for qx, fx in zip(draft.q[v], scored.flows[v]))
                 worst.see(margin, f"vocab={model.vocab} seed={model.seed} {shape} {draft.tree} lv-{rule}")
-    return [worst.check("LV Assumption 4.2: flow_v(x) ≤ q_v(x)·a_v at every scored node", "layer Asm. 4.2")]
+    return [worst.check("LV Assumption 4.2: flow_v(x) ≤ q_v(x)·a_v at every scored node", "Cha et al. 2026, Asm. 4.2")]
 
 
 def check_lv_beats_tv(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
@@ -224,16 +223,16 @@ def check_lv_beats_tv(count: int, seed: int, tick: Callable[[], None] = _nothing
             lv = round_law(model, FixedShape(topology), f"lv-{rule}").expected_accepted()
             tv = round_law(model, FixedShape(topology), f"tv-{rule}").expected_accepted()
             worst.see(lv - tv, f"vocab={model.vocab} seed={model.seed} {shape}{list(topology.parents)} {rule}")
-    return [worst.check("LV-lifted rule's E[τ] ≥ its TV-lifted counterpart", "layer §5 (experiments only)",
+    return [worst.check("LV-lifted rule's E[τ] ≥ its TV-lifted counterpart", "Cha et al. 2026, §5 (experiments only)",
                         expected=None)]
 
 
 # ---- Traversal Verification -------------------------------------------------------------------------------
 def check_trv_lemma(count: int, seed: int, verifier: Verifier = trv,
                     tick: Callable[[], None] = _nothing) -> list[Check]:
-    """traversal_verification.txt Lemma A.2: for the completed output ``Z`` and the first chain ``α`` (first
-    children from the root), ``P(Z^ℓ = α^ℓ) = p^ini(α_ℓ)`` given the first chain's tokens up to depth ``ℓ``
-    (the rest of the tree, below and beside, drafted as usual)."""
+    """Traversal Verification (Weng et al., NeurIPS 2025, arXiv:2505.12398), Lemma A.2: for the completed output
+    ``Z`` and the first chain ``α`` (first children from the root), ``P(Z^ℓ = α^ℓ) = p^ini(α_ℓ)`` given the first
+    chain's tokens up to depth ``ℓ`` (the rest of the tree, below and beside, drafted as usual)."""
     worst = _Worst()
     for model, rng in _models(count, seed, (2, 4), tick):
         shape = TREE_SHAPES[int(rng.integers(len(TREE_SHAPES)))]
@@ -256,14 +255,16 @@ def check_trv_lemma(count: int, seed: int, verifier: Verifier = trv,
             for k, x in enumerate(prefix):
                 rate = min(Fraction(1), rate * view.q(prefix[:k])[x] / view.p(prefix[:k])[x])
             worst.see(-abs(joint / reach - rate), f"vocab={model.vocab} seed={model.seed} {shape} α={prefix}")
-    return [worst.check("TRV Lemma A.2: P(Z^ℓ = α^ℓ given first chain α^ℓ) = p^ini(α^ℓ)", "traversal Lemma A.2")]
+    return [worst.check("TRV Lemma A.2: P(Z^ℓ = α^ℓ given first chain α^ℓ) = p^ini(α^ℓ)",
+                        "Weng et al. 2025, Lemma A.2")]
 
 
 #: every check by name, with its default instance count (``specproof theorems --scale 1``)
 # ---- DySpec ---------------------------------------------------------------------------------------------------
 def check_dyspec_greedy(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
-    """dyspec App. D.1: the greedy tree of ``N`` nodes has the largest weight of any rooted subtree of ``N``
-    nodes (weights: path products of the draft model), against exhaustive enumeration, N = 2..6."""
+    """DySpec (Xiong et al., arXiv:2410.11744), App. D.1: the greedy tree of ``N`` nodes has the largest weight of
+    any rooted subtree of ``N`` nodes (weights: path products of the draft model), against exhaustive enumeration,
+    N = 2..6."""
     from specproof.reports.greedy_tree import best_subtree_weight, greedy_subtree
 
     worst = _Worst()
@@ -272,13 +273,13 @@ def check_dyspec_greedy(count: int, seed: int, tick: Callable[[], None] = _nothi
         size = int(rng.integers(2, 7))
         _, greedy = greedy_subtree(view, size)
         worst.see(greedy - best_subtree_weight(view, size), f"vocab={model.vocab} seed={model.seed} N={size}")
-    return [worst.check("DySpec's greedy tree is the maximum-weight subtree of its size", "dyspec App. D.1")]
+    return [worst.check("DySpec's greedy tree is the maximum-weight subtree of its size", "Xiong et al. 2024, App. D.1")]
 
 
-# ---- the exact ceiling (issue 55; exact/prove/optimum.py) -------------------------------------------------
+# ---- the exact ceiling (exact/prove/optimum.py) -----------------------------------------------------------
 def check_optimum(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
     """The LP optimum E[τ]* (exact, primal and dual checked), on ``count`` chains and ``count // 5`` instances of
-    each other kind: = BV on chains (block_verification Thm. 2); = α* at depth 1 (the optimal-transport value of
+    each other kind: = BV on chains (Sun et al. 2025, Thm. 2); = α* at depth 1 (the optimal-transport value of
     the root's rows, computed in closed form, not by a rule); every claiming per-round lossless rule ≤ it on trees;
     and the optimal π written as a verifier module, certified by enumeration, LOSSLESS with E[τ]* (the LP encodes
     losslessness as the exact engine does). i.i.d. and without-replacement drafting alternate."""
@@ -305,7 +306,7 @@ def check_optimum(count: int, seed: int, tick: Callable[[], None] = _nothing) ->
 
     found = []
     chains = rule_margins(instances("chains", count), ["bv"], equal=True)
-    found.append(Check("optimum E[τ]* = BV's E[τ] on chains", "block_verification Thm. 2", chains.instances,
+    found.append(Check("optimum E[τ]* = BV's E[τ] on chains", "Sun et al. 2025, Thm. 2", chains.instances,
                        float(chains.worst), chains.where))
     alpha = _Worst()
     for model, drafter, where in instances("one-step", max(1, count // 5)):
@@ -346,7 +347,11 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
 def run_checks(scale: float = 1.0, seed: int = 0, only: Iterable[str] | None = None,
                tick: Callable[[str, int], None] | None = None) -> list[Check]:
     """Run the checks (all, or those named in ``only``); ``scale`` multiplies the default instance counts;
-    ``tick(check, instances)`` after each instance, for a progress bar."""
+    ``tick(check, instances)`` after each instance, for a progress bar.
+
+    A margin is ≥ 0 exactly when the claim holds on the instance (for equalities, ``−max |difference|``). A claim
+    that fails shows up as a negative margin with its instance, never as a skipped test.
+    """
     names = list(CHECKS) if only is None else list(only)
     for name in names:
         if name not in CHECKS:
@@ -394,7 +399,7 @@ def theorems_markdown(checks: list[Check], command: str) -> str:
     lines = ["# Theorem checks", "",
              f"Generated by `{command}`. A margin is ≥ 0 exactly when the claim holds on that instance (for "
              "equalities: minus the largest difference); the worst instance is listed where the claim fails or "
-             "is tight.", "",
+             "is tight. The sources' full references are in docs/papers.md.", "",
              "| check | claim | source | instances | worst margin | tolerance | verdict | worst instance |",
              "|---|---|---|---|---|---|---|---|"]
     for c in checks:

@@ -1,16 +1,5 @@
-"""The toy study's exact columns: per model seed, the round's exact law by the rule's recursion beside the Monte Carlo.
-
-For every cell whose rule has an exact recursion in the registry (``VerifierSpec.exact_law``: token verification's
-law over (prefix, shape node), TRV's over subtrees, LV's over the deepest level), each seed's round is certified in
-float64 (``certify --method recursion``): its TVD to ``q^(H+1)`` with the verdict, and ``E[τ]``, which the Monte
-Carlo mean of the same seed is compared with in its own standard errors. The results are kept in the seed's store
-record (``exact_law``), so they are computed once.
-
-Which cells a recursion reaches is measured, not declared: each seed's recursion runs under an execution limit
-(:data:`LAW_EXECUTIONS`; the recursions count their work as enumeration does, docs/engines.md), cells in order of
-depth and branching, and a cell past the limit is recorded as such and blocks the larger cells of its rule and
-structure (their recursions only grow), which stay Monte Carlo only with the reason.
-"""
+"""The toy study's exact columns (:func:`add_exact_laws`): per model seed, the round's exact law by the rule's
+recursion beside the Monte Carlo mean, for every cell a recursion reaches."""
 
 from __future__ import annotations
 
@@ -67,7 +56,16 @@ def add_exact_laws(rows: list[Row], store: Store, rules: Collection[str] | None 
     Monte Carlo only) on every row that has records; rows without a dynamic programme take ``exact`` and
     ``exact_z`` from the law. ``rules``: attempt only these rules' recursions (``None``: every rule that has one);
     the others' rows get :data:`NOT_ATTEMPTED`. ``tick("exact laws", total)`` once per seed whose law was missing,
-    as it is certified (or found blocked by a smaller cell)."""
+    as it is certified (or found blocked by a smaller cell).
+
+    For every cell whose rule has an exact recursion in the registry (``VerifierSpec.exact_law``: token
+    verification's law over (prefix, shape node), TRV's over subtrees, LV's over the deepest level), each seed's round
+    is certified in float64 (``certify --method recursion``): its TVD to ``q^(H+1)`` with the verdict, and ``E[τ]``,
+    set against the Monte Carlo mean of the same seed in its own standard errors. Results are kept in the seed's store
+    record (``exact_law``). Which cells a recursion reaches is measured: each seed's recursion runs under
+    :data:`LAW_EXECUTIONS`, cells in order of depth and branching, and a cell past the limit blocks the larger cells
+    of its rule and structure, which stay Monte Carlo only with the reason.
+    """
     attempted = [r for r in rows if r.ours is not None and VERIFIERS[r.method].exact_law is not None
                  and (rules is None or r.method in rules)]
     total = sum(1 for r in attempted for rec in store.records(r.cell) if "exact_law" not in rec)

@@ -1,10 +1,5 @@
-"""Reports of the toy study: the paper's tables beside ours, the baselines' sample sizes, plots, JSON.
-
-For every cell: the paper's accepted length (± its SE), ours (± SE across our model seeds), and the difference
-in standard errors ``(ours − paper) / sqrt(SE_ours² + SE_paper²)``; the paper's Monte Carlo TVD, ours, and
-the baseline TVD of ``N`` direct target samples. The expected baseline TVD has a closed form (de Moivre's mean
-absolute deviation of a binomial), which pins down the ``N`` behind each of the paper's baseline columns.
-"""
+"""Reports of the toy study (:func:`write_study_report`): the paper's tables beside ours, the baselines' sample sizes,
+plots and JSON."""
 
 from __future__ import annotations
 
@@ -81,11 +76,12 @@ def collect(tables: list[int], store: Store, seeds: int, trials: dict[int, int],
 
 
 def _add_exact(rows: list[CellRow], store: Store) -> None:
-    """Exact E[τ] per run seed for token-verification cells (exact.recursions.token_dp), with the Monte Carlo's distance to it.
+    """Exact E[τ] per run seed for token-verification cells (exact.recursions.token_dp), with the Monte Carlo's distance
+    to it.
 
-    The value is kept in the seed's store record (``exact_accept_len``; :func:`specproof.study.compute_seed`
-    writes it for new records), so it is computed once: records without it are filled here, one model (and its
-    rows over every context) at a time."""
+    The value is kept in the seed's store record (``exact_accept_len``; :func:`specproof.study.compute_seed` writes it
+    for new records), so it is computed once: records without it are filled here, one model (and its rows over every
+    context) at a time."""
 
     missing: dict[tuple, list[tuple[Cell, dict]]] = {}
     records: dict[int, list[dict]] = {}
@@ -110,7 +106,13 @@ def _add_exact(rows: list[CellRow], store: Store) -> None:
 
 def baseline_sizes(tables: list[int], seeds: int, candidates=(10**5, 10**6)) -> dict[tuple[int, str], dict]:
     """Per (table, column): the paper's baseline TVD and the expected TVD of ``N`` target samples for each
-    candidate ``N`` (averaged over model seeds ``0..seeds−1``), with the ``N`` that fits best."""
+    candidate ``N`` (averaged over model seeds ``0..seeds−1``), with the ``N`` that fits best.
+
+    Per cell the report shows the paper's accepted length (± its SE), ours (± SE across our model seeds) and the
+    difference in standard errors, ``(ours − paper) / sqrt(SE_ours² + SE_paper²)``; the paper's Monte Carlo TVD,
+    ours, and the baseline TVD of ``N`` direct target samples. The expected baseline TVD has a closed form (de Moivre's
+    mean absolute deviation of a binomial), which pins down the ``N`` behind each of the paper's baseline columns.
+    """
     spec = paper_tables()
     out: dict[tuple[int, str], dict] = {}
     cache: dict[tuple, dict[int, float]] = {}
@@ -320,8 +322,8 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
         "model pair of docs/models.md, i.i.d. drafting; accepted length is the mean number of accepted draft tokens "
         "per round (E[τ]), its SE the standard error across model seeds, as in the paper. Our TVD is the "
         "paper's: completed samples against q^(H+1) over all V^(H+1) cells.", "",
-        "The paper's numbers are transcribed from layer_verification.txt (`simulator/data/"
-        "layer_verification_toy.json`, with source lines). Cells marked *not run* have no record in the store "
+        "The paper's numbers are transcribed from Layer Verification (Cha et al., AdaptFM at ICML 2026; "
+        "`simulator/data/layer_verification_toy.json`, with source lines). Cells marked *not run* have no record in the store "
         "yet: re-running the same command resumes the sweep.", ""]
     unbatched = sorted({r.method for r in rows if not has_batched_path(
         r.method, "iid", r.cell.vocab, make_topology(r.cell.topology, r.cell.depth, r.cell.branching))})

@@ -36,11 +36,6 @@ class TreeShape:
         self.depths = xp.asarray(self.depth, dtype=xp.int64, device=device)
 
 
-class Stream(Protocol):
-    def take(self, rows: Any) -> Any:
-        """The next uniform of each tree in ``rows`` (indices into the batch), ``[m]``; their positions advance."""
-
-
 class CounterStream:
     """Each trial's counter stream (:func:`simulator.randomness.counter_uniform`), computed as it is read."""
 
@@ -50,6 +45,7 @@ class CounterStream:
         self.pos = xp.zeros(trials.shape, dtype=xp.int64, device=device_of(trials))
 
     def take(self, rows: Any) -> Any:
+        """The next uniform of each tree in ``rows`` (indices into the batch), ``[m]``; their positions advance."""
         at = self.pos[rows]
         out = counter_uniform(self.seed, self.trials[rows], at)
         self.pos[rows] = at + 1

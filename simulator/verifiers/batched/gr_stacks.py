@@ -1,11 +1,6 @@
-"""GR's problems of many nodes solved as one stack, for the batched lifts: Layer Verification over GR
-(:func:`lv_gr_node`) and token verification's GR step tables (:func:`tv_gr_tables`).
-
-Each problem is GR's as :func:`~simulator.verifiers.flows.gr_flow` states it — ``H*`` from the same scan as
-:func:`~simulator.verifiers.flows.alpha_star`, tuples merged by token set, over-full tokens clipped — solved by
-:func:`simulator.verifiers.gr_solver.gr_dual_batch`, so a trial's outcome equals the reference path's to rounding
-(the solver sees rows in another order and sums differ in their last bits).
-"""
+"""GR's problems of many nodes solved as one stack for the batched lifts: Layer Verification over GR
+(:func:`lv_gr_node`) and token verification's GR step tables (:func:`tv_gr_tables`), equal to the reference's
+outcome to rounding."""
 
 from __future__ import annotations
 
@@ -285,7 +280,13 @@ def tv_gr_tables(p: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.n
     (:meth:`simulator.verifiers.rules.SingleStepRule.step`): ``[M, V^k, k + 1]`` weights per tuple code — the
     flow ``f(X → x)`` at the position where each token first appears (0 for a repeat, and for a token the tuple
     does not route to), then the reject weight ``P(X) − Σ flows`` — and the residual ``norm((q − outflow)_+)``
-    ``[M, V]`` (``q`` where that has no mass). The contexts are solved as one stack."""
+    ``[M, V]`` (``q`` where that has no mass). The contexts are solved as one stack.
+
+    Each problem is GR's as :func:`~simulator.verifiers.flows.gr_flow` states it (``H*`` from the same scan as
+    :func:`~simulator.verifiers.flows.alpha_star`, tuples merged by token set, over-full tokens clipped), solved by
+    :func:`simulator.verifiers.gr_solver.gr_dual_batch`; the solver sees rows in another order, so sums differ from the
+    reference's in their last bits.
+    """
     count, vocab = p.shape
     theta, inner, outflow, factor = _solve(p, q, k)
     weights = np.exp(theta)

@@ -1,11 +1,5 @@
-"""Token verification, batched (reference: :func:`simulator.verifiers.token_tree.tv` over the single-step rules of
-:mod:`simulator.verifiers.rules`).
-
-From the root down, each open tree runs one single-step rule at its current node over the node's children as
-candidates: an accepted candidate moves the tree there, a rejection emits a token from the rule's residual, and
-a leaf emits a target token. The rule is its array step (:class:`~simulator.verifiers.single_step_arrays.ArrayStep`,
-from the registry): SpS, RRS, RRSw, deterministic RRS, K-SEQ, OPT, GR and the controls built on them.
-"""
+"""Token verification, batched (reference: :func:`simulator.verifiers.token_tree.tv`): each open tree runs the rule's
+array step at its current node, from the root down."""
 
 from __future__ import annotations
 
@@ -27,7 +21,12 @@ def path_nodes(parents: tuple[int, ...]) -> int:
 
 
 def tv(batch: Batch, step: ArrayStep) -> tuple[Any, Any]:
-    """The accepted node and emitted token of every tree, ``([B], [B])``, with the single-step rule ``step``."""
+    """The accepted node and emitted token of every tree, ``([B], [B])``, with the single-step rule ``step``.
+
+    An accepted candidate moves the tree there, a rejection emits a token from the rule's residual, and a leaf emits
+    a target token. The rule comes as its array step (:class:`~simulator.verifiers.single_step_arrays.ArrayStep`, from
+    the registry): SpS, RRS, RRSw, deterministic RRS, K-SEQ, OPT, GR and the controls built on them.
+    """
     xp, shape, rows, stream = batch.xp, batch.shape, batch.rows, batch.stream
     node, y = batch.full(batch.size, 0), batch.full(batch.size, 0)
     # The open trees, their current node (the root first) and its row id; a tree's entries of ``node`` and ``y`` are
