@@ -96,22 +96,25 @@ def _fixed(request: HuntRequest, what: Subject) -> Fixed:
 
 
 @main.command()
+# the options in the order they were declared before sections: command_line() records a run in this order
 @section("Config",
          click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-                      help="specproof.toml: what is checked, the battery, the expected verdicts (docs/gate.md)"),
-         click.option("--update-baselines", is_flag=True, help="rewrite the baselines file with the E[τ] of this run"),
-         click.option("--fresh", is_flag=True,
-                      help="certify everything again, ignoring results kept in the state folder"))
+                      help="specproof.toml: what is checked, the battery, the expected verdicts (docs/gate.md)"))
 @section("Run",
          click.option("--jobs", type=JOBS, default=1, show_default=True,
-                      help="checks certified at once, each in a process of its own"),
-         click.option("--check-timeout", type=SECONDS_LIMIT, default=None,
-                      help="seconds each check may take, its instances and hunt together (0 or inf: no limit)  "
-                           "[default: the config's check_seconds, 600]"))
+                      help="checks certified at once, each in a process of its own"))
 @section("Output",
          click.option("--junit", "junit_path", type=Output(), help="write JUnit XML here"),
          click.option("--summary", "summary_path", type=Output(),
                       help="write the Markdown summary here  [default: $GITHUB_STEP_SUMMARY when set]"))
+@section("Config",
+         click.option("--update-baselines", is_flag=True, help="rewrite the baselines file with the E[τ] of this run"),
+         click.option("--fresh", is_flag=True,
+                      help="certify everything again, ignoring results kept in the state folder"))
+@section("Run",
+         click.option("--check-timeout", type=SECONDS_LIMIT, default=None,
+                      help="seconds each check may take, its instances and hunt together (0 or inf: no limit)  "
+                           "[default: the config's check_seconds, 600]"))
 @click.pass_context
 def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fresh, check_timeout) -> None:
     """The regression gate: certify every check of the config on its battery, compare exact E[τ] with the

@@ -66,9 +66,9 @@ class _Progress:
 
 
 @main.command()
+# the options in the order they were declared before sections: command_line() records a run in this order
 @section("Verifier",
-         click.option("--verifier", required=True, help="built-in name (specproof list) or module:function"),
-         SCHEMES_OPTION)
+         click.option("--verifier", required=True, help="built-in name (specproof list) or module:function"))
 @section("Shape, vocabulary and drafting",
          click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True),
          click.option("--depth", type=TREE_DEPTH, default=1, show_default=True, help="draft depth H"),
@@ -79,23 +79,24 @@ class _Progress:
          click.option("--drafting", type=click.Choice(list(DRAFTING)), default=None,
                       help="the drafting scheme proved under: one the verifier claims  [default: iid where claimed, "
                            "else the first claimed]"))
-@section("Proof",
-         click.option("--method", type=click.Choice(["auto", "lifting", "cells"]), default="auto", show_default=True,
-                      help="lifting: prove a token-verification lift's single step for every branching of the shape "
-                           "and lift it to every tree of those branchings; cells: run the whole round symbolically; "
-                           "auto: lifting where the verifier is a lift, cells elsewhere"),
-         click.option("--probes", type=Whole(0), default=DEFAULT_PROBES, show_default=True,
-                      help="random exact points certified by the exact engine before the symbolic run (0: none)"))
-@section("Limits",
-         timeout_option("proof", "; when it fires, what was decided so far is printed with the error"),
-         click.option("--max-cells", type=COUNT_LIMIT, default=DEFAULT_MAX_CELLS, show_default=True,
-                      help="most runs of the symbolic program plus cells decided (estimated up front, then counted; "
-                           "0 or inf: no limit)"))
+@section("Verifier", SCHEMES_OPTION)
 @section("Output",
          click.option("--json", "json_out", type=Output(),
                       help="write the proof certificate (every cell, its sign conditions and its identity) here"),
          click.option("--case-out", type=Output(), default="specproof-case.json", show_default=True,
                       help="REFUTED: where the witness goes (a reproducer: specproof certify --case FILE)"))
+@section("Limits",
+         timeout_option("proof", "; when it fires, what was decided so far is printed with the error"),
+         click.option("--max-cells", type=COUNT_LIMIT, default=DEFAULT_MAX_CELLS, show_default=True,
+                      help="most runs of the symbolic program plus cells decided (estimated up front, then counted; "
+                           "0 or inf: no limit)"))
+@section("Proof",
+         click.option("--probes", type=Whole(0), default=DEFAULT_PROBES, show_default=True,
+                      help="random exact points certified by the exact engine before the symbolic run (0: none)"),
+         click.option("--method", type=click.Choice(["auto", "lifting", "cells"]), default="auto", show_default=True,
+                      help="lifting: prove a token-verification lift's single step for every branching of the shape "
+                           "and lift it to every tree of those branchings; cells: run the whole round symbolically; "
+                           "auto: lifting where the verifier is a lift, cells elsewhere"))
 @click.pass_context
 def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, schemes, json_out, case_out, timeout,
           max_cells, probes, method) -> None:

@@ -50,6 +50,10 @@ MAX_SCALE = 1000.0
 
 
 @main.command()
+# the options in the order they were declared before sections: command_line() records a run in this order
+@section("Output",
+         click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True,
+                      help="folder for the reports (the committed ones are made with --full --out reports)"))
 @section("Study",
          click.option("--full", is_flag=True,
                       help="the paper's scale: 20 seeds, Table 1 at 1e6 and ablations at 1e5 trials"),
@@ -65,7 +69,11 @@ MAX_SCALE = 1000.0
                       help="run the study's cells on Dask: 'local' (a LocalCluster of --jobs workers) or a "
                            "scheduler address"),
          click.option("--device", default=None, help="the study's batched rounds with torch on this device (cpu, "
-                                                     "cuda); default: numpy. The same records either way"))
+                                                     "cuda); default: numpy. The same records either way"),
+         click.option("--no-run", is_flag=True,
+                      help="write the reports from what the store holds, computing nothing new"),
+         click.option("--store", "store_dir", type=Output(folder=True), default=None,
+                      help="resumable cell store (default OUT/store)"))
 @section("Certification table",
          click.option("--cert-vocab", type=Whole(2), default=3, show_default=True,
                       help="certification table: vocabulary"),
@@ -78,13 +86,6 @@ MAX_SCALE = 1000.0
                       help="certification table: arithmetic"),
          click.option("--max-executions", type=COUNT_LIMIT, default=DEFAULT_MAX_EXECUTIONS, show_default=True,
                       help="most executions one certificate of the table may enumerate (0 or inf: no limit)"))
-@section("Output",
-         click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True,
-                      help="folder for the reports (the committed ones are made with --full --out reports)"),
-         click.option("--store", "store_dir", type=Output(folder=True), default=None,
-                      help="resumable cell store (default OUT/store)"),
-         click.option("--no-run", is_flag=True,
-                      help="write the reports from what the store holds, computing nothing new"))
 @click.pass_context
 def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, jobs, scheduler, device, no_run, store_dir,
            cert_vocab, cert_depth, cert_branching, cert_seed, cert_arithmetic, max_executions) -> None:
