@@ -69,9 +69,9 @@ def test_real_pair_exact_crosscheck_and_cached_generation(smollm2):
     """The CI check of the real pair: the exact cross-check of a lossless rule and of the control at top-k 2,
     depth 2, and 16 tokens on the KV-cached path. About 13 s on 2 busy cores with the model's load (the first
     load converts the GGUF file, about 30 s more); the budget is 60 s."""
+    from exact.pairs import certify_real
     from simulator.torch_path.kv_cache import CachedLM
     from simulator.torch_path.spec_bench import speculative_generate
-    from specproof.reports.real_crosscheck import certify_real
 
     pair = smollm2["pair"]
     assert 2 < pair.vocab < 100 and pair.full_vocab == 49_152  # a few dozen tokens of 49,152
@@ -95,7 +95,7 @@ def test_real_pair_exact_crosscheck_and_cached_generation(smollm2):
     ("tv-kseq", COMPLETE), ("bv", CHAIN), ("trv", COMPLETE), ("lv-rrs", COMPLETE), ("gbv", CHAIN),
 ])
 def test_lossless_rules_are_lossless_on_the_real_pair(smollm2, name, drafter):
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     cert = certify_real(smollm2["pair"], drafter, name)
     assert cert.lossless and cert.tvd <= 1e-6 and cert.off_support == 0, cert.tvd
@@ -109,7 +109,7 @@ def test_dyspecs_dynamic_trees_cross_check_on_the_real_pair(smollm2, name, lossl
     """DySpec's greedy tree of 2 tokens over the support of depth 2: its lossless rules LOSSLESS, and DySpec's
     Alg. 3 as printed (``c ~ N(0, 1)``) LOSSY on the same rows."""
     from simulator.drafting.dyspec import DySpecBudget
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     cert = certify_real(smollm2["pair"], DySpecBudget(2), name)
     assert cert.lossless == lossless and (cert.tvd <= 1e-6 if lossless else cert.tvd > 1e-4), cert.tvd
@@ -117,7 +117,7 @@ def test_dyspecs_dynamic_trees_cross_check_on_the_real_pair(smollm2, name, lossl
 
 @pytest.mark.slow
 def test_the_control_is_lossy_on_the_real_pair(smollm2):
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     cert = certify_real(smollm2["pair"], COMPLETE, "bug-residual-q")
     assert not cert.lossless and cert.tvd > 1e-3
@@ -127,7 +127,7 @@ def test_the_control_is_lossy_on_the_real_pair(smollm2):
 def test_a_tree_position_bug_is_lossy_on_the_real_pair(smollm2, sequential_tree_positions):
     """Tree tokens numbered sequentially instead of by depth: the union tree's siblings get wrong positions."""
     from simulator.torch_path.crosscheck import SupportPair
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     processing = smollm2["processing"]
     pair = SupportPair(smollm2["draft"], smollm2["target"], smollm2["ids"], processing, processing, 2)
@@ -144,7 +144,7 @@ def test_exact_monte_carlo_and_real_rounds_agree(smollm2, name, drafter):
 
     from simulator.montecarlo.engine import mean_and_se
     from simulator.torch_path.crosscheck import first_rounds, monte_carlo_accepted
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     exact = float(certify_real(smollm2["pair"], drafter, name).expected_accepted)
     mc, mc_se = monte_carlo_accepted(smollm2["pair"], drafter, name, 2000)

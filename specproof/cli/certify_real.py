@@ -88,10 +88,10 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
     require("transformers", "--model causal-lm", "real")
     import torch
 
+    from exact.pairs import certify_real, real_coverage
     from simulator.torch_path.crosscheck import SupportPair
     from simulator.torch_path.real import Processing, load_pair, load_tokenizer
     from simulator.torch_path.spec_bench import chat_ids
-    from specproof.reports.real_crosscheck import certify_real, coverage
 
     processing = Processing(1.0 if real["temperature"] is None else real["temperature"], real["top_k"])
     with mass_bar(1, f"certify {name}") as bar, limited(max_executions, timeout, bar.update):
@@ -103,7 +103,7 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
         drafter, drafting = build_drafter(pair, tree)
         cert = certify_real(pair, drafter, fn, {**drafting, "target": real["target"], "draft": real["draft"],
                                                 "prompt_text": real["prompt"]})
-    covers = coverage(len(ids), real["draft"], real["target"], processing)
+    covers = real_coverage(len(ids), real["draft"], real["target"], processing)
     if not own_template:
         click.echo("note: the target's tokenizer has no chat template; using ChatML")
     click.echo(f"{name}: {'LOSSLESS' if cert.lossless else 'LOSSY'} (float64 rows of a real pair; tolerance "

@@ -1,5 +1,5 @@
 """The exact cross-check on a real trained pair (``reports/real_crosscheck.md``, ``benchmarks/real_crosscheck.py``;
-``specproof certify --model causal-lm`` certifies one rule the same way).
+``specproof certify --model causal-lm`` certifies one rule the same way, with :func:`exact.pairs.certify_real`).
 
 For one MT-bench prompt under the chat template, SmolLM2-135M-Instruct as target and its own layers as draft, top-k
 processing on both sides: each rule's exact law of the first ``H+1`` tokens on the rows generation computes (draft
@@ -11,7 +11,6 @@ KV-cached serving loop.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import math
 import os
@@ -21,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from exact.certificate import Certificate, certify_against
+from exact.pairs import certify_real
 from simulator.jsonfile import write_json, write_text
 
 PROMPT = "Compose an engaging travel blog post about a recent trip to Hawaii."  # MT-bench's first question
@@ -35,27 +34,6 @@ RULES = (("tv-sps", "iid"), ("tv-rrs", "iid"), ("tv-rrsw", "without-replacement"
          ("bv", "iid"), ("trv", "iid"), ("lv-rrs", "iid"), ("gbv", "iid"), ("bug-residual-q", "iid"))
 #: agreement: |difference| ≤ this many combined standard errors
 AGREEMENT_SE = 3.0
-
-
-def certify_real(pair, drafter, verifier, config: dict | None = None) -> Certificate:
-    """The certificate of ``verifier`` on a :class:`simulator.torch_path.crosscheck.SupportPair`: its exact law
-    on the pair's tree-pass rows against the plain passes' joint, within
-    :data:`simulator.torch_path.crosscheck.TOLERANCE`; the counterexample in the model's token ids."""
-    from simulator.torch_path.crosscheck import TOLERANCE, TOLERANCE_REASON
-
-    cert = certify_against(pair, drafter, verifier, pair.plain_joint, TOLERANCE, TOLERANCE_REASON,
-                           {**pair.describe(), **(config or {})})
-    if cert.counterexample is None:
-        return cert
-    seq = pair.original(cert.counterexample.sequence)
-    return dataclasses.replace(cert, counterexample=dataclasses.replace(cert.counterexample, sequence=seq))
-
-
-def coverage(prompt_tokens: int, draft: str, target: str, processing) -> str:
-    """The ``covers:`` line of a real-pair certificate."""
-    return (f"this prompt ({prompt_tokens} tokens), this pair (draft {draft}, target {target}, float64) and this "
-            f"processing (temperature {processing.temperature:g}, top-k {processing.top_k}) only: another prompt, "
-            "pair, processing or dtype is another check")
 
 
 @dataclass(frozen=True)
