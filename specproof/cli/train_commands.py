@@ -56,12 +56,12 @@ def train_draft(ctx, name, target, layers, head_tokens, prompts, samples, new_to
     require("transformers", "specproof train-draft", "real")
     import torch
 
+    from simulator.torch_path.draft_record import check_acceptance, save_draft
     from simulator.torch_path.draft_training import TrainingPlan, make_draft
     from simulator.torch_path.fetch import cache_dir as resolve_cache
     from simulator.torch_path.real import load_causal_lm, load_tokenizer
     from simulator.torch_path.spec_bench import shipped_instructions
     from simulator.torch_path.trained_draft import RECIPES, draft_folder
-    from specproof.reports.draft_record import check_acceptance, save_draft
 
     recipe = RECIPES[name]
     chosen_layers = recipe.layers if layers is None else _layer_list(layers)

@@ -4,8 +4,9 @@ The toy study predicts each verifier's accepted tokens per step on the synthetic
 report asks whether that model, fitted to a real pair, predicts the real verifiers' numbers
 (``reports/real_pair.json``, written by ``specproof real-report``):
 
-1. :func:`measure_overlaps`: the real pair's per-position acceptance ``Σ_x min(p(x), q(x))`` (softmax at
-   temperature 1) at every position of a target-generated continuation of MT-bench chat prompts;
+1. :func:`simulator.torch_path.overlaps.measure_overlaps`: the real pair's per-position acceptance
+   ``Σ_x min(p(x), q(x))`` (softmax at temperature 1) at every position of a target-generated continuation of
+   MT-bench chat prompts;
 2. :func:`fit_synthetic`: the ``(ρ, τ_p, τ_q)`` of ``SyntheticModel(vocab=15)`` whose per-context ``Σ min(p, q)``
    law is nearest (1-Wasserstein) to the real sample;
 3. :func:`predict`: each real row's expected accepted tokens per step on the fitted model, with the project's
@@ -27,7 +28,7 @@ import math
 import platform
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -36,6 +37,7 @@ import numpy as np
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import read_json, write_json, write_text
 from simulator.models import SyntheticModel
+from simulator.torch_path.overlaps import CONTINUATION_TOKENS, OverlapSample, row_statistics
 from specproof.reports.real_pair import SHAPES, RealRow
 
 VOCAB = 15  # the toy study's vocabulary (docs/models.md)
@@ -48,76 +50,11 @@ TAU_GRID = np.geomspace(0.05, 5.0, 21)
 #: what is fitted: ``shared`` ties the temperatures (τ_p = τ_q = τ), ``tau-q-1`` fixes τ_q = 1, ``free`` fits all
 #: three (the law of Σ min(p, q) is symmetric in τ_p ↔ τ_q, so ``free`` is at best identified up to that swap)
 FIT_MODES = ("shared", "tau-q-1", "free")
-CONTINUATION_TOKENS = 32
 PREDICT_SEEDS = 40
 #: Monte Carlo trials per model seed: the spread across seeds dominates the standard error (a seed's first rows
 #: are one context each), so a few hundred trials a seed cost little precision
 TRIALS = 400
 NOISE_REPEATS = 50
-
-
-# ---- (a) the real pair's per-position acceptance ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class OverlapSample:
-    """One draft's rows against the target's at every continuation position: ``overlap`` is ``Σ_x min(p, q)``,
-    ``draft_top`` and ``target_top`` the largest probability of each row (how peaked the rows are, which
-    ``Σ min`` alone does not say)."""
-
-    overlap: np.ndarray
-    draft_top: np.ndarray
-    target_top: np.ndarray
-    question: np.ndarray | None = None  # each position's question (its index), where questions were measured
-
-
-def row_statistics(p: np.ndarray, q: np.ndarray) -> OverlapSample:
-    """:class:`OverlapSample` of draft rows ``p`` and target rows ``q`` (``[positions, V]`` arrays)."""
-    return OverlapSample(np.minimum(p, q).sum(axis=-1), p.max(axis=-1), q.max(axis=-1))
-
-
-def measure_overlaps(target: str, drafts: Sequence[str], questions: Sequence[dict],
-                     new_tokens: int = CONTINUATION_TOKENS, seed: int = 0,
-                     tick: Callable[[str, int], None] | None = None,
-                     processing: dict | None = None) -> dict[str, OverlapSample]:
-    """Per draft, :class:`OverlapSample` over every question: the first turn's chat prompt, then up to
-    ``new_tokens`` target tokens (KV-cached target-only decoding under ``processing``, stopping at the end-of-sequence
-    token, seed ``seed + 1000·i`` for question ``i`` as ``specproof real-report``'s baseline uses for a first
-    turn); the rows at each continuation position come from one plain forward pass of each model over the whole
-    sequence. ``processing`` (``Processing``'s fields, as real_pair.json records them; default temperature 1 and
-    nothing cut) is applied to the generation and to both rows, so that the fit sees the rows the real rows'
-    rules saw."""
-    import torch
-
-    from simulator.torch_path.kv_cache import CachedLM
-    from simulator.torch_path.real import Processing, load_causal_lm, load_tokenizer, self_draft, check_vocabularies
-    from simulator.torch_path.spec_bench import chat_ids, target_generate
-
-    model = load_causal_lm(target, torch.float32, "target")
-    tokenizer, _ = load_tokenizer(target)
-    models = {}
-    for spec in drafts:
-        if spec.startswith("self:"):
-            models[spec] = self_draft(model, spec)
-        else:
-            models[spec] = load_causal_lm(spec, torch.float32, "draft")
-            check_vocabularies(models[spec], model)
-    stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    processed = Processing(**(processing or {}))
-    rows: dict[str, list[OverlapSample]] = {spec: [] for spec in drafts}
-    for i, question in enumerate(questions):
-        prompt = chat_ids(tokenizer, [{"role": "user", "content": str(question["turns"][0])}])
-        generated = target_generate(CachedLM(model, processed), prompt, new_tokens, seed + 1000 * i, stop).tokens
-        sequence = torch.tensor([prompt + generated])
-        positions = slice(len(prompt) - 1, len(prompt) + len(generated) - 1)  # the rows that predict `generated`
-        with torch.no_grad():
-            q = processed(model(sequence).logits[0, positions]).numpy()
-            for spec, draft in models.items():
-                p = processed(draft(sequence).logits[0, positions]).numpy()
-                rows[spec].append(replace(row_statistics(p, q), question=np.full(len(p), i)))
-        if tick is not None:
-            tick("questions", len(questions))
-    return {spec: OverlapSample(*(np.concatenate([getattr(s, f) for s in samples])
-                                  for f in OverlapSample.__dataclass_fields__)) for spec, samples in rows.items()}
 
 
 # ---- (b) the fit --------------------------------------------------------------------------------------------------
