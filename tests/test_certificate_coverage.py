@@ -178,3 +178,15 @@ def test_a_plugin_gets_the_same_wrapper_in_every_certificate():
     fn = __import__("tests.plugins.sps_branches", fromlist=["x"]).sps_branches
     first, second = LineTracer(plugin_codes(fn)), LineTracer(plugin_codes(fn))
     assert first.wrap(fn) is second.wrap(fn) and first.wrap(fn).__wrapped__ is fn
+
+
+def test_a_real_pair_verdict_covers_its_prompt_pair_and_processing_only():
+    """``certify --model causal-lm``'s ``covers:`` line (exact.pairs.real_coverage), without torch."""
+    from types import SimpleNamespace
+
+    from exact.pairs import real_coverage
+
+    processing = SimpleNamespace(temperature=1.0, top_k=2)
+    assert real_coverage(34, "self:skip=12,14,16,18", "smollm2", processing) == (
+        "this prompt (34 tokens), this pair (draft self:skip=12,14,16,18, target smollm2, float64) and this "
+        "processing (temperature 1, top-k 2) only: another prompt, pair, processing or dtype is another check")

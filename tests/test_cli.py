@@ -119,7 +119,7 @@ def test_report_writes_the_certification_table_plots_records_its_command_and_rec
     # --no-run now computes nothing it has computed before: every section comes from the store's cache.
     from specproof.cli import sample_commands
     monkeypatch.setattr(sample_commands, "certification_table", _forbidden)
-    for name in ("exact_crosscheck_markdown", "detection_markdown", "paper_scale_detection_markdown", "baseline_sizes"):
+    for name in ("exact_crosscheck", "detection", "paper_scale_detection", "baseline_sizes"):
         monkeypatch.setattr(study_report, name, _forbidden)
     again = CliRunner().invoke(cli.main, [*args, "--no-run"])
     assert again.exit_code == 0, again.output

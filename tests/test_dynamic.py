@@ -199,3 +199,29 @@ def test_generation_repeats_exactly_with_the_same_seeds():
     a = run_generations(lambda s: model, drafter, "trv", VERIFIERS["trv"].fn, 2, 50, 5)
     b = run_generations(lambda s: model, drafter, "trv", VERIFIERS["trv"].fn, 2, 50, 5)
     assert a == b and np.isfinite(a.accepted_per_round_se)
+
+
+def test_the_dynamic_report_renders_a_fixed_record():
+    """specproof.reports.dynamic's rendering on a hand-made record: the tallies' verdicts, the greedy check, the
+    comparison rows and the JSON, with nothing certified or sampled."""
+    from specproof.reports.dynamic import DynamicResults, Tally, dynamic_json, dynamic_markdown
+    from specproof.reports.theorems import Check
+
+    wrong = Tally("dyspec (Alg. 1)", "tv-rrs", False)
+    wrong.add(False, 0.25, "vocab=2", type("Ce", (), {"sequence": (0, 1), "verifier_prob": 0.5, "target_prob": 0.25}))
+    right = Tally("dyspec (Alg. 1)", "tv-rrsw", True, instances=1, lossless=1)
+    greedy = Check("greedy", "DySpec App. D.1", 10, 0.0, "")
+    comparison = [{"tau": 1.0, "verifier": "tv-rrsw", "drafter": "DySpec budget 6", "accepted_per_round": 1.5,
+                   "se": 0.1, "rounds_mean": 4.0, "dyspec_minus_this": 0.0, "dyspec_minus_this_se": None}]
+    results = DynamicResults(8, 2, 20, 8, [right, wrong], [], greedy, comparison,
+                             {1.0: {"root_children": 5.5, "height": 1.25}})
+    assert results.ok and results.aded_instances == 2
+    text = dynamic_markdown(results, "specproof dynamic")
+    assert "| dyspec (Alg. 1) | `tv-rrs` | lossy | 1 | 0 | 0.25 | as expected | vocab=2: sequence [0, 1] has 0.5 " \
+           "vs target 0.25 |" in text
+    assert "10 random rational instances (vocabulary 2–3, sizes 2–6)" in text and "**holds**" in text
+    assert "τ = 1: 5.50 root children, height 1.25 on average, over 2 × 20 drafts" in text
+    assert "| 1 | `tv-rrsw` | DySpec budget 6 | 1.5000 | 0.1000 | 4.00 | +0.0000 | – |" in text
+    data = dynamic_json(results, "specproof dynamic")
+    assert data["greedy"] == {"instances": 10, "worst_margin": 0.0, "holds": True}
+    assert data["dyspec_shapes"] == {"1.0": {"root_children": 5.5, "height": 1.25}}

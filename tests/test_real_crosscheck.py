@@ -69,9 +69,9 @@ def test_real_pair_exact_crosscheck_and_cached_generation(smollm2):
     """The CI check of the real pair: the exact cross-check of a lossless rule and of the control at top-k 2,
     depth 2, and 16 tokens on the KV-cached path. About 13 s on 2 busy cores with the model's load (the first
     load converts the GGUF file, about 30 s more); the budget is 60 s."""
+    from exact.pairs import certify_real
     from simulator.torch_path.kv_cache import CachedLM
     from simulator.torch_path.spec_bench import speculative_generate
-    from specproof.reports.real_crosscheck import certify_real
 
     pair = smollm2["pair"]
     assert 2 < pair.vocab < 100 and pair.full_vocab == 49_152  # a few dozen tokens of 49,152
@@ -95,7 +95,7 @@ def test_real_pair_exact_crosscheck_and_cached_generation(smollm2):
     ("tv-kseq", COMPLETE), ("bv", CHAIN), ("trv", COMPLETE), ("lv-rrs", COMPLETE), ("gbv", CHAIN),
 ])
 def test_lossless_rules_are_lossless_on_the_real_pair(smollm2, name, drafter):
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     cert = certify_real(smollm2["pair"], drafter, name)
     assert cert.lossless and cert.tvd <= 1e-6 and cert.off_support == 0, cert.tvd
@@ -109,7 +109,7 @@ def test_dyspecs_dynamic_trees_cross_check_on_the_real_pair(smollm2, name, lossl
     """DySpec's greedy tree of 2 tokens over the support of depth 2: its lossless rules LOSSLESS, and DySpec's
     Alg. 3 as printed (``c ~ N(0, 1)``) LOSSY on the same rows."""
     from simulator.drafting.dyspec import DySpecBudget
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     cert = certify_real(smollm2["pair"], DySpecBudget(2), name)
     assert cert.lossless == lossless and (cert.tvd <= 1e-6 if lossless else cert.tvd > 1e-4), cert.tvd
@@ -117,7 +117,7 @@ def test_dyspecs_dynamic_trees_cross_check_on_the_real_pair(smollm2, name, lossl
 
 @pytest.mark.slow
 def test_the_control_is_lossy_on_the_real_pair(smollm2):
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     cert = certify_real(smollm2["pair"], COMPLETE, "bug-residual-q")
     assert not cert.lossless and cert.tvd > 1e-3
@@ -127,7 +127,7 @@ def test_the_control_is_lossy_on_the_real_pair(smollm2):
 def test_a_tree_position_bug_is_lossy_on_the_real_pair(smollm2, sequential_tree_positions):
     """Tree tokens numbered sequentially instead of by depth: the union tree's siblings get wrong positions."""
     from simulator.torch_path.crosscheck import SupportPair
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     processing = smollm2["processing"]
     pair = SupportPair(smollm2["draft"], smollm2["target"], smollm2["ids"], processing, processing, 2)
@@ -144,7 +144,7 @@ def test_exact_monte_carlo_and_real_rounds_agree(smollm2, name, drafter):
 
     from simulator.montecarlo.engine import mean_and_se
     from simulator.torch_path.crosscheck import first_rounds, monte_carlo_accepted
-    from specproof.reports.real_crosscheck import certify_real
+    from exact.pairs import certify_real
 
     exact = float(certify_real(smollm2["pair"], drafter, name).expected_accepted)
     mc, mc_se = monte_carlo_accepted(smollm2["pair"], drafter, name, 2000)
@@ -196,3 +196,31 @@ def test_certify_causal_lm_refuses_missing_and_misplaced_options_naming_the_fiel
     result = CliRunner().invoke(app.main, ["certify", "--verifier", "tv-sps", *args])
     assert result.exit_code == 2, result.output
     assert f"error: {field}: " in result.stderr, result.stderr
+
+
+def test_the_crosscheck_report_renders_a_fixed_record():
+    """The report's rendering (specproof.reports.real_crosscheck) on two made-up rows, without a model: totals,
+    verdicts, the agreement column and an infinite gap written as ``null`` in the JSON."""
+    from specproof.reports.real_crosscheck import (CrosscheckRow, CrosscheckRun, crosscheck_json,
+                                                   crosscheck_markdown, crosscheck_results)
+
+    def row(verifier: str, lossless: bool, real_mean: float, real_se: float) -> CrosscheckRow:
+        return CrosscheckRow(verifier, "iid", "chain", 2, 1, lossless, 0.0 if lossless else 0.05, 0.0, 12, 1.0,
+                             1.01, 0.01, 400, real_mean, real_se, 100, 300, 30, 0.5, 2.0, 30.0)
+
+    rows = [row("tv-sps", True, 1.0, 0.02), row("bug-residual-q", False, 1.2, 0.0)]
+    meta = {"target": "smollm2", "draft": "self:skip=12", "prompt": "Hi.", "prompt_tokens": 9, "top_k": 3,
+            "vocab": 49152, "seconds": 40.0, "load_seconds": 5.0, "support_seconds": 3.0, "support": 17,
+            "tree_gap": 2e-8, "passes": {"p": {"plain": 4, "tree": 2}, "q": {"plain": 13, "tree": 1}}}
+    results = crosscheck_results(rows, meta)
+    assert (len(results.lossless_rules), len(results.controls), results.rounds, results.mc_trials) == (1, 1, 100, 400)
+    assert results.per_round == 0.3 and results.agreeing == 1  # the control's real mean: no spread, 1.2 ≠ 1.0
+    text = crosscheck_markdown(results, CrosscheckRun("cmd", "a machine", (0.5, 1.0), "2026-01-02"))
+    assert "Generated by `cmd` on 2026-01-02 (a machine; 1-minute load average 0.5 before" in text
+    assert "| `bug-residual-q` | iid | chain (2, 1) | **LOSSY** |" in text
+    assert "**Verdicts.** 1 of 1 rows of lossless rules are LOSSLESS." in text
+    assert "is LOSSY on 1 of 1 trees" in text and "**Agreement.** 1 of 2 rows agree" in text
+    assert "(300 ms a round; 1.00 s a computed pass, in float64)" in text
+    data = crosscheck_json(results, "cmd", (0.5, 1.0))
+    assert data["rows"][1]["gaps_se"]["MC–real"] is not None and data["rows"][1]["gaps_se"]["exact–real"] is None
+    assert data["support"] == 17 and data["load_average"] == [0.5, 1.0]

@@ -178,3 +178,31 @@ def test_the_code_fingerprint_reads_every_package(tmp_path, monkeypatch):
     study.code_fingerprint.__wrapped__()  # past its cache
     assert {p.relative_to(study.Path(study.__file__).parents[1]).parts[0] for p in read} == {
         "simulator", "exact", "specproof"}
+
+
+def test_the_study_sections_render_their_json_records():
+    """The toy study's sections render from the JSON records the store caches (specproof.reports.toy_study), so a
+    cached section and a fresh one read alike: an infinite z, the mixture's ε, a control the chi-square misses."""
+    from specproof.reports import toy_study as study_report
+
+    crosscheck = {"trials": 200, "rows": [
+        {"method": "tv-rrs", "structure": "complete", "seed": 0, "exact": 1.25, "mc": 1.2, "se": 0.025, "z": -2.0},
+        {"method": "trv", "structure": "complete", "seed": 0, "exact": 1.5, "mc": 1.0, "se": 0.0, "z": None}]}
+    text = study_report.crosscheck_markdown(crosscheck)
+    assert "200 trials per seed" in text and "Largest |z| over 2 comparisons: inf" in text
+    assert "| tv-rrs | complete | 0 | 1.25000 | 1.20000 ± 0.02500 | -2.00 |" in text
+    assert text.endswith("| trv | complete | 0 | 1.50000 | 1.00000 ± 0.00000 | ∞ |\n")
+    small = {"vocab": 3, "depth": 2, "n": 1000, "rows": [
+        {"control": "bug-x", "tree": "chain(H=2)", "cells": 27, "exact_tvd": 0.01, "paper_statistic": 0.05,
+         "baseline": 0.04, "baseline_sd": 0.002, "paper_method_notices": True, "chi_square_detectable_tvd": 0.02}]}
+    text = study_report.detection_markdown(small)
+    assert "(V=3, depth 2;" in text and "N = 1,000 completed samples" in text
+    assert "| `bug-x` | chain(H=2) | 0.0100 | 0.0500 | 0.0400 ± 0.0020 | yes | no (detects ≥ 0.0200) |" in text
+    large = {"seeds": 1, "n": 1000, "epsilon": 0.125, "prefix": 2, "rows": [
+        {"seed": 0, "control": "bug-residual-q", "exact_tvd": 0.3, "prefix_tvd": 0.2, "paper_statistic": 0.5,
+         "baseline": 0.4, "baseline_sd": 0.001, "paper_method_notices": True, "chi_square_detectable_tvd": 0.1,
+         "chi_square_detects": True, "prefix": 2},
+        {"mixture_threshold": {"paper_method_min_tvd": 0.0375, "chi_square_min_tvd": 0.15}}]}
+    text = study_report.paper_scale_detection_markdown(large)
+    assert "model seeds 0..0; N = 1,000)" in text and "| 0.2000 (m=2) | yes (detects ≥ 0.1000) |" in text
+    assert "exact TVD of **0.0375** (ε = 0.1250); our chi-square on the first 2 tokens" in text

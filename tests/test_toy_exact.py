@@ -40,7 +40,8 @@ def test_exact_columns_equal_enumeration_and_reject_the_control(tmp_path):
     assert control.law["lossless"] == 0 and control.law["max_tvd"] > 0.01  # the same check rejects the control
     assert tv_rrs.law["max_dp_gap"] < 1e-12  # the dynamic programme's E[τ] (a third method) agrees
     assert trv.exact == pytest.approx(np.mean([_enumerated(trv.cell, s).expected_accepted for s in range(2)]))
-    md, data = toy_exact.exact_markdown(rows, store)
+    columns = toy_exact.exact_columns(rows, store)
+    md, data = toy_exact.exact_markdown(columns), columns.to_json()
     assert data["certified_seed_cells"] == 6 and data["lossless"] == 4 and "| trv | – | – | (2, 2) |" in md
 
 

@@ -37,10 +37,10 @@ def certify_causal_lm(request: CertifyRequest) -> None:
     require("transformers", "--model causal-lm", "real")
     import torch
 
+    from exact.pairs import certify_real, real_coverage
     from simulator.torch_path.crosscheck import SupportPair
     from simulator.torch_path.real import Processing, load_pair, load_tokenizer
     from simulator.torch_path.spec_bench import chat_ids
-    from specproof.reports.real_crosscheck import certify_real, coverage
 
     processing = Processing(real.temperature, real.top_k)
     with mass_bar(1, f"certify {what.name}") as bar, request.limits.applied(bar.update):
@@ -51,7 +51,7 @@ def certify_causal_lm(request: CertifyRequest) -> None:
         drafter, drafting = shape.drafter(pair)
         cert = certify_real(pair, drafter, what.fn, {**drafting, "target": real.target, "draft": real.draft,
                                                      "prompt_text": real.prompt})
-    covers = coverage(len(ids), real.draft, real.target, processing)
+    covers = real_coverage(len(ids), real.draft, real.target, processing)
     if not own_template:
         click.echo("note: the target's tokenizer has no chat template; using ChatML")
     click.echo(f"{what.name}: {verdict(cert.lossless)} (float64 rows of a real pair; tolerance {cert.tolerance:g})")

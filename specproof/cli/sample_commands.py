@@ -32,7 +32,8 @@ from specproof.cli.progress import StageBars, mass_bar, progress_bar
 from specproof.cli.requests import GenerateRequest, McRequest
 from specproof.cli.sections import section
 from specproof.cli.specs import first_seed_kept, limited
-from specproof.reports.certification import Planned, certification_table, estimate_table, plan_table, table_markdown
+from specproof.reports.certification import (Planned, certification_table, estimate_table, plan_table, table_json,
+                                             table_markdown)
 from specproof.reports.dynamic import write_dynamic_report
 from specproof.reports.optimality import write_optimality_report
 from specproof.reports.theorems import CHECKS, run_checks, theorems_markdown
@@ -186,9 +187,7 @@ def _certification_report(out: Path, store: Store, model: SyntheticModel, plans:
         finally:
             ticks.close()
         return {"markdown": table_markdown(rows, title), "ok": all(r.as_expected for r in rows),
-                "rows": [{"verifier": r.verifier, "topology": r.topology, "drafting": r.drafting,
-                          "expected_lossless": r.expected_lossless, "verdict": r.verdict.replace("*", ""),
-                          **r.certificate.to_json()} for r in rows]}
+                "rows": table_json(rows)}
 
     params = {"model": model.describe(), "depth": depth, "branching": branching, "arithmetic": arithmetic,
               "max_executions": cap}

@@ -202,8 +202,9 @@ def real_transfer(ctx, pair, target, questions, max_questions, fit_mode, seeds, 
     require("transformers", "specproof real-transfer", "real")
     check_output_dir(out_dir, "out")
     from simulator.torch_path.fetch import fetch
+    from simulator.torch_path.overlaps import measure_overlaps
     from simulator.torch_path.spec_bench import read_questions
-    from specproof.reports.real_transfer import measure_overlaps, read_pair, run_transfer, write_transfer_report
+    from specproof.reports.real_transfer import read_pair, run_transfer, write_transfer_report
 
     pair_data, rows = read_pair(pair)
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]

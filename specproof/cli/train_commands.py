@@ -69,7 +69,7 @@ def train_draft(ctx, name, target, layers, head_tokens, prompts, samples, new_to
     from simulator.torch_path.fetch import fetch
     from simulator.torch_path.real import load_causal_lm, load_tokenizer
     from simulator.torch_path.spec_bench import read_questions, shipped_instructions
-    from specproof.reports.draft_record import check_acceptance, save_draft
+    from simulator.torch_path.draft_record import check_acceptance, save_draft
 
     texts = shipped_instructions("train_instructions.txt") if prompts is None else _read_lines(prompts)
     if check_questions:

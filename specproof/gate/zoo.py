@@ -322,7 +322,10 @@ def write_zoo_report(out: Path, command: str, jobs: int = 1, tick: Tick = lambda
     seconds = time.perf_counter() - start
     out.mkdir(parents=True, exist_ok=True)
     (out / "mutation_zoo.md").write_text(markdown(rows, command, seconds))
-    (out / "mutation_zoo.json").write_text(json.dumps({"command": command, "seconds": seconds,
-                                                       "rows": [asdict(r) for r in rows]}, indent=1,
-                                                      default=str))
+    (out / "mutation_zoo.json").write_text(json.dumps(zoo_json(rows, command, seconds), indent=1, default=str))
     return all(r.flagged for r in rows)
+
+
+def zoo_json(rows: list[Row], command: str, seconds: float) -> dict:
+    """``mutation_zoo.json``: the command, the run's wall time and every mutant's row."""
+    return {"command": command, "seconds": seconds, "rows": [asdict(r) for r in rows]}

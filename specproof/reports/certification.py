@@ -123,3 +123,11 @@ def table_markdown(rows: list[TableRow], title: str) -> str:
               "proof contradicts a rule expected lossy (`specproof list` names the shapes where each control "
               "shows)."]
     return "\n".join(lines) + "\n"
+
+
+def table_json(rows: list[TableRow]) -> list[dict]:
+    """``certification.json``: each row's verifier, tree, drafting, expectation and verdict with its certificate's
+    JSON."""
+    return [{"verifier": r.verifier, "topology": r.topology, "drafting": r.drafting,
+             "expected_lossless": r.expected_lossless, "verdict": r.verdict.replace("*", ""),
+             **r.certificate.to_json()} for r in rows]

@@ -294,7 +294,10 @@ def write_kernel_report(out: Path, command: str, tick: Tick = lambda stage, tota
     rows, notes = run_rows(tick)
     out.mkdir(parents=True, exist_ok=True)
     (out / "kernels.md").write_text(markdown(rows, notes, command))
-    (out / "kernels.json").write_text(json.dumps({"command": command, "notes": notes,
-                                                  "rows": [asdict(r) | {"as_expected": r.as_expected}
-                                                           for r in rows]}, indent=1))
+    (out / "kernels.json").write_text(json.dumps(kernels_json(rows, notes, command), indent=1))
     return all(r.as_expected for r in rows)
+
+
+def kernels_json(rows: list[Row], notes: list[str], command: str) -> dict:
+    """``kernels.json``: the command, the notes, and every row with whether it is as expected."""
+    return {"command": command, "notes": notes, "rows": [asdict(r) | {"as_expected": r.as_expected} for r in rows]}

@@ -1,10 +1,10 @@
 """The exact cross-check on a real trained pair (``reports/real_crosscheck.md``; ``specproof certify --model
-causal-lm`` certifies one rule the same way): each rule's exact law on generation's rows against plain forward
-passes, and three estimates of the first round's ``E[τ]`` that must agree (:func:`run_crosscheck`)."""
+causal-lm`` certifies one rule the same way, with :func:`exact.pairs.certify_real`): each rule's exact law on
+generation's rows against plain forward passes, and three estimates of the first round's ``E[τ]`` that must agree
+(:func:`run_crosscheck`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import math
 import os
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from exact.certificate import Certificate, certify_against
+from exact.pairs import certify_real
 from simulator.jsonfile import write_json, write_text
 
 PROMPT = "Compose an engaging travel blog post about a recent trip to Hawaii."  # MT-bench's first question
@@ -28,27 +28,6 @@ RULES = (("tv-sps", "iid"), ("tv-rrs", "iid"), ("tv-rrsw", "without-replacement"
          ("bv", "iid"), ("trv", "iid"), ("lv-rrs", "iid"), ("gbv", "iid"), ("bug-residual-q", "iid"))
 #: agreement: |difference| ≤ this many combined standard errors
 AGREEMENT_SE = 3.0
-
-
-def certify_real(pair, drafter, verifier, config: dict | None = None) -> Certificate:
-    """The certificate of ``verifier`` on a :class:`simulator.torch_path.crosscheck.SupportPair`: its exact law
-    on the pair's tree-pass rows against the plain passes' joint, within
-    :data:`simulator.torch_path.crosscheck.TOLERANCE`; the counterexample in the model's token ids."""
-    from simulator.torch_path.crosscheck import TOLERANCE, TOLERANCE_REASON
-
-    cert = certify_against(pair, drafter, verifier, pair.plain_joint, TOLERANCE, TOLERANCE_REASON,
-                           {**pair.describe(), **(config or {})})
-    if cert.counterexample is None:
-        return cert
-    seq = pair.original(cert.counterexample.sequence)
-    return dataclasses.replace(cert, counterexample=dataclasses.replace(cert.counterexample, sequence=seq))
-
-
-def coverage(prompt_tokens: int, draft: str, target: str, processing) -> str:
-    """The ``covers:`` line of a real-pair certificate."""
-    return (f"this prompt ({prompt_tokens} tokens), this pair (draft {draft}, target {target}, float64) and this "
-            f"processing (temperature {processing.temperature:g}, top-k {processing.top_k}) only: another prompt, "
-            "pair, processing or dtype is another check")
 
 
 @dataclass(frozen=True)
@@ -167,6 +146,48 @@ def _verdict(r: CrosscheckRow) -> str:
     return "LOSSLESS" if r.lossless else "**LOSSY**"
 
 
+@dataclass(frozen=True)
+class CrosscheckResults:
+    """What the report shows: every row, what the run says about itself (``meta``: :func:`run_crosscheck`'s), and
+    the totals the prose quotes (:func:`crosscheck_results`)."""
+
+    rows: list[CrosscheckRow]
+    meta: dict
+    lossless_rules: list[CrosscheckRow]  # rows of a rule lossless under some scheme
+    controls: list[CrosscheckRow]  # rows of a negative control
+    real_seconds: float
+    per_round: float  # seconds a real round, over every row
+    rounds: int  # real rounds a row
+    mc_trials: int  # Monte Carlo trials a row
+
+    @property
+    def agreeing(self) -> int:
+        return sum(r.agree for r in self.rows)
+
+
+@dataclass(frozen=True)
+class CrosscheckRun:
+    """The report's header: the command, the machine in words, the 1-minute load average before and after the
+    run, and the date."""
+
+    command: str
+    machine: str
+    load: tuple[float, float]
+    date: str
+
+
+def crosscheck_results(rows: list[CrosscheckRow], meta: dict) -> CrosscheckResults:
+    """The totals of ``rows`` that the report's prose quotes, with ``meta`` (:func:`run_crosscheck`'s)."""
+    from simulator.verifiers import VERIFIERS
+
+    real_seconds = sum(r.real_seconds for r in rows)
+    real_rounds = sum(r.real_rounds for r in rows)
+    return CrosscheckResults(rows, meta, [r for r in rows if VERIFIERS[r.verifier].lossless_under],
+                             [r for r in rows if not VERIFIERS[r.verifier].lossless_under], real_seconds,
+                             real_seconds / real_rounds if real_rounds else float("nan"),
+                             rows[0].real_rounds if rows else 0, rows[0].mc_trials if rows else 0)
+
+
 def write_real_crosscheck_report(path: str | Path, rows: list[CrosscheckRow], meta: dict, command: str,
                                  load: tuple[float, float]) -> None:
     """``path`` (markdown) and the same name with ``.json``; ``load``: the machine's 1-minute load average before
@@ -174,25 +195,72 @@ def write_real_crosscheck_report(path: str | Path, rows: list[CrosscheckRow], me
     import torch
     import transformers
 
-    from simulator.torch_path.crosscheck import TOLERANCE
-    from simulator.verifiers import VERIFIERS
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), CPU; "
                f"torch {torch.__version__}, transformers {transformers.__version__}")
-    real_seconds = sum(r.real_seconds for r in rows)
-    real_rounds = sum(r.real_rounds for r in rows)
-    per_round = real_seconds / real_rounds if real_rounds else float("nan")
-    rounds = rows[0].real_rounds if rows else 0
-    lossless_rules = [r for r in rows if VERIFIERS[r.verifier].lossless_under]
-    controls = [r for r in rows if not VERIFIERS[r.verifier].lossless_under]
+    results = crosscheck_results(rows, meta)
+    write_text(path, crosscheck_markdown(results, CrosscheckRun(command, machine, load,
+                                                                datetime.date.today().isoformat())), "out")
+    write_json(path.with_suffix(".json"), crosscheck_json(results, command, load), "out")
+
+
+def crosscheck_json(results: CrosscheckResults, command: str, load: tuple[float, float]) -> dict:
+    """The report's JSON: the run's ``meta`` and every row with its agreement and gaps (``None`` for an infinite
+    gap: JSON has no infinity)."""
+    return {"command": command, "load_average": list(load), **results.meta,
+            "rows": [{**asdict(r), "agree": r.agree,
+                      "gaps_se": {k: g if math.isfinite(g) else None for k, g in r.gaps.items()}}
+                     for r in results.rows]}
+
+
+def crosscheck_markdown(results: CrosscheckResults, run: CrosscheckRun) -> str:
+    """The report's markdown: how each number is made, the table, and what it shows."""
+    lines = _method_lines(results, run) + [
+        "## Results",
+        "",
+        "| verifier | drafting | tree | verdict | TVD | executions | exact E[τ] | MC E[τ] | real E[τ] | "
+        "largest gap (SE) | agree |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results.rows:
+        lines.append(f"| `{r.verifier}` | {r.drafting} | {r.shape} ({r.depth}, {r.branching}) | {_verdict(r)} | "
+                     f"{r.tvd:.2g} | {r.executions:,} | {r.expected_accepted:.4f} | {r.mc_mean:.4f} ± "
+                     f"{r.mc_se:.4f} | {r.real_mean:.3f} ± {r.real_se:.3f} | {_se_count(max(r.gaps.values()))} | "
+                     f"{'yes' if r.agree else '**no**'} |")
+    rows, lossless_rules, controls = results.rows, results.lossless_rules, results.controls
+    lines += [
+        "",
+        f"**Verdicts.** {sum(r.lossless for r in lossless_rules)} of {len(lossless_rules)} rows of lossless rules "
+        f"are LOSSLESS. The control `bug-residual-q` (token verification resampling from q instead of the residual) "
+        f"is LOSSY on {sum(not r.lossless for r in controls)} of {len(controls)} trees. It keeps `tv-sps`'s "
+        "acceptance test, so its `E[τ]` is `tv-sps`'s; only the law of the tokens differs. On a chain every "
+        "token-level rule decides as `tv-sps` does, so their `E[τ]` coincide.",
+        "",
+        f"**Agreement.** {results.agreeing} of {len(rows)} rows agree on all three numbers.",
+        "",
+        f"**Cost.** The exact certificates took {sum(r.exact_seconds for r in rows):.1f} s in all, Monte Carlo "
+        f"{sum(r.mc_seconds for r in rows):.0f} s, the real rounds {results.real_seconds:.0f} s "
+        f"({results.per_round * 1000:.0f} ms a round; "
+        f"{results.real_seconds / max(1, sum(r.real_computed for r in rows)):.2f} s a computed pass, in float64). "
+        "Top-k 3 leaves few distinct trees, so most passes repeat: the table's cost is the passes of its distinct "
+        "trees, not of its rounds.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _method_lines(results: CrosscheckResults, run: CrosscheckRun) -> list[str]:
+    """The header and "How each number is made"."""
+    from simulator.torch_path.crosscheck import TOLERANCE
+
+    meta, rows = results.meta, results.rows
     passes = meta["passes"]
-    lines = [
+    return [
         "# The exact cross-check on a real trained pair: SmolLM2-135M-Instruct",
         "",
-        f"Generated by `{command}` on {datetime.date.today().isoformat()} ({machine}; 1-minute load average "
-        f"{load[0]:.1f} before the run and {load[1]:.1f} after it). The run took {meta['seconds']:.0f} s, "
+        f"Generated by `{run.command}` on {run.date} ({run.machine}; 1-minute load average "
+        f"{run.load[0]:.1f} before the run and {run.load[1]:.1f} after it). The run took {meta['seconds']:.0f} s, "
         f"{meta['load_seconds']:.0f} s of it loading the models.",
         "",
         f"Target `{meta['target']}` (SmolLM2-135M-Instruct, 30 layers, vocabulary {meta['vocab']:,}). Draft "
@@ -226,55 +294,22 @@ def write_real_crosscheck_report(path: str | Path, rows: list[CrosscheckRow], me
         "**Three numbers per rule** estimate the first round's accepted length `E[τ]`. They must agree:",
         "",
         "* exact: the exact engine's `E[τ]`, with no error;",
-        f"* MC: the Monte Carlo engine's reference rounds on the same rows: {rows[0].mc_trials if rows else 0:,} "
+        f"* MC: the Monte Carlo engine's reference rounds on the same rows: {results.mc_trials:,} "
         "trials, each on its own counter stream, with standard error s/√N;",
-        f"* real: {rounds:,} real first rounds of the KV-cached serving loop (`speculative_generate`, seeds 0, 1, "
-        "…), with standard error s/√N. Both caches hold the prompt but its last token, computed once. Each round "
-        "feeds that token and its tree on top, and the cache is then cut back. Every round runs the serving loop "
-        "(drafting, the rule, the caches); a forward pass whose calls since the prompt repeat an earlier round's "
-        "is taken from a memo of that round's rows, which the same inputs on the same cache reproduce bit for bit "
-        f"(tested against rounds that compute every pass): of {sum(r.real_passes for r in rows):,} passes the "
-        f"rounds asked for, {sum(r.real_computed for r in rows):,} were computed.",
+        f"* real: {results.rounds:,} real first rounds of the KV-cached serving loop (`speculative_generate`, seeds "
+        "0, 1, …), with standard error s/√N. Both caches hold the prompt but its last token, computed once. Each "
+        "round feeds that token and its tree on top, and the cache is then cut back. Every round runs the serving "
+        "loop (drafting, the rule, the caches); a forward pass whose calls since the prompt repeat an earlier "
+        "round's is taken from a memo of that round's rows, which the same inputs on the same cache reproduce bit "
+        f"for bit (tested against rounds that compute every pass): of {sum(r.real_passes for r in rows):,} passes "
+        f"the rounds asked for, {sum(r.real_computed for r in rows):,} were computed.",
         "",
         f"Two numbers agree when their difference is at most {AGREEMENT_SE:g} combined standard errors. The "
         "\"largest gap\" column gives the largest of the three differences, in standard errors. Every row uses "
         "the same seeds and counter streams, so rows with the same drafting draft the same trees: their errors "
         "are correlated, and several rows can sit on the same side of the exact value.",
         "",
-        "## Results",
-        "",
-        "| verifier | drafting | tree | verdict | TVD | executions | exact E[τ] | MC E[τ] | real E[τ] | "
-        "largest gap (SE) | agree |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        lines.append(f"| `{r.verifier}` | {r.drafting} | {r.shape} ({r.depth}, {r.branching}) | {_verdict(r)} | "
-                     f"{r.tvd:.2g} | {r.executions:,} | {r.expected_accepted:.4f} | {r.mc_mean:.4f} ± "
-                     f"{r.mc_se:.4f} | {r.real_mean:.3f} ± {r.real_se:.3f} | {_se_count(max(r.gaps.values()))} | "
-                     f"{'yes' if r.agree else '**no**'} |")
-    lines += [
-        "",
-        f"**Verdicts.** {sum(r.lossless for r in lossless_rules)} of {len(lossless_rules)} rows of lossless rules "
-        f"are LOSSLESS. The control `bug-residual-q` (token verification resampling from q instead of the residual) "
-        f"is LOSSY on {sum(not r.lossless for r in controls)} of {len(controls)} trees. It keeps `tv-sps`'s "
-        "acceptance test, so its `E[τ]` is `tv-sps`'s; only the law of the tokens differs. On a chain every "
-        "token-level rule decides as `tv-sps` does, so their `E[τ]` coincide.",
-        "",
-        f"**Agreement.** {sum(r.agree for r in rows)} of {len(rows)} rows agree on all three numbers.",
-        "",
-        f"**Cost.** The exact certificates took {sum(r.exact_seconds for r in rows):.1f} s in all, Monte Carlo "
-        f"{sum(r.mc_seconds for r in rows):.0f} s, the real rounds {real_seconds:.0f} s ({per_round * 1000:.0f} ms "
-        f"a round; {real_seconds / max(1, sum(r.real_computed for r in rows)):.2f} s a computed pass, in float64). "
-        "Top-k 3 leaves few distinct trees, so most passes repeat: the table's cost is the passes of its distinct "
-        "trees, not of its rounds.",
-        "",
-    ]
-    write_text(path, "\n".join(lines), "out")
-    write_json(path.with_suffix(".json"), {"command": command, "load_average": list(load), **meta,
-                                           "rows": [{**asdict(r), "agree": r.agree,  # JSON has no infinity
-                                                     "gaps_se": {k: g if math.isfinite(g) else None
-                                                                 for k, g in r.gaps.items()}}
-                                                    for r in rows]}, "out")
 
 
 def _draft_words(draft: str) -> str:

@@ -506,7 +506,68 @@ class Summary:
                 max((max(node_depths(t)) for t in trees), default=0))
 
 
-# ---- the report ---------------------------------------------------------------------------------------------------
+# ---- the report: computing, then rendering -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RealPairResults:
+    """What the report shows, computed from every configuration's records (:func:`real_pair_results`)."""
+
+    done: list[tuple[Config, list[dict]]]  # every configuration's records, in the report's order
+    summaries: dict[str, Summary]  # by configuration key
+    question_ids: list
+    new_tokens: int
+    baseline: float  # target-only decoding's tokens/s, measured in the same command
+    checks: list[tuple[str, Estimate]]  # each deciding rule's sampled − exact mean, where it has an exact one
+    instructions: int  # ADED's corpus: the shipped instructions answered
+
+    @property
+    def trained(self) -> list[Summary]:
+        """The verifier study's runs with another draft than the main one."""
+        return [self.summaries[c.key] for c, _ in self.done if c.study == "verifiers" and c.draft != MAIN_DRAFT]
+
+    def study(self, name: str) -> list[Summary]:
+        """The runs of study ``name`` (``verifiers``, ``dyspec``, ``aded``), in order."""
+        return [self.summaries[c.key] for c, _ in self.done if c.study == name]
+
+    @property
+    def warnings(self) -> list[str]:
+        """A line for each rule not lossless under its run's drafting (:func:`not_lossless`): shown before the first
+        table, so that such a row cannot pass for a lossless rule's."""
+        return not_lossless([config for config, _ in self.done])
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where and how a report was made, for its header: the command line, the machine in words, its core count
+    and 1-minute load average before and after the run, this command's wall time, the time every stored question
+    took to measure, and the date."""
+
+    command: str
+    machine: str
+    cores: int | None
+    load: tuple[float, float]
+    seconds: float
+    stored_seconds: float
+    date: str
+
+
+def real_pair_results(done: list[tuple[Config, list[dict]]], question_ids: list, new_tokens: int,
+                      instructions: int) -> RealPairResults:
+    """The summaries, the target-only baseline and every deciding rule's sampled-against-exact check of ``done``
+    (:func:`run_real_pair`'s records); ``instructions``: how many shipped instructions ADED's corpus answers."""
+    summaries = {config.key: Summary(config, records) for config, records in done}
+    checks = [(config.key, check) for config, _ in done
+              if config.study == "verifiers" and (check := summaries[config.key].check()) is not None]
+    for budget in BUDGETS:
+        checks += [(key, summaries[key].check()) for key in _budget_keys(budget)]
+    checks.append(("aded", summaries["aded"].check()))
+    return RealPairResults(done, summaries, question_ids, new_tokens, summaries["target"].tokens_per_s, checks,
+                           instructions)
+
+
+def _budget_keys(budget: int) -> tuple[str, ...]:
+    return f"dyspec-{budget}", f"chain-{budget}", f"complete-{budget}", f"sequoia-{budget}"
+
 
 def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], question_ids: list, new_tokens: int,
                            command: str, device: str, load: tuple[float, float], seconds: float,
@@ -519,18 +580,49 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
 
     from simulator.torch_path.spec_bench import shipped_instructions
 
-    summaries = {config.key: Summary(config, records) for config, records in done}
-    trained = [summaries[c.key] for c, _ in done if c.study == "verifiers" and c.draft != MAIN_DRAFT]
-    baseline = summaries["target"].tokens_per_s
+    results = real_pair_results(done, question_ids, new_tokens, len(shipped_instructions()))
     machine = (f"{platform.machine()}, {torch.get_num_threads()} torch threads, device `{device}`; torch "
                f"{torch.__version__}, transformers {transformers.__version__}")
-    lines = [
+    run = Provenance(command, machine, os.cpu_count(), load, seconds, stored_seconds,
+                     datetime.date.today().isoformat())
+    write_text(out / "real_pair.md", real_pair_markdown(results, run), "out")
+    write_json(out / "real_pair.json", real_pair_json(results, command, load), "out")
+    plot_real_pair(out / "real_pair.png", results)
+
+
+def real_pair_markdown(results: RealPairResults, run: Provenance) -> str:
+    """``real_pair.md``."""
+    lines = _header_lines(results, run)
+    lines += _verifier_lines(results)
+    if results.trained:
+        lines += _speed_lines(results)
+    lines += _dyspec_lines(results)
+    lines += _aded_lines(results)
+    lines += [
+        "",
+        "## Sampled against exact",
+        "",
+        f"Every deciding rule's sampled − exact mean, in standard errors: "
+        + ", ".join(f"{key} {c.mean / c.se:+.1f}" for key, c in results.checks if c.se > 0)
+        + f". Within 2: {sum(abs(c.mean) <= 2 * c.se for _, c in results.checks)} of {len(results.checks)} "
+        "(about 95% expected).",
+        "",
+        "![exact accepted tokens per step](real_pair.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _header_lines(results: RealPairResults, run: Provenance) -> list[str]:
+    trained = results.trained
+    question_ids = results.question_ids
+    return [
         "# Verifiers and drafters on a real trained pair: SmolLM2-135M-Instruct on MT-bench",
         "",
-        f"Generated by `{command}` on {datetime.date.today().isoformat()} ({machine}; 1-minute load average "
-        f"{load[0]:.1f} before the run and {load[1]:.1f} after it, on {os.cpu_count()} cores). This command took "
-        f"{seconds:.0f} s; measuring every stored question took {stored_seconds / 60:.1f} min (serving and exact "
-        "expectations; the store is `reports/store/real_pair`, and a rerun reads it).",
+        f"Generated by `{run.command}` on {run.date} ({run.machine}; 1-minute load average "
+        f"{run.load[0]:.1f} before the run and {run.load[1]:.1f} after it, on {run.cores} cores). This command took "
+        f"{run.seconds:.0f} s; measuring every stored question took {run.stored_seconds / 60:.1f} min (serving and "
+        "exact expectations; the store is `reports/store/real_pair`, and a rerun reads it).",
         "",
         f"Target SmolLM2-135M-Instruct (30 layers, vocabulary 49,152; `specproof fetch smollm2`). Draft: the "
         f"target's own layers, `{MAIN_DRAFT}` (26 layers)"
@@ -538,8 +630,8 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
            "(`specproof train-draft`: 3 layers started from the target's first 3, a head of the 8,192 tokens its "
            "answers use most; reports/trained_draft.md)" if trained else "") + ". MT-bench questions "
         f"{', '.join(str(q) for q in question_ids)} ({len(question_ids)} questions, first turns, chat template), "
-        f"up to {new_tokens} new tokens or the end-of-sequence token; temperature {TEMPERATURE:g}, top-k {TOP_K} "
-        "(transformers' default for sampling) on both models. Trees are (depth, branching).",
+        f"up to {results.new_tokens} new tokens or the end-of-sequence token; temperature {TEMPERATURE:g}, top-k "
+        f"{TOP_K} (transformers' default for sampling) on both models. Trees are (depth, branching).",
         "",
         "**How to read the numbers.** Accepted tokens per step (a step is one target pass; block efficiency − 1). "
         "*Exact* is the mean over the run's rounds of the rule's `E[τ | drafted tree, rows]`, computed by the exact "
@@ -548,28 +640,20 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         "less noise. Rules listed under one run are evaluated on the same rounds, so their *paired* differences have "
         "standard errors of their own. Standard errors (±) are clustered by question. The *check* column is the "
         "deciding rule's sampled − exact mean, which should be 0 within about two standard errors. Tokens/s and "
-        f"speed-ups are wall-clock on this machine against target-only decoding ({baseline:.2f} tokens/s, measured in "
-        "the same command); the exact expectations are not timed.",
+        f"speed-ups are wall-clock on this machine against target-only decoding ({results.baseline:.2f} tokens/s, "
+        "measured in the same command); the exact expectations are not timed.",
         "",
-        "## TRV, BV, LV and GBV against token verification (the same rounds)",
-        "",
-    ]
-    warnings = not_lossless([config for config, _ in done])
-    if warnings:  # before the first table: these rows must not pass for a lossless rule's
-        at = lines.index("## TRV, BV, LV and GBV against token verification (the same rounds)")
-        lines[at:at] = ["**Not lossless runs.** " + " ".join(f"{w}." for w in warnings), ""]
-    checks: list[tuple[str, Estimate]] = []
-    for config, _ in done:
-        if config.study != "verifiers":
-            continue
-        s = summaries[config.key]
-        check = s.check()
-        if check is not None:
-            checks.append((config.key, check))
+    ] + (["**Not lossless runs.** " + " ".join(f"{w}." for w in results.warnings), ""] if results.warnings else [])
+
+
+def _verifier_lines(results: RealPairResults) -> list[str]:
+    lines = ["## TRV, BV, LV and GBV against token verification (the same rounds)", ""]
+    for s in results.study("verifiers"):
+        config, check = s.config, s.check()
         lines += [f"**{config.label}, {config.drafting} drafting, draft `{config.draft}`**, decided by "
                   f"`{config.verifier}`: "
                   f"{s.steps} rounds, {s.tokens} tokens, "
-                  f"{s.tokens_per_s:.2f} tokens/s (speed-up {s.tokens_per_s / baseline:.2f}); sampled "
+                  f"{s.tokens_per_s:.2f} tokens/s (speed-up {s.tokens_per_s / results.baseline:.2f}); sampled "
                   f"{s.sampled().text()}" + (f", check {check.text()}." if check else
                                              f" (`{config.verifier}` has no exact expectation here: its row is "
                                              "sampled, its paired difference sampled − exact)."), "",
@@ -579,26 +663,32 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
             kind = "exact" if rule in config.exact else "sampled"
             lines.append(f"| `{rule}` | {s.exact(rule).text()} ({kind}) | {paired} |")
         lines.append("")
-    if trained:
-        lines += [
-            "## Speed: the two drafts side by side",
-            "",
-            "The deciding rule of each run above; its accepted tokens per step (exact where it has one), draft "
-            "passes and wall-clock speed-up over target-only decoding. These are the report's top-k 50 rows on "
-            "trees of depth 3; benchmarks/real_speed.py (reports/real_speed.md) measures shallower trees and "
-            "temperature 1 with nothing cut.",
-            "",
-            "| tree | drafting | rule | draft | accepted per step | draft passes per step | tokens/s | speed-up |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for config, _ in done:
-            if config.study == "verifiers":
-                s = summaries[config.key]
-                lines.append(f"| {config.label} | {config.drafting} | `{config.verifier}` | `{config.draft}` | "
-                             f"{s.exact(config.verifier).text()} | {s.draft_passes_per_step:.2f} | "
-                             f"{s.tokens_per_s:.2f} | {s.tokens_per_s / baseline:.2f} |")
-        lines.append("")
-    lines += [
+    return lines
+
+
+def _speed_lines(results: RealPairResults) -> list[str]:
+    lines = [
+        "## Speed: the two drafts side by side",
+        "",
+        "The deciding rule of each run above; its accepted tokens per step (exact where it has one), draft "
+        "passes and wall-clock speed-up over target-only decoding. These are the report's top-k 50 rows on "
+        "trees of depth 3; benchmarks/real_speed.py (reports/real_speed.md) measures shallower trees and "
+        "temperature 1 with nothing cut.",
+        "",
+        "| tree | drafting | rule | draft | accepted per step | draft passes per step | tokens/s | speed-up |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in results.study("verifiers"):
+        config = s.config
+        lines.append(f"| {config.label} | {config.drafting} | `{config.verifier}` | `{config.draft}` | "
+                     f"{s.exact(config.verifier).text()} | {s.draft_passes_per_step:.2f} | "
+                     f"{s.tokens_per_s:.2f} | {s.tokens_per_s / results.baseline:.2f} |")
+    lines.append("")
+    return lines
+
+
+def _dyspec_lines(results: RealPairResults) -> list[str]:
+    lines = [
         "## DySpec's dynamic tree against fixed trees of the same budget",
         "",
         "Without-replacement drafting, each tree verified by `tv-rrsw` (DySpec's own verification, `dyspec`, and "
@@ -612,27 +702,28 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for budget in BUDGETS:
-        reference = summaries[f"dyspec-{budget}"].exact("tv-rrsw")
-        for key in (f"dyspec-{budget}", f"chain-{budget}", f"complete-{budget}", f"sequoia-{budget}"):
-            s = summaries[key]
+        reference = results.summaries[f"dyspec-{budget}"].exact("tv-rrsw")
+        for key in _budget_keys(budget):
+            s = results.summaries[key]
             mean_nodes, deepest = s.nodes()
             own = s.exact("tv-rrsw")
             diff = "—" if key.startswith("dyspec") else \
                 f"{own.mean - reference.mean:+.3f} ± {math.hypot(own.se, reference.se):.3f}"
-            check = s.check()
-            checks.append((key, check))
             lines.append(f"| {budget} | {s.config.label} | {mean_nodes:.1f} | {deepest} | {own.text()} | {diff} | "
                          f"{s.exact('dyspec').text()} | {s.exact('trv').text()} | {s.sampled().text()} | "
-                         f"{check.text()} | {s.draft_passes_per_step:.2f} | {s.tokens_per_s:.2f} | "
-                         f"{s.tokens_per_s / baseline:.2f} |")
-    aded, chain = summaries["aded"], summaries["chain-iid"]
-    checks.append(("aded", aded.check()))
-    lines += [
+                         f"{s.check().text()} | {s.draft_passes_per_step:.2f} | {s.tokens_per_s:.2f} | "
+                         f"{s.tokens_per_s / results.baseline:.2f} |")
+    return lines
+
+
+def _aded_lines(results: RealPairResults) -> list[str]:
+    aded, chain, baseline = results.summaries["aded"], results.summaries["chain-iid"], results.baseline
+    return [
         "",
         "## ADED's tri-gram drafts against a draft-model chain and target-only decoding",
         "",
         "ADED reads no draft model: its candidates come from a tri-gram table built from a corpus (the target's own "
-        f"answers, {CORPUS_TOKENS} tokens each, to the {len(shipped_instructions())} instructions of "
+        f"answers, {CORPUS_TOKENS} tokens each, to the {results.instructions} instructions of "
         "simulator/data/instructions.txt, none "
         "MT-bench's) and updated after every round from the output (App. Alg. 2); each question starts from the "
         "corpus table. Its drafts are deterministic, so sample-and-match (`match`) and deterministic RRS "
@@ -648,29 +739,16 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
         f"{chain.sampled().text()} | {chain.check().text()} | {chain.tokens_per_s:.2f} | "
         f"{chain.tokens_per_s / baseline:.2f} |",
         f"| target only | none | — | 0 | 0 | — | {baseline:.2f} | 1.00 |",
-        "",
-        "## Sampled against exact",
-        "",
-        f"Every deciding rule's sampled − exact mean, in standard errors: "
-        + ", ".join(f"{key} {c.mean / c.se:+.1f}" for key, c in checks if c.se > 0)
-        + f". Within 2: {sum(abs(c.mean) <= 2 * c.se for _, c in checks)} of {len(checks)} (about 95% expected).",
-        "",
-        "![exact accepted tokens per step](real_pair.png)",
-        "",
     ]
-    write_text(out / "real_pair.md", "\n".join(lines), "out")
-    write_json(out / "real_pair.json", _json(done, summaries, baseline, question_ids, new_tokens, command, load),
-               "out")
-    _plot(out / "real_pair.png", summaries)
 
 
-def _json(done, summaries: dict[str, Summary], baseline: float, question_ids: list, new_tokens: int, command: str,
-          load: tuple[float, float]) -> dict:
+def real_pair_json(results: RealPairResults, command: str, load: tuple[float, float]) -> dict:
+    """``real_pair.json``: the verifier study's rows as ``specproof real-transfer`` reads them
+    (:class:`RealRow`), and every configuration's numbers."""
+    baseline = results.baseline
     rows = []
-    for config, _ in done:
-        if config.study != "verifiers":
-            continue
-        s = summaries[config.key]
+    for s in results.study("verifiers"):
+        config = s.config
         topology, depth, branching = SHAPES[config.shape]
         for rule in s.rules:
             e = s.exact(rule)
@@ -681,8 +759,8 @@ def _json(done, summaries: dict[str, Summary], baseline: float, question_ids: li
                                           s.tokens_per_s / baseline if decided else None, s.draft_passes_per_step)),
                          "lossless_claimed": _lossless_claimed(rule, config.drafting)})
     configs = []
-    for config, _ in done:
-        s = summaries[config.key]
+    for config, _ in results.done:
+        s = results.summaries[config.key]
         entry = {**asdict(config), "tokens": s.tokens, "steps": s.steps, "tokens_per_s": s.tokens_per_s,
                  "speedup": s.tokens_per_s / baseline,
                  "lossless_claimed": {rule: _lossless_claimed(rule, config.drafting)
@@ -694,18 +772,21 @@ def _json(done, summaries: dict[str, Summary], baseline: float, question_ids: li
                          paired={rule: asdict(s.paired(rule)) for rule in s.rules if rule != config.base},
                          draft_passes_per_step=s.draft_passes_per_step)
         configs.append(entry)
-    return {"command": command, "questions": question_ids, "new_tokens": new_tokens, "turns": "first",
-            "processing": {"temperature": TEMPERATURE, "top_k": TOP_K}, "baseline_tokens_per_s": baseline,
-            "load_average": list(load), "rows": rows, "configs": configs}
+    return {"command": command, "questions": results.question_ids, "new_tokens": results.new_tokens,
+            "turns": "first", "processing": {"temperature": TEMPERATURE, "top_k": TOP_K},
+            "baseline_tokens_per_s": baseline, "load_average": list(load), "rows": rows, "configs": configs}
 
 
-def _plot(path: Path, summaries: dict[str, Summary]) -> None:
+def plot_real_pair(path: Path, results: RealPairResults) -> None:
+    """``real_pair.png``: the verifier study's exact accepted tokens per step (left) and DySpec against fixed trees
+    by budget (right)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    summaries = results.summaries
     labels, values, errors = [], [], []
     for s in summaries.values():
         if s.config.study != "verifiers":

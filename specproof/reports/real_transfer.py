@@ -10,7 +10,7 @@ import math
 import platform
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,6 +19,7 @@ import numpy as np
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import read_json, write_json, write_text
 from simulator.models import SyntheticModel
+from simulator.torch_path.overlaps import CONTINUATION_TOKENS, OverlapSample, row_statistics
 from specproof.reports.real_pair import SHAPES, RealRow
 
 VOCAB = 15  # the toy study's vocabulary (docs/models.md)
@@ -31,76 +32,11 @@ TAU_GRID = np.geomspace(0.05, 5.0, 21)
 #: what is fitted: ``shared`` ties the temperatures (τ_p = τ_q = τ), ``tau-q-1`` fixes τ_q = 1, ``free`` fits all
 #: three (the law of Σ min(p, q) is symmetric in τ_p ↔ τ_q, so ``free`` is at best identified up to that swap)
 FIT_MODES = ("shared", "tau-q-1", "free")
-CONTINUATION_TOKENS = 32
 PREDICT_SEEDS = 40
 #: Monte Carlo trials per model seed: the spread across seeds dominates the standard error (a seed's first rows
 #: are one context each), so a few hundred trials a seed cost little precision
 TRIALS = 400
 NOISE_REPEATS = 50
-
-
-# ---- (a) the real pair's per-position acceptance ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class OverlapSample:
-    """One draft's rows against the target's at every continuation position: ``overlap`` is ``Σ_x min(p, q)``,
-    ``draft_top`` and ``target_top`` the largest probability of each row (how peaked the rows are, which
-    ``Σ min`` alone does not say)."""
-
-    overlap: np.ndarray
-    draft_top: np.ndarray
-    target_top: np.ndarray
-    question: np.ndarray | None = None  # each position's question (its index), where questions were measured
-
-
-def row_statistics(p: np.ndarray, q: np.ndarray) -> OverlapSample:
-    """:class:`OverlapSample` of draft rows ``p`` and target rows ``q`` (``[positions, V]`` arrays)."""
-    return OverlapSample(np.minimum(p, q).sum(axis=-1), p.max(axis=-1), q.max(axis=-1))
-
-
-def measure_overlaps(target: str, drafts: Sequence[str], questions: Sequence[dict],
-                     new_tokens: int = CONTINUATION_TOKENS, seed: int = 0,
-                     tick: Callable[[str, int], None] | None = None,
-                     processing: dict | None = None) -> dict[str, OverlapSample]:
-    """Per draft, :class:`OverlapSample` over every question: the first turn's chat prompt, then up to
-    ``new_tokens`` target tokens (KV-cached target-only decoding under ``processing``, stopping at the end-of-sequence
-    token, seed ``seed + 1000·i`` for question ``i`` as ``specproof real-report``'s baseline uses for a first
-    turn); the rows at each continuation position come from one plain forward pass of each model over the whole
-    sequence. ``processing`` (``Processing``'s fields, as real_pair.json records them; default temperature 1 and
-    nothing cut) is applied to the generation and to both rows, so that the fit sees the rows the real rows'
-    rules saw."""
-    import torch
-
-    from simulator.torch_path.kv_cache import CachedLM
-    from simulator.torch_path.real import Processing, load_causal_lm, load_tokenizer, self_draft, check_vocabularies
-    from simulator.torch_path.spec_bench import chat_ids, target_generate
-
-    model = load_causal_lm(target, torch.float32, "target")
-    tokenizer, _ = load_tokenizer(target)
-    models = {}
-    for spec in drafts:
-        if spec.startswith("self:"):
-            models[spec] = self_draft(model, spec)
-        else:
-            models[spec] = load_causal_lm(spec, torch.float32, "draft")
-            check_vocabularies(models[spec], model)
-    stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    processed = Processing(**(processing or {}))
-    rows: dict[str, list[OverlapSample]] = {spec: [] for spec in drafts}
-    for i, question in enumerate(questions):
-        prompt = chat_ids(tokenizer, [{"role": "user", "content": str(question["turns"][0])}])
-        generated = target_generate(CachedLM(model, processed), prompt, new_tokens, seed + 1000 * i, stop).tokens
-        sequence = torch.tensor([prompt + generated])
-        positions = slice(len(prompt) - 1, len(prompt) + len(generated) - 1)  # the rows that predict `generated`
-        with torch.no_grad():
-            q = processed(model(sequence).logits[0, positions]).numpy()
-            for spec, draft in models.items():
-                p = processed(draft(sequence).logits[0, positions]).numpy()
-                rows[spec].append(replace(row_statistics(p, q), question=np.full(len(p), i)))
-        if tick is not None:
-            tick("questions", len(questions))
-    return {spec: OverlapSample(*(np.concatenate([getattr(s, f) for s in samples])
-                                  for f in OverlapSample.__dataclass_fields__)) for spec, samples in rows.items()}
 
 
 # ---- (b) the fit --------------------------------------------------------------------------------------------------
@@ -493,26 +429,42 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{value:+.1%}"
 
 
+@dataclass(frozen=True)
+class TransferRun:
+    """The report's header: the command, the date, the machine in words, and the pair file it read (its path,
+    and the command and questions it records)."""
+
+    command: str
+    date: str
+    machine: str
+    pair: str
+    pair_command: str
+    pair_questions: list | None
+
+
 def write_transfer_report(out: Path, transfer: Transfer, pair: str, pair_data: dict, command: str) -> None:
     """``real_transfer.md``, ``real_transfer.json`` and ``real_transfer.png`` in ``out``; ``pair_data`` is the pair
     file's object (its command and questions are quoted)."""
-    import matplotlib
+    run = TransferRun(command, datetime.date.today().isoformat(), f"{platform.machine()}, {platform.python_version()}",
+                      pair, pair_data.get("command", "?"), pair_data.get("questions"))
+    write_text(out / "real_transfer.md", transfer_markdown(transfer, run), "out")
+    write_json(out / "real_transfer.json", transfer_json(transfer, run), "out")
+    plot_transfer(out / "real_transfer.png", transfer)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    t = transfer
-    fit = t.fits[t.main_draft]
-    date = datetime.date.today().isoformat()
-    real, fitted = t.real[t.main_draft], t.fitted[t.main_draft]
-    r_stats, f_stats = summary(real.overlap), summary(fitted.overlap)
-    stats = t.stats
-    pair_command = pair_data.get("command", "?")
+def transfer_json(t: Transfer, run: TransferRun) -> dict:
+    """``real_transfer.json``: the header's fields and :meth:`Transfer.to_json`."""
+    return {"command": run.command, "date": run.date, "pair": run.pair, "pair_command": run.pair_command,
+            "pair_questions": run.pair_questions, **t.to_json()}
+
+
+def transfer_markdown(t: Transfer, run: TransferRun) -> str:
+    """``real_transfer.md``: the method, the fit, and predicted against real."""
     lines = [
         "# Does the toy study transfer to a real pair?",
         "",
-        f"Generated by `{command}` on {date} ({platform.machine()}, {platform.python_version()}), from `{pair}` "
-        f"(made by `{pair_command}`).",
+        f"Generated by `{run.command}` on {run.date} ({run.machine}), from `{run.pair}` (made by "
+        f"`{run.pair_command}`).",
         "",
         f"The real pair: SmolLM2-135M-Instruct and its draft `{t.main_draft}`. Its per-position acceptance "
         f"Σ_x min(p(x), q(x)) (both rows at temperature 1) is measured at every position of a target-generated "
@@ -523,6 +475,15 @@ def write_transfer_report(out: Path, transfer: Transfer, pair: str, pair_data: d
         f"drafting and tree is then run on the fitted pair: exact E[τ] where the rule has the dynamic programme, "
         f"else Monte Carlo ({t.trials} rounds a seed), averaged over {t.seeds} model seeds (± SE across seeds).",
         "",
+    ]
+    return "\n".join(lines + _fit_lines(t) + _prediction_lines(t))
+
+
+def _fit_lines(t: Transfer) -> list[str]:
+    fit = t.fits[t.main_draft]
+    real, fitted = t.real[t.main_draft], t.fitted[t.main_draft]
+    r_stats, f_stats = summary(real.overlap), summary(fitted.overlap)
+    lines = [
         "## The fit",
         "",
         f"Fitted ({fit.mode}): **ρ = {fit.rho:.3f}, τ_p = {fit.tau_p:.3f}, τ_q = {fit.tau_q:.3f}**, 1-Wasserstein "
@@ -549,13 +510,19 @@ def write_transfer_report(out: Path, transfer: Transfer, pair: str, pair_data: d
         spans = [f"{r[0]:.2f}–{r[1]:.2f}" if r else "–" for r in (f.rho_range, f.tau_range)]
         lines.append(f"| {mode} | {f.rho:.3f} | {f.tau_p:.3f} | {f.tau_q:.3f} | {f.distance:.4f} | {f.noise:.4f} | "
                      f"{spans[0]} | {spans[1]} |")
-    lines += [
+    return lines + [
         "",
         "A mode whose distance is within the noise floor of another's fits the sample as well. The last two "
         "columns: the grid points whose distance is within one noise floor of the fit's (τ: the fitted "
         "temperature, τ_p = τ_q in `shared`, τ_p in `tau-q-1`); the wider they are, the less the sample pins the "
         "parameters down. The predictions' standard errors do not include this uncertainty.",
         "",
+    ]
+
+
+def _prediction_lines(t: Transfer) -> list[str]:
+    stats = t.stats
+    lines = [
         "## Predicted against real accepted tokens per step",
         "",
         "Real: block efficiency − 1 ± its SE across questions. Error: predicted − real; σ: the error over the "
@@ -586,7 +553,7 @@ def write_transfer_report(out: Path, transfer: Transfer, pair: str, pair_data: d
                       f"(distance {f.distance:.4f}; real Σ min mean {o_stats['mean']:.3f}, median "
                       f"{o_stats['median']:.3f}); its rows are listed above and left out of the ranks and errors.",
                       ""]
-    lines += [
+    return lines + [
         "On a chain, SpS, RRS and K-SEQ token verification draw one candidate per node and accept alike: their "
         "predictions are equal (exact) and their real values differ by noise alone, so the chain's rank "
         "correlation mostly ranks noise.",
@@ -597,16 +564,16 @@ def write_transfer_report(out: Path, transfer: Transfer, pair: str, pair_data: d
         "![predicted against real](real_transfer.png)",
         "",
     ]
-    write_text(out / "real_transfer.md", "\n".join(lines), "out")
-    write_json(out / "real_transfer.json", {"command": command, "date": date, "pair": pair,
-                                            "pair_command": pair_command,
-                                            "pair_questions": pair_data.get("questions"), **t.to_json()}, "out")
-    _plot(out / "real_transfer.png", t, plt)
 
 
-def _plot(path: Path, t: Transfer, plt) -> None:
-    """Left: real against predicted accepted tokens per step, one point per row, with y = x. Right: the main
-    draft's real and fitted Σ min(p, q) histograms."""
+def plot_transfer(path: Path, t: Transfer) -> None:
+    """``real_transfer.png``. Left: real against predicted accepted tokens per step, one point per row, with
+    y = x. Right: the main draft's real and fitted Σ min(p, q) histograms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4.5))
     colours = {"chain": "tab:blue", "complete": "tab:orange", "multi-chain": "tab:green"}
     for r in t.compared:

@@ -4,6 +4,7 @@ recursion beside the Monte Carlo mean, for every cell a recursion reaches."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Collection, Protocol
 
 import numpy as np
@@ -124,14 +125,70 @@ def _fill(cell: Cell, records: list[dict], store: Store, tick: Callable[[], None
     return None
 
 
-def exact_markdown(rows: list[Row], store: Store) -> tuple[str, dict]:
-    """The section on the exact columns: what is certified, the reach of each recursion, the cells that stay Monte
-    Carlo only, and Table 1 seed by seed."""
+@dataclass(frozen=True)
+class ExactColumns:
+    """What the exact-columns section shows (:func:`exact_columns`); :meth:`to_json` is its part of
+    ``toy_study.json``."""
+
+    certified_cells: int  # distinct cells whose seeds a recursion certified
+    seed_cells: int
+    lossless: int  # seed-cells LOSSLESS
+    max_tvd: float | None
+    max_dp_gap: float | None  # the largest gap to the dynamic programme's E[τ], where both exist
+    reach: dict[str, dict[str, list[tuple[int, int]]]]  # method → structure → the largest (H, b) certified
+    monte_carlo_only: list[tuple[str, str, list[tuple[int, int]], str]]  # (method, structure, (H, b)s, why)
+    table1: list[dict]  # Table 1's certified cells: label, max_tvd, lossless, seeds
+    table1_seeds: dict[str, dict[int, dict]]  # label → seed → exact, monte_carlo, se, tvd, lossless and z
+
+    def to_json(self) -> dict:
+        per_seed: dict[str, list[dict]] = {}
+        for seed in sorted({s for seeds in self.table1_seeds.values() for s in seeds}):
+            for label, seeds in self.table1_seeds.items():
+                if seed in seeds:
+                    entry = {k: v for k, v in seeds[seed].items() if k != "z"}
+                    per_seed.setdefault(label, []).append({"seed": seed, **entry})
+        return {"certified_cells": self.certified_cells, "certified_seed_cells": self.seed_cells,
+                "lossless": self.lossless, "max_tvd": self.max_tvd, "max_dp_gap": self.max_dp_gap,
+                "executions_limit": LAW_EXECUTIONS, "table1_per_seed": per_seed}
+
+
+def exact_columns(rows: list[Row], store: Store) -> ExactColumns:
+    """What is certified, the reach of each recursion, the cells that stay Monte Carlo only, and Table 1 seed by
+    seed, from rows :func:`add_exact_laws` filled."""
     certified = {r.cell: r for r in rows if r.law is not None}
-    seeds = sum(r.law["seeds"] for r in certified.values())
-    lossless = sum(r.law["lossless"] for r in certified.values())
-    worst = max((r.law["max_tvd"] for r in certified.values()), default=None)
     gaps = [r.law["max_dp_gap"] for r in certified.values() if r.law["max_dp_gap"] is not None]
+    found: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for r in certified.values():
+        found.setdefault((r.method, r.cell.topology), []).append((r.cell.depth, r.cell.branching))
+    reach = {method: {topology: _maxima(found[method, topology]) for topology in _STRUCTURES
+                      if found.get((method, topology))}
+             for method in dict.fromkeys(r.method for r in rows if VERIFIERS[r.method].exact_law is not None)}
+    only: dict[tuple[str, str, str], set[tuple[int, int]]] = {}
+    for r in rows:
+        if r.law is None and r.law_note is not None:
+            only.setdefault((r.method, r.cell.topology, r.law_note), set()).add((r.cell.depth, r.cell.branching))
+    table1 = [r for r in rows if r.table == 1 and r.law is not None]
+    table1_seeds = {}
+    for r in table1:
+        table1_seeds[f"{r.method} {r.column}"] = {
+            rec["seed"]: {"exact": rec["exact_law"]["accept_len"], "monte_carlo": rec["accept_len_mean"],
+                          "se": rec["accept_len_se"], "tvd": rec["exact_law"]["tvd"],
+                          "lossless": rec["exact_law"]["lossless"],
+                          "z": abs(seed_z(rec["accept_len_mean"], rec["exact_law"]["accept_len"], rec["accept_len_se"],
+                                          rec["trials"]))}
+            for rec in store.records(r.cell)}
+    return ExactColumns(
+        len(certified), sum(r.law["seeds"] for r in certified.values()),
+        sum(r.law["lossless"] for r in certified.values()),
+        max((r.law["max_tvd"] for r in certified.values()), default=None), max(gaps) if gaps else None, reach,
+        [(method, topology, sorted(sizes), note) for (method, topology, note), sizes in sorted(only.items())],
+        [{"label": f"{r.method} {r.column}", **{k: r.law[k] for k in ("max_tvd", "lossless", "seeds")}}
+         for r in table1], table1_seeds)
+
+
+def exact_markdown(columns: ExactColumns) -> str:
+    """The section on the exact columns (:func:`exact_columns`)."""
+    worst, gap = columns.max_tvd, columns.max_dp_gap
     lines = ["## Exact columns", "",
              f"Every cell whose rule has an exact recursion that finishes within {LAW_EXECUTIONS:,} executions per "
              "seed (token verification's law over (prefix, shape node); TRV's over subtrees; LV's over the deepest "
@@ -139,58 +196,45 @@ def exact_markdown(rows: list[Row], store: Store) -> tuple[str, dict]:
              "means TVD ≤ 1e-10, the recursion's rounding bound with a margin). The law's E[τ] is the exact column "
              "beside the Monte Carlo mean of the same seed, and the tables give its distance in that seed's "
              "standard errors.", "",
-             f"**{len(certified)} distinct cells, {seeds} seed-cells certified: {lossless} LOSSLESS"
-             + (f", largest TVD {worst:.1e}" if worst is not None else "") + ".**"
+             f"**{columns.certified_cells} distinct cells, {columns.seed_cells} seed-cells certified: "
+             f"{columns.lossless} LOSSLESS" + (f", largest TVD {worst:.1e}" if worst is not None else "") + ".**"
              + (f" Where the dynamic programme over contexts (`exact.recursions.token_dp`) gives E[τ] too, the two "
-                f"agree within {max(gaps):.1e}." if gaps else ""), ""]
-    reach: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for r in certified.values():
-        reach.setdefault((r.method, r.cell.topology), []).append((r.cell.depth, r.cell.branching))
+                f"agree within {gap:.1e}." if gap is not None else ""), ""]
     lines += ["The largest cells each recursion certified here, by structure, as (H, b) (none larger in both):", "",
               "| method | " + " | ".join(_STRUCTURES) + " |", "|---|" + "---|" * len(_STRUCTURES)]
-    for method in dict.fromkeys(r.method for r in rows if VERIFIERS[r.method].exact_law is not None):
-        cells = []
-        for topology in _STRUCTURES:
-            got = reach.get((method, topology))
-            cells.append("–" if not got else ", ".join(f"({d}, {b})" for d, b in _maxima(got)))
+    for method, by_structure in columns.reach.items():
+        cells = [", ".join(f"({d}, {b})" for d, b in by_structure.get(topology, [])) or "–"
+                 for topology in _STRUCTURES]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    only = {}
-    for r in rows:
-        if r.law is None and r.law_note is not None:
-            only.setdefault((r.method, r.cell.topology, r.law_note), set()).add((r.cell.depth, r.cell.branching))
     lines += ["", "Cells that stay Monte Carlo only, and why:", "", "| method | structure | (H, b) | why |",
               "|---|---|---|---|"]
-    for (method, topology, note), sizes in sorted(only.items()):
-        lines.append(f"| {method} | {topology} | {', '.join(f'({d}, {b})' for d, b in sorted(sizes))} | {note} |")
-    table1 = [r for r in rows if r.table == 1 and r.law is not None]
-    per_seed = {}
-    if table1:
-        lines += ["", "### Table 1 seed by seed", "",
-                  "Each entry: exact E[τ] / Monte Carlo mean (|difference| in that seed's standard errors); the last "
-                  "row: the largest TVD to q^(H+1) over the seeds, and how many are LOSSLESS.", "",
-                  "| seed | " + " | ".join(f"{r.method} {r.column}" for r in table1) + " |",
-                  "|---|" + "---|" * len(table1)]
-        by_seed = {id(r): {rec["seed"]: rec for rec in store.records(r.cell)} for r in table1}
-        for seed in sorted({s for recs in by_seed.values() for s in recs}):
-            entries = []
-            for r in table1:
-                rec = by_seed[id(r)].get(seed)
-                if rec is None:
-                    entries.append("–")
-                    continue
-                exact, mean = rec["exact_law"]["accept_len"], rec["accept_len_mean"]
-                z = abs(seed_z(mean, exact, rec["accept_len_se"], rec["trials"]))
-                entries.append(f"{exact:.4f} / {mean:.4f} ({'∞' if math.isinf(z) else f'{z:.1f}'})")
-                per_seed.setdefault(f"{r.method} {r.column}", []).append(
-                    {"seed": seed, "exact": exact, "monte_carlo": mean, "se": rec["accept_len_se"],
-                     "tvd": rec["exact_law"]["tvd"], "lossless": rec["exact_law"]["lossless"]})
-            lines.append(f"| {seed} | " + " | ".join(entries) + " |")
-        lines.append("| TVD | " + " | ".join(f"{r.law['max_tvd']:.1e} ({r.law['lossless']}/{r.law['seeds']} "
-                                               "LOSSLESS)" for r in table1) + " |")
-    data = {"certified_cells": len(certified), "certified_seed_cells": seeds, "lossless": lossless,
-            "max_tvd": worst, "max_dp_gap": max(gaps) if gaps else None, "executions_limit": LAW_EXECUTIONS,
-            "table1_per_seed": per_seed}
-    return "\n".join(lines) + "\n", data
+    for method, topology, sizes, note in columns.monte_carlo_only:
+        lines.append(f"| {method} | {topology} | {', '.join(f'({d}, {b})' for d, b in sizes)} | {note} |")
+    if columns.table1:
+        lines += _table1_lines(columns)
+    return "\n".join(lines) + "\n"
+
+
+def _table1_lines(columns: ExactColumns) -> list[str]:
+    labels = [cell["label"] for cell in columns.table1]
+    lines = ["", "### Table 1 seed by seed", "",
+             "Each entry: exact E[τ] / Monte Carlo mean (|difference| in that seed's standard errors); the last "
+             "row: the largest TVD to q^(H+1) over the seeds, and how many are LOSSLESS.", "",
+             "| seed | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for seed in sorted({s for seeds in columns.table1_seeds.values() for s in seeds}):
+        entries = []
+        for label in labels:
+            entry = columns.table1_seeds[label].get(seed)
+            if entry is None:
+                entries.append("–")
+                continue
+            z = entry["z"]
+            entries.append(f"{entry['exact']:.4f} / {entry['monte_carlo']:.4f} "
+                           f"({'∞' if math.isinf(z) else f'{z:.1f}'})")
+        lines.append(f"| {seed} | " + " | ".join(entries) + " |")
+    lines.append("| TVD | " + " | ".join(f"{cell['max_tvd']:.1e} ({cell['lossless']}/{cell['seeds']} LOSSLESS)"
+                                           for cell in columns.table1) + " |")
+    return lines
 
 
 _STRUCTURES = ("multi-chain", "tapered", "complete")

@@ -17,7 +17,8 @@ from exact import round_law
 from exact.certificate import recursion_law
 from exact.recursions.token_dp import DP_RULES
 from specproof.reports.certification import plan_table
-from specproof.reports.toy_exact import add_exact_laws, exact_markdown, finite, seed_z
+from specproof.reports.toy_exact import (ExactColumns, add_exact_laws, exact_columns, exact_markdown, finite,
+                                        seed_z)
 
 from simulator.montecarlo.batched import has_batched_path
 from simulator.montecarlo.context_rows import ContextRows
@@ -195,22 +196,39 @@ def tables_markdown(rows: list[CellRow], baselines: dict, seeds: int, trials: di
     return "\n".join(lines)
 
 
-def agreement_markdown(rows: list[CellRow]) -> tuple[str, dict]:
+@dataclass(frozen=True)
+class Agreement:
+    """The cells run (with a difference in standard errors), those within :data:`AGREEMENT_SIGMAS` and those
+    outside, of ``cells`` in all."""
+
+    run: list[CellRow]
+    within: list[CellRow]
+    outside: list[CellRow]
+    cells: int
+
+    def counts(self) -> dict:
+        return {"within": len(self.within), "run": len(self.run), "cells": self.cells}
+
+
+def agreement(rows: list[CellRow]) -> Agreement:
     done = [r for r in rows if r.sigmas is not None]
-    within = [r for r in done if abs(r.sigmas) <= AGREEMENT_SIGMAS]
-    outside = [r for r in done if abs(r.sigmas) > AGREEMENT_SIGMAS]
-    share = f" ({len(within) / len(done):.1%})" if done else ""
+    return Agreement(done, [r for r in done if abs(r.sigmas) <= AGREEMENT_SIGMAS],
+                     [r for r in done if abs(r.sigmas) > AGREEMENT_SIGMAS], len(rows))
+
+
+def agreement_markdown(a: Agreement) -> str:
+    share = f" ({len(a.within) / len(a.run):.1%})" if a.run else ""
     lines = ["## Agreement of accepted lengths", "",
-             f"{len(within)} of {len(done)} cells run{share} satisfy |ours − paper| ≤ "
-             f"{AGREEMENT_SIGMAS:g}·sqrt(SE_ours² + SE_paper²); {len(rows) - len(done)} cells not run.", ""]
-    if outside:
+             f"{len(a.within)} of {len(a.run)} cells run{share} satisfy |ours − paper| ≤ "
+             f"{AGREEMENT_SIGMAS:g}·sqrt(SE_ours² + SE_paper²); {a.cells - len(a.run)} cells not run.", ""]
+    if a.outside:
         lines += ["| table | column | method | σ | likely cause |", "|---|---|---|---|---|"]
-        for r in outside:
+        for r in a.outside:
             cause = ("GR is a reconstruction (our rule reaches α* at every node)" if r.method.endswith("gr")
                      else "our model seeds differ from the paper's (the SE across seeds is the paper's error bar)")
             lines.append(f"| {r.table} | {r.column} | {r.method} | {r.sigmas:+.1f} | {cause} |")
         lines.append("")
-    return "\n".join(lines), {"within": len(within), "run": len(done), "cells": len(rows)}
+    return "\n".join(lines)
 
 
 def baseline_markdown(baselines: dict) -> str:
@@ -239,65 +257,121 @@ def plots(rows: list[CellRow], out_dir) -> tuple[list[str], list[str]]:
     written, missing = [], []
     table1 = [r for r in rows if r.table == 1 and r.ours is not None]
     if table1:
-        structures = list(dict.fromkeys(r.column for r in table1))
-        methods = list(dict.fromkeys(r.method for r in table1))
-        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(methods)), 4))
-        width = 0.8 / (2 * len(structures))
-        for j, structure in enumerate(structures):
-            for k, source in enumerate(("paper", "ours")):
-                xs, ys, es = [], [], []
-                for i, method in enumerate(methods):
-                    r = next((x for x in table1 if x.method == method and x.column == structure), None)
-                    if r is None:
-                        continue
-                    value = r.paper if source == "paper" else r.ours
-                    xs.append(i + (2 * j + k - len(structures) + 0.5) * width)
-                    ys.append(value["accept_len"] if source == "paper" else value["accept_len_mean"])
-                    es.append(value["se"] if source == "paper" else value["accept_len_se"])
-                ax.bar(xs, ys, width, yerr=es, capsize=2, label=f"{structure} ({source})",
-                       hatch="//" if source == "paper" else None, alpha=0.6 if source == "paper" else 0.9)
-        ax.set_xticks(range(len(methods)), methods, rotation=30, fontsize=8)
-        ax.set_ylabel("accepted length E[τ]")
-        ax.set_title("Table 1: ours beside the paper's (± SE across model seeds)")
-        ax.legend(fontsize=7, ncol=len(structures))
-        fig.tight_layout()
-        path = f"{out_dir}/accept_len_table1.png"
-        fig.savefig(path, dpi=110)
-        written.append(path)
-        plt.close(fig)
+        written.append(_table1_plot(plt, table1, out_dir))
     else:
         missing.append("accepted length per method (Table 1): no Table 1 cell was run")
     factors = {}
     for t, (structure, factor) in ABLATIONS.items():
         factors.setdefault(factor, []).append((t, structure))
     for factor, entries in factors.items():
-        fig, axes = plt.subplots(1, len(entries), figsize=(5 * len(entries), 4), sharey=True)
-        any_data = False
-        for ax, (t, structure) in zip(np.atleast_1d(axes), entries):
-            table_rows = [r for r in rows if r.table == t and r.ours is not None]
-            for method in dict.fromkeys(r.method for r in table_rows):
-                points = [(r.column, r.ours["accept_len_mean"], r.ours["accept_len_se"])
-                          for r in table_rows if r.method == method]
-                ax.errorbar(range(len(points)), [p[1] for p in points], yerr=[p[2] for p in points],
-                            marker="o", capsize=3, label=method)
-                ax.set_xticks(range(len(points)), [p[0].strip("$") for p in points], fontsize=8)
-                any_data = True
-            ax.set_title(f"Table {t}: {structure}")
-            ax.set_xlabel(factor)
-        np.atleast_1d(axes)[0].set_ylabel("accepted length E[τ]")
-        if any_data:
-            np.atleast_1d(axes)[-1].legend(fontsize=7)
-            path = f"{out_dir}/accept_len_vs_{factor}.png"
-            fig.tight_layout()
-            fig.savefig(path, dpi=110)
+        path = _factor_plot(plt, rows, factor, entries, out_dir)
+        if path is not None:
             written.append(path)
         else:
             tables = ", ".join(str(t) for t, _ in entries)
             option = tables.replace(", ", ",")
             missing.append(f"accepted length against {factor}: needs Tables {tables} (`--tables {option}` or "
                            "`--full`), none of whose cells was run")
-        plt.close(fig)
     return written, missing
+
+
+def _table1_plot(plt, table1: list[CellRow], out_dir) -> str:
+    """Table 1's accepted lengths, ours beside the paper's, a bar per method and structure; the file written."""
+    structures = list(dict.fromkeys(r.column for r in table1))
+    methods = list(dict.fromkeys(r.method for r in table1))
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(methods)), 4))
+    width = 0.8 / (2 * len(structures))
+    for j, structure in enumerate(structures):
+        for k, source in enumerate(("paper", "ours")):
+            xs, ys, es = [], [], []
+            for i, method in enumerate(methods):
+                r = next((x for x in table1 if x.method == method and x.column == structure), None)
+                if r is None:
+                    continue
+                value = r.paper if source == "paper" else r.ours
+                xs.append(i + (2 * j + k - len(structures) + 0.5) * width)
+                ys.append(value["accept_len"] if source == "paper" else value["accept_len_mean"])
+                es.append(value["se"] if source == "paper" else value["accept_len_se"])
+            ax.bar(xs, ys, width, yerr=es, capsize=2, label=f"{structure} ({source})",
+                   hatch="//" if source == "paper" else None, alpha=0.6 if source == "paper" else 0.9)
+    ax.set_xticks(range(len(methods)), methods, rotation=30, fontsize=8)
+    ax.set_ylabel("accepted length E[τ]")
+    ax.set_title("Table 1: ours beside the paper's (± SE across model seeds)")
+    ax.legend(fontsize=7, ncol=len(structures))
+    fig.tight_layout()
+    path = f"{out_dir}/accept_len_table1.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _factor_plot(plt, rows: list[CellRow], factor: str, entries: list[tuple[int, str]], out_dir) -> str | None:
+    """Accepted length against one ablated ``factor``, a panel per (table, structure) of ``entries``; the file
+    written, or ``None`` when none of their cells was run."""
+    fig, axes = plt.subplots(1, len(entries), figsize=(5 * len(entries), 4), sharey=True)
+    any_data = False
+    for ax, (t, structure) in zip(np.atleast_1d(axes), entries):
+        table_rows = [r for r in rows if r.table == t and r.ours is not None]
+        for method in dict.fromkeys(r.method for r in table_rows):
+            points = [(r.column, r.ours["accept_len_mean"], r.ours["accept_len_se"])
+                      for r in table_rows if r.method == method]
+            ax.errorbar(range(len(points)), [p[1] for p in points], yerr=[p[2] for p in points],
+                        marker="o", capsize=3, label=method)
+            ax.set_xticks(range(len(points)), [p[0].strip("$") for p in points], fontsize=8)
+            any_data = True
+        ax.set_title(f"Table {t}: {structure}")
+        ax.set_xlabel(factor)
+    np.atleast_1d(axes)[0].set_ylabel("accepted length E[τ]")
+    path = None
+    if any_data:
+        np.atleast_1d(axes)[-1].legend(fontsize=7)
+        path = f"{out_dir}/accept_len_vs_{factor}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@dataclass
+class StudyResults:
+    """What the toy study's report shows (:func:`study_results`): every cell's row, the baselines' sample sizes,
+    the agreement, the sections computed once per code version (each a JSON record: ``rows`` is what
+    ``toy_study.json`` holds) and the exact columns."""
+
+    rows: list[CellRow]
+    seeds: int
+    trials: dict[int, int]
+    baselines: dict
+    agreement: Agreement
+    crosscheck: dict  # :func:`exact_crosscheck`
+    detection_small: dict  # :func:`detection`
+    detection_paper_scale: dict  # :func:`paper_scale_detection`
+    exact: ExactColumns
+    unbatched: list[str]  # methods run trial by trial on the reference path
+    partial: list[str]  # methods with cells of fewer seeds than asked so far
+
+
+def study_results(tables: tuple[int, ...], store: Store, seeds: int, trials: dict[int, int],
+                  law_rules: Collection[str] | None = None, tick: Tick = lambda stage, total: None) -> StudyResults:
+    """Everything the report shows, from whatever the store holds; the exact laws of ``law_rules`` only
+    (``None``: every rule's). The sections that do not depend on the sweep are computed once per code version and
+    kept in the store (``--no-run`` then computes nothing it has seen). ``tick``: the exact laws seed by seed,
+    then one unit of "report sections" per section but the plots (:data:`SECTIONS`)."""
+    rows = collect(list(tables), store, seeds, trials, law_rules, tick)
+
+    def section(value):
+        tick("report sections", len(SECTIONS))
+        return value
+
+    baselines = section(cached_baseline_sizes(store, list(tables), min(seeds, 5)))
+    crosscheck = section(store.cached("exact-crosscheck", {}, exact_crosscheck))
+    small = section(store.cached("detection-small", {}, lambda: detection(SyntheticModel(3, seed=0), 2, 2)))
+    large = section(store.cached("detection-paper-scale", {}, paper_scale_detection))
+    unbatched = sorted({r.method for r in rows if not has_batched_path(
+        r.method, "iid", r.cell.vocab, make_topology(r.cell.topology, r.cell.depth, r.cell.branching))})
+    partial = sorted({r.method for r in rows if r.ours is not None and r.ours["seeds"] < seeds})
+    return StudyResults(rows, seeds, trials, baselines, agreement(rows), crosscheck, small, large,
+                        exact_columns(rows, store), unbatched, partial)
 
 
 def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: int, trials: dict[int, int],
@@ -307,58 +381,57 @@ def write_study_report(out_dir, tables: tuple[int, ...], store: Store, seeds: in
     ``law_rules`` only (``None``: every rule's). ``tick``: the exact laws seed by seed, then :data:`SECTIONS`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = collect(list(tables), store, seeds, trials, law_rules, tick)
+    results = study_results(tables, store, seeds, trials, law_rules, tick)
+    pngs, no_plot = plots(results.rows, out)
+    tick("report sections", len(SECTIONS))
+    machine = f"{platform.machine()} / Python {platform.python_version()}"
+    (out / "toy_study.md").write_text(study_markdown(results, command, machine, pngs, no_plot))
+    (out / "toy_study.json").write_text(json.dumps(study_json(results, command), indent=1, default=str,
+                                                   allow_nan=False) + "\n")
 
-    def section(value):
-        tick("report sections", len(SECTIONS))
-        return value
 
-    baselines = section(cached_baseline_sizes(store, list(tables), min(seeds, 5)))
-    agreement, counts = agreement_markdown(rows)
-    pngs, no_plot = section(plots(rows, out))
+def study_json(results: StudyResults, command: str) -> dict:
+    """``toy_study.json``."""
+    return {"command": command, "agreement": results.agreement.counts(),
+            "cells": [{"table": r.table, "column": r.column, "method": r.method, "config": r.cell.__dict__,
+                       "paper": r.paper, "ours": r.ours, "sigmas": r.sigmas, "exact_expected_accepted": r.exact,
+                       "exact_max_z": finite(r.exact_z), "exact_law": r.law, "exact_law_note": r.law_note}
+                      for r in results.rows],
+            "exact_columns": results.exact.to_json(),
+            "baselines": [{"table": t, "column": c, **b} for (t, c), b in results.baselines.items()],
+            "detection": {"small_instance": results.detection_small["rows"],
+                          "paper_scale": results.detection_paper_scale["rows"]},
+            "exact_crosscheck": results.crosscheck["rows"]}
+
+
+def study_markdown(results: StudyResults, command: str, machine: str, pngs: list[str], no_plot: list[str]) -> str:
+    """``toy_study.md``; ``pngs``: the plots written, ``no_plot``: why the others were not."""
     header = [
         "# The Layer Verification toy study, reproduced", "",
-        f"Generated by `{command}` on {platform.machine()} / Python {platform.python_version()}. Synthetic "
+        f"Generated by `{command}` on {machine}. Synthetic "
         "model pair of docs/models.md, i.i.d. drafting; accepted length is the mean number of accepted draft tokens "
         "per round (E[τ]), its SE the standard error across model seeds, as in the paper. Our TVD is the "
         "paper's: completed samples against q^(H+1) over all V^(H+1) cells.", "",
         "The paper's numbers are transcribed from Layer Verification (Cha et al., AdaptFM at ICML 2026; "
         "`simulator/data/layer_verification_toy.json`, with source lines). Cells marked *not run* have no record in the store "
         "yet: re-running the same command resumes the sweep.", ""]
-    unbatched = sorted({r.method for r in rows if not has_batched_path(
-        r.method, "iid", r.cell.vocab, make_topology(r.cell.topology, r.cell.depth, r.cell.branching))})
-    if unbatched:
-        header += [f"Methods without a batched Monte Carlo path ({', '.join(unbatched)}) run trial by trial on the "
-                   "reference path; `reports/benchmarks.md` gives their rate and the projected time of their "
+    if results.unbatched:
+        header += [f"Methods without a batched Monte Carlo path ({', '.join(results.unbatched)}) run trial by trial "
+                   "on the reference path; `reports/benchmarks.md` gives their rate and the projected time of their "
                    "cells.", ""]
-    partial = sorted({r.method for r in rows if r.ours is not None and r.ours["seeds"] < seeds})
-    if partial:
-        header += [f"Some cells of {', '.join(partial)} hold fewer model seeds than {seeds} so far (marked with their "
-                   "count; one seed gives no SE across seeds, so such a cell is left out of the agreement count): "
-                   "their time is in `reports/ablation_time.md` and `reports/benchmarks.md`, and re-running the "
-                   "command adds the missing seeds.", ""]
-    # Computed once per code version and kept in the store (``--no-run`` then computes nothing it has seen).
-    crosscheck, crosscheck_data = section(store.cached("exact-crosscheck", {}, exact_crosscheck_markdown))
-    small, small_data = section(store.cached("detection-small", {},
-                                             lambda: detection_markdown(SyntheticModel(3, seed=0), 2, 2)))
-    large, large_data = section(store.cached("detection-paper-scale", {}, paper_scale_detection_markdown))
-    exact, exact_data = exact_markdown(rows, store)
-    text = "\n".join(header) + agreement + "\n" + baseline_markdown(baselines) + "\n" + crosscheck + "\n" + \
-        exact + "\n" + small + large + \
-        "\n## Tables\n\n" + tables_markdown(rows, baselines, seeds, trials)
+    if results.partial:
+        header += [f"Some cells of {', '.join(results.partial)} hold fewer model seeds than {results.seeds} so far "
+                   "(marked with their count; one seed gives no SE across seeds, so such a cell is left out of the "
+                   "agreement count): their time is in `reports/ablation_time.md` and `reports/benchmarks.md`, and "
+                   "re-running the command adds the missing seeds.", ""]
+    text = "\n".join(header) + agreement_markdown(results.agreement) + "\n" + baseline_markdown(results.baselines) + \
+        "\n" + crosscheck_markdown(results.crosscheck) + "\n" + exact_markdown(results.exact) + "\n" + \
+        detection_markdown(results.detection_small) + paper_scale_detection_markdown(results.detection_paper_scale) + \
+        "\n## Tables\n\n" + tables_markdown(results.rows, results.baselines, results.seeds, results.trials)
     text += "\n## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({Path(p).name})" for p in pngs) + "\n"
     if no_plot:
         text += "\nNot plotted in this run: " + "; ".join(no_plot) + ".\n"
-    (out / "toy_study.md").write_text(text)
-    data = {"command": command, "agreement": counts,
-            "cells": [{"table": r.table, "column": r.column, "method": r.method, "config": r.cell.__dict__,
-                       "paper": r.paper, "ours": r.ours, "sigmas": r.sigmas, "exact_expected_accepted": r.exact,
-                       "exact_max_z": finite(r.exact_z), "exact_law": r.law, "exact_law_note": r.law_note} for r in rows],
-            "exact_columns": exact_data,
-            "baselines": [{"table": t, "column": c, **b} for (t, c), b in baselines.items()],
-            "detection": {"small_instance": small_data, "paper_scale": large_data},
-            "exact_crosscheck": crosscheck_data}
-    (out / "toy_study.json").write_text(json.dumps(data, indent=1, default=str, allow_nan=False) + "\n")
+    return text
 
 
 def _expected_abs(n: int, prob: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -380,41 +453,48 @@ def paper_method_tvd(law: np.ndarray, target: np.ndarray, n: int) -> tuple[float
     return float(mean), float(math.sqrt(max(var, 0.0)))
 
 
-def detection_markdown(model, depth: int, branching: int, n: int = 10**6) -> tuple[str, list[dict]]:
+def detection(model, depth: int, branching: int, n: int = 10**6) -> dict:
     """For each negative control on a small exact instance: its exact TVD, what the paper's Monte Carlo method
-    (TVD of ``n`` samples against the baseline's) would show, and whether our chi-square detects it."""
+    (TVD of ``n`` samples against the baseline's) would show, and whether our chi-square detects it. A JSON
+    record: the instance (``vocab``, ``depth``, ``n``) and a row per control (``rows``)."""
     # The certification table's rows for the controls, each on its own tree: laws only (no lossless rule certified)
     plans = [p for p in plan_table(model, depth, branching, "float") if VERIFIERS[p.verifier].is_control]
-    out, data = [], []
+    data = []
     for plan in plans:
-        spec_name = plan.verifier
-        law = round_law(model, plan.drafter, spec_name, "float")
+        law = round_law(model, plan.drafter, plan.verifier, "float")
         completed, target = law.completed(), law.target()
         keys = sorted(set(completed) | set(target))
         a = np.array([completed.get(k, 0.0) for k in keys])
         q = np.array([target.get(k, 0.0) for k in keys])
-        exact_tvd = 0.5 * float(np.abs(a - q).sum())
         ctrl_mean, _ = paper_method_tvd(a, q, n)
         base_mean, base_sd = paper_method_tvd(q, q, n)
-        noticed = ctrl_mean - base_mean > max(3 * base_sd, 1e-4)
-        ours = detectable_tvd(n, len(keys), ALPHA, POWER)
-        data.append({"control": spec_name, "tree": plan.tree, "cells": len(keys), "exact_tvd": exact_tvd,
-                     "paper_statistic": ctrl_mean, "baseline": base_mean, "baseline_sd": base_sd,
-                     "paper_method_notices": noticed, "chi_square_detectable_tvd": ours})
-        out.append(f"| `{spec_name}` | {plan.tree} | {exact_tvd:.4f} | {ctrl_mean:.4f} | {base_mean:.4f} ± "
-                   f"{base_sd:.4f} | {'yes' if noticed else 'NO'} | {'yes' if exact_tvd > ours else 'no'} "
-                   f"(detects ≥ {ours:.4f}) |")
-    head = ["## Detection power of the papers' method", "",
-            f"Each negative control on the synthetic default instance (V={model.vocab}, depth {depth}; a control's "
-            f"demonstration tree where it has one), where its completed law is known exactly. The paper's method "
-            f"compares the TVD of N = {n:,} completed samples with the same TVD for N target samples; here both "
-            "are computed in expectation (binomial per cell), with the baseline's spread across repetitions. "
-            "It notices a control when the gap exceeds 3 standard deviations of the baseline (and the 1e-4 the "
-            "paper prints). Our test: Pearson's chi-square against the exact law at false-alarm rate "
-            f"{ALPHA:g}, with power ≥ {POWER} for every alternative at or above the TVD shown.", "",
-            "| control | tree | exact TVD | paper's statistic | baseline | paper's method notices | our test |",
-            "|---|---|---|---|---|---|---|"]
-    return "\n".join(head + out) + "\n", data
+        data.append({"control": plan.verifier, "tree": plan.tree, "cells": len(keys),
+                     "exact_tvd": 0.5 * float(np.abs(a - q).sum()), "paper_statistic": ctrl_mean,
+                     "baseline": base_mean, "baseline_sd": base_sd,
+                     "paper_method_notices": ctrl_mean - base_mean > max(3 * base_sd, 1e-4),
+                     "chi_square_detectable_tvd": detectable_tvd(n, len(keys), ALPHA, POWER)})
+    return {"vocab": model.vocab, "depth": depth, "n": n, "rows": data}
+
+
+def detection_markdown(section: dict) -> str:
+    """The section on the detection power of the papers' method (:func:`detection`)."""
+    lines = ["## Detection power of the papers' method", "",
+             f"Each negative control on the synthetic default instance (V={section['vocab']}, depth "
+             f"{section['depth']}; a control's demonstration tree where it has one), where its completed law is "
+             f"known exactly. The paper's method compares the TVD of N = {section['n']:,} completed samples with the "
+             "same TVD for N target samples; here both "
+             "are computed in expectation (binomial per cell), with the baseline's spread across repetitions. "
+             "It notices a control when the gap exceeds 3 standard deviations of the baseline (and the 1e-4 the "
+             "paper prints). Our test: Pearson's chi-square against the exact law at false-alarm rate "
+             f"{ALPHA:g}, with power ≥ {POWER} for every alternative at or above the TVD shown.", "",
+             "| control | tree | exact TVD | paper's statistic | baseline | paper's method notices | our test |",
+             "|---|---|---|---|---|---|---|"]
+    for d in section["rows"]:
+        ours = d["chi_square_detectable_tvd"]
+        lines.append(f"| `{d['control']}` | {d['tree']} | {d['exact_tvd']:.4f} | {d['paper_statistic']:.4f} | "
+                     f"{d['baseline']:.4f} ± {d['baseline_sd']:.4f} | {'yes' if d['paper_method_notices'] else 'NO'} "
+                     f"| {'yes' if d['exact_tvd'] > ours else 'no'} (detects ≥ {ours:.4f}) |")
+    return "\n".join(lines) + "\n"
 
 
 def first_chain_law(rows, bug: str) -> np.ndarray:
@@ -442,10 +522,11 @@ def first_chain_law(rows, bug: str) -> np.ndarray:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def paper_scale_detection_markdown(seeds: int = 3, n: int = 10**6) -> tuple[str, list[dict]]:
+def paper_scale_detection(seeds: int = 3, n: int = 10**6) -> dict:
     """The same question at the paper's scale (V=15, H=4, K = 15^5 cells) for the two controls whose exact
-    law is reachable there by a level recursion (:func:`first_chain_law`)."""
-
+    law is reachable there by a level recursion (:func:`first_chain_law`), and the smallest mixture of the
+    residual-q control into the target that each method notices. A JSON record: ``rows`` (a row per seed and
+    control, then the mixture's thresholds), the mixture's ``epsilon`` and the tested ``prefix`` length."""
     data = []
     for seed in range(seeds):
         model = SyntheticModel(15, 0.5, 1.0, 1.0, seed)
@@ -463,18 +544,14 @@ def paper_scale_detection_markdown(seeds: int = 3, n: int = 10**6) -> tuple[str,
                          "baseline_sd": base_sd, "paper_method_notices": mean - base_mean > max(3 * base_sd, 1e-4),
                          "chi_square_detectable_tvd": detectable, "chi_square_detects": marginal > detectable,
                          "prefix": m})
-    lines = ["", f"At the paper's scale (V=15, H=4, ρ=0.5, τ=1; model seeds 0..{seeds - 1}; N = {n:,}), for the two "
-             "controls whose exact law a level recursion reaches (TV-SpS along the first-child chain, which every "
-             "topology drafts i.i.d.):", "",
-             "| seed | control | exact TVD | paper's statistic | baseline | paper's method notices | "
-             "TVD of the first m tokens | our test (m tokens) |", "|---|---|---|---|---|---|---|---|"]
-    for d in data:
-        lines.append(f"| {d['seed']} | `{d['control']}` | {d['exact_tvd']:.4f} | {d['paper_statistic']:.4f} | "
-                     f"{d['baseline']:.4f} ± {d['baseline_sd']:.5f} | {'yes' if d['paper_method_notices'] else 'NO'}"
-                     f" | {d['prefix_tvd']:.4f} (m={d['prefix']}) | "
-                     f"{'yes' if d['chi_square_detects'] else 'no'} (detects ≥ {d['chi_square_detectable_tvd']:.4f}) |")
-    # The threshold: mix the residual-q control into the target, a = (1 − ε) q + ε bug, and find the smallest
-    # exact TVD (ε times the control's) that each method notices on seed 0.
+    threshold, epsilon = _mixture_threshold(n)
+    data.append({"mixture_threshold": threshold})
+    return {"seeds": seeds, "n": n, "epsilon": epsilon, "prefix": tested_prefix(15, 4, n), "rows": data}
+
+
+def _mixture_threshold(n: int) -> tuple[dict, float]:
+    """Mix the residual-q control into the target, ``a = (1 − ε) q + ε bug`` (seed 0), and find the smallest exact
+    TVD (ε times the control's) that each method notices: the thresholds, and the paper's method's ε."""
     model = SyntheticModel(15, 0.5, 1.0, 1.0, 0)
     rows = ContextRows(model, 4)
     target = target_table(model, 4, rows)
@@ -489,17 +566,33 @@ def paper_scale_detection_markdown(seeds: int = 3, n: int = 10**6) -> tuple[str,
     m = tested_prefix(15, 4, n)
     prefix_tvd = 0.5 * float(np.abs(bug.reshape(15**m, -1).sum(1) - target.reshape(15**m, -1).sum(1)).sum())
     ours = detectable_tvd(n, 15**m, ALPHA, POWER) / prefix_tvd
-    threshold = {"paper_method_min_tvd": hi * full_tvd, "chi_square_min_tvd": min(ours, 1.0) * full_tvd}
+    return {"paper_method_min_tvd": hi * full_tvd, "chi_square_min_tvd": min(ours, 1.0) * full_tvd}, hi
+
+
+def paper_scale_detection_markdown(section: dict) -> str:
+    """The paper-scale part of the detection section (:func:`paper_scale_detection`)."""
+    *rows, last = section["rows"]
+    threshold, m = last["mixture_threshold"], section["prefix"]
+    lines = ["", f"At the paper's scale (V=15, H=4, ρ=0.5, τ=1; model seeds 0..{section['seeds'] - 1}; N = "
+             f"{section['n']:,}), for the two controls whose exact law a level recursion reaches (TV-SpS along the "
+             "first-child chain, which every topology drafts i.i.d.):", "",
+             "| seed | control | exact TVD | paper's statistic | baseline | paper's method notices | "
+             "TVD of the first m tokens | our test (m tokens) |", "|---|---|---|---|---|---|---|---|"]
+    for d in rows:
+        lines.append(f"| {d['seed']} | `{d['control']}` | {d['exact_tvd']:.4f} | {d['paper_statistic']:.4f} | "
+                     f"{d['baseline']:.4f} ± {d['baseline_sd']:.5f} | {'yes' if d['paper_method_notices'] else 'NO'}"
+                     f" | {d['prefix_tvd']:.4f} (m={d['prefix']}) | "
+                     f"{'yes' if d['chi_square_detects'] else 'no'} (detects ≥ {d['chi_square_detectable_tvd']:.4f}) |")
     lines += ["", f"Mixing this control into the target, `(1 − ε) q + ε·bug-residual-q` (seed 0), the paper's method "
-              f"notices it only from an exact TVD of **{threshold['paper_method_min_tvd']:.4f}** (ε = {hi:.4f}); our "
+              f"notices it only from an exact TVD of **{threshold['paper_method_min_tvd']:.4f}** "
+              f"(ε = {section['epsilon']:.4f}); our "
               f"chi-square on the first {m} tokens detects it, with power {POWER}, from **"
               f"{threshold['chi_square_min_tvd']:.4f}**. Against this deviation, which sits in the first tokens, the "
               "two are comparable — but the paper's criterion (a TVD of 10^6 samples over 15^5 cells, dominated by "
               "sampling noise, read against a baseline) has no stated false-alarm rate or power and depends on the "
               "deviation's shape, while ours holds for every alternative at that TVD on the first m tokens, at a "
               "stated false-alarm rate; and the exact engine settles it with TVD == 0 where it reaches.", ""]
-    data.append({"mixture_threshold": threshold})
-    return "\n".join(lines) + "\n", data
+    return "\n".join(lines) + "\n"
 
 
 def _exact_law(model: SyntheticModel, topology, method: str):
@@ -509,12 +602,13 @@ def _exact_law(model: SyntheticModel, topology, method: str):
     return round_law(model, FixedShape(topology), method, "float")
 
 
-def exact_crosscheck_markdown(trials: int = 20_000, seeds: int = 2) -> tuple[str, list[dict]]:
+def exact_crosscheck(trials: int = 20_000, seeds: int = 2) -> dict:
     """Monte Carlo means against the exact engine's ``E[τ]`` on configurations both reach: every method of
     Table 1 on its structures at V=3, H=2, b=2 (ρ=0.5, τ=1), model seeds ``0..seeds−1``. The exact law is the rule's
     recursion where the registry names one (Layer Verification, Traversal: 100 times faster here, and checked
-    against enumeration by the tests), else the enumeration of every draft tree and choice."""
-    data, lines = [], []
+    against enumeration by the tests), else the enumeration of every draft tree and choice. A JSON record:
+    ``trials`` and a row per method, structure and seed (``rows``; ``z`` is ``None`` where infinite)."""
+    data = []
     for method, _, cell in paper_cells(1):
         topology = make_topology(cell.topology, 2, 2)
         summary = monte_carlo(lambda s: SyntheticModel(3, 0.5, 1.0, 1.0, s), FixedShape(topology), method,
@@ -525,14 +619,21 @@ def exact_crosscheck_markdown(trials: int = 20_000, seeds: int = 2) -> tuple[str
             z = seed_z(record["accept_len_mean"], exact, record["accept_len_se"], trials)
             data.append({"method": method, "structure": cell.topology, "seed": record["seed"], "exact": exact,
                          "mc": record["accept_len_mean"], "se": record["accept_len_se"], "z": finite(z)})
-            lines.append(f"| {method} | {cell.topology} | {record['seed']} | {exact:.5f} | "
-                         f"{record['accept_len_mean']:.5f} ± {record['accept_len_se']:.5f} | "
-                         f"{'∞' if math.isinf(z) else f'{z:+.2f}'} |")
+    return {"trials": trials, "rows": data}
+
+
+def crosscheck_markdown(section: dict) -> str:
+    """The section on Monte Carlo against the exact engine (:func:`exact_crosscheck`)."""
+    data = section["rows"]
     worst = max(math.inf if d["z"] is None else abs(d["z"]) for d in data)
-    head = ["## Monte Carlo against the exact engine", "",
-            f"Every Table 1 method on its structures at V=3, H=2, b=2 (where the exact engine reaches: every "
-            f"draft tree and choice enumerated, or the rule's exact recursion), {trials:,} trials per seed: the "
-            f"Monte Carlo mean against the exact E[τ], in standard errors. Largest |z| over {len(data)} "
-            f"comparisons: {worst:.2f} (|z| > 4 would fail).", "",
-            "| method | structure | seed | exact E[τ] | Monte Carlo | z |", "|---|---|---|---|---|---|"]
-    return "\n".join(head + lines) + "\n", data
+    lines = ["## Monte Carlo against the exact engine", "",
+             f"Every Table 1 method on its structures at V=3, H=2, b=2 (where the exact engine reaches: every "
+             f"draft tree and choice enumerated, or the rule's exact recursion), {section['trials']:,} trials per "
+             f"seed: the Monte Carlo mean against the exact E[τ], in standard errors. Largest |z| over {len(data)} "
+             f"comparisons: {worst:.2f} (|z| > 4 would fail).", "",
+             "| method | structure | seed | exact E[τ] | Monte Carlo | z |", "|---|---|---|---|---|---|"]
+    for d in data:
+        z = "∞" if d["z"] is None else f"{d['z']:+.2f}"
+        lines.append(f"| {d['method']} | {d['structure']} | {d['seed']} | {d['exact']:.5f} | "
+                     f"{d['mc']:.5f} ± {d['se']:.5f} | {z} |")
+    return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
-"""A trained draft's folder and its record (``specproof train-draft``): the weights, the kept head tokens, and
-``training.json`` — the plan, the loss of every step, the stages' seconds, the weights' SHA-256 and the measured
-acceptance on MT-bench — from which ``benchmarks/trained_draft.py`` writes ``reports/trained_draft.md``."""
+"""Writing a trained draft's folder and its record (``specproof train-draft``): the weights, the kept head tokens,
+and ``training.json`` — the plan, the loss of every step, the stages' seconds, the weights' SHA-256 and the measured
+acceptance on MT-bench — from which ``benchmarks/trained_draft.py`` writes ``reports/trained_draft.md``. What the
+folder holds and where ``--draft NAME`` finds it: :mod:`simulator.torch_path.trained_draft`."""
 
 from __future__ import annotations
 
@@ -54,13 +55,13 @@ def check_acceptance(folder: Path, target: str, questions: str | None, count: in
                      seconds: float) -> tuple[bool, float]:
     """The draft in ``folder`` against ``target`` on the first ``count`` MT-bench questions' first turns: the
     mean ``Σ min(p, q)`` at temperature 1 over 64 target tokens each
-    (:func:`~specproof.reports.real_transfer.measure_overlaps`), recorded in ``training.json`` with the per-question
+    (:func:`~simulator.torch_path.overlaps.measure_overlaps`), recorded in ``training.json`` with the per-question
     means and the whole command's ``seconds``. ``ok`` unless ``recipe`` records an acceptance and the measured
     one is more than its tolerance below it."""
     from simulator.torch_path.fetch import fetch
+    from simulator.torch_path.overlaps import measure_overlaps
     from simulator.torch_path.spec_bench import read_questions
     from simulator.torch_path.trained_draft import TRAINING_RECORD
-    from specproof.reports.real_transfer import measure_overlaps
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:count]
     start = time.perf_counter()
