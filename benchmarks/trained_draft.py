@@ -31,11 +31,11 @@ import numpy as np
 import torch
 
 from simulator.drafting import FixedShape
-from simulator.torch_path.fetch import cache_dir, fetch
-from simulator.torch_path.kv_cache import CachedLM
-from simulator.torch_path.real import Processing, load_causal_lm, load_pair, load_tokenizer
-from simulator.torch_path.spec_bench import chat_ids, read_questions, speculative_generate, target_generate
-from simulator.torch_path.trained_draft import TRAINING_RECORD, trained_directory
+from simulator.real.causal_lm import Processing, load_causal_lm, load_pair, load_tokenizer
+from simulator.real.fetch import cache_dir, fetch
+from simulator.real.kv_cache import CachedLM
+from simulator.real.spec_bench import chat_ids, read_questions, speculative_generate, target_generate
+from simulator.real.trained_draft import TRAINING_RECORD, trained_directory
 from simulator.trees import make_topology
 from specproof.reports.real_transfer import measure_overlaps
 

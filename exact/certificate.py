@@ -212,7 +212,7 @@ def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier
                     config: dict | None = None) -> Certificate:
     """:func:`certify` in float64 against a reference law of the first ``H+1`` tokens computed another way
     (``reference(H + 1)``: a causal LM's joint from plain forward passes, while the rule reads tree-pass rows,
-    :mod:`simulator.torch_path.crosscheck`) instead of the view's own ``q^(H+1)``. Lossless means TVD ≤
+    :mod:`simulator.real.crosscheck`) instead of the view's own ``q^(H+1)``. Lossless means TVD ≤
     ``tolerance`` (``reason`` says why that much) and no mass on a sequence the reference gives probability 0."""
     name, fn = _resolve(verifier)
     tracer = plugin_tracer(fn)

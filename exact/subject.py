@@ -98,7 +98,7 @@ def declared_schemes(fn: object, name: str) -> tuple[str, ...] | None:
 
 def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] | None = None) -> Subject:
     """A :class:`Subject` from a registry name, ``module:function``, a description object, a verifier function or
-    a :class:`simulator.torch_path.kernels.Kernel`; ``schemes`` overrides the drafting schemes it is checked under."""
+    a :class:`simulator.kernels.kernel.Kernel`; ``schemes`` overrides the drafting schemes it is checked under."""
     if isinstance(what, Subject):
         return what
     if isinstance(what, dict):
@@ -148,7 +148,7 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
         return Subject(name, fn, desc, shapes or spec.shapes, tuple(schemes or claimed), spec.float_only,
                        claims=not spec.is_control)
     require("torch", f"the kernel {desc['kernel']!r}", field_name)
-    from simulator.torch_path.kernels import Kernel  # torch only when a kernel is checked
+    from simulator.kernels.kernel import Kernel  # torch only when a kernel is checked
 
     tables = {key: desc.get(key, {}) for key in ("kernel_kwargs", "kernel_init")}
     for key, table in tables.items():
@@ -166,7 +166,7 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
 
 
 def _kernel_subject(kernel, desc: dict, schemes: Sequence[str] | None, shapes: Sequence[str] | None = None) -> Subject:
-    from simulator.torch_path.kernels import CHAIN_ADAPTERS
+    from simulator.kernels.kernel import CHAIN_ADAPTERS
 
     shapes = shapes or (("chain",) if desc["adapter"] in CHAIN_ADAPTERS else ALL_SHAPES)
     return Subject(desc["kernel"], kernel, desc, tuple(shapes), tuple(schemes or ("iid",)))

@@ -1,5 +1,5 @@
 """Verifiers in the calling conventions of shipped systems (the adapters ``eagle-paths``, ``vllm`` and ``specinfer``
-of :mod:`simulator.torch_path.conventions`), each correct one beside a twin carrying one bug::
+of :mod:`simulator.kernels.conventions`), each correct one beside a twin carrying one bug::
 
     specproof certify --kernel examples.convention_kernels:eagle_paths_rrs --adapter eagle-paths --topology complete \\
         --branching 2 --depth 2 --vocab 3 --drafting without-replacement          # LOSSLESS

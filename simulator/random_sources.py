@@ -41,7 +41,7 @@ T = TypeVar("T")
 WAY_OUT = "draw with torch.rand / torch.multinomial, or random.random() looked up at call time"
 PLUGIN_WAY_OUT = ("a plugin draws only from its rng (rng.bernoulli, rng.categorical), whose every outcome "
                   "specproof enumerates; rng has no continuous uniform (docs/plugins.md, \"Draw only from rng\")")
-#: torch's random ops the capture routes to the randomness interface (simulator/torch_path/capture.py)
+#: torch's random ops the capture routes to the randomness interface (simulator/kernels/capture.py)
 TORCH_MODELLED = {"rand", "rand_like", "uniform_", "exponential_", "multinomial", "bernoulli", "bernoulli_"}
 #: torch's random ops not modelled exactly: refused by name (the generator watch misses one given its own generator)
 TORCH_UNMODELLED = {"randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "random_",

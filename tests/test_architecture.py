@@ -267,7 +267,7 @@ def test_the_core_is_grouped():
     top = [p.name for p in (ROOT / "simulator").glob("*.py") if p.name != "__init__.py"]
     assert len(top) <= 14, sorted(top)
     packages = {p.name for p in (ROOT / "simulator").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert {"drafting", "models", "verifiers", "montecarlo", "torch_path"} <= packages
+    assert {"drafting", "models", "verifiers", "montecarlo", "kernels", "real"} <= packages
     drafting = {p.stem for p in (ROOT / "simulator" / "drafting").glob("*.py")}
     assert {"shapes", "arrays", "lazy_draft", "dyspec", "aded", "drafter_registry"} <= drafting
     assert {p.stem for p in (ROOT / "simulator" / "models").glob("*.py")} >= {"model_pairs", "seeded_normals"}

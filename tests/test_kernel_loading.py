@@ -24,9 +24,10 @@ from exact import certify  # noqa: E402
 from exact.subject import subject  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
+from simulator.kernels import capture as torch_capture
+from simulator.kernels import kernel as kernels  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
-from simulator.torch_path import capture as torch_capture, kernels  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 
@@ -120,7 +121,7 @@ def test_a_built_in_adapter_may_carry_the_hook(monkeypatch):
 
 
 def test_a_hook_that_raises_names_the_adapter_and_its_line(tmp_path):
-    (tmp_path / "kl_bad_hook.py").write_text("from simulator.torch_path.kernels import chain as adapter\n\n\n"
+    (tmp_path / "kl_bad_hook.py").write_text("from simulator.kernels.kernel import chain as adapter\n\n\n"
                                              "def before_kernel_import():\n"
                                              "    raise ImportError('the engine needs CUDA')\n")
     out = _cli("--kernel", "kl_classes:Sampler.sample", "--import-path", str(tmp_path),

@@ -22,9 +22,9 @@ from exact import certify  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
+from simulator.kernels.capture import Precision, capture  # noqa: E402
+from simulator.kernels.kernel import FLOAT32_TOLERANCE, FLOAT64_TOLERANCE, Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
-from simulator.torch_path.capture import Precision, capture  # noqa: E402
-from simulator.torch_path.kernels import FLOAT32_TOLERANCE, FLOAT64_TOLERANCE, Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 from specproof.cli.options import support_source  # noqa: E402

@@ -17,10 +17,10 @@ from click.testing import CliRunner  # noqa: E402
 
 from simulator.drafting import FixedShape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
-from simulator.torch_path.draft_training import (Generations, TrainingPlan, choose_head_tokens,  # noqa: E402
+from simulator.real.causal_lm import CausalLMPair, Processing, ReprocessedDraft, load_causal_lm  # noqa: E402
+from simulator.real.draft_training import (Generations, TrainingPlan, choose_head_tokens,  # noqa: E402
                                                  head_coverage)
-from simulator.torch_path.pruned_head import PrunedHead, prune_head  # noqa: E402
-from simulator.torch_path.real import CausalLMPair, Processing, ReprocessedDraft, load_causal_lm  # noqa: E402
+from simulator.real.pruned_head import PrunedHead, prune_head  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from tests.test_real import _save_pair_with_tokenizer, end_to_end_tvd, tiny_pair  # noqa: E402,F401
 

@@ -1,4 +1,4 @@
-"""Triton kernels certified exactly on the CPU under Triton's interpreter (simulator/torch_path/triton_capture.py):
+"""Triton kernels certified exactly on the CPU under Triton's interpreter (simulator/kernels/triton_capture.py):
 the chain kernels of specproof/gate/triton_kernels.py, each correct one LOSSLESS and each bug twin LOSSY, a kernel
 the capture cannot resolve refused naming its line, and the float32 rounding the capture inverts checked against
 numpy's own rounding."""
@@ -25,9 +25,9 @@ from click.testing import CliRunner  # noqa: E402
 from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import SpecproofError  # noqa: E402
+from simulator.kernels.capture import _unrounded  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
-from simulator.torch_path.capture import _unrounded  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 
@@ -191,7 +191,7 @@ def test_a_loop_bound_loaded_from_a_tensor_runs_under_the_capture(seed):
 @pytest.mark.skipif(tuple(int(part) for part in np.__version__.split(".")[:2]) < (2, 4),
                     reason="NumPy before 2.4 converts a one-element array, with a warning")
 def test_without_the_fix_the_loop_bound_stops_the_capture(monkeypatch):
-    import simulator.torch_path.triton_capture as triton_capture
+    import simulator.kernels.triton_capture as triton_capture
 
     monkeypatch.setattr(triton_capture, "interpreter_scalar_index", contextlib.nullcontext)
     with pytest.raises(SpecproofError, match=r"only 0-dimensional arrays.*kl_triton_loop\.py:\d+"):

@@ -1,4 +1,4 @@
-"""Drafting in array form for KV-cached rounds on real models (:mod:`simulator.torch_path.spec_bench`): numpy and
+"""Drafting in array form for KV-cached rounds on real models (:mod:`simulator.real.spec_bench`): numpy and
 torch alike (``array-api-compat``), rows staying on the model's device.
 
 * :data:`ARRAY_SCHEMES` — a node's children drawn from draft rows ``[m, V]`` and uniforms ``[m, c]``: ``iid`` and

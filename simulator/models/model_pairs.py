@@ -334,7 +334,7 @@ class ModelView:
 
     def prefetch(self, name: str, suffixes: Sequence[Context]) -> None:
         """Compute the ``name`` rows (``"p"`` or ``"q"``) of many suffixes together when the model can
-        (:meth:`simulator.torch_path.real.CausalLMPair.batch_rows`: one tree-attention pass for a whole layer or
+        (:meth:`simulator.real.causal_lm.CausalLMPair.batch_rows`: one tree-attention pass for a whole layer or
         tree); other models are asked row by row when a row is read. Rows already in this view are not recomputed."""
         batch = getattr(self.model, "batch_rows", None)
         todo = [s for s in dict.fromkeys(tuple(s) for s in suffixes) if (name, s) not in self._cache]

@@ -1,5 +1,5 @@
 """``specproof certify --model causal-lm``: the exact cross-check on a real causal-LM pair's rows
-(docs/cli/certify.md; :mod:`simulator.torch_path.crosscheck`)."""
+(docs/cli/certify.md; :mod:`simulator.real.crosscheck`)."""
 
 from __future__ import annotations
 
@@ -88,9 +88,9 @@ def certify_causal_lm(ctx: click.Context, real: dict, tree: dict, json_out: str 
     require("transformers", "--model causal-lm", "real")
     import torch
 
-    from simulator.torch_path.crosscheck import SupportPair
-    from simulator.torch_path.real import Processing, load_pair, load_tokenizer
-    from simulator.torch_path.spec_bench import chat_ids
+    from simulator.real.causal_lm import Processing, load_pair, load_tokenizer
+    from simulator.real.crosscheck import SupportPair
+    from simulator.real.spec_bench import chat_ids
     from specproof.reports.real_crosscheck import certify_real, coverage
 
     processing = Processing(1.0 if real["temperature"] is None else real["temperature"], real["top_k"])

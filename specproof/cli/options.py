@@ -376,7 +376,7 @@ def check_device(device: str | None, field: str = "device") -> None:
     CUDA) or any device without torch, naming the extra that installs it (``None``: numpy, no torch)."""
     if device is not None:
         require("torch", f"--{field} {device}", field)
-        from simulator.torch_path.devices import usable_device  # imports torch
+        from simulator.devices import usable_device  # imports torch
 
         usable_device(device, field)
 
@@ -485,7 +485,7 @@ def certified_subject(tree: dict, kernel: str | None, adapter: str, dtype: str, 
         if module:
             check_importable(module, option)
     require("torch", "--kernel", "kernel")
-    from simulator.torch_path.kernels import CHAIN_ADAPTERS, Kernel, parse_kwargs  # torch only for a kernel
+    from simulator.kernels.kernel import CHAIN_ADAPTERS, Kernel, parse_kwargs  # torch only for a kernel
     if tree["topology"] is None and tree["parents"] is None and adapter in CHAIN_ADAPTERS:
         tree["topology"] = "chain"
     verifier = Kernel(kernel, adapter, dtype, uniforms, parse_kwargs(kernel_kwargs),

@@ -69,8 +69,8 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
 
     from simulator.drafting.aded import AdedConfig
     from simulator.drafting.drafter_registry import DrafterOptions
-    from simulator.torch_path.real import Processing, load_causal_lm, load_pair, load_tokenizer
-    from simulator.torch_path.spec_bench import read_questions, real_drafter, real_verifiers, run_spec_bench
+    from simulator.real.causal_lm import Processing, load_causal_lm, load_pair, load_tokenizer
+    from simulator.real.spec_bench import read_questions, real_drafter, real_verifiers, run_spec_bench
 
     if verifier not in real_verifiers():
         raise InvalidParameterError("verifier", f"choose from {real_verifiers()}")
@@ -134,8 +134,8 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     require("transformers", "specproof real-report", "real")
     check_output_dir(out_dir, "out")
     check_device(device)
-    from simulator.torch_path.fetch import fetch
-    from simulator.torch_path.spec_bench import read_questions
+    from simulator.real.fetch import fetch
+    from simulator.real.spec_bench import read_questions
     from specproof.reports.real_pair import run_real_pair, stored_seconds, write_real_pair_report
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
@@ -173,8 +173,8 @@ def real_transfer(ctx, pair, target, questions, max_questions, fit_mode, seeds, 
     accepted tokens per step with the real rows of real_pair.json; real_transfer.md/json/png."""
     require("transformers", "specproof real-transfer", "real")
     check_output_dir(out_dir, "out")
-    from simulator.torch_path.fetch import fetch
-    from simulator.torch_path.spec_bench import read_questions
+    from simulator.real.fetch import fetch
+    from simulator.real.spec_bench import read_questions
     from specproof.reports.real_transfer import measure_overlaps, read_pair, run_transfer, write_transfer_report
 
     pair_data, rows = read_pair(pair)

@@ -18,7 +18,7 @@ from specproof.cli.options import SEED, Real, StageBars, Whole, command_line
 
 
 def _recipe_names() -> list[str]:
-    from simulator.torch_path.trained_draft import RECIPES
+    from simulator.real.trained_draft import RECIPES
 
     return list(RECIPES)
 
@@ -56,11 +56,11 @@ def train_draft(ctx, name, target, layers, head_tokens, prompts, samples, new_to
     require("transformers", "specproof train-draft", "real")
     import torch
 
-    from simulator.torch_path.draft_training import TrainingPlan, make_draft
-    from simulator.torch_path.fetch import cache_dir as resolve_cache
-    from simulator.torch_path.real import load_causal_lm, load_tokenizer
-    from simulator.torch_path.spec_bench import shipped_instructions
-    from simulator.torch_path.trained_draft import RECIPES, draft_folder
+    from simulator.real.causal_lm import load_causal_lm, load_tokenizer
+    from simulator.real.draft_training import TrainingPlan, make_draft
+    from simulator.real.fetch import cache_dir as resolve_cache
+    from simulator.real.spec_bench import shipped_instructions
+    from simulator.real.trained_draft import RECIPES, draft_folder
     from specproof.reports.draft_record import check_acceptance, save_draft
 
     recipe = RECIPES[name]

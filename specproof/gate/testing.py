@@ -41,7 +41,7 @@ def _battery_certificates(verifier: object, overrides: dict):
 
 def assert_lossless(verifier: object, case_dir: str | os.PathLike | None = None, **overrides: object) -> int:
     """Certify ``verifier`` (a registry name, ``module:function``, a verifier function or a
-    :class:`simulator.torch_path.kernels.Kernel`) LOSSLESS on every instance of the battery; returns how many there
+    :class:`simulator.kernels.kernel.Kernel`) LOSSLESS on every instance of the battery; returns how many there
     were. On a loss, the shrunk reproducer is written to ``case_dir`` (default: ``$SPECPROOF_CASE_DIR``, else the
     system's temporary folder)."""
     count = 0

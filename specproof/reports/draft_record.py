@@ -19,12 +19,12 @@ from simulator.jsonfile import write_json
 
 
 def save_draft(folder: Path, trained, tokenizer, plan, record: dict) -> None:
-    """Write ``trained`` (:class:`~simulator.torch_path.draft_training.TrainedDraft`) to ``folder``: a
+    """Write ``trained`` (:class:`~simulator.real.draft_training.TrainedDraft`) to ``folder``: a
     ``save_pretrained`` model with ``tokenizer``, ``head_tokens.json`` and ``training.json`` (``record`` and the
     plan, losses, seconds, data size and the weights' SHA-256). Written beside and renamed into place, so an
     interrupted save leaves the previous draft, or none."""
-    from simulator.torch_path.real import quiet_transformers
-    from simulator.torch_path.trained_draft import HEAD_TOKENS, TRAINING_RECORD
+    from simulator.real.causal_lm import quiet_transformers
+    from simulator.real.trained_draft import HEAD_TOKENS, TRAINING_RECORD
 
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -57,9 +57,9 @@ def check_acceptance(folder: Path, target: str, questions: str | None, count: in
     (:func:`~specproof.reports.real_transfer.measure_overlaps`), recorded in ``training.json`` with the per-question
     means and the whole command's ``seconds``. ``ok`` unless ``recipe`` records an acceptance and the measured
     one is more than its tolerance below it."""
-    from simulator.torch_path.fetch import fetch
-    from simulator.torch_path.spec_bench import read_questions
-    from simulator.torch_path.trained_draft import TRAINING_RECORD
+    from simulator.real.fetch import fetch
+    from simulator.real.spec_bench import read_questions
+    from simulator.real.trained_draft import TRAINING_RECORD
     from specproof.reports.real_transfer import measure_overlaps
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:count]

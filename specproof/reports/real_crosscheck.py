@@ -4,7 +4,7 @@
 For one MT-bench prompt under the chat template, SmolLM2-135M-Instruct as target and its own layers as draft, top-k
 processing on both sides: each rule's exact law of the first ``H+1`` tokens on the rows generation computes (draft
 rows a level at a time, target rows in one tree pass over the prompt's KV cache), against the target's joint from
-plain forward passes (:mod:`simulator.torch_path.crosscheck`); then three estimates of the first round's accepted
+plain forward passes (:mod:`simulator.real.crosscheck`); then three estimates of the first round's accepted
 length that must agree: the exact ``E[τ]``, the Monte Carlo engine on the same rows, and real first rounds of the
 KV-cached serving loop.
 """
@@ -38,10 +38,10 @@ AGREEMENT_SE = 3.0
 
 
 def certify_real(pair, drafter, verifier, config: dict | None = None) -> Certificate:
-    """The certificate of ``verifier`` on a :class:`simulator.torch_path.crosscheck.SupportPair`: its exact law
+    """The certificate of ``verifier`` on a :class:`simulator.real.crosscheck.SupportPair`: its exact law
     on the pair's tree-pass rows against the plain passes' joint, within
-    :data:`simulator.torch_path.crosscheck.TOLERANCE`; the counterexample in the model's token ids."""
-    from simulator.torch_path.crosscheck import TOLERANCE, TOLERANCE_REASON
+    :data:`simulator.real.crosscheck.TOLERANCE`; the counterexample in the model's token ids."""
+    from simulator.real.crosscheck import TOLERANCE, TOLERANCE_REASON
 
     cert = certify_against(pair, drafter, verifier, pair.plain_joint, TOLERANCE, TOLERANCE_REASON,
                            {**pair.describe(), **(config or {})})
@@ -109,16 +109,16 @@ def run_crosscheck(target: str = TARGET, draft: str = DRAFT, prompt: str = PROMP
                    rounds: int = 2000, mc_trials: int = 4000, cache_dir: str | None = None,
                    tick: Callable[[str, int], None] | None = None) -> tuple[list[CrosscheckRow], dict]:
     """Every planned row, and what the report says about the run (prompt tokens, support, passes, times). One
-    :class:`simulator.torch_path.crosscheck.SupportPair` serves every row: its rows are scored once, over the
+    :class:`simulator.real.crosscheck.SupportPair` serves every row: its rows are scored once, over the
     union of every tree of depth 2, and the exact engine and Monte Carlo read them for every rule and shape."""
     import numpy as np
     import torch
 
     from simulator.drafting import FixedShape
     from simulator.montecarlo.engine import mean_and_se
-    from simulator.torch_path.crosscheck import SupportPair, first_rounds, monte_carlo_accepted
-    from simulator.torch_path.real import Processing, load_pair, load_tokenizer
-    from simulator.torch_path.spec_bench import chat_ids
+    from simulator.real.causal_lm import Processing, load_pair, load_tokenizer
+    from simulator.real.crosscheck import SupportPair, first_rounds, monte_carlo_accepted
+    from simulator.real.spec_bench import chat_ids
     from simulator.trees import make_topology
 
     began = time.perf_counter()
@@ -174,7 +174,7 @@ def write_real_crosscheck_report(path: str | Path, rows: list[CrosscheckRow], me
     import torch
     import transformers
 
-    from simulator.torch_path.crosscheck import TOLERANCE
+    from simulator.real.crosscheck import TOLERANCE
     from simulator.verifiers import VERIFIERS
 
     path = Path(path)

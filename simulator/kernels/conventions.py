@@ -5,7 +5,7 @@ verifier (:func:`sglang_adapter`) and SpecInfer's token tree (:func:`specinfer_a
 tree and rows out as the convention does and checks the kernel's answer, a :class:`KernelError` naming what is
 wrong.
 
-:data:`simulator.torch_path.kernels.ADAPTERS` names them by ``module:function`` reference: this module builds on
+:data:`simulator.kernels.kernel.ADAPTERS` names them by ``module:function`` reference: this module builds on
 that one's helpers, so that one cannot import this one.
 """
 
@@ -19,9 +19,9 @@ import types
 import torch
 
 from simulator.errors import KernelError
-from simulator.torch_path.kernels import (PLACEHOLDER, _accepted, _ints, _one, _padded, _rows, _token,
+from simulator.kernels.kernel import (PLACEHOLDER, _accepted, _ints, _one, _padded, _rows, _token,
                                           chain_nodes)
-from simulator.torch_path.triton_capture import interpreter_on, libdevice_stand_in
+from simulator.kernels.triton_capture import interpreter_on, libdevice_stand_in
 from simulator.trees import TreeStructure
 from simulator.usercode import require
 
@@ -311,7 +311,7 @@ def _vllm_mrv2_imports() -> None:
     (``tl``, ``triton`` and ``tldevice``, Triton's libdevice) and ``vllm.v1.worker.gpu.sample.watermark``, whose
     ``philox_gumbel_block_argmax`` runs only for watermarked requests (the adapter sends none). Where they are not
     already imported, this installs stand-ins: the real triton, libdevice as the interpreter can run it
-    (:func:`~simulator.torch_path.triton_capture.libdevice_stand_in`: NumPy's ``log1p``), and a function that
+    (:func:`~simulator.kernels.triton_capture.libdevice_stand_in`: NumPy's ``log1p``), and a function that
     says it is one."""
     require("triton", "vLLM's Model Runner V2 rejection sampler", "adapter")
     interpreter_on()

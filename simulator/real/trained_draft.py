@@ -2,7 +2,7 @@
 (docs/torch-path.md, "A trained draft"). No torch here: the command line lists the names in a bare install.
 
 A trained draft is a ``save_pretrained`` folder: a causal LM of the target's class and vocabulary with fewer
-layers, a ``head_tokens.json`` naming the tokens its output head keeps (:mod:`simulator.torch_path.pruned_head`)
+layers, a ``head_tokens.json`` naming the tokens its output head keeps (:mod:`simulator.real.pruned_head`)
 and a ``training.json`` recording how it was made and what it measured.
 """
 

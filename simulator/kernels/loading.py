@@ -2,7 +2,7 @@
 ``module:Class`` or ``module:Class.method`` resolved and constructed (:func:`load_kernel`), the adapter's
 ``before_kernel_import`` hook (:func:`run_before_kernel_import`), and modules imported with TorchScript off
 (:func:`scripting_off`), so that their ``@torch.jit.script`` helpers stay Python functions the capture sees into
-(functions scripted earlier are run as Python by :func:`simulator.torch_path.capture.scripted_code_as_python`).
+(functions scripted earlier are run as Python by :func:`simulator.kernels.capture.scripted_code_as_python`).
 """
 
 from __future__ import annotations

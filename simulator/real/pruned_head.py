@@ -3,7 +3,7 @@
 
 The head's cost grows with its rows, and the few thousand tokens a target's answers use most carry nearly all of
 its mass. :func:`prune_head` applies a trained draft's ``head_tokens.json`` when its folder is loaded
-(:func:`simulator.torch_path.real.load_causal_lm`), so every path — the KV-cached rounds, tree scoring,
+(:func:`simulator.real.causal_lm.load_causal_lm`), so every path — the KV-cached rounds, tree scoring,
 transformers' assisted generation — drafts from the same rows: the kept tokens' logits, every other token's
 ``-inf`` (probability zero, which every lossless rule allows a draft).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from simulator.errors import InvalidParameterError
-from simulator.torch_path.trained_draft import HEAD_TOKENS
+from simulator.real.trained_draft import HEAD_TOKENS
 
 
 class PrunedHead(torch.nn.Module):

@@ -4,8 +4,8 @@ docs/cli/real.md).
 :func:`speculative_generate` drafts with a drafter's array kernel (:mod:`simulator.drafting.arrays`: a fixed shape
 a level at a time, DySpec's dynamic trees, ADED's tri-gram drafts; each batch of nodes one draft pass over the
 draft's KV cache), scores the tree with the target in one pass over its KV cache
-(:class:`simulator.torch_path.kv_cache.CachedLM`), and lets the rule's array rule decide
-(:func:`simulator.torch_path.verify.torch_verify`); rows stay tensors on the models' device. On the same
+(:class:`simulator.real.kv_cache.CachedLM`), and lets the rule's array rule decide
+(:func:`simulator.verifiers.batched.torch_verify.torch_verify`); rows stay tensors on the models' device. On the same
 uniforms it decides exactly as the reference drafting and rule on the same rows (tested). :func:`target_generate`
 is the target-only baseline, cached too. :func:`run_spec_bench` reads and writes Spec-Bench's files (Xia et al.
 2024).
@@ -29,10 +29,10 @@ from simulator.drafting import Drafter
 from simulator.drafting.arrays import ArrayDrafter, array_drafter
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import read_text
-from simulator.torch_path.kv_cache import CachedLM
-from simulator.torch_path.real import Processing
-from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify
+from simulator.real.causal_lm import Processing
+from simulator.real.kv_cache import CachedLM
 from simulator.verifiers import VERIFIERS
+from simulator.verifiers.batched.torch_verify import TORCH_VERIFIERS, torch_verify
 
 
 @dataclass

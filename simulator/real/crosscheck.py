@@ -1,7 +1,7 @@
 """The exact cross-check on a real pair's rows (``specproof certify --model causal-lm``, docs/cli/certify.md).
 
 The exact engine enumerates every draft tree and verifier choice of one round after a prompt. It reads the rows
-as generation computes them (:class:`simulator.torch_path.kv_cache.CachedLM`, the serving loop's model): the
+as generation computes them (:class:`simulator.real.kv_cache.CachedLM`, the serving loop's model): the
 draft scores a tree a level at a time and the target scores it in one pass, over the prompt's KV cache. The
 tree is the union of every tree the drafter can draft, so each pass holds every sibling a row could wrongly see.
 The completed law of the first ``H+1`` tokens is compared with the target's joint from plain causal forward
@@ -32,8 +32,8 @@ import torch
 from simulator.drafting import Drafter, FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import Context, sequence_law
-from simulator.torch_path.kv_cache import CachedLM
-from simulator.torch_path.real import Processing, check_vocabularies
+from simulator.real.causal_lm import Processing, check_vocabularies
+from simulator.real.kv_cache import CachedLM
 from simulator.verifiers.registry import Verifier, load_verifier
 
 #: LOSSLESS means TVD ≤ this (and no mass on a sequence the plain joint gives probability 0)
@@ -355,12 +355,12 @@ class FirstRounds:
 def first_rounds(draft, target, prompt: Sequence[int], processing: Processing, drafter: FixedShape, verifier: str,
                  rounds: int, first_seed: int = 0, memo: bool = True) -> FirstRounds:
     """Accepted lengths of ``rounds`` real first rounds after ``prompt`` on the KV-cached serving loop
-    (:func:`simulator.torch_path.spec_bench.speculative_generate` for one token, seeds ``first_seed …``). Both
+    (:func:`simulator.real.spec_bench.speculative_generate` for one token, seeds ``first_seed …``). Both
     caches hold the prompt but its last token, computed once; each round feeds that token and its tree on top
     and is then cut back, so a round costs what a later round of a generation costs. With ``memo``, a pass the
     rounds already ran is taken from :class:`RoundPasses` (the decisions are the same: tested), which makes
     thousands of rounds affordable: top-k rows draft few distinct trees."""
-    from simulator.torch_path.spec_bench import speculative_generate
+    from simulator.real.spec_bench import speculative_generate
 
     if len(prompt) < 2:
         raise InvalidParameterError("prompt", "needs at least two tokens")

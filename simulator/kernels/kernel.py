@@ -1,12 +1,12 @@
 """Torch kernels as verifiers (docs/kernels.md): a user's unmodified torch function, an adapter for its calling
-convention, and the capture of its random ops (:mod:`simulator.torch_path.capture`, and inside the Triton
-kernels it launches, :mod:`simulator.torch_path.triton_capture`) — together an ordinary verifier
+convention, and the capture of its random ops (:mod:`simulator.kernels.capture`, and inside the Triton
+kernels it launches, :mod:`simulator.kernels.triton_capture`) — together an ordinary verifier
 ``(tree, p, q, rng)`` that every engine runs, the exact one included.
 
 An adapter, ``adapter(kernel, tree, p, q, vocab, dtype) -> (node, y)``, maps specproof's tree and rows to the
 kernel's tensors and its answer back; it runs under the capture, so it may draw. Built in (:data:`ADAPTERS`):
 :func:`chain`, :func:`flat_chain`, :func:`tree_adapter` and :func:`uniforms_adapter`, each documenting its
-convention, and the shipped verifiers' conventions of :mod:`simulator.torch_path.conventions`.
+convention, and the shipped verifiers' conventions of :mod:`simulator.kernels.conventions`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Callable, Sequence
 import torch
 
 from simulator.errors import InvalidParameterError, KernelError, UnsupportedDraftError
+from simulator.kernels.capture import UNIFORM_MODELS, Precision, capture
+from simulator.kernels.loading import load_kernel, run_before_kernel_import, scripting_off
+from simulator.kernels.triton_capture import interpreted
 from simulator.randomness import Randomness
-from simulator.torch_path.capture import UNIFORM_MODELS, Precision, capture
-from simulator.torch_path.loading import load_kernel, run_before_kernel_import, scripting_off
-from simulator.torch_path.triton_capture import interpreted
 from simulator.trees import DraftTree
 from simulator.usercode import add_import_path
 from simulator.verifiers.registry import load_callable
@@ -169,27 +169,28 @@ def tree_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) 
 
 
 def uniforms_adapter(kernel, tree: DraftTree, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
-    """:func:`simulator.torch_path.verify.torch_verify`'s convention, by keyword: ``kernel(parents=…, tokens [1, n],
-    p [1, n, V], q [1, n, V], uniforms [1, U]) -> (node [1], y [1])``, the uniforms symbolic."""
+    """:func:`simulator.verifiers.batched.torch_verify.torch_verify`'s convention, by keyword:
+    ``kernel(parents=…, tokens [1, n], p [1, n, V], q [1, n, V], uniforms [1, U]) -> (node [1], y [1])``, the
+    uniforms symbolic."""
     count = UNIFORMS_PER_NODE * len(tree) + 16
     out = kernel(parents=list(tree.parents), tokens=torch.tensor([[0, *tree.tokens[1:]]]),
                  p=_rows(p, dtype, vocab)[None], q=_rows(q, dtype)[None], uniforms=torch.rand(1, count, dtype=dtype))
     return _node_and_token(out, tree, vocab, "(node [1], y [1])")
 
 
-#: by name; the conventions of shipped verifiers (:mod:`simulator.torch_path.conventions`) as ``module:function``
+#: by name; the conventions of shipped verifiers (:mod:`simulator.kernels.conventions`) as ``module:function``
 #: references, loaded when named: that module builds on the helpers here, so importing it here would be circular
 ADAPTERS: dict[str, Adapter | str] = {"chain": chain, "flat-chain": flat_chain, "tree": tree_adapter,
                                       "uniforms": uniforms_adapter,
-                                      "eagle": "simulator.torch_path.conventions:eagle_adapter",
-                                      "eagle-paths": "simulator.torch_path.conventions:eagle_paths_adapter",
-                                      "vllm": "simulator.torch_path.conventions:vllm_adapter",
-                                      "vllm-v1": "simulator.torch_path.conventions:vllm_v1_adapter",
+                                      "eagle": "simulator.kernels.conventions:eagle_adapter",
+                                      "eagle-paths": "simulator.kernels.conventions:eagle_paths_adapter",
+                                      "vllm": "simulator.kernels.conventions:vllm_adapter",
+                                      "vllm-v1": "simulator.kernels.conventions:vllm_v1_adapter",
                                       "vllm-v1-no-draft-probs":
-                                          "simulator.torch_path.conventions:vllm_v1_no_draft_probs_adapter",
-                                      "vllm-mrv2": "simulator.torch_path.conventions:vllm_mrv2_adapter",
-                                      "sglang": "simulator.torch_path.conventions:sglang_adapter",
-                                      "specinfer": "simulator.torch_path.conventions:specinfer_adapter"}
+                                          "simulator.kernels.conventions:vllm_v1_no_draft_probs_adapter",
+                                      "vllm-mrv2": "simulator.kernels.conventions:vllm_mrv2_adapter",
+                                      "sglang": "simulator.kernels.conventions:sglang_adapter",
+                                      "specinfer": "simulator.kernels.conventions:specinfer_adapter"}
 CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm", "vllm-v1", "vllm-v1-no-draft-probs", "vllm-mrv2",
                   "sglang")
 
@@ -247,7 +248,7 @@ class Kernel:
                 run_before_kernel_import(self._adapt, adapter_module)
                 self.fn = load_kernel(self.kernel, self.init)
         self._bound = functools.partial(self.fn, **self.kwargs)
-        # helpers of the kernel's modules the adapter names as keyed uniforms (simulator.torch_path.triton_capture)
+        # helpers of the kernel's modules the adapter names as keyed uniforms (simulator.kernels.triton_capture)
         self.keyed_uniforms: dict[str, str] = dict(getattr(self._adapt, "keyed_uniforms", {}))
         self.__module__, _, name = self.kernel.partition(":")
         self.__qualname__ = f"{name} (adapter {self.adapter})"

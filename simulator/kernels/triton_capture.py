@@ -1,6 +1,6 @@
 """Triton kernels under the torch capture: a random value followed through Triton's interpreter, exactly.
 
-A Triton kernel launched inside :func:`~simulator.torch_path.capture.capture` runs under Triton's interpreter
+A Triton kernel launched inside :func:`~simulator.kernels.capture.capture` runs under Triton's interpreter
 (``TRITON_INTERPRET=1``, set before ``triton`` is imported), which executes each operation through one method of
 ``triton.runtime.interpreter.InterpreterBuilder``. While :func:`interpreted` is active those methods are wrapped
 (triton's code is not copied): ``tl.load`` of a random tensor's storage yields its captured variables, affine and
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from simulator.errors import KernelError
-from simulator.torch_path.capture import Capture, Symbolic, Variable, kernel_line
-from simulator.torch_path.triton_compat import interpreter_scalar_index
+from simulator.kernels.capture import Capture, Symbolic, Variable, kernel_line
+from simulator.kernels.triton_compat import interpreter_scalar_index
 
 TESTED_TRITON = ("3.5.1",)
 _MARK = "specproof.random"  # the key of a random block in a TensorHandle's attr

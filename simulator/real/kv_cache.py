@@ -6,7 +6,7 @@ context's tokens not yet cached, then tree nodes whose parents are in — in one
 (:func:`tree_inputs`): a context token sees the context before it, a tree node sees the whole context and its
 ancestors, at position ``len(context) − 1 + depth``. :meth:`CachedLM.commit` keeps the accepted path's entries
 and drops the rejected branches, so the next round feeds only the token emitted after the path. Rows come back
-processed (:class:`simulator.torch_path.real.Processing`), as tensors on the model's device.
+processed (:class:`simulator.real.causal_lm.Processing`), as tensors on the model's device.
 """
 
 from __future__ import annotations
