@@ -121,7 +121,7 @@ def test_a_built_in_adapter_may_carry_the_hook(monkeypatch):
 
 
 def test_a_hook_that_raises_names_the_adapter_and_its_line(tmp_path):
-    (tmp_path / "kl_bad_hook.py").write_text("from simulator.kernels.kernel import chain as adapter\n\n\n"
+    (tmp_path / "kl_bad_hook.py").write_text("from simulator.kernels.adapters import chain as adapter\n\n\n"
                                              "def before_kernel_import():\n"
                                              "    raise ImportError('the engine needs CUDA')\n")
     out = _cli("--kernel", "kl_classes:Sampler.sample", "--import-path", str(tmp_path),

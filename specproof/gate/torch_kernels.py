@@ -6,7 +6,7 @@ specproof certifies them unmodified (docs/kernels.md)::
     specproof certify --kernel specproof.gate.torch_kernels:sps_chain --adapter chain --depth 2 --model random-rational
     specproof certify --kernel specproof.gate.torch_kernels:sps_chain_reused_uniform --adapter chain --depth 2 ...
 
-The calling conventions are the adapters of :mod:`simulator.kernels.kernel`, plus :func:`tempered_adapter`,
+The calling conventions are the adapters of :mod:`simulator.kernels.adapters`, plus :func:`tempered_adapter`,
 the worked example of a user's own adapter. Each kernel's docstring says whether it is lossless, and why.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from simulator.kernels.kernel import chain_nodes
+from simulator.kernels.adapters import chain_nodes
 
 TEMPERATURE = 0.5  # the temperature tempered_adapter runs its kernels at
 

@@ -4,7 +4,7 @@ production Triton or CUDA verifier; certified unmodified on the CPU under Triton
 
     specproof certify --kernel specproof.gate.triton_kernels:sps_chain --adapter chain --depth 2
 
-Each kernel is transformers' ``chain`` convention (:func:`simulator.kernels.kernel.chain`): a thin torch
+Each kernel is transformers' ``chain`` convention (:func:`simulator.kernels.adapters.chain`): a thin torch
 wrapper draws the acceptance uniforms with ``torch.rand`` (or the kernel draws them, ``tl.rand``), launches a
 Triton kernel that decides every position's acceptance, and draws the residual in torch or in a second Triton
 kernel, the bonus in torch. Each docstring says whether it is lossless, and why.
