@@ -213,7 +213,7 @@ def self_draft(target, spec: str, field: str = "draft"):
     else:
         raise InvalidParameterError(field, f"{spec!r}: expected self:skip=I,J,... (layers 0..{layers - 1}, not all) "
                                            f"or self:exit=K (1 ≤ K ≤ {layers})")
-    return _with_layers(target, kept)
+    return with_layers(target, kept)
 
 
 def load_pair(draft: str, target: str, dtype: torch.dtype, device: str = "cpu", cache_dir: str | None = None):
@@ -234,8 +234,10 @@ def check_vocabularies(draft, target) -> None:
                                              f"({draft.config.vocab_size} vs {target.config.vocab_size})")
 
 
-def _with_layers(target, kept: list[int]):
-    """``target``'s class over the decoder layers ``kept`` (renumbered 0..), sharing every tensor."""
+def with_layers(target, kept: list[int]):
+    """A model of ``target``'s class over its decoder layers ``kept`` (renumbered 0..), sharing every tensor with
+    ``target``: a self-draft (:func:`self_draft`), or the start of a trained one
+    (:func:`simulator.real.draft_training.initial_draft`)."""
     import copy
 
     config = copy.deepcopy(target.config)

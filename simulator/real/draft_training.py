@@ -166,12 +166,12 @@ def head_coverage(data: Generations, kept: torch.Tensor, vocab: int) -> float:
 def initial_draft(target, layers: Sequence[int]):
     """A model of ``target``'s class over copies of its decoder ``layers`` (and final norm); the embeddings and
     output head stay ``target``'s own tensors, frozen."""
-    from simulator.real.causal_lm import _with_layers
+    from simulator.real.causal_lm import with_layers
 
     count = target.config.num_hidden_layers
     if max(layers) >= count:
         raise InvalidParameterError("layers", f"the target has layers 0..{count - 1}, got {tuple(layers)}")
-    shared = _with_layers(target, list(layers))
+    shared = with_layers(target, list(layers))
     draft = copy.deepcopy(shared)  # its own layers and norm, to train; the target stays as it is
     draft.set_input_embeddings(target.get_input_embeddings())
     if not draft.config.tie_word_embeddings:
