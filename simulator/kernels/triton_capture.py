@@ -5,7 +5,7 @@ A Triton kernel launched inside :func:`~simulator.kernels.capture.capture` runs 
 ``triton.runtime.interpreter.InterpreterBuilder``. While :func:`interpreted` is active those methods are wrapped
 (triton's code is not copied): ``tl.load`` of a random tensor's storage yields its captured variables, affine and
 monotone maps are recorded as the torch capture records them, and each comparison of a random value with a
-concrete threshold is decided by the torch capture's own :meth:`Capture._resolve` — an exact choice conditioned on
+concrete threshold is decided by the torch capture's own :meth:`Capture.resolve` — an exact choice conditioned on
 the earlier ones. Any other operation on a random value raises :class:`~simulator.errors.KernelError` naming the
 kernel's line and the operation. What is resolved and what is refused: docs/kernels.md, "Triton kernels".
 
@@ -35,7 +35,7 @@ _MARK = "specproof.random"  # the key of a random block in a TensorHandle's attr
 _PENDING = "specproof.pending"  # the key of a race not yet decided (a PendingRace) in a TensorHandle's attr
 _RACEMAX = "specproof.racemax"  # the key of a race's maximum key: an object array, each lane's PendingRace or None
 # builder comparisons: name -> the torch capture's comparison (ordered and unordered alike: a threshold is never
-# NaN, _resolve refuses one)
+# NaN, Capture.resolve refuses one)
 _CMP = {f"create_fcmp{order}{cmp}": cmp.lower() for order in "OU" for cmp in ("LT", "LE", "GT", "GE")}
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 # a value compared with itself (not NaN): equal, never unequal
@@ -295,7 +295,7 @@ class _Interpreted:
         lanes = [e for e, var in enumerate(ids) if var >= 0]
         ops = [[(n, None if c is None else float(c[e])) for n, c in operands] for e in lanes]
         if len(lanes) < len(ids):
-            forms = [self.mode._race_form(ids[e], op)[0] for e, op in zip(lanes, ops)]
+            forms = [self.mode.race_form(ids[e], op)[0] for e, op in zip(lanes, ops)]
             weights = [w for kind, w in forms if kind == "w"]
             ratios = len(weights) == len(forms)  # every key w / E: never negative
             if not ratios and not any(kind == "log" and w > -math.inf for kind, w in forms):
@@ -312,7 +312,7 @@ class _Interpreted:
         sym = Symbolic(torch.tensor([ids[e] for e in lanes], dtype=torch.long),
                        [(n, None if c is None else torch.tensor([op[k][1] for op in ops], dtype=torch.float64))
                         for k, (n, c) in enumerate(operands)])
-        return lanes[int(self.mode._race("argmax", (self.mode._register(fake, sym),), {"dim": 0}))]
+        return lanes[int(self.mode.race("argmax", (self.mode.register(fake, sym),), {"dim": 0}))]
 
     def fresh(self, kind: str = "uniform") -> int:
         """A new variable of the capture: a uniform on [0, 1), or a standard normal."""
@@ -323,7 +323,7 @@ class _Interpreted:
     def index(self) -> None:
         """The address of every element of every random tensor the torch capture holds, with its variable."""
         self.addresses.clear()
-        for fake, sym in self.mode._symbolic.values():
+        for fake, sym in self.mode.random_tensors():
             if fake.device.type != "cpu" or fake.numel() == 0:
                 continue
             dtype = np.dtype(torch.empty((), dtype=fake.dtype).numpy().dtype)
@@ -583,7 +583,7 @@ class _Interpreted:
                 maps = tuple((n, None if c is None else c[e]) for n, c in operands)
                 key = (var, maps, thresholds[e])
                 if key not in decided:
-                    decided[key] = self.mode._resolve(var, list(maps), cmp, thresholds[e])
+                    decided[key] = self.mode.resolve(var, list(maps), cmp, thresholds[e])
                 result[e] = decided[key]
         out.data = result.reshape(shape)
         return out
