@@ -27,7 +27,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from specproof.gate.torch_kernels import _chain_rows, _emitted, _inverse_cdf, _residual  # noqa: E402
+from specproof.gate.torch_kernels import chain_answer, chain_rows, inverse_cdf, residual_weights  # noqa: E402
 
 
 # ---- the Triton kernels: one program per drafted position, writing 1 where the draft is accepted ---------------
@@ -176,7 +176,7 @@ SEED = 1234  # the in-kernel draws' Philox seed: any; the certificate enumerates
 
 def _torch_residual(target_row: torch.Tensor, draft_row: torch.Tensor, position: int) -> torch.Tensor:
     """A residual token drawn in torch (the helpers of :mod:`specproof.gate.torch_kernels`, without a bug)."""
-    return _inverse_cdf(_residual(target_row, draft_row), torch.rand(()))
+    return inverse_cdf(residual_weights(target_row, draft_row), torch.rand(()))
 
 
 def _triton_residual(kernel) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
@@ -230,7 +230,7 @@ def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new
     """Launch ``accept`` on fresh float64 uniforms (``in_kernel``: on the Philox seed :data:`SEED`, the kernel
     drawing them), then emit the accepted drafts and a ``draw_residual`` token at the first rejection, or a bonus
     token drawn in torch."""
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     gamma, vocab = int(candidate_length), draft.shape[-1]
     uniforms = SEED if in_kernel else torch.rand(gamma, dtype=torch.float64)
     accepted = torch.zeros(gamma, dtype=torch.int32)
@@ -238,8 +238,8 @@ def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new
     for i, ok in enumerate(accepted.tolist()):
         if not ok:
             token = draw_residual(target[i], draft[i], *((i, gamma) if in_kernel else (i,)))
-            return _emitted(drafts, i, token)
-    return _emitted(drafts, gamma, torch.multinomial(target[gamma], 1))
+            return chain_answer(drafts, i, token)
+    return chain_answer(drafts, gamma, torch.multinomial(target[gamma], 1))
 
 
 def _normal_cuts(accept) -> Callable:
