@@ -23,6 +23,7 @@ from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import Verifier, check_pairing, load_verifier, verifier_name
 
 from .enumeration import Branch, enumerate_outcomes, located
+from .recursions.laws import law_function
 from .recursions.token_law import ArrayLaw
 from .law import Counterexample, OutputLaw
 from .reach import LineTracer, Reach, plugin_tracer, reach_of
@@ -89,7 +90,7 @@ def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool
 
 def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -> OutputLaw | ArrayLaw:
     """The round's law by the recursion the registry names for ``verifier`` (``VerifierSpec.exact_law``, e.g. TRV's
-    over subtrees, :mod:`exact.recursions.traversal_dp`): the same law as enumeration (the tests compare them wherever
+    over subtrees, :mod:`exact.recursions.traversal_dp`; its function from :mod:`exact.recursions.laws`): the same law as enumeration (the tests compare them wherever
     enumeration finishes) at a cost that grows with the sub-problems, not the draft trees. ``executions`` counts
     the sub-problems solved."""
     _, fn = _resolve(verifier)
@@ -99,7 +100,7 @@ def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -
         covered = [n for n, s in VERIFIERS.items() if s.exact_law is not None]
         raise InvalidParameterError("method", f"no exact recursion for {name!r}; the recursion covers {covered}")
     check_pairing(name, drafter.scheme)
-    result = spec.exact_law.resolve()(view, drafter)
+    result = law_function(spec.exact_law)(view, drafter)
     if isinstance(result, ArrayLaw):  # a law already over Σ^(H+1), beside the target's (token verification's)
         return _checked(result)
     outcomes, solved = result  # the round's outcomes and the sub-problems solved (TRV, LV)
