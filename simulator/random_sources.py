@@ -35,7 +35,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from simulator.errors import KernelError, RandomSourceError, SpecproofError
-from simulator.usercode import OWN_CODE, SPECIMENS, is_own_frame, plugin_code_globals
+from simulator.usercode import is_own_frame, own_code, plugin_code_globals, specimens
 
 T = TypeVar("T")
 WAY_OUT = "draw with torch.rand / torch.multinomial, or random.random() looked up at call time"
@@ -47,9 +47,6 @@ TORCH_MODELLED = {"rand", "rand_like", "uniform_", "exponential_", "multinomial"
 TORCH_UNMODELLED = {"randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "random_",
                     "poisson", "geometric_", "log_normal_", "cauchy_", "binomial", "_standard_gamma",
                     "_sample_dirichlet"}
-#: specproof's own packages: their draws while user code runs (a model's rows, computed when first read; the
-#: enumerator's choices) are not the user's
-OWN = OWN_CODE
 _RANDOM_FILE = random.__file__
 #: methods of ``_random.Random`` that advance a generator: drawing, and reseeding the caller's global one
 _DRAWS = {"random", "getrandbits"}
@@ -70,7 +67,7 @@ _ACTIVE: list[RandomSources] = []  # innermost last: the one the replaced names 
 def library_paths() -> tuple[str, ...]:
     """Code that is not the user's: specproof's own, numpy's, random.py, and torch's and triton's (its
     interpreter runs a Triton kernel's lines) when imported."""
-    paths = (*OWN, str(Path(np.__file__).resolve().parent), str(Path(random.__file__).resolve()))
+    paths = (*own_code(), str(Path(np.__file__).resolve().parent), str(Path(random.__file__).resolve()))
     libraries = (sys.modules.get(name) for name in ("torch", "triton"))
     return (*paths, *(str(Path(lib.__file__).resolve().parent) for lib in libraries if lib is not None))
 
@@ -79,7 +76,7 @@ def library_paths() -> tuple[str, ...]:
 def not_user_code(filename: str) -> bool:
     """Whether ``filename`` is specproof's, numpy's, random.py or torch's: a frame there is not the user's."""
     path = str(Path(filename).resolve())
-    return path.startswith(library_paths()) and not path.startswith(SPECIMENS)
+    return path.startswith(library_paths()) and not path.startswith(specimens())
 
 
 def user_line(start: FrameType | None = None) -> str:

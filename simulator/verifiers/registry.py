@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from simulator.drafting.drafter_registry import DYNAMIC  # DySpec's trees (simulator.drafting.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
-from ..usercode import import_user_module
+from ..usercode import import_user_module, is_own_module
 from . import block, controls, matching, multipath, single_step_arrays as steps, traversal
 from .batched.ref import ArrayRuleRef, array_rule
 from .layer import lv
@@ -232,8 +232,6 @@ def check_pairing(name: str, scheme: str) -> None:
 
 
 _BUILTIN_IDS = frozenset(id(spec.fn) for spec in _SPECS)  # the registry's functions live as long as the process
-#: specproof's own packages: an object of one of their classes (a torch kernel) guards its own randomness
-_OWN_PACKAGES = ("simulator", "exact", "specproof")
 
 
 def is_builtin(fn: Verifier) -> bool:
@@ -248,7 +246,7 @@ def is_watched_elsewhere(fn: Verifier) -> bool:
     fn = inspect.unwrap(fn)
     if id(fn) in _BUILTIN_IDS:
         return True
-    return not isinstance(fn, FunctionType) and type(fn).__module__.partition(".")[0] in _OWN_PACKAGES
+    return not isinstance(fn, FunctionType) and is_own_module(type(fn).__module__)
 
 
 def verifier_name(fn: Verifier) -> str:
