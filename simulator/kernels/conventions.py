@@ -21,7 +21,8 @@ import torch
 from simulator.errors import KernelError
 from simulator.kernels.adapters import (PLACEHOLDER, accepted_count, chain_nodes, checked_token, int_values,
                                        one_int, padded_tokens, rows_tensor)
-from simulator.kernels.triton_capture import interpreter_on, libdevice_stand_in
+from simulator.kernels.loading import interpreter_on
+from simulator.kernels.triton_capture import libdevice_stand_in
 from simulator.trees import TreeStructure
 from simulator.usercode import require
 

@@ -22,7 +22,7 @@ from simulator.errors import InvalidParameterError, KernelError
 from simulator.kernels import conventions
 from simulator.kernels.adapters import chain, flat_chain, tree_adapter, uniforms_adapter
 from simulator.kernels.capture import UNIFORM_MODELS, Precision, capture
-from simulator.kernels.loading import load_kernel, run_before_kernel_import, scripting_off
+from simulator.kernels.loading import load_kernel, request_interpreter, run_before_kernel_import, scripting_off
 from simulator.kernels.triton_capture import interpreted
 from simulator.randomness import Randomness
 from simulator.trees import DraftTree
@@ -99,6 +99,7 @@ class Kernel:
             raise InvalidParameterError("adapter", f"unknown adapter {self.adapter!r}: one of {tuple(ADAPTERS)} "
                                                    "or module:function")
         add_import_path(self.import_path, "import-path")
+        request_interpreter()  # before the adapter's and the kernel's modules import triton, if they do
         adapter_module = None if self.adapter in ADAPTERS else self.adapter.partition(":")[0]  # a user's adapter
         with scripting_off():  # a module first imported here keeps its @torch.jit.script helpers in Python
             self._adapt = ADAPTERS.get(self.adapter) or load_callable(self.adapter, "adapter")

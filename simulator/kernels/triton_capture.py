@@ -1,9 +1,9 @@
 """Triton kernels under the torch capture: a random value followed through Triton's interpreter, exactly.
 
 A Triton kernel launched inside :func:`~simulator.kernels.capture.capture` runs under Triton's interpreter
-(``TRITON_INTERPRET=1``, set before ``triton`` is imported), which executes each operation through one method of
-``triton.runtime.interpreter.InterpreterBuilder``. While :func:`interpreted` is active those methods are wrapped
-(triton's code is not copied): ``tl.load`` of a random tensor's storage yields its captured variables, affine and
+(``TRITON_INTERPRET=1``, which the kernel loader sets before triton is imported, :mod:`simulator.kernels.loading`),
+which executes each operation through one method of ``triton.runtime.interpreter.InterpreterBuilder``. While
+:func:`interpreted` is active those methods are wrapped (triton's code is not copied): ``tl.load`` of a random tensor's storage yields its captured variables, affine and
 monotone maps are recorded as the torch capture records them, and each comparison of a random value with a
 concrete threshold is decided by the torch capture's own :meth:`Capture.resolve` — an exact choice conditioned on
 the earlier ones. Any other operation on a random value raises :class:`~simulator.errors.KernelError` naming the
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
@@ -796,22 +795,3 @@ def libdevice_stand_in() -> object:
             return call
 
     return Libdevice()
-
-
-def interpreter_on() -> None:
-    """Ask for Triton's interpreter before ``triton`` is imported (a Triton kernel module calls it first); a
-    :class:`KernelError` when triton was already imported without it (``torch._dynamo`` imports it, for one):
-    its own ``@triton.jit`` functions (``tl.cumsum``) would be compiled ones, which do not run on the CPU."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    if "triton.language" in sys.modules:
-        from triton.language import standard
-        from triton.runtime.interpreter import InterpretedFunction
-
-        if not isinstance(standard.cumsum, InterpretedFunction):
-            raise KernelError("kernel", "triton was imported before TRITON_INTERPRET=1 was set, so its kernels are "
-                                        "compiled, not interpreted: run with TRITON_INTERPRET=1 in the environment")
-
-
-# specproof certifies a Triton kernel under the interpreter: asked for as soon as kernels can be loaded (without
-# the check: a torch kernel runs whether or not triton was imported before)
-os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -9,7 +9,8 @@ wrapper draws the acceptance uniforms with ``torch.rand`` (or the kernel draws t
 Triton kernel that decides every position's acceptance, and draws the residual in torch or in a second Triton
 kernel, the bonus in torch. Each docstring says whether it is lossless, and why.
 Importing this module without triton installed raises :class:`~simulator.errors.MissingDependencyError` naming
-the extra that installs it.
+the extra that installs it. Like any user's Triton module it sets nothing at import: the kernel loader asks for
+Triton's interpreter before importing it (:func:`simulator.kernels.loading.request_interpreter`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from simulator.kernels.triton_capture import interpreter_on
 from simulator.usercode import require
 
 require("triton", "a Triton kernel", "kernel")
-interpreter_on()
 
 import torch  # noqa: E402
 import triton  # noqa: E402
