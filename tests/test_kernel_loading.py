@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -24,7 +25,7 @@ from exact import certify  # noqa: E402
 from exact.subject import subject  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
-from simulator.kernels import capture as torch_capture
+from simulator.kernels import capture as torch_capture  # noqa: E402
 from simulator.kernels import kernel as kernels  # noqa: E402
 from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
@@ -210,3 +211,13 @@ def test_bad_names_and_options_exit_2_naming_the_option(args, path, field, words
     assert out.exit_code == 2 and f"error: {field}: " in out.output and words in out.output, out.output
     assert "Traceback" not in out.output
 
+
+
+def test_loading_a_kernel_asks_for_tritons_interpreter_unless_the_environment_chose(monkeypatch):
+    # importing specproof set nothing (tests/test_imports.py); loading a kernel, before its modules import triton
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    Kernel("specproof.gate.torch_kernels:sps_chain", "chain")
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a GPU run's choice stays
+    Kernel("specproof.gate.torch_kernels:sps_chain", "chain")
+    assert os.environ["TRITON_INTERPRET"] == "0"
