@@ -17,7 +17,7 @@ timeout "${PYTEST_LIMIT:-300}" python3 -m pytest -q -n "${JOBS:-8}" -p no:cachep
     -k cuda tests/test_torch.py tests/test_montecarlo.py tests/test_real.py 2>&1 | tee "$out/pytest_cuda.log" || status=1
 # tv-opt and lv-opt solve a max-flow per tree and node on the CPU (2 trees/s): a GPU changes nothing there, and
 # their warm-up alone would take a minute, so they are left out
-rules=$(python3 -c "from simulator.torch_path.verify import TORCH_VERIFIERS as V; print(','.join(v for v in V if not v.endswith('-opt')))")
+rules=$(python3 -c "from simulator.verifiers.batched.torch_verify import TORCH_VERIFIERS as V; print(','.join(v for v in V if not v.endswith('-opt')))")
 timeout "${BENCH_LIMIT:-240}" python3 benchmarks/torch_throughput.py --device cuda --budget "${BUDGET:-0.5}" \
     --verifiers "$rules" --out "$out/torch_throughput_cuda.md" 2> "$out/torch_throughput_cuda.log" || status=1
 exit $status

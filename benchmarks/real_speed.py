@@ -42,10 +42,10 @@ import torch
 import transformers
 
 from simulator.drafting import FixedShape
-from simulator.torch_path.fetch import fetch
-from simulator.torch_path.kv_cache import CachedLM
-from simulator.torch_path.real import Processing, check_vocabularies, load_causal_lm, load_pair, load_tokenizer
-from simulator.torch_path.spec_bench import chat_ids, read_questions, speculative_generate, target_generate
+from simulator.real.causal_lm import Processing, check_vocabularies, load_causal_lm, load_pair, load_tokenizer
+from simulator.real.fetch import fetch
+from simulator.real.kv_cache import CachedLM
+from simulator.real.spec_bench import chat_ids, read_questions, speculative_generate, target_generate
 from simulator.trees import make_topology
 from specproof.reports.portable import portable_command
 

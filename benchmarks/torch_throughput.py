@@ -29,10 +29,10 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch  # noqa: E402
 
-from simulator.torch_path.devices import set_torch_threads  # noqa: E402
-from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify  # noqa: E402
+from simulator.devices import set_torch_threads  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from simulator.verifiers import flows, rules  # noqa: E402
+from simulator.verifiers.batched.torch_verify import TORCH_VERIFIERS, torch_verify  # noqa: E402
 from specproof.reports.portable import portable_command  # noqa: E402
 
 CHAINS = ("bv", "greedy-bv", "bug-greedy-bv-nomod")

@@ -8,7 +8,7 @@ every step, head coverage, weights' SHA-256 and acceptance check) and measures, 
 ``--questions`` first turns at temperature 1 with nothing cut, for both drafts:
 
 * per-token acceptance ``Σ min(p, q)`` on target continuations of ``--new-tokens`` tokens
-  (:func:`simulator.torch_path.overlaps.measure_overlaps`);
+  (:func:`simulator.real.overlaps.measure_overlaps`);
 * acceptance per position: ``tv-sps`` on a chain of depth ``--depth`` in the KV-cached serving loop, the share of
   rounds whose ``k``-th draft token is accepted among those whose first ``k − 1`` were;
 * a draft pass's cost in target-only decoding steps, from the same runs.
@@ -30,12 +30,12 @@ import numpy as np
 import torch
 
 from simulator.drafting import FixedShape
-from simulator.torch_path.fetch import cache_dir, fetch
-from simulator.torch_path.kv_cache import CachedLM
-from simulator.torch_path.overlaps import measure_overlaps
-from simulator.torch_path.real import Processing, load_causal_lm, load_pair, load_tokenizer
-from simulator.torch_path.spec_bench import chat_ids, read_questions, speculative_generate, target_generate
-from simulator.torch_path.trained_draft import TRAINING_RECORD, trained_directory
+from simulator.real.causal_lm import Processing, load_causal_lm, load_pair, load_tokenizer
+from simulator.real.fetch import cache_dir, fetch
+from simulator.real.kv_cache import CachedLM
+from simulator.real.overlaps import measure_overlaps
+from simulator.real.spec_bench import chat_ids, read_questions, speculative_generate, target_generate
+from simulator.real.trained_draft import TRAINING_RECORD, trained_directory
 from simulator.trees import make_topology
 from specproof.reports.portable import portable_command
 

@@ -18,6 +18,7 @@ from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import Verifier, check_pairing, load_verifier, verifier_name
 
 from .enumeration import Branch, enumerate_outcomes, located
+from .recursions.laws import law_function
 from .recursions.token_law import ArrayLaw
 from .law import Counterexample, OutputLaw
 from .reach import LineTracer, Reach, plugin_tracer, reach_of
@@ -123,8 +124,9 @@ def _round_outcomes(view: ModelView, drafter: Drafter, fn: Verifier, exact: bool
 
 
 def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -> OutputLaw | ArrayLaw:
-    """The round's law by the recursion the registry names for ``verifier`` (``VerifierSpec.exact_law``: token
-    verification's law over (prefix, shape node), TRV's over subtrees, LV's with the deepest level in closed form).
+    """The round's law by the recursion the registry names for ``verifier`` (``VerifierSpec.exact_law``, its function
+    from :mod:`exact.recursions.laws`: token verification's law over (prefix, shape node), TRV's over subtrees, LV's
+    with the deepest level in closed form).
 
     The same law as enumeration (the tests compare them wherever enumeration finishes), at a cost that grows with the
     sub-problems rather than the draft trees; ``executions`` counts the sub-problems solved.
@@ -157,7 +159,7 @@ def recursion_law(view: ModelView, drafter: Drafter, verifier: str | Verifier) -
         covered = [n for n, s in VERIFIERS.items() if s.exact_law is not None]
         raise InvalidParameterError("method", f"no exact recursion for {name!r}; the recursion covers {covered}")
     check_pairing(name, drafter.scheme)
-    result = spec.exact_law.resolve()(view, drafter)
+    result = law_function(spec.exact_law)(view, drafter)
     if isinstance(result, ArrayLaw):  # a law already over Σ^(H+1), beside the target's (token verification's)
         return _checked(result)
     outcomes, solved = result  # the round's outcomes and the sub-problems solved (TRV, LV)
@@ -372,7 +374,7 @@ def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier
                     config: dict | None = None) -> Certificate:
     """:func:`certify` in float64 against a reference law of the first ``H + 1`` tokens computed another way, instead of
     the view's own ``q^(H+1)``: a causal LM's joint from plain forward passes, while the rule reads the rows a tree
-    pass computes (:mod:`simulator.torch_path.crosscheck`).
+    pass computes (:mod:`simulator.real.crosscheck`).
 
     Parameters
     ----------

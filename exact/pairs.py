@@ -120,7 +120,7 @@ def certify_real(pair, drafter: Drafter, verifier: str | Verifier, config: dict 
     """Certify ``verifier`` on a real causal-LM pair after one prompt (``specproof certify --model causal-lm``).
 
     Parameters:
-        pair: a :class:`simulator.torch_path.crosscheck.SupportPair`, the draft and target after the prompt over
+        pair: a :class:`simulator.real.crosscheck.SupportPair`, the draft and target after the prompt over
             their reachable support; the rule reads its tree-pass rows, as the serving loop computes them.
         drafter: drafts the round's tree (a fixed shape or a dynamic drafter) on the pair.
         verifier: a registered rule's name or a verifier function.
@@ -129,7 +129,7 @@ def certify_real(pair, drafter: Drafter, verifier: str | Verifier, config: dict 
     Returns:
         The :class:`~exact.certificate.Certificate` in float64: the rule's law of the first ``H + 1`` tokens
         against the target's joint from plain forward passes (``pair.plain_joint``), LOSSLESS when the TVD is at
-        most :data:`simulator.torch_path.crosscheck.TOLERANCE` and no mass falls where the joint has none. A
+        most :data:`simulator.real.crosscheck.TOLERANCE` and no mass falls where the joint has none. A
         counterexample's sequence is in the model's token ids, not the support's.
 
     Raises:
@@ -137,7 +137,7 @@ def certify_real(pair, drafter: Drafter, verifier: str | Verifier, config: dict 
         (:func:`simulator.limits.limits`).
         Any error the verifier raises, as :func:`~exact.certificate.certify_against` passes it on.
     """
-    from simulator.torch_path.crosscheck import TOLERANCE, TOLERANCE_REASON
+    from simulator.real.crosscheck import TOLERANCE, TOLERANCE_REASON
 
     cert = certify_against(pair, drafter, verifier, pair.plain_joint, TOLERANCE, TOLERANCE_REASON,
                            {**pair.describe(), **(config or {})})
@@ -150,7 +150,7 @@ def certify_real(pair, drafter: Drafter, verifier: str | Verifier, config: dict 
 def real_coverage(prompt_tokens: int, draft: str, target: str, processing) -> str:
     """The ``covers:`` line of a :func:`certify_real` verdict: the prompt (``prompt_tokens`` long), the pair
     (``draft`` and ``target`` as named on the command line, float64) and the ``processing`` (a
-    :class:`simulator.torch_path.real.Processing`: temperature and top-k) it was made on, and nothing else."""
+    :class:`simulator.real.causal_lm.Processing`: temperature and top-k) it was made on, and nothing else."""
     return (f"this prompt ({prompt_tokens} tokens), this pair (draft {draft}, target {target}, float64) and this "
             f"processing (temperature {processing.temperature:g}, top-k {processing.top_k}) only: another prompt, "
             "pair, processing or dtype is another check")

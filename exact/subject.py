@@ -127,7 +127,7 @@ def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] |
     what : object
         A registry name (``"tv-sps"``), ``"module:function"``, a description object (``{"verifier": ...}`` or
         ``{"kernel": ..., "adapter": ...}``, with optional ``"shapes"`` and ``"schemes"``), a verifier function, a
-        :class:`simulator.torch_path.kernels.Kernel`, or a :class:`Subject` (returned as it is).
+        :class:`simulator.kernels.kernel.Kernel`, or a :class:`Subject` (returned as it is).
     field_name : str
         The field errors are named after.
     schemes : sequence of str, optional
@@ -195,7 +195,7 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
         return Subject(name, fn, desc, shapes or spec.shapes, tuple(schemes or claimed), spec.float_only,
                        claims=not spec.is_control)
     require("torch", f"the kernel {desc['kernel']!r}", field_name)
-    from simulator.torch_path.kernels import Kernel  # torch only when a kernel is checked
+    from simulator.kernels.kernel import Kernel  # torch only when a kernel is checked
 
     tables = {key: desc.get(key, {}) for key in ("kernel_kwargs", "kernel_init")}
     for key, table in tables.items():
@@ -213,7 +213,7 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
 
 
 def _kernel_subject(kernel, desc: dict, schemes: Sequence[str] | None, shapes: Sequence[str] | None = None) -> Subject:
-    from simulator.torch_path.kernels import CHAIN_ADAPTERS
+    from simulator.kernels.kernel import CHAIN_ADAPTERS
 
     shapes = shapes or (("chain",) if desc["adapter"] in CHAIN_ADAPTERS else ALL_SHAPES)
     return Subject(desc["kernel"], kernel, desc, tuple(shapes), tuple(schemes or ("iid",)))

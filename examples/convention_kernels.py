@@ -1,5 +1,5 @@
 """Verifiers in the calling conventions of shipped systems (the adapters ``eagle-paths``, ``vllm`` and ``specinfer``
-of :mod:`simulator.torch_path.conventions`), each correct one beside a twin carrying one bug::
+of :mod:`simulator.kernels.conventions`), each correct one beside a twin carrying one bug::
 
     specproof certify --kernel examples.convention_kernels:eagle_paths_rrs --adapter eagle-paths --topology complete \\
         --branching 2 --depth 2 --vocab 3 --drafting without-replacement          # LOSSLESS
@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from specproof.gate.torch_kernels import _residual
+from specproof.gate.torch_kernels import residual_weights
 
 
 # ---- EAGLE: candidate paths (adapter: eagle-paths) -------------------------------------------------------------------
@@ -51,7 +51,7 @@ def _eagle_paths_walk(retrieve_indices, candidates, target_probs, draft_probs,
             if torch.rand(()) < residual[x] / draft[x]:
                 best, length = j, i
                 break
-            rest = _residual(residual, draft)
+            rest = residual_weights(residual, draft)
             residual = rest / rest.sum() if rest.sum() > 0 else residual  # no mass only where r = d: never rejected
             tried.append(x)
         else:
@@ -84,7 +84,7 @@ def _recovered_tokens(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> 
     """A draw from ``(target − draft)_+`` at every position ``[B, k]``, by vLLM's exponential race
     ``argmax(w / E)``. The weights stay unnormalised: the race's law is ``w_i / Σ w`` either way, and a row of
     zeros (target = draft, where no draft is rejected) stays finite."""
-    weights = _residual(target_probs, draft_probs).reshape(-1, target_probs.shape[-1])  # [B·k, V]
+    weights = residual_weights(target_probs, draft_probs).reshape(-1, target_probs.shape[-1])  # [B·k, V]
     return weights.div_(torch.empty_like(weights).exponential_()).argmax(dim=1).view(target_probs.shape[:2])
 
 
@@ -144,7 +144,7 @@ def _mss(tokens, parents, draft_probs, target_probs, reduce: Callable[[torch.Ten
                 out.append(x)
                 node = child
                 break
-            rest = _residual(residual, draft_probs[node])
+            rest = residual_weights(residual, draft_probs[node])
             residual = reduce(rest) if rest.sum() > 0 else residual  # no mass only where r = p: never rejected
         else:
             return torch.tensor([*out, int(torch.multinomial(residual, 1))])

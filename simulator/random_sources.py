@@ -23,21 +23,18 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from simulator.errors import KernelError, RandomSourceError, SpecproofError
-from simulator.usercode import OWN_CODE, SPECIMENS, is_own_frame, plugin_code_globals
+from simulator.usercode import is_own_frame, own_code, plugin_code_globals, specimens
 
 T = TypeVar("T")
 WAY_OUT = "draw with torch.rand / torch.multinomial, or random.random() looked up at call time"
 PLUGIN_WAY_OUT = ("a plugin draws only from its rng (rng.bernoulli, rng.categorical), whose every outcome "
                   "specproof enumerates; rng has no continuous uniform (docs/plugins.md, \"Draw only from rng\")")
-#: torch's random ops the capture routes to the randomness interface (simulator/torch_path/capture.py)
+#: torch's random ops the capture routes to the randomness interface (simulator/kernels/capture.py)
 TORCH_MODELLED = {"rand", "rand_like", "uniform_", "exponential_", "multinomial", "bernoulli", "bernoulli_"}
 #: torch's random ops not modelled exactly: refused by name (the generator watch misses one given its own generator)
 TORCH_UNMODELLED = {"randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_", "random_",
                     "poisson", "geometric_", "log_normal_", "cauchy_", "binomial", "_standard_gamma",
                     "_sample_dirichlet"}
-#: specproof's own packages: their draws while user code runs (a model's rows, computed when first read; the
-#: enumerator's choices) are not the user's
-OWN = OWN_CODE
 _RANDOM_FILE = random.__file__
 #: methods of ``_random.Random`` that advance a generator: drawing, and reseeding the caller's global one
 _DRAWS = {"random", "getrandbits"}
@@ -58,7 +55,7 @@ _ACTIVE: list[RandomSources] = []  # innermost last: the one the replaced names 
 def library_paths() -> tuple[str, ...]:
     """Code that is not the user's: specproof's own, numpy's, random.py, and torch's and triton's (its
     interpreter runs a Triton kernel's lines) when imported."""
-    paths = (*OWN, str(Path(np.__file__).resolve().parent), str(Path(random.__file__).resolve()))
+    paths = (*own_code(), str(Path(np.__file__).resolve().parent), str(Path(random.__file__).resolve()))
     libraries = (sys.modules.get(name) for name in ("torch", "triton"))
     return (*paths, *(str(Path(lib.__file__).resolve().parent) for lib in libraries if lib is not None))
 
@@ -67,7 +64,7 @@ def library_paths() -> tuple[str, ...]:
 def not_user_code(filename: str) -> bool:
     """Whether ``filename`` is specproof's, numpy's, random.py or torch's: a frame there is not the user's."""
     path = str(Path(filename).resolve())
-    return path.startswith(library_paths()) and not path.startswith(SPECIMENS)
+    return path.startswith(library_paths()) and not path.startswith(specimens())
 
 
 def user_line(start: FrameType | None = None) -> str:

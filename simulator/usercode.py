@@ -21,12 +21,11 @@ from typing import Callable, Iterator, Sequence, TypeVar
 from .errors import InvalidParameterError, MissingDependencyError
 
 T = TypeVar("T")
-#: specproof's own packages: a frame in one of them is not user code
-OWN_CODE = tuple(str(Path(__file__).resolve().parents[1] / package) for package in ("simulator", "exact", "specproof"))
-#: the torch kernels specproof ships as specimens (the mutation zoo's and the kernel report's, installed with the
-#: package so that ``zoo`` runs anywhere): user code all the same, for messages, precision and coverage
-SPECIMENS = tuple(str(Path(__file__).resolve().parents[1] / "specproof" / "gate" / name)
-                  for name in ("mutants.py", "torch_kernels.py", "triton_kernels.py"))
+#: specproof's own packages by name, with their folders: a frame in one of them is not user code. The core is here
+#: from the start; each package above registers itself when imported (:func:`register_own_package`).
+_OWN: dict[str, str] = {__name__.partition(".")[0]: str(Path(__file__).resolve().parent)}
+#: files inside those packages that are user code all the same (:func:`register_specimens`)
+_SPECIMENS: list[str] = []
 #: the exit status of a run stopped by SIGINT or SIGTERM (the shell's 128 + SIGINT)
 INTERRUPTED_EXIT = 130
 
@@ -65,10 +64,38 @@ def interrupted() -> bool:
     return bool(_signalled)
 
 
+def register_own_package(name: str, init_file: str) -> None:
+    """Count the package ``name``, whose ``__init__.py`` is ``init_file``, as specproof's own code: its frames are
+    not user code, and an object of its classes watches its own randomness (a torch kernel). Each package above
+    the core calls it when imported, so the core need not name them."""
+    _OWN[name] = str(Path(init_file).resolve().parent)
+
+
+def register_specimens(*files: str) -> None:
+    """Count ``files``, inside one of specproof's own packages, as user code all the same: the kernels shipped as
+    specimens (the gate's, for messages, precision and coverage). Their package calls it when imported."""
+    _SPECIMENS.extend(str(Path(f).resolve()) for f in files if str(Path(f).resolve()) not in _SPECIMENS)
+
+
+def own_code() -> tuple[str, ...]:
+    """The folders of specproof's own packages imported so far (:func:`register_own_package`)."""
+    return tuple(_OWN.values())
+
+
+def specimens() -> tuple[str, ...]:
+    """The files of specproof's own packages that are user code all the same (:func:`register_specimens`)."""
+    return tuple(_SPECIMENS)
+
+
+def is_own_module(module_name: str) -> bool:
+    """Whether the module ``module_name`` (dotted) belongs to one of specproof's own packages."""
+    return module_name.partition(".")[0] in _OWN
+
+
 def is_own_frame(filename: str) -> bool:
     """Whether a frame of ``filename`` is specproof's own code (not a user's, nor a specimen kernel's)."""
     path = str(Path(filename).resolve())
-    return path.startswith(OWN_CODE) and not path.startswith(SPECIMENS)
+    return path.startswith(own_code()) and not path.startswith(specimens())
 
 
 def source_line(err: BaseException) -> str:

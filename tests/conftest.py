@@ -34,9 +34,9 @@ def torch_device(request) -> str:
 @pytest.fixture
 def sequential_tree_positions(monkeypatch) -> None:
     """A planted deployment bug in the torch path's tree scoring: tree tokens numbered sequentially instead of by
-    depth (simulator.torch_path.kv_cache.tree_inputs keeps its mask, loses its positions)."""
+    depth (simulator.real.kv_cache.tree_inputs keeps its mask, loses its positions)."""
     torch = pytest.importorskip("torch")
-    import simulator.torch_path.kv_cache as kv_cache
+    import simulator.real.kv_cache as kv_cache
     original = kv_cache.tree_inputs
 
     def sequential(cached, context_len, pending, parents, nodes, slot, dtype, device):

@@ -3,6 +3,9 @@ registry, and a single-step rule reaches the array rules that lift it, and the e
 (its array step); no module outside the rule modules computes acceptance or takes RRS's residual step, and none picks
 a rule by its name or by an option string.
 
+The layers: each package imports only from the ones below it, and names none above it in a string or a path; no
+module reaches another module's private names.
+
 The scans read the source (``ast``), so a new engine that slips back into a private copy of a rule, or into ``if
 name == "tv-rrs"`` or ``plan.startswith("flow:")``, fails here; each test is shown to catch planted copies, the
 residual step among them planted into Layer Verification's array rule and into the exact engine.
@@ -12,11 +15,16 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
+import exact.law
+import exact.prove.prover
 import exact.recursions.token_dp
 import simulator
+import simulator.usercode
 import simulator.verifiers.batched.layer
+import simulator.verifiers.registry
 from simulator.drafting.drafter_registry import DYNAMIC
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.batched.ref import ArrayRuleRef
@@ -255,6 +263,252 @@ def test_no_module_imports_from_a_layer_above_it():
                                 "exact/law.py": ["specproof.cli.app", "specproof.gate"]}
 
 
+# ---- the layer rule on strings and paths ---------------------------------------------------------------------------
+#: a reference in a string to a module or file: ``pkg.mod``, ``pkg.mod:function``, ``pkg:function``, ``pkg/sub/x.py``
+DOTTED = re.compile(r"(?<![\w./-])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?::[\w.]+)?")
+BARE_REFERENCE = re.compile(r"(?<![\w./-])([A-Za-z_]\w*):[A-Za-z_][\w.]*")
+FILE_PATH = re.compile(r"(?<![\w./-])([A-Za-z_]\w*(?:/[\w.-]+)+)")
+#: calls whose string arguments are module names
+IMPORTING = {"import_module", "__import__", "find_spec", "get"}
+#: calls that build a path from their arguments
+PATH_BUILDERS = {"Path", "PurePath", "PosixPath", "joinpath", "join"}
+
+
+def _docstring_nodes(tree: ast.Module) -> set[int]:
+    """The ids of the docstrings' constants: documentation, which may name any module (a command, a page)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _in_tree(parts: list[str]) -> bool:
+    """Whether ``parts`` (a layer, then names under it) are a module or a file of the tree: a package, a module, or
+    a file or folder by its path."""
+    base = ROOT.joinpath(*parts)
+    return base.exists() or base.with_suffix(".py").is_file()
+
+
+def _module_references(text: str, above: tuple[str, ...]) -> list[str]:
+    """The references in ``text`` to an existing module or file of a layer in ``above``, checked against the tree:
+    ``exact.recursions.token_law``, ``exact.recursions.token_law:token_law``, ``exact:certify``,
+    ``specproof/gate/mutants.py``. ``specproof.toml``, ``specproof.random`` or the command ``specproof certify``
+    name nothing of the tree."""
+    found = []
+    for match in DOTTED.finditer(text):
+        parts = match.group(1).split(".")
+        if parts[0] in above and any(_in_tree(parts[:i]) for i in range(2, len(parts) + 1)):
+            found.append(match.group(0))
+    found += [m.group(0) for m in BARE_REFERENCE.finditer(text) if m.group(1) in above]
+    found += [m.group(1) for m in FILE_PATH.finditer(text)
+              if m.group(1).split("/")[0] in above and _in_tree(m.group(1).rstrip(".").split("/"))]
+    return found
+
+
+def _path_parts(node: ast.AST) -> list[ast.AST]:
+    """The operands of a path built with ``/`` or by a path call (``Path(a, b)``, ``p.joinpath(a)``), in order."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return [*_path_parts(node.left), node.right]
+    if isinstance(node, ast.Call) and _called(node) in PATH_BUILDERS:
+        base = [node.func.value] if isinstance(node.func, ast.Attribute) else []
+        return [*base, *node.args]
+    return [node]
+
+
+def _upward_path(node: ast.AST, above: tuple[str, ...]) -> bool:
+    """Whether ``node`` builds a path into a layer of ``above``: a component naming the layer, then names of the
+    tree under it (``Path(x) / "specproof" / "gate"``), or the layer from this file's place
+    (``Path(__file__).parents[1] / "specproof"``). ``Path.home() / ".cache" / "specproof"`` names a folder of the
+    user's, not the tree."""
+    parts = _path_parts(node)
+    names = [p.value for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str)]
+    components = [c for name in names for c in name.split("/") if c]
+    from_file = any(isinstance(n, ast.Name) and n.id == "__file__" or isinstance(n, ast.Attribute)
+                    and n.attr == "__file__" for part in parts for n in ast.walk(part))
+    for i, component in enumerate(components):
+        if component in above and (from_file or (i + 1 < len(components) and _in_tree(components[i:]))):
+            return True
+    return False
+
+
+def _upward_strings(modules: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """``path -> [line: what]`` for each string naming a module or file of a higher layer, outside docstrings: a
+    reference (``"exact.recursions.token_law:token_law"``, ``"specproof/gate/mutants.py"``), a layer by its bare
+    name where a module name goes (a list of layer names, an import's argument), or a path built into a higher
+    layer."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    found: dict[str, list[str]] = {}
+    for path, tree in modules.items():
+        above = LAYERS[rank[path.split("/")[0]] + 1:]
+        if not above:
+            continue
+        docs, hits = _docstring_nodes(tree), []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                hits += [f"{node.lineno}: {ref}" for ref in _module_references(node.value, above)]
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) > 1 and all(
+                    isinstance(e, ast.Constant) and e.value in LAYERS for e in node.elts):
+                hits += [f"{node.lineno}: {e.value}" for e in node.elts if e.value in above]
+            elif isinstance(node, ast.Call) and _called(node) in IMPORTING:
+                hits += [f"{node.lineno}: {a.value}" for a in node.args if isinstance(a, ast.Constant)
+                         and isinstance(a.value, str) and a.value.split(".")[0] in above]
+            if isinstance(node, (ast.BinOp, ast.Call)) and _upward_path(node, above):
+                hits.append(f"{node.lineno}: a path into {' or '.join(above)}")
+        if hits:
+            found[path] = sorted(set(hits), key=lambda hit: (int(hit.split(":")[0]), hit))
+    return found
+
+
+def _with(plant: dict[str, str]) -> dict[str, ast.Module]:
+    """The layers' modules, with ``plant`` (path -> code) appended to some; no file is written."""
+    modules = _layer_modules()
+    for path, code in plant.items():
+        modules[path] = ast.parse((ROOT / path).read_text(encoding="utf-8") + code)
+    return modules
+
+
+UPWARD_STRINGS = '''
+TOKEN_LAW = "exact.recursions.token_law:token_law"
+ZOO = "see specproof/gate/mutants.py"
+OWN_PACKAGES = ("simulator", "exact", "specproof")
+CERTIFY = "exact:certify"
+'''
+UPWARD_PATHS = '''
+SPECIMENS = Path(__file__).resolve().parents[1] / "specproof" / "gate"
+MUTANTS = Path(ROOT) / "specproof" / "gate" / "mutants.py"
+PROVER = Path(ROOT, "exact", "prove")
+'''
+NOT_UPWARD = '''
+def f():
+    """Computed by exact.recursions.token_law:token_law (docs/engines.md); see specproof/gate/mutants.py."""
+    # the same: exact.recursions.token_law
+    cache = Path.home() / ".cache" / "specproof"
+    raise ValueError("run specproof certify --verifier tv-rrs, or write a specproof.toml", "specproof.random", cache)
+'''
+
+
+def test_no_string_or_path_names_a_module_of_a_layer_above():
+    assert _upward_strings(_layer_modules()) == {}
+    registry = _relative(simulator.verifiers.registry)
+    flagged = _upward_strings(_with({registry: UPWARD_STRINGS}))
+    assert set(flagged) == {registry}
+    assert [hit.split(": ", 1)[1] for hit in flagged[registry]] == [
+        "exact.recursions.token_law:token_law", "specproof/gate/mutants.py", "exact", "specproof", "exact:certify"]
+    usercode = _relative(simulator.usercode)
+    flagged = _upward_strings(_with({usercode: UPWARD_PATHS}))
+    assert set(flagged) == {usercode} and len(flagged[usercode]) == 3, flagged
+    assert all(hit.endswith(": a path into exact or specproof") for hit in flagged[usercode])
+    # docstrings, comments, commands, config file names and folders of the user's name no module of the tree
+    assert _upward_strings(_with({usercode: NOT_UPWARD, registry: NOT_UPWARD})) == {}
+    # the exact engine may not name the application either
+    law = _relative(exact.law)
+    assert set(_upward_strings(_with({law: 'ZOO = "specproof.gate.zoo"\n'}))) == {law}
+
+
+def test_the_exact_engine_supplies_every_recursion_the_registry_names():
+    from exact.recursions.laws import LAWS
+    from simulator.verifiers.registry import Recursion
+
+    assert set(LAWS) == set(Recursion)
+    named = {spec.exact_law.recursion for spec in VERIFIERS.values() if spec.exact_law is not None}
+    assert named == set(Recursion)
+
+
+# ---- private names stay in their module ----------------------------------------------------------------------------
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined_privates(tree: ast.Module) -> set[str]:
+    """The private names a module defines: functions, classes, variables, arguments and attributes it assigns."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return {name for name in names if _private(name)}
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _bound_modules(path: str, tree: ast.Module) -> dict[str, bool]:
+    """The names ``path`` binds by an import, each with whether it is one of the layers' own (``False``: a library
+    such as torch, whose privates are its own business)."""
+    package = path.rsplit("/", 1)[0].split("/")
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound[alias.asname or alias.name.split(".")[0]] = alias.name.split(".")[0] in LAYERS
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else (node.module or "").split(".")
+            for alias in node.names:
+                bound[alias.asname or alias.name] = base[0] in LAYERS
+    return bound
+
+
+def _private_reach(modules: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """``path -> [line: what]`` for each private name of another of the layers' modules it reaches: ``from x import
+    _name``, ``module._name`` of an imported module of the layers, or ``obj._name`` where only another module
+    defines ``_name`` (``self.mode._resolve(...)`` calling another module's class's private method)."""
+    defined = {path: _defined_privates(tree) for path, tree in modules.items()}
+    found: dict[str, list[str]] = {}
+    for path, tree in modules.items():
+        elsewhere = set().union(*(names for other, names in defined.items() if other != path)) - defined[path]
+        bound, package, hits = _bound_modules(path, tree), path.rsplit("/", 1)[0].split("/"), []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else (node.module or "").split(".")
+                source = "." * node.level + (node.module or "")
+                hits += [f"{node.lineno}: from {source} import {a.name}" for a in node.names
+                         if base[0] in LAYERS and _private(a.name)]
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                root = _root_name(node.value)
+                own_module = bound.get(root) is True
+                if own_module or (root not in bound and node.attr in elsewhere):
+                    hits.append(f"{node.lineno}: {ast.unparse(node)}")
+        if hits:
+            found[path] = sorted(hits, key=lambda hit: (int(hit.split(":")[0]), hit))
+    return found
+
+
+PRIVATE_REACH = '''
+from simulator.drafting.aded import _Node
+import simulator.models.model_pairs as pairs
+
+
+def reach(capture):
+    pairs._context_key(())
+    return capture._symbolic
+'''
+
+
+def test_no_module_reaches_another_modules_private_names():
+    assert _private_reach(_layer_modules()) == {}
+    triton = "simulator/kernels/triton_capture.py"
+    flagged = _private_reach(_with({triton: PRIVATE_REACH}))
+    assert set(flagged) == {triton}
+    assert [hit.split(": ", 1)[1] for hit in flagged[triton]] == [
+        "from simulator.drafting.aded import _Node", "pairs._context_key", "capture._symbolic"], flagged
+    # a library's private (torch.jit._state), and a private of this module's own class, are not another module's
+    assert _private_reach(_with({triton: "\nimport torch\nx = torch.jit._state._enabled\n"})) == {}
+    # across the other layers too: the prover calling the proof's private helper
+    prover = _relative(exact.prove.prover)
+    assert set(_private_reach(_with({prover: "\nfrom .proof import _signs_json\n"}))) == {prover}
+
+
 def test_the_exact_engine_is_organised_by_role():
     top = [p.name for p in (ROOT / "exact").glob("*.py") if p.name != "__init__.py"]
     assert len(top) <= 10, sorted(top)
@@ -263,11 +517,17 @@ def test_the_exact_engine_is_organised_by_role():
 
 
 def test_the_core_is_grouped():
-    """``simulator/`` keeps at most 14 modules at its top: drafting and the model set-up are packages."""
+    """``simulator/`` keeps at most 14 modules at its top: drafting and the model set-up are packages, and so are
+    the two jobs of torch: the capture of kernels (``kernels``) and real causal-LM pairs (``real``)."""
     top = [p.name for p in (ROOT / "simulator").glob("*.py") if p.name != "__init__.py"]
     assert len(top) <= 14, sorted(top)
     packages = {p.name for p in (ROOT / "simulator").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert {"drafting", "models", "verifiers", "montecarlo", "torch_path"} <= packages
+    assert {"drafting", "models", "verifiers", "montecarlo", "kernels", "real"} <= packages
+    assert "torch_path" not in packages
+    kernels = {p.stem for p in (ROOT / "simulator" / "kernels").glob("*.py")}
+    assert {"kernel", "loading", "adapters", "conventions", "capture", "triton_capture", "triton_compat"} <= kernels
+    real = {p.stem for p in (ROOT / "simulator" / "real").glob("*.py")}
+    assert {"causal_lm", "kv_cache", "spec_bench", "crosscheck", "draft_training", "trained_draft", "fetch"} <= real
     drafting = {p.stem for p in (ROOT / "simulator" / "drafting").glob("*.py")}
     assert {"shapes", "arrays", "lazy_draft", "dyspec", "aded", "drafter_registry"} <= drafting
     assert {p.stem for p in (ROOT / "simulator" / "models").glob("*.py")} >= {"model_pairs", "seeded_normals"}

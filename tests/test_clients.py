@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 
-from simulator.torch_path.conventions import vllm_adapter  # noqa: E402
-from simulator.torch_path.fetch import cached  # noqa: E402
+from simulator.kernels.conventions import vllm_adapter  # noqa: E402
+from simulator.real.fetch import cached  # noqa: E402
 from specproof.cli.app import main  # noqa: E402
 
 VLLM = "vllm.model_executor.layers.rejection_sampler:RejectionSampler.forward"

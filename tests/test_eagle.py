@@ -23,9 +23,9 @@ torch = pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 
 from simulator.errors import KernelError  # noqa: E402
-from simulator.torch_path import conventions  # noqa: E402
-from simulator.torch_path.conventions import eagle_adapter, eagle_paths_buffers  # noqa: E402
-from simulator.torch_path.fetch import cached  # noqa: E402
+from simulator.kernels import conventions  # noqa: E402
+from simulator.kernels.conventions import eagle_adapter, eagle_paths_buffers  # noqa: E402
+from simulator.real.fetch import cached  # noqa: E402
 from simulator.trees import DraftTree  # noqa: E402
 from specproof.cli.app import main  # noqa: E402
 

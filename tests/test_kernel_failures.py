@@ -19,8 +19,8 @@ from click.testing import CliRunner  # noqa: E402
 from exact import certify  # noqa: E402
 from simulator.drafting import FixedShape  # noqa: E402
 from simulator.errors import VerifierFailure  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import TableModel  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli.app import main as cli  # noqa: E402
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -24,9 +25,10 @@ from exact import certify  # noqa: E402
 from exact.subject import subject  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
+from simulator.kernels import capture as torch_capture  # noqa: E402
+from simulator.kernels import kernel as kernels  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
-from simulator.torch_path import capture as torch_capture, kernels  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 
@@ -120,7 +122,7 @@ def test_a_built_in_adapter_may_carry_the_hook(monkeypatch):
 
 
 def test_a_hook_that_raises_names_the_adapter_and_its_line(tmp_path):
-    (tmp_path / "kl_bad_hook.py").write_text("from simulator.torch_path.kernels import chain as adapter\n\n\n"
+    (tmp_path / "kl_bad_hook.py").write_text("from simulator.kernels.adapters import chain as adapter\n\n\n"
                                              "def before_kernel_import():\n"
                                              "    raise ImportError('the engine needs CUDA')\n")
     out = _cli("--kernel", "kl_classes:Sampler.sample", "--import-path", str(tmp_path),
@@ -209,3 +211,13 @@ def test_bad_names_and_options_exit_2_naming_the_option(args, path, field, words
     assert out.exit_code == 2 and f"error: {field}: " in out.output and words in out.output, out.output
     assert "Traceback" not in out.output
 
+
+
+def test_loading_a_kernel_asks_for_tritons_interpreter_unless_the_environment_chose(monkeypatch):
+    # importing specproof set nothing (tests/test_imports.py); loading a kernel, before its modules import triton
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    Kernel("specproof.gate.torch_kernels:sps_chain", "chain")
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a GPU run's choice stays
+    Kernel("specproof.gate.torch_kernels:sps_chain", "chain")
+    assert os.environ["TRITON_INTERPRET"] == "0"

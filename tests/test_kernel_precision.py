@@ -17,14 +17,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
-from specproof.gate.torch_kernels import _chain_rows, _emitted, _residual, sps_chain  # noqa: E402
+from specproof.gate.torch_kernels import chain_answer, chain_rows, residual_weights, sps_chain  # noqa: E402
 from exact import certify  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
+from simulator.kernels.capture import Precision, capture  # noqa: E402
+from simulator.kernels.kernel import FLOAT32_TOLERANCE, FLOAT64_TOLERANCE, Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
-from simulator.torch_path.capture import Precision, capture  # noqa: E402
-from simulator.torch_path.kernels import FLOAT32_TOLERANCE, FLOAT64_TOLERANCE, Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 from specproof.cli.certificate_text import support_source  # noqa: E402
@@ -79,35 +79,35 @@ def _gumbel(weights: torch.Tensor) -> torch.Tensor:
 
 def sps_chain_gumbel(candidate_input_ids, candidate_logits, candidate_length, new_logits):
     """``sps_chain`` with its replacement and bonus drawn by the in-place race: LOSSLESS."""
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):
         if torch.rand(()) < target[i, x] / draft[i, x]:
             continue
-        return _emitted(drafts, i, _gumbel(_residual(target[i], draft[i])))
-    return _emitted(drafts, candidate_length, _gumbel(target[candidate_length].clone()))
+        return chain_answer(drafts, i, _gumbel(residual_weights(target[i], draft[i])))
+    return chain_answer(drafts, candidate_length, _gumbel(target[candidate_length].clone()))
 
 
 def sps_chain_gumbel_target(candidate_input_ids, candidate_logits, candidate_length, new_logits):
     """The buggy twin: the replacement raced over the target row, not the residual. LOSSY."""
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):
         if torch.rand(()) < target[i, x] / draft[i, x]:
             continue
-        return _emitted(drafts, i, _gumbel(target[i].clone()))  # BUG: the target, not (target − draft)+
-    return _emitted(drafts, candidate_length, _gumbel(target[candidate_length].clone()))
+        return chain_answer(drafts, i, _gumbel(target[i].clone()))  # BUG: the target, not (target − draft)+
+    return chain_answer(drafts, candidate_length, _gumbel(target[candidate_length].clone()))
 
 
 def sps_chain_tiny_residual(candidate_input_ids, candidate_logits, candidate_length, new_logits):
     """vLLM 0.6.3's residual: ``clamp(q − p, min=finfo.tiny)`` in float32. Each token the target excludes keeps
     weight ``tiny`` in the residual: a support violation of about ``tiny`` per such token."""
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits.float(), candidate_length,
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits.float(), candidate_length,
                                         new_logits.float())
     for i, x in enumerate(drafts.tolist()):
         if torch.rand(()) < target[i, x] / draft[i, x]:
             continue
         residual = (target[i] - draft[i]).clamp(min=torch.finfo(target.dtype).tiny)
-        return _emitted(drafts, i, torch.multinomial(residual, 1)[0])
-    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1)[0])
+        return chain_answer(drafts, i, torch.multinomial(residual, 1)[0])
+    return chain_answer(drafts, candidate_length, torch.multinomial(target[candidate_length], 1)[0])
 
 
 def _kernel(fn, adapter: str = "chain", **options) -> Kernel:

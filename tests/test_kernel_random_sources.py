@@ -26,8 +26,8 @@ from click.testing import CliRunner  # noqa: E402
 from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
+from simulator.kernels.kernel import ADAPTERS, Kernel  # noqa: E402
 from simulator.models import TableModel  # noqa: E402
-from simulator.torch_path.kernels import ADAPTERS, Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 

@@ -24,17 +24,17 @@ from click.testing import CliRunner  # noqa: E402
 from exact import certify, fixed_tree_law  # noqa: E402
 from exact.enumeration import enumerate_outcomes  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
-from simulator.torch_path import capture as torch_capture  # noqa: E402
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter  # noqa: E402
 from simulator.errors import ChoiceLimitError, KernelError, LimitError, SpecproofError  # noqa: E402
+from simulator.kernels import capture as torch_capture  # noqa: E402
 from specproof.reports.kernel_report import parity, random_instance  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
+from simulator.kernels.capture import capture  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.limits import limits  # noqa: E402
 from simulator.models import RandomRationalModel, SyntheticModel  # noqa: E402
-from simulator.torch_path.capture import capture  # noqa: E402
-from simulator.torch_path.verify import TORCH_VERIFIERS  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from simulator.verifiers import VERIFIERS  # noqa: E402
+from simulator.verifiers.batched.torch_verify import TORCH_VERIFIERS  # noqa: E402
 from test_controls import MODELS as CONTROL_MODELS, SHAPES as CONTROL_SHAPES  # noqa: E402
 
 
@@ -214,7 +214,8 @@ def test_every_torch_verify_kernel_has_its_shared_rules_law(name):
 
 def test_parity_can_fail():
     tree, p, q = random_instance((-1, 0, 0), 3, 0, distinct=False)
-    kernel = Kernel("simulator.torch_path.verify:torch_verify", "uniforms", kwargs={"name": "bug-residual-q"})
+    kernel = Kernel("simulator.verifiers.batched.torch_verify:torch_verify", "uniforms",
+                    kwargs={"name": "bug-residual-q"})
     ours = fixed_tree_law(tree, p, q, kernel, 3, "float").law()
     sps = fixed_tree_law(tree, p, q, VERIFIERS["tv-sps"].fn, 3, "float").law()
     assert sum(abs(ours.get(k, 0) - sps.get(k, 0)) for k in set(ours) | set(sps)) / 2 > 1e-3
@@ -227,7 +228,7 @@ def test_every_torch_control_is_flagged_black_box(name):
     (bug-greedy-bv-nomod's bug is in the later tokens' completion, which the torch kernel leaves to its caller:
     its kernel, like greedy-bv's, returns decisions only.)"""
     topology, depth, branching, parents, scheme = CONTROL_SHAPES[name][0][0]
-    kernel = Kernel("simulator.torch_path.verify:torch_verify", "uniforms", kwargs={"name": name})
+    kernel = Kernel("simulator.verifiers.batched.torch_verify:torch_verify", "uniforms", kwargs={"name": name})
     drafter = make_drafter(scheme, make_topology(topology, depth, branching, parents), None, DrafterOptions(budget=4))
     certs = [certify(model, drafter, kernel, "float") for model in CONTROL_MODELS]
     assert any(not c.lossless and c.counterexample is not None for c in certs)

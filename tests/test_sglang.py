@@ -24,10 +24,10 @@ if importlib.util.find_spec("triton") is None:  # not importorskip: triton is im
 from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError, UnsupportedDraftError  # noqa: E402
+from simulator.kernels.conventions import sglang_adapter  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
-from simulator.torch_path.conventions import sglang_adapter  # noqa: E402
-from simulator.torch_path.fetch import cached  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
+from simulator.real.fetch import cached  # noqa: E402
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 
 SGLANG = "sglang.kernels.ops.speculative.reject_sampling:chain_speculative_sampling_triton"

@@ -19,9 +19,9 @@ torch = pytest.importorskip("torch")
 from exact.instances import random_shape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
 from simulator.randomness import ReplayRandomness  # noqa: E402
-from simulator.torch_path.verify import FLOW_DEFINED, TORCH_VERIFIERS, torch_verify  # noqa: E402
 from simulator.trees import DraftTree, make_topology  # noqa: E402
 from simulator.verifiers import VERIFIERS, single_step_arrays  # noqa: E402
+from simulator.verifiers.batched.torch_verify import FLOW_DEFINED, TORCH_VERIFIERS, torch_verify  # noqa: E402
 
 TREES = 10_000
 BATCH = 500
@@ -198,10 +198,10 @@ def test_a_drafted_token_of_zero_draft_mass_is_a_typed_error_not_a_nan(name, par
 
 
 def test_torch_threads_are_the_process_share_of_the_cores():
-    from simulator.montecarlo.context_rows import ContextRows
+    from simulator.devices import usable_cores
     from simulator.models import SyntheticModel
+    from simulator.montecarlo.context_rows import ContextRows
     from simulator.montecarlo.engine import torch_rows
-    from simulator.torch_path.devices import usable_cores
 
     before = torch.get_num_threads()
     try:

@@ -17,10 +17,10 @@ from click.testing import CliRunner  # noqa: E402
 
 from simulator.drafting import FixedShape  # noqa: E402
 from simulator.errors import InvalidParameterError  # noqa: E402
-from simulator.torch_path.draft_training import (Generations, TrainingPlan, choose_head_tokens,  # noqa: E402
+from simulator.real.causal_lm import CausalLMPair, Processing, ReprocessedDraft, load_causal_lm  # noqa: E402
+from simulator.real.draft_training import (Generations, TrainingPlan, choose_head_tokens,  # noqa: E402
                                                  head_coverage)
-from simulator.torch_path.pruned_head import PrunedHead, prune_head  # noqa: E402
-from simulator.torch_path.real import CausalLMPair, Processing, ReprocessedDraft, load_causal_lm  # noqa: E402
+from simulator.real.pruned_head import PrunedHead, prune_head  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from tests.test_real import _save_pair_with_tokenizer, end_to_end_tvd, tiny_pair  # noqa: E402,F401
 
@@ -138,7 +138,7 @@ def test_train_draft_checks_every_output_and_option_before_any_work(tmp_path, mo
     """``--out /proc/td`` was refused after generating and training (about 30 minutes), throwing the draft away;
     ``--layers 0,99`` after the generation; ``--head-tokens 10000000`` was clamped to the vocabulary. All are
     refused now before the target's weights load (its config is read for the layers and vocabulary)."""
-    from simulator.torch_path import real
+    from simulator.real import causal_lm as real
     from specproof.cli import app as cli
 
     def no_work(*args, **kwargs):

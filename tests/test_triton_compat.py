@@ -1,4 +1,4 @@
-"""simulator/torch_path/triton_compat.py: under Triton 3.5's interpreter with NumPy 2.4 or later, a loop bound
+"""simulator/kernels/triton_compat.py: under Triton 3.5's interpreter with NumPy 2.4 or later, a loop bound
 loaded from a tensor (``for i in range(1, n + 1)``, the construct SGLang's chain_speculative_sampling_triton stops
 at) raises TypeError; inside :func:`interpreter_scalar_index` the same kernel, unmodified, runs and gives the sum.
 The kernels are written to a file here and imported with ``TRITON_INTERPRET=1`` set, as the interpreter reads a
@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 
 import numpy as np  # noqa: E402
 
-from simulator.torch_path.triton_compat import interpreter_scalar_index  # noqa: E402
+from simulator.kernels.triton_compat import interpreter_scalar_index  # noqa: E402
 
 KERNELS = '''
 import triton

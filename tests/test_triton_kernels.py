@@ -1,4 +1,4 @@
-"""Triton kernels certified exactly on the CPU under Triton's interpreter (simulator/torch_path/triton_capture.py):
+"""Triton kernels certified exactly on the CPU under Triton's interpreter (simulator/kernels/triton_capture.py):
 the chain kernels of specproof/gate/triton_kernels.py, each correct one LOSSLESS and each bug twin LOSSY, a kernel
 the capture cannot resolve refused naming its line, and the float32 rounding the capture inverts checked against
 numpy's own rounding."""
@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import operator
+import os
 import random
+import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -25,9 +27,9 @@ from click.testing import CliRunner  # noqa: E402
 from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import SpecproofError  # noqa: E402
+from simulator.kernels.capture import _unrounded  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
-from simulator.torch_path.capture import _unrounded  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 from specproof.cli import app as cli  # noqa: E402
 
@@ -191,7 +193,7 @@ def test_a_loop_bound_loaded_from_a_tensor_runs_under_the_capture(seed):
 @pytest.mark.skipif(tuple(int(part) for part in np.__version__.split(".")[:2]) < (2, 4),
                     reason="NumPy before 2.4 converts a one-element array, with a warning")
 def test_without_the_fix_the_loop_bound_stops_the_capture(monkeypatch):
-    import simulator.torch_path.triton_capture as triton_capture
+    import simulator.kernels.triton_capture as triton_capture
 
     monkeypatch.setattr(triton_capture, "interpreter_scalar_index", contextlib.nullcontext)
     with pytest.raises(SpecproofError, match=r"only 0-dimensional arrays.*kl_triton_loop\.py:\d+"):
@@ -218,3 +220,49 @@ def test_their_twins_are_lossy_or_refused():
     assert not reused.lossless and reused.tvd > 1e-3
     with pytest.raises(SpecproofError, match="argmax: a race on a random value already compared or raced"):
         _certificate("", PAIRS[1], verifier=_memory_kernel("shared_race_all_read"))
+
+
+#: a Triton kernel module with no interpreter setting of its own: nothing in it, nor in the environment, names
+#: TRITON_INTERPRET
+BARE_TRITON_MODULE = '''
+import torch
+import triton
+import triton.language as tl
+
+from specproof.gate.torch_kernels import chain_answer, chain_rows, inverse_cdf, residual_weights
+
+
+@triton.jit
+def _accept(drafts, draft_rows, target_rows, uniforms, accepted, V: tl.constexpr):
+    i = tl.program_id(0)
+    x = tl.load(drafts + i)
+    u, p, q = tl.load(uniforms + i), tl.load(draft_rows + i * V + x), tl.load(target_rows + i * V + x)
+    tl.store(accepted + i, (u * p < q).to(tl.int32))
+
+
+def sps_chain(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    gamma = int(candidate_length)
+    accepted = torch.zeros(gamma, dtype=torch.int32)
+    _accept[(gamma,)](drafts.contiguous(), draft.contiguous(), target.contiguous(),
+                      torch.rand(gamma, dtype=torch.float64), accepted, V=draft.shape[-1])
+    for i, ok in enumerate(accepted.tolist()):
+        if not ok:
+            return chain_answer(drafts, i, inverse_cdf(residual_weights(target[i], draft[i]), torch.rand(())))
+    return chain_answer(drafts, gamma, torch.multinomial(target[gamma], 1))
+'''
+
+
+@pytest.mark.slow
+def test_a_triton_kernel_with_no_interpreter_setting_of_its_own_certifies(tmp_path):
+    """``specproof certify --kernel`` in a process whose environment has no ``TRITON_INTERPRET``, of a module that
+    sets none: the loader asks for the interpreter before importing it (docs/kernels.md, "Triton kernels")."""
+    (tmp_path / "bare_triton.py").write_text(BARE_TRITON_MODULE)
+    assert "TRITON_INTERPRET" not in BARE_TRITON_MODULE
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-m", "specproof.cli", "certify", "--import-path", str(tmp_path),
+                             "--kernel", "bare_triton:sps_chain", "--adapter", "chain", "--depth", "2", "--model",
+                             "random-rational", "--vocab", "3"], capture_output=True, text=True, env=env,
+                            cwd=Path(__file__).resolve().parent.parent, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "bare_triton:sps_chain: LOSSLESS" in result.stdout

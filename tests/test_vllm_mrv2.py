@@ -23,9 +23,9 @@ if importlib.util.find_spec("triton") is None:  # not importorskip: triton is im
 from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
 from simulator.errors import KernelError  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel  # noqa: E402
-from simulator.torch_path.fetch import cached  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
+from simulator.real.fetch import cached  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 
 MRV2 = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils:rejection_sample"

@@ -25,9 +25,9 @@ if importlib.util.find_spec("triton") is None:  # not importorskip: triton is im
 
 from exact import certify  # noqa: E402
 from simulator.drafting.drafter_registry import make_drafter  # noqa: E402
+from simulator.kernels.kernel import Kernel  # noqa: E402
 from simulator.models import RandomRationalModel, TableModel  # noqa: E402
-from simulator.torch_path.fetch import cached  # noqa: E402
-from simulator.torch_path.kernels import Kernel  # noqa: E402
+from simulator.real.fetch import cached  # noqa: E402
 from simulator.trees import make_topology  # noqa: E402
 
 VLLM = "vllm.v1.sample.rejection_sampler:rejection_sample"

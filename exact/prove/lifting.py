@@ -17,7 +17,7 @@ from simulator.verifiers.token_tree import Lift, lift_of, token_step
 
 from exact.reproducer import Reproducer
 from exact.subject import Subject
-from .proof import Decided, Proof, Tally, _confirm, _contexts, _paths, cells_json, decide, estimate
+from .proof import Decided, Proof, Tally, all_contexts, cells_json, confirm, decide, estimate, run_paths
 from .symbolic import LinearFeasibility, Space
 
 
@@ -200,7 +200,7 @@ def prove_claim(lift: Lift, scheme: str, k: int, space: Space, feasible: LinearF
         estimate(space, program, feasible, name, tally)
     tally.begin("paths")
     stuck: list = []
-    paths = _paths(space, program, feasible, name, stuck, tally.run)
+    paths = run_paths(space, program, feasible, name, stuck, tally.run)
     sequences = [(x,) for x in range(space.vocab)]
     target = {(x,): space.row("q", ())[x].value for x in range(space.vocab)}
     decided = decide(paths, target, sequences, stuck, space, feasible, tally)
@@ -216,14 +216,14 @@ def placements(point: list[Fraction], space: Space, topology: Topology, k: int
     vocab, height = space.vocab, topology.height
     rows = space.rows_at(point)
     p, q = rows["p"][()], rows["q"][()]
-    out = [("the witness rows at every context", {c: p for c in _contexts(vocab, height - 1)},
-            {c: q for c in _contexts(vocab, height)})]
+    out = [("the witness rows at every context", {c: p for c in all_contexts(vocab, height - 1)},
+            {c: q for c in all_contexts(vocab, height)})]
     depth = _shallowest(topology, k)
     if depth:
         uniform = tuple(Fraction(1, vocab) for _ in range(vocab))
         out.append((f"uniform rows p = q at the contexts above depth {depth}, the witness rows from depth {depth} on",
-                    {c: uniform if len(c) < depth else p for c in _contexts(vocab, height - 1)},
-                    {c: uniform if len(c) < depth else q for c in _contexts(vocab, height)}))
+                    {c: uniform if len(c) < depth else p for c in all_contexts(vocab, height - 1)},
+                    {c: uniform if len(c) < depth else q for c in all_contexts(vocab, height)}))
     return out
 
 
@@ -274,7 +274,7 @@ def _refute(proof: Proof, what: Subject, topology: Topology, scheme: str, failin
         for where, p_rows, q_rows in placements(cell.witness, space, topology, claim.k):
             case = Reproducer(space.vocab, p_rows, q_rows, scheme, what.description, tuple(topology.parents))
             try:
-                tvd, failure = _confirm(case, None)
+                tvd, failure = confirm(case, None)
             except LimitError as err:
                 tried.append(f"k = {claim.k}, {where}: the exact engine did not finish ({err})")
                 continue

@@ -208,7 +208,9 @@ def _signs_json(signs: dict) -> dict:
     return {str(a.as_expr()): sorted(b) for a, b in sorted(signs.items(), key=lambda t: str(t[0]))}
 
 
-def _contexts(vocab: int, depth: int) -> list[tuple[int, ...]]:
+def all_contexts(vocab: int, depth: int) -> list[tuple[int, ...]]:
+    """Every context of ``vocab`` tokens and length ``0..depth``, shortest first: the rows a space of model pairs
+    has."""
     return [c for d in range(depth + 1) for c in itertools.product(range(vocab), repeat=d)]
 
 
@@ -286,20 +288,20 @@ def estimate(space: Space, program, feasible: LinearFeasibility, name: str, tall
                 tally.check_estimate()
 
 
-def _probe(space: Space, case: Callable[[Sequence[Fraction]], Reproducer], probes: int
-           ) -> tuple[Reproducer, object, str | None, int] | None:
+def probe(space: Space, case: Callable[[Sequence[Fraction]], Reproducer], probes: int
+          ) -> tuple[Reproducer, object, str | None, int] | None:
     """The first of ``probes`` random exact points of the space (:func:`exact.prove.cells.random_point`, a fixed seed)
     where the exact engine finds the rule lossy or failing: ``(reproducer, TVD, failure, its number)``."""
     rng = random.Random(0)
     for index in range(1, probes + 1):
         found = case(random_point(space, rng))
-        tvd, failure = _confirm(found, None)
+        tvd, failure = confirm(found, None)
         if failure is not None or tvd != 0:
             return found, tvd, failure, index
     return None
 
 
-def _confirm(case: Reproducer, name: str | None) -> tuple[object, str | None]:
+def confirm(case: Reproducer, name: str | None) -> tuple[object, str | None]:
     """The exact engine on a point: ``(TVD, None)``, or ``(None, the error)`` where the rule fails there (a random
     choice it cannot make). With ``name`` the point is a witness of the symbolic run, and the exact engine must
     agree that it is lossy or failing: a lossless witness is an engine bug, never a verdict."""
@@ -326,8 +328,8 @@ def _stopped(stuck: list, space: Space, feasible: LinearFeasibility, tally: Tall
     return [(str(stuck[c.sequence][0]), c) for c in cells if c.paths]  # the cells where the path runs
 
 
-def _paths(space: Space, program, feasible: LinearFeasibility, name: str, stuck: list | None = None,
-           on_run: Callable[[], None] | None = None) -> list:
+def run_paths(space: Space, program, feasible: LinearFeasibility, name: str, stuck: list | None = None,
+              on_run: Callable[[], None] | None = None) -> list:
     """Every path of ``program`` on ``space``; the paths that stopped at a random choice they cannot make go to
     ``stuck`` (:func:`exact.prove.symbolic.symbolic_paths`; without it, their error is raised). A rule the symbolic run
     cannot follow raises :class:`SymbolicError`."""
@@ -360,8 +362,8 @@ class Expectation:
     cells: list[tuple[object, dict, object]]
 
 
-def _expectations(forms: tuple, paths: list, space: Space, drafter, what: Subject, height: int,
-                  tally: Tally) -> list[Expectation]:
+def chain_expectations(forms: tuple, paths: list, space: Space, drafter, what: Subject, height: int,
+                       tally: Tally) -> list[Expectation]:
     """The rule's ``E[τ]`` on a chain against its paper's closed form (:mod:`exact.recursions.closed_forms`) for every
     model pair (from the proof's own paths) and, where the paper gives one, against the form for context-independent
     rows (a second, smaller space whose one ``p`` row and one ``q`` row serve every context)."""
@@ -371,8 +373,8 @@ def _expectations(forms: tuple, paths: list, space: Space, drafter, what: Subjec
     if context_free is not None:
         shared = Space.context_free(space.vocab)
         view, feasible = SymbolicView(shared), LinearFeasibility(shared)
-        rounds = _paths(shared, lambda rng: speculate(view, drafter, what.fn, rng).path, feasible, what.name,
-                        on_run=tally.run)
+        rounds = run_paths(shared, lambda rng: speculate(view, drafter, what.fn, rng).path, feasible, what.name,
+                           on_run=tally.run)
         out.append(_expectation(context_free, "context-independent rows", rounds, shared, feasible, height,
                                 tally.cell))
     return out
@@ -401,7 +403,8 @@ def _expectation(form: Form, rows: str, paths: list, space: Space, feasible: Lin
     return Expectation(form.text, rows, all(cell.holds for cell in cells), values)
 
 
-def _joint(space: Space, sequence: Sequence[int]):
+def target_probability(space: Space, sequence: Sequence[int]):
+    """``q^(H+1)(sequence)``, the target's probability of ``sequence``, as a product of the space's symbolic rows."""
     prob = space.one
     for k, token in enumerate(sequence):
         prob = prob * space.row("q", tuple(sequence[:k]))[token].value

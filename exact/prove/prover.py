@@ -19,8 +19,8 @@ from exact.recursions.closed_forms import FORMS
 from exact.reproducer import Reproducer
 from exact.subject import Subject, subject
 from .lifting import lift_for, prove_lifted
-from .proof import (Proof, SymbolicView, Tally, _confirm, _contexts, _expectations, _joint, _paths, _probe, decide,
-                    estimate)
+from .proof import (Proof, SymbolicView, Tally, all_contexts, chain_expectations, confirm, decide, estimate, probe,
+                    run_paths, target_probability)
 from .symbolic import LinearFeasibility, Space
 
 #: how a proof is made: ``auto`` lifts a token-verification lift and runs the cells for any other rule
@@ -114,7 +114,7 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
     what.require_claimed(scheme)  # a proof is of a claim: exactly the schemes the verifier claims
     height = topology.height
     check_symbols(vocab, height)
-    space = Space(vocab, _contexts(vocab, height - 1), _contexts(vocab, height))
+    space = Space(vocab, all_contexts(vocab, height - 1), all_contexts(vocab, height))
     config = {"topology": topology.name, "parents": list(topology.parents), "drafting": scheme, "vocab": vocab}
     spec = VERIFIERS.get(what.name)
     if spec is not None and spec.undecided_symbolic:
@@ -140,7 +140,7 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
 
     if probes:
         tally.begin("probes")
-        found = _probe(space, case, probes)
+        found = probe(space, case, probes)
         if found is not None:
             proof = Proof("REFUTED", what.name, config, 0, [], space, 0.0, method="probe")
             proof.witness, proof.witness_tvd, proof.failure, index = found
@@ -154,17 +154,17 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
         estimate(space, program, feasible, what.name, tally)
     tally.begin("paths")
     stuck: list = []
-    runs = _paths(space, program, feasible, what.name, stuck, tally.run)
+    runs = run_paths(space, program, feasible, what.name, stuck, tally.run)
     paths = [(sequence, prob, signs, accepted) for (sequence, accepted), prob, signs in runs]
     sequences = list(itertools.product(range(vocab), repeat=height + 1))
-    target = {s: _joint(space, s) for s in sequences}
+    target = {s: target_probability(space, s) for s in sequences}
     decided = decide(paths, target, sequences, stuck, space, feasible, tally)
     proof = Proof("PROVED", what.name, config, len(paths), decided.cells, space, 0.0, identities=decided.identities,
                   stops=len(stuck), stopped=decided.stopped)
     proof.verdict = decided.verdict
     if decided.witnessed is not None:
         proof.witness = case(decided.witnessed.witness)
-        proof.witness_tvd, proof.failure = _confirm(proof.witness, what.name)
+        proof.witness_tvd, proof.failure = confirm(proof.witness, what.name)
         proof.reason = decided.describe()
         if proof.failure is not None:
             proof.reason += "; the exact engine's run fails there"
@@ -177,6 +177,6 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
     failed_stop = decided.failed_stop
     if form is not None and failed_stop is None and topology.parents == tuple(range(-1, len(topology.parents) - 1)):
         tally.begin("E[τ]")
-        proof.expectations = _expectations(form, paths, space, drafter, what, height, tally)
+        proof.expectations = chain_expectations(form, paths, space, drafter, what, height, tally)
     proof.seconds = time.perf_counter() - started
     return proof

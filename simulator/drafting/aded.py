@@ -188,7 +188,9 @@ def mcts_candidates(table: TrigramTable, context: Context, config: AdedConfig) -
 
 
 @lru_cache(maxsize=4096)
-def _candidates(table: TrigramTable, context: Context, config: AdedConfig) -> tuple[tuple[int, ...], ...]:
+def cached_candidates(table: TrigramTable, context: Context, config: AdedConfig) -> tuple[tuple[int, ...], ...]:
+    """:func:`mcts_candidates`, remembered for the last 4,096 ``(table, context, config)``: a draft is a function
+    of them, and the reference drafter and its array kernel ask for the same ones."""
     return tuple(mcts_candidates(table, context, config))
 
 
@@ -236,7 +238,7 @@ class Aded:
     def draft(self, view: ModelView, rng=None) -> Draft:
         """The draft for ``view``'s context. The rows ``p`` are the table's (normalised; uniform where the
         table has no row): ADED's own model, which sample-and-match never reads."""
-        tree = candidate_tree(_candidates(self.table, view.context, self.config), view.vocab)
+        tree = candidate_tree(cached_candidates(self.table, view.context, self.config), view.vocab)
         p_rows = []
         for v in range(len(tree)):
             if not tree.children(v):

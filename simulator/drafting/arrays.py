@@ -11,7 +11,7 @@ from typing import Any, Callable, Protocol, Sequence
 from array_api_compat import array_namespace, device
 
 from simulator.array_ops import categorical, row_sum
-from simulator.drafting.aded import START, Aded, _candidates, candidate_tree
+from simulator.drafting.aded import START, Aded, cached_candidates, candidate_tree
 from simulator.drafting.dyspec import DySpecBudget, DySpecThreshold, bfs_renumbering
 from simulator.drafting.shapes import FixedShape
 from simulator.errors import InvalidParameterError
@@ -221,7 +221,8 @@ class AdedArrays:
     def draft(self, source: RoundSource) -> ArrayDraft:
         xp = array_namespace(source.like)
         context = tuple(source.context)
-        tree = candidate_tree(_candidates(self.reference.table, context, self.reference.config), source.vocab)
+        tree = candidate_tree(cached_candidates(self.reference.table, context, self.reference.config),
+                              source.vocab)
         rows: list[Any] = []
         for v in range(len(tree)):
             if not tree.children(v):

@@ -35,7 +35,9 @@ def _check_int(value: object, field: str, minimum: int) -> int:
     return int(value)
 
 
-def _check_real(value: object, field: str, low: float, high: float, low_open: bool = False) -> float:
+def checked_number(value: object, field: str, low: float, high: float, low_open: bool = False) -> float:
+    """``value`` as a float when it is a finite number (not a bool) in ``[low, high]`` (``(low, high]`` with
+    ``low_open``); :class:`InvalidParameterError` on ``field`` otherwise: a model's parameters and a battery's."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidParameterError(field, f"must be a number, got {value!r}")
     v = float(value)
@@ -141,9 +143,9 @@ class SyntheticModel:
     def __init__(self, vocab: int = 15, rho: float = 0.5, tau_p: float = 1.0, tau_q: float = 1.0,
                  seed: int = 0) -> None:
         self.vocab = _check_int(vocab, "vocab", 1)
-        self.rho = _check_real(rho, "rho", 0.0, 1.0)
-        self.tau_p = _check_real(tau_p, "tau_p", 0.0, math.inf, low_open=True)
-        self.tau_q = _check_real(tau_q, "tau_q", 0.0, math.inf, low_open=True)
+        self.rho = checked_number(rho, "rho", 0.0, 1.0)
+        self.tau_p = checked_number(tau_p, "tau_p", 0.0, math.inf, low_open=True)
+        self.tau_q = checked_number(tau_q, "tau_q", 0.0, math.inf, low_open=True)
         self.seed = _check_int(seed, "seed", 0)
 
     def logits(self, context: Context) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +190,7 @@ class RandomRationalModel:
         self.vocab = _check_int(vocab, "vocab", 1)
         self.seed = _check_int(seed, "seed", 0)
         self.max_weight = _check_int(max_weight, "max_weight", 1)
-        self.zero_prob = _check_real(zero_prob, "zero_prob", 0.0, 1.0)
+        self.zero_prob = checked_number(zero_prob, "zero_prob", 0.0, 1.0)
 
     def _rows(self, context: Context) -> tuple[list[Fraction], list[Fraction]]:
         rng = _context_seed(self.seed, context)
@@ -224,7 +226,7 @@ class TableModel:
         self._rows = {"p": dict(p_rows), "q": dict(q_rows)}
         for name, rows in self._rows.items():
             for ctx, row in rows.items():
-                as_distribution(row, self.vocab, _row_field(name, ctx), "fraction")
+                as_distribution(row, self.vocab, row_field(name, ctx), "fraction")
 
     def _row(self, name: str, context: Context) -> Sequence[Number]:
         rows = self._rows[name]
@@ -232,7 +234,7 @@ class TableModel:
             return rows[context]
         if None in rows:
             return rows[None]
-        raise InvalidDistributionError(_row_field(name, context),
+        raise InvalidDistributionError(row_field(name, context),
                                        "context not in the table and no '*' default row")
 
     def p(self, context: Context) -> Sequence[Number]:
@@ -285,7 +287,7 @@ def _context_key(context: Context | None) -> str:
     return "*" if context is None else ",".join(map(str, context))
 
 
-def _row_field(name: str, context: Context | None) -> str:
+def row_field(name: str, context: Context | None) -> str:
     """How a row is named in errors: ``q["0,2"]`` (context tokens), ``p[""]`` (empty prefix), ``p["*"]``."""
     return f'{name}["{_context_key(context)}"]'
 
@@ -324,20 +326,20 @@ class ModelView:
         if row is None:
             full = self.context + suffix
             raw = getattr(self.model, name)(full)
-            row = as_distribution(raw, self.vocab, _row_field(name, full), self.arithmetic)
+            row = as_distribution(raw, self.vocab, row_field(name, full), self.arithmetic)
             self._cache[key] = row
         return row
 
     def prefetch(self, name: str, suffixes: Sequence[Context]) -> None:
         """Compute the ``name`` rows (``"p"`` or ``"q"``) of many suffixes together when the model can
-        (:meth:`simulator.torch_path.real.CausalLMPair.batch_rows`: one tree-attention pass for a whole layer or
+        (:meth:`simulator.real.causal_lm.CausalLMPair.batch_rows`: one tree-attention pass for a whole layer or
         tree); other models are asked row by row when a row is read. Rows already in this view are not recomputed."""
         batch = getattr(self.model, "batch_rows", None)
         todo = [s for s in dict.fromkeys(tuple(s) for s in suffixes) if (name, s) not in self._cache]
         if batch is None or not todo:
             return
         for suffix, raw in zip(todo, batch(name, [self.context + s for s in todo])):
-            self._cache[name, suffix] = as_distribution(raw, self.vocab, _row_field(name, self.context + suffix),
+            self._cache[name, suffix] = as_distribution(raw, self.vocab, row_field(name, self.context + suffix),
                                                         self.arithmetic)
 
     def p(self, suffix: Context) -> tuple[Number, ...]:

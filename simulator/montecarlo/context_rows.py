@@ -11,7 +11,7 @@ import numpy as np
 from simulator.array_ops import guide_buckets, guide_table, guided_inverse_cdf, last_positive, ranking_tables, take_rows
 from simulator.verifiers.batched.gr_stacks import MassGrid
 from simulator.models import ContextTree, ModelPair, ModelView
-from simulator.models.model_pairs import _row_field
+from simulator.models.model_pairs import row_field
 from simulator.numeric import SUM_TOLERANCE, as_distribution
 from simulator.verifiers.batched.frame import Derived, residual_draw, rows_name
 
@@ -220,7 +220,7 @@ def _check_rows(rows: np.ndarray, contexts: ContextTree, name: str) -> None:
     fine = np.isfinite(rows).all(axis=1) & (rows >= 0).all(axis=1)
     fine &= np.abs(rows.sum(axis=1) - 1.0) <= SUM_TOLERANCE / 2
     for i in np.flatnonzero(~fine).tolist():
-        as_distribution(rows[i].tolist(), rows.shape[1], _row_field(name, contexts[i]), "float")
+        as_distribution(rows[i].tolist(), rows.shape[1], row_field(name, contexts[i]), "float")
 
 
 class DeviceRows:

@@ -466,8 +466,8 @@ def summarise(name: str, results: list[SeedResult], vocab: int, height: int) -> 
 def torch_rows(rows: ContextRows, device: str, workers: int = 1) -> DeviceRows:
     """``rows`` on a torch device; an unknown or unavailable device is an error naming ``device``. On the CPU torch
     gets this process's share of the cores, ``workers`` processes sharing them
-    (:func:`~simulator.torch_path.devices.set_torch_threads`)."""
-    from simulator.torch_path.devices import set_torch_threads, usable_device
+    (:func:`~simulator.devices.set_torch_threads`)."""
+    from simulator.devices import set_torch_threads, usable_device
 
     if usable_device(device).type == "cpu":
         set_torch_threads(workers)

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from enum import Enum
 from types import FunctionType
-from typing import Callable
+from typing import Any, Callable
 
 from simulator.drafting.drafter_registry import DYNAMIC  # DySpec's trees (simulator.drafting.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
-from ..usercode import import_user_module
+from ..usercode import import_user_module, is_own_module
 from . import block, controls, matching, multipath, single_step_arrays as steps, traversal
-from .batched.ref import ArrayRuleRef, FunctionRef, array_rule
+from .batched.ref import ArrayRuleRef, array_rule
 from .layer import lv
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
@@ -22,10 +23,25 @@ Verifier = Callable[..., tuple]
 
 ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
-TRAVERSAL_LAW = "exact.recursions.traversal_dp:traversal_law"  # TRV's law by recursion over subtrees
-LAYER_LAW = "exact.recursions.layer_dp:layer_law"  # LV's law with the deepest level summed in closed form
-TOKEN_LAW = "exact.recursions.token_law:token_law"  # token verification's law over (prefix, shape node)
 IID, WOR = ("iid",), ("without-replacement",)
+
+
+class Recursion(Enum):
+    """The exact engine's recursions for a round's law (``certify --method recursion``, docs/engines.md), by what
+    they recurse over. The exact engine supplies the function of each; the core names none of them."""
+
+    TOKEN = "token"  # token verification's law over (prefix, shape node)
+    LAYER = "layer"  # LV's law with the deepest level summed in closed form
+    TRAVERSAL = "traversal"  # TRV's law by recursion over subtrees
+
+
+@dataclass(frozen=True)
+class LawRecursion:
+    """A rule's exact recursion: which one, and the keyword options that select the rule in it (the single-step
+    rule's array step, a variant's flags)."""
+
+    recursion: Recursion
+    options: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,10 +73,9 @@ class VerifierSpec:
     #: token verification's single-step rule, as its array step, in the exact dynamic programme over contexts
     #: (exact/recursions/token_dp.py), if any
     exact_dp: steps.ArrayStep | None = None
-    #: a recursion computing the round's exact law without enumerating draft trees, ``module:function`` with the
-    #: options selecting the rule (``certify --method recursion``; exact/recursions/traversal_dp.py,
-    #: exact/recursions/layer_dp.py, exact/recursions/token_law.py), if any
-    exact_law: FunctionRef | None = None
+    #: a recursion computing the round's exact law without enumerating draft trees, with the options selecting the
+    #: rule (``certify --method recursion``), if any
+    exact_law: LawRecursion | None = None
     #: why the symbolic prover (``specproof prove``, exact/prove/proof.py) cannot run the rule (a typed error); empty when
     #: it can
     not_symbolic: str = ""
@@ -88,11 +103,11 @@ _SPECS = [
     VerifierSpec("tv-sps", tv(SPS), "token verification, SpS on the first child (Leviathan et al.)",
                  IID + WOR + DYNAMIC,
                  array_rule=array_rule("token_tree:tv", step=steps.SPS), exact_dp=steps.SPS,
-                 exact_law=FunctionRef(TOKEN_LAW, (("step", steps.SPS),)),
+                 exact_law=LawRecursion(Recursion.TOKEN, (("step", steps.SPS),)),
                  chain_expectation="token"),
     VerifierSpec("tv-rrs", tv(RRS), "token verification, RRS with replacement", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.RRS), exact_dp=steps.RRS,
-                 exact_law=FunctionRef(TOKEN_LAW, (("step", steps.RRS),)),
+                 exact_law=LawRecursion(Recursion.TOKEN, (("step", steps.RRS),)),
                  chain_expectation="token"),
     VerifierSpec("tv-rrsw", tv(RRSW, "without-replacement"), "token verification, RRS without replacement",
                  WOR + DYNAMIC,
@@ -103,34 +118,34 @@ _SPECS = [
                  array_rule=array_rule("token_tree:tv", step=steps.DETERMINISTIC)),
     VerifierSpec("tv-kseq", tv(KSEQ), "token verification, K-SEQ (SpecTr)", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.KSEQ), exact_dp=steps.KSEQ,
-                 exact_law=FunctionRef(TOKEN_LAW, (("step", steps.KSEQ),)),
+                 exact_law=LawRecursion(Recursion.TOKEN, (("step", steps.KSEQ),)),
                  undecided_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.OPT, float64=True),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.GR, float64=True), exact_dp=steps.GR,
-                 exact_law=FunctionRef(TOKEN_LAW, (("step", steps.GR),)),
+                 exact_law=LawRecursion(Recursion.TOKEN, (("step", steps.GR),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("lv-sps", lv(SPS), "Layer Verification lifting SpS (BV on chains)", IID + WOR, needs_tuple_law=True,
                  array_rule=array_rule("layer:lv", step=steps.SPS),
-                 exact_law=FunctionRef(LAYER_LAW, (("rule", "sps"),)),
+                 exact_law=LawRecursion(Recursion.LAYER, (("rule", "sps"),)),
                  chain_expectation="block"),
     VerifierSpec("lv-rrs", lv(RRS), "Layer Verification lifting RRS", IID, needs_tuple_law=True,
                  array_rule=array_rule("layer:lv", step=steps.RRS),
-                 exact_law=FunctionRef(LAYER_LAW, (("rule", "rrs"),)),
+                 exact_law=LawRecursion(Recursion.LAYER, (("rule", "rrs"),)),
                  chain_expectation="block"),
     VerifierSpec("lv-kseq", lv(KSEQ), "Layer Verification lifting K-SEQ", IID, needs_tuple_law=True,
                  array_rule=array_rule("layer:lv", step=steps.KSEQ),
-                 exact_law=FunctionRef(LAYER_LAW, (("rule", "kseq"),)),
+                 exact_law=LawRecursion(Recursion.LAYER, (("rule", "kseq"),)),
                  undecided_symbolic=NOT_SYMBOLIC_KSEQ),
     VerifierSpec("lv-opt", lv(OPT), "Layer Verification lifting OPT (i.i.d. tuple law)", IID, needs_tuple_law=True,
                  array_rule=array_rule("layer:lv", step=steps.OPT, float64=True),
-                 exact_law=FunctionRef(LAYER_LAW, (("rule", "opt"),)),
+                 exact_law=LawRecursion(Recursion.LAYER, (("rule", "opt"),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID, needs_tuple_law=True,
                  array_rule=array_rule("layer:lv", step=steps.GR, float64=True),
-                 exact_law=FunctionRef(LAYER_LAW, (("rule", "gr"),)),
+                 exact_law=LawRecursion(Recursion.LAYER, (("rule", "gr"),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
     VerifierSpec("bv", block.bv, "block verification (Sun et al. 2025, Alg. 2)", IID + WOR, ("chain",),
                  array_rule=array_rule("block:bv"),
@@ -142,11 +157,11 @@ _SPECS = [
     VerifierSpec("trv", traversal.trv, "Traversal Verification (Alg. 3), duplicate siblings merged",
                  IID + WOR + DYNAMIC,
                  array_rule=array_rule("traversal:trv"),
-                 exact_law=FunctionRef(TRAVERSAL_LAW, (("merge", True), ("zero_draft", True))),
+                 exact_law=LawRecursion(Recursion.TRAVERSAL, (("merge", True), ("zero_draft", True))),
                  chain_expectation="block"),
     VerifierSpec("trv-iid", traversal.trv_iid, "Traversal Verification, duplicates apart, draft unchanged", IID,
                  array_rule=array_rule("traversal:trv", merge=False),
-                 exact_law=FunctionRef(TRAVERSAL_LAW, (("merge", False), ("zero_draft", False))),
+                 exact_law=LawRecursion(Recursion.TRAVERSAL, (("merge", False), ("zero_draft", False))),
                  chain_expectation="block"),
     VerifierSpec("gbv", multipath.gbv, "greedy multi-path block verification (K i.i.d. paths)", IID,
                  ("chain", "multi-chain"),
@@ -166,11 +181,11 @@ _SPECS = [
     VerifierSpec("bug-residual-q", controls.bug_residual_q, "CONTROL: TV-SpS resampling from q", (),
                  lossy_on="every tree of depth ≥ 1",
                  array_rule=array_rule("token_tree:tv", step=controls.RESIDUAL_Q),
-                 exact_law=FunctionRef(TOKEN_LAW, (("step", controls.RESIDUAL_Q),))),
+                 exact_law=LawRecursion(Recursion.TOKEN, (("step", controls.RESIDUAL_Q),))),
     VerifierSpec("bug-accept-all", controls.bug_accept_all, "CONTROL: accepts every first-child token", (),
                  lossy_on="every tree of depth ≥ 1",
                  array_rule=array_rule("token_tree:tv", step=controls.ACCEPT_FIRST),
-                 exact_law=FunctionRef(TOKEN_LAW, (("step", controls.ACCEPT_FIRST),))),
+                 exact_law=LawRecursion(Recursion.TOKEN, (("step", controls.ACCEPT_FIRST),))),
     VerifierSpec("bug-trv-insertion-order", traversal.bug_trv_insertion_order,
                  "CONTROL: TRV visiting leaves in insertion order", (), ("explicit",),
                  demo=((-1, 0, 0, 1), "without-replacement"),
@@ -214,8 +229,6 @@ def check_pairing(name: str, scheme: str) -> None:
 
 
 _BUILTIN_IDS = frozenset(id(spec.fn) for spec in _SPECS)  # the registry's functions live as long as the process
-#: specproof's own packages: an object of one of their classes (a torch kernel) guards its own randomness
-_OWN_PACKAGES = ("simulator", "exact", "specproof")
 
 
 def is_builtin(fn: Verifier) -> bool:
@@ -230,7 +243,7 @@ def is_watched_elsewhere(fn: Verifier) -> bool:
     fn = inspect.unwrap(fn)
     if id(fn) in _BUILTIN_IDS:
         return True
-    return not isinstance(fn, FunctionType) and type(fn).__module__.partition(".")[0] in _OWN_PACKAGES
+    return not isinstance(fn, FunctionType) and is_own_module(type(fn).__module__)
 
 
 def verifier_name(fn: Verifier) -> str:

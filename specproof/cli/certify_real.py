@@ -1,5 +1,5 @@
 """``specproof certify --model causal-lm``: the exact cross-check on a real causal-LM pair's rows
-(docs/cli/certify.md; :mod:`simulator.torch_path.crosscheck`)."""
+(docs/cli/certify.md; :mod:`simulator.real.crosscheck`)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def certify_causal_lm(request: CertifyRequest) -> None:
     import torch
 
     from exact.pairs import certify_real, real_coverage
-    from simulator.torch_path.crosscheck import SupportPair
-    from simulator.torch_path.real import Processing, load_pair, load_tokenizer
-    from simulator.torch_path.spec_bench import chat_ids
+    from simulator.real.causal_lm import Processing, load_pair, load_tokenizer
+    from simulator.real.crosscheck import SupportPair
+    from simulator.real.spec_bench import chat_ids
 
     processing = Processing(real.temperature, real.top_k)
     with mass_bar(1, f"certify {what.name}") as bar, request.limits.applied(bar.update):

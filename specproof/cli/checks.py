@@ -11,7 +11,7 @@ def check_device(device: str | None, field: str = "device") -> None:
     CUDA) or any device without torch, naming the extra that installs it (``None``: numpy, no torch)."""
     if device is not None:
         require("torch", f"--{field} {device}", field)
-        from simulator.torch_path.devices import usable_device  # imports torch
+        from simulator.devices import usable_device  # imports torch
 
         usable_device(device, field)
 

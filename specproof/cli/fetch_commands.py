@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from simulator.torch_path.fetch import ARTIFACTS, CACHE_ENV, artifact, cached, fetch
+from simulator.real.fetch import ARTIFACTS, CACHE_ENV, artifact, cached, fetch
 from specproof.cli.group import main
 
 

@@ -90,7 +90,7 @@ class ShapeSpec:
         scheme = self.drafting or (claimed.default_scheme() if claimed is not None else "iid")
         topology = self.topology
         if topology is None and self.parents is None and claimed is not None and "kernel" in claimed.description:
-            from simulator.torch_path.kernels import CHAIN_ADAPTERS  # torch: a kernel is being certified
+            from simulator.kernels.kernel import CHAIN_ADAPTERS  # torch: a kernel is being certified
 
             topology = "chain" if claimed.description["adapter"] in CHAIN_ADAPTERS else None
         return replace(self, drafting=scheme, topology=topology)
@@ -134,7 +134,7 @@ class KernelSpec:
                 ("kernel_init", None), ("import_path", ()))
 
     def build(self):
-        """The :class:`simulator.torch_path.kernels.Kernel`: a misspelt module fails before torch loads."""
+        """The :class:`simulator.kernels.kernel.Kernel`: a misspelt module fails before torch loads."""
         add_import_path(self.import_path, "import-path")
         # of the kernel's module only the top-level package, whose lookup runs nothing: its parent packages'
         # imports must wait for the adapter's before_kernel_import hook
@@ -143,7 +143,7 @@ class KernelSpec:
             if module:
                 check_importable(module, option)
         require("torch", "--kernel", "kernel")
-        from simulator.torch_path.kernels import Kernel, parse_kwargs  # torch only for a kernel
+        from simulator.kernels.kernel import Kernel, parse_kwargs  # torch only for a kernel
 
         return Kernel(self.kernel, self.adapter, self.dtype, self.uniforms, parse_kwargs(self.kernel_kwargs),
                       init=parse_kwargs(self.kernel_init, "kernel-init"), import_path=self.import_path)

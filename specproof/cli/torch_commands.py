@@ -74,8 +74,8 @@ def real(target, draft, questions, max_questions, answers, verifier, topology, d
 
     from simulator.drafting.aded import AdedConfig
     from simulator.drafting.drafter_registry import DrafterOptions
-    from simulator.torch_path.real import Processing, load_causal_lm, load_pair, load_tokenizer
-    from simulator.torch_path.spec_bench import read_questions, real_drafter, real_verifiers, run_spec_bench
+    from simulator.real.causal_lm import Processing, load_causal_lm, load_pair, load_tokenizer
+    from simulator.real.spec_bench import read_questions, real_drafter, real_verifiers, run_spec_bench
 
     if verifier not in real_verifiers():
         raise InvalidParameterError("verifier", f"choose from {real_verifiers()}")
@@ -157,8 +157,8 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     store = Path(store_dir) if store_dir is not None else Path(out_dir) / "store" / "real_pair"
     check_output_dir(store, "store")  # written as each question is done, minutes in
     check_device(device)
-    from simulator.torch_path.fetch import fetch
-    from simulator.torch_path.spec_bench import read_questions
+    from simulator.real.fetch import fetch
+    from simulator.real.spec_bench import read_questions
     from specproof.reports.real_pair import not_lossless, run_real_pair, stored_seconds, write_real_pair_report
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
@@ -166,7 +166,7 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
         raise InvalidParameterError("questions", f"the report's standard errors are across questions: it needs at "
                                                  f"least 2, the file holds {len(chosen)}")
     if trained_draft is not None and not trained_draft.startswith("self:"):  # found now, not after the main study
-        from simulator.torch_path.real import model_directory
+        from simulator.real.causal_lm import model_directory
 
         model_directory(trained_draft, "trained_draft")
     ticks = StageBars()
@@ -201,9 +201,9 @@ def real_transfer(ctx, pair, target, questions, max_questions, fit_mode, seeds, 
     accepted tokens per step with the real rows of real_pair.json; real_transfer.md/json/png."""
     require("transformers", "specproof real-transfer", "real")
     check_output_dir(out_dir, "out")
-    from simulator.torch_path.fetch import fetch
-    from simulator.torch_path.overlaps import measure_overlaps
-    from simulator.torch_path.spec_bench import read_questions
+    from simulator.real.fetch import fetch
+    from simulator.real.overlaps import measure_overlaps
+    from simulator.real.spec_bench import read_questions
     from specproof.reports.real_transfer import read_pair, run_transfer, write_transfer_report
 
     pair_data, rows = read_pair(pair)

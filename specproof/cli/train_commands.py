@@ -20,7 +20,7 @@ from specproof.cli.progress import StageBars
 
 
 def _recipe_names() -> list[str]:
-    from simulator.torch_path.trained_draft import RECIPES
+    from simulator.real.trained_draft import RECIPES
 
     return list(RECIPES)
 
@@ -56,8 +56,8 @@ def train_draft(ctx, name, target, layers, head_tokens, prompts, samples, new_to
     MT-bench. Exit 1 when the name records an acceptance and the measured one falls short of it by more than the
     recorded tolerance (training on another CPU need not reproduce the weights bit for bit)."""
     require("transformers", "specproof train-draft", "real")
-    from simulator.torch_path.fetch import cache_dir as resolve_cache
-    from simulator.torch_path.trained_draft import RECIPES, draft_folder
+    from simulator.real.fetch import cache_dir as resolve_cache
+    from simulator.real.trained_draft import RECIPES, draft_folder
 
     recipe = RECIPES[name]
     folder = Path(out_dir) if out_dir is not None else draft_folder(name, resolve_cache(cache_dir))
@@ -65,11 +65,11 @@ def train_draft(ctx, name, target, layers, head_tokens, prompts, samples, new_to
     chosen_layers = recipe.layers if layers is None else _layer_list(layers)
     import torch
 
-    from simulator.torch_path.draft_training import TrainingPlan, check_plan, make_draft
-    from simulator.torch_path.fetch import fetch
-    from simulator.torch_path.real import load_causal_lm, load_tokenizer
-    from simulator.torch_path.spec_bench import read_questions, shipped_instructions
-    from simulator.torch_path.draft_record import check_acceptance, save_draft
+    from simulator.real.draft_training import TrainingPlan, check_plan, make_draft
+    from simulator.real.fetch import fetch
+    from simulator.real.causal_lm import load_causal_lm, load_tokenizer
+    from simulator.real.spec_bench import read_questions, shipped_instructions
+    from simulator.real.draft_record import check_acceptance, save_draft
 
     texts = shipped_instructions("train_instructions.txt") if prompts is None else _read_lines(prompts)
     if check_questions:
@@ -108,7 +108,7 @@ def _check_draft_folder(folder: Path) -> None:
     """Refuse, before any work, a draft folder that cannot be written (it is written beside, in its parent, and
     renamed into place) or that holds something other than a draft: the new draft replaces the folder."""
     from simulator.jsonfile import check_output_dir
-    from simulator.torch_path.trained_draft import TRAINING_RECORD
+    from simulator.real.trained_draft import TRAINING_RECORD
 
     check_output_dir(folder, "out")
     check_output_dir(folder.parent, "out")
@@ -122,7 +122,7 @@ def _target_config(source: str, cache_dir: str | None):
     against."""
     from transformers import AutoConfig
 
-    from simulator.torch_path.real import model_directory, quiet_transformers
+    from simulator.real.causal_lm import model_directory, quiet_transformers
 
     folder = model_directory(source, "target", cache_dir)
     try:

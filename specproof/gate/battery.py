@@ -12,7 +12,7 @@ from simulator.drafting import Drafter
 from simulator.errors import InvalidParameterError
 from simulator.limits import DEFAULT_MAX_EXECUTIONS
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
-from simulator.models.model_pairs import _check_real
+from simulator.models.model_pairs import checked_number
 from simulator.numeric import ARITHMETICS
 from simulator.trees import TOPOLOGIES, make_topology
 
@@ -54,7 +54,7 @@ def battery(given: object = None, where: str = "battery", base: dict | None = No
                                                           f"got {b[key]!r}")
     _check_size(b, where)
     for key, (low, high, low_open) in REALS.items():
-        _check_real(b[key], f"{where}.{key}", low, high, low_open)
+        checked_number(b[key], f"{where}.{key}", low, high, low_open)
     if b["arithmetic"] not in ARITHMETICS:
         raise InvalidParameterError(f"{where}.arithmetic", f"must be one of {ARITHMETICS}, got {b['arithmetic']!r}")
     return b

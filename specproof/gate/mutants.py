@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from specproof.gate.torch_kernels import _chain_rows, _children_table, _emitted, _inverse_cdf, _residual, flat_requests
+from specproof.gate.torch_kernels import (chain_answer, chain_rows, children_table, flat_requests, inverse_cdf,
+                                          residual_weights)
 
 
 # ---- chain mutants (adapter: chain) -----------------------------------------------------------------------------
@@ -28,13 +29,13 @@ def sps_chain_stub_uniform(candidate_input_ids, candidate_logits, candidate_leng
     ``rrs_tree_late_update``. The correct kernels they mutate are in :mod:`specproof.gate.torch_kernels` and
     :mod:`simulator.verifiers.block`.
     """
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):
         u = torch.zeros(())  # BUG: a test stub left in place of torch.rand(())
         if u < target[i, x] / draft[i, x]:
             continue
-        return _emitted(drafts, i, _inverse_cdf(_residual(target[i], draft[i]), torch.rand(())))
-    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+        return chain_answer(drafts, i, inverse_cdf(residual_weights(target[i], draft[i]), torch.rand(())))
+    return chain_answer(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
 
 
 def sps_chain_bf16_ratio(candidate_input_ids, candidate_logits, candidate_length, new_logits):
@@ -45,13 +46,13 @@ def sps_chain_bf16_ratio(candidate_input_ids, candidate_logits, candidate_length
     row the draft came from. LOSSY by about that much. A class seen in serving engines that store draft
     probabilities in reduced precision for verification while sampling the draft in higher precision.
     """
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):
         stored = draft[i, x].to(torch.bfloat16).to(draft.dtype)  # BUG: the ratio's denominator rounded
         if torch.rand(()) < target[i, x] / stored:
             continue
-        return _emitted(drafts, i, _inverse_cdf(_residual(target[i], draft[i]), torch.rand(())))
-    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+        return chain_answer(drafts, i, inverse_cdf(residual_weights(target[i], draft[i]), torch.rand(())))
+    return chain_answer(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
 
 
 def _searchsorted_last(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -68,13 +69,13 @@ def sps_chain_cdf_fallback(candidate_input_ids, candidate_logits, candidate_leng
     (even one of target probability 0). LOSSY. A class seen in hand-written sampling kernels whose
     searchsorted-and-clamp guard hides a missing normalisation.
     """
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):
         if torch.rand(()) < target[i, x] / draft[i, x]:
             continue
-        residual = _residual(target[i], draft[i])  # BUG: never normalised before the CDF walk
-        return _emitted(drafts, i, _searchsorted_last(residual, torch.rand(())))
-    return _emitted(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
+        residual = residual_weights(target[i], draft[i])  # BUG: never normalised before the CDF walk
+        return chain_answer(drafts, i, _searchsorted_last(residual, torch.rand(())))
+    return chain_answer(drafts, candidate_length, torch.multinomial(target[candidate_length], 1))
 
 
 def greedy_target_chain(candidate_input_ids, candidate_logits, candidate_length, new_logits):
@@ -85,13 +86,13 @@ def greedy_target_chain(candidate_input_ids, candidate_logits, candidate_length,
     not a point mass. A class seen where a rejection sampler's greedy branch is taken for a request whose
     draft (or whose sampling parameters) are not greedy.
     """
-    drafts, _, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, _, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     for i, x in enumerate(drafts.tolist()):
         best = target[i].argmax()  # BUG: the target taken greedily while the draft was sampled
         if x == int(best):
             continue
-        return _emitted(drafts, i, best)
-    return _emitted(drafts, candidate_length, target[candidate_length].argmax())
+        return chain_answer(drafts, i, best)
+    return chain_answer(drafts, candidate_length, target[candidate_length].argmax())
 
 
 def bv_cumprod_chain(candidate_input_ids, candidate_logits, candidate_length, new_logits):
@@ -103,16 +104,16 @@ def bv_cumprod_chain(candidate_input_ids, candidate_logits, candidate_length, ne
     rather than Eq. 4's ``norm((p_τ q_τ − p_τ^draft)_+)``. LOSSY. A class seen in reimplementations of block
     verification that carry over token-level rejection sampling's acceptance and residual.
     """
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     weight, tau = torch.ones((), dtype=draft.dtype), 0
     for i, x in enumerate(drafts.tolist()):
         weight = (weight * target[i, x] / draft[i, x]).clamp(max=1.0)  # p_i, as in Alg. 2
         if torch.rand(()) < weight:  # BUG: h_i = p_i instead of Eq. 5
             tau = i + 1  # the longest prefix wins
     if tau == candidate_length:
-        return _emitted(drafts, tau, torch.multinomial(target[tau], 1))
-    residual = _residual(target[tau], draft[tau])  # BUG: token-level, not (p_τ q_τ − p_τ^draft)_+
-    return _emitted(drafts, tau, _inverse_cdf(residual, torch.rand(())))
+        return chain_answer(drafts, tau, torch.multinomial(target[tau], 1))
+    residual = residual_weights(target[tau], draft[tau])  # BUG: token-level, not (p_τ q_τ − p_τ^draft)_+
+    return chain_answer(drafts, tau, inverse_cdf(residual, torch.rand(())))
 
 
 # ---- a batched serving mutant (adapter: flat-chain) ---------------------------------------------------------------
@@ -131,7 +132,7 @@ def flat_chain_off_by_one(draft_token_ids, cu_num_draft_tokens, draft_probs, tar
             out[b, i] = x  # BUG: written before the test, so a rejected draft stays committed
             if torch.rand(()) < target_probs[pos, x] / draft_probs[pos, x]:
                 continue
-            residual = _residual(target_probs[pos], draft_probs[pos])
+            residual = residual_weights(target_probs[pos], draft_probs[pos])
             out[b, i + 1] = (residual / torch.empty_like(residual).exponential_()).argmax()  # BUG: one slot late
             break
         else:
@@ -155,7 +156,7 @@ def match_tree_second_chance(parents, tokens, p, q):
     the draft's candidates. LOSSY wherever ``0 < Q < 1``. A class seen in implementations that "retry" a missed
     match to raise the acceptance length.
     """
-    kids, v = _children_table(parents), 0
+    kids, v = children_table(parents), 0
     for _ in range(len(parents)):
         y = torch.multinomial(q[v], 1)[0]
         child = _child_carrying(kids[v], tokens, y)
@@ -170,7 +171,7 @@ def match_tree_second_chance(parents, tokens, p, q):
 
 def _next_residual(residual: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
     """``norm((r − p_v)_+)``, or ``r`` itself where that has no mass (only where ``r = p_v``)."""
-    rest = _residual(residual, draft)
+    rest = residual_weights(residual, draft)
     return rest / rest.sum() if rest.sum() > 0 else residual
 
 
@@ -183,7 +184,7 @@ def rrs_tree_late_update(parents, tokens, p, q):
     the wrong probabilities. Equal to ``rrs_tree`` on chains, LOSSY where a node has two children. A class seen
     in tree verifiers where the residual update is pipelined one iteration behind the test.
     """
-    kids, v = _children_table(parents), 0
+    kids, v = children_table(parents), 0
     while True:
         tested = residual = q[v]
         child = -1
@@ -196,5 +197,5 @@ def rrs_tree_late_update(parents, tokens, p, q):
                 break
             tested, residual = residual, _next_residual(residual, p[v])  # BUG: the test lags one update
         if child < 0:
-            return v, _inverse_cdf(residual, torch.rand(()))
+            return v, inverse_cdf(residual, torch.rand(()))
         v = child

@@ -59,7 +59,7 @@ def assert_lossless(verifier: object, case_dir: str | os.PathLike | None = None,
     ----------
     verifier : object
         A registry name, ``"module:function"``, a verifier function or a
-        :class:`simulator.torch_path.kernels.Kernel`.
+        :class:`simulator.kernels.kernel.Kernel`.
     case_dir : str or PathLike, optional
         Where a loss's reproducer is written (default: ``$SPECPROOF_CASE_DIR``, else the system's temporary folder).
     **overrides

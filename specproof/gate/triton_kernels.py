@@ -1,23 +1,22 @@
 """Chain verifiers written in Triton, each correct one beside a twin carrying a bug class that reached a production
 Triton or CUDA verifier, certified unmodified on the CPU under Triton's interpreter (docs/kernels.md, "Triton
-kernels"). Without triton installed, importing this raises :class:`~simulator.errors.MissingDependencyError`."""
+kernels"). Like any user's Triton module it sets nothing at import: the kernel loader asks for the interpreter
+first. Without triton installed, importing this raises :class:`~simulator.errors.MissingDependencyError`."""
 
 from __future__ import annotations
 
 import functools
 from typing import Callable
 
-from simulator.torch_path.triton_capture import interpreter_on
 from simulator.usercode import require
 
 require("triton", "a Triton kernel", "kernel")
-interpreter_on()
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from specproof.gate.torch_kernels import _chain_rows, _emitted, _inverse_cdf, _residual  # noqa: E402
+from specproof.gate.torch_kernels import chain_answer, chain_rows, inverse_cdf, residual_weights  # noqa: E402
 
 
 # ---- the Triton kernels: one program per drafted position, writing 1 where the draft is accepted ---------------
@@ -166,7 +165,7 @@ SEED = 1234  # the in-kernel draws' Philox seed: any; the certificate enumerates
 
 def _torch_residual(target_row: torch.Tensor, draft_row: torch.Tensor, position: int) -> torch.Tensor:
     """A residual token drawn in torch (the helpers of :mod:`specproof.gate.torch_kernels`, without a bug)."""
-    return _inverse_cdf(_residual(target_row, draft_row), torch.rand(()))
+    return inverse_cdf(residual_weights(target_row, draft_row), torch.rand(()))
 
 
 def _triton_residual(kernel) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
@@ -220,7 +219,7 @@ def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new
     """Launch ``accept`` on fresh float64 uniforms (``in_kernel``: on the Philox seed :data:`SEED`, the kernel
     drawing them), then emit the accepted drafts and a ``draw_residual`` token at the first rejection, or a bonus
     token drawn in torch."""
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     gamma, vocab = int(candidate_length), draft.shape[-1]
     uniforms = SEED if in_kernel else torch.rand(gamma, dtype=torch.float64)
     accepted = torch.zeros(gamma, dtype=torch.int32)
@@ -228,8 +227,8 @@ def _verify(accept, candidate_input_ids, candidate_logits, candidate_length, new
     for i, ok in enumerate(accepted.tolist()):
         if not ok:
             token = draw_residual(target[i], draft[i], *((i, gamma) if in_kernel else (i,)))
-            return _emitted(drafts, i, token)
-    return _emitted(drafts, gamma, torch.multinomial(target[gamma], 1))
+            return chain_answer(drafts, i, token)
+    return chain_answer(drafts, gamma, torch.multinomial(target[gamma], 1))
 
 
 def _normal_cuts(accept) -> Callable:
@@ -257,7 +256,7 @@ def sps_chain(candidate_input_ids, candidate_logits, candidate_length, new_logit
     """Speculative sampling with the acceptance in Triton, correct. LOSSLESS under both uniform models; the twin
     of the bugs below.
 
-    Every kernel here follows transformers' ``chain`` convention (:func:`simulator.torch_path.kernels.chain`): a thin
+    Every kernel here follows transformers' ``chain`` convention (:func:`simulator.kernels.adapters.chain`): a thin
     torch wrapper draws the acceptance uniforms with ``torch.rand`` (or the kernel draws them, ``tl.rand``), launches
     a Triton kernel that decides every position's acceptance, and draws the residual in torch or in a second Triton
     kernel, the bonus in torch::

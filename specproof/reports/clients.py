@@ -139,7 +139,7 @@ class Result:
 def _fetched(name: str) -> tuple[str | None, str]:
     """The folder of artifact ``name`` (fetched once), or None and why not."""
     from simulator.errors import SpecproofError
-    from simulator.torch_path.fetch import fetch
+    from simulator.real.fetch import fetch
 
     try:
         return str(fetch(name)), ""

@@ -17,15 +17,15 @@ import numpy as np
 from exact import certify, fixed_tree_law
 
 from simulator.drafting.drafter_registry import make_drafter
-from simulator.torch_path.kernels import Kernel
+from simulator.kernels.kernel import Kernel
 from simulator.models import RandomRationalModel, SyntheticModel
-from simulator.torch_path.verify import TORCH_VERIFIERS
 from simulator.trees import DraftTree, make_topology
 from simulator.verifiers import VERIFIERS
+from simulator.verifiers.batched.torch_verify import TORCH_VERIFIERS
 
 HF_SAMPLER = "transformers.generation.utils:_speculative_sampling"
 HF_PARAMETERS = ["candidate_input_ids", "candidate_logits", "candidate_length", "new_logits"]
-TORCH_VERIFY = "simulator.torch_path.verify:torch_verify"
+TORCH_VERIFY = "simulator.verifiers.batched.torch_verify:torch_verify"
 #: torch_verify kernels that return decisions only, where the shared rule also modifies later tokens
 DECISIONS_ONLY = {"greedy-bv": "returns greedy BV's decisions; the modification of later tokens is its caller's "
                                "(the parity column compares the decisions)"}
@@ -188,8 +188,8 @@ def _torch_verify_rows() -> list[tuple[Row, Kernel, Shape]]:
     for name in TORCH_VERIFIERS:
         shape = _registry_shape(name)
         expected = not VERIFIERS[name].is_control and name not in DECISIONS_ONLY
-        row = Row("simulator.torch_path.verify", f"torch_verify name={name}", "uniforms", "float64", "continuous",
-                  _shape_text(shape), expected, note=DECISIONS_ONLY.get(name, VERIFIERS[name].description))
+        row = Row("simulator.verifiers.batched.torch_verify", f"torch_verify name={name}", "uniforms", "float64",
+                  "continuous", _shape_text(shape), expected, note=DECISIONS_ONLY.get(name, VERIFIERS[name].description))
         out.append((row, Kernel(TORCH_VERIFY, "uniforms", kwargs={"name": name}), shape))
     return out
 
@@ -234,7 +234,7 @@ def run_rows(tick: Tick = lambda stage, total: None) -> tuple[list[Row], list[st
     """Every row certified (and the torch path's parity computed); notes on what was not run.
 
     The rows: transformers' ``_speculative_sampling`` as installed, in float64, float32, on torch's grid and in
-    ensemble mode; every array rule of :mod:`simulator.torch_path.verify`, black-box through the ``uniforms`` adapter,
+    ensemble mode; every array rule of :mod:`simulator.verifiers.batched.torch_verify`, black-box through the ``uniforms`` adapter,
     its law against the shared rule's exact law (:func:`parity`) and its certificate; the example kernels of
     ``specproof/gate/torch_kernels.py``, production bug classes and their correct twins.
     """
@@ -243,7 +243,7 @@ def run_rows(tick: Tick = lambda stage, total: None) -> tuple[list[Row], list[st
     rows = []
     for row, kernel, shape in planned:
         certify_row(row, kernel, shape)
-        if row.group == "simulator.torch_path.verify":
+        if row.group == "simulator.verifiers.batched.torch_verify":
             start = time.perf_counter()
             row.parity_tvd = parity(row.kernel.split("=", 1)[1])
             row.seconds += time.perf_counter() - start

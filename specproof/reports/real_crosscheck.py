@@ -81,13 +81,13 @@ def run_crosscheck(target: str = TARGET, draft: str = DRAFT, prompt: str = PROMP
                    rounds: int = 2000, mc_trials: int = 4000, cache_dir: str | None = None,
                    tick: Callable[[str, int], None] | None = None) -> tuple[list[CrosscheckRow], dict]:
     """Every planned row, and what the report says about the run (prompt tokens, support, passes, times). One
-    :class:`simulator.torch_path.crosscheck.SupportPair` serves every row: its rows are scored once, over the
+    :class:`simulator.real.crosscheck.SupportPair` serves every row: its rows are scored once, over the
     union of every tree of depth 2, and the exact engine and Monte Carlo read them for every rule and shape.
 
     For one MT-bench prompt under the chat template, SmolLM2-135M-Instruct as target and its own layers as draft,
     top-k processing on both sides: each rule's exact law of the first ``H+1`` tokens on the rows generation computes
     (draft rows a level at a time, target rows in one tree pass over the prompt's KV cache), against the target's
-    joint from plain forward passes (:mod:`simulator.torch_path.crosscheck`); then the exact ``E[τ]``, the Monte Carlo
+    joint from plain forward passes (:mod:`simulator.real.crosscheck`); then the exact ``E[τ]``, the Monte Carlo
     engine on the same rows, and real first rounds of the KV-cached serving loop.
     """
     import numpy as np
@@ -95,9 +95,9 @@ def run_crosscheck(target: str = TARGET, draft: str = DRAFT, prompt: str = PROMP
 
     from simulator.drafting import FixedShape
     from simulator.montecarlo.engine import mean_and_se
-    from simulator.torch_path.crosscheck import SupportPair, first_rounds, monte_carlo_accepted
-    from simulator.torch_path.real import Processing, load_pair, load_tokenizer
-    from simulator.torch_path.spec_bench import chat_ids
+    from simulator.real.causal_lm import Processing, load_pair, load_tokenizer
+    from simulator.real.crosscheck import SupportPair, first_rounds, monte_carlo_accepted
+    from simulator.real.spec_bench import chat_ids
     from simulator.trees import make_topology
 
     began = time.perf_counter()
@@ -252,7 +252,7 @@ def crosscheck_markdown(results: CrosscheckResults, run: CrosscheckRun) -> str:
 
 def _method_lines(results: CrosscheckResults, run: CrosscheckRun) -> list[str]:
     """The header and "How each number is made"."""
-    from simulator.torch_path.crosscheck import TOLERANCE
+    from simulator.real.crosscheck import TOLERANCE
 
     meta, rows = results.meta, results.rows
     passes = meta["passes"]

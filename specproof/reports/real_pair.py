@@ -270,8 +270,8 @@ class Runner:
         measures again."""
         setting = {"target": self.target, "new_tokens": self.new_tokens, "seed": self.seed,
                    "temperature": TEMPERATURE, "top_k": TOP_K, "draft_spec": self.draft_spec}
-        from simulator.torch_path.fetch import cache_dir
-        from simulator.torch_path.trained_draft import RECIPES, TRAINING_RECORD, trained_directory
+        from simulator.real.fetch import cache_dir
+        from simulator.real.trained_draft import RECIPES, TRAINING_RECORD, trained_directory
 
         if self.draft_spec in RECIPES:
             record = read_json(trained_directory(self.draft_spec, cache_dir()) / TRAINING_RECORD, "draft")
@@ -282,7 +282,7 @@ class Runner:
         if not self.loaded:
             import torch
 
-            from simulator.torch_path.real import load_pair, load_tokenizer
+            from simulator.real.causal_lm import load_pair, load_tokenizer
 
             draft, target = load_pair(self.draft_spec, self.target, torch.float32, self.device)
             tokenizer, _ = load_tokenizer(self.target)
@@ -312,9 +312,9 @@ class Runner:
         path = self.store.root / f"aded-corpus-{self.new_tokens}-{self.seed}.json"
         if path.is_file():
             return read_json(path, "store")
-        from simulator.torch_path.kv_cache import CachedLM
-        from simulator.torch_path.real import Processing
-        from simulator.torch_path.spec_bench import chat_ids, shipped_instructions, target_generate
+        from simulator.real.causal_lm import Processing
+        from simulator.real.kv_cache import CachedLM
+        from simulator.real.spec_bench import chat_ids, shipped_instructions, target_generate
 
         m = self.models()
         stop = [m["tokenizer"].eos_token_id]
@@ -345,9 +345,9 @@ class Runner:
 
     def _answer(self, config: Config, question: dict, index: int) -> dict:
         from exact.enumeration import expected_acceptance, restrict_round
-        from simulator.torch_path.kv_cache import CachedLM
-        from simulator.torch_path.real import Processing
-        from simulator.torch_path.spec_bench import chat_ids, speculative_generate, target_generate
+        from simulator.real.causal_lm import Processing
+        from simulator.real.kv_cache import CachedLM
+        from simulator.real.spec_bench import chat_ids, speculative_generate, target_generate
         from simulator.verifiers import VERIFIERS
 
         m = self.models()
@@ -578,7 +578,7 @@ def write_real_pair_report(out: Path, done: list[tuple[Config, list[dict]]], que
     import torch
     import transformers
 
-    from simulator.torch_path.spec_bench import shipped_instructions
+    from simulator.real.spec_bench import shipped_instructions
 
     results = real_pair_results(done, question_ids, new_tokens, len(shipped_instructions()))
     machine = (f"{platform.machine()}, {torch.get_num_threads()} torch threads, device `{device}`; torch "

@@ -19,7 +19,7 @@ import numpy as np
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import read_json, write_json, write_text
 from simulator.models import SyntheticModel
-from simulator.torch_path.overlaps import CONTINUATION_TOKENS, OverlapSample, row_statistics
+from simulator.real.overlaps import CONTINUATION_TOKENS, OverlapSample, row_statistics
 from specproof.reports.real_pair import SHAPES, RealRow
 
 VOCAB = 15  # the toy study's vocabulary (docs/models.md)

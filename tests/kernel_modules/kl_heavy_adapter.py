@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import types
 
-from simulator.torch_path.kernels import chain as adapter  # the adapter, as built in
+from simulator.kernels.adapters import chain as adapter  # the adapter, as built in
 
 __all__ = ["adapter", "before_kernel_import"]
 

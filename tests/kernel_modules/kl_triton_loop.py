@@ -1,6 +1,6 @@
 """A Triton chain kernel with a loop bound loaded from a tensor (``for step in range(1, n + 1)``, the construct
 SGLang's chain_speculative_sampling_triton runs), which Triton 3.5's interpreter stops at under NumPy 2.4 unless
-the capture applies simulator/torch_path/triton_compat.py's fix (tests/test_triton_kernels.py). The kernel is
+the capture applies simulator/kernels/triton_compat.py's fix (tests/test_triton_kernels.py). The kernel is
 ``specproof.gate.triton_kernels``' correct acceptance with the draft's id counted in a loop; its twin counts one
 step short, so it reads the probabilities of the token before the draft."""
 

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specproof.gate.torch_kernels import _chain_rows, _emitted
+from specproof.gate.torch_kernels import chain_answer, chain_rows
 from specproof.gate.triton_kernels import _accept
 
 
@@ -50,7 +50,7 @@ def _recover(target_rows, draft_rows, exponentials, recovered, V: tl.constexpr, 
 
 
 def _through_memory(shift, candidate_input_ids, candidate_logits, candidate_length, new_logits):
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     gamma, vocab = int(candidate_length), draft.shape[-1]
     scratch = torch.zeros(gamma, dtype=torch.float64)
     _keep[(gamma,)](torch.rand(gamma, dtype=torch.float64), scratch)
@@ -74,12 +74,12 @@ def _finish(drafts, target, accepted, residual):
     gamma = accepted.shape[0]
     for i, ok in enumerate(accepted.tolist()):
         if not ok:
-            return _emitted(drafts, i, residual(i).long())
-    return _emitted(drafts, gamma, torch.multinomial(target[gamma], 1))
+            return chain_answer(drafts, i, residual(i).long())
+    return chain_answer(drafts, gamma, torch.multinomial(target[gamma], 1))
 
 
 def _shared(read_all, candidate_input_ids, candidate_logits, candidate_length, new_logits):
-    drafts, draft, target = _chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+    drafts, draft, target = chain_rows(candidate_input_ids, candidate_logits, candidate_length, new_logits)
     gamma, vocab = int(candidate_length), draft.shape[-1]
     recovered = torch.zeros(gamma, dtype=torch.int32)
     exponentials = torch.empty(vocab, dtype=torch.float64).exponential_()  # one row, every position's race

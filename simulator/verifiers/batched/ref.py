@@ -1,4 +1,4 @@
-"""The registry's references to functions it names — a rule's array rule, an exact recursion — imported when first
+"""The registry's references to the functions of this package it names — a rule's array rule — imported when first
 used (this module imports nothing heavy: the registry loads it with the reference rules, and the named module only
 when an engine first runs it)."""
 

@@ -47,9 +47,9 @@ def measure_overlaps(target: str, drafts: Sequence[str], questions: Sequence[dic
     rules saw."""
     import torch
 
-    from simulator.torch_path.kv_cache import CachedLM
-    from simulator.torch_path.real import Processing, load_causal_lm, load_tokenizer, self_draft, check_vocabularies
-    from simulator.torch_path.spec_bench import chat_ids, target_generate
+    from simulator.real.kv_cache import CachedLM
+    from simulator.real.causal_lm import Processing, load_causal_lm, load_tokenizer, self_draft, check_vocabularies
+    from simulator.real.spec_bench import chat_ids, target_generate
 
     model = load_causal_lm(target, torch.float32, "target")
     tokenizer, _ = load_tokenizer(target)

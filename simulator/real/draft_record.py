@@ -1,7 +1,7 @@
 """Writing a trained draft's folder and its record (``specproof train-draft``): the weights, the kept head tokens,
 and ``training.json`` — the plan, the loss of every step, the stages' seconds, the weights' SHA-256 and the measured
 acceptance on MT-bench — from which ``benchmarks/trained_draft.py`` writes ``reports/trained_draft.md``. What the
-folder holds and where ``--draft NAME`` finds it: :mod:`simulator.torch_path.trained_draft`."""
+folder holds and where ``--draft NAME`` finds it: :mod:`simulator.real.trained_draft`."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from simulator.jsonfile import write_json
 
 
 def save_draft(folder: Path, trained, tokenizer, plan, record: dict) -> None:
-    """Write ``trained`` (:class:`~simulator.torch_path.draft_training.TrainedDraft`) to ``folder``: a
+    """Write ``trained`` (:class:`~simulator.real.draft_training.TrainedDraft`) to ``folder``: a
     ``save_pretrained`` model with ``tokenizer``, ``head_tokens.json`` and ``training.json`` (``record`` and the
     plan, losses, seconds, data size and the weights' SHA-256). Written beside and renamed into place, so an
     interrupted save leaves the previous draft, or none."""
-    from simulator.torch_path.real import quiet_transformers
-    from simulator.torch_path.trained_draft import HEAD_TOKENS, TRAINING_RECORD
+    from simulator.real.causal_lm import quiet_transformers
+    from simulator.real.trained_draft import HEAD_TOKENS, TRAINING_RECORD
 
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -55,13 +55,13 @@ def check_acceptance(folder: Path, target: str, questions: str | None, count: in
                      seconds: float) -> tuple[bool, float]:
     """The draft in ``folder`` against ``target`` on the first ``count`` MT-bench questions' first turns: the
     mean ``Σ min(p, q)`` at temperature 1 over 64 target tokens each
-    (:func:`~simulator.torch_path.overlaps.measure_overlaps`), recorded in ``training.json`` with the per-question
+    (:func:`~simulator.real.overlaps.measure_overlaps`), recorded in ``training.json`` with the per-question
     means and the whole command's ``seconds``. ``ok`` unless ``recipe`` records an acceptance and the measured
     one is more than its tolerance below it."""
-    from simulator.torch_path.fetch import fetch
-    from simulator.torch_path.overlaps import measure_overlaps
-    from simulator.torch_path.spec_bench import read_questions
-    from simulator.torch_path.trained_draft import TRAINING_RECORD
+    from simulator.real.fetch import fetch
+    from simulator.real.overlaps import measure_overlaps
+    from simulator.real.spec_bench import read_questions
+    from simulator.real.trained_draft import TRAINING_RECORD
 
     chosen = read_questions(questions or str(fetch("mt-bench")))[:count]
     start = time.perf_counter()

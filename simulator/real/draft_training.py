@@ -112,7 +112,7 @@ def generate_data(target, tokenizer, plan: TrainingPlan, tick: Tick | None = Non
     ``torch.manual_seed(plan.seed, batch)``; an answer ends at its first stop token (kept) or at ``new_tokens``."""
     from transformers import LogitsProcessorList
 
-    from simulator.torch_path.spec_bench import chat_ids
+    from simulator.real.spec_bench import chat_ids
 
     stops = stop_tokens(target, tokenizer)
     prompts = [chat_ids(tokenizer, [{"role": "user", "content": text}]) for text in plan.prompts] * plan.samples
@@ -166,12 +166,12 @@ def head_coverage(data: Generations, kept: torch.Tensor, vocab: int) -> float:
 def initial_draft(target, layers: Sequence[int]):
     """A model of ``target``'s class over copies of its decoder ``layers`` (and final norm); the embeddings and
     output head stay ``target``'s own tensors, frozen."""
-    from simulator.torch_path.real import _with_layers
+    from simulator.real.causal_lm import with_layers
 
     count = target.config.num_hidden_layers
     if max(layers) >= count:
         raise InvalidParameterError("layers", f"the target has layers 0..{count - 1}, got {tuple(layers)}")
-    shared = _with_layers(target, list(layers))
+    shared = with_layers(target, list(layers))
     draft = copy.deepcopy(shared)  # its own layers and norm, to train; the target stays as it is
     draft.set_input_embeddings(target.get_input_embeddings())
     if not draft.config.tie_word_embeddings:
@@ -261,7 +261,7 @@ def make_draft(target, tokenizer, plan: TrainingPlan, tick: Tick | None = None) 
        sampling at temperature 1); at every answer position its top ``label_tokens`` probabilities are kept as the
        soft label.
     2. :func:`choose_head_tokens`: the ``head_tokens`` tokens carrying most of those labels' mass, plus the stop
-       tokens: the draft's pruned head (:class:`~simulator.torch_path.pruned_head.PrunedHead`).
+       tokens: the draft's pruned head (:class:`~simulator.real.pruned_head.PrunedHead`).
     3. :func:`train`: a copy of some of the target's decoder layers and its final norm (:func:`initial_draft`), the
        embeddings frozen and shared, learns to minimise the cross-entropy ``−Σ p log q`` of those labels over the
        pruned head (forward KL, up to the target's entropy), with AdamW and a warm-up then cosine learning rate.

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
@@ -16,15 +15,15 @@ import numpy as np
 import torch
 
 from simulator.errors import KernelError
-from simulator.torch_path.capture import Capture, Symbolic, Variable, kernel_line
-from simulator.torch_path.triton_compat import interpreter_scalar_index
+from simulator.kernels.capture import Capture, Symbolic, Variable, kernel_line
+from simulator.kernels.triton_compat import interpreter_scalar_index
 
 TESTED_TRITON = ("3.5.1",)
 _MARK = "specproof.random"  # the key of a random block in a TensorHandle's attr
 _PENDING = "specproof.pending"  # the key of a race not yet decided (a PendingRace) in a TensorHandle's attr
 _RACEMAX = "specproof.racemax"  # the key of a race's maximum key: an object array, each lane's PendingRace or None
 # builder comparisons: name -> the torch capture's comparison (ordered and unordered alike: a threshold is never
-# NaN, _resolve refuses one)
+# NaN, Capture.resolve refuses one)
 _CMP = {f"create_fcmp{order}{cmp}": cmp.lower() for order in "OU" for cmp in ("LT", "LE", "GT", "GE")}
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 # a value compared with itself (not NaN): equal, never unequal
@@ -284,7 +283,7 @@ class _Interpreted:
         lanes = [e for e, var in enumerate(ids) if var >= 0]
         ops = [[(n, None if c is None else float(c[e])) for n, c in operands] for e in lanes]
         if len(lanes) < len(ids):
-            forms = [self.mode._race_form(ids[e], op)[0] for e, op in zip(lanes, ops)]
+            forms = [self.mode.race_form(ids[e], op)[0] for e, op in zip(lanes, ops)]
             weights = [w for kind, w in forms if kind == "w"]
             ratios = len(weights) == len(forms)  # every key w / E: never negative
             if not ratios and not any(kind == "log" and w > -math.inf for kind, w in forms):
@@ -301,7 +300,7 @@ class _Interpreted:
         sym = Symbolic(torch.tensor([ids[e] for e in lanes], dtype=torch.long),
                        [(n, None if c is None else torch.tensor([op[k][1] for op in ops], dtype=torch.float64))
                         for k, (n, c) in enumerate(operands)])
-        return lanes[int(self.mode._race("argmax", (self.mode._register(fake, sym),), {"dim": 0}))]
+        return lanes[int(self.mode.race("argmax", (self.mode.register(fake, sym),), {"dim": 0}))]
 
     def fresh(self, kind: str = "uniform") -> int:
         """A new variable of the capture: a uniform on [0, 1), or a standard normal."""
@@ -312,7 +311,7 @@ class _Interpreted:
     def index(self) -> None:
         """The address of every element of every random tensor the torch capture holds, with its variable."""
         self.addresses.clear()
-        for fake, sym in self.mode._symbolic.values():
+        for fake, sym in self.mode.random_tensors():
             if fake.device.type != "cpu" or fake.numel() == 0:
                 continue
             dtype = np.dtype(torch.empty((), dtype=fake.dtype).numpy().dtype)
@@ -572,7 +571,7 @@ class _Interpreted:
                 maps = tuple((n, None if c is None else c[e]) for n, c in operands)
                 key = (var, maps, thresholds[e])
                 if key not in decided:
-                    decided[key] = self.mode._resolve(var, list(maps), cmp, thresholds[e])
+                    decided[key] = self.mode.resolve(var, list(maps), cmp, thresholds[e])
                 result[e] = decided[key]
         out.data = result.reshape(shape)
         return out
@@ -795,22 +794,3 @@ def libdevice_stand_in() -> object:
             return call
 
     return Libdevice()
-
-
-def interpreter_on() -> None:
-    """Ask for Triton's interpreter before ``triton`` is imported (a Triton kernel module calls it first); a
-    :class:`KernelError` when triton was already imported without it (``torch._dynamo`` imports it, for one):
-    its own ``@triton.jit`` functions (``tl.cumsum``) would be compiled ones, which do not run on the CPU."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    if "triton.language" in sys.modules:
-        from triton.language import standard
-        from triton.runtime.interpreter import InterpretedFunction
-
-        if not isinstance(standard.cumsum, InterpretedFunction):
-            raise KernelError("kernel", "triton was imported before TRITON_INTERPRET=1 was set, so its kernels are "
-                                        "compiled, not interpreted: run with TRITON_INTERPRET=1 in the environment")
-
-
-# specproof certifies a Triton kernel under the interpreter: asked for as soon as kernels can be loaded (without
-# the check: a torch kernel runs whether or not triton was imported before)
-os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -15,8 +15,8 @@ import torch
 from simulator.drafting import Drafter, FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import Context, sequence_law
-from simulator.torch_path.kv_cache import CachedLM
-from simulator.torch_path.real import Processing, check_vocabularies
+from simulator.real.causal_lm import Processing, check_vocabularies
+from simulator.real.kv_cache import CachedLM
 from simulator.verifiers.registry import Verifier, load_verifier
 
 #: LOSSLESS means TVD ≤ this (and no mass on a sequence the plain joint gives probability 0)
@@ -346,12 +346,12 @@ class FirstRounds:
 def first_rounds(draft, target, prompt: Sequence[int], processing: Processing, drafter: FixedShape, verifier: str,
                  rounds: int, first_seed: int = 0, memo: bool = True) -> FirstRounds:
     """Accepted lengths of ``rounds`` real first rounds after ``prompt`` on the KV-cached serving loop
-    (:func:`simulator.torch_path.spec_bench.speculative_generate` for one token, seeds ``first_seed …``). Both
+    (:func:`simulator.real.spec_bench.speculative_generate` for one token, seeds ``first_seed …``). Both
     caches hold the prompt but its last token, computed once; each round feeds that token and its tree on top
     and is then cut back, so a round costs what a later round of a generation costs. With ``memo``, a pass the
     rounds already ran is taken from :class:`RoundPasses` (the decisions are the same: tested), which makes
     thousands of rounds affordable: top-k rows draft few distinct trees."""
-    from simulator.torch_path.spec_bench import speculative_generate
+    from simulator.real.spec_bench import speculative_generate
 
     if len(prompt) < 2:
         raise InvalidParameterError("prompt", "needs at least two tokens")

@@ -12,11 +12,10 @@ import types
 import torch
 
 from simulator.errors import KernelError
-# kernels.ADAPTERS names this module's adapters by module:function reference: this module builds on that one's
-# helpers, so that one cannot import this one
-from simulator.torch_path.kernels import (PLACEHOLDER, _accepted, _ints, _one, _padded, _rows, _token,
-                                          chain_nodes)
-from simulator.torch_path.triton_capture import interpreter_on, libdevice_stand_in
+from simulator.kernels.adapters import (PLACEHOLDER, accepted_count, chain_nodes, checked_token, int_values,
+                                       one_int, padded_tokens, rows_tensor)
+from simulator.kernels.loading import interpreter_on
+from simulator.kernels.triton_capture import libdevice_stand_in
 from simulator.trees import TreeStructure
 from simulator.usercode import require
 
@@ -50,8 +49,9 @@ def eagle_paths_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: to
     indices = [path + [PLACEHOLDER] * (width - len(path)) for path in paths]
     tokens = [PLACEHOLDER, *tree.tokens[1:]]
     candidates = [[PLACEHOLDER if v == PLACEHOLDER else tokens[v] for v in row] for row in indices]
-    out = kernel(choices, torch.tensor(indices), torch.tensor(candidates), _rows(q, dtype), _rows(p, dtype, vocab))
-    return _path_node(out, paths, "token"), _token(_one(out[2], "token"), "token", vocab)
+    out = kernel(choices, torch.tensor(indices), torch.tensor(candidates), rows_tensor(q, dtype),
+                 rows_tensor(p, dtype, vocab))
+    return _path_node(out, paths, "token"), checked_token(one_int(out[2], "token"), "token", vocab)
 
 
 def _path_node(out: object, paths: list[list[int]], third: str) -> int:
@@ -60,7 +60,7 @@ def _path_node(out: object, paths: list[list[int]], third: str) -> int:
     if not isinstance(out, tuple) or len(out) != 3:
         raise KernelError("kernel", f"returned {type(out).__name__}, expected (best_candidate, accept_length, "
                                     f"{third})")
-    best, length = _one(out[0], "best_candidate"), _one(out[1], "accept_length")
+    best, length = one_int(out[0], "best_candidate"), one_int(out[1], "accept_length")
     if not 0 <= best < len(paths):
         raise KernelError("kernel", f"returned best_candidate {best}, not a path index (0..{len(paths) - 1})")
     if not 0 <= length < len(paths[best]):
@@ -99,7 +99,7 @@ def eagle_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dt
     for v in range(n):
         if tree.children(v):
             parents_by_depth[depth[v]].append(v)
-    draft = _rows(p, dtype, vocab)
+    draft = rows_tensor(p, dtype, vocab)
     op = [draft[level] for level in parents_by_depth]  # each level's draft rows, one per node with children
     # each node's parent as its rank among the parents of its level (op's row); -1 at the root, as EAGLE's
     rank = [-1] + [parents_by_depth[depth[v] - 1].index(tree.parents[v]) for v in range(1, n)]
@@ -117,7 +117,7 @@ def eagle_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dt
     # that call and the kernel's first line
     p_indices = [[rank[v] for v in path] for path in rows]
     b_indices = [[torch.tensor(earlier[v]) if v != PLACEHOLDER and earlier[v] else [] for v in path] for path in rows]
-    logits = torch.log(_rows(q, dtype))[retrieve]
+    logits = torch.log(rows_tensor(q, dtype))[retrieve]
     candidates = torch.cat([tokens, torch.tensor([PLACEHOLDER])])[retrieve]
     cart_candidates_prob = torch.cat([conditional, torch.ones(1, dtype=dtype)])[retrieve]
     tree_candidates = tokens[None]
@@ -129,7 +129,7 @@ def eagle_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dt
         shape = tuple(sample_p.shape) if isinstance(sample_p, torch.Tensor) else type(sample_p).__name__
         raise KernelError("kernel", f"returned sample_p {shape}, expected a distribution of shape [{vocab}]")
     token = torch.multinomial(sample_p, 1)  # update_inference_inputs: token = torch.multinomial(prob, 1)
-    return node, _token(_one(token, "token"), "token", vocab)
+    return node, checked_token(one_int(token, "token"), "token", vocab)
 
 
 def _eagle_imports() -> None:
@@ -176,10 +176,10 @@ def vllm_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dty
     nodes = chain_nodes(tree, "vllm")
     drafted = [tree.tokens[v] for v in nodes[1:]]
     _counters_made(kernel)
-    bonus = torch.multinomial(_rows([q[nodes[-1]]], dtype), 1)
-    out = kernel(_rows([q[v] for v in nodes], dtype)[None], bonus.reshape(1, 1),
-                 _rows([p[v] for v in nodes[:-1]], dtype)[None], torch.tensor([drafted]))
-    emitted = _padded(out, drafted, vocab)
+    bonus = torch.multinomial(rows_tensor([q[nodes[-1]]], dtype), 1)
+    out = kernel(rows_tensor([q[v] for v in nodes], dtype)[None], bonus.reshape(1, 1),
+                 rows_tensor([p[v] for v in nodes[:-1]], dtype)[None], torch.tensor([drafted]))
+    emitted = padded_tokens(out, drafted, vocab)
     return nodes[len(emitted) - 1], emitted[-1]
 
 
@@ -235,11 +235,11 @@ def _vllm_v1(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype,
     k = len(drafted)
     metadata = types.SimpleNamespace(all_greedy=False, all_random=True, generators={},
                                      temperature=torch.ones(1, dtype=torch.float64))
-    bonus = torch.multinomial(_rows([q[nodes[-1]]], dtype), 1).to(torch.int32)
-    draft_probs = _rows([p[v] for v in nodes[:-1]], dtype, vocab) if with_draft_probs else None
+    bonus = torch.multinomial(rows_tensor([q[nodes[-1]]], dtype), 1).to(torch.int32)
+    draft_probs = rows_tensor([p[v] for v in nodes[:-1]], dtype, vocab) if with_draft_probs else None
     out = kernel(torch.tensor(drafted, dtype=torch.int32), [k], k, torch.tensor([k], dtype=torch.int32), draft_probs,
-                 _rows([q[v] for v in nodes[:-1]], dtype), bonus.reshape(1, 1), metadata)
-    emitted = _padded(out, drafted, vocab)
+                 rows_tensor([q[v] for v in nodes[:-1]], dtype), bonus.reshape(1, 1), metadata)
+    emitted = padded_tokens(out, drafted, vocab)
     return nodes[len(emitted) - 1], emitted[-1]
 
 
@@ -286,18 +286,18 @@ def vllm_mrv2_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torc
     nodes = chain_nodes(tree, "vllm-mrv2")
     drafted = [tree.tokens[v] for v in nodes[1:]]
     k = len(drafted)
-    logits = torch.log(_rows([q[v] for v in nodes], dtype))
-    draft_logits = torch.log(_rows([p[v] for v in nodes[:-1]], dtype, vocab))[None]
+    logits = torch.log(rows_tensor([q[v] for v in nodes], dtype))
+    draft_logits = torch.log(rows_tensor([p[v] for v in nodes[:-1]], dtype, vocab))[None]
     positions = torch.arange(k + 1, dtype=torch.int64)
     sampled, num_sampled = kernel(logits, draft_logits, torch.tensor([0, *drafted], dtype=torch.int64),
                                   torch.tensor([0, k + 1], dtype=torch.int32), positions,
                                   torch.zeros(1, dtype=torch.int32), torch.zeros(k + 1, dtype=torch.int32), positions,
                                   torch.ones(1, dtype=torch.float64), torch.tensor([MRV2_SEED], dtype=torch.int64), k)
-    n = _one(num_sampled, "num_sampled")
+    n = one_int(num_sampled, "num_sampled")
     if not 1 <= n <= k + 1:
         raise KernelError("kernel", f"returned num_sampled {n} for {k} drafts (expected 1 to {k + 1})")
-    emitted = _ints(sampled, "sampled")[:n]
-    _accepted(emitted, drafted, vocab)
+    emitted = int_values(sampled, "sampled")[:n]
+    accepted_count(emitted, drafted, vocab)
     return nodes[n - 1], emitted[-1]
 
 
@@ -306,7 +306,7 @@ def _vllm_mrv2_imports() -> None:
     (``tl``, ``triton`` and ``tldevice``, Triton's libdevice) and ``vllm.v1.worker.gpu.sample.watermark``, whose
     ``philox_gumbel_block_argmax`` runs only for watermarked requests (the adapter sends none). Where they are not
     already imported, this installs stand-ins: the real triton, libdevice as the interpreter can run it
-    (:func:`~simulator.torch_path.triton_capture.libdevice_stand_in`: NumPy's ``log1p``), and a function that
+    (:func:`~simulator.kernels.triton_capture.libdevice_stand_in`: NumPy's ``log1p``), and a function that
     says it is one."""
     require("triton", "vLLM's Model Runner V2 rejection sampler", "adapter")
     interpreter_on()
@@ -350,17 +350,17 @@ def sglang_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.d
     retrive_index = torch.arange(slots, dtype=torch.int64)[None]
     retrive_next_token = torch.tensor([[*range(1, slots), PLACEHOLDER]], dtype=torch.int64)
     retrive_next_sibling = torch.full((1, slots), PLACEHOLDER, dtype=torch.int64)
-    target = _rows([q[v] for v in nodes], dtype)[None]
-    draft = _rows([p[v] for v in nodes[:-1]], dtype, vocab)[None]
+    target = rows_tensor([q[v] for v in nodes], dtype)[None]
+    draft = rows_tensor([p[v] for v in nodes[:-1]], dtype, vocab)[None]
     uniform_samples = torch.rand(1, slots, dtype=dtype)
     uniform_samples_for_final_sampling = torch.rand(1, dtype=dtype)
     kernel(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
            retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target, draft, 1.0, 1.0, True)
-    n = _one(accept_token_num, "accept_token_num")
+    n = one_int(accept_token_num, "accept_token_num")
     if not 0 <= n <= len(drafted):
         raise KernelError("kernel", f"wrote accept_token_num {n} for {len(drafted)} drafts")
-    emitted = _ints(predicts, "predicts")[:n + 1]
-    _accepted(emitted, drafted, vocab)
+    emitted = int_values(predicts, "predicts")[:n + 1]
+    accepted_count(emitted, drafted, vocab)
     return nodes[n], emitted[n]
 
 
@@ -384,16 +384,17 @@ def specinfer_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torc
     position = {v: i for i, v in enumerate(order)}
     out = kernel(torch.tensor([PLACEHOLDER, *(tree.tokens[v] for v in order[1:])]),
                  torch.tensor([PLACEHOLDER, *(position[tree.parents[v]] for v in order[1:])]),
-                 _rows([p[v] for v in order], dtype, vocab), _rows([q[v] for v in order], dtype))
+                 rows_tensor([p[v] for v in order], dtype, vocab), rows_tensor([q[v] for v in order], dtype))
     if not isinstance(out, torch.Tensor) or out.dim() != 1 or len(out) == 0:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise KernelError("kernel", f"returned {shape}, expected a token sequence of shape [m+1]")
-    emitted = _ints(out, "the token sequence")
+    emitted = int_values(out, "the token sequence")
     node = 0
     for i, token in enumerate(emitted[:-1]):
-        child = next((c for c in tree.children(node) if tree.tokens[c] == _token(token, f"token {i}", vocab)), None)
+        child = next((c for c in tree.children(node)
+                      if tree.tokens[c] == checked_token(token, f"token {i}", vocab)), None)
         if child is None:
             raise KernelError("kernel", f"returned {emitted}: token {i} ({token}) is no child's token after "
                                         f"{emitted[:i]} in the tree")
         node = child
-    return node, _token(emitted[-1], f"token {len(emitted) - 1}", vocab)
+    return node, checked_token(emitted[-1], f"token {len(emitted) - 1}", vocab)

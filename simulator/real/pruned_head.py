@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from simulator.errors import InvalidParameterError
-from simulator.torch_path.trained_draft import HEAD_TOKENS
+from simulator.real.trained_draft import HEAD_TOKENS
 
 
 class PrunedHead(torch.nn.Module):
@@ -56,7 +56,7 @@ def prune_head(model, kept: torch.Tensor):
 
     The head's cost grows with its rows, and the few thousand tokens a target's answers use most carry nearly all of
     its mass. A trained draft's ``head_tokens.json`` is applied when its folder is loaded
-    (:func:`simulator.torch_path.real.load_causal_lm`), so every path (the KV-cached rounds, tree scoring,
+    (:func:`simulator.real.causal_lm.load_causal_lm`), so every path (the KV-cached rounds, tree scoring,
     transformers' assisted generation) drafts from the same rows: the kept tokens' logits, every other token's
     ``-inf`` (probability zero, which every lossless rule allows a draft).
     """

@@ -13,14 +13,14 @@ from typing import Iterator, Sequence
 
 import torch
 
+from simulator.devices import usable_device
 from simulator.drafting import Draft, Drafter
 from simulator.errors import InvalidParameterError
 from simulator.models import Context, ModelView
 from simulator.randomness import Randomness
-from simulator.torch_path.devices import usable_device
-from simulator.torch_path.kv_cache import CachedLM
-from simulator.torch_path.pruned_head import prune_head, read_head_tokens
-from simulator.torch_path.trained_draft import RECIPES, trained_directory
+from simulator.real.kv_cache import CachedLM
+from simulator.real.pruned_head import prune_head, read_head_tokens
+from simulator.real.trained_draft import RECIPES, trained_directory
 from simulator.trees import DraftTree
 
 
@@ -81,12 +81,12 @@ def quiet_transformers() -> Iterator[None]:
 def load_causal_lm(source: str, dtype: torch.dtype = torch.float64, field: str = "model", device: str = "cpu",
                    cache_dir: str | None = None):
     """A causal LM in evaluation mode on ``device`` (``cpu``, ``cuda``, ``cuda:1``), from ``source``: a local
-    directory saved by ``save_pretrained``, a ``.gguf`` file, or a name :mod:`simulator.torch_path.fetch` knows
+    directory saved by ``save_pretrained``, a ``.gguf`` file, or a name :mod:`simulator.real.fetch` knows
     (``smollm2``). A GGUF file is converted once into ``cache_dir`` (:func:`model_directory`). Nothing comes from a
     model hub. A source that is missing or that transformers cannot load raises :class:`InvalidParameterError` on
     ``field``; a device torch cannot use raises it on ``device``. A trained draft's folder (a name of
-    :data:`~simulator.torch_path.trained_draft.RECIPES`, or any folder with a ``head_tokens.json``) loads with its
-    pruned head (:func:`~simulator.torch_path.pruned_head.prune_head`)."""
+    :data:`~simulator.real.trained_draft.RECIPES`, or any folder with a ``head_tokens.json``) loads with its
+    pruned head (:func:`~simulator.real.pruned_head.prune_head`)."""
     from transformers import AutoModelForCausalLM
 
     folder = model_directory(source, field, cache_dir)
@@ -107,7 +107,7 @@ def model_directory(source: str, field: str = "model", cache_dir: str | None = N
     first; a ``.gguf`` file is loaded once with transformers' GGUF reader (which dequantises to float32, about
     30 s for SmolLM2-135M on 2 cores) and saved with its tokenizer under ``<cache>/converted/<sha256>``, which
     later loads take in about 2 s."""
-    from simulator.torch_path.fetch import ARTIFACTS, cache_dir as resolve_cache, fetch
+    from simulator.real.fetch import ARTIFACTS, cache_dir as resolve_cache, fetch
 
     if source in RECIPES:
         return trained_directory(source, resolve_cache(cache_dir), field)
@@ -205,7 +205,7 @@ def self_draft(target, spec: str, field: str = "draft"):
     else:
         raise InvalidParameterError(field, f"{spec!r}: expected self:skip=I,J,... (layers 0..{layers - 1}, not all) "
                                            f"or self:exit=K (1 ≤ K ≤ {layers})")
-    return _with_layers(target, kept)
+    return with_layers(target, kept)
 
 
 def load_pair(draft: str, target: str, dtype: torch.dtype, device: str = "cpu", cache_dir: str | None = None):
@@ -226,8 +226,10 @@ def check_vocabularies(draft, target) -> None:
                                              f"({draft.config.vocab_size} vs {target.config.vocab_size})")
 
 
-def _with_layers(target, kept: list[int]):
-    """``target``'s class over the decoder layers ``kept`` (renumbered 0..), sharing every tensor."""
+def with_layers(target, kept: list[int]):
+    """A model of ``target``'s class over its decoder layers ``kept`` (renumbered 0..), sharing every tensor with
+    ``target``: a self-draft (:func:`self_draft`), or the start of a trained one
+    (:func:`simulator.real.draft_training.initial_draft`)."""
     import copy
 
     config = copy.deepcopy(target.config)
@@ -265,7 +267,7 @@ def _with_layers(target, kept: list[int]):
 @torch.no_grad()
 def score_tree(model, prompt: Sequence[int], tree: DraftTree, processing: Processing) -> torch.Tensor:
     """Processed next-token rows ``[n, V]`` of every node of ``tree`` (node 0: after the prompt), one pass, on
-    the model's device (:class:`simulator.torch_path.kv_cache.CachedLM` on an empty cache)."""
+    the model's device (:class:`simulator.real.kv_cache.CachedLM` on an empty cache)."""
     if not prompt:
         raise InvalidParameterError("prompt", "tree scoring needs at least one prompt token")
     return CachedLM(model, processing).extend(prompt, tree.parents, tree.tokens, range(1, len(tree)))

@@ -49,7 +49,7 @@ class CachedLM:
     context token sees the context before it, a tree node the whole context and its ancestors, at position
     ``len(context) − 1 + depth``. :meth:`commit` keeps the accepted path's entries and drops the rejected branches,
     so the next round feeds only the token emitted after the path. Rows come back processed
-    (:class:`simulator.torch_path.real.Processing`), as tensors on the model's device.
+    (:class:`simulator.real.causal_lm.Processing`), as tensors on the model's device.
     """
 
     def __init__(self, model, processing) -> None:

@@ -19,10 +19,10 @@ from simulator.drafting import Drafter
 from simulator.drafting.arrays import ArrayDrafter, array_drafter
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import read_text
-from simulator.torch_path.kv_cache import CachedLM
-from simulator.torch_path.real import Processing
-from simulator.torch_path.verify import TORCH_VERIFIERS, torch_verify
+from simulator.real.causal_lm import Processing
+from simulator.real.kv_cache import CachedLM
 from simulator.verifiers import VERIFIERS
+from simulator.verifiers.batched.torch_verify import TORCH_VERIFIERS, torch_verify
 
 
 @dataclass
@@ -100,8 +100,8 @@ def speculative_generate(draft: CachedLM | None, target: CachedLM, context: Sequ
 
     It drafts with a drafter's array kernel (:mod:`simulator.drafting.arrays`; each batch of nodes one draft pass over
     the draft's KV cache), scores the tree with the target in one pass over its KV cache
-    (:class:`simulator.torch_path.kv_cache.CachedLM`), and lets the rule's array rule decide
-    (:func:`simulator.torch_path.verify.torch_verify`); rows stay tensors on the models' device. On the same uniforms
+    (:class:`simulator.real.kv_cache.CachedLM`), and lets the rule's array rule decide
+    (:func:`simulator.verifiers.batched.torch_verify.torch_verify`); rows stay tensors on the models' device. On the same uniforms
     it decides exactly as the reference drafting and rule on the same rows (tested). :func:`target_generate` is the
     target-only baseline, cached too.
     """

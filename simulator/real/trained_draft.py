@@ -45,7 +45,7 @@ def trained_directory(name: str, cache: Path, field: str = "draft") -> Path:
     ``field`` saying the command that makes it.
 
     A trained draft is a ``save_pretrained`` folder: a causal LM of the target's class and vocabulary with fewer
-    layers, a ``head_tokens.json`` naming the tokens its head keeps (:mod:`simulator.torch_path.pruned_head`) and a
+    layers, a ``head_tokens.json`` naming the tokens its head keeps (:mod:`simulator.real.pruned_head`) and a
     ``training.json`` recording how it was made and what it measured.
     """
     folder = draft_folder(name, cache)

@@ -2,22 +2,63 @@
 ``module:Class`` or ``module:Class.method`` resolved and constructed (:func:`load_kernel`), the adapter's
 ``before_kernel_import`` hook (:func:`run_before_kernel_import`), and modules imported with TorchScript off
 (:func:`scripting_off`), so that their ``@torch.jit.script`` helpers stay Python functions the capture sees into
-(functions scripted earlier are run as Python by :func:`simulator.torch_path.capture.scripted_code_as_python`).
+(functions scripted earlier are run as Python by :func:`simulator.kernels.capture.scripted_code_as_python`).
+Triton's interpreter is asked for before any of those modules is imported (:func:`request_interpreter`), never
+at import of specproof's own modules.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import sys
+from types import ModuleType
 from typing import Callable, Iterator
 
 import torch
 
-from simulator.errors import InvalidParameterError
+from simulator.errors import InvalidParameterError, KernelError
 from simulator.usercode import import_user_module, run_user_code
 
 HOOK = "before_kernel_import"
+#: read by triton once, when it is first imported: ``1`` makes ``@triton.jit`` build kernels that Triton's
+#: interpreter runs on the CPU one operation at a time, where the capture follows their random values
+TRITON_INTERPRET = "TRITON_INTERPRET"
+
+
+def request_interpreter() -> None:
+    """Ask for Triton's interpreter, ``TRITON_INTERPRET=1``, unless the environment sets it already (to ``0`` for a
+    GPU run, say): called when a kernel is loaded, before its adapter's and its own modules are imported."""
+    os.environ.setdefault(TRITON_INTERPRET, "1")
+
+
+def check_interpreter() -> None:
+    """A :class:`KernelError` when triton was imported without its interpreter (before :func:`request_interpreter`;
+    importing ``torch._dynamo`` imports triton, for one): its own ``@triton.jit`` functions (``tl.cumsum``) are then
+    compiled ones, which do not run on the CPU. Nothing when triton's language is not imported."""
+    if "triton.language" not in sys.modules:
+        return
+    from triton.language import standard
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(standard.cumsum, InterpretedFunction):
+        raise KernelError("kernel", f"triton was imported before {TRITON_INTERPRET}=1 was set, so its kernels are "
+                                    f"compiled, not interpreted: run with {TRITON_INTERPRET}=1 in the environment")
+
+
+def interpreter_on() -> None:
+    """:func:`request_interpreter` then :func:`check_interpreter`: for code about to import Triton kernels (an
+    adapter's hook for a Triton convention)."""
+    request_interpreter()
+    check_interpreter()
+
+
+def uses_triton(module: ModuleType) -> bool:
+    """Whether ``module`` holds triton or one of its modules among its globals (``import triton``, ``from
+    vllm.triton_utils import tl``): a Triton kernel's module."""
+    return any(isinstance(value, ModuleType) and value.__name__.partition(".")[0] == "triton"
+               for value in vars(module).values())
 
 
 @contextlib.contextmanager
@@ -58,6 +99,8 @@ def load_kernel(spec: str, init: dict[str, object]) -> Callable:
         raise InvalidParameterError("kernel", f"expected module:function, module:Class or module:Class.method, "
                                               f"got {spec!r}")
     owner, obj = None, import_user_module(module_name, "kernel")
+    if uses_triton(obj):  # its Triton kernels must be interpreted ones; a torch kernel runs either way
+        check_interpreter()
     for i, part in enumerate(parts):
         if not hasattr(obj, part):
             where = module_name if i == 0 else f"{module_name}:{'.'.join(parts[:i])}"

@@ -152,7 +152,14 @@ class Capture(TorchFunctionMode):
         entry = self._symbolic.get(id(x)) if isinstance(x, torch.Tensor) else None
         return entry[1] if entry is not None and entry[0] is x else None
 
-    def _register(self, fake: torch.Tensor, sym: Symbolic) -> torch.Tensor:
+    def random_tensors(self) -> list[tuple[torch.Tensor, Symbolic]]:
+        """Every random tensor the capture holds, with its symbolic value (the Triton capture finds them by
+        address)."""
+        return list(self._symbolic.values())
+
+    def register(self, fake: torch.Tensor, sym: Symbolic) -> torch.Tensor:
+        """``fake`` (its values set to NaN) made the random tensor ``sym``: every later op on it comes to this
+        mode; returns ``fake``."""
         with torch.no_grad():
             fake.fill_(math.nan)  # a random value read past this module is NaN, never a plausible number
         self._symbolic[id(fake)] = (fake, sym)
@@ -170,7 +177,7 @@ class Capture(TorchFunctionMode):
             else:
                 self.variables.append(Variable(kind, Fraction(0), Fraction(1) if kind == "uniform" else math.inf))
         ids = torch.arange(start, len(self.variables), dtype=torch.long).reshape(fake.shape)
-        return self._register(fake, Symbolic(ids))
+        return self.register(fake, Symbolic(ids))
 
     def _real(self, func, args, kwargs):
         """Run ``func`` for its shape and dtype (its random numbers are discarded, the generator put back)."""
@@ -250,7 +257,7 @@ class Capture(TorchFunctionMode):
         if name == "__get__":  # a property: metadata, or a view such as .T, laid out like the ids
             out = func(*args, **kwargs)
             if isinstance(out, torch.Tensor):
-                return self._register(out, self.symbolic(args[0]).relaid(lambda t: func(t)))
+                return self.register(out, self.symbolic(args[0]).relaid(lambda t: func(t)))
             return out
         if name in _CMP:
             return self._compare(_CMP[name], args)
@@ -269,13 +276,13 @@ class Capture(TorchFunctionMode):
             fake = func(*args, **kwargs)
             laid = sym.relaid(lambda t: func(t, *args[1:], **kwargs))
             if isinstance(fake, torch.Tensor):
-                return self._register(fake, laid)
-            return type(fake)(self._register(f, s) for f, s in zip(fake, laid))
+                return self.register(fake, laid)
+            return type(fake)(self.register(f, s) for f, s in zip(fake, laid))
         if name in _DTYPE:
             sym = self.symbolic(args[0])
-            return self._register(func(*args, **kwargs), Symbolic(sym.ids, list(sym.ops)))
+            return self.register(func(*args, **kwargs), Symbolic(sym.ids, list(sym.ops)))
         if name in ("argmax", "max") and self.symbolic(args[0]) is not None:
-            return self._race(name, args, kwargs)
+            return self.race(name, args, kwargs)
         raise _fail(name, "this op on a random value cannot be resolved exactly")
 
     # ---- creating random values ----------------------------------------------------------------------------
@@ -374,7 +381,7 @@ class Capture(TorchFunctionMode):
         if result.shape != target.shape:
             raise _fail(op, "an in-place op that broadcasts a concrete tensor")
         sym = self.symbolic(result)
-        return self._register(target, Symbolic(sym.ids, list(sym.ops)))
+        return self.register(target, Symbolic(sym.ids, list(sym.ops)))
 
     def _map(self, x: torch.Tensor, op: str, operand, in_place: bool,
              dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -395,13 +402,13 @@ class Capture(TorchFunctionMode):
                 raise _fail(op, "an in-place op that broadcasts a random tensor")
             if x._base is not None and self.symbolic(x._base) is not None:
                 raise _fail(op, "an in-place op on a view of a random tensor (the tensor viewed would not see it)")
-            return self._register(x, Symbolic(base.ids, ops))
+            return self.register(x, Symbolic(base.ids, ops))
         fake = torch.empty(shape, dtype=dtype or x.dtype, device=x.device)
-        return self._register(fake, Symbolic(base.ids, ops))
+        return self.register(fake, Symbolic(base.ids, ops))
 
     def _clamp(self, name: str, args, kwargs) -> torch.Tensor:
         """``clamp(x, lo, hi) = min(max(x, lo), hi)``, monotone in ``x`` and in each bound: recorded as ``max`` and
-        ``min`` maps of the one random argument, which :meth:`_resolve` inverts exactly."""
+        ``min`` maps of the one random argument, which :meth:`resolve` inverts exactly."""
         x, positional, (lo_key, hi_key) = args[0], list(args[1:]), _CLAMP[name]
         lo = kwargs.get(lo_key, positional.pop(0) if positional else None) if lo_key else None
         hi = kwargs.get(hi_key, positional.pop(0) if positional else None) if hi_key else None
@@ -464,11 +471,11 @@ class Capture(TorchFunctionMode):
         thresholds = other.to(torch.float64).broadcast_to(shape).reshape(-1).tolist()
         ids = sym.ids.reshape(-1).tolist()
         operands = [(n, None if c is None else c.reshape(-1).tolist()) for n, c in sym.ops]
-        out = [self._resolve(ids[e], [(n, None if c is None else c[e]) for n, c in operands], cmp, thresholds[e])
+        out = [self.resolve(ids[e], [(n, None if c is None else c[e]) for n, c in operands], cmp, thresholds[e])
                for e in range(len(ids))]
         return torch.tensor(out, dtype=torch.bool, device=x.device).reshape(shape)
 
-    def _resolve(self, var: int, ops: list[tuple[str, float | None]], cmp: str, t: float) -> bool:
+    def resolve(self, var: int, ops: list[tuple[str, float | None]], cmp: str, t: float) -> bool:
         """``f(x) cmp t`` for the variable ``x`` and the recorded maps ``f``, inverted map by map."""
         threshold: Fraction | float = _exact(t)
         for op, c in reversed(ops):
@@ -551,7 +558,10 @@ class Capture(TorchFunctionMode):
         return went_below == below
 
     # ---- exponential races ----------------------------------------------------------------------------------
-    def _race(self, name: str, args, kwargs):
+    def race(self, name: str, args, kwargs):
+        """``argmax`` or ``max`` (``name``) over a random tensor whose keys are one common increasing function of
+        ``w / E``: an exponential race, its winner drawn by one categorical on the weights ``w``; every raced
+        variable is spent."""
         x = args[0]
         dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
         keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
@@ -569,7 +579,7 @@ class Capture(TorchFunctionMode):
         for r, row in enumerate(id_rows):
             if len(set(row)) != len(row):
                 raise _fail(name, "a race in which one random value appears twice")
-            forms = [self._race_form(row[e], [(n, None if c is None else c[r][e]) for n, c in op_rows])
+            forms = [self.race_form(row[e], [(n, None if c is None else c[r][e]) for n, c in op_rows])
                      for e in range(width)]
             if len({s for _, s in forms}) != 1:
                 raise _fail(name, "the race's keys are not one common increasing function of w/E")
@@ -585,10 +595,10 @@ class Capture(TorchFunctionMode):
             return index
         values = torch.empty(index.shape, dtype=x.dtype, device=x.device)
         spent_ids = torch.gather(sym.ids, dim, index if keepdim else index.unsqueeze(dim))
-        spent = self._register(values, Symbolic(spent_ids if keepdim else spent_ids.squeeze(dim)))
+        spent = self.register(values, Symbolic(spent_ids if keepdim else spent_ids.squeeze(dim)))
         return torch.return_types.max((spent, index))
 
-    def _race_form(self, var: int, ops: list[tuple[str, float | None]]) -> tuple[tuple[str, object], float]:
+    def race_form(self, var: int, ops: list[tuple[str, float | None]]) -> tuple[tuple[str, object], float]:
         """The key ``G(w / E)`` of one element, as ``(("w", w) or ("log", log w), s)``: the race's weight and the
         common exponent ``s`` of ``G``; :class:`KernelError` when the maps are not of that form."""
         v = self.variables[var]
