@@ -200,20 +200,10 @@ def fixed_tree_law(tree: DraftTree, p: Sequence, q: Sequence, verifier: str | Ve
     ------
     InvalidParameterError
         An unknown verifier or arithmetic.
-    VerifierFailure
-        The verifier raised: the message names its exception and its source line.
-    VerifierOutputError
-        The verifier returned something other than ``(node, y)`` or ``(node, y, completion)`` of this tree and
-        vocabulary.
-    RandomSourceError
-        A plugin drew from a source other than its ``rng`` (Python's ``random``, ``numpy.random``, torch).
-    RandomnessError
-        A malformed ``rng`` call (a probability outside ``[0, 1]``, weights with no mass).
-    ExactnessError
-        A float reached ``rng`` under ``fraction`` arithmetic.
+    VerifierFailure, VerifierOutputError, RandomSourceError, RandomnessError, ExactnessError
+        The verifier raised, answered outside this tree and vocabulary, or drew wrongly: as :func:`round_law`.
     ExecutionLimitError, TimeLimitError
-        The computation passed the execution or wall-clock limit in force (:func:`simulator.limits.limits`,
-        :func:`simulator.limits.time_limit`).
+        The computation passed a limit in force: as :func:`round_law`.
     """
     exact = check_arithmetic(arithmetic) == "fraction"
     _, fn = _resolve(verifier)
@@ -336,20 +326,10 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
         a dynamic tree); ``method="recursion"`` for a rule with no recursion.
     InvalidDistributionError
         A model row that is not a probability vector.
-    VerifierFailure
-        The verifier raised: the message names its exception and its source line.
-    VerifierOutputError
-        The verifier returned something other than ``(node, y)`` or ``(node, y, completion)`` of this tree and
-        vocabulary.
-    RandomSourceError
-        A plugin drew from a source other than its ``rng`` (Python's ``random``, ``numpy.random``, torch).
-    RandomnessError
-        A malformed ``rng`` call (a probability outside ``[0, 1]``, weights with no mass).
-    ExactnessError
-        A float reached ``rng`` under ``fraction`` arithmetic.
+    VerifierFailure, VerifierOutputError, RandomSourceError, RandomnessError, ExactnessError
+        The verifier raised, answered outside this tree and vocabulary, or drew wrongly: as :func:`round_law`.
     ExecutionLimitError, TimeLimitError
-        The computation passed the execution or wall-clock limit in force (:func:`simulator.limits.limits`,
-        :func:`simulator.limits.time_limit`).
+        The computation passed a limit in force: as :func:`round_law`.
     """
     name, fn = _resolve(verifier)
     if method not in METHODS:

@@ -70,20 +70,10 @@ def generation_law(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
     ------
     InvalidParameterError
         An unknown verifier or arithmetic, or ``length`` out of range.
-    VerifierFailure
-        The verifier raised: the message names its exception and its source line.
-    VerifierOutputError
-        The verifier returned something other than ``(node, y)`` or ``(node, y, completion)`` of this tree and
-        vocabulary.
-    RandomSourceError
-        A plugin drew from a source other than its ``rng`` (Python's ``random``, ``numpy.random``, torch).
-    RandomnessError
-        A malformed ``rng`` call (a probability outside ``[0, 1]``, weights with no mass).
-    ExactnessError
-        A float reached ``rng`` under ``fraction`` arithmetic.
+    VerifierFailure, VerifierOutputError, RandomSourceError, RandomnessError, ExactnessError
+        The verifier raised, answered outside this tree and vocabulary, or drew wrongly: as :func:`exact.certificate.round_law`.
     ExecutionLimitError, TimeLimitError
-        The computation passed the execution or wall-clock limit in force (:func:`simulator.limits.limits`,
-        :func:`simulator.limits.time_limit`).
+        The computation passed a limit in force: as :func:`exact.certificate.round_law`.
     """
     with computation() as scope:
         return _generation_law(model, drafter, verifier, length, arithmetic, context, scope)
