@@ -14,7 +14,9 @@ residual step among them planted into Layer Verification's array rule and into t
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+from collections import Counter
 import re
 from pathlib import Path
 
@@ -84,8 +86,9 @@ def _modules(plant: dict[str, str] | None = None) -> list[tuple[str, ast.Module]
             continue
         for path in sorted((ROOT / package).rglob("*.py")):
             name = path.relative_to(ROOT).as_posix()
-            source = path.read_text(encoding="utf-8") + (plant or {}).get(name, "")
-            out.append((name, ast.parse(source)))
+            planted = (plant or {}).get(name)
+            out.append((name, _parsed(name) if planted is None else
+                         ast.parse(path.read_text(encoding="utf-8") + planted)))
     return out
 
 
@@ -224,9 +227,16 @@ def test_no_engine_picks_a_rule_by_its_name():
 LAYERS = ("simulator", "exact", "specproof")
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: str) -> ast.Module:
+    """The module at ``path`` (relative to the repository), parsed once for every test: the scans only read it."""
+    return ast.parse((ROOT / path).read_text(encoding="utf-8"))
+
+
 def _layer_modules() -> dict[str, ast.Module]:
-    return {path.relative_to(ROOT).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
-            for package in LAYERS for path in sorted((ROOT / package).rglob("*.py"))}
+    """Every module of the layers, parsed; a new dict each call (the shared trees are only read)."""
+    return {rel: _parsed(rel) for package in LAYERS
+            for rel in sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / package).rglob("*.py"))}
 
 
 def _imported(path: str, tree: ast.Module) -> set[str]:
@@ -288,6 +298,11 @@ def _docstring_nodes(tree: ast.Module) -> set[int]:
 def _in_tree(parts: list[str]) -> bool:
     """Whether ``parts`` (a layer, then names under it) are a module or a file of the tree: a package, a module, or
     a file or folder by its path."""
+    return _exists(tuple(parts))
+
+
+@functools.lru_cache(maxsize=None)
+def _exists(parts: tuple[str, ...]) -> bool:
     base = ROOT.joinpath(*parts)
     return base.exists() or base.with_suffix(".py").is_file()
 
@@ -362,12 +377,14 @@ def _upward_strings(modules: dict[str, ast.Module]) -> dict[str, list[str]]:
     return found
 
 
+def _planted(plant: dict[str, str]) -> dict[str, ast.Module]:
+    """The modules ``plant`` names (path -> code), each with its code appended; no file is written."""
+    return {path: ast.parse((ROOT / path).read_text(encoding="utf-8") + code) for path, code in plant.items()}
+
+
 def _with(plant: dict[str, str]) -> dict[str, ast.Module]:
     """The layers' modules, with ``plant`` (path -> code) appended to some; no file is written."""
-    modules = _layer_modules()
-    for path, code in plant.items():
-        modules[path] = ast.parse((ROOT / path).read_text(encoding="utf-8") + code)
-    return modules
+    return {**_layer_modules(), **_planted(plant)}
 
 
 UPWARD_STRINGS = '''
@@ -393,19 +410,19 @@ def f():
 def test_no_string_or_path_names_a_module_of_a_layer_above():
     assert _upward_strings(_layer_modules()) == {}
     registry = _relative(simulator.verifiers.registry)
-    flagged = _upward_strings(_with({registry: UPWARD_STRINGS}))
+    flagged = _upward_strings(_planted({registry: UPWARD_STRINGS}))
     assert set(flagged) == {registry}
     assert [hit.split(": ", 1)[1] for hit in flagged[registry]] == [
         "exact.recursions.token_law:token_law", "specproof/gate/mutants.py", "exact", "specproof", "exact:certify"]
     usercode = _relative(simulator.usercode)
-    flagged = _upward_strings(_with({usercode: UPWARD_PATHS}))
+    flagged = _upward_strings(_planted({usercode: UPWARD_PATHS}))
     assert set(flagged) == {usercode} and len(flagged[usercode]) == 3, flagged
     assert all(hit.endswith(": a path into exact or specproof") for hit in flagged[usercode])
     # docstrings, comments, commands, config file names and folders of the user's name no module of the tree
-    assert _upward_strings(_with({usercode: NOT_UPWARD, registry: NOT_UPWARD})) == {}
+    assert _upward_strings(_planted({usercode: NOT_UPWARD, registry: NOT_UPWARD})) == {}
     # the exact engine may not name the application either
     law = _relative(exact.law)
-    assert set(_upward_strings(_with({law: 'ZOO = "specproof.gate.zoo"\n'}))) == {law}
+    assert set(_upward_strings(_planted({law: 'ZOO = "specproof.gate.zoo"\n'}))) == {law}
 
 
 def test_the_exact_engine_supplies_every_recursion_the_registry_names():
@@ -423,7 +440,10 @@ def _private(name: str) -> bool:
 
 
 def _defined_privates(tree: ast.Module) -> set[str]:
-    """The private names a module defines: functions, classes, variables, arguments and attributes it assigns."""
+    """The private names a module defines: functions, classes, variables, arguments and attributes it assigns
+    (computed once per tree: the entry keeps the tree alive, so its id is not reused)."""
+    if id(tree) in _DEFINED:
+        return _DEFINED[id(tree)][1]
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -434,7 +454,11 @@ def _defined_privates(tree: ast.Module) -> set[str]:
             names.add(node.attr)
         elif isinstance(node, ast.arg):
             names.add(node.arg)
-    return {name for name in names if _private(name)}
+    _DEFINED[id(tree)] = (tree, {name for name in names if _private(name)})
+    return _DEFINED[id(tree)][1]
+
+
+_DEFINED: dict[int, tuple[ast.Module, set[str]]] = {}
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -459,14 +483,18 @@ def _bound_modules(path: str, tree: ast.Module) -> dict[str, bool]:
     return bound
 
 
-def _private_reach(modules: dict[str, ast.Module]) -> dict[str, list[str]]:
+def _private_reach(modules: dict[str, ast.Module], only: set[str] | None = None) -> dict[str, list[str]]:
     """``path -> [line: what]`` for each private name of another of the layers' modules it reaches: ``from x import
     _name``, ``module._name`` of an imported module of the layers, or ``obj._name`` where only another module
-    defines ``_name`` (``self.mode._resolve(...)`` calling another module's class's private method)."""
+    defines ``_name`` (``self.mode._resolve(...)`` calling another module's class's private method). ``only``:
+    scan these modules alone (every module still tells which privates are whose)."""
     defined = {path: _defined_privates(tree) for path, tree in modules.items()}
+    modules_defining = Counter(name for names in defined.values() for name in names)
     found: dict[str, list[str]] = {}
     for path, tree in modules.items():
-        elsewhere = set().union(*(names for other, names in defined.items() if other != path)) - defined[path]
+        if only is not None and path not in only:
+            continue
+        elsewhere = {name for name in modules_defining if name not in defined[path]}
         bound, package, hits = _bound_modules(path, tree), path.rsplit("/", 1)[0].split("/"), []
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
@@ -498,15 +526,15 @@ def reach(capture):
 def test_no_module_reaches_another_modules_private_names():
     assert _private_reach(_layer_modules()) == {}
     triton = "simulator/kernels/triton_capture.py"
-    flagged = _private_reach(_with({triton: PRIVATE_REACH}))
+    flagged = _private_reach(_with({triton: PRIVATE_REACH}), {triton})
     assert set(flagged) == {triton}
     assert [hit.split(": ", 1)[1] for hit in flagged[triton]] == [
         "from simulator.drafting.aded import _Node", "pairs._context_key", "capture._symbolic"], flagged
     # a library's private (torch.jit._state), and a private of this module's own class, are not another module's
-    assert _private_reach(_with({triton: "\nimport torch\nx = torch.jit._state._enabled\n"})) == {}
+    assert _private_reach(_with({triton: "\nimport torch\nx = torch.jit._state._enabled\n"}), {triton}) == {}
     # across the other layers too: the prover calling the proof's private helper
     prover = _relative(exact.prove.prover)
-    assert set(_private_reach(_with({prover: "\nfrom .proof import _signs_json\n"}))) == {prover}
+    assert set(_private_reach(_with({prover: "\nfrom .proof import _signs_json\n"}), {prover})) == {prover}
 
 
 def test_the_exact_engine_is_organised_by_role():

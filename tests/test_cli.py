@@ -130,6 +130,7 @@ def _forbidden(*args, **kwargs):
     raise AssertionError("recomputed a report section that the store holds")
 
 
+@pytest.mark.slow
 def test_user_verifier_defined_outside_the_project(tmp_path):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()

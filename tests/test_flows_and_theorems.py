@@ -297,6 +297,7 @@ def test_opt_flow_does_not_depend_on_string_hashing():
     assert len(outputs) == 1
 
 
+@pytest.mark.slow
 def test_the_optimum_checks_hold_on_a_few_instances():
     # the LP ceiling equals BV on chains and α* at depth 1 (the papers' theorems), bounds every rule, and its π
     # written as a module certifies LOSSLESS with E[τ]* (the rejection of a rule above it: tests/test_optimum.py)

@@ -150,6 +150,7 @@ def test_gate_counts_by_hand_resumes_and_catches_a_moved_acceptance(tmp_path):
     assert key.startswith(failed[0].get("name") + " depth=2 ")  # the instance, keyed with its battery's parameters
 
 
+@pytest.mark.slow
 def test_a_plugin_with_a_deliberate_bug_fails_the_gate_with_a_minimal_reproducer(tmp_path):
     config = write_config(tmp_path, config_text(f"""[[check]]
 name = "buggy plugin"

@@ -67,6 +67,7 @@ def test_out_of_reach_runs_are_refused_at_once_naming_the_options(args, options)
     assert all(o in result.stderr for o in options), result.stderr
 
 
+@pytest.mark.slow
 def test_a_refused_report_writes_nothing(tmp_path):
     out = tmp_path / "never"
     result = run_capped(["report", "--out", str(out), "--cert-depth", "50", "--cert-branching", "10"], timeout=60)

@@ -50,6 +50,7 @@ def small(monkeypatch):
     monkeypatch.setattr(optimality, "SYNTHETIC", ())
 
 
+@pytest.mark.slow
 def test_the_report_on_a_few_instances(small, tmp_path):
     out = tmp_path / "rep"
     assert optimality.write_optimality_report(out, tmp_path / "store", 1, "specproof report --full")

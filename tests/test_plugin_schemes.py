@@ -102,6 +102,7 @@ def test_certify_defaults_to_the_claim_and_labels_a_control_run(tmp_path):
     assert json.loads(out.read_text())["control_run"] is False
 
 
+@pytest.mark.slow
 def test_hunt_searches_the_claim_and_labels_a_control_run(tmp_path):
     out, case = tmp_path / "h.json", tmp_path / "case.json"
     found = invoke(["hunt", "--verifier", TWIN, "--time-limit", "20", "--shrink-time", "1", "--json", str(out),

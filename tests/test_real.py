@@ -339,7 +339,8 @@ def test_the_cpu_head_gives_the_heads_product_and_leaves_the_model_as_it_was(tin
     assert "forward" not in vars(head) and lm._head.transposed is CachedLM(target, Processing())._head.transposed
 
 
-@pytest.mark.parametrize("name,shape", [("tv-rrs", ("complete", 2, 2)), ("bv", ("chain", 3, 1))])
+@pytest.mark.parametrize("name,shape", [("tv-rrs", ("complete", 2, 2)),
+                                        pytest.param("bv", ("chain", 3, 1), marks=pytest.mark.slow)])  # 8 s
 def test_remembered_passes_give_the_rounds_computed_passes_give(tiny_pair, name, shape):
     """First rounds with passes taken from a memo decide as the rounds that run every pass, round by round,
     with fewer passes computed."""
