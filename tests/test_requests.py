@@ -135,3 +135,15 @@ def test_nothing_below_the_command_line_reads_click():
             if any(name == "click" or name.startswith("click.") for name in names):
                 offenders.append(rel)
     assert offenders == []
+
+
+def test_every_command_with_many_options_lists_them_in_sections():
+    """One helper renders every command's help: a command of eight options or more groups them under two headings
+    or more, in the order they are declared (command_line() records a run in that order)."""
+    for name, command in cli.main.commands.items():
+        result = invoke(name, "--help")
+        assert result.exit_code == 0, (name, result.output)
+        options = [p for p in command.params if isinstance(p, click.Option)]
+        headings = {getattr(p, "help_section", "Options") for p in options}
+        if len(options) >= 8:
+            assert len(headings) >= 2, name

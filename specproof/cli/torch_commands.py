@@ -18,13 +18,14 @@ from simulator.errors import InvalidParameterError
 from simulator.jsonfile import check_output_dir, check_output_file, read_text
 from simulator.trees import TOPOLOGIES
 from simulator.usercode import require
-from specproof.cli.group import main
 from specproof.cli.checks import check_device
+from specproof.cli.group import main
 from specproof.cli.option_groups import dynamic_options
 from specproof.cli.output import command_line
 from specproof.cli.params import SEED, TREE_BRANCHING, TREE_DEPTH, Output, Real, Whole
 from specproof.cli.progress import StageBars, progress_bar
 from specproof.cli.requests import tree_of
+from specproof.cli.sections import section
 from specproof.reports.real_transfer import FIT_MODES, PREDICT_SEEDS
 
 
@@ -33,34 +34,46 @@ REAL_DRAFTING = [name for name in DRAFTERS if name in ARRAY_SCHEMES or name not 
 
 
 @main.command()
-@click.option("--target", required=True,
-              help="target model: a saved directory, a .gguf file or a fetched name (smollm2); its tokenizer is used")
-@click.option("--draft",
-              help="draft model: a directory, a .gguf file, a fetched name, or the target's own layers: "
-                   "self:skip=I,J,... or self:exit=K (not with --drafting aded, which reads none)")
-@click.option("--questions", required=True, type=click.Path(dir_okay=False), help="Spec-Bench question.jsonl")
-@click.option("--max-questions", type=Whole(1), help="only the first N questions")
-@click.option("--answers", type=Output(), help="answers .jsonl to write (Spec-Bench's format)")
-@click.option("--verifier", required=True, help="a verifier with an array rule whose later tokens follow the target")
-@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True)
-@click.option("--depth", type=TREE_DEPTH, default=3, show_default=True)
-@click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True)
-@click.option("--parents", help="explicit parent list (implies --topology explicit)")
-@click.option("--drafting", type=click.Choice(REAL_DRAFTING), default="iid", show_default=True,
-              help="a fixed shape's scheme, DySpec's dynamic trees (--budget; --threshold, --max-depth) or ADED")
-@dynamic_options
-@click.option("--aded-corpus", type=click.Path(dir_okay=False),
-              help="aded: texts, one a line, its tri-gram table starts from (default: simulator/data/instructions.txt)")
-@click.option("--max-new-tokens", type=Whole(1), default=64, show_default=True, help="per turn")
-@click.option("--temperature", type=Real(0, min_open=True), default=1.0, show_default=True)
-@click.option("--top-k", type=Whole(0), default=0, show_default=True, help="0: every token")
-@click.option("--top-p", type=Real(0, 1, min_open=True), default=1.0, show_default=True)
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--device", default="cpu", show_default=True, help="where the models and the verifier run (cpu, cuda, cuda:1)")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]), default="float32", show_default=True,
-              help="the models' weights; rows are processed and verified in float64")
-@click.option("--baseline/--no-baseline", default=True, show_default=True, help="also decode target-only")
-@click.option("--cache-dir", type=click.Path(file_okay=False), help="where fetched and converted models live")
+@section("Models",
+         click.option("--target", required=True,
+                      help="target model: a saved directory, a .gguf file or a fetched name (smollm2); its tokenizer "
+                           "is used"),
+         click.option("--draft",
+                      help="draft model: a directory, a .gguf file, a fetched name, or the target's own layers: "
+                           "self:skip=I,J,... or self:exit=K (not with --drafting aded, which reads none)"))
+@section("Questions and answers",
+         click.option("--questions", required=True, type=click.Path(dir_okay=False),
+                      help="Spec-Bench question.jsonl"),
+         click.option("--max-questions", type=Whole(1), help="only the first N questions"),
+         click.option("--answers", type=Output(), help="answers .jsonl to write (Spec-Bench's format)"))
+@section("Verifier",
+         click.option("--verifier", required=True,
+                      help="a verifier with an array rule whose later tokens follow the target"))
+@section("Draft tree and drafting",
+         click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="complete", show_default=True),
+         click.option("--depth", type=TREE_DEPTH, default=3, show_default=True),
+         click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True),
+         click.option("--parents", help="explicit parent list (implies --topology explicit)"),
+         click.option("--drafting", type=click.Choice(REAL_DRAFTING), default="iid", show_default=True,
+                      help="a fixed shape's scheme, DySpec's dynamic trees (--budget; --threshold, --max-depth) or "
+                           "ADED"),
+         dynamic_options,
+         click.option("--aded-corpus", type=click.Path(dir_okay=False),
+                      help="aded: texts, one a line, its tri-gram table starts from (default: "
+                           "simulator/data/instructions.txt)"))
+@section("Generation",
+         click.option("--max-new-tokens", type=Whole(1), default=64, show_default=True, help="per turn"),
+         click.option("--temperature", type=Real(0, min_open=True), default=1.0, show_default=True),
+         click.option("--top-k", type=Whole(0), default=0, show_default=True, help="0: every token"),
+         click.option("--top-p", type=Real(0, 1, min_open=True), default=1.0, show_default=True),
+         click.option("--seed", type=SEED, default=0, show_default=True))
+@section("Run",
+         click.option("--device", default="cpu", show_default=True,
+                      help="where the models and the verifier run (cpu, cuda, cuda:1)"),
+         click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]), default="float32",
+                      show_default=True, help="the models' weights; rows are processed and verified in float64"),
+         click.option("--baseline/--no-baseline", default=True, show_default=True, help="also decode target-only"),
+         click.option("--cache-dir", type=click.Path(file_okay=False), help="where fetched and converted models live"))
 def real(target, draft, questions, max_questions, answers, verifier, topology, depth, branching, parents, drafting,
          budget, threshold, max_depth, mcts_iterations, candidates, candidate_length, aded_corpus, max_new_tokens,
          temperature, top_k, top_p, seed, device, dtype, baseline, cache_dir) -> None:
@@ -134,18 +147,24 @@ def _aded_corpus(path: str) -> list[str]:
 
 
 @main.command("real-report")
-@click.option("--target", default="smollm2", show_default=True, help="the target (a fetched name, directory or .gguf)")
-@click.option("--questions", type=click.Path(dir_okay=False),
-              help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)")
-@click.option("--max-questions", type=Whole(2), default=20, show_default=True, help="first turns of the first N")
-@click.option("--max-new-tokens", type=Whole(1), default=32, show_default=True)
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--device", default="cpu", show_default=True)
-@click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True)
-@click.option("--store", "store_dir", type=Output(folder=True),
-              help="where each configuration's questions are kept, so a rerun resumes  [default: OUT/store/real_pair]")
-@click.option("--trained-draft", help="the verifier study again with this draft: a name (smollm2-draft, made by "
-                                      "specproof train-draft) or a folder")
+@section("Run",
+         click.option("--target", default="smollm2", show_default=True,
+                      help="the target (a fetched name, directory or .gguf)"),
+         click.option("--questions", type=click.Path(dir_okay=False),
+                      help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)"),
+         click.option("--max-questions", type=Whole(2), default=20, show_default=True,
+                      help="first turns of the first N"),
+         click.option("--max-new-tokens", type=Whole(1), default=32, show_default=True),
+         click.option("--seed", type=SEED, default=0, show_default=True),
+         click.option("--device", default="cpu", show_default=True))
+@section("Output",
+         click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True),
+         click.option("--store", "store_dir", type=Output(folder=True),
+                      help="where each configuration's questions are kept, so a rerun resumes  [default: "
+                           "OUT/store/real_pair]"))
+@section("Run",
+         click.option("--trained-draft", help="the verifier study again with this draft: a name (smollm2-draft, "
+                                              "made by specproof train-draft) or a folder"))
 @click.pass_context
 def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, device, out_dir, store_dir,
                 trained_draft) -> None:

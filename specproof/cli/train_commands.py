@@ -17,6 +17,7 @@ from specproof.cli.group import main
 from specproof.cli.output import command_line
 from specproof.cli.params import SEED, Output, Real, Whole
 from specproof.cli.progress import StageBars
+from specproof.cli.sections import section
 
 
 def _recipe_names() -> list[str]:
@@ -26,28 +27,36 @@ def _recipe_names() -> list[str]:
 
 
 @main.command("train-draft")
-@click.option("--name", type=click.Choice(_recipe_names()), default="smollm2-draft", show_default=True,
-              help="the draft to make; --draft NAME finds it afterwards")
-@click.option("--target", help="the target to distil (default: the name's target, smollm2)")
-@click.option("--layers", help="the target's decoder layers the draft starts from, e.g. 0,1,2 (default: the name's)")
-@click.option("--head-tokens", type=Whole(1), help="tokens the draft's pruned head keeps (default: the name's)")
-@click.option("--prompts", type=click.Path(dir_okay=False),
-              help="instructions, one a line (default: simulator/data/train_instructions.txt, none of MT-bench's)")
-@click.option("--samples", type=Whole(1), default=3, show_default=True, help="answers per instruction")
-@click.option("--new-tokens", type=Whole(1), default=128, show_default=True, help="longest answer")
-@click.option("--generation-batch", type=Whole(1), default=128, show_default=True)
-@click.option("--epochs", type=Whole(1), default=5, show_default=True)
-@click.option("--steps", type=Whole(1), help="stop after N training steps")
-@click.option("--learning-rate", type=Real(0, 1, min_open=True, max_open=True), default=2e-3, show_default=True,
-              help="AdamW's peak learning rate")
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--check-questions", type=Whole(0), default=20, show_default=True,
-              help="measure Σ min(p, q) on MT-bench's first N first turns (0: no check)")
-@click.option("--questions", type=click.Path(dir_okay=False),
-              help="Spec-Bench question.jsonl for the check (default: specproof fetch mt-bench)")
-@click.option("--out", "out_dir", type=Output(folder=True),
-              help="where the draft is written (default: <cache>/drafts/NAME, where --draft NAME looks)")
-@click.option("--cache-dir", type=click.Path(file_okay=False), help="where fetched and converted models live")
+@section("Draft",
+         click.option("--name", type=click.Choice(_recipe_names()), default="smollm2-draft", show_default=True,
+                      help="the draft to make; --draft NAME finds it afterwards"),
+         click.option("--target", help="the target to distil (default: the name's target, smollm2)"),
+         click.option("--layers", help="the target's decoder layers the draft starts from, e.g. 0,1,2 (default: "
+                                       "the name's)"),
+         click.option("--head-tokens", type=Whole(1),
+                      help="tokens the draft's pruned head keeps (default: the name's)"))
+@section("Training data",
+         click.option("--prompts", type=click.Path(dir_okay=False),
+                      help="instructions, one a line (default: simulator/data/train_instructions.txt, none of "
+                           "MT-bench's)"),
+         click.option("--samples", type=Whole(1), default=3, show_default=True, help="answers per instruction"),
+         click.option("--new-tokens", type=Whole(1), default=128, show_default=True, help="longest answer"),
+         click.option("--generation-batch", type=Whole(1), default=128, show_default=True))
+@section("Training",
+         click.option("--epochs", type=Whole(1), default=5, show_default=True),
+         click.option("--steps", type=Whole(1), help="stop after N training steps"),
+         click.option("--learning-rate", type=Real(0, 1, min_open=True, max_open=True), default=2e-3,
+                      show_default=True, help="AdamW's peak learning rate"),
+         click.option("--seed", type=SEED, default=0, show_default=True))
+@section("Acceptance check",
+         click.option("--check-questions", type=Whole(0), default=20, show_default=True,
+                      help="measure Σ min(p, q) on MT-bench's first N first turns (0: no check)"),
+         click.option("--questions", type=click.Path(dir_okay=False),
+                      help="Spec-Bench question.jsonl for the check (default: specproof fetch mt-bench)"))
+@section("Output",
+         click.option("--out", "out_dir", type=Output(folder=True),
+                      help="where the draft is written (default: <cache>/drafts/NAME, where --draft NAME looks)"),
+         click.option("--cache-dir", type=click.Path(file_okay=False), help="where fetched and converted models live"))
 @click.pass_context
 def train_draft(ctx, name, target, layers, head_tokens, prompts, samples, new_tokens, generation_batch, epochs, steps,
                 learning_rate, seed, check_questions, questions, out_dir, cache_dir) -> None:
