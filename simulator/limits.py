@@ -16,8 +16,8 @@ from .errors import ExecutionLimitError, InvalidParameterError, TimeLimitError
 
 #: Executions (choice-tree leaves plus completed sequences) one exact computation may enumerate by default: every
 #: size the documentation names runs to its end (the largest, TRV's recursion at V = 15 on complete(b = 2, H = 2),
-#: counts 800,177). The engine runs 1,600–49,000 a second on one core of the CI machine, Layer Verification
-#: lifting K-SEQ the slowest (reports/exact_rate.md): 2 to 20 minutes for this many, within the default timeout.
+#: counts 800,177). The engine runs 2,500–28,500 a second on one core of the CI machine, Layer Verification
+#: lifting K-SEQ the slowest (reports/exact_rate.md): 1 to 13 minutes for this many, within the default timeout.
 DEFAULT_MAX_EXECUTIONS = 2_000_000
 #: Random choices one enumerated execution may make. An execution that makes more could not be enumerated to the
 #: end anyway (each choice with two branches doubles the executions), so this only stops endless loops of rng
