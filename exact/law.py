@@ -172,20 +172,24 @@ class OutputLaw:
         ValueError
             The law has no model view.
         """
-        mine, target = self.completed(), (self.target() if reference is None else reference)
-        tvd = self._zero
-        off_support = self._zero
-        worst: tuple[Number, Sequence_] | None = None
-        for seq in sorted(set(mine) | set(target)):
-            gap = abs(mine.get(seq, self._zero) - target.get(seq, self._zero))
-            tvd += gap
-            if seq not in target:
-                off_support += mine[seq]
-            if gap > 0 and (worst is None or gap > worst[0]):
-                worst = (gap, seq)
-        ce = None if worst is None else Counterexample(worst[1], mine.get(worst[1], self._zero),
-                                                        target.get(worst[1], self._zero))
-        return Distance(tvd / 2, ce, off_support)
+        return law_distance(self.completed(), self.target() if reference is None else reference, self._zero)
+
+
+def law_distance(mine: dict[Sequence_, Number], target: dict[Sequence_, Number], zero: Number = 0) -> "Distance":
+    """How law ``mine`` differs from ``target`` (both sequence → probability, zero cells omitted): half the L1
+    distance, the sequence of largest difference (ties: the smallest sequence) and the mass ``mine`` puts on
+    sequences ``target`` omits; ``zero`` sets the arithmetic of the sums."""
+    tvd = off_support = zero
+    worst: tuple[Number, Sequence_] | None = None
+    for seq in sorted(set(mine) | set(target)):
+        gap = abs(mine.get(seq, zero) - target.get(seq, zero))
+        tvd += gap
+        if seq not in target:
+            off_support += mine[seq]
+        if gap > 0 and (worst is None or gap > worst[0]):
+            worst = (gap, seq)
+    ce = None if worst is None else Counterexample(worst[1], mine.get(worst[1], zero), target.get(worst[1], zero))
+    return Distance(tvd / 2, ce, off_support)
 
 
 @dataclass(frozen=True)

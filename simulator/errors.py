@@ -60,6 +60,15 @@ class VerifierFailure(SpecproofError):
         super().__init__("verifier", f"{name} raised {type(error).__name__}: {error} ({location})")
 
 
+class LoopFailure(SpecproofError):
+    """A generation loop raised: its exception's type and message and the loop's source line, on field ``loop``
+    (never a verdict, as :class:`VerifierFailure`)."""
+
+    def __init__(self, name: str, error: BaseException, location: str) -> None:
+        self.name, self.error, self.location = name, error, location
+        super().__init__("loop", f"{name} raised {type(error).__name__}: {error} ({location})")
+
+
 class KernelError(SpecproofError):
     """A torch kernel did something specproof cannot resolve exactly (a random op it does not model, a random
     value read directly) or returned an answer that is not a decision; the message names the op or output and

@@ -17,16 +17,20 @@ from exact.subject import Subject, parse_schemes, subject
 from simulator.case import load_case
 from simulator.drafting.drafter_registry import DRAFTERS
 from simulator.errors import SpecproofError
+from simulator.loops.builtin import LOOPS
+from simulator.loops.models import LOOP_MODELS
 from simulator.models import MODELS
 from simulator.numeric import ARITHMETICS, to_json_number
 from simulator.trees import TOPOLOGIES
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import check_arithmetic_for, check_pairing
 from specproof.cli.certificate_text import certificate_lines, echo_control_note, exactness, settings, verdict
+from specproof.cli.certify_loop import certify_loop
 from specproof.cli.certify_real import certify_causal_lm
 from specproof.cli.group import main
 from specproof.cli.option_groups import (CAUSAL_LM, case_options, causal_lm_options, json_option, kernel_options,
-                                         limit_options, model_options, shape_options, verifier_options)
+                                         limit_options, loop_options, model_options, sampling_options, shape_options,
+                                         verifier_options)
 from specproof.cli.output import kept, shrunk, write_output
 from specproof.cli.params import Whole
 from specproof.cli.progress import mass_bar
@@ -42,6 +46,8 @@ def list_cmd() -> None:
         click.echo(f"model      {name:22s} {text}")
     click.echo(f"model      {CAUSAL_LM:22s} a real causal-LM pair after a prompt, certify only: --target --draft "
                "--prompt --top-k")
+    for name, text in LOOP_MODELS.items():
+        click.echo(f"model      {name:22s} {text}")
     for name, text in TOPOLOGIES.items():
         click.echo(f"topology   {name:22s} {text}")
     for name, text in DRAFTERS.items():
@@ -50,6 +56,8 @@ def list_cmd() -> None:
         where = (f"lossless under: {', '.join(spec.lossless_under)}" if spec.lossless_under
                  else f"lossy on: {spec.lossy_on}")
         click.echo(f"verifier   {spec.name:22s} {spec.description} [{where}]")
+    for name, text in LOOPS.items():
+        click.echo(f"loop       {name:22s} {text}")
     click.echo("reference: docs/ in the specproof repository (docs/rules.md: each rule and its paper)")
 
 
@@ -71,8 +79,10 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 
 
 @main.command()
-@model_options((*MODELS, CAUSAL_LM))
+@model_options((*MODELS, CAUSAL_LM, *LOOP_MODELS))
 @causal_lm_options
+@loop_options
+@sampling_options
 @shape_options
 @verifier_options
 @kernel_options
@@ -90,9 +100,11 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 @click.pass_context
 def certify(ctx: click.Context, **options) -> None:
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1); with
-    --model causal-lm, on a real pair's rows after a prompt. Exit 0 lossless, 1 lossy."""
+    --model causal-lm, on a real pair's rows after a prompt; with --loop, a whole generation loop against plain
+    sampling. Exit 0 lossless, 1 lossy."""
     request = CertifyRequest.from_click(ctx, **options)
-    {"model": certify_model, "case": certify_case, CAUSAL_LM: certify_causal_lm}[request.mode](request)
+    {"model": certify_model, "case": certify_case, CAUSAL_LM: certify_causal_lm,
+     "loop": certify_loop}[request.mode](request)
 
 
 def certify_model(request: CertifyRequest) -> None:

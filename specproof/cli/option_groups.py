@@ -43,10 +43,34 @@ causal_lm_options = section(
     click.option("--draft", help="the draft, a directory, a .gguf file, a fetched name, or the target's own layers: "
                                  "self:skip=I,J,... or self:exit=K"),
     click.option("--prompt", help="the prompt, one user message under the chat template"),
-    click.option("--top-k", type=Whole(0), help="top-k of both models' rows (required, ≥ 1)"),
-    click.option("--temperature", type=Real(0, min_open=True), help="both models' temperature  [default: 1]"),
     click.option("--cache-dir", type=click.Path(file_okay=False), help="where fetched and converted models live"),
     click.option("--device", help="where the models run (cpu, cuda, cuda:1)  [default: cpu]"),
+)
+
+loop_options = section(
+    "Generation loop (--loop)",
+    click.option("--loop", help="a whole generation loop, run on tiny torch models and certified against plain "
+                                "sampling: transformers-assisted, transformers-prompt-lookup, or module:function "
+                                "(docs/loops.md); --depth is its draft depth"),
+    click.option("--reference", help="module:function: the loop the law is held to  [default: plain sampling with "
+                                     "the same parameters, transformers' processor order]"),
+    click.option("--max-new-tokens", type=Whole(1), help="tokens each run generates  [default: --depth + 1, the "
+                                                         "least that crosses a round boundary]"),
+    click.option("--prompt-ids", default="0", show_default=True, help="the prompt's token ids, comma-separated"),
+)
+
+#: the sampling parameters: a real pair's processing (--model causal-lm: temperature and top-k) and a loop's
+sampling_options = section(
+    "Sampling (--model causal-lm, --loop)",
+    click.option("--temperature", type=Real(0, min_open=True), help="both models' temperature  [default: 1]"),
+    click.option("--top-k", type=Whole(0), help="top-k of the rows (--model causal-lm: required, ≥ 1; --loop: 0 "
+                                                "or absent, no cut)"),
+    click.option("--top-p", type=Real(0, 1, min_open=True), help="--loop: nucleus sampling's mass  [default: 1, no "
+                                                                 "cut]"),
+    click.option("--min-p", type=Real(0, 1), help="--loop: tokens below this share of the likeliest cut  [default: "
+                                                  "0]"),
+    click.option("--repetition-penalty", type=Real(0, min_open=True),
+                 help="--loop: the penalty of tokens already in the sequence  [default: 1, none]"),
 )
 
 #: the dynamic drafters' sizes: DySpec's budget, threshold and depth cap, ADED's search (its corpus apart: a real

@@ -15,8 +15,10 @@ from exact.subject import parse_schemes
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.trees import Topology, shape_from_options
+from simulator.loops.models import LOOP_MODELS
+from simulator.loops.sampling import Sampling
 from specproof.cli.option_groups import CAUSAL_LM
-from specproof.cli.specs import CausalLMSpec, LimitSpec, ModelSpec, ShapeSpec, SubjectSpec, picked
+from specproof.cli.specs import CausalLMSpec, LimitSpec, LoopSpec, ModelSpec, ShapeSpec, SubjectSpec, picked
 
 #: the options a parent list fixes
 TREE_OPTIONS = ("topology", "depth", "branching")
@@ -73,7 +75,18 @@ class TreeRequest:
 
 
 #: the certify options ``--model causal-lm`` takes alone (each ``None`` when not given)
-REAL_OPTIONS = ("target", "draft", "prompt", "top_k", "temperature", "cache_dir", "device")
+REAL_OPTIONS = ("target", "draft", "prompt", "cache_dir", "device")
+#: the sampling options: a real pair's (temperature, top-k) and a loop's (all five); ``None`` when not given
+SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+#: the certify options only ``--loop`` takes (``prompt_ids`` has a default: refused when given)
+LOOP_ONLY = ("loop", "reference", "max_new_tokens", "prompt_ids", "top_p", "min_p", "repetition_penalty")
+#: the certify options ``--loop`` refuses: every other model's, the tree and drafting (the loop drafts as it does;
+#: --depth is its draft depth), the subject, seeds, reproducers, the arithmetic and the method
+NOT_LOOP = ("rho", "tau_p", "tau_q", "zero_prob", "pairs", "target", "draft", "prompt", "cache_dir", "device",
+            "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
+            "mcts_iterations", "candidates", "candidate_length", "verifier", "schemes", "kernel", "adapter", "dtype",
+            "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink", "shrink_time",
+            "case_out", "arithmetic", "method")
 #: the certify options ``--model causal-lm`` refuses: the synthetic and table models', seeds, kernels, reproducers,
 #: exact arithmetic and the recursions (a real pair is certified in float64 by enumeration)
 NOT_REAL = ("table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "kernel", "adapter", "dtype",
@@ -87,10 +100,11 @@ HELD_BY_CASE = ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "ta
 
 @dataclass(frozen=True)
 class CertifyRequest(TreeRequest):
-    """``specproof certify``: a model certificate over ``pairs`` model seeds, a reproducer's (``case``), or a real
-    pair's (``real``, with ``--model causal-lm``)."""
+    """``specproof certify``: a model certificate over ``pairs`` model seeds, a reproducer's (``case``), a real
+    pair's (``real``, with ``--model causal-lm``) or a whole generation loop's (``loop``)."""
 
     real: CausalLMSpec | None
+    loop: LoopSpec | None
     case: str | None
     pairs: int
     arithmetic: str
@@ -103,20 +117,28 @@ class CertifyRequest(TreeRequest):
 
     @property
     def mode(self) -> str:
-        """``causal-lm``, ``case`` or ``model``: the function that runs the request."""
+        """``loop``, ``causal-lm``, ``case`` or ``model``: the function that runs the request."""
+        if self.loop is not None:
+            return "loop"
         return CAUSAL_LM if self.real is not None else "case" if self.case is not None else "model"
 
     @classmethod
     def from_click(cls, ctx: click.Context, **options) -> CertifyRequest:
         check_output_file(options["json_out"], "json")
         given = given_on_command_line(ctx)
-        real = None
-        if options["model_kind"] == CAUSAL_LM:
+        real = loop = None
+        if options["loop"] is not None or options["model_kind"] in LOOP_MODELS:
+            loop = _loop(ctx, options, given)
+        elif options["model_kind"] == CAUSAL_LM:
             real = _causal_lm(ctx, options, given)
         else:
-            for name in REAL_OPTIONS:
+            for name in (*REAL_OPTIONS, "temperature", "top_k"):
                 if options[name] is not None:
-                    raise InvalidParameterError(name, f"{_flag(name)} applies to --model causal-lm only")
+                    raise InvalidParameterError(name, f"{_flag(name)} applies to --model causal-lm or --loop only")
+        if loop is None:
+            held = [name for name in LOOP_ONLY if name in given]
+            if held:
+                raise InvalidParameterError(held[0], f"{_flag(held[0])} applies to --loop only")
         parts = cls.parts(ctx, options)
         if options["shrink"]:
             check_output_dir(Path(options["case_out"]).parent, "case_out")  # made if missing
@@ -131,10 +153,42 @@ class CertifyRequest(TreeRequest):
         elif options["model_kind"] == "table" and options["pairs"] > 1:
             raise InvalidParameterError("seeds", "a table model has no seed: --seeds K needs a synthetic or "
                                                  "random-rational model")
-        return cls(**parts, real=real, case=options["case_path"], pairs=options["pairs"],
+        return cls(**parts, real=real, loop=loop, case=options["case_path"], pairs=options["pairs"],
                    arithmetic=options["arithmetic"], method=options["method"], limits=picked(LimitSpec, options),
                    json_out=options["json_out"], shrink=options["shrink"], shrink_time=options["shrink_time"],
                    case_out=options["case_out"])
+
+
+def _loop(ctx: click.Context, options: dict, given: frozenset[str]) -> LoopSpec:
+    """``--loop``'s spec: a loop model (``tiny-llama``, ``prefix-table``) and a loop go together; the options it
+    does not take are refused, the first named."""
+    if options["loop"] is None:
+        raise InvalidParameterError("loop", f"--model {options['model_kind']} runs a generation loop: give --loop "
+                                            "NAME or module:function (docs/loops.md)")
+    if options["model_kind"] not in LOOP_MODELS:
+        raise InvalidParameterError("model", f"--loop runs on a tiny model pair: --model {' or '.join(LOOP_MODELS)}")
+    held = [name for name in NOT_LOOP if name in given]
+    if options["model_kind"] == "prefix-table":
+        held += [name for name in ("vocab", "seed") if name in given]
+        if options["table_path"] is None:
+            raise InvalidParameterError("table", "--model prefix-table reads its rows from --table FILE")
+    if held:
+        flag = max(next(p for p in ctx.command.params if p.name == held[0]).opts, key=len)
+        raise InvalidParameterError(flag.lstrip("-"), f"{flag} does not apply to --loop (a whole loop on a tiny pair; "
+                                                      "--depth is its draft depth): drop it")
+    depth = options["depth"]
+    max_new_tokens = depth + 1 if options["max_new_tokens"] is None else options["max_new_tokens"]
+    if max_new_tokens < depth + 1:
+        raise InvalidParameterError("max_new_tokens", f"must be at least --depth + 1 = {depth + 1}, so that a round "
+                                                      f"boundary falls inside the continuation, got {max_new_tokens}")
+    try:
+        prompt = tuple(int(t) for t in options["prompt_ids"].split(","))
+    except ValueError:
+        raise InvalidParameterError("prompt_ids", f"comma-separated token ids, got {options['prompt_ids']!r}") from None
+    if not prompt or min(prompt) < 0:
+        raise InvalidParameterError("prompt_ids", f"token ids ≥ 0, at least one, got {options['prompt_ids']!r}")
+    sampling = Sampling(**{name: options[name] for name in SAMPLING_OPTIONS if options[name] is not None})
+    return LoopSpec(options["loop"], options["reference"], max_new_tokens, prompt, sampling, depth)
 
 
 def _causal_lm(ctx: click.Context, options: dict, given: frozenset[str]) -> CausalLMSpec:

@@ -15,6 +15,7 @@ from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import read_json
 from simulator.limits import limits, progress_note, time_limit
+from simulator.loops.sampling import Sampling
 from simulator.models import ModelPair, make_model
 from simulator.trees import Topology, shape_from_options
 from simulator.usercode import add_import_path, check_importable, require
@@ -42,9 +43,9 @@ class ModelSpec:
 
     def check(self) -> None:
         """Refuse ``--table`` beside another model kind: the table would be ignored."""
-        if self.table_path is not None and self.model_kind != "table":
-            raise InvalidParameterError("table", f"--table applies to --model table only (the model is "
-                                                 f"{self.model_kind}): add --model table, or drop --table")
+        if self.table_path is not None and self.model_kind not in ("table", "prefix-table"):
+            raise InvalidParameterError("table", f"--table applies to --model table or prefix-table only (the model "
+                                                 f"is {self.model_kind}): add --model table, or drop --table")
 
     def build(self, seed: int | None = None) -> ModelPair:
         """The pair of model seed ``seed`` (``--seed`` by default; one table for every seed)."""
@@ -247,3 +248,42 @@ def limited(max_executions: int, timeout: float, progress=None) -> Iterator[int 
     cap = max_executions or None
     with time_limit(timeout, progress_note), limits(cap, progress):
         yield cap
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """``--loop``: a whole generation loop run on a tiny model pair (``--model tiny-llama`` or ``prefix-table``)
+    after ``prompt_ids`` for ``max_new_tokens`` tokens, held to ``reference`` (``None``: plain sampling) under the
+    sampling parameters; ``depth`` is the shipped loops' draft depth."""
+
+    loop: str
+    reference: str | None
+    max_new_tokens: int
+    prompt_ids: tuple[int, ...]
+    sampling: Sampling
+    depth: int
+
+    def loops(self) -> tuple[Callable, Callable]:
+        """``(loop, reference)`` imported or built."""
+        from simulator.loops.builtin import load_loop, plain_sampling
+
+        reference = plain_sampling if self.reference is None else load_loop(self.reference, self.depth, "reference")
+        return load_loop(self.loop, self.depth), reference
+
+    def pair(self, model: ModelSpec):
+        """``(target, draft)`` of the model spec: the tiny Llamas of ``--vocab`` and ``--seed``, or the prefix table
+        of ``--table``; a prompt token outside the vocabulary is refused (field ``prompt_ids``)."""
+        from simulator.loops.models import prefix_table_pair, tiny_llama_pair
+        from simulator.models import TableModel
+
+        require("torch", "--loop", "torch")
+        if model.model_kind == "prefix-table":
+            target, draft = prefix_table_pair(TableModel.from_file(model.table_path), len(self.prompt_ids))
+        else:
+            require("transformers", "--model tiny-llama", "torch")
+            target, draft = tiny_llama_pair(model.vocab, model.seed)
+        outside = [t for t in self.prompt_ids if t >= target.vocab]
+        if outside:
+            raise InvalidParameterError("prompt_ids", f"token {outside[0]} is outside the vocabulary "
+                                                      f"0..{target.vocab - 1}")
+        return target, draft

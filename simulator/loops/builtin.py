@@ -1,0 +1,122 @@
+"""The loops specproof knows by name (:data:`LOOPS`): transformers' assisted generation and prompt lookup as
+installed, called unmodified, and plain sampling, the reference every loop is held to (:func:`plain_sampling`)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from simulator.errors import InvalidParameterError
+from simulator.loops.sampling import Sampling
+from simulator.verifiers.registry import load_callable
+
+#: the shipped loops by name: what each runs (its draft depth is ``--depth``)
+LOOPS = {
+    "transformers-assisted": "transformers' generate(assistant_model=draft, do_sample=True), the draft length "
+                             "fixed at the depth (num_assistant_tokens, constant schedule, no confidence stop)",
+    "transformers-prompt-lookup": "transformers' generate(prompt_lookup_num_tokens=depth, do_sample=True): "
+                                  "deterministic drafts matched in the prompt and text so far, no draft model",
+    "plain": "plain sampling from the target, one token a pass (the reference)",
+}
+
+
+def plain_sampling(target: Callable, draft: Callable, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
+    """Plain sampling from ``target``, one token a forward pass, each from :meth:`Sampling.probs` of the last row
+    (``draft`` unused): the law every lossless loop must have. Draws with ``torch.multinomial``."""
+    import torch
+
+    chosen = Sampling.from_dict(sampling)
+    ids, out = input_ids, []
+    for _ in range(max_new_tokens):
+        row = chosen.probs(target(ids)[0, -1], ids[0].tolist())
+        token = int(torch.multinomial(row, 1))
+        out.append(token)
+        ids = torch.cat([ids, torch.tensor([[token]], dtype=ids.dtype)], dim=1)
+    return out
+
+
+plain_sampling.loop_name = "plain"  # type: ignore[attr-defined]
+
+
+def _hf(model, role: str):
+    hf = getattr(model, "hf", None)
+    if hf is None:
+        raise InvalidParameterError("model", f"transformers' loops call generate() on the {role}'s transformers "
+                                             "model: use --model tiny-llama")
+    return hf
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers' warnings off while its generate runs (its assisted path warns of its own internal calls)."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def _generate_options(sampling: dict) -> dict:
+    """``generate``'s sampling arguments for a sampling dict: every parameter given, off where absent (top-k 0,
+    which transformers reads as no cut; its own default is 50)."""
+    chosen = Sampling.from_dict(sampling)
+    return {"do_sample": True, "temperature": chosen.temperature, "top_k": chosen.top_k, "top_p": chosen.top_p,
+            "min_p": chosen.min_p or None, "repetition_penalty": chosen.repetition_penalty}
+
+
+def transformers_assisted(depth: int) -> Callable:
+    """transformers' assisted generation, as installed: ``target.generate(input_ids, assistant_model=draft,
+    do_sample=True, ...)`` with ``num_assistant_tokens=depth``, ``num_assistant_tokens_schedule="constant"`` and
+    ``assistant_confidence_threshold=0``, so that every round drafts ``depth`` tokens."""
+
+    def loop(target, draft, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
+        import torch
+
+        with _quiet():
+            out = _hf(target, "target").generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=_hf(draft, "draft"),
+                max_new_tokens=max_new_tokens, min_new_tokens=0, num_assistant_tokens=depth,
+                num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0,
+                **_generate_options(sampling))
+        return out[0, input_ids.shape[1]:].tolist()
+
+    loop.loop_name = "transformers-assisted"  # type: ignore[attr-defined]
+    return loop
+
+
+def transformers_prompt_lookup(depth: int) -> Callable:
+    """transformers' prompt lookup decoding, as installed: ``target.generate(input_ids,
+    prompt_lookup_num_tokens=depth, do_sample=True, ...)``; the draft model is not used."""
+
+    def loop(target, draft, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
+        import torch
+
+        with _quiet():
+            out = _hf(target, "target").generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                                 prompt_lookup_num_tokens=depth, max_new_tokens=max_new_tokens,
+                                                 min_new_tokens=0, **_generate_options(sampling))
+        return out[0, input_ids.shape[1]:].tolist()
+
+    loop.loop_name = "transformers-prompt-lookup"  # type: ignore[attr-defined]
+    return loop
+
+
+def load_loop(name: str, depth: int, field: str = "loop") -> Callable:
+    """A shipped loop by name (:data:`LOOPS`), built for draft depth ``depth``, or ``module:function`` imported.
+
+    Raises
+    ------
+    InvalidParameterError
+        An unknown name, or a module or function that cannot be imported (naming ``field``).
+    """
+    shipped = {"transformers-assisted": transformers_assisted, "transformers-prompt-lookup": transformers_prompt_lookup}
+    if name in shipped:
+        return shipped[name](depth)
+    if name == "plain":
+        return plain_sampling
+    if ":" not in name:
+        raise InvalidParameterError(field, f"unknown loop {name!r}: one of {', '.join(LOOPS)}, or module:function")
+    return load_callable(name, field)
