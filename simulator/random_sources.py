@@ -201,12 +201,31 @@ class RandomSources:
 
     def _scan(self, frame: FrameType) -> None:
         """Refuse a user function, as it starts, that names a numpy random source (a global or an argument, or
-        one of its attributes)."""
-        code, names, opaque = frame.f_code, frame.f_globals, _opaque()
-        for name, value in (*((n, names.get(n)) for n in code.co_names), *frame.f_locals.items()):
-            found = _numpy_held(name, value, opaque)
+        one of its attributes). Within one entry a function's globals, and an object's attributes, are looked at
+        once (a whole generation loop calls thousands of library functions per run)."""
+        code = frame.f_code
+        values = frame.f_locals.items()
+        if code not in self.scanned_codes:
+            self.scanned_codes.add(code)
+            names = frame.f_globals
+            values = (*((n, names.get(n)) for n in code.co_names), *values)
+        for name, value in values:
+            found = self._held(name, value)
             if found is not None:
                 raise self.refusal(f"numpy.random ({found}, named in {code.co_name})", frame)
+
+    def _held(self, name: str, value: object) -> str | None:
+        """:func:`_numpy_held`, an object's attributes looked into once per entry (the entry keeps the object, so
+        its id is not reused)."""
+        what = _numpy_source(value)
+        if what is not None:
+            return f"{name}, {what}"
+        if type(getattr(value, "__dict__", None)) is not dict or isinstance(value, self.opaque):
+            return None
+        kept = self.scanned_objects.get(id(value))
+        if kept is None:
+            kept = self.scanned_objects[id(value)] = (value, _numpy_held(name, value, self.opaque))
+        return kept[1]
 
     def _before_or_after_kernel(self, frame: FrameType) -> bool:
         """Whether only specproof's own code lies between ``frame`` and the block the capture runs (an adapter
@@ -263,6 +282,9 @@ class RandomSources:
         self.block = block
         self.refused = None
         self.active = True
+        self.scanned_codes: set = set()
+        self.scanned_objects: dict[int, tuple[object, str | None]] = {}
+        self.opaque = _opaque()
         if self.kernel:
             self.previous = sys.getprofile()
             sys.setprofile(self.profile)
