@@ -146,7 +146,7 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
         for outcome in outcomes:
             for case in outcome.cases:
                 if case.error is None:
-                    case.baseline, case.moved = case.result["expected_accepted"], False
+                    case.baseline, case.moved = case.figure, False
     text = markdown(outcomes, command_line(ctx))
     click.echo(text)
     for outcome in outcomes:

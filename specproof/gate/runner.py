@@ -1,5 +1,5 @@
-"""The regression gate (:func:`run_gate`; docs/gate.md): exact certificates of every verifier, plugin or kernel a
-config names, checked against expected verdicts and committed acceptance baselines."""
+"""The regression gate (:func:`run_gate`; docs/gate.md): exact certificates of every verifier, plugin, kernel or
+generation loop a config names, checked against expected verdicts and committed acceptance baselines."""
 
 from __future__ import annotations
 
@@ -21,12 +21,16 @@ from specproof.gate.battery import baseline_key, battery, build, instance_key, i
 from exact.certificate import certify
 from specproof.gate.hunt import hunt
 from specproof.gate.isolated import Stopped, Task, run_isolated
+from specproof.gate.loop_battery import (certify_loop_instance, loop_baseline_key, loop_battery, loop_instance_key,
+                                         loop_instances, loop_result, loop_subject)
 from exact.reproducer import capture
 from specproof.gate.shrink import shrink
 from exact.subject import Subject, subject
 
 from simulator.errors import InvalidParameterError, OutputError, SpecproofError, TimeLimitError
 from simulator.jsonfile import check_output_dir, read_json, read_text, write_json
+from simulator.loops.builtin import plain_sampling
+from simulator.loops.sampling import Sampling
 from simulator.usercode import require
 from simulator.verifiers.registry import check_arithmetic_for
 
@@ -45,12 +49,21 @@ STATE_FIELD = "config.gate.state"
 CHECK_SECONDS_FIELD = "config.gate.check_seconds"
 
 
+#: what a loop check takes beside ``name``, ``expect`` and ``battery`` (docs/gate.md, "Loop checks")
+LOOP_CHECK_KEYS = ("loop", "sampling")
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
-    description: dict  # the subject, as in a reproducer
+    description: dict  # the subject, as in a reproducer; a loop's: {"loop": ..., "sampling": {...}}
     expect: str
-    battery: dict
+    battery: dict  # a loop check's: specproof.gate.loop_battery.loop_battery's
+
+    @property
+    def loop(self) -> bool:
+        """Whether the check names a whole generation loop (certified against plain sampling, not hunted)."""
+        return "loop" in self.description
 
 
 @dataclass(frozen=True)
@@ -99,9 +112,10 @@ def load_config(path: str | Path) -> Config:
         raise InvalidParameterError("config", f"{path} is not TOML: {err}") from None
     except RecursionError:
         raise InvalidParameterError("config", f"{path} nests arrays or tables too deeply to read") from None
-    unknown = set(data) - {"gate", "battery", "check"}
+    unknown = set(data) - {"gate", "battery", "loop_battery", "check"}
     if unknown:
-        raise InvalidParameterError(f"config.{sorted(unknown)[0]}", "unknown table (expected gate, battery, check)")
+        raise InvalidParameterError(f"config.{sorted(unknown)[0]}",
+                                    "unknown table (expected gate, battery, loop_battery, check)")
     gate = merged(GATE_DEFAULTS, data.get("gate", {}), "config.gate")
     for key in ("hunt_seconds", "shrink_seconds", "check_seconds", "tolerance"):
         _number(gate[key], f"config.gate.{key}")
@@ -110,6 +124,7 @@ def load_config(path: str | Path) -> Config:
             raise InvalidParameterError(f"config.gate.{key}", f"must be a path (a string), got {gate[key]!r}")
     _pythonpath(gate["pythonpath"], path.parent)
     shared = battery(data.get("battery", {}), "config.battery")
+    loops = loop_battery(data.get("loop_battery", {}), "config.loop_battery", folder=path.parent)
     raw = data.get("check")
     if not isinstance(raw, list) or not raw:
         raise InvalidParameterError("config.check", "missing: add at least one [[check]] table")
@@ -117,7 +132,7 @@ def load_config(path: str | Path) -> Config:
     checks, names = [], set()
     with Config(path, gate, ()).import_path():
         for i, entry in enumerate(raw):
-            check = _check(entry, shared, f"config.check[{i}]")
+            check = _check(entry, shared, loops, f"config.check[{i}]", path.parent)
             if check.name in names:
                 raise InvalidParameterError(f"config.check[{i}].name",
                                             f"{check.name!r} is used twice: name the checks")
@@ -142,15 +157,18 @@ def _pythonpath(value: object, folder: Path) -> None:
 
 
 def _require_torch(raw: list) -> None:
-    """Refuse every kernel check at once when torch is not installed, before any module is imported."""
-    kernels = [(f"config.check[{i}]", entry.get("name", entry["kernel"])) for i, entry in enumerate(raw)
-               if isinstance(entry, dict) and "kernel" in entry]
-    if kernels:
-        listed = ", ".join(f"{where} ({name!r})" for where, name in kernels)
-        require("torch", f"the torch-kernel check{'s' * (len(kernels) > 1)} {listed}", f"{kernels[0][0]}.kernel")
+    """Refuse every kernel and loop check at once when torch is not installed, before any module is imported."""
+    needing = [(f"config.check[{i}]", kind, entry.get("name", entry[kind])) for i, entry in enumerate(raw)
+               if isinstance(entry, dict) for kind in ("kernel", "loop") if kind in entry]
+    if needing:
+        listed = ", ".join(f"{where} ({'loop ' * (kind == 'loop')}{name!r})" for where, kind, name in needing)
+        require("torch", f"the torch check{'s' * (len(needing) > 1)} {listed}",
+                f"{needing[0][0]}.{needing[0][1]}")
 
 
-def _check(entry: object, shared: dict, where: str) -> Check:
+def _check(entry: object, shared: dict, loops: dict, where: str, folder: Path) -> Check:
+    """One ``[[check]]``: a verifier or kernel on ``shared`` (the ``[battery]``), or a loop on ``loops`` (the
+    ``[loop_battery]``), each under the check's own ``battery`` keys."""
     if not isinstance(entry, dict):
         raise InvalidParameterError(where, "must be a table")
     entry = dict(entry)
@@ -158,13 +176,11 @@ def _check(entry: object, shared: dict, where: str) -> Check:
     if expect not in EXPECT:
         raise InvalidParameterError(f"{where}.expect", f"must be one of {EXPECT}, got {expect!r}")
     name = entry.pop("name", None)
-    own = battery(entry.pop("battery", {}), f"{where}.battery", shared)
     try:
-        what = subject(entry, where)  # imports the plugin or kernel now: a bad name is a config error
-        check_arithmetic_for(what.name, own["arithmetic"])
-        if expect == "lossless":  # a claim is checked under exactly the schemes claimed
-            for scheme in own["drafting"]:
-                what.require_claimed(scheme, f"{where}.battery.drafting")
+        if "loop" in entry:
+            description, own, what = _loop_check(entry, loops, where, folder)
+        else:
+            description, own, what = _rule_check(entry, shared, expect, where)
     except SpecproofError as err:  # named by its check: config.check[3].verifier
         if err.field.startswith(where):
             raise
@@ -173,14 +189,52 @@ def _check(entry: object, shared: dict, where: str) -> Check:
         name = what.name + (f" ({entry['adapter']})" if "adapter" in entry else "")
     if not isinstance(name, str) or not name:
         raise InvalidParameterError(f"{where}.name", "must be a non-empty string")
-    return Check(name, entry, expect, own)
+    return Check(name, description, expect, own)
+
+
+def _rule_check(entry: dict, shared: dict, expect: str, where: str) -> tuple[dict, dict, Subject]:
+    """A verifier's or kernel's description, battery and subject (imported now: a bad name is a config error)."""
+    if "sampling" in entry:
+        raise InvalidParameterError(f"{where}.sampling", "applies to a loop check (loop = NAME or module:function) "
+                                                         "only")
+    own = battery(entry.pop("battery", {}), f"{where}.battery", shared)
+    what = subject(entry, where)
+    check_arithmetic_for(what.name, own["arithmetic"])
+    if expect == "lossless":  # a claim is checked under exactly the schemes claimed
+        for scheme in own["drafting"]:
+            what.require_claimed(scheme, f"{where}.battery.drafting")
+    return entry, own, what
+
+
+def _loop_check(entry: dict, loops: dict, where: str, folder: Path) -> tuple[dict, dict, Subject]:
+    """A loop's description (``{"loop": ..., "sampling": {...}}``, the parameters that are on), battery and
+    subject (imported now). Only :data:`LOOP_CHECK_KEYS` and ``battery``: a verifier or kernel key is refused."""
+    other = sorted(set(entry) - {*LOOP_CHECK_KEYS, "battery"})
+    if other:
+        raise InvalidParameterError(f"{where}.{other[0]}", "a loop check takes loop, sampling, battery, name and "
+                                                           "expect: a verifier, kernel or their keys belong to "
+                                                           "another check")
+    if not isinstance(entry["loop"], str) or not entry["loop"]:
+        raise InvalidParameterError(f"{where}.loop", "must be a name (transformers-assisted, "
+                                                     f"transformers-prompt-lookup, plain) or module:function, got "
+                                                     f"{entry['loop']!r}")
+    sampling = Sampling.from_dict(entry.get("sampling"), f"{where}.sampling").as_dict()
+    own = loop_battery(entry.get("battery", {}), f"{where}.battery", loops, folder)
+    if "tiny-llama" in own["models"]:
+        require("transformers", f"the loop check {where} on tiny-llama", f"{where}.battery.models")
+    description = {"loop": entry["loop"], "sampling": sampling}
+    return description, own, loop_subject(description, own["depth"])
 
 
 def run_instance(task: tuple[dict, dict, dict]) -> dict:
-    """Certify one instance (a worker's job): the verdict, TVD and ``E[τ]`` as JSON; a typed error (a verifier
-    that raised, a limit) as ``{"error": {"field": ..., "message": ...}}``, so that it stays this instance's."""
+    """Certify one instance (a worker's job): the verdict, TVD and ``E[τ]`` as JSON (a loop's: its TVD, worst
+    continuation and ``E[tokens per target pass]``, :func:`specproof.gate.loop_battery.loop_result`); a typed error
+    (a verifier that raised, a limit) as ``{"error": {"field": ..., "message": ...}}``, so that it stays this
+    instance's."""
     description, b, inst = task
     try:
+        if "loop" in description:
+            return loop_result(certify_loop_instance(description, b, inst))
         what = subject(description)
         model, drafter = build(inst, b)
         cert = certify(model, drafter, what.fn, b["arithmetic"])
@@ -194,18 +248,38 @@ def run_instance(task: tuple[dict, dict, dict]) -> dict:
 # ---- state and baselines -----------------------------------------------------------------------------------------
 def fingerprint(check: Check, what: Subject, inst: dict | str) -> str:
     """What a kept result depends on: the check's description, the instance, the arithmetic, specproof's version
-    and the bytes of the subject's source file."""
-    try:
-        source = Path(inspect.getsourcefile(getattr(what.fn, "fn", None) or what.fn) or "").read_bytes()
-    except (TypeError, OSError):
-        source = b""
+    and the bytes of the subject's source file; for a loop also :func:`_loop_inputs`."""
+    source = _source(getattr(what.fn, "fn", None) or what.fn)
+    if check.loop:
+        source += _loop_inputs(inst)
     text = json.dumps([check.description, check.battery, inst, _version()], sort_keys=True, default=str)
     return hashlib.sha256(text.encode() + hashlib.sha256(source).digest()).hexdigest()[:32]
 
 
-def _version() -> str:
+def _source(fn: object) -> bytes:
+    """The bytes of the file that defines ``fn`` (none found: empty)."""
     try:
-        return version("specproof")
+        return Path(inspect.getsourcefile(fn) or "").read_bytes()  # type: ignore[arg-type]
+    except (TypeError, OSError):
+        return b""
+
+
+def _loop_inputs(inst: dict | str) -> bytes:
+    """What a loop's result depends on beyond its check and its source: the reference's source (plain sampling and
+    its processing), the versions of torch and transformers (the shipped loops are transformers' code, the tiny
+    Llamas' weights torch's draws) and the bytes of the instance's table."""
+    versions = json.dumps([_version(name) for name in ("torch", "transformers")]).encode()
+    table = inst.get("table") if isinstance(inst, dict) else None
+    try:
+        rows = Path(table).read_bytes() if table else b""
+    except OSError:
+        rows = b""  # a table gone since the config loaded: its instance errs when certified
+    return _source(plain_sampling) + _source(Sampling) + versions + rows
+
+
+def _version(package: str = "specproof") -> str:
+    try:
+        return version(package)
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "source"
 
@@ -320,6 +394,33 @@ class Case:
     def lossy(self) -> bool:
         return self.error is None and not self.result["lossless"]
 
+    @property
+    def figure(self) -> str | float | None:
+        """The figure compared with the baseline: ``E[τ]``, or a loop's ``E[tokens per target pass]`` (``None``:
+        none, a loop that never called its target)."""
+        if "expected_accepted" in self.result:
+            return self.result["expected_accepted"]
+        return self.result.get("expected_tokens_per_pass")
+
+    @property
+    def figure_name(self) -> str:
+        return "E[tokens per target pass]" if "expected_tokens_per_pass" in self.result else "E[τ]"
+
+    @property
+    def worst(self) -> str | None:
+        """A loop's continuation that differs most, with its two probabilities (``None``: none recorded)."""
+        ce = self.result.get("counterexample")
+        if ce is None:
+            return None
+        return (f"continuation {ce['sequence']} has probability {ce['loop_prob']:.6g} under the loop, "
+                f"{ce['reference_prob']:.6g} under plain sampling")
+
+    def shown(self, key: str) -> str:
+        """A number of the result as reported (``tvd``, ``off_support``): a rule's exact ``n/d``, a loop's float to
+        6 digits."""
+        value = self.result[key]
+        return f"{value:.6g}" if isinstance(value, float) else str(value)
+
 
 @dataclass
 class CheckOutcome:
@@ -345,14 +446,16 @@ class CheckOutcome:
         """Why this check is a regression (empty: it holds, or it has only errors)."""
         out = []
         if self.check.expect == "lossless" and self.lossy_cases:
+            first = self.lossy_cases[0]
             out.append(f"LOSSY on {len(self.lossy_cases)} of {len(self.cases)} instances "
-                       f"(first: {self.lossy_cases[0].key}, TVD {self.lossy_cases[0].result['tvd']})")
+                       f"(first: {first.key}, TVD {first.shown('tvd')}" + (f"; {first.worst}" if first.worst else "")
+                       + ")")
         if self.check.expect == "lossy" and not self.lossy_cases and not self.errors:
             out.append(f"expected LOSSY (a control), certified LOSSLESS on all {len(self.cases)} instances")
         moved = [c for c in self.cases if c.moved]
         if moved:
-            out.append(f"E[τ] moved on {len(moved)} instance(s) (first: {moved[0].key}: "
-                       f"{moved[0].result['expected_accepted']} vs baseline {moved[0].baseline})")
+            out.append(f"{moved[0].figure_name} moved on {len(moved)} instance(s) (first: {moved[0].key}: "
+                       f"{moved[0].figure} vs baseline {moved[0].baseline})")
         if self.hunt_failure:
             out.append(self.hunt_failure)
         return out
@@ -397,12 +500,12 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
         state = State(config.resolve("state"), fresh, warn).open()
         outcomes, todo = [], []
         for check in config.checks:
-            what = subject(check.description)
+            what = loop_subject(check.description, check.battery["depth"]) if check.loop \
+                else subject(check.description)
             outcome = CheckOutcome(check, what)
-            for inst in instances(check.battery, what):
+            for inst, name, base_key in _instances(check, what):
                 key = fingerprint(check, what, inst)
-                outcome.cases.append(Case(instance_key(inst), state.load(key) or {},
-                                          baseline_key=baseline_key(inst, check.battery)))
+                outcome.cases.append(Case(name, state.load(key) or {}, baseline_key=base_key))
                 if not outcome.cases[-1].result:
                     todo.append((outcome.cases[-1], key, (check.description, check.battery, inst)))
             outcomes.append(outcome)
@@ -422,13 +525,22 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
                     raise SpecproofError(*outcome.hunt_error)
         tolerance = float(config.gate["tolerance"])
         for outcome in outcomes:
-            exact = outcome.check.battery["arithmetic"] == "fraction" and "kernel" not in outcome.check.description
+            exact = "verifier" in outcome.check.description and outcome.check.battery["arithmetic"] == "fraction"
             for case in outcome.cases:
                 case.baseline = baselines.get(outcome.check.name, {}).get(case.baseline_key)
-                if case.baseline is not None and case.error is None:
-                    case.moved = not same_acceptance(case.result["expected_accepted"], case.baseline, exact,
-                                                     tolerance)
+                if case.baseline is not None and case.error is None and case.figure is not None:
+                    case.moved = not same_acceptance(case.figure, case.baseline, exact, tolerance)
     return outcomes
+
+
+def _instances(check: Check, what: Subject) -> list[tuple[dict, str, str]]:
+    """``(instance, its name, its baselines key)`` for every instance of the check's battery."""
+    if check.loop:
+        sampling = check.description["sampling"]
+        return [(inst, loop_instance_key(inst), loop_baseline_key(inst, check.battery, sampling))
+                for inst in loop_instances(check.battery)]
+    return [(inst, instance_key(inst), baseline_key(inst, check.battery))
+            for inst in instances(check.battery, what)]
 
 
 def _check_task(outcome: CheckOutcome, todo: list, config: Config, state: State):
@@ -488,9 +600,11 @@ def _checked(outcome: CheckOutcome, ran: dict | Stopped, index: int, from_option
 def _hunt(outcome: CheckOutcome, config: Config, state: State) -> None:
     """A bounded hunt for a check expected lossless that no instance failed or erred on (kept in the state like
     an instance). A hunt that certified no pair in its time shows nothing: a :class:`TimeLimitError`, not
-    "holds" (and not kept, so a rerun hunts again)."""
+    "holds" (and not kept, so a rerun hunts again). A loop is not hunted: the hunt draws rows for a verifier, and
+    a loop computes its own rows from its models."""
     seconds = float(config.gate["hunt_seconds"])
-    if outcome.check.expect != "lossless" or seconds <= 0 or outcome.lossy_cases or outcome.errors:
+    if outcome.check.expect != "lossless" or seconds <= 0 or outcome.lossy_cases or outcome.errors \
+            or outcome.check.loop:
         return
     key = fingerprint(outcome.check, outcome.subject, f"hunt {seconds}")
     kept = state.load(key)
@@ -508,8 +622,9 @@ def _hunt(outcome: CheckOutcome, config: Config, state: State) -> None:
 
 def _reproduce(outcome: CheckOutcome, config: Config, state: State) -> None:
     """For a lossless check found lossy: the shrunk reproducer, written beside the state (a write that fails is
-    reported through the state's warning; the failure stands without a reproducer)."""
-    if outcome.check.expect != "lossless" or not outcome.failures:
+    reported through the state's warning; the failure stands without a reproducer). A loop has none (a reproducer
+    holds one draft tree's rows): its failure names the continuation that differs most."""
+    if outcome.check.expect != "lossless" or not outcome.failures or outcome.check.loop:
         return
     folder = config.resolve("state") / "cases"
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", outcome.check.name) + ".json")
@@ -539,8 +654,11 @@ def _reproduce(outcome: CheckOutcome, config: Config, state: State) -> None:
 
 
 def write_baselines(path: Path, outcomes: list[CheckOutcome]) -> Path:
-    """This run's ``E[τ]`` per check and instance (an instance that erred keeps its old baseline, if any)."""
-    write_json(path, {o.check.name: {c.baseline_key: c.result["expected_accepted"] if c.error is None
-                                     else c.baseline for c in o.cases if c.error is None or c.baseline is not None}
+    """This run's ``E[τ]`` (a loop's ``E[tokens per target pass]``) per check and instance; an instance that erred,
+    or has no figure, keeps its old baseline, if any."""
+    def kept(case: Case) -> str | float | None:
+        return case.figure if case.error is None and case.figure is not None else case.baseline
+
+    write_json(path, {o.check.name: {c.baseline_key: kept(c) for c in o.cases if kept(c) is not None}
                       for o in outcomes}, BASELINES_FIELD)
     return path

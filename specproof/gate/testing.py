@@ -1,6 +1,7 @@
 """pytest helpers: a user's test suite certifies its verifier or kernel exactly in three lines
-(:func:`assert_lossless`; docs/gate.md#pytest), and Hypothesis strategies of the instances for property tests
-(``model_pairs()``, ``tree_shapes()``: :mod:`specproof.gate.strategies`, imported on first use)."""
+(:func:`assert_lossless`; docs/gate.md#pytest), a whole generation loop as well (:func:`assert_loop_lossless`), and
+Hypothesis strategies of the instances for property tests (``model_pairs()``, ``tree_shapes()``:
+:mod:`specproof.gate.strategies`, imported on first use)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from simulator.numeric import Number, human_number
 from simulator.usercode import require
 
 from specproof.gate.battery import battery, build, instance_key, instances
+from specproof.gate.loop_battery import (certify_loop_instance, loop_battery, loop_instance_key, loop_instances,
+                                         loop_length, loop_subject)
 from exact.certificate import Certificate, certify
+from exact.generation_law import LoopCertificate
+from simulator.loops.sampling import Sampling
 from exact.reproducer import capture
 from specproof.gate.shrink import shrink
 from exact.subject import subject
@@ -161,6 +166,115 @@ def assert_acceptance(verifier: object, expected: Number | str, tolerance: float
         raise AssertionError(f"{what.name} on {instance_key(inst)}: E[τ] = {float(got)!r}, expected {float(want)!r} "
                              f"± {tolerance:g}")
     return got
+
+
+def _loop_certificates(loop: object, sampling: dict | None, overrides: dict):
+    b = loop_battery(overrides, "battery", folder=os.getcwd())
+    description = {"loop": loop, "sampling": Sampling.from_dict(sampling).as_dict()}
+    name = loop_subject(description, b["depth"]).name  # imports the loop now: a bad name is refused before any run
+    setting = (f"{Sampling(**description['sampling']).describe()}, {loop_length(b)} new tokens after "
+               f"{list(b['prompt_ids'])}")
+    for inst in loop_instances(b):
+        yield name, f"{loop_instance_key(inst)} ({setting})", certify_loop_instance(description, b, inst)
+
+
+def assert_loop_lossless(loop: object, sampling: dict | None = None, **overrides: object) -> int:
+    """Certify a whole generation loop LOSSLESS on every instance of a loop battery, exactly: on each tiny model
+    pair, the law of its new tokens equals plain sampling's with the same sampling parameters
+    (:func:`exact.generation_law.certify_loop`; docs/gate.md#loop-checks).
+
+    What a passing assertion covers is the battery's pairs, prompt, length and sampling parameters.
+
+    Examples
+    --------
+    >>> from specproof.gate.testing import assert_loop_lossless
+    >>> def test_my_loop_is_lossless():
+    ...     assert_loop_lossless("examples.loops:speculative_sampling", {"top_k": 2},
+    ...                          models=["prefix-table"], tables=["examples/specproof-loops-table.json"])
+
+    Parameters
+    ----------
+    loop : str or callable
+        A shipped loop's name (``transformers-assisted``, ``transformers-prompt-lookup``), ``"module:function"``,
+        or the loop itself, in the convention ``loop(target, draft, input_ids, *, max_new_tokens, sampling)``.
+    sampling : dict, optional
+        The sampling parameters (``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``; absent:
+        off), the loop's and the reference's.
+    **overrides
+        Loop battery keys (:data:`specproof.gate.loop_battery.LOOP_DEFAULTS`): ``models`` (``tiny-llama``,
+        ``prefix-table``), ``seeds`` and ``vocab`` (tiny-llama's), ``tables`` (prefix-table's JSON files, relative
+        to the working directory), ``depth`` (the shipped loops' draft depth), ``max_new_tokens`` (default depth +
+        1) and ``prompt_ids``. The default: the tiny Llama pair of vocabulary 4, seed 0, 3 new tokens after [0].
+
+    Returns
+    -------
+    int
+        The number of instances certified.
+
+    Raises
+    ------
+    AssertionError
+        A LOSSY instance: the message names the instance and the sampling parameters, the TVD and its tolerance,
+        any mass off the reference's support, and the continuation that differs most with its two probabilities.
+    InvalidParameterError
+        An unknown battery key or a bad value (``battery.vocab``), a bad sampling parameter (``sampling.top_k``),
+        or a loop that cannot be loaded.
+    MissingDependencyError
+        torch, or transformers for tiny-llama, is not installed.
+    SpecproofError
+        Whatever certifying an instance raises (the loop raised, answered other than its new token ids, drew from
+        another source, passed a limit).
+    """
+    count = 0
+    for name, instance, cert in _loop_certificates(loop, sampling, overrides):
+        count += 1
+        if not cert.lossless:
+            raise AssertionError(f"{name} is LOSSY on {instance}: {_loop_evidence(cert)}")
+    return count
+
+
+def assert_loop_lossy(loop: object, sampling: dict | None = None, **overrides: object) -> LoopCertificate:
+    """Certify a generation loop LOSSY on at least one instance of the loop battery: a negative control, showing
+    the battery can fail (a twin with a known bug, say).
+
+    Parameters
+    ----------
+    loop, sampling
+        As :func:`assert_loop_lossless`'s.
+    **overrides
+        Loop battery keys.
+
+    Returns
+    -------
+    LoopCertificate
+        The first lossy instance's certificate.
+
+    Raises
+    ------
+    AssertionError
+        Every instance certified LOSSLESS.
+    SpecproofError
+        As :func:`assert_loop_lossless`.
+    """
+    tried = []
+    for name, instance, cert in _loop_certificates(loop, sampling, overrides):
+        if not cert.lossless:
+            return cert
+        tried.append(instance)
+    listed = "; ".join(tried) if len(tried) <= 2 else f"{tried[0]} … {tried[-1]}"
+    raise AssertionError(f"{name} certified LOSSLESS on all {len(tried)} instances of the loop battery ({listed}): "
+                         "expected a loss")
+
+
+def _loop_evidence(cert: LoopCertificate) -> str:
+    text = f"TVD {float(cert.tvd):.6g} (tolerance {cert.tolerance:g})"
+    if cert.off_support:
+        text += f", mass {float(cert.off_support):.6g} on continuations plain sampling never produces"
+    ce = cert.counterexample
+    if ce is not None:
+        text += (f"; the continuation that differs most, {list(ce.sequence)}, has probability "
+                 f"{float(ce.verifier_prob):.6g} under the loop, {float(ce.target_prob):.6g} under plain sampling")
+    return text
 
 
 def _evidence(cert: Certificate) -> str:

@@ -13,10 +13,11 @@ FAILURE, ERROR = "failure", "error"
 def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None, str | None]]:
     """``(class, name, FAILURE or ERROR or None, message)`` for every JUnit testcase.
 
-    One testcase per instance (class: the check), failing when a check expected lossless is LOSSY there or its
-    ``E[τ]`` moved from the baseline, in error when its certificate raised a typed error; per control one ``control
+    One testcase per instance (class: the check), failing when a check expected lossless is LOSSY there (a loop's
+    message names the continuation that differs most) or its ``E[τ]`` (a loop's ``E[tokens per target pass]``)
+    moved from the baseline, in error when its certificate raised a typed error; per control one ``control
     flagged`` testcase, failing when no instance is LOSSY; per lossless check one ``hunt`` testcase when a hunt ran or
-    erred.
+    erred (a loop is not hunted).
     """
     out = []
     for o in outcomes:
@@ -27,9 +28,10 @@ def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None, 
                 continue
             why = []
             if lossless and case.lossy:
-                why.append(f"LOSSY: TVD {case.result['tvd']}, off-support mass {case.result['off_support']}")
+                why.append(f"LOSSY: TVD {case.shown('tvd')}, off-support mass {case.shown('off_support')}"
+                           + (f"; {case.worst}" if case.worst else ""))
             if case.moved:
-                why.append(f"E[τ] {case.result['expected_accepted']} moved from baseline {case.baseline}")
+                why.append(f"{case.figure_name} {case.figure} moved from baseline {case.baseline}")
             if why and o.reproducer:
                 why.append(f"reproducer: {o.reproducer} (specproof certify --case {o.reproducer})")
             out.append((o.check.name, case.key, FAILURE if why else None, "; ".join(why) or None))
@@ -77,7 +79,7 @@ def markdown(outcomes: list[CheckOutcome], command: str) -> str:
         with_base = [c for c in o.cases if c.baseline is not None and c.error is None]
         moved = sum(c.moved for c in o.cases)
         base = (f"{len(with_base) - moved} equal, {moved} moved" if with_base else "no baseline")
-        hunt = ("ERROR" if o.error else "—" if o.hunt is None else
+        hunt = ("ERROR" if o.error else "not hunted (a loop)" if o.check.loop else "—" if o.hunt is None else
                 "LOSS FOUND" if o.hunt["lossy"] else f"none in {o.hunt['pairs']} pairs")
         result = []
         if o.failures:
@@ -92,4 +94,7 @@ def markdown(outcomes: list[CheckOutcome], command: str) -> str:
         lines += ["", "Reproducers (certify with `specproof certify --case FILE`):", ""]
         lines += [f"- {o.check.name}: `{o.reproducer}`" for o in reproducers]
     lines += ["", "A LOSSLESS verdict covers the instances listed (model pairs, shapes, drafting), not every pair."]
+    if any(o.check.loop for o in outcomes):
+        lines += ["A loop check's baseline column compares E[tokens per target pass], within the gate's tolerance; "
+                  "loops are not hunted: each covers its tiny pairs, prompt, length and sampling parameters."]
     return "\n".join(lines) + "\n"
