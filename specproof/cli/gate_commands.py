@@ -15,6 +15,7 @@ from simulator.drafting.drafter_registry import DrafterOptions
 from simulator.errors import TimeLimitError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.numeric import ARITHMETICS
+from simulator.usercode import require
 from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.certificate_text import certificate_lines, echo_control_note
 from specproof.cli.group import main
@@ -165,16 +166,25 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
 @click.option("--out", "out_dir", type=Output(folder=True), default="specproof-report", show_default=True,
               help="folder for mutation_zoo.md/json (the committed ones: --out reports)")
 @click.option("--jobs", type=JOBS, default=1, show_default=True, help="worker processes for the gate's battery")
+@click.option("--loops-only", is_flag=True, help="recompute only the loop section (a minute), keeping the mutants' "
+                                                  "rows of the existing OUT/mutation_zoo.json")
 @click.pass_context
-def zoo(ctx, out_dir: str, jobs: int) -> None:
+def zoo(ctx, out_dir: str, jobs: int, loops_only: bool) -> None:
     """The mutation zoo: every mutant through the gate, with exact TVD, default-pair share, hunt time, shrunk
-    size and the pass probability of three Monte Carlo test designs. Exit 1 when the gate misses a mutant."""
-    from specproof.gate.zoo import write_zoo_report
+    size and the pass probability of four Monte Carlo test designs; and the bug twins of whole generation loops
+    with their exact TVD and the same designs. Exit 1 when the gate misses a mutant."""
+    from specproof.gate.zoo import write_loop_section, write_zoo_report
 
     check_output_dir(out_dir, "out")
     ticks = StageBars()
     try:
-        ok = write_zoo_report(Path(out_dir), command_line(ctx), jobs, ticks)
+        if loops_only:
+            for module in ("torch", "transformers"):
+                require(module, "zoo --loops-only", "loops_only")
+            write_loop_section(Path(out_dir), command_line(ctx), ticks)
+            ok = True
+        else:
+            ok = write_zoo_report(Path(out_dir), command_line(ctx), jobs, ticks)
     finally:
         ticks.close()
     click.echo(f"written to {out_dir}/mutation_zoo.md")
