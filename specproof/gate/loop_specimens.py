@@ -192,10 +192,14 @@ class LoopTwin:
     sampling: dict  # parameters that expose it
     vocab: int = 2  # the instance's vocabulary: 3 where a cut needs a token to remove
 
+    def rows(self) -> RandomRationalModel:
+        """The instance's rows: :class:`~simulator.models.RandomRationalModel` of vocabulary :attr:`vocab`, seed
+        :data:`SEED`, no zero entries."""
+        return RandomRationalModel(self.vocab, SEED, zero_prob=0.0)
+
     def pair(self):
-        """The class's instance: ``(target, draft)`` of :class:`~simulator.models.RandomRationalModel` rows
-        (vocabulary :attr:`vocab`, seed :data:`SEED`, no zero entries) as a prefix table after :data:`PROMPT`."""
-        return prefix_table_pair(RandomRationalModel(self.vocab, SEED, zero_prob=0.0), len(PROMPT))
+        """The class's instance: ``(target, draft)`` of :meth:`rows` as a prefix table after :data:`PROMPT`."""
+        return prefix_table_pair(self.rows(), len(PROMPT))
 
     def describe(self) -> str:
         sampling = ", ".join(f"{k.replace('_', '-')} {v:g}" for k, v in self.sampling.items()) or "plain sampling"

@@ -365,6 +365,7 @@ class LoopRow:
     vllm_l2: float | None
     simulated: list[float]  # the three designs' pass frequencies over REPLICATIONS draws from the exact law
     seconds: float
+    gate: str = "—"  # the gate's verdict on the bug twin as a loop check expected lossless: flags or misses
 
 
 @dataclass
@@ -407,16 +408,49 @@ def _placeholder_last(law: dict, vocab: int) -> dict:
 
 
 def loop_section(command: str, tick: Tick = lambda stage, total: None) -> LoopSection:
-    """Every loop bug class on its instance (:func:`loop_row`)."""
+    """Every loop bug class on its instance (:func:`loop_row`), and through the gate (:func:`loop_gate_outcomes`)."""
     from specproof.gate.loop_specimens import TWINS
 
     rng = np.random.default_rng(20261125)
     start = time.perf_counter()
     rows = []
-    for twin in TWINS:
-        rows.append(loop_row(twin, rng))
-        tick("loops", len(TWINS))
+    with tempfile.TemporaryDirectory() as folder:
+        outcomes = loop_gate_outcomes(TWINS, Path(folder))
+        for twin, outcome in zip(TWINS, outcomes):
+            rows.append(loop_row(twin, rng))
+            rows[-1].gate = "error" if outcome.errors else "flags" if outcome.lossy_cases else "misses"
+            tick("loops", len(TWINS))
     return LoopSection(command, time.perf_counter() - start, rows)
+
+
+def loop_gate_outcomes(twins, folder: Path) -> list[CheckOutcome]:
+    """Every loop bug twin through the gate as a loop check expected lossless, on its own instance written as a
+    prefix table (docs/gate.md, "Loop checks"): the rows of every context up to the new tokens' length."""
+    from simulator.loops.convention import loop_name
+    from specproof.gate.loop_battery import loop_battery
+    from specproof.gate.loop_specimens import DEPTH, NEW_TOKENS, PROMPT
+
+    checks = []
+    for twin in twins:
+        target, _ = twin.pair()
+        table = folder / f"{twin.name}.json"
+        table.write_text(json.dumps(_prefix_table(twin.rows(), target.vocab, NEW_TOKENS)))
+        b = loop_battery({"models": ["prefix-table"], "tables": [str(table)], "depth": DEPTH,
+                          "max_new_tokens": NEW_TOKENS, "prompt_ids": list(PROMPT)}, f"zoo.{twin.name}")
+        checks.append(Check(twin.name, {"loop": loop_name(twin.loop), "sampling": dict(twin.sampling)}, "lossless",
+                            b))
+    config = Config(folder / "zoo.toml", {**GATE_DEFAULTS, "state": "state", "baselines": "none.json"}, tuple(checks))
+    return run_gate(config, 1)
+
+
+def _prefix_table(model, vocab: int, length: int) -> dict:
+    """``--model table``'s JSON of ``model``'s rows at every context of up to ``length`` tokens."""
+    contexts, level = [()], [()]
+    for _ in range(length):
+        level = [c + (x,) for c in level for x in range(vocab)]
+        contexts += level
+    return {"vocab": vocab, **{side: {",".join(map(str, c)): [str(Fraction(w)) for w in getattr(model, side)(c)]
+                                      for c in contexts} for side in ("p", "q")}}
 
 
 def write_loop_section(out: Path, command: str, tick: Tick = lambda stage, total: None) -> None:
@@ -451,13 +485,14 @@ def loop_markdown(loops: LoopSection) -> list[str]:
         "(docs/loops.md) beside its correct twin, chain speculative sampling with transformers' processors "
         "(`specproof/gate/loop_specimens.py`, draft depth 2). Each is certified by `certify --loop` on the "
         "instance named: the exact law of its N new tokens, every torch draw enumerated, against plain "
-        "sampling's with the same parameters. The gate does not run loops at this commit, so the gate and hunt "
-        "columns are —, and default pairs and shrinking have no counterpart.", "",
+        "sampling's with the same parameters. *gate*: the bug twin as a loop check expected lossless on that "
+        "instance (written as a prefix table); the gate does not hunt loops, and default pairs and shrinking have "
+        "no counterpart.", "",
         "| mutant | bug class | reported | instance | gate | hunt | exact TVD | off-support mass | correct twin's TVD "
         "| P(pass) serving test | P(pass) TVD-to-baseline | P(pass) chi-square | P(pass) vLLM's test |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in loops.rows:
-        lines.append(f"| {r.name} | {r.bug} | {r.seen} | {r.instance} | — | — | {r.tvd_exact} | "
+        lines.append(f"| {r.name} | {r.bug} | {r.seen} | {r.instance} | {r.gate} | not hunted | {r.tvd_exact} | "
                      f"{r.off_support:.3g} | {r.twin_tvd:.1e} | {r.serving} | {_p(r.tvd_baseline)} | "
                      f"{_p(r.chi_square)} | {_p(r.vllm_l2)} |")
     lines += [
