@@ -1,7 +1,7 @@
 """How long a loop certificate (``specproof certify --loop``, docs/loops.md) takes: runs enumerated and seconds.
 
 Usage: ``python3 benchmarks/loop_scale.py [--budget 600] [--repeats 1] [--only NAME,...]
-[--out reports/loop_scale.md]``.
+[--out reports/loop_scale.md] [--render]``.
 
 Each configuration (a loop on the tiny Llama pair at one vocabulary, seed, top-k, draft depth, length and prompt)
 is certified in a fresh child process killed at ``--budget`` seconds; a row gives the verdict, the runs of the loop
@@ -162,8 +162,9 @@ def write(out: Path, command: str, rows: list[dict], checks: list[dict], loads: 
         "# Loop certificates: runs enumerated and seconds", "",
         f"Made by `{command}`. Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.platform()}, "
         f"Python {platform.python_version()}, {versions}, torch's default {threads} threads; load average (1 minute) "
-        f"{loads[0]:.2f} before, {loads[1]:.2f} after. A load above 2 on 2 cores means other processes shared the "
-        "cores: the seconds are then upper bounds of an idle machine's.", "",
+        f"{loads[0]:.2f} before, {loads[1]:.2f} after, and around each row below. The benchmark's own child counts "
+        "for 1 to 2 of it (torch's threads); the rest is other processes sharing the cores, and the seconds are "
+        "then upper bounds of an idle machine's.", "",
         "Each row certifies one loop with `specproof certify --loop`'s code (`exact.generation_law.certify_loop`) "
         "on the tiny Llama pair (`--model tiny-llama`: target seed S, draft seed S + 1) against plain sampling with "
         "the same top-k, in a fresh child process killed at its budget. *Runs*: the loop's runs enumerated (one "
@@ -196,10 +197,16 @@ def main() -> None:
     parser.add_argument("--only", help=f"configurations to run, comma-separated: {', '.join(CONFIGS)}")
     parser.add_argument("--repeats", type=int, default=1, help="children per configuration: the fastest is shown")
     parser.add_argument("--out", default="reports/loop_scale.md")
+    parser.add_argument("--render", action="store_true", help="write --out's Markdown again from its JSON, running "
+                                                                  "nothing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(json.loads(args.child))
+        return
+    if args.render:
+        stored = json.loads(Path(args.out).with_suffix(".json").read_text())
+        write(Path(args.out), stored["command"], stored["rows"], stored["done_when"], tuple(stored["load"]))
         return
     names = args.only.split(",") if args.only else list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
