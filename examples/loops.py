@@ -9,31 +9,10 @@ processed one (transformers#47932's bug class).
 from __future__ import annotations
 
 import torch
-from transformers import (LogitsProcessorList, MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
-                          TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+from simulator.loops.processors import processed_row, transformers_processors
 
 DEPTH = 2  # draft tokens per round
-
-
-def processors(sampling: dict) -> LogitsProcessorList:
-    """transformers' processors for the parameters that are on, in the order ``generate`` applies them."""
-    chosen = LogitsProcessorList()
-    if "repetition_penalty" in sampling:
-        chosen.append(RepetitionPenaltyLogitsProcessor(sampling["repetition_penalty"]))
-    if "temperature" in sampling:
-        chosen.append(TemperatureLogitsWarper(sampling["temperature"]))
-    if "top_k" in sampling:
-        chosen.append(TopKLogitsWarper(sampling["top_k"]))
-    if "top_p" in sampling:
-        chosen.append(TopPLogitsWarper(sampling["top_p"]))
-    if "min_p" in sampling:
-        chosen.append(MinPLogitsWarper(sampling["min_p"]))
-    return chosen
-
-
-def row(process: LogitsProcessorList, ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """The processed next-token distribution ``[V]`` after the sequence ``ids [1, T]``, from its logits ``[V]``."""
-    return torch.softmax(process(ids, logits[None].double())[0], dim=-1)
 
 
 def speculative_sampling(target, draft, input_ids, *, max_new_tokens: int, sampling: dict,
@@ -42,13 +21,13 @@ def speculative_sampling(target, draft, input_ids, *, max_new_tokens: int, sampl
     the draft's processed rows ``p``, score them in one target pass, accept token ``x`` with probability
     ``min(1, q(x) / p(x))`` against the target's processed row ``q``, resample the first rejection from
     ``norm((q − p)_+)``, and draw a bonus token from ``q`` after a fully accepted draft. LOSSLESS."""
-    process = processors(sampling)
+    process = transformers_processors(sampling)
     ids, new = input_ids, []
     while len(new) < max_new_tokens:
         seq, drafted, rows = ids, [], []
         for _ in range(DEPTH):  # draft a chain
             logits = draft(seq)[0, -1]
-            p = row(process, seq, logits)
+            p = processed_row(process, seq, logits)
             x = int(torch.multinomial(p, 1))
             drafted.append(x)
             rows.append(torch.softmax(logits.double(), dim=-1) if raw_draft_row else p)
@@ -56,7 +35,7 @@ def speculative_sampling(target, draft, input_ids, *, max_new_tokens: int, sampl
         logits = target(seq)[0]  # one pass scores every drafted position
         start = ids.shape[1]
         for i, x in enumerate(drafted):
-            q = row(process, seq[:, :start + i], logits[start + i - 1])
+            q = processed_row(process, seq[:, :start + i], logits[start + i - 1])
             p = rows[i]
             if torch.rand(1) < q[x] / p[x]:
                 new.append(x)
@@ -67,7 +46,7 @@ def speculative_sampling(target, draft, input_ids, *, max_new_tokens: int, sampl
             new.append(int(torch.multinomial(residual, 1)))
             break
         else:
-            new.append(int(torch.multinomial(row(process, seq, logits[-1]), 1)))  # the bonus token
+            new.append(int(torch.multinomial(processed_row(process, seq, logits[-1]), 1)))  # the bonus token
         ids = torch.cat([input_ids, torch.tensor([new])], dim=1)
     return new[:max_new_tokens]
 

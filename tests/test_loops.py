@@ -21,6 +21,7 @@ from examples import loops as example  # noqa: E402
 from simulator.errors import InvalidParameterError, LoopFailure, VerifierOutputError  # noqa: E402
 from simulator.loops.builtin import load_loop, plain_sampling  # noqa: E402
 from simulator.loops.models import prefix_table_pair, tiny_llama_pair  # noqa: E402
+from simulator.loops.processors import transformers_processors  # noqa: E402
 from simulator.loops.sampling import Sampling  # noqa: E402
 from simulator.models import TableModel  # noqa: E402
 
@@ -48,7 +49,7 @@ def test_the_reference_row_is_transformers_processing(sampling):
     for _ in range(20):
         logits = torch.randn(6, generator=gen, dtype=torch.float64) * 2
         sequence = torch.randint(0, 6, (5,), generator=gen).tolist()
-        expected = torch.softmax(example.processors(sampling)(torch.tensor([sequence]), logits[None])[0], -1)
+        expected = torch.softmax(transformers_processors(sampling)(torch.tensor([sequence]), logits[None])[0], -1)
         assert torch.allclose(Sampling.from_dict(sampling).probs(logits, sequence), expected, atol=1e-12)
 
 

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from transformers import (LogitsProcessorList, MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
-                          TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
 from simulator.loops.models import prefix_table_pair
+from simulator.loops.processors import processed_row, transformers_processors
 from simulator.models import RandomRationalModel
 
 __all__ = ["DEPTH", "PLACEHOLDER", "PROMPT", "NEW_TOKENS", "SEED", "TWINS", "LoopTwin", "speculative_loop",
@@ -31,27 +30,6 @@ DEPTH = 2  # draft slots per round
 PLACEHOLDER = -1  # the token id of a padded draft slot (vLLM's PLACEHOLDER_TOKEN_ID)
 #: the instance every class is certified on (:meth:`LoopTwin.pair`): its prompt, the tokens generated, the rows' seed
 PROMPT, NEW_TOKENS, SEED = (0,), 3, 0
-
-
-def processors(sampling: dict) -> LogitsProcessorList:
-    """transformers' processors for the parameters that are on, in the order ``generate`` applies them."""
-    chosen = LogitsProcessorList()
-    if "repetition_penalty" in sampling:
-        chosen.append(RepetitionPenaltyLogitsProcessor(sampling["repetition_penalty"]))
-    if "temperature" in sampling:
-        chosen.append(TemperatureLogitsWarper(sampling["temperature"]))
-    if "top_k" in sampling:
-        chosen.append(TopKLogitsWarper(sampling["top_k"]))
-    if "top_p" in sampling:
-        chosen.append(TopPLogitsWarper(sampling["top_p"]))
-    if "min_p" in sampling:
-        chosen.append(MinPLogitsWarper(sampling["min_p"]))
-    return chosen
-
-
-def row(process: LogitsProcessorList, ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """The processed next-token distribution ``[V]`` after ``ids [1, T]``, from its logits ``[V]``, in float64."""
-    return torch.softmax(process(ids, logits[None].double())[0], dim=-1)
 
 
 def draw(weights: torch.Tensor, u: torch.Tensor) -> int:
@@ -65,15 +43,16 @@ def draft_chain(draft, ids: torch.Tensor, sampling: dict, slots: int, bug: str |
     its own; the slots past them up to :data:`DEPTH` are padding (:data:`PLACEHOLDER`), as a fixed-shape drafter
     leaves them. Returns ``(tokens [DEPTH], rows, uniforms)``: ``rows[i]`` the draft row the verifier reads at
     slot ``i`` (the first padded slot's included: the row the drafter scored there), ``uniforms[i]`` slot ``i``'s."""
-    process = processors(sampling)
+    process = transformers_processors(sampling)
     tokens, rows, uniforms = [], [], []
     for i in range(DEPTH):
         logits = draft(ids)[0, -1]
-        p = row(process, ids, logits)
+        p = processed_row(process, ids, logits)
         if bug == "raw-draft-row":
             rows.append(torch.softmax(logits.double(), dim=-1))  # BUG: the raw row, not the one drawn from
         elif bug == "top-p-target-only":  # BUG: the verifier's draft row misses top-p
-            rows.append(row(processors({k: v for k, v in sampling.items() if k != "top_p"}), ids, logits))
+            without_top_p = {k: v for k, v in sampling.items() if k != "top_p"}
+            rows.append(processed_row(transformers_processors(without_top_p), ids, logits))
         else:
             rows.append(p)
         if i == slots:
@@ -102,7 +81,7 @@ def speculative_loop(target, draft, input_ids, *, max_new_tokens: int, sampling:
     that are padding, never verified. Every draw is an inverse CDF of a fresh ``torch.rand``. LOSSLESS.
 
     ``bug`` names one of :data:`TWINS`' classes; the twins below pass it."""
-    process = processors(sampling)
+    process = transformers_processors(sampling)
     ids, new = input_ids, []
     while len(new) < max_new_tokens:
         slots = min(DEPTH, max_new_tokens - len(new) - 1)
@@ -113,7 +92,7 @@ def speculative_loop(target, draft, input_ids, *, max_new_tokens: int, sampling:
         for i in range(DEPTH + 1):
             at = start - 1 + (max(i - 1, 0) if bug == "previous-row" and i < slots else i)  # BUG: one row back
             context = seq[:, :start] if bug == "penalty-prefix-only" else seq[:, :start + i]  # BUG: no drafts
-            q = row(process, context, logits[at])
+            q = processed_row(process, context, logits[at])
             x = tokens[i] if i < DEPTH else None
             if x is None or (x == PLACEHOLDER and bug != "placeholder"):  # past the drafts: the bonus token
                 new.append(draw(q, resample_uniform(uniforms, i, bug)))
