@@ -119,13 +119,8 @@ def assert_lossy(verifier: object, **overrides: object) -> Certificate:
     SpecproofError
         As :func:`assert_lossless`.
     """
-    tried = []
-    for what, _, inst, cert in _battery_certificates(verifier, overrides):
-        if not cert.lossless:
-            return cert
-        tried.append(instance_key(inst))
-    raise AssertionError(f"{subject(verifier).name} certified LOSSLESS on all {len(tried)} instances of the battery "
-                         f"({tried[0]} … {tried[-1]}): expected a loss")
+    return _first_loss("battery", ((what.name, instance_key(inst), cert)
+                                   for what, _, inst, cert in _battery_certificates(verifier, overrides)))
 
 
 def assert_acceptance(verifier: object, expected: Number | str, tolerance: float = 0.0,
@@ -229,7 +224,8 @@ def assert_loop_lossless(loop: object, sampling: dict | None = None, **overrides
     for name, instance, cert in _loop_certificates(loop, sampling, overrides):
         count += 1
         if not cert.lossless:
-            raise AssertionError(f"{name} is LOSSY on {instance}: {_loop_evidence(cert)}")
+            evidence = _evidence(cert, "loop", "plain sampling", "continuation")
+            raise AssertionError(f"{name} is LOSSY on {instance}: {evidence}")
     return count
 
 
@@ -256,35 +252,31 @@ def assert_loop_lossy(loop: object, sampling: dict | None = None, **overrides: o
     SpecproofError
         As :func:`assert_loop_lossless`.
     """
+    return _first_loss("loop battery", _loop_certificates(loop, sampling, overrides))
+
+
+def _first_loss(battery_name: str, certified):
+    """The first LOSSY certificate of ``certified`` (``(subject's name, instance, certificate)`` triples, at least
+    one), or an AssertionError that lists the instances tried."""
     tried = []
-    for name, instance, cert in _loop_certificates(loop, sampling, overrides):
+    for name, instance, cert in certified:
         if not cert.lossless:
             return cert
         tried.append(instance)
     listed = "; ".join(tried) if len(tried) <= 2 else f"{tried[0]} … {tried[-1]}"
-    raise AssertionError(f"{name} certified LOSSLESS on all {len(tried)} instances of the loop battery ({listed}): "
+    raise AssertionError(f"{name} certified LOSSLESS on all {len(tried)} instances of the {battery_name} ({listed}): "
                          "expected a loss")
 
 
-def _loop_evidence(cert: LoopCertificate) -> str:
-    text = f"TVD {float(cert.tvd):.6g} (tolerance {cert.tolerance:g})"
-    if cert.off_support:
-        text += f", mass {float(cert.off_support):.6g} on continuations plain sampling never produces"
-    ce = cert.counterexample
-    if ce is not None:
-        text += (f"; the continuation that differs most, {list(ce.sequence)}, has probability "
-                 f"{float(ce.verifier_prob):.6g} under the loop, {float(ce.target_prob):.6g} under plain sampling")
-    return text
-
-
-def _evidence(cert: Certificate) -> str:
+def _evidence(cert: Certificate | LoopCertificate, who: str = "verifier", reference: str = "the target",
+              outcome: str = "sequence") -> str:
     text = f"TVD {human_number(cert.tvd)} (tolerance {human_number(cert.tolerance)})"
     if cert.off_support:
-        text += f", mass {human_number(cert.off_support)} on sequences the target excludes"
+        text += f", mass {human_number(cert.off_support)} on {outcome}s {reference} never produces"
     ce = cert.counterexample
     if ce is not None:
-        text += (f"; sequence {list(ce.sequence)} has probability {human_number(ce.verifier_prob)} under the "
-                 f"verifier, {human_number(ce.target_prob)} under the target")
+        text += (f"; {outcome} {list(ce.sequence)} has probability {human_number(ce.verifier_prob)} under the "
+                 f"{who}, {human_number(ce.target_prob)} under {reference}")
     return text
 
 
