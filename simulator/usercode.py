@@ -212,7 +212,7 @@ def run_user_code(call: Callable[[], T], field: str, what: str) -> T:
 
 #: optional dependencies: module -> the extra that installs it
 EXTRAS = {"torch": "torch", "transformers": "torch", "distributed": "test", "hypothesis": "test", "gguf": "real",
-          "accelerate": "real"}
+          "accelerate": "real", "mlx_lm": "mlx"}
 
 
 def require(module_name: str, what: str, field: str) -> None:

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from simulator.errors import InvalidParameterError
-from simulator.loops.sampling import Sampling
+from simulator.loops.sampling import MLX_ORDER, TRANSFORMERS_ORDER, Sampling
 from simulator.verifiers.registry import load_callable
 
 #: the shipped loops by name: what each runs (its draft depth is ``--depth``)
@@ -17,18 +17,34 @@ LOOPS = {
     "transformers-prompt-lookup": "transformers' generate(prompt_lookup_num_tokens=depth, do_sample=True): "
                                   "deterministic drafts matched in the prompt and text so far, no draft model",
     "plain": "plain sampling from the target, one token a pass (the reference)",
+    "mlx-lm": "MLX-LM's speculative_generate_step (sample-and-match, num_draft_tokens=depth) on MLX copies of the "
+              "tiny Llamas, its sampler's filters in MLX's order; held to plain-mlx by default",
+    "mlx-lm-plain": "MLX-LM's generate_step on the MLX copy of the target, the same sampler: MLX's own plain sampling",
+    "plain-mlx": "plain sampling from the target in MLX-LM's processing order (top-p, min-p, top-k, then "
+                 "temperature): the mlx-lm loops' reference",
 }
 
 
 def plain_sampling(target: Callable, draft: Callable, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
     """Plain sampling from ``target``, one token a forward pass, each from :meth:`Sampling.probs` of the last row
     (``draft`` unused): the law every lossless loop must have. Draws with ``torch.multinomial``."""
+    return _plain(target, input_ids, max_new_tokens, sampling, TRANSFORMERS_ORDER)
+
+
+def plain_sampling_mlx_order(target: Callable, draft: Callable, input_ids, *, max_new_tokens: int,
+                             sampling: dict) -> list[int]:
+    """:func:`plain_sampling` with the row processed in MLX-LM's order (:data:`MLX_ORDER`): the law MLX-LM's own
+    sampler gives, the mlx-lm loops' reference."""
+    return _plain(target, input_ids, max_new_tokens, sampling, MLX_ORDER)
+
+
+def _plain(target: Callable, input_ids, max_new_tokens: int, sampling: dict, order: tuple[str, ...]) -> list[int]:
     import torch
 
     chosen = Sampling.from_dict(sampling)
     ids, out = input_ids, []
     for _ in range(max_new_tokens):
-        row = chosen.probs(target(ids)[0, -1], ids[0].tolist())
+        row = chosen.probs(target(ids)[0, -1], ids[0].tolist(), order)
         token = int(torch.multinomial(row, 1))
         out.append(token)
         ids = torch.cat([ids, torch.tensor([[token]], dtype=ids.dtype)], dim=1)
@@ -36,6 +52,13 @@ def plain_sampling(target: Callable, draft: Callable, input_ids, *, max_new_toke
 
 
 plain_sampling.loop_name = "plain"  # type: ignore[attr-defined]
+plain_sampling_mlx_order.loop_name = "plain-mlx"  # type: ignore[attr-defined]
+
+
+def reference_of(loop: Callable) -> Callable:
+    """The reference a loop is held to unless told otherwise: its ``reference`` attribute (a shipped loop whose
+    engine processes rows in another order carries its own), else :func:`plain_sampling`."""
+    return getattr(loop, "reference", plain_sampling)
 
 
 def _hf(model, role: str):
@@ -117,6 +140,14 @@ def load_loop(name: str, depth: int, field: str = "loop") -> Callable:
         return shipped[name](depth)
     if name == "plain":
         return plain_sampling
+    if name == "plain-mlx":
+        return plain_sampling_mlx_order
+    if name in ("mlx-lm", "mlx-lm-plain"):
+        from simulator.loops.mlx_loop import mlx_lm_plain, mlx_lm_speculative
+
+        built = mlx_lm_speculative(depth) if name == "mlx-lm" else mlx_lm_plain()
+        built.reference = plain_sampling_mlx_order  # type: ignore[attr-defined]
+        return built
     if ":" not in name:
         raise InvalidParameterError(field, f"unknown loop {name!r}: one of {', '.join(LOOPS)}, or module:function")
     return load_callable(name, field)

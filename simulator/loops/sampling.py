@@ -1,5 +1,5 @@
 """The sampling parameters a generation loop is certified under (:class:`Sampling`), and the plain-sampling row they
-make of a model's logits, in transformers' processor order (:meth:`Sampling.probs`)."""
+make of a model's logits (:meth:`Sampling.probs`), in transformers' processor order or in MLX-LM's."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ from simulator.errors import InvalidParameterError
 
 #: the keys of a sampling dict, in transformers' processor order (repetition penalty first, then the warpers)
 KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
+#: the order ``generate`` applies its processors in (transformers' ``_get_logits_processor``)
+TRANSFORMERS_ORDER = KEYS
+#: the order MLX-LM applies them in: its logits processors (the repetition penalty) before the log-softmax, then
+#: ``make_sampler``'s chain, top-p, min-p, top-k, and the temperature last, in ``categorical_sampling``
+#: (mlx_lm/sample_utils.py, mlx-lm 0.32.2, lines 55-73 and 273)
+MLX_ORDER = ("repetition_penalty", "top_p", "min_p", "top_k", "temperature")
 
 
 @dataclass(frozen=True)
@@ -61,39 +67,81 @@ class Sampling:
         on = self.as_dict()
         return ", ".join(f"{k.replace('_', '-')} {v:g}" for k, v in on.items()) if on else "plain sampling, nothing cut"
 
-    def probs(self, logits, sequence: Sequence[int]):
-        """The next-token row plain sampling draws from: ``logits`` (a 1-D torch tensor) processed in transformers'
-        order, each step as its ``LogitsProcessor`` defines it, in float64.
+    def probs(self, logits, sequence: Sequence[int], order: Sequence[str] = TRANSFORMERS_ORDER):
+        """The next-token row plain sampling draws from: ``logits`` (a 1-D torch tensor) processed step by step in
+        ``order`` (:data:`TRANSFORMERS_ORDER`, the default, or :data:`MLX_ORDER`), in float64:
 
-        1. repetition penalty: the logit of every token of ``sequence`` (prompt and generated alike) divided by
-           the penalty where positive, multiplied where negative;
-        2. temperature: every logit divided by it;
-        3. top-k: logits below the k-th largest removed (ties with it kept);
-        4. top-p: in ascending order, the tokens whose cumulative probability is ≤ 1 − top_p removed, the largest
-           always kept;
-        5. min-p: tokens of probability below ``min_p`` × the largest removed, the largest always kept;
+        * repetition penalty: the logit of every token of ``sequence`` (prompt and generated alike) divided by
+          the penalty where positive, multiplied where negative;
+        * temperature: every logit divided by it;
+        * top-k: logits below the k-th largest removed (ties with it kept);
+        * top-p: in ascending order, the tokens whose cumulative probability is ≤ 1 − top_p removed, the largest
+          always kept (MLX's rule, a token dropped when the mass above it is ≥ top_p, is the same cut);
+        * min-p: tokens of probability below ``min_p`` × the largest removed, the largest always kept;
 
-        then a softmax. Removed tokens get probability 0."""
+        then a softmax. Each step's probabilities are those of the scores it receives (the earlier steps' cuts
+        renormalised). Removed tokens get probability 0; a step at its "off" value changes nothing.
+
+        Raises
+        ------
+        InvalidParameterError
+            ``order`` is not an ordering of :data:`KEYS` (field ``order``).
+        """
         import torch
 
+        if sorted(order) != sorted(KEYS):
+            raise InvalidParameterError("order", f"must order the steps {', '.join(KEYS)}, got {tuple(order)!r}")
         scores = logits.detach().to(torch.float64).clone()
-        if self.repetition_penalty != 1.0 and len(sequence):
-            seen = torch.tensor(sorted(set(int(t) for t in sequence)), dtype=torch.long)
-            picked = scores[seen]
-            scores[seen] = torch.where(picked < 0, picked * self.repetition_penalty, picked / self.repetition_penalty)
-        scores = scores / self.temperature
-        if 0 < self.top_k < scores.numel():
-            kth = torch.topk(scores, self.top_k).values[-1]
-            scores = scores.masked_fill(scores < kth, -math.inf)
-        if self.top_p < 1.0:
-            ascending, order = torch.sort(scores)
-            cumulative = ascending.softmax(-1).cumsum(-1)
-            remove = cumulative <= 1 - self.top_p
-            remove[-1] = False
-            scores = scores.masked_fill(remove.scatter(0, order, remove), -math.inf)
-        if self.min_p > 0.0:
-            p = scores.softmax(-1)
-            remove = p < self.min_p * p.max()
-            remove[p.argmax()] = False
-            scores = scores.masked_fill(remove, -math.inf)
+        for step in order:
+            scores = _STEPS[step](self, scores, sequence)
         return scores.softmax(-1)
+
+
+def _repetition_penalty(chosen: Sampling, scores, sequence: Sequence[int]):
+    import torch
+
+    if chosen.repetition_penalty == 1.0 or not len(sequence):
+        return scores
+    seen = torch.tensor(sorted(set(int(t) for t in sequence)), dtype=torch.long)
+    picked = scores[seen]
+    scores[seen] = torch.where(picked < 0, picked * chosen.repetition_penalty, picked / chosen.repetition_penalty)
+    return scores
+
+
+def _temperature(chosen: Sampling, scores, sequence: Sequence[int]):
+    return scores / chosen.temperature
+
+
+def _top_k(chosen: Sampling, scores, sequence: Sequence[int]):
+    import torch
+
+    if not 0 < chosen.top_k < scores.numel():
+        return scores
+    kth = torch.topk(scores, chosen.top_k).values[-1]
+    return scores.masked_fill(scores < kth, -math.inf)
+
+
+def _top_p(chosen: Sampling, scores, sequence: Sequence[int]):
+    import torch
+
+    if chosen.top_p >= 1.0:
+        return scores
+    ascending, order = torch.sort(scores)
+    cumulative = ascending.softmax(-1).cumsum(-1)
+    remove = cumulative <= 1 - chosen.top_p
+    remove[-1] = False
+    return scores.masked_fill(remove.scatter(0, order, remove), -math.inf)
+
+
+def _min_p(chosen: Sampling, scores, sequence: Sequence[int]):
+    if chosen.min_p <= 0.0:
+        return scores
+    p = scores.softmax(-1)
+    remove = p < chosen.min_p * p.max()
+    remove[p.argmax()] = False
+    return scores.masked_fill(remove, -math.inf)
+
+
+#: each step of :meth:`Sampling.probs`, by its parameter's name
+_STEPS = {"repetition_penalty": _repetition_penalty, "temperature": _temperature, "top_k": _top_k, "top_p": _top_p,
+          "min_p": _min_p}

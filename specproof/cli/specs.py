@@ -253,8 +253,9 @@ def limited(max_executions: int, timeout: float, progress=None) -> Iterator[int 
 @dataclass(frozen=True)
 class LoopSpec:
     """``--loop``: a whole generation loop run on a tiny model pair (``--model tiny-llama`` or ``prefix-table``)
-    after ``prompt_ids`` for ``max_new_tokens`` tokens, held to ``reference`` (``None``: plain sampling) under the
-    sampling parameters; ``depth`` is the shipped loops' draft depth."""
+    after ``prompt_ids`` for ``max_new_tokens`` tokens, held to ``reference`` (``None``: the loop's own,
+    :func:`simulator.loops.builtin.reference_of`) under the sampling parameters; ``depth`` is the shipped loops'
+    draft depth."""
 
     loop: str
     reference: str | None
@@ -265,10 +266,12 @@ class LoopSpec:
 
     def loops(self) -> tuple[Callable, Callable]:
         """``(loop, reference)`` imported or built."""
-        from simulator.loops.builtin import load_loop, plain_sampling
+        from simulator.loops.builtin import load_loop, reference_of
 
-        reference = plain_sampling if self.reference is None else load_loop(self.reference, self.depth, "reference")
-        return load_loop(self.loop, self.depth), reference
+        loop = load_loop(self.loop, self.depth)
+        reference = reference_of(loop) if self.reference is None else load_loop(self.reference, self.depth,
+                                                                                 "reference")
+        return loop, reference
 
     def pair(self, model: ModelSpec):
         """``(target, draft)`` of the model spec: the tiny Llamas of ``--vocab`` and ``--seed``, or the prefix table

@@ -10,7 +10,7 @@ from exact.generation_law import LoopCertificate, certify_loop
 from exact.subject import Subject
 from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.limits import DEFAULT_MAX_EXECUTIONS
-from simulator.loops.builtin import load_loop, plain_sampling
+from simulator.loops.builtin import load_loop, reference_of
 from simulator.loops.convention import loop_name
 from simulator.loops.models import LOOP_MODELS, TINY_VOCABS, LoopModel, prefix_table_pair, tiny_llama_pair
 from simulator.models import TableModel
@@ -140,7 +140,8 @@ def loop_subject(description: dict, depth: int) -> Subject:
 
 def certify_loop_instance(description: dict, b: dict, inst: dict) -> LoopCertificate:
     """Certify the loop of ``description`` on one instance of loop battery ``b``: the exact law of its
-    :func:`loop_length` new tokens after the battery's prompt, against plain sampling with the same parameters.
+    :func:`loop_length` new tokens after the battery's prompt, against plain sampling with the same parameters (in
+    the loop's engine's order: :func:`simulator.loops.builtin.reference_of`).
 
     Raises
     ------
@@ -149,7 +150,7 @@ def certify_loop_instance(description: dict, b: dict, inst: dict) -> LoopCertifi
     """
     loop = loop_subject(description, b["depth"]).fn
     target, draft = build_loop_pair(inst, b)
-    return certify_loop(loop, plain_sampling, target, draft, tuple(b["prompt_ids"]), loop_length(b),
+    return certify_loop(loop, reference_of(loop), target, draft, tuple(b["prompt_ids"]), loop_length(b),
                         description["sampling"])
 
 
