@@ -1,4 +1,4 @@
-"""Four Monte Carlo test designs of the field and the probability that each *passes* a verifier, computed from its
+"""Five Monte Carlo test designs of the field and the probability that each *passes* a verifier, computed from its
 exact completed law, never by re-running it (docs/gate.md, "The mutation zoo")."""
 
 from __future__ import annotations
@@ -16,6 +16,12 @@ LV_SAMPLES, LV_TOLERANCE = 1_000_000, 1e-3
 CHI_SAMPLES = 10_000
 # vLLM 0.11.0's test_rejection_sampling_approximates_target_distribution (tests/v1/sample/test_rejection_sampler.py)
 VLLM_SIZES, VLLM_REFERENCES, VLLM_MULTIPLIER = (10, 100, 1_000, 10_000, 100_000), 100, 20
+# vLLM 0.33.0's Model Runner V2 test_stochastic_rejection_sample (tests/v1/spec_decode/test_rejection_sampler_utils.py):
+# 10 × its VOCAB_SIZE 4096 trials, bins expected below 5 merged, chi² below df + 10·sqrt(2·df) at every position
+MRV2_TRIALS, MRV2_MIN_EXPECTED, MRV2_SIGMAS = 40_960, 5.0, 10
+#: the seed of the generator each mutant's MRV2 column is drawn with (its own, so the column leaves the others' draws
+#: as they were)
+MRV2_SEED = 20260633
 
 
 @dataclass(frozen=True)
@@ -190,3 +196,43 @@ def vllm_l2_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, r
         ratio = d[0] / d[-1] if d[-1] > 0 else np.inf
         passed += bool(ratio > VLLM_MULTIPLIER * r[0] / r[-1])
     return passed / replications
+
+
+def mrv2_position_passes(observed: np.ndarray, row: np.ndarray, n: int) -> np.ndarray:
+    """vLLM Model Runner V2's per-position check (``_assert_distribution_match``) on the token counts ``observed``
+    ``[..., V]`` of ``n`` tokens each, against the row ``row`` ``[V]``: expected counts ``n · row``; tokens expected
+    below 5 merged into one bin, kept only if its expected count reaches 5 (else its samples are dropped, those of
+    a token the row excludes among them); Pearson's χ² over the bins, passing below ``df + 10·sqrt(2·df)``, and
+    passing outright with fewer than two bins. True where a run passes."""
+    expected = row * n
+    small = expected < MRV2_MIN_EXPECTED
+    obs, exp = observed[..., ~small], expected[~small]
+    if expected[small].sum() >= MRV2_MIN_EXPECTED:
+        obs = np.concatenate([obs, observed[..., small].sum(axis=-1, keepdims=True)], axis=-1)
+        exp = np.append(exp, expected[small].sum())
+    df = exp.shape[-1] - 1
+    if df < 1:
+        return np.ones(observed.shape[:-1], dtype=bool)
+    chi2 = ((obs - exp) ** 2 / exp).sum(axis=-1)
+    return chi2 < df + MRV2_SIGMAS * np.sqrt(2 * df)
+
+
+def mrv2_chi_square_pass(law: np.ndarray, target: np.ndarray, vocab: int, length: int, replications: int,
+                         rng: np.random.Generator) -> float:
+    """vLLM Model Runner V2's distribution test (0.33.0, ``test_stochastic_rejection_sample``), its pass frequency
+    over ``replications`` runs on samples drawn from the exact ``law``. Each run draws 40,960 sequences and, at
+    every position ``j``, applies :func:`mrv2_position_passes` to the tokens at ``j`` against the target's
+    *position-0* row: vLLM's test builds one target row and reuses it at every position, so position ``j``'s law
+    is compared with ``q(· | prompt)``, not with the target's own law at ``j``. Where the target's rows depend on
+    the prefix, the test as it runs fails the target's own law too. The run passes when every position passes.
+    Every position holds all 40,960 tokens (a completed round; a loop's ``N`` tokens), where vLLM's test counts at
+    ``j`` only the trials whose round emitted ``j + 1`` tokens. The frequency's standard error is at most
+    ``0.5 / √replications``."""
+    law = law / law.sum()
+    row = _marginals(target, vocab, length)[0]
+    counts = rng.multinomial(MRV2_TRIALS, law, size=replications).reshape((replications,) + (vocab,) * length)
+    passed = np.ones(replications, dtype=bool)
+    for j in range(length):
+        observed = counts.sum(axis=tuple(1 + a for a in range(length) if a != j))
+        passed &= mrv2_position_passes(observed, row, MRV2_TRIALS)
+    return float(passed.mean())

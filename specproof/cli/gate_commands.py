@@ -12,7 +12,7 @@ import click
 from exact.subject import Subject
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions
-from simulator.errors import TimeLimitError
+from simulator.errors import InvalidParameterError, TimeLimitError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.numeric import ARITHMETICS
 from simulator.usercode import require
@@ -168,20 +168,27 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
 @click.option("--jobs", type=JOBS, default=1, show_default=True, help="worker processes for the gate's battery")
 @click.option("--loops-only", is_flag=True, help="recompute only the loop section (a minute), keeping the mutants' "
                                                   "rows of the existing OUT/mutation_zoo.json")
+@click.option("--designs-only", is_flag=True, help="recompute the mutants' Monte Carlo columns from the reference "
+                                                    "instances stored in OUT/mutation_zoo.json, and the loop section "
+                                                    "(minutes), keeping the gate, default-pair and hunt columns")
 @click.pass_context
-def zoo(ctx, out_dir: str, jobs: int, loops_only: bool) -> None:
+def zoo(ctx, out_dir: str, jobs: int, loops_only: bool, designs_only: bool) -> None:
     """The mutation zoo: every mutant through the gate, with exact TVD, default-pair share, hunt time, shrunk
-    size and the pass probability of four Monte Carlo test designs; and the bug twins of whole generation loops
+    size and the pass probability of five Monte Carlo test designs; and the bug twins of whole generation loops
     with their exact TVD and the same designs. Exit 1 when the gate misses a mutant."""
-    from specproof.gate.zoo import write_loop_section, write_zoo_report
+    from specproof.gate.zoo import write_designs, write_loop_section, write_zoo_report
 
     check_output_dir(out_dir, "out")
+    if loops_only and designs_only:
+        raise InvalidParameterError("designs_only", "recomputes the loop section too: give --loops-only or "
+                                                    "--designs-only, not both")
     ticks = StageBars()
     try:
-        if loops_only:
+        if loops_only or designs_only:
+            option = "--loops-only" if loops_only else "--designs-only"
             for module in ("torch", "transformers"):
-                require(module, "zoo --loops-only", "loops_only")
-            write_loop_section(Path(out_dir), command_line(ctx), ticks)
+                require(module, f"zoo {option}", "loops_only" if loops_only else "designs_only")
+            (write_loop_section if loops_only else write_designs)(Path(out_dir), command_line(ctx), ticks)
             ok = True
         else:
             ok = write_zoo_report(Path(out_dir), command_line(ctx), jobs, ticks)

@@ -26,9 +26,9 @@ from exact.subject import Subject, subject
 
 from simulator.drafting.drafter_registry import make_drafter
 from specproof.gate.runner import GATE_DEFAULTS, Check, CheckOutcome, Config, run_gate
-from simulator.montecarlo.designs import (cells, chi_square_pass, serving_pass, simulated_pass, tvd_baseline_pass,
-                                          vllm_l2_pass)
-from simulator.models import ModelView, SyntheticModel
+from simulator.montecarlo.designs import (MRV2_SEED, cells, chi_square_pass, mrv2_chi_square_pass, serving_pass,
+                                          simulated_pass, tvd_baseline_pass, vllm_l2_pass)
+from simulator.models import ModelView, SyntheticModel, TableModel
 from simulator.numeric import human_number
 from simulator.trees import make_topology
 from simulator.workers import pool_options
@@ -41,6 +41,7 @@ DEFAULT_PAIRS = 16  # certify's default model (synthetic, vocab 3, seeds 0..15) 
 HUNT_SECONDS = 120.0
 SHRINK_SECONDS = 20.0
 REPLICATIONS = 2000  # draws from the exact law per design, to measure the analytic pass probabilities' error
+SEED = 20261125  # the generator of the simulated columns, drawn row after row
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ class Row:
     seconds: float
     reproducer: dict = field(default_factory=dict)  # the reference instance, certifiable with --case
     vllm_l2: float | None = None  # vLLM's own test: its pass frequency over REPLICATIONS draws from the exact law
+    mrv2: dict | None = None  # vLLM Model Runner V2's chi-square test (:func:`mrv2_entry`)
 
 
 def gate_outcomes(mutants: tuple[Mutant, ...], state: Path, jobs: int = 1,
@@ -218,21 +220,59 @@ def mutant_row(mutant: Mutant, outcome: CheckOutcome, rng: np.random.Generator, 
     reference = _reference(outcome)
     if reference is not None:
         case, row.reference = reference
-        view = ModelView(case.model(), arithmetic)
-        drafter = case.drafter()
-        law = view_law(view, drafter, what.fn)
-        length = drafter.height + 1
-        ours, theirs = cells(law.completed(), case.vocab, length), cells(law.target(), case.vocab, length)
-        distance = law.distance()
-        row.tvd, row.tvd_exact = float(distance.tvd), human_number(distance.tvd)
-        row.serving = str(serving_pass(ours, theirs, case.vocab, length))
-        row.tvd_baseline = tvd_baseline_pass(ours, theirs)
-        row.chi_square = chi_square_pass(ours, theirs, case.vocab, length)
-        row.simulated = simulated_pass(ours, theirs, case.vocab, length, REPLICATIONS, rng)
-        row.vllm_l2 = vllm_l2_pass(ours, theirs, case.vocab, length, REPLICATIONS, rng)
-        row.reproducer = case.to_json()
+        reference_columns(row, case, what, arithmetic, rng)
     row.seconds = time.perf_counter() - start
     return row
+
+
+def reference_columns(row: Row, case: Reproducer, what: Subject, arithmetic: str, rng: np.random.Generator) -> None:
+    """Fill ``row``'s exact TVD, its Monte Carlo columns and its reproducer from the exact law of ``what`` on its
+    reference instance ``case``; the simulated columns draw from ``rng`` (the run's, row after row), MRV2's from a
+    generator of its own (:func:`mrv2_entry`), on this instance and on the instance its own test builds."""
+    view = ModelView(case.model(), arithmetic)
+    drafter = case.drafter()
+    law = view_law(view, drafter, what.fn)
+    length = drafter.height + 1
+    ours, theirs = cells(law.completed(), case.vocab, length), cells(law.target(), case.vocab, length)
+    distance = law.distance()
+    row.tvd, row.tvd_exact = float(distance.tvd), human_number(distance.tvd)
+    row.serving = str(serving_pass(ours, theirs, case.vocab, length))
+    row.tvd_baseline = tvd_baseline_pass(ours, theirs)
+    row.chi_square = chi_square_pass(ours, theirs, case.vocab, length)
+    row.simulated = simulated_pass(ours, theirs, case.vocab, length, REPLICATIONS, rng)
+    row.vllm_l2 = vllm_l2_pass(ours, theirs, case.vocab, length, REPLICATIONS, rng)
+    own = view_law(ModelView(root_rows_everywhere(case.model()), arithmetic), case.drafter(), what.fn)
+    row.mrv2 = mrv2_entry((ours, theirs, case.vocab),
+                          (cells(own.completed(), case.vocab, length), cells(own.target(), case.vocab, length),
+                           case.vocab, own.distance().tvd), length)
+    row.reproducer = case.to_json()
+
+
+def root_rows_everywhere(model) -> TableModel:
+    """The pair whose draft and target rows are ``model``'s rows at the empty prefix in every context: the instance
+    vLLM Model Runner V2's test builds, one target row reused at every position."""
+    return TableModel(model.vocab, {None: model.p(())}, {None: model.q(())})
+
+
+def mrv2_entry(as_is: tuple, own: tuple, length: int) -> dict:
+    """vLLM Model Runner V2's chi-square test (:func:`~simulator.montecarlo.designs.mrv2_chi_square_pass`), each
+    pass frequency over REPLICATIONS runs from a generator seeded :data:`MRV2_SEED` (so the column leaves the other
+    columns' draws as they were):
+
+    * ``pass``, ``target_pass``: on the instance the test itself builds (:func:`root_rows_everywhere`; ``own`` is
+      ``(law, target's law, vocab, exact TVD)`` there), on the subject's law and on the target's own; ``tvd``, the
+      subject's exact TVD there (0 where that instance cannot show the bug);
+    * ``as_is``, ``as_is_target``: on the instance the other columns use (``as_is`` is ``(law, target's law,
+      vocab)``), where every position is compared with the position-0 row although the rows depend on the prefix.
+    """
+    def run(law: np.ndarray, target: np.ndarray, vocab: int) -> float:
+        return mrv2_chi_square_pass(law, target, vocab, length, REPLICATIONS, np.random.default_rng(MRV2_SEED))
+
+    ours, theirs, vocab = as_is
+    own_ours, own_theirs, own_vocab, own_tvd = own
+    return {"pass": run(own_ours, own_theirs, own_vocab), "target_pass": run(own_theirs, own_theirs, own_vocab),
+            "tvd": float(own_tvd), "tvd_exact": human_number(own_tvd),
+            "as_is": run(ours, theirs, vocab), "as_is_target": run(theirs, theirs, vocab)}
 
 
 def run_zoo(jobs: int = 1, tick: Tick = lambda stage, total: None) -> list[Row]:
@@ -240,7 +280,7 @@ def run_zoo(jobs: int = 1, tick: Tick = lambda stage, total: None) -> list[Row]:
     exact TVD on a reference instance, the share of ``certify``'s default pairs that show it, ``hunt``'s time, the
     shrunk reproducer's size, and the probability that each Monte Carlo test design passes it
     (:mod:`simulator.montecarlo.designs`)."""
-    rng = np.random.default_rng(20261125)
+    rng = np.random.default_rng(SEED)
     with tempfile.TemporaryDirectory() as folder:
         outcomes = gate_outcomes(MUTANTS, Path(folder), jobs, lambda n: tick("gate", 0))
         rows = []
@@ -254,25 +294,39 @@ def _p(x: float | None) -> str:
     return "—" if x is None else f"{x:.3f}"
 
 
-def markdown(rows: list[Row], command: str, seconds: float, loops: LoopSection | None = None) -> str:
+def _mrv2(entry: dict | None) -> str:
+    """MRV2's column: on the instance its test builds, its pass probability on the mutant and on the target's own
+    law, and the mutant's exact TVD there."""
+    if entry is None:
+        return "—"
+    return f"{_p(entry['pass'])} / {_p(entry['target_pass'])} (TVD {entry['tvd']:.3g})"
+
+
+def markdown(rows: list[Row], command: str, seconds: float, loops: LoopSection | None = None,
+             designs_command: str | None = None) -> str:
     gaps = [abs(a - b) for r in rows if r.simulated
             for a, b in zip((r.tvd_baseline, r.chi_square), r.simulated[1:])]  # the serving column is exact
     flagged = sum(r.flagged for r in rows)
     lines = [
         "# The mutation zoo", "",
         f"Generated by `{command}` on {platform.machine()} / Python {platform.python_version()} in "
-        f"{seconds / 60:.1f} min. {len(rows)} mutants, each a bug class that reached a serving system or a "
+        f"{seconds / 60:.1f} min"
+        + (f"; its Monte Carlo columns recomputed from the stored reference instances by `{designs_command}`"
+           if designs_command else "")
+        + f". {len(rows)} mutants, each a bug class that reached a serving system or a "
         "published implementation, written as an ordinary torch kernel (`specproof/gate/mutants.py`, "
         "`specproof/gate/torch_kernels.py`, certified unmodified) or a plugin (`simulator/verifiers/controls.py`).", "",
         f"**The gate flags {flagged} of {len(rows)}.**", "",
         "| mutant | bug class | kind | gate | exact TVD | default pairs showing it | hunt finds it in | shrunk "
-        "reproducer | P(pass) serving test | P(pass) TVD-to-baseline | P(pass) chi-square | P(pass) vLLM's test |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "reproducer | P(pass) serving test | P(pass) TVD-to-baseline | P(pass) chi-square | P(pass) vLLM's test "
+        "| P(pass) vLLM MRV2's chi-square: mutant / target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         gate = ("FLAGGED" if r.flagged else "**missed**") + f" ({r.flagged_by})"
         hunt_time = "not in 120 s" if r.hunt_seconds is None else f"{r.hunt_seconds:.1f} s"
         lines.append(f"| {r.name} | {r.bug} | {r.kind} | {gate} | {r.tvd_exact} | {r.default_pairs} | {hunt_time} | "
-                     f"{r.shrunk} | {r.serving} | {_p(r.tvd_baseline)} | {_p(r.chi_square)} | {_p(r.vllm_l2)} |")
+                     f"{r.shrunk} | {r.serving} | {_p(r.tvd_baseline)} | {_p(r.chi_square)} | {_p(r.vllm_l2)} | "
+                     f"{_mrv2(r.mrv2)} |")
     lines += [
         "", "## Columns", "",
         "- **gate**: `specproof gate` with the mutant as a check expected lossless, on the default battery "
@@ -297,7 +351,16 @@ def markdown(rows: list[Row], command: str, seconds: float, loops: LoopSection |
         "instance instead of its own V = 10, k = 2 pair): 10 to 10^5 draws, passes when the L2 distance of the "
         "pooled token histogram to the target shrinks 20 times faster than its distance to 100 random "
         f"distributions; no closed form, so the frequency over {REPLICATIONS} runs drawn from the exact law "
-        f"(standard error at most {0.5 / np.sqrt(REPLICATIONS):.3f}).",
+        f"(standard error at most {0.5 / np.sqrt(REPLICATIONS):.3f}). *vLLM MRV2's chi-square* (vLLM 0.33.0's "
+        "`test_stochastic_rejection_sample`, Model Runner V2): 40,960 draws; at every position Pearson's chi-square "
+        "of the token counts against the target's *position-0* row, bins expected below 5 merged (and dropped if "
+        "the merged bin is still below 5), passing below df + 10·sqrt(2·df) at every position; the frequency over "
+        "the same number of runs, from a generator of its own. Its test builds its instance with one target row "
+        "reused at every position, so the column runs it on that instance: the reference instance's rows at the "
+        "empty prefix in every context. It shows the pass frequency on the mutant, on the target's own law, and "
+        "the mutant's exact TVD on that instance (0: that instance cannot show the bug). On the reference "
+        "instance itself, whose rows depend on the prefix, the test fails the target's own law too "
+        "(`mrv2.as_is_target` in the JSON).",
         f"- Error of the approximations, measured: {REPLICATIONS} replications of each test drawn from each "
         f"mutant's exact law; the largest gap between the analytic and the simulated pass probability over all "
         f"mutants is {max(gaps, default=0):.3f} (binomial noise of the simulation alone: about "
@@ -313,10 +376,12 @@ def headline(rows: list[dict]) -> str:
     """The README's table: per mutant, the gate's verdict, the exact TVD and each Monte Carlo design's chance to
     pass it (rows as in ``mutation_zoo.json``)."""
     lines = ["| mutant | bug class | specproof gate | exact TVD | P(pass): serving test (10^5) | "
-             "TVD-to-baseline (10^6) | chi-square (10^4) | vLLM's test (10–10^5) |", "|---|---|---|---|---|---|---|---|"]
+             "TVD-to-baseline (10^6) | chi-square (10^4) | vLLM's test (10–10^5) | vLLM MRV2's χ² (40,960): "
+             "mutant / target |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['bug']} | {'FLAGGED' if r['flagged'] else '**missed**'} | {r['tvd_exact']} | "
-                     f"{r['serving']} | {_p(r['tvd_baseline'])} | {_p(r['chi_square'])} | {_p(r.get('vllm_l2'))} |")
+                     f"{r['serving']} | {_p(r['tvd_baseline'])} | {_p(r['chi_square'])} | {_p(r.get('vllm_l2'))} | "
+                     f"{_mrv2(r.get('mrv2'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -330,17 +395,22 @@ def write_zoo_report(out: Path, command: str, jobs: int = 1, tick: Tick = lambda
     return all(r.flagged for r in rows)
 
 
-def write_files(out: Path, rows: list[Row], command: str, seconds: float, loops: LoopSection | None) -> None:
+def write_files(out: Path, rows: list[Row], command: str, seconds: float, loops: LoopSection | None,
+                designs_command: str | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "mutation_zoo.md").write_text(markdown(rows, command, seconds, loops))
-    (out / "mutation_zoo.json").write_text(json.dumps(zoo_json(rows, command, seconds, loops), indent=1,
-                                                      default=str))
+    (out / "mutation_zoo.md").write_text(markdown(rows, command, seconds, loops, designs_command))
+    (out / "mutation_zoo.json").write_text(json.dumps(zoo_json(rows, command, seconds, loops, designs_command),
+                                                      indent=1, default=str))
 
 
-def zoo_json(rows: list[Row], command: str, seconds: float, loops: LoopSection | None = None) -> dict:
-    """``mutation_zoo.json``: the command, the run's wall time and every mutant's row; the loop section's under
+def zoo_json(rows: list[Row], command: str, seconds: float, loops: LoopSection | None = None,
+             designs_command: str | None = None) -> dict:
+    """``mutation_zoo.json``: the command, the run's wall time and every mutant's row; the command that last
+    recomputed the Monte Carlo columns (``designs_command``, where not the run itself); the loop section's under
     ``loops`` (its own command and time)."""
     out = {"command": command, "seconds": seconds, "rows": [asdict(r) for r in rows]}
+    if designs_command is not None:
+        out["designs_command"] = designs_command
     if loops is not None:
         out["loops"] = {"command": loops.command, "seconds": loops.seconds, "rows": [asdict(r) for r in loops.rows]}
     return out
@@ -366,6 +436,7 @@ class LoopRow:
     simulated: list[float]  # the three designs' pass frequencies over REPLICATIONS draws from the exact law
     seconds: float
     gate: str = "—"  # the gate's verdict on the bug twin as a loop check expected lossless: flags or misses
+    mrv2: dict | None = None  # vLLM Model Runner V2's chi-square test, as for the mutants (:func:`mrv2_entry`)
 
 
 @dataclass
@@ -380,25 +451,40 @@ def loop_row(twin, rng: np.random.Generator) -> LoopRow:
     new tokens against plain sampling's (both enumerated under the torch capture), its TVD and off-support mass,
     the correct twin's TVD there, and each Monte Carlo design's probability to pass the bug twin
     (:mod:`simulator.montecarlo.designs`, as for the kernel mutants)."""
-    from exact.generation_law import certify_loop, loop_law
+    from exact.generation_law import certify_loop
     from simulator.loops.builtin import plain_sampling
     from simulator.loops.convention import loop_name
+    from simulator.loops.models import prefix_table_pair
     from specproof.gate.loop_specimens import NEW_TOKENS, PROMPT, speculative_loop
 
     start = time.perf_counter()
     target, draft = twin.pair()
+    ours, theirs, vocab, distance = _loop_cells(twin, target, draft)
+    correct = certify_loop(speculative_loop, plain_sampling, target, draft, PROMPT, NEW_TOKENS, twin.sampling)
+    row = LoopRow(twin.name, loop_name(twin.loop), twin.bug, twin.seen, twin.describe(), float(distance.tvd),
+                  human_number(distance.tvd), float(distance.off_support), float(correct.tvd),
+                  str(serving_pass(ours, theirs, vocab, NEW_TOKENS)), tvd_baseline_pass(ours, theirs),
+                  chi_square_pass(ours, theirs, vocab, NEW_TOKENS),
+                  vllm_l2_pass(ours, theirs, vocab, NEW_TOKENS, REPLICATIONS, rng),
+                  simulated_pass(ours, theirs, vocab, NEW_TOKENS, REPLICATIONS, rng), 0.0)
+    own = _loop_cells(twin, *prefix_table_pair(root_rows_everywhere(twin.rows()), len(PROMPT)))
+    row.mrv2 = mrv2_entry((ours, theirs, vocab), (*own[:3], own[3].tvd), NEW_TOKENS)
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def _loop_cells(twin, target, draft) -> tuple[np.ndarray, np.ndarray, int, object]:
+    """The bug twin's and plain sampling's exact laws of the N new tokens on ``(target, draft)``, as the designs'
+    vectors over one vocabulary (a -1 placeholder one more token, ``V``), the vocabulary, and their distance."""
+    from exact.generation_law import loop_law
+    from simulator.loops.builtin import plain_sampling
+    from specproof.gate.loop_specimens import NEW_TOKENS, PROMPT
+
     mine, ref = (loop_law(loop, target, draft, PROMPT, NEW_TOKENS, twin.sampling).law
                  for loop in (twin.loop, plain_sampling))
-    distance = law_distance(mine, ref, Fraction(0))
-    correct = certify_loop(speculative_loop, plain_sampling, target, draft, PROMPT, NEW_TOKENS, twin.sampling)
     vocab = target.vocab + any(t < 0 for seq in mine for t in seq)  # a placeholder is one more cell, token V
     ours, theirs = (cells(_placeholder_last(law, target.vocab), vocab, NEW_TOKENS) for law in (mine, ref))
-    return LoopRow(twin.name, loop_name(twin.loop), twin.bug, twin.seen, twin.describe(), float(distance.tvd),
-                   human_number(distance.tvd), float(distance.off_support), float(correct.tvd),
-                   str(serving_pass(ours, theirs, vocab, NEW_TOKENS)), tvd_baseline_pass(ours, theirs),
-                   chi_square_pass(ours, theirs, vocab, NEW_TOKENS),
-                   vllm_l2_pass(ours, theirs, vocab, NEW_TOKENS, REPLICATIONS, rng),
-                   simulated_pass(ours, theirs, vocab, NEW_TOKENS, REPLICATIONS, rng), time.perf_counter() - start)
+    return ours, theirs, vocab, law_distance(mine, ref, Fraction(0))
 
 
 def _placeholder_last(law: dict, vocab: int) -> dict:
@@ -411,7 +497,7 @@ def loop_section(command: str, tick: Tick = lambda stage, total: None) -> LoopSe
     """Every loop bug class on its instance (:func:`loop_row`), and through the gate (:func:`loop_gate_outcomes`)."""
     from specproof.gate.loop_specimens import TWINS
 
-    rng = np.random.default_rng(20261125)
+    rng = np.random.default_rng(SEED)
     start = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory() as folder:
@@ -463,15 +549,49 @@ def write_loop_section(out: Path, command: str, tick: Tick = lambda stage, total
     InvalidParameterError
         ``out`` holds no ``mutation_zoo.json`` to keep the mutants of (field ``out``).
     """
+    report = _existing_report(out, "--loops-only")
+    rows = [Row(**r) for r in report["rows"]]
+    write_files(out, rows, report["command"], report["seconds"], loop_section(command, tick),
+                report.get("designs_command"))
+
+
+def write_designs(out: Path, command: str, tick: Tick = lambda stage, total: None) -> None:
+    """Recompute every Monte Carlo column of the mutants' rows from the reference instances already in
+    ``out/mutation_zoo.json`` (their reproducers), with the generator a full run uses and in its order, so the
+    columns come out as a full run's would; keep the gate, default-pair and hunt columns; then recompute the loop
+    section, and rewrite ``mutation_zoo.md`` and ``.json`` (``zoo --designs-only``: a few minutes, where a full run
+    takes most of an hour).
+
+    Raises
+    ------
+    InvalidParameterError
+        ``out`` holds no ``mutation_zoo.json`` (field ``out``).
+    """
+    from exact.reproducer import parse_reproducer
+    from specproof.gate.battery import battery
+
+    report = _existing_report(out, "--designs-only")
+    mutants = {m.name: m for m in MUTANTS}
+    rng = np.random.default_rng(SEED)
+    rows = [Row(**r) for r in report["rows"]]
+    for row in rows:
+        if row.reproducer:
+            mutant = mutants[row.name]
+            arithmetic = battery({**BATTERY, **mutant.battery}, f"zoo.{mutant.name}")["arithmetic"]
+            reference_columns(row, parse_reproducer(row.reproducer), subject(mutant.subject), arithmetic, rng)
+        tick("mutants", len(rows))
+    write_files(out, rows, report["command"], report["seconds"], loop_section(command, tick), command)
+
+
+def _existing_report(out: Path, option: str) -> dict:
+    """``out/mutation_zoo.json``, whose mutant rows ``option`` keeps."""
     from simulator.errors import InvalidParameterError
 
     path = out / "mutation_zoo.json"
     if not path.is_file():
-        raise InvalidParameterError("out", f"--loops-only keeps the mutants of {path}, which does not exist: run "
+        raise InvalidParameterError("out", f"{option} keeps the mutants of {path}, which does not exist: run "
                                            "specproof zoo without it first")
-    report = json.loads(path.read_text())
-    rows = [Row(**r) for r in report["rows"]]
-    write_files(out, rows, report["command"], report["seconds"], loop_section(command, tick))
+    return json.loads(path.read_text())
 
 
 def loop_markdown(loops: LoopSection) -> list[str]:
@@ -489,18 +609,20 @@ def loop_markdown(loops: LoopSection) -> list[str]:
         "instance (written as a prefix table); the gate does not hunt loops, and default pairs and shrinking have "
         "no counterpart.", "",
         "| mutant | bug class | reported | instance | gate | hunt | exact TVD | off-support mass | correct twin's TVD "
-        "| P(pass) serving test | P(pass) TVD-to-baseline | P(pass) chi-square | P(pass) vLLM's test |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "| P(pass) serving test | P(pass) TVD-to-baseline | P(pass) chi-square | P(pass) vLLM's test "
+        "| P(pass) vLLM MRV2's chi-square: mutant / plain sampling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in loops.rows:
         lines.append(f"| {r.name} | {r.bug} | {r.seen} | {r.instance} | {r.gate} | not hunted | {r.tvd_exact} | "
                      f"{r.off_support:.3g} | {r.twin_tvd:.1e} | {r.serving} | {_p(r.tvd_baseline)} | "
-                     f"{_p(r.chi_square)} | {_p(r.vllm_l2)} |")
+                     f"{_p(r.chi_square)} | {_p(r.vllm_l2)} | {_mrv2(r.mrv2)} |")
     lines += [
         "", "- **exact TVD**: of the bug twin's law of the N tokens from plain sampling's, both the exact law of "
         "their float64 arithmetic (a prefix table's rows are float64 logits); the correct twin's TVD on the same "
         "instance is float64 rounding (LOSSLESS at 1e-10).",
-        "- **P(pass)**: the four designs of the mutant table, at the same sample sizes, on the bug twin's exact law "
-        "of the N tokens against plain sampling's; a -1 emitted is one more token, which plain sampling never "
+        "- **P(pass)**: the five designs of the mutant table, at the same sample sizes, on the bug twin's exact law "
+        "of the N tokens against plain sampling's (MRV2's also on plain sampling's own law); a -1 emitted is one "
+        "more token, which plain sampling never "
         f"produces. Largest gap between the analytic and the simulated pass probability: {max(gaps, default=0):.3f}.",
         ""]
     return lines
@@ -509,8 +631,10 @@ def loop_markdown(loops: LoopSection) -> list[str]:
 def loop_headline(rows: list[dict]) -> str:
     """docs/gate.md's loop table (rows as in ``mutation_zoo.json``'s ``loops``)."""
     lines = ["| mutant | bug class | reported | exact TVD | P(pass): serving test (10^5) | TVD-to-baseline (10^6) | "
-             "chi-square (10^4) | vLLM's test (10–10^5) |", "|---|---|---|---|---|---|---|---|"]
+             "chi-square (10^4) | vLLM's test (10–10^5) | vLLM MRV2's χ² (40,960): mutant / plain sampling |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['bug']} | {r['seen']} | {r['tvd_exact']} | {r['serving']} | "
-                     f"{_p(r['tvd_baseline'])} | {_p(r['chi_square'])} | {_p(r['vllm_l2'])} |")
+                     f"{_p(r['tvd_baseline'])} | {_p(r['chi_square'])} | {_p(r['vllm_l2'])} | "
+                     f"{_mrv2(r.get('mrv2'))} |")
     return "\n".join(lines) + "\n"

@@ -113,6 +113,11 @@ CLIENTS = (
            "REFUSED", "in float32 the Gumbel noise's log(1 − u) is a degree-8 polynomial series near 0 "
                       "(`_log1p_neg_stable`, error below 6e-7): an approximation whose law is not exactly a race, "
                       "refused at its line (gumbel.py:158); no verdict", needs="vllm-mrv2"),
+    Client("MLX-LM 0.32.2 `speculative_generate_step` (installed, the `mlx` extra), a whole loop",
+           ("--loop", "mlx-lm", "--model", "tiny-llama", "--vocab", "4", "--top-k", "2", "--depth", "1",
+            "--max-new-tokens", "3"), "LOSSLESS",
+           "sample-and-match on MLX copies of the tiny Llamas, its sampler's own filters in MLX's order with the draw "
+           "through torch; held to plain sampling in MLX's order (plain-mlx), judged at float32 (docs/loops.md)"),
 )
 
 
