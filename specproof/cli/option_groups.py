@@ -50,10 +50,11 @@ causal_lm_options = section(
 loop_options = section(
     "Generation loop (--loop)",
     click.option("--loop", help="a whole generation loop, run on tiny torch models and certified against plain "
-                                "sampling: transformers-assisted, transformers-prompt-lookup, or module:function "
-                                "(docs/loops.md); --depth is its draft depth"),
-    click.option("--reference", help="module:function: the loop the law is held to  [default: plain sampling with "
-                                     "the same parameters, transformers' processor order]"),
+                                "sampling: transformers-assisted, transformers-prompt-lookup, mlx-lm, or "
+                                "module:function (docs/loops.md); --depth is its draft depth"),
+    click.option("--reference", help="module:function or a shipped loop's name: the loop the law is held to  "
+                                     "[default: plain sampling with the same parameters, transformers' processor "
+                                     "order; MLX-LM's order (plain-mlx) for the mlx-lm loops]"),
     click.option("--max-new-tokens", type=Whole(1), help="tokens each run generates  [default: --depth + 1, the "
                                                          "least that crosses a round boundary]"),
     click.option("--prompt-ids", default="0", show_default=True, help="the prompt's token ids, comma-separated"),
