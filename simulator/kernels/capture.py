@@ -292,16 +292,37 @@ class Capture(TorchFunctionMode):
         if name == "uniform_":
             low = kwargs.get("from", params[0] if params else 0.0)
             high = kwargs.get("to", params[1] if len(params) > 1 else 1.0)
-            self._fresh(target, "uniform")
+            self._redrawn(target, "uniform", name)
             if (low, high) != (0.0, 1.0):
                 self._map(target, "mul", high - low, in_place=True)
                 self._map(target, "add", low, in_place=True)
             return target
         rate = kwargs.get("lambd", params[0] if params else 1.0)
-        self._fresh(target, "exponential")
+        self._redrawn(target, "exponential", name)
         if rate != 1.0:
             self._map(target, "div", rate, in_place=True)
         return target
+
+    def _redrawn(self, target: torch.Tensor, kind: str, op: str) -> None:
+        """``target``'s elements drawn afresh in place: new variables, seen by every random tensor that shares
+        them, as a view and the tensor it views share memory (vLLM's ``q[i].exponential_(generator=g)`` on a row
+        of a random ``q``). A tensor sharing them whose values went through maps is refused: its maps would apply
+        to values drawn after them."""
+        storage = target.untyped_storage().data_ptr()
+        sharing = [(t, s) for t, s in self._symbolic.values()
+                   if t is not target and t.device == target.device and t.untyped_storage().data_ptr() == storage]
+        self._fresh(target, kind)
+        if not sharing:
+            return
+        drawn = dict(zip(element_addresses(target), self.symbolic(target).ids.reshape(-1).tolist()))
+        for t, sym in sharing:
+            addresses = element_addresses(t)
+            if not any(a in drawn for a in addresses):
+                continue
+            if sym.ops:
+                raise _fail(op, "a draw in place over random values that maps have changed")
+            ids = [drawn.get(a, i) for a, i in zip(addresses, sym.ids.reshape(-1).tolist())]
+            self._symbolic[id(t)] = (t, Symbolic(torch.tensor(ids, dtype=torch.long).reshape(t.shape)))
 
     def _discrete(self, name: str, args, kwargs):
         weights = args[0]
@@ -680,6 +701,16 @@ def _race_weights(forms: list[tuple[str, object]]) -> list | None:
     if math.isinf(top):
         return None
     return [_exact(math.exp(v - top)) if not math.isinf(v) else Fraction(0) for v in logs]
+
+
+def element_addresses(t: torch.Tensor) -> list[int]:
+    """The address of each element of the CPU tensor ``t``, in row-major order."""
+    offsets = np.zeros(tuple(t.shape), dtype=np.int64)
+    for axis, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[axis] = size
+        offsets = offsets + np.arange(size, dtype=np.int64).reshape(shape) * stride
+    return (t.data_ptr() + offsets.reshape(-1) * t.element_size()).tolist()
 
 
 def _as_tensor(x) -> torch.Tensor:

@@ -25,12 +25,13 @@ from simulator.trees import TOPOLOGIES
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import check_arithmetic_for, check_pairing
 from specproof.cli.certificate_text import certificate_lines, echo_control_note, exactness, settings, verdict
+from specproof.cli.certify_batch import certify_batch
 from specproof.cli.certify_loop import certify_loop
 from specproof.cli.certify_real import certify_causal_lm
 from specproof.cli.group import main
-from specproof.cli.option_groups import (CAUSAL_LM, case_options, causal_lm_options, json_option, kernel_options,
-                                         limit_options, loop_options, model_options, sampling_options, shape_options,
-                                         verifier_options)
+from specproof.cli.option_groups import (CAUSAL_LM, batch_options, case_options, causal_lm_options, json_option,
+                                         kernel_options, limit_options, loop_options, model_options, sampling_options,
+                                         shape_options, verifier_options)
 from specproof.cli.output import kept, shrunk, write_output
 from specproof.cli.params import Whole
 from specproof.cli.progress import mass_bar
@@ -86,6 +87,7 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 @shape_options
 @verifier_options
 @kernel_options
+@batch_options
 @case_options
 @section("Computation",
          click.option("--seeds", "pairs", type=Whole(1), default=1, show_default=True,
@@ -101,10 +103,10 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 def certify(ctx: click.Context, **options) -> None:
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1); with
     --model causal-lm, on a real pair's rows after a prompt; with --loop, a whole generation loop against plain
-    sampling. Exit 0 lossless, 1 lossy."""
+    sampling; with --request, a batched kernel on a batch of requests. Exit 0 lossless, 1 lossy."""
     request = CertifyRequest.from_click(ctx, **options)
     {"model": certify_model, "case": certify_case, CAUSAL_LM: certify_causal_lm,
-     "loop": certify_loop}[request.mode](request)
+     "loop": certify_loop, "batch": certify_batch}[request.mode](request)
 
 
 def certify_model(request: CertifyRequest) -> None:
