@@ -208,8 +208,19 @@ class BatchCertificate:
     executions: int
     config: dict = field(default_factory=dict)
 
+    @property
+    def tvd(self) -> Number:
+        """The batch's worst TVD: the largest of its requests' and its joint's."""
+        return max([r.tvd for r in self.requests] + [self.joint_tvd])
+
+    @property
+    def off_support(self) -> Number:
+        """The largest mass a request puts where its reference has none."""
+        return max(r.off_support for r in self.requests)
+
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "lossless": self.lossless, "requests": [r.to_json() for r in self.requests],
+        return {"kernel": self.kernel, "lossless": self.lossless, "tvd": float(self.tvd),
+                "off_support": float(self.off_support), "requests": [r.to_json() for r in self.requests],
                 "joint_tvd": float(self.joint_tvd), "tolerance": self.tolerance,
                 "tolerance_reason": self.tolerance_reason, "executions": self.executions, "config": self.config}
 
@@ -316,12 +327,15 @@ def _marginal(joint: dict[tuple, Fraction], i: int) -> dict:
 
 
 def _verdict(index: int, request: BatchRequest, marginal: dict, tolerance: float) -> RequestVerdict:
+    """Request ``index``'s verdict, in floats: its exact marginal completed by its reference's float64 rows."""
     law = OutputLaw(marginal.items(), request.depth, ModelView(ReferencePair(request, index), "float"), exact=False)
     distance = law.distance()
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     reference = "its argmax" if request.greedy else f"its target, {request.sampling.describe()}"
-    return RequestVerdict(index, request.describe(), reference, lossless, distance.tvd, distance.off_support,
-                          law.expected_accepted(), None if lossless else distance.counterexample)
+    ce = distance.counterexample
+    worst = None if lossless else Counterexample(ce.sequence, float(ce.verifier_prob), float(ce.target_prob))
+    return RequestVerdict(index, request.describe(), reference, lossless, float(distance.tvd),
+                          float(distance.off_support), float(law.expected_accepted()), worst)
 
 
 def _dependence(joint: dict[tuple, Fraction], marginals: list[dict]) -> float:

@@ -10,7 +10,7 @@ import click
 
 from simulator.errors import InvalidParameterError
 from simulator.numeric import human_number
-from specproof.cli.certificate_text import support_source, verdict
+from specproof.cli.certificate_text import discrepancy_lines, verdict
 from specproof.cli.output import write_output
 from specproof.cli.progress import mass_bar
 
@@ -39,7 +39,8 @@ def certify_batch(request: CertifyRequest) -> None:
     if not kernel.batched:
         raise InvalidParameterError("request", f"--request makes a batch for a batched adapter (vllm-v1-forward); "
                                                f"--adapter {kernel.adapter} verifies one tree per call: drop --request")
-    config = {"model": spec.model_kind, "requests": list(request.requests), **kernel.describe()}
+    config = {"requests": [{"request": text, **r.model.describe()} for text, r in zip(request.requests, batch)],
+              **kernel.describe()}
     with mass_bar(1, f"certify {kernel.kernel}") as bar, request.limits.applied(bar.update):
         cert = certify(batch, kernel, config)
     click.echo(f"{cert.kernel}: {verdict(cert.lossless)} (a batch of {len(batch)} request(s) through adapter "
@@ -61,14 +62,7 @@ def batch_lines(cert, indent: str = "  ") -> list[str]:
     for r in cert.requests:
         lines.append(f"{indent}request {r.index} ({r.request}): {verdict(r.lossless)}, TVD {human_number(r.tvd)} to "
                      f"{r.reference}; E[accepted] = {human_number(r.expected_accepted)}")
-        if r.off_support:
-            lines.append(f"{indent}  support violation: mass {human_number(r.off_support)} on sequences its "
-                         f"reference gives probability 0{support_source(r.off_support)}")
-        if r.counterexample is not None:
-            ce = r.counterexample
-            lines.append(f"{indent}  counterexample: sequence {list(ce.sequence)} has probability "
-                         f"{human_number(ce.verifier_prob)} under the kernel, {human_number(ce.target_prob)} under its "
-                         "reference")
+        lines += discrepancy_lines(r.off_support, r.counterexample, indent * 2, "the kernel", "its reference")
     lines.append(f"{indent}joint: TVD {human_number(cert.joint_tvd)} of the batch's law to the product of its "
                  "requests' laws" + (" (their draws independent)" if cert.joint_tvd <= cert.tolerance else
                                      ": the requests' draws depend on each other"))

@@ -16,7 +16,7 @@ from exact.size import estimate_round
 from exact.subject import Subject, parse_schemes, subject
 from simulator.case import load_case
 from simulator.drafting.drafter_registry import DRAFTERS
-from simulator.errors import SpecproofError
+from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.loops.builtin import LOOPS
 from simulator.loops.models import LOOP_MODELS
 from simulator.models import MODELS
@@ -111,7 +111,7 @@ def certify(ctx: click.Context, **options) -> None:
 
 def certify_model(request: CertifyRequest) -> None:
     """Certify the subject on the model pairs of ``--seed`` … ``--seed + --seeds − 1``: exit 0 LOSSLESS, 1 LOSSY."""
-    what = request.subject.resolve()
+    what = _one_tree_subject(request.subject.resolve())
     shape = request.shape.resolved(what)
     check_pairing(what.name, shape.drafting)
     check_arithmetic_for(what.name, request.arithmetic)
@@ -145,6 +145,15 @@ def certify_model(request: CertifyRequest) -> None:
     sys.exit(0 if result.lossless else 1)
 
 
+def _one_tree_subject(what: Subject) -> Subject:
+    """``what``, refused when it is a kernel whose adapter verifies a batch (it needs ``--request``)."""
+    kernel = kernel_of(what)
+    if kernel is not None and kernel.batched:
+        raise InvalidParameterError("adapter", f"--adapter {kernel.adapter} verifies a batch of requests: give one "
+                                               "--request NAME=VALUE,... per request (docs/kernels.md)")
+    return what
+
+
 def _print_certificate(what: Subject, scheme: str, cert) -> None:
     """The control-run note, if any, and the certificate's lines."""
     echo_control_note(what, scheme)
@@ -169,8 +178,8 @@ def certify_case(request: CertifyRequest) -> None:
     """``certify --case``: the reproducer's subject (or --verifier/--kernel) on its table, shape and drafting:
     exit 0 LOSSLESS, 1 LOSSY."""
     case = load_reproducer(request.case)
-    what = (request.subject.resolve() if request.subject.given
-            else subject(case.subject, "case.subject", parse_schemes(request.subject.schemes)))
+    what = _one_tree_subject(request.subject.resolve() if request.subject.given
+                             else subject(case.subject, "case.subject", parse_schemes(request.subject.schemes)))
     check_arithmetic_for(what.name, case.arithmetic)
     with mass_bar(1, f"certify {what.name}") as bar, request.limits.applied(bar.update):
         cert = case.certify(what)
