@@ -222,6 +222,10 @@ def test_greedy_written_as_vllm_0_11_0s_input_batch_writes_it_is_refused_at_the_
     greedy = dataclasses.replace(GREEDY, temperature=0)
     with pytest.raises(KernelError, match=r"NaN read from memory.*rejection_sampler\.py:611"):
         batch_law([greedy, TOP_K], _kernel())
+    # without a random request beside it, compute_probs is skipped and the 0 never divides
+    alone = [greedy, dataclasses.replace(TOP_K, temperature=0, top_k=0, seed=None)]
+    cert = batch_law(alone, _kernel()).certificate(alone)
+    assert cert.lossless and cert.requests[0].expected_accepted == 5 / 8 and cert.executions == 3 * 2
 
 
 def first_line_draws(*args):
