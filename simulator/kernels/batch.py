@@ -125,7 +125,7 @@ class ReferencePair:
 
     def _check_cut(self, sampling: Sampling, logits, row, context: Context) -> None:
         kept = row > 0
-        for shifted in (sampling.top_p - CUT_MARGIN, min(1.0, sampling.top_p + CUT_MARGIN)):
+        for shifted in (max(sampling.top_p - CUT_MARGIN, sampling.top_p / 2), min(1.0, sampling.top_p + CUT_MARGIN)):
             moved = Sampling(sampling.temperature, sampling.top_k, shifted).probs(logits, ()) > 0
             if not (moved == kept).all():
                 raise InvalidParameterError(f"request[{self.index}].top_p", f"{sampling.top_p:g} cuts the target's "
