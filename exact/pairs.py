@@ -1,17 +1,31 @@
-"""Certification over several model pairs (:func:`certify_pairs`), or one real pair (:func:`certify_real`): what one
-verdict covers, and the loop a search reuses."""
+"""Certification over several model pairs: one after another (:func:`certify_pairs`: what one verdict covers, and the
+loop a search reuses), or together as the requests of one batch a batched kernel verifies in one call
+(:func:`certify_batch`: every request's drafting and every draw of the call enumerated jointly; each request's law
+against its own reference, and the joint law against the product of the requests' laws); or one real pair
+(:func:`certify_real`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Callable, Iterable
+import itertools
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Iterable, Sequence
 
-from simulator.drafting import Drafter
-from simulator.models import ModelPair
+from simulator.drafting import Drafter, FixedShape
+from simulator.errors import InvalidParameterError
+from simulator.kernels.batch import BatchRequest, ReferencePair
+from simulator.limits import computation
+from simulator.models import ModelPair, ModelView
+from simulator.numeric import Number
+from simulator.speculation import checked_outcome
+from simulator.trees import make_topology
 from simulator.verifiers.registry import Verifier
 
 from .certificate import Certificate, certify, certify_against
+from .enumeration import enumerate_outcomes
+from .law import Counterexample, OutputLaw, law_distance
 
 
 @dataclass(frozen=True)
@@ -154,3 +168,180 @@ def real_coverage(prompt_tokens: int, draft: str, target: str, processing) -> st
     return (f"this prompt ({prompt_tokens} tokens), this pair (draft {draft}, target {target}, float64) and this "
             f"processing (temperature {processing.temperature:g}, top-k {processing.top_k}) only: another prompt, "
             "pair, processing or dtype is another check")
+
+
+@dataclass(frozen=True)
+class RequestVerdict:
+    """One request's verdict: the TVD of its completed law of ``depth + 1`` tokens to its reference's joint, the mass
+    on sequences the reference excludes, the worst sequence of a lossy verdict, ``E[τ]``, and what it was held to."""
+
+    index: int
+    request: str
+    reference: str
+    lossless: bool
+    tvd: Number
+    off_support: Number
+    expected_accepted: Number
+    counterexample: Counterexample | None
+
+    def to_json(self) -> dict:
+        ce = self.counterexample
+        return {"index": self.index, "request": self.request, "reference": self.reference, "lossless": self.lossless,
+                "tvd": float(self.tvd), "off_support": float(self.off_support),
+                "expected_accepted": float(self.expected_accepted),
+                "counterexample": None if ce is None else {"sequence": list(ce.sequence),
+                                                           "kernel_prob": float(ce.verifier_prob),
+                                                           "reference_prob": float(ce.target_prob)}}
+
+
+@dataclass(frozen=True)
+class BatchCertificate:
+    """A batch's verdict: LOSSLESS when every request is and the requests' draws are independent (``joint_tvd``,
+    the TVD of the batch's joint law of outcomes to the product of the requests' laws, within the tolerance)."""
+
+    kernel: str
+    lossless: bool
+    requests: tuple[RequestVerdict, ...]
+    joint_tvd: Number
+    tolerance: float
+    tolerance_reason: str
+    executions: int
+    config: dict = field(default_factory=dict)
+
+    @property
+    def tvd(self) -> Number:
+        """The batch's worst TVD: the largest of its requests' and its joint's."""
+        return max([r.tvd for r in self.requests] + [self.joint_tvd])
+
+    @property
+    def off_support(self) -> Number:
+        """The largest mass a request puts where its reference has none."""
+        return max(r.off_support for r in self.requests)
+
+    def to_json(self) -> dict:
+        return {"kernel": self.kernel, "lossless": self.lossless, "tvd": float(self.tvd),
+                "off_support": float(self.off_support), "requests": [r.to_json() for r in self.requests],
+                "joint_tvd": float(self.joint_tvd), "tolerance": self.tolerance,
+                "tolerance_reason": self.tolerance_reason, "executions": self.executions, "config": self.config}
+
+
+@dataclass(frozen=True)
+class BatchLaw:
+    """A batch's joint law (:func:`batch_law`): each tuple of the requests' round outcomes with its exact
+    probability, the executions enumerated, and the tolerance of the precision the kernel computed in."""
+
+    kernel: str
+    joint: dict
+    executions: int
+    tolerance: float
+    tolerance_reason: str
+
+    def certificate(self, requests: Sequence[BatchRequest], config: dict | None = None) -> BatchCertificate:
+        """The verdict on this law: each request's marginal against its reference, the joint against the product of
+        the marginals. ``requests`` are the batch's; the same requests with other sampling parameters hold the law to
+        other references (a control with a wrong reference, without enumerating again)."""
+        marginals = [_marginal(self.joint, i) for i in range(len(requests))]
+        verdicts = tuple(_verdict(i, r, marginals[i], self.tolerance) for i, r in enumerate(requests))
+        joint_tvd = _dependence(self.joint, marginals)
+        lossless = all(v.lossless for v in verdicts) and joint_tvd <= self.tolerance
+        return BatchCertificate(self.kernel, lossless, verdicts, joint_tvd, self.tolerance, self.tolerance_reason,
+                                self.executions, dict(config or {}))
+
+
+def certify_batch(requests: Sequence[BatchRequest], kernel, config: dict | None = None) -> BatchCertificate:
+    """Certify a batched kernel (:class:`~simulator.kernels.kernel.Kernel` through an adapter with ``batched``
+    set, such as ``vllm-v1-forward``) on a batch of requests, each drafting a chain of ``depth`` tokens i.i.d. from
+    its draft rows: :func:`batch_law`, then :meth:`BatchLaw.certificate`.
+
+    Each request's law of ``(accepted path, token)`` is its marginal of the batch's joint law, completed to
+    ``depth + 1`` tokens by its reference (:class:`~simulator.kernels.batch.ReferencePair`: its target processed by
+    temperature, top-k and top-p, or its argmax when greedy) and compared with the reference's joint. A request is
+    LOSSLESS when that TVD is within the kernel's tolerance (the precision it computes in,
+    :meth:`Kernel.float_tolerance`) and it puts no mass where its reference has none. The batch is LOSSLESS when
+    every request is and the joint law equals the product of the marginals to the same tolerance: a draw shared
+    between requests (one request's uniforms reused by another) leaves each marginal right and shows there.
+
+    Parameters
+    ----------
+    requests : sequence of BatchRequest
+        The batch, in order; one vocabulary.
+    kernel : Kernel
+        The kernel and its batched adapter.
+    config : dict, optional
+        Recorded in the certificate as given.
+
+    Returns
+    -------
+    BatchCertificate
+
+    Raises
+    ------
+    InvalidParameterError
+        An empty batch, a bad request field (named ``request[i].field``), vocabularies that differ, a top-p cut
+        float32 cannot decide as float64 does, or an adapter that is not batched.
+    KernelError, RandomSourceError
+        The kernel used a random value in a way the capture cannot follow exactly, or drew from another source.
+    ExecutionLimitError, TimeLimitError
+        The enumeration passed a limit in force.
+    """
+    return batch_law(requests, kernel).certificate(requests, config)
+
+
+def batch_law(requests: Sequence[BatchRequest], kernel) -> BatchLaw:
+    """The batch's joint law: one execution drafts every request's chain and runs the kernel once on them all; the
+    enumeration takes every branch of every draw, drafting and the kernel's alike. Raises as
+    :func:`certify_batch`."""
+    if not requests:
+        raise InvalidParameterError("request", "a batch needs at least one request")
+    for i, request in enumerate(requests):
+        request.check(i)
+        if request.model.vocab != requests[0].model.vocab:
+            raise InvalidParameterError(f"request[{i}].model", f"vocabulary {request.model.vocab}, but request 0's "
+                                                               f"is {requests[0].model.vocab}: a batch has one")
+    views = [ModelView(r.model, "fraction") for r in requests]
+    drafters = [FixedShape(make_topology("chain", r.depth, 1)) for r in requests]
+    vocab = requests[0].model.vocab
+
+    def program(rng) -> tuple:
+        drafts = [drafter.draft(view, rng) for drafter, view in zip(drafters, views)]
+        answers = kernel.call_batch(drafts, requests, rng)
+        return tuple(checked_outcome(d.tree, answer, vocab) for d, answer in zip(drafts, answers))
+
+    joint: dict[tuple, Fraction] = {}
+    executions = 0
+    with computation() as scope:
+        for outcomes, prob in enumerate_outcomes(program, exact=True):
+            joint[outcomes] = joint.get(outcomes, Fraction(0)) + prob
+            executions += 1
+            scope.advance(float(prob))
+    tolerance, reason = kernel.float_tolerance()
+    return BatchLaw(getattr(kernel, "kernel", getattr(kernel, "__name__", "kernel")), joint, executions, tolerance,
+                    reason)
+
+
+def _marginal(joint: dict[tuple, Fraction], i: int) -> dict:
+    out: dict = {}
+    for outcomes, prob in joint.items():
+        out[outcomes[i]] = out.get(outcomes[i], Fraction(0)) + prob
+    return out
+
+
+def _verdict(index: int, request: BatchRequest, marginal: dict, tolerance: float) -> RequestVerdict:
+    """Request ``index``'s verdict, in floats: its exact marginal completed by its reference's float64 rows."""
+    law = OutputLaw(marginal.items(), request.depth, ModelView(ReferencePair(request, index), "float"), exact=False)
+    distance = law.distance()
+    lossless = distance.tvd <= tolerance and distance.off_support == 0
+    reference = "its argmax" if request.greedy else f"its target, {request.sampling.describe()}"
+    ce = distance.counterexample
+    worst = None if lossless else Counterexample(ce.sequence, float(ce.verifier_prob), float(ce.target_prob))
+    return RequestVerdict(index, request.describe(), reference, lossless, float(distance.tvd),
+                          float(distance.off_support), float(law.expected_accepted()), worst)
+
+
+def _dependence(joint: dict[tuple, Fraction], marginals: list[dict]) -> float:
+    """The TVD of the joint law of the requests' outcomes to the product of their marginals (0 when their draws are
+    independent)."""
+    key = lambda outcomes: tuple((o.path, o.y) for o in outcomes)  # noqa: E731 (orderable)
+    product = {key(combo): math.prod(m[o] for m, o in zip(marginals, combo))
+               for combo in itertools.product(*marginals)}
+    return float(law_distance({key(o): p for o, p in joint.items()}, product, Fraction(0)).tvd)

@@ -64,6 +64,12 @@ def decide(tree: DraftTree, p: Sequence, q: Sequence, verifier: Verifier, rng: R
         if isinstance(err, KeyboardInterrupt) and interrupted():
             raise
         raise VerifierFailure(verifier_name(verifier), err, f"{source_line(err)}; {escape_message(err)}") from err
+    return checked_outcome(tree, out, vocab)
+
+
+def checked_outcome(tree: DraftTree, out: object, vocab: int) -> RoundOutcome:
+    """A verifier's answer ``(node, y)`` or ``(node, y, completion)`` on ``tree`` as the round's outcome;
+    :class:`VerifierOutputError` naming what is wrong for anything else."""
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         raise VerifierOutputError("verifier", f"must return (node, y) or (node, y, completion), got {out!r}")
     node, y = out[0], out[1]

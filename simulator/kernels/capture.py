@@ -166,18 +166,21 @@ class Capture(TorchFunctionMode):
         return fake
 
     def _fresh(self, fake: torch.Tensor, kind: str) -> torch.Tensor:
-        bits = GRID_BITS.get(fake.dtype) if kind == "uniform" and self.grid else None
+        return self.register(fake, Symbolic(self._variables(fake.shape, kind, fake.dtype)))
+
+    def _variables(self, shape: torch.Size, kind: str, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """New variables of law ``kind``, one per element of ``shape``: their ids in that shape."""
+        bits = GRID_BITS.get(dtype) if kind == "uniform" and self.grid else None
         if kind == "uniform" and self.grid and bits is None:
-            raise _fail("uniform", f"no grid model for dtype {fake.dtype}")
+            raise _fail("uniform", f"no grid model for dtype {dtype}")
         start = len(self.variables)
-        for _ in range(fake.numel()):
+        for _ in range(math.prod(shape)):
             if bits is not None:
                 self.variables.append(Variable(kind, 0, 2**bits - 1, bits))
                 self.grid_bits = bits if self.grid_bits is None else min(self.grid_bits, bits)
             else:
                 self.variables.append(Variable(kind, Fraction(0), Fraction(1) if kind == "uniform" else math.inf))
-        ids = torch.arange(start, len(self.variables), dtype=torch.long).reshape(fake.shape)
-        return self.register(fake, Symbolic(ids))
+        return torch.arange(start, len(self.variables), dtype=torch.long).reshape(shape)
 
     def _real(self, func, args, kwargs):
         """Run ``func`` for its shape and dtype (its random numbers are discarded, the generator put back)."""
@@ -292,16 +295,45 @@ class Capture(TorchFunctionMode):
         if name == "uniform_":
             low = kwargs.get("from", params[0] if params else 0.0)
             high = kwargs.get("to", params[1] if len(params) > 1 else 1.0)
-            self._fresh(target, "uniform")
+            self._redrawn(target, "uniform", name)
             if (low, high) != (0.0, 1.0):
                 self._map(target, "mul", high - low, in_place=True)
                 self._map(target, "add", low, in_place=True)
             return target
         rate = kwargs.get("lambd", params[0] if params else 1.0)
-        self._fresh(target, "exponential")
+        self._redrawn(target, "exponential", name)
         if rate != 1.0:
             self._map(target, "div", rate, in_place=True)
         return target
+
+    def _redrawn(self, target: torch.Tensor, kind: str, op: str) -> None:
+        """``target``'s elements drawn afresh in place: new variables, seen by every random tensor that shares
+        them, as a view and the tensor it views share memory (vLLM's ``q[i].exponential_(generator=g)`` on a row
+        of a random ``q``). A concrete tensor drawn in part (``torch.empty_like``, then a row drawn) becomes a random
+        tensor whose other elements are constants (a ``fill`` map, as ``masked_fill`` makes). A tensor sharing the
+        elements whose values went through other maps is refused: those maps would apply to values drawn after
+        them."""
+        storage = target.untyped_storage().data_ptr()
+        sharing = [(t, s) for t, s in self._symbolic.values()
+                   if t is not target and t.device == target.device and t.untyped_storage().data_ptr() == storage]
+        self._fresh(target, kind)
+        base = target._base
+        if base is not None and self.symbolic(base) is None:
+            constants = base.detach().to(torch.float64, copy=True)  # NaN where just drawn: a fill's "left alone"
+            sharing.append((base, Symbolic(self._variables(base.shape, kind, base.dtype), [("fill", constants)])))
+            self.register(base, sharing[-1][1])
+        drawn = dict(zip(element_addresses(target), self.symbolic(target).ids.reshape(-1).tolist()))
+        for t, sym in sharing:
+            addresses = element_addresses(t)
+            hit = [a in drawn for a in addresses]
+            if not any(hit):
+                continue
+            if any(name != "fill" for name, _ in sym.ops):
+                raise _fail(op, "a draw in place over random values that maps have changed")
+            ids = [drawn[a] if h else i for a, h, i in zip(addresses, hit, sym.ids.reshape(-1).tolist())]
+            left = torch.tensor(hit).reshape(t.shape)  # the fills no longer apply where drawn
+            ops = [(name, c.broadcast_to(t.shape).masked_fill(left, math.nan)) for name, c in sym.ops]
+            self._symbolic[id(t)] = (t, Symbolic(torch.tensor(ids, dtype=torch.long).reshape(t.shape), ops))
 
     def _discrete(self, name: str, args, kwargs):
         weights = args[0]
@@ -680,6 +712,16 @@ def _race_weights(forms: list[tuple[str, object]]) -> list | None:
     if math.isinf(top):
         return None
     return [_exact(math.exp(v - top)) if not math.isinf(v) else Fraction(0) for v in logs]
+
+
+def element_addresses(t: torch.Tensor) -> list[int]:
+    """The address of each element of the CPU tensor ``t``, in row-major order."""
+    offsets = np.zeros(tuple(t.shape), dtype=np.int64)
+    for axis, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[axis] = size
+        offsets = offsets + np.arange(size, dtype=np.int64).reshape(shape) * stride
+    return (t.data_ptr() + offsets.reshape(-1) * t.element_size()).tolist()
 
 
 def _as_tensor(x) -> torch.Tensor:

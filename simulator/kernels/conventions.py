@@ -243,31 +243,39 @@ def _vllm_v1(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype,
     return nodes[len(emitted) - 1], emitted[-1]
 
 
-def _vllm_v1_imports() -> None:
-    """vLLM 0.11.0's ``rejection_sampler.py`` (``specproof fetch vllm-v1``) imports four modules of the vLLM
-    package beyond torch and triton: ``vllm.logger``, ``vllm.triton_utils`` (vLLM's re-export of ``triton`` and
-    ``triton.language``), ``vllm.v1.sample.metadata`` (the ``SamplingMetadata`` class, only for annotations: the
-    adapter passes a namespace with the fields ``rejection_sample`` reads) and
-    ``vllm.v1.sample.ops.topk_topp_sampler`` (``apply_top_k_top_p``, called by ``compute_probs`` only, which
-    the adapter does not call). Where they are not already imported, this installs stand-ins: the real triton,
-    the standard logger, and names that say they are stand-ins."""
+def vllm_v1_imports() -> None:
+    """The vllm-v1 artifact's modules (``specproof fetch vllm-v1``: ``rejection_sampler.py``, the spec-decode and
+    sampling metadata, ``topk_topp_sampler.py``) import, beyond torch and triton, modules of the vLLM package that
+    ``RejectionSampler.forward`` never reaches. Where they are not already imported, this installs stand-ins:
+    ``vllm.logger`` (the standard logger), ``vllm.triton_utils`` (the real ``triton`` and ``triton.language``), and
+    names that ``TopKTopPSampler``'s constructor (never called here) or an annotation reads: ``vllm.platforms``'
+    ``current_platform``, ``vllm.envs``' ``VLLM_USE_FLASHINFER_SAMPLER``, ``vllm.config``'s ``LogprobsMode`` and
+    ``vllm.v1.sample.logits_processor``'s ``LogitsProcessors`` (the type of a metadata field ``forward`` never
+    reads). ``packaging`` (``topk_topp_sampler.py`` parses FlashInfer's version with it) gets a stand-in only where
+    it is not installed."""
     require("triton", "vLLM's v1 rejection sampler", "adapter")
     interpreter_on()
     import triton
     import triton.language as tl
 
     def not_called(*args, **kwargs):
-        raise KernelError("kernel", "called vllm's apply_top_k_top_p, a stand-in of the vllm-v1 adapter")
+        raise KernelError("kernel", "called a stand-in of the vllm-v1 adapters, for a module forward never reaches")
 
-    for name, attributes in (("vllm.logger", {"init_logger": logging.getLogger}),
-                             ("vllm.triton_utils", {"triton": triton, "tl": tl}),
-                             ("vllm.v1.sample.metadata", {"SamplingMetadata": types.SimpleNamespace}),
-                             ("vllm.v1.sample.ops.topk_topp_sampler", {"apply_top_k_top_p": not_called})):
+    stand_ins = [("vllm.logger", {"init_logger": logging.getLogger}),
+                 ("vllm.triton_utils", {"triton": triton, "tl": tl}),
+                 ("vllm.platforms", {"current_platform": types.SimpleNamespace(is_cuda=not_called, is_cpu=not_called)}),
+                 ("vllm.envs", {"VLLM_USE_FLASHINFER_SAMPLER": False}),
+                 ("vllm.config", {"LogprobsMode": str}),
+                 ("vllm.v1.sample.logits_processor",
+                  {"LogitsProcessors": type("LogitsProcessors", (), {"__doc__": "a stand-in: forward reads none"})})]
+    if "packaging" not in sys.modules and importlib.util.find_spec("packaging") is None:
+        stand_ins += [("packaging", {"version": types.SimpleNamespace(parse=not_called)})]
+    for name, attributes in stand_ins:
         _stand_in(name, attributes, "vllm-v1")
 
 
-vllm_v1_adapter.before_kernel_import = _vllm_v1_imports  # type: ignore[attr-defined]
-vllm_v1_no_draft_probs_adapter.before_kernel_import = _vllm_v1_imports  # type: ignore[attr-defined]
+vllm_v1_adapter.before_kernel_import = vllm_v1_imports  # type: ignore[attr-defined]
+vllm_v1_no_draft_probs_adapter.before_kernel_import = vllm_v1_imports  # type: ignore[attr-defined]
 
 
 #: the request seed the vllm-mrv2 adapter passes: any; its in-kernel draws are enumerated per key, not computed

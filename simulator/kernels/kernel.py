@@ -17,6 +17,7 @@ from simulator.kernels.adapters import chain, flat_chain, tree_adapter, uniforms
 from simulator.kernels.capture import UNIFORM_MODELS, Precision, capture
 from simulator.kernels.loading import load_kernel, request_interpreter, run_before_kernel_import, scripting_off
 from simulator.kernels.triton_capture import interpreted
+from simulator.kernels.vllm_forward import vllm_v1_forward_adapter
 from simulator.randomness import Randomness
 from simulator.trees import DraftTree
 from simulator.usercode import add_import_path
@@ -40,6 +41,7 @@ ADAPTERS: dict[str, Adapter] = {"chain": chain, "flat-chain": flat_chain, "tree"
                                 "vllm": conventions.vllm_adapter,
                                 "vllm-v1": conventions.vllm_v1_adapter,
                                 "vllm-v1-no-draft-probs": conventions.vllm_v1_no_draft_probs_adapter,
+                                "vllm-v1-forward": vllm_v1_forward_adapter,
                                 "vllm-mrv2": conventions.vllm_mrv2_adapter,
                                 "sglang": conventions.sglang_adapter,
                                 "specinfer": conventions.specinfer_adapter}
@@ -75,7 +77,9 @@ class Kernel:
     kernel's tensors and its answer back; it runs under the capture (:mod:`simulator.kernels.capture`, and inside
     the Triton kernels it launches :mod:`simulator.kernels.triton_capture`), so it may draw. Built in, by name
     (:data:`ADAPTERS`): the conventions of :mod:`simulator.kernels.adapters`, each documented there, and the
-    shipped verifiers' of :mod:`simulator.kernels.conventions`.
+    shipped verifiers' of :mod:`simulator.kernels.conventions`. A batched adapter (its attribute ``batched`` true:
+    ``vllm-v1-forward``, :mod:`simulator.kernels.vllm_forward`) verifies a batch of requests in one call instead
+    (:meth:`call_batch`; the exact engine's ``certify_batch`` certifies it on a batch).
     """
 
     kernel: str
@@ -112,10 +116,33 @@ class Kernel:
         self.__module__, _, name = self.kernel.partition(":")
         self.__qualname__ = f"{name} (adapter {self.adapter})"
 
+    @property
+    def batched(self) -> bool:
+        """Whether the adapter verifies a batch of requests in one call (:meth:`call_batch`) rather than one tree."""
+        return bool(getattr(self._adapt, "batched", False))
+
     def __call__(self, tree: DraftTree, p, q, rng: Randomness) -> tuple[int, int]:
+        if self.batched:
+            raise InvalidParameterError("adapter", f"{self.adapter} verifies a batch of requests: certify it with "
+                                                   "--request, one per request")
+        return self._captured(rng, lambda dtype: self._adapt(self._bound, tree, p, q, len(q[0]), dtype))
+
+    def call_batch(self, drafts: Sequence, requests: Sequence, rng: Randomness) -> list[tuple[int, int]]:
+        """Verify one draft per request in one call of the kernel, through a batched adapter ``adapter(kernel,
+        drafts, requests, vocab, dtype) -> [(node, y), ...]``: each draft a
+        :class:`~simulator.drafting.shapes.Draft`, each request a :class:`~simulator.kernels.batch.BatchRequest`,
+        the answers in the requests' order. Under the same capture as a single call."""
+        if not self.batched:
+            raise InvalidParameterError("adapter", f"{self.adapter} verifies one tree per call, not a batch: "
+                                                   "certify it without --request")
+        vocab = len(drafts[0].q[0])
+        return self._captured(rng, lambda dtype: self._adapt(self._bound, drafts, requests, vocab, dtype))
+
+    def _captured(self, rng: Randomness, run: Callable[[torch.dtype], object]):
+        """``run(dtype)`` under the capture, its decisions and grid recorded."""
         with capture(rng, self.uniforms, self.precision) as mode, interpreted(mode, self.keyed_uniforms):
             try:
-                out = self._adapt(self._bound, tree, p, q, len(q[0]), DTYPES[self.dtype])
+                out = run(DTYPES[self.dtype])
             except KernelError as err:
                 if getattr(err, "token", None) is None or mode.last_race is None:
                     raise

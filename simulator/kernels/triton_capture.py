@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from simulator.errors import KernelError
-from simulator.kernels.capture import Capture, Symbolic, Variable, kernel_line
+from simulator.kernels.capture import Capture, Symbolic, Variable, element_addresses, kernel_line
 from simulator.kernels.triton_compat import interpreter_scalar_index
 
 TESTED_TRITON = ("3.5.1",)
@@ -315,7 +315,7 @@ class _Interpreted:
             if fake.device.type != "cpu" or fake.numel() == 0:
                 continue
             dtype = np.dtype(torch.empty((), dtype=fake.dtype).numpy().dtype)
-            addresses = _addresses(fake)
+            addresses = element_addresses(fake)
             ids = sym.ids.reshape(-1).tolist()
             operands = [(n, None if c is None else c.broadcast_to(fake.shape).reshape(-1).tolist())
                         for n, c in sym.ops]
@@ -393,8 +393,9 @@ class _Interpreted:
                 self.load_maxima(out, live)
             if any(math.isnan(values[e]) and address not in self.addresses and address not in self.maxima
                    for e, address in live):
-                raise _fail("load", "a NaN read from memory: a random value the capture does not follow, or a "
-                                    "missing row")
+                raise _fail("load", "a NaN read from memory: a row the code's own arithmetic made NaN (a "
+                                    "division by zero?), a random value the capture does not follow, or a missing "
+                                    "row")
         if not self.addresses:
             return out
         ids = np.full(values.size, -1, dtype=np.int64)
@@ -467,7 +468,7 @@ class _Interpreted:
         for t in tensors:
             if t.device.type != "cpu" or t.numel() == 0:
                 continue
-            read = set(_addresses(t))
+            read = set(element_addresses(t))
             stored = next((a for a in self.stored if a in read), None)
             if stored is not None:
                 raise KernelError("kernel", f"a random value a Triton kernel stored ({self.stored_at[stored]}) is "
@@ -575,16 +576,6 @@ class _Interpreted:
                 result[e] = decided[key]
         out.data = result.reshape(shape)
         return out
-
-
-def _addresses(t: torch.Tensor) -> list[int]:
-    """The address of each element of the CPU tensor ``t``, in row-major order."""
-    offsets = np.zeros(tuple(t.shape), dtype=np.int64)
-    for axis, (size, stride) in enumerate(zip(t.shape, t.stride())):
-        shape = [1] * t.dim()
-        shape[axis] = size
-        offsets = offsets + np.arange(size, dtype=np.int64).reshape(shape) * stride
-    return (t.data_ptr() + offsets.reshape(-1) * t.element_size()).tolist()
 
 
 def _tensors(values) -> Iterator[torch.Tensor]:

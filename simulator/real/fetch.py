@@ -98,9 +98,14 @@ ARTIFACTS: dict[str, Artifact] = {a.name: a for a in (
              (("vllm/v1/sample/rejection_sampler.py",
                "56e829ec3ced510804e8d68b3f86f59dbc616d8aff48544e6ecc39833cbdac8c"),
               ("vllm/v1/spec_decode/metadata.py",
-               "237ac3e705722ece480fd2e720ddc4e61cb496ee447adcf90c6731b2d40c791d")), "Apache-2.0",
-             "vLLM 0.11.0's v1 rejection sampler (rejection_sample and its Triton kernels) and its spec-decode "
-             "metadata, out of the 11 MB sdist",
+               "237ac3e705722ece480fd2e720ddc4e61cb496ee447adcf90c6731b2d40c791d"),
+              ("vllm/v1/sample/metadata.py",
+               "1fa5a3e469cbfefc45aaafff34c6284ccd811056f67e7b07069b89e360fcc223"),
+              ("vllm/v1/sample/ops/topk_topp_sampler.py",
+               "536ed05e4cbf2eef8817d57c04fd0e424441f4b05ee5282cf072722d2592b203")), "Apache-2.0",
+             "vLLM 0.11.0's v1 rejection sampler (RejectionSampler.forward, rejection_sample and their Triton "
+             "kernels), the spec-decode and sampling metadata it reads and its top-k/top-p filter, out of the "
+             "11 MB sdist",
              tree=True, archive=("vllm-0.11.0.tar.gz",
                                  "f435a64c24e9c4178d657a76f8edd8548ddc444012f7d06a9f79ac3a6392bfae")),
     Artifact("vllm-mrv2", "vllm", "0.33.0",

@@ -36,20 +36,28 @@ def certificate_lines(cert, indent: str = "  ") -> list[str]:
     lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}",
              f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; block efficiency "
              f"{human_number(cert.expected_accepted + 1)}"]
-    if cert.off_support:
-        lines.append(f"{indent}support violation: mass {human_number(cert.off_support)} on sequences the target "
-                     f"gives probability 0, LOSSY whatever the tolerance{support_source(cert.off_support)}")
-    if cert.counterexample is not None:
-        ce = cert.counterexample
-        lines.append(f"{indent}counterexample: sequence {list(ce.sequence)} has probability "
-                     f"{human_number(ce.verifier_prob)} under the verifier, {human_number(ce.target_prob)} under "
-                     "the target")
+    lines += discrepancy_lines(cert.off_support, cert.counterexample, indent)
     if cert.reach is not None:  # what the rule reached on this instance, and what that hides
         lines += cert.reach.lines_text(indent)
     lines.append(f"{indent}{cert.executions:,} " + ("executions enumerated" if cert.method == "enumerate" else
                                                      "sub-problems of the exact recursion solved (token "
                                                      "verification: node and context; TRV: subtrees; LV: drafts above "
                                                      "the deepest level)"))
+    return lines
+
+
+def discrepancy_lines(off_support: Number, counterexample, indent: str = "  ", subject: str = "the verifier",
+                      reference: str = "the target") -> list[str]:
+    """A lossy verdict's support violation and counterexample, each a line when there is one: ``subject``'s law held
+    to ``reference``'s."""
+    lines = []
+    if off_support:
+        lines.append(f"{indent}support violation: mass {human_number(off_support)} on sequences {reference} gives "
+                     f"probability 0, LOSSY whatever the tolerance{support_source(off_support)}")
+    if counterexample is not None:
+        lines.append(f"{indent}counterexample: sequence {list(counterexample.sequence)} has probability "
+                     f"{human_number(counterexample.verifier_prob)} under {subject}, "
+                     f"{human_number(counterexample.target_prob)} under {reference}")
     return lines
 
 

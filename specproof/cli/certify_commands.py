@@ -16,7 +16,7 @@ from exact.size import estimate_round
 from exact.subject import Subject, parse_schemes, subject
 from simulator.case import load_case
 from simulator.drafting.drafter_registry import DRAFTERS
-from simulator.errors import SpecproofError
+from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.loops.builtin import LOOPS
 from simulator.loops.models import LOOP_MODELS
 from simulator.models import MODELS
@@ -25,12 +25,13 @@ from simulator.trees import TOPOLOGIES
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import check_arithmetic_for, check_pairing
 from specproof.cli.certificate_text import certificate_lines, echo_control_note, exactness, settings, verdict
+from specproof.cli.certify_batch import certify_batch
 from specproof.cli.certify_loop import certify_loop
 from specproof.cli.certify_real import certify_causal_lm
 from specproof.cli.group import main
-from specproof.cli.option_groups import (CAUSAL_LM, case_options, causal_lm_options, json_option, kernel_options,
-                                         limit_options, loop_options, model_options, sampling_options, shape_options,
-                                         verifier_options)
+from specproof.cli.option_groups import (CAUSAL_LM, batch_options, case_options, causal_lm_options, json_option,
+                                         kernel_options, limit_options, loop_options, model_options, sampling_options,
+                                         shape_options, verifier_options)
 from specproof.cli.output import kept, shrunk, write_output
 from specproof.cli.params import Whole
 from specproof.cli.progress import mass_bar
@@ -86,6 +87,7 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 @shape_options
 @verifier_options
 @kernel_options
+@batch_options
 @case_options
 @section("Computation",
          click.option("--seeds", "pairs", type=Whole(1), default=1, show_default=True,
@@ -101,15 +103,15 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
 def certify(ctx: click.Context, **options) -> None:
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1); with
     --model causal-lm, on a real pair's rows after a prompt; with --loop, a whole generation loop against plain
-    sampling. Exit 0 lossless, 1 lossy."""
+    sampling; with --request, a batched kernel on a batch of requests. Exit 0 lossless, 1 lossy."""
     request = CertifyRequest.from_click(ctx, **options)
     {"model": certify_model, "case": certify_case, CAUSAL_LM: certify_causal_lm,
-     "loop": certify_loop}[request.mode](request)
+     "loop": certify_loop, "batch": certify_batch}[request.mode](request)
 
 
 def certify_model(request: CertifyRequest) -> None:
     """Certify the subject on the model pairs of ``--seed`` … ``--seed + --seeds − 1``: exit 0 LOSSLESS, 1 LOSSY."""
-    what = request.subject.resolve()
+    what = _one_tree_subject(request.subject.resolve())
     shape = request.shape.resolved(what)
     check_pairing(what.name, shape.drafting)
     check_arithmetic_for(what.name, request.arithmetic)
@@ -143,6 +145,15 @@ def certify_model(request: CertifyRequest) -> None:
     sys.exit(0 if result.lossless else 1)
 
 
+def _one_tree_subject(what: Subject) -> Subject:
+    """``what``, refused when it is a kernel whose adapter verifies a batch (it needs ``--request``)."""
+    kernel = kernel_of(what)
+    if kernel is not None and kernel.batched:
+        raise InvalidParameterError("adapter", f"--adapter {kernel.adapter} verifies a batch of requests: give one "
+                                               "--request NAME=VALUE,... per request (docs/kernels.md)")
+    return what
+
+
 def _print_certificate(what: Subject, scheme: str, cert) -> None:
     """The control-run note, if any, and the certificate's lines."""
     echo_control_note(what, scheme)
@@ -167,8 +178,8 @@ def certify_case(request: CertifyRequest) -> None:
     """``certify --case``: the reproducer's subject (or --verifier/--kernel) on its table, shape and drafting:
     exit 0 LOSSLESS, 1 LOSSY."""
     case = load_reproducer(request.case)
-    what = (request.subject.resolve() if request.subject.given
-            else subject(case.subject, "case.subject", parse_schemes(request.subject.schemes)))
+    what = _one_tree_subject(request.subject.resolve() if request.subject.given
+                             else subject(case.subject, "case.subject", parse_schemes(request.subject.schemes)))
     check_arithmetic_for(what.name, case.arithmetic)
     with mass_bar(1, f"certify {what.name}") as bar, request.limits.applied(bar.update):
         cert = case.certify(what)

@@ -139,6 +139,15 @@ kernel_options = section(
 )
 
 
+batch_options = section(
+    "Batch (a batched adapter: vllm-v1-forward)",
+    click.option("--request", "requests", multiple=True,
+                 help="one request of the batch, NAME=VALUE,...: temperature (0 or -1: greedy), top_k, top_p, seed "
+                      "(its own generator), depth [--depth], model_seed [--seed + its index] or table [--table]; "
+                      "repeat per request (docs/kernels.md)"),
+)
+
+
 def shrink_time_option() -> Callable:
     """``--shrink-time``: the shrinker's time bound (inf: shrink until no move applies)."""
     return click.option("--shrink-time", type=BOUND_SECONDS, default=10.0, show_default=True,

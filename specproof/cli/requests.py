@@ -86,12 +86,17 @@ NOT_LOOP = ("rho", "tau_p", "tau_q", "zero_prob", "pairs", "target", "draft", "p
             "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
             "mcts_iterations", "candidates", "candidate_length", "verifier", "schemes", "kernel", "adapter", "dtype",
             "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink", "shrink_time",
-            "case_out", "arithmetic", "method")
+            "case_out", "arithmetic", "method", "requests")
 #: the certify options ``--model causal-lm`` refuses: the synthetic and table models', seeds, kernels, reproducers,
 #: exact arithmetic and the recursions (a real pair is certified in float64 by enumeration)
 NOT_REAL = ("table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "kernel", "adapter", "dtype",
             "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink", "shrink_time", "case_out",
-            "arithmetic", "method")
+            "arithmetic", "method", "requests")
+#: the certify options a batch (``--request``) refuses: each request drafts an i.i.d. chain of its own depth on its
+#: own pair, the batch is one exact enumeration of one kernel
+NOT_BATCH = ("pairs", "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth",
+             "corpus_path", "mcts_iterations", "candidates", "candidate_length", "verifier", "schemes", "case_path",
+             "shrink", "shrink_time", "case_out", "arithmetic", "method")
 #: the certify options a reproducer holds (``--case``): its model, tree, drafting and arithmetic
 HELD_BY_CASE = ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "topology",
                 "depth", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
@@ -101,7 +106,8 @@ HELD_BY_CASE = ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "ta
 @dataclass(frozen=True)
 class CertifyRequest(TreeRequest):
     """``specproof certify``: a model certificate over ``pairs`` model seeds, a reproducer's (``case``), a real
-    pair's (``real``, with ``--model causal-lm``) or a whole generation loop's (``loop``)."""
+    pair's (``real``, with ``--model causal-lm``), a whole generation loop's (``loop``) or a batched kernel's on a
+    batch of ``requests`` (``--request``)."""
 
     real: CausalLMSpec | None
     loop: LoopSpec | None
@@ -114,12 +120,15 @@ class CertifyRequest(TreeRequest):
     shrink: bool
     shrink_time: float
     case_out: str
+    requests: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:
-        """``loop``, ``causal-lm``, ``case`` or ``model``: the function that runs the request."""
+        """``loop``, ``batch``, ``causal-lm``, ``case`` or ``model``: the function that runs the request."""
         if self.loop is not None:
             return "loop"
+        if self.requests:
+            return "batch"
         return CAUSAL_LM if self.real is not None else "case" if self.case is not None else "model"
 
     @classmethod
@@ -140,6 +149,8 @@ class CertifyRequest(TreeRequest):
             if held:
                 raise InvalidParameterError(held[0], f"{_flag(held[0])} applies to --loop only")
         parts = cls.parts(ctx, options)
+        if options["requests"]:
+            _check_batch(ctx, options, given)
         if options["shrink"]:
             check_output_dir(Path(options["case_out"]).parent, "case_out")  # made if missing
         if options["case_path"] is not None:
@@ -156,7 +167,19 @@ class CertifyRequest(TreeRequest):
         return cls(**parts, real=real, loop=loop, case=options["case_path"], pairs=options["pairs"],
                    arithmetic=options["arithmetic"], method=options["method"], limits=picked(LimitSpec, options),
                    json_out=options["json_out"], shrink=options["shrink"], shrink_time=options["shrink_time"],
-                   case_out=options["case_out"])
+                   case_out=options["case_out"], requests=tuple(options["requests"]))
+
+
+def _check_batch(ctx: click.Context, options: dict, given: frozenset[str]) -> None:
+    """``--request``'s batch: a kernel and none of the options that do not apply to it (the first named)."""
+    if options["kernel"] is None:
+        raise InvalidParameterError("request", "--request makes a batch for --kernel through a batched adapter "
+                                               "(--adapter vllm-v1-forward)")
+    held = [name for name in NOT_BATCH if name in given]
+    if held:
+        flag = max(next(p for p in ctx.command.params if p.name == held[0]).opts, key=len)
+        raise InvalidParameterError(flag.lstrip("-"), f"{flag} does not apply to a batch (--request: each request "
+                                                      "drafts an i.i.d. chain of its depth on its own pair): drop it")
 
 
 def _loop(ctx: click.Context, options: dict, given: frozenset[str]) -> LoopSpec:

@@ -22,6 +22,12 @@ EAGLE_KERNEL = "eagle.model.utils:evaluate_posterior"
 SGLANG_KERNEL = "sglang.kernels.ops.speculative.reject_sampling:chain_speculative_sampling_triton"
 VLLM_V1_KERNEL = "vllm.v1.sample.rejection_sampler:rejection_sample"
 MRV2_KERNEL = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils:rejection_sample"
+VLLM_FORWARD = "vllm.v1.sample.rejection_sampler:RejectionSampler.forward"
+#: a batch of three requests for vLLM 0.11.0's forward (examples/vllm_batch/), its greedy request's temperature left
+#: to be written: -1 (the sampler's GREEDY_TEMPERATURE) or 0 (as vLLM 0.11.0's InputBatch writes it)
+MIXED_BATCH = ("--kernel", VLLM_FORWARD, "--adapter", "vllm-v1-forward", "--import-path", "{folder}", "--request")
+RANDOM_REQUESTS = ("--request", "table=examples/vllm_batch/top_k.json,temperature=0.5,top_k=2,seed=7,depth=1",
+                   "--request", "table=examples/vllm_batch/top_p.json,top_p=0.75,depth=1")
 CHAIN2 = ["--topology", "chain", "--depth", "2"]
 EAGLE_TREE = ["--topology", "complete", "--branching", "2", "--depth", "2", "--drafting", "without-replacement",
               "--schemes", "without-replacement"]
@@ -118,6 +124,18 @@ CLIENTS = (
             "--max-new-tokens", "3"), "LOSSLESS",
            "sample-and-match on MLX copies of the tiny Llamas, its sampler's own filters in MLX's order with the draw "
            "through torch; held to plain sampling in MLX's order (plain-mlx), judged at float32 (docs/loops.md)"),
+    Client("vLLM 0.11.0 v1 `RejectionSampler.forward`, a greedy request (temperature -1) beside two random ones",
+           (*MIXED_BATCH, "table=examples/vllm_batch/greedy.json,temperature=-1", *RANDOM_REQUESTS), "LOSSLESS",
+           "forward as shipped, with its SamplingMetadata and top-k/top-p filter, on a batch jointly enumerated: the "
+           "greedy request emits its target's argmax (E[accepted] = 5/8 by hand), one at temperature 0.5 and top-k "
+           "2 on its own generator and one at top-p 0.75 each the law of its processed target (acceptances 9/34 and "
+           "11/15 by hand), the requests' draws independent", needs="vllm-v1"),
+    Client("vLLM 0.11.0 v1 `RejectionSampler.forward`, the greedy request's temperature 0, as its InputBatch writes it",
+           (*MIXED_BATCH, "table=examples/vllm_batch/greedy.json,temperature=0", *RANDOM_REQUESTS), "REFUSED",
+           "vLLM 0.11.0's InputBatch writes a greedy request's temperature as 0, its rejection sampler looks for "
+           "GREEDY_TEMPERATURE = -1 (vllm#27077, fixed after 0.11.0): in a batch with random requests the greedy row "
+           "is divided by 0 and its probabilities are NaN, refused where the recovered-token kernel reads them "
+           "(rejection_sampler.py:611); no verdict", needs="vllm-v1"),
 )
 
 
