@@ -145,7 +145,9 @@ def loop_law(loop, target, draft, prompt: tuple[int, ...], max_new_tokens: int, 
              uniforms: str = "continuous") -> LoopLaw:
     """The exact law of the ``max_new_tokens`` tokens ``loop`` generates after ``prompt``.
 
-    The loop runs under the torch capture (:func:`simulator.kernels.capture.capture`): each of its draws — the
+    The loop's ``prepare(target, draft)``, if it has one, runs first, outside the capture
+    (:func:`simulator.loops.convention.prepare_loop`). The loop runs under the torch capture
+    (:func:`simulator.kernels.capture.capture`): each of its draws — the
     draft's sampling, the acceptance tests, the correction and bonus draws — is a choice the enumeration takes
     every branch of, so each run of the loop is one execution, replayed from the start for every outcome. Branch
     probabilities are the loop's own float values taken exactly.
@@ -179,8 +181,9 @@ def loop_law(loop, target, draft, prompt: tuple[int, ...], max_new_tokens: int, 
         The enumeration passed a limit in force (each run of the loop is one execution).
     """
     from simulator.kernels.capture import Precision, capture
-    from simulator.loops.convention import run_loop
+    from simulator.loops.convention import prepare_loop, run_loop
 
+    prepare_loop(loop, target, draft)  # outside the capture: what the loop builds from the pair is no draw of it
     precision = Precision()
 
     def program(rng) -> tuple[tuple[int, ...], int]:

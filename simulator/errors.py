@@ -6,6 +6,8 @@ the CLI turns any of them into exit status 2 with the field in the message.
 
 from __future__ import annotations
 
+import pickle
+
 
 class SpecproofError(ValueError):
     """Base class: a problem with an input, attributed to one named field."""
@@ -14,6 +16,26 @@ class SpecproofError(ValueError):
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}")
+
+    def __reduce__(self):
+        """Pickled (to leave a worker process) as its class, field, message and attributes; an attribute that does
+        not pickle (the exception a failure holds, say) travels as its ``repr``."""
+        state = {}
+        for key, value in vars(self).items():
+            try:
+                pickle.dumps(value)
+                state[key] = value
+            except Exception:  # noqa: BLE001 — whatever stops it pickling, its text still tells
+                state[key] = repr(value)
+        return _unpickled, (type(self), self.field, self.message), state
+
+
+def _unpickled(cls: type, field: str, message: str) -> SpecproofError:
+    """A :class:`SpecproofError` of class ``cls`` rebuilt without its own ``__init__`` (whose arguments differ
+    between classes); its attributes come from the pickled state."""
+    err = cls.__new__(cls)
+    SpecproofError.__init__(err, field, message)
+    return err
 
 
 class InvalidDistributionError(SpecproofError):

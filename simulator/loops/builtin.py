@@ -1,4 +1,4 @@
-"""The loops specproof knows by name (:data:`LOOPS`): transformers' assisted generation and prompt lookup as
+"""The loops specproof knows by name (:data:`LOOPS`): transformers' assisted generation, prompt lookup and DFlash as
 installed, called unmodified, and plain sampling, the reference every loop is held to (:func:`plain_sampling`)."""
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ LOOPS = {
                              "fixed at the depth (num_assistant_tokens, constant schedule, no confidence stop)",
     "transformers-prompt-lookup": "transformers' generate(prompt_lookup_num_tokens=depth, do_sample=True): "
                                   "deterministic drafts matched in the prompt and text so far, no draft model",
+    "transformers-dflash": "transformers' generate(assistant_model=<a tiny DFlash draft>, speculation_type="
+                           "\"dflash\", do_sample=True): depth tokens drafted in one pass of the draft, which reads "
+                           "the target's hidden states",
     "plain": "plain sampling from the target, one token a pass (the reference)",
     "mlx-lm": "MLX-LM's speculative_generate_step (sample-and-match, num_draft_tokens=depth) on MLX copies of the "
               "tiny Llamas, its sampler's filters in MLX's order; held to plain-mlx by default",
@@ -127,6 +130,38 @@ def transformers_prompt_lookup(depth: int) -> Callable:
     return loop
 
 
+def transformers_dflash(depth: int) -> Callable:
+    """transformers' DFlash speculative decoding, as installed (or as ``--import-path`` puts first):
+    ``target.generate(input_ids, assistant_model=assistant, speculation_type="dflash", do_sample=True, ...)`` with
+    ``assistant`` a tiny ``MuseGlimmerAssistantModel`` of block size ``depth + 1``, so that every round drafts
+    ``depth`` tokens, weights from the draft's seed (:func:`simulator.loops.models.tiny_dflash_assistant`). The
+    assistant is built by the loop's ``prepare(target, draft)``, before the loop runs."""
+    assistants: dict = {}
+
+    def prepare(target, draft) -> None:
+        from simulator.loops.models import tiny_dflash_assistant
+
+        _hf(target, "target")
+        assistants[target] = tiny_dflash_assistant(target, depth + 1, draft.seed)
+
+    def loop(target, draft, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
+        import torch
+
+        if target not in assistants:
+            raise InvalidParameterError("loop", "transformers-dflash builds its draft model before it runs: call "
+                                                "its prepare(target, draft) first (certify_loop does)")
+        with _quiet():
+            out = _hf(target, "target").generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=assistants[target],
+                speculation_type="dflash", max_new_tokens=max_new_tokens, min_new_tokens=0,
+                **_generate_options(sampling))
+        return out[0, input_ids.shape[1]:].tolist()
+
+    loop.loop_name = "transformers-dflash"  # type: ignore[attr-defined]
+    loop.prepare = prepare  # type: ignore[attr-defined]
+    return loop
+
+
 def load_loop(name: str, depth: int, field: str = "loop") -> Callable:
     """A shipped loop by name (:data:`LOOPS`), built for draft depth ``depth``, or ``module:function`` imported.
 
@@ -135,7 +170,8 @@ def load_loop(name: str, depth: int, field: str = "loop") -> Callable:
     InvalidParameterError
         An unknown name, or a module or function that cannot be imported (naming ``field``).
     """
-    shipped = {"transformers-assisted": transformers_assisted, "transformers-prompt-lookup": transformers_prompt_lookup}
+    shipped = {"transformers-assisted": transformers_assisted, "transformers-prompt-lookup": transformers_prompt_lookup,
+               "transformers-dflash": transformers_dflash}
     if name in shipped:
         return shipped[name](depth)
     if name == "plain":

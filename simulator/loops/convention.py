@@ -1,6 +1,6 @@
 """The convention of a generation loop (docs/loops.md) and one run of it: ``loop(target, draft, input_ids, *,
 max_new_tokens, sampling) -> list[int]``, called by :func:`run_loop`, which checks its answer and turns its
-exceptions into typed errors naming the loop's line."""
+exceptions into typed errors naming the loop's line; :func:`prepare_loop` runs a loop's optional ``prepare``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,27 @@ def loop_name(loop: Callable) -> str:
     """A loop's name: its ``loop_name`` attribute (the shipped loops'), else ``module:qualified name``."""
     return getattr(loop, "loop_name", None) or f"{getattr(loop, '__module__', '?')}:" \
                                                 f"{getattr(loop, '__qualname__', repr(loop))}"
+
+
+def prepare_loop(loop: Callable, target: Callable, draft: Callable) -> None:
+    """Call the loop's ``prepare(target, draft)`` if it has one: what a loop builds from the pair before it runs
+    (a shipped loop's draft model of another class, seeded), outside the capture, where drawing weights is no
+    draw of the loop's.
+
+    Raises
+    ------
+    LoopFailure
+        ``prepare`` raised: its exception and its source line.
+    """
+    prepare = getattr(loop, "prepare", None)
+    if prepare is None:
+        return
+    try:
+        prepare(target, draft)
+    except SpecproofError as err:
+        raise type(err)(err.field, f"{err.message} (preparing loop {loop_name(loop)})") from err
+    except Exception as err:
+        raise LoopFailure(loop_name(loop), err, source_line(err)) from err
 
 
 def run_loop(loop: Callable, target: Callable, draft: Callable, prompt: Sequence[int], max_new_tokens: int,

@@ -18,6 +18,9 @@ LOOP_MODELS = {
 }
 #: the vocabularies ``--model tiny-llama`` builds: large enough for top-k and top-p to cut, small enough to enumerate
 TINY_VOCABS = range(2, 9)
+#: the tiny models' sizes: one layer of hidden size 16, two heads
+TINY_SIZES = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "num_key_value_heads": 2}
 #: the initial weights' scale: rows far from uniform but not peaked (at V = 4, seed 0 the target's first row is
 #: 0.15, 0.24, 0.28, 0.33), so that cuts and rejections matter and no two logits of a row tie in float32
 TINY_INIT_RANGE = 0.1
@@ -25,11 +28,11 @@ TINY_INIT_RANGE = 0.1
 
 class LoopModel:
     """A causal LM as a loop sees it: ``model(input_ids [1, T]) -> logits [1, T, V]``. ``hf`` is the transformers
-    model behind it, where there is one (the shipped loops call ``generate`` on it); ``passes`` counts the forward
-    passes since it was last reset, ``hf``'s own included."""
+    model behind it, where there is one (the shipped loops call ``generate`` on it), and ``seed`` the torch seed of
+    its weights; ``passes`` counts the forward passes since it was last reset, ``hf``'s own included."""
 
-    def __init__(self, logits: Callable, vocab: int, hf=None, name: str = "") -> None:
-        self._logits, self.vocab, self.hf, self.name = logits, vocab, hf, name
+    def __init__(self, logits: Callable, vocab: int, hf=None, name: str = "", seed: int | None = None) -> None:
+        self._logits, self.vocab, self.hf, self.name, self.seed = logits, vocab, hf, name, seed
         self.passes = 0
         if hf is not None:
             hf.register_forward_pre_hook(lambda module, args, kwargs=None: self._count(), with_kwargs=False)
@@ -63,15 +66,37 @@ def _tiny_llama(vocab: int, seed: int, name: str) -> LoopModel:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+    config = LlamaConfig(vocab_size=vocab, **TINY_SIZES, max_position_embeddings=64,
                          initializer_range=TINY_INIT_RANGE, bos_token_id=None, eos_token_id=None,
                          pad_token_id=None, tie_word_embeddings=False)
-    with torch.random.fork_rng():  # the caller's torch seed is left as it was
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config).eval()
+    model = _seeded(lambda: LlamaForCausalLM(config).eval(), seed)
     model.generation_config = GenerationConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return LoopModel(lambda ids: model(ids).logits, vocab, hf=model, name=f"tiny-llama {name} (seed {seed})")
+    return LoopModel(lambda ids: model(ids).logits, vocab, hf=model, name=f"tiny-llama {name} (seed {seed})",
+                     seed=seed)
+
+
+def _seeded(build: Callable, seed: int):
+    """``build()`` with its weights drawn from torch seed ``seed``; the caller's torch seed is left as it was."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return build()
+
+
+def tiny_dflash_assistant(target: LoopModel, block_size: int, seed: int):
+    """A DFlash draft for the tiny Llama ``target``: a one-layer transformers ``MuseGlimmerAssistantModel`` (the
+    class ``generate(speculation_type="dflash")`` drafts with) of the target's hidden size, reading the hidden
+    states of its one layer (``target_layer_ids=[0]``), drafting ``block_size − 1`` tokens a round, weights from
+    torch seed ``seed`` at the tiny Llamas' scale, in float32. DFlash embeds a mask token with the target's own
+    embedding; a tiny vocabulary has no spare id, so the mask is the last token, ``vocab − 1``."""
+    from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
+
+    config = MuseGlimmerAssistantConfig(vocab_size=target.vocab, **TINY_SIZES, head_dim=8, max_position_embeddings=64,
+                                        block_size=block_size, mask_token_id=target.vocab - 1, target_layer_ids=[0],
+                                        layer_types=["full_attention"], initializer_range=TINY_INIT_RANGE,
+                                        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return _seeded(lambda: MuseGlimmerAssistantModel(config).eval(), seed)
 
 
 def prefix_table_pair(table: TableModel, prompt_length: int) -> tuple[LoopModel, LoopModel]:

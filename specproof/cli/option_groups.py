@@ -135,7 +135,8 @@ kernel_options = section(
     click.option("--kernel-init", help="module:Class or module:Class.method: the constructor's keyword "
                                        "arguments, NAME=VALUE,..."),
     click.option("--import-path", multiple=True, type=click.Path(),
-                 help="a directory put first on sys.path before the adapter and kernel are imported (repeatable)"),
+                 help="a directory put first on sys.path before the adapter and kernel are imported; with --loop, "
+                      "first in a process of its own, before anything imports transformers (repeatable)"),
 )
 
 

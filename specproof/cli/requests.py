@@ -85,8 +85,8 @@ LOOP_ONLY = ("loop", "reference", "max_new_tokens", "prompt_ids", "top_p", "min_
 NOT_LOOP = ("rho", "tau_p", "tau_q", "zero_prob", "pairs", "target", "draft", "prompt", "cache_dir", "device",
             "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
             "mcts_iterations", "candidates", "candidate_length", "verifier", "schemes", "kernel", "adapter", "dtype",
-            "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink", "shrink_time",
-            "case_out", "arithmetic", "method", "requests")
+            "uniforms", "kernel_kwargs", "kernel_init", "case_path", "shrink", "shrink_time", "case_out",
+            "arithmetic", "method", "requests")
 #: the certify options ``--model causal-lm`` refuses: the synthetic and table models', seeds, kernels, reproducers,
 #: exact arithmetic and the recursions (a real pair is certified in float64 by enumeration)
 NOT_REAL = ("table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "kernel", "adapter", "dtype",
@@ -148,7 +148,7 @@ class CertifyRequest(TreeRequest):
             held = [name for name in LOOP_ONLY if name in given]
             if held:
                 raise InvalidParameterError(held[0], f"{_flag(held[0])} applies to --loop only")
-        parts = cls.parts(ctx, options)
+        parts = cls.parts(ctx, {**options, "import_path": ()} if loop is not None else options)  # the loop's own
         if options["requests"]:
             _check_batch(ctx, options, given)
         if options["shrink"]:
@@ -211,7 +211,11 @@ def _loop(ctx: click.Context, options: dict, given: frozenset[str]) -> LoopSpec:
     if not prompt or min(prompt) < 0:
         raise InvalidParameterError("prompt_ids", f"token ids ≥ 0, at least one, got {options['prompt_ids']!r}")
     sampling = Sampling(**{name: options[name] for name in SAMPLING_OPTIONS if options[name] is not None})
-    return LoopSpec(options["loop"], options["reference"], max_new_tokens, prompt, sampling, depth)
+    for directory in options["import_path"]:
+        if not Path(directory).expanduser().is_dir():
+            raise InvalidParameterError("import-path", f"{directory!r} is not a directory")
+    return LoopSpec(options["loop"], options["reference"], max_new_tokens, prompt, sampling, depth,
+                    tuple(options["import_path"]))
 
 
 def _causal_lm(ctx: click.Context, options: dict, given: frozenset[str]) -> CausalLMSpec:

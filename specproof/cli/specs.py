@@ -167,7 +167,8 @@ class SubjectSpec:
             for name, default in KernelSpec.DEFAULTS:
                 if options.get(name, default) != default:
                     option = name.replace("_", "-")
-                    raise InvalidParameterError(option, f"--{option} applies to --kernel only")
+                    also = " or --loop" if name == "import_path" else ""
+                    raise InvalidParameterError(option, f"--{option} applies to --kernel{also} only")
             return cls(options["verifier"], options["schemes"])  # type: ignore[arg-type]
         if options["verifier"] is not None:
             raise InvalidParameterError("kernel", "pass --verifier or --kernel, not both")
@@ -255,7 +256,8 @@ class LoopSpec:
     """``--loop``: a whole generation loop run on a tiny model pair (``--model tiny-llama`` or ``prefix-table``)
     after ``prompt_ids`` for ``max_new_tokens`` tokens, held to ``reference`` (``None``: the loop's own,
     :func:`simulator.loops.builtin.reference_of`) under the sampling parameters; ``depth`` is the shipped loops'
-    draft depth."""
+    draft depth; ``import_path``, folders put first on ``sys.path`` of the process that runs them (one of its own
+    when given)."""
 
     loop: str
     reference: str | None
@@ -263,6 +265,7 @@ class LoopSpec:
     prompt_ids: tuple[int, ...]
     sampling: Sampling
     depth: int
+    import_path: tuple[str, ...] = ()
 
     def loops(self) -> tuple[Callable, Callable]:
         """``(loop, reference)`` imported or built."""
