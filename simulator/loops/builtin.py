@@ -1,12 +1,13 @@
-"""The loops specproof knows by name (:data:`LOOPS`): transformers' assisted generation, prompt lookup and DFlash as
-installed, called unmodified, and plain sampling, the reference every loop is held to (:func:`plain_sampling`)."""
+"""The loops specproof knows by name (:data:`LOOPS`): transformers' assisted generation, prompt lookup, DFlash, the
+Gemma 4 assistant and multi-token prediction as installed, called unmodified, and plain sampling, the reference every
+loop is held to (:func:`plain_sampling`)."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 from simulator.errors import InvalidParameterError
+from simulator.loops.models import quiet_transformers
 from simulator.loops.sampling import MLX_ORDER, TRANSFORMERS_ORDER, Sampling
 from simulator.verifiers.registry import load_callable
 
@@ -19,6 +20,11 @@ LOOPS = {
     "transformers-dflash": "transformers' generate(assistant_model=<a tiny DFlash draft>, speculation_type="
                            "\"dflash\", do_sample=True): depth tokens drafted in one pass of the draft, which reads "
                            "the target's hidden states",
+    "transformers-gemma4-assistant": "transformers' generate(assistant_model=<the Gemma 4 assistant>, do_sample=True)"
+                                     " on --model tiny-gemma4: depth tokens drafted from one position, from the "
+                                     "target's shared key-value states",
+    "transformers-mtp": "transformers' generate(use_mtp=True, do_sample=True) on --model tiny-deepseek-v3: one token "
+                        "a round drafted by the target's own MTP layer",
     "plain": "plain sampling from the target, one token a pass (the reference)",
     "mlx-lm": "MLX-LM's speculative_generate_step (sample-and-match, num_draft_tokens=depth) on MLX copies of the "
               "tiny Llamas, its sampler's filters in MLX's order; held to plain-mlx by default",
@@ -68,21 +74,8 @@ def _hf(model, role: str):
     hf = getattr(model, "hf", None)
     if hf is None:
         raise InvalidParameterError("model", f"transformers' loops call generate() on the {role}'s transformers "
-                                             "model: use --model tiny-llama")
+                                             "model: use --model tiny-llama (or the pair the loop names)")
     return hf
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """transformers' warnings off while its generate runs (its assisted path warns of its own internal calls)."""
-    from transformers.utils import logging
-
-    level = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
 
 
 def _generate_options(sampling: dict) -> dict:
@@ -101,7 +94,7 @@ def transformers_assisted(depth: int) -> Callable:
     def loop(target, draft, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
         import torch
 
-        with _quiet():
+        with quiet_transformers():
             out = _hf(target, "target").generate(
                 input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=_hf(draft, "draft"),
                 max_new_tokens=max_new_tokens, min_new_tokens=0, num_assistant_tokens=depth,
@@ -120,7 +113,7 @@ def transformers_prompt_lookup(depth: int) -> Callable:
     def loop(target, draft, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
         import torch
 
-        with _quiet():
+        with quiet_transformers():
             out = _hf(target, "target").generate(input_ids, attention_mask=torch.ones_like(input_ids),
                                                  prompt_lookup_num_tokens=depth, max_new_tokens=max_new_tokens,
                                                  min_new_tokens=0, **_generate_options(sampling))
@@ -139,7 +132,7 @@ def transformers_dflash(depth: int) -> Callable:
     assistants: dict = {}
 
     def prepare(target, draft) -> None:
-        from simulator.loops.models import tiny_dflash_assistant
+        from simulator.loops.tiny_pairs import tiny_dflash_assistant
 
         _hf(target, "target")
         assistants[target] = tiny_dflash_assistant(target, depth + 1, draft.seed)
@@ -150,7 +143,7 @@ def transformers_dflash(depth: int) -> Callable:
         if target not in assistants:
             raise InvalidParameterError("loop", "transformers-dflash builds its draft model before it runs: call "
                                                 "its prepare(target, draft) first (certify_loop does)")
-        with _quiet():
+        with quiet_transformers():
             out = _hf(target, "target").generate(
                 input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=assistants[target],
                 speculation_type="dflash", max_new_tokens=max_new_tokens, min_new_tokens=0,
@@ -159,6 +152,46 @@ def transformers_dflash(depth: int) -> Callable:
 
     loop.loop_name = "transformers-dflash"  # type: ignore[attr-defined]
     loop.prepare = prepare  # type: ignore[attr-defined]
+    return loop
+
+
+def transformers_gemma4_assistant(depth: int) -> Callable:
+    """transformers' Gemma 4 assistant, as installed: ``target.generate(input_ids, assistant_model=draft.hf,
+    do_sample=True, ...)`` on ``--model tiny-gemma4``, which drafts with ``SinglePositionMultiTokenCandidateGenerator``
+    the assistant's ``num_assistant_tokens`` tokens a round, set to ``depth`` by the loop's ``prepare``."""
+
+    def prepare(target, draft) -> None:
+        _hf(draft, "draft").generation_config.num_assistant_tokens = depth
+
+    def loop(target, draft, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
+        import torch
+
+        with quiet_transformers():
+            out = _hf(target, "target").generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=_hf(draft, "draft"),
+                max_new_tokens=max_new_tokens, min_new_tokens=0, **_generate_options(sampling))
+        return out[0, input_ids.shape[1]:].tolist()
+
+    loop.loop_name = "transformers-gemma4-assistant"  # type: ignore[attr-defined]
+    loop.prepare = prepare  # type: ignore[attr-defined]
+    return loop
+
+
+def transformers_mtp(depth: int) -> Callable:
+    """transformers' multi-token prediction, as installed: ``target.generate(input_ids, use_mtp=True,
+    do_sample=True, ...)`` on ``--model tiny-deepseek-v3``: ``MTPCandidateGenerator`` drafts one token a round with
+    the target's one MTP layer (``depth`` does not apply: the layers set the draft length)."""
+
+    def loop(target, draft, input_ids, *, max_new_tokens: int, sampling: dict) -> list[int]:
+        import torch
+
+        with quiet_transformers():
+            out = _hf(target, "target").generate(input_ids, attention_mask=torch.ones_like(input_ids), use_mtp=True,
+                                                 max_new_tokens=max_new_tokens, min_new_tokens=0,
+                                                 **_generate_options(sampling))
+        return out[0, input_ids.shape[1]:].tolist()
+
+    loop.loop_name = "transformers-mtp"  # type: ignore[attr-defined]
     return loop
 
 
@@ -171,7 +204,8 @@ def load_loop(name: str, depth: int, field: str = "loop") -> Callable:
         An unknown name, or a module or function that cannot be imported (naming ``field``).
     """
     shipped = {"transformers-assisted": transformers_assisted, "transformers-prompt-lookup": transformers_prompt_lookup,
-               "transformers-dflash": transformers_dflash}
+               "transformers-dflash": transformers_dflash, "transformers-gemma4-assistant": transformers_gemma4_assistant,
+               "transformers-mtp": transformers_mtp}
     if name in shipped:
         return shipped[name](depth)
     if name == "plain":

@@ -1,11 +1,13 @@
 """The model pairs a generation loop is certified on: two tiny transformers Llamas with seeded weights
-(:func:`tiny_llama_pair`) and a causal LM whose next-token rows are an explicit table of the prefix
-(:func:`prefix_table_pair`), each side a :class:`LoopModel` that counts its forward passes."""
+(:func:`tiny_llama_pair`; the other seeded pairs are in :mod:`simulator.loops.tiny_pairs`) and a causal LM whose
+next-token rows are an explicit table of the prefix (:func:`prefix_table_pair`), each side a :class:`LoopModel` that
+counts its forward passes."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from simulator.errors import InvalidParameterError
 from simulator.models import TableModel
@@ -15,8 +17,12 @@ LOOP_MODELS = {
     "tiny-llama": "two one-layer transformers Llamas of a few kilobytes, seeded weights (--vocab 2..8, --seed), "
                   "certify --loop only",
     "prefix-table": "a causal LM whose rows are --model table's JSON of the prefix (--table), certify --loop only",
+    "tiny-gemma4": "a two-layer transformers Gemma 4 and its Gemma 4 assistant (loop transformers-gemma4-assistant), "
+                   "seeded weights (--vocab 2..8, --seed), certify --loop only",
+    "tiny-deepseek-v3": "a one-layer transformers DeepSeek-V3 with one MTP layer (loop transformers-mtp), seeded "
+                        "weights (--vocab 2..8, --seed), certify --loop only",
 }
-#: the vocabularies ``--model tiny-llama`` builds: large enough for top-k and top-p to cut, small enough to enumerate
+#: the vocabularies the seeded tiny pairs build: large enough for top-k and top-p to cut, small enough to enumerate
 TINY_VOCABS = range(2, 9)
 #: the tiny models' sizes: one layer of hidden size 16, two heads
 TINY_SIZES = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -56,10 +62,15 @@ def tiny_llama_pair(vocab: int, seed: int) -> tuple[LoopModel, LoopModel]:
     InvalidParameterError
         ``vocab`` outside :data:`TINY_VOCABS` (field ``vocab``).
     """
-    if vocab not in TINY_VOCABS:
-        raise InvalidParameterError("vocab", f"--model tiny-llama builds vocabularies {TINY_VOCABS.start}.."
-                                             f"{TINY_VOCABS.stop - 1} (every continuation is enumerated), got {vocab}")
+    check_vocab(vocab, "tiny-llama")
     return _tiny_llama(vocab, seed, "target"), _tiny_llama(vocab, seed + 1, "draft")
+
+
+def check_vocab(vocab: int, kind: str) -> None:
+    """Refuse a vocabulary outside :data:`TINY_VOCABS` for ``--model kind`` (field ``vocab``)."""
+    if vocab not in TINY_VOCABS:
+        raise InvalidParameterError("vocab", f"--model {kind} builds vocabularies {TINY_VOCABS.start}.."
+                                             f"{TINY_VOCABS.stop - 1} (every continuation is enumerated), got {vocab}")
 
 
 def _tiny_llama(vocab: int, seed: int, name: str) -> LoopModel:
@@ -69,13 +80,13 @@ def _tiny_llama(vocab: int, seed: int, name: str) -> LoopModel:
     config = LlamaConfig(vocab_size=vocab, **TINY_SIZES, max_position_embeddings=64,
                          initializer_range=TINY_INIT_RANGE, bos_token_id=None, eos_token_id=None,
                          pad_token_id=None, tie_word_embeddings=False)
-    model = _seeded(lambda: LlamaForCausalLM(config).eval(), seed)
+    model = seeded(lambda: LlamaForCausalLM(config).eval(), seed)
     model.generation_config = GenerationConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return LoopModel(lambda ids: model(ids).logits, vocab, hf=model, name=f"tiny-llama {name} (seed {seed})",
                      seed=seed)
 
 
-def _seeded(build: Callable, seed: int):
+def seeded(build: Callable, seed: int):
     """``build()`` with its weights drawn from torch seed ``seed``; the caller's torch seed is left as it was."""
     import torch
 
@@ -84,19 +95,21 @@ def _seeded(build: Callable, seed: int):
         return build()
 
 
-def tiny_dflash_assistant(target: LoopModel, block_size: int, seed: int):
-    """A DFlash draft for the tiny Llama ``target``: a one-layer transformers ``MuseGlimmerAssistantModel`` (the
-    class ``generate(speculation_type="dflash")`` drafts with) of the target's hidden size, reading the hidden
-    states of its one layer (``target_layer_ids=[0]``), drafting ``block_size − 1`` tokens a round, weights from
-    torch seed ``seed`` at the tiny Llamas' scale, in float32. DFlash embeds a mask token with the target's own
-    embedding; a tiny vocabulary has no spare id, so the mask is the last token, ``vocab − 1``."""
-    from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings and progress bars off in the block (its assisted path warns of its own internal
+    calls; a model loaded from a folder shows a bar)."""
+    from transformers.utils import logging
 
-    config = MuseGlimmerAssistantConfig(vocab_size=target.vocab, **TINY_SIZES, head_dim=8, max_position_embeddings=64,
-                                        block_size=block_size, mask_token_id=target.vocab - 1, target_layer_ids=[0],
-                                        layer_types=["full_attention"], initializer_range=TINY_INIT_RANGE,
-                                        bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return _seeded(lambda: MuseGlimmerAssistantModel(config).eval(), seed)
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def prefix_table_pair(table: TableModel, prompt_length: int) -> tuple[LoopModel, LoopModel]:

@@ -51,8 +51,8 @@ class Wheel:
     @property
     def record_path(self) -> str:
         """The path of the wheel's ``RECORD`` inside it (and under the artifact's folder)."""
-        name, version = self.filename.split("-")[:2]
-        return f"{name}-{version}.dist-info/RECORD"
+        name, _, rest = self.filename.partition("-")
+        return f"{name}-{rest.partition('-')[0]}.dist-info/RECORD"
 
 
 @dataclass(frozen=True)

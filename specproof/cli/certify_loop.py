@@ -64,8 +64,8 @@ def _certified(spec: LoopSpec, model: ModelSpec, limits: LimitSpec) -> tuple[Loo
     loop, reference = spec.loops()
     with limits.applied():
         target, draft = spec.pair(model)
-    pair = (f"tiny-llama (vocab {target.vocab}, seed {model.seed})" if model.model_kind == "tiny-llama"
-            else f"prefix-table {model.table_path} (vocab {target.vocab})")
+    pair = (f"prefix-table {model.table_path} (vocab {target.vocab})" if model.model_kind == "prefix-table"
+            else f"{model.model_kind} (vocab {target.vocab}, seed {model.seed})")
     config = {"model": model.model_kind, "pair": pair, "prompt_ids": list(spec.prompt_ids),
               "max_new_tokens": spec.max_new_tokens, "depth": spec.depth, "sampling": spec.sampling.as_dict()}
     release = transformers_release(spec.import_path)

@@ -277,17 +277,19 @@ class LoopSpec:
         return loop, reference
 
     def pair(self, model: ModelSpec):
-        """``(target, draft)`` of the model spec: the tiny Llamas of ``--vocab`` and ``--seed``, or the prefix table
+        """``(target, draft)`` of the model spec: a seeded tiny pair of ``--vocab`` and ``--seed``, or the prefix table
         of ``--table``; a prompt token outside the vocabulary is refused (field ``prompt_ids``)."""
-        from simulator.loops.models import prefix_table_pair, tiny_llama_pair
+        from simulator.loops.models import prefix_table_pair
         from simulator.models import TableModel
 
         require("torch", "--loop", "torch")
         if model.model_kind == "prefix-table":
             target, draft = prefix_table_pair(TableModel.from_file(model.table_path), len(self.prompt_ids))
         else:
-            require("transformers", "--model tiny-llama", "torch")
-            target, draft = tiny_llama_pair(model.vocab, model.seed)
+            require("transformers", f"--model {model.model_kind}", "torch")
+            from simulator.loops.tiny_pairs import SEEDED_PAIRS
+
+            target, draft = SEEDED_PAIRS[model.model_kind](model.vocab, model.seed)
         outside = [t for t in self.prompt_ids if t >= target.vocab]
         if outside:
             raise InvalidParameterError("prompt_ids", f"token {outside[0]} is outside the vocabulary "
