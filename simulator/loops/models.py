@@ -69,7 +69,7 @@ def tiny_llama_pair(vocab: int, seed: int) -> tuple[LoopModel, LoopModel]:
 def check_vocab(vocab: int, kind: str) -> None:
     """Refuse a vocabulary outside :data:`TINY_VOCABS` for ``--model kind`` (field ``vocab``)."""
     if vocab not in TINY_VOCABS:
-        raise InvalidParameterError("vocab", f"--model {kind} builds vocabularies {TINY_VOCABS.start}.."
+        raise InvalidParameterError("vocab", f"{kind} builds vocabularies {TINY_VOCABS.start}.."
                                              f"{TINY_VOCABS.stop - 1} (every continuation is enumerated), got {vocab}")
 
 

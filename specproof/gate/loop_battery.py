@@ -12,13 +12,14 @@ from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.limits import DEFAULT_MAX_EXECUTIONS
 from simulator.loops.builtin import load_loop, reference_of
 from simulator.loops.convention import loop_name
-from simulator.loops.models import LOOP_MODELS, TINY_VOCABS, LoopModel, prefix_table_pair, tiny_llama_pair
+from simulator.loops.models import LOOP_MODELS, TINY_VOCABS, LoopModel, check_vocab, prefix_table_pair
 from simulator.models import TableModel
 
 from specproof.gate.battery import merged
 
 
-#: a loop check's battery: tiny pairs (``tiny-llama`` × seeds × vocabularies, ``prefix-table`` × tables), the draft
+#: a loop check's battery: tiny pairs (a seeded pair such as ``tiny-llama`` × seeds × vocabularies, ``prefix-table`` ×
+#: tables), the draft
 #: depth of the shipped loops, the new tokens (``None``: depth + 1) and the prompt
 LOOP_DEFAULTS: dict[str, object] = {"models": ["tiny-llama"], "seeds": [0], "vocab": [4], "tables": [], "depth": 2,
                                     "max_new_tokens": None, "prompt_ids": [0]}
@@ -57,16 +58,18 @@ def loop_battery(given: object = None, where: str = "loop_battery", base: dict |
 
 
 def _loop_vocabs(b: dict, where: str, folder: Path) -> list[int]:
-    """The vocabularies of the battery's pairs, checked: the tiny Llamas' in :data:`TINY_VOCABS` (``vocab`` and
-    ``seeds`` are tiny-llama's), every table read (``b["tables"]`` becomes their absolute paths; prefix-table's, and
-    at least one when it is a model)."""
+    """The vocabularies of the battery's pairs, checked: the seeded pairs' in :data:`TINY_VOCABS` (``vocab`` and
+    ``seeds`` are theirs), every table read (``b["tables"]`` becomes their absolute paths; prefix-table's, and at
+    least one when it is a model)."""
     vocabs = []
-    if "tiny-llama" in b["models"]:
+    seeded = [m for m in b["models"] if m != "prefix-table"]
+    if seeded:
         bad = [v for v in b["vocab"] if v not in TINY_VOCABS]
         if bad:
-            raise InvalidParameterError(f"{where}.vocab", f"tiny-llama builds vocabularies {TINY_VOCABS.start}.."
-                                                          f"{TINY_VOCABS.stop - 1} (every continuation is "
-                                                          f"enumerated), got {bad[0]!r}")
+            try:
+                check_vocab(bad[0], seeded[0])
+            except InvalidParameterError as err:
+                raise InvalidParameterError(f"{where}.vocab", err.message) from None
         vocabs += b["vocab"]
     tables = b["tables"]
     if not isinstance(tables, list) or any(not isinstance(t, str) or not t for t in tables):
@@ -96,11 +99,11 @@ def loop_length(b: dict) -> int:
 
 
 def loop_instances(b: dict) -> list[dict]:
-    """Every instance of loop battery ``b``: ``tiny-llama`` × seeds × vocabularies, then ``prefix-table`` × tables,
-    as JSON-able dicts."""
+    """Every instance of loop battery ``b``: each seeded pair (``tiny-llama``) × seeds × vocabularies, then
+    ``prefix-table`` × tables, as JSON-able dicts."""
     out: list[dict] = []
     for kind in b["models"]:
-        if kind == "tiny-llama":
+        if kind != "prefix-table":
             out += [{"model": kind, "seed": seed, "vocab": vocab} for seed in b["seeds"] for vocab in b["vocab"]]
         else:
             out += [{"model": kind, "table": path} for path in b["tables"]]
@@ -111,7 +114,7 @@ def loop_instance_key(inst: dict) -> str:
     """How a loop instance is named: ``tiny-llama seed=0 V=4``, ``prefix-table table.json`` (the file's name)."""
     if inst["model"] == "prefix-table":
         return f"prefix-table {Path(inst['table']).name}"
-    return f"tiny-llama seed={inst['seed']} V={inst['vocab']}"
+    return f"{inst['model']} seed={inst['seed']} V={inst['vocab']}"
 
 
 def loop_baseline_key(inst: dict, b: dict, sampling: dict) -> str:
@@ -124,10 +127,12 @@ def loop_baseline_key(inst: dict, b: dict, sampling: dict) -> str:
 
 
 def build_loop_pair(inst: dict, b: dict) -> tuple[LoopModel, LoopModel]:
-    """``(target, draft)`` of one loop instance (:mod:`simulator.loops.models`)."""
+    """``(target, draft)`` of one loop instance (:mod:`simulator.loops.models`, :mod:`simulator.loops.tiny_pairs`)."""
     if inst["model"] == "prefix-table":
         return prefix_table_pair(TableModel.from_file(inst["table"]), len(b["prompt_ids"]))
-    return tiny_llama_pair(inst["vocab"], inst["seed"])
+    from simulator.loops.tiny_pairs import SEEDED_PAIRS  # transformers only for a seeded pair
+
+    return SEEDED_PAIRS[inst["model"]](inst["vocab"], inst["seed"])
 
 
 def loop_subject(description: dict, depth: int) -> Subject:

@@ -220,8 +220,9 @@ def _loop_check(entry: dict, loops: dict, where: str, folder: Path) -> tuple[dic
                                                      f"{entry['loop']!r}")
     sampling = Sampling.from_dict(entry.get("sampling"), f"{where}.sampling").as_dict()
     own = loop_battery(entry.get("battery", {}), f"{where}.battery", loops, folder)
-    if "tiny-llama" in own["models"]:
-        require("transformers", f"the loop check {where} on tiny-llama", f"{where}.battery.models")
+    seeded = [m for m in own["models"] if m != "prefix-table"]
+    if seeded:
+        require("transformers", f"the loop check {where} on {seeded[0]}", f"{where}.battery.models")
     description = {"loop": entry["loop"], "sampling": sampling}
     return description, own, loop_subject(description, own["depth"])
 
