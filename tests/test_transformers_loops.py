@@ -258,3 +258,12 @@ def test_a_release_folder_not_the_one_imported_is_refused(tmp_path):
     with pytest.raises(InvalidParameterError, match="holds transformers, but transformers .* was imported from"):
         transformers_release([str(tmp_path)])
     assert transformers_release([])["from"] == "installed"
+
+
+def test_the_clients_report_reads_a_loop_certificates_numbers():
+    from specproof.reports.clients import CLIENTS, _exact_text, _number
+
+    assert _number(_exact_text({"float": 0.5, "exact": "1/2"})) == "0.5" and _exact_text("1/3") == "1/3"
+    loops = [c for c in CLIENTS if "--loop" in c.args]
+    assert {c.needs for c in loops} >= {None, "transformers-5.15.0", "transformers-5.15.1"}
+    assert all("{folder}" in c.args for c in loops if c.needs is not None)

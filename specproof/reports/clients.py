@@ -1,5 +1,6 @@
 """The clients report (``specproof clients``; docs/kernels.md, "Code people ship"): samplers other projects ship,
-certified unmodified through the shipped adapters, each by the very command a reader can paste."""
+certified unmodified through the shipped adapters, and their whole generation loops (docs/loops.md), each by the
+very command a reader can paste."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ EAGLE_TREE = ["--topology", "complete", "--branching", "2", "--depth", "2", "--d
               "--schemes", "without-replacement"]
 RATIONAL = ["--model", "random-rational", "--vocab", "3", "--seeds", "3"]
 SYNTHETIC = ["--model", "synthetic", "--vocab", "3"]
+TINY_LOOP = ["--vocab", "4", "--top-k", "2"]  # a loop's pair of vocabulary 4, top-k below it (docs/loops.md)
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,33 @@ CLIENTS = (
            "GREEDY_TEMPERATURE = -1 (vllm#27077, fixed after 0.11.0): in a batch with random requests the greedy row "
            "is divided by 0 and its probabilities are NaN, refused where the recovered-token kernel reads them "
            "(rejection_sampler.py:611); no verdict", needs="vllm-v1"),
+    Client("transformers assisted generation (installed), whole loop",
+           ("--loop", "transformers-assisted", "--model", "tiny-llama", *TINY_LOOP), "LOSSLESS",
+           "generate(assistant_model=...) on two tiny Llamas, every draw enumerated, against plain sampling"),
+    Client("transformers DFlash (installed), whole loop",
+           ("--loop", "transformers-dflash", "--model", "tiny-llama", *TINY_LOOP), "LOSSLESS",
+           "generate(speculation_type=\"dflash\") with a tiny MuseGlimmerAssistantModel drafting 2 tokens a block; "
+           "the candidates' processed rows returned as q"),
+    Client("transformers 5.15.0 DFlash, whole loop",
+           ("--loop", "transformers-dflash", "--model", "tiny-llama", *TINY_LOOP, "--import-path", "{folder}"),
+           "LOSSY", "transformers#47932: candidates drawn from the processed rows, the raw rows returned as q; the "
+                    "TVD equals the law derived with the raw row (tests/test_transformers_loops.py)",
+           needs="transformers-5.15.0"),
+    Client("transformers 5.15.1 DFlash, whole loop",
+           ("--loop", "transformers-dflash", "--model", "tiny-llama", *TINY_LOOP, "--import-path", "{folder}"),
+           "LOSSLESS", "the fix: the processed rows re-assigned before they are returned; same models as 5.15.0's row",
+           needs="transformers-5.15.1"),
+    Client("transformers Gemma 4 assistant (installed), whole loop",
+           ("--loop", "transformers-gemma4-assistant", "--model", "tiny-gemma4", *TINY_LOOP), "LOSSY",
+           "SinglePositionMultiTokenCandidateGenerator drafts the argmax of the assistant's row, but the acceptance "
+           "test and residual read the row's softmax as the draft's q; the TVD equals the law derived so"),
+    Client("transformers MTP (installed), whole loop",
+           ("--loop", "transformers-mtp", "--model", "tiny-deepseek-v3", *TINY_LOOP), "LOSSLESS",
+           "generate(use_mtp=True) on a tiny DeepSeek-V3 with one MTP layer"),
+    Client("transformers 5.15.0 MTP, whole loop",
+           ("--loop", "transformers-mtp", "--model", "tiny-deepseek-v3", *TINY_LOOP, "--import-path", "{folder}"),
+           "LOSSY", "MtpModel.forward returns the raw logits as q while drawing from the processed ones (#47932's "
+                    "class; fixed in 5.15.1)", needs="transformers-5.15.0"),
 )
 
 
@@ -199,11 +228,17 @@ def run_client(client: Client, fetched: tuple[str | None, str] = (None, "")) -> 
         cert = json.loads(out.read_text())
     shown_cert = cert.get("deciding", cert)
     result.verdict = "LOSSLESS" if cert["lossless"] else "LOSSY"
-    result.tvd = str(shown_cert.get("tvd"))
-    result.off_support = str(shown_cert.get("off_support"))
+    result.tvd = _exact_text(shown_cert.get("tvd"))
+    result.off_support = _exact_text(shown_cert.get("off_support"))
     result.executions = int(shown_cert.get("executions", 0))
     result.precision = _portable(str(shown_cert.get("tolerance_reason", "")), client, folder_of_artifact)
     return result
+
+
+def _exact_text(value: object) -> str:
+    """A certificate's number as text: a kernel certificate's as written, a loop certificate's
+    ``{"float": …, "exact": "num/den"}`` by its exact fraction."""
+    return str(value["exact"]) if isinstance(value, dict) else str(value)
 
 
 def _portable(text: str, client: Client, folder: str | None) -> str:
@@ -267,7 +302,10 @@ def clients_markdown(results: list[Result], command: str, machine: str) -> str:
         "Nothing of theirs is copied here. Model pairs: three random rational pairs of vocabulary 3 (zeros in both "
         "rows; the verdict covers those pairs only) or the synthetic pair (no zeros), or an explicit table "
         "(examples/point_mass_draft.json, a point-mass draft). The TVD and support violation are the "
-        "deciding pair's; the time is the whole command's, start-up included.",
+        "deciding pair's; the time is the whole command's, start-up included. A whole-loop row (`--loop`, "
+        "docs/loops.md) runs the engine's generation loop on a seeded tiny pair of vocabulary 4 at top-k 2 against "
+        "plain sampling; a release other than the installed one is `specproof fetch transformers-5.15.0`'s folder "
+        "(the release with the huggingface-hub and tokenizers it needs), imported first in a process of its own.",
         "",
         "| source | verdict | expected | TVD | support violation | executions | time (s) | why |",
         "|---|---|---|---|---|---|---|---|",
