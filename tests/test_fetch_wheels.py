@@ -30,11 +30,13 @@ def _record(name: str, files: dict[str, bytes], wrong: str | None = None) -> byt
 
 
 def _wheel(folder: Path, name: str, files: dict[str, bytes], record: bytes) -> Path:
+    """The wheel ``name`` of ``files`` and ``record``, the same bytes whenever it is made (a fixed date on each
+    member: the fake index serves it again after its SHA-256 was taken)."""
     path = folder / name
+    members = {**files, "-".join(name.split("-")[:2]) + ".dist-info/RECORD": record}
     with zipfile.ZipFile(path, "w") as archive:
-        for member, data in files.items():
-            archive.writestr(member, data)
-        archive.writestr("-".join(name.split("-")[:2]) + ".dist-info/RECORD", record)
+        for member, data in members.items():
+            archive.writestr(zipfile.ZipInfo(member, date_time=(2024, 1, 1, 0, 0, 0)), data)
     return path
 
 
