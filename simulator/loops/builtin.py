@@ -1,6 +1,6 @@
 """The loops specproof knows by name (:data:`LOOPS`): transformers' assisted generation, prompt lookup, DFlash, the
-Gemma 4 assistant and multi-token prediction as installed, called unmodified, and plain sampling, the reference every
-loop is held to (:func:`plain_sampling`)."""
+Gemma 4 assistant and multi-token prediction as installed, MLX-LM's speculative decoding, all called unmodified, and
+plain sampling, the reference every loop is held to (:func:`plain_sampling`; MLX-LM's order: ``plain-mlx``)."""
 
 from __future__ import annotations
 
