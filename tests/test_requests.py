@@ -107,7 +107,8 @@ def test_certify_help_is_in_sections():
     headings = [line[:-1] for line in text.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
     assert headings == ["Model pair", "Real pair (--model causal-lm)", "Generation loop (--loop)",
                         "Sampling (--model causal-lm, --loop)", "Draft tree and drafting", "Verifier",
-                        "Kernel (instead of --verifier)", "Reproducer", "Computation", "Limits", "Output", "Options"]
+                        "Kernel (instead of --verifier)",
+                        "Batch (a batched adapter: vllm-v1-forward)", "Reproducer", "Computation", "Limits", "Output", "Options"]
     # every option of the command appears once
     params = [p for p in cli.main.commands["certify"].params if isinstance(p, click.Option)]
     for param in params:
