@@ -225,6 +225,13 @@ class LoopCertificate:
     reference_executions: int
     config: dict
 
+    @property
+    def accepted_no_draft(self) -> bool:
+        """True when every run took one token per target pass (``E[target passes]`` ≥ ``N``, each pass giving at
+        least one token): no draft token was accepted with positive probability, so the verdict weighs the loop's
+        plain sampling only, not its acceptance."""
+        return self.expected_tokens_per_pass is not None and self.expected_passes >= len(self.marginal_tvds)
+
     def to_json(self) -> dict:
         ce = self.counterexample
         return {"loop": self.loop, "reference": self.reference, "lossless": self.lossless,
@@ -237,6 +244,7 @@ class LoopCertificate:
                 "expected_target_passes": _exact_json(self.expected_passes),
                 "expected_tokens_per_pass": None if self.expected_tokens_per_pass is None
                 else _exact_json(self.expected_tokens_per_pass),
+                "accepted_no_draft": self.accepted_no_draft,
                 "executions": self.executions, "reference_executions": self.reference_executions,
                 "config": self.config}
 

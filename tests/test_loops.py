@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 from exact.generation_law import certify_loop, loop_law  # noqa: E402
 from examples import loops as example  # noqa: E402
 from simulator.errors import InvalidParameterError, LoopFailure, VerifierOutputError  # noqa: E402
+from specproof.cli.certify_loop import loop_lines  # noqa: E402
 from simulator.loops.builtin import load_loop, plain_sampling  # noqa: E402
 from simulator.loops.models import prefix_table_pair, tiny_llama_pair  # noqa: E402
 from simulator.loops.processors import transformers_processors  # noqa: E402
@@ -97,6 +98,22 @@ def test_on_an_exact_table_the_example_is_exact_to_float64():
     placeholder = certify_loop(lambda t, d, ids, *, max_new_tokens, sampling: [-1] * max_new_tokens,
                                plain_sampling, target, draft, (0,), 3, {})
     assert not placeholder.lossless and placeholder.off_support == 1
+
+
+def test_a_verdict_that_accepted_no_draft_says_so():
+    """Draft and target with disjoint supports (the draft always proposes 0, which the target never emits): the
+    example loop rejects every draft, so each run takes one token per target pass, E[target passes] = 3, and the
+    LOSSLESS verdict says it weighed plain sampling only. The control: rows that overlap, where a draft is
+    accepted with probability 1/4 at the first slot, carry no such note."""
+    disjoint = TableModel(2, {None: [Fraction(1), Fraction(0)]}, {None: [Fraction(0), Fraction(1)]})
+    cert = certify_loop(example.speculative_sampling, plain_sampling, *prefix_table_pair(disjoint, 1), (0,), 3, {})
+    assert cert.lossless and cert.expected_passes == 3 and cert.accepted_no_draft
+    assert any(line.strip().startswith("note: one token per target pass") for line in loop_lines(cert))
+    assert cert.to_json()["accepted_no_draft"] is True
+    overlap = TableModel(2, {None: [Fraction(3, 4), Fraction(1, 4)]}, {None: [Fraction(1, 4), Fraction(3, 4)]})
+    cert = certify_loop(example.speculative_sampling, plain_sampling, *prefix_table_pair(overlap, 1), (0,), 3, {})
+    assert cert.lossless and cert.expected_passes < 3 and not cert.accepted_no_draft
+    assert not any("note: one token per target pass" in line for line in loop_lines(cert))
 
 
 def test_a_loop_that_raises_or_answers_wrongly_is_a_typed_error(tiny):

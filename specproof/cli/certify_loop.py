@@ -132,6 +132,10 @@ def loop_lines(cert, indent: str = "  ") -> list[str]:
     per_pass = ("" if cert.expected_tokens_per_pass is None
                 else f"; E[tokens per target pass] = {float(cert.expected_tokens_per_pass):.4g}")
     lines.append(f"{indent}E[target passes] = {float(cert.expected_passes):.4g}{per_pass}")
+    if cert.accepted_no_draft:
+        lines.append(f"{indent}note: one token per target pass on every run, so no draft token was ever accepted: "
+                     "this verdict weighs plain sampling only, not the loop's acceptance (docs/loops.md#a-verdict-"
+                     "that-weighed-nothing)")
     lines.append(f"{indent}{cert.executions:,} runs of the loop enumerated ({cert.reference_executions:,} of the "
                  "reference)")
     return lines
