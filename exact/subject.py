@@ -11,7 +11,7 @@ from simulator.drafting.drafter_registry import DRAFTERS
 from simulator.errors import InvalidParameterError
 from simulator.trees import make_topology, node_depths
 from simulator.usercode import require
-from simulator.verifiers.registry import ALL_SHAPES, VERIFIERS, Verifier, load_verifier, verifier_name
+from simulator.verifiers.registry import ALL_SHAPES, VERIFIERS, Verifier, knob_values, load_verifier, verifier_name
 
 KERNEL_KEYS = ("kernel", "adapter", "dtype", "uniforms", "kernel_kwargs", "kernel_init", "import_path")
 
@@ -21,7 +21,8 @@ class Subject:
     """A verifier or kernel with its name, where it is defined and what it claims.
 
     Its description is a small JSON object, the same in a gate config, a reproducer and a certificate:
-    ``{"verifier": "tv-sps"}``, ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
+    ``{"verifier": "tv-sps"}``, ``{"verifier": "typical", "verifier_kwargs": {"posterior_alpha": 0.5}}``,
+    ``{"verifier": "mypkg.spec:verify"}`` or ``{"kernel": "mypkg.k:verify", "adapter":
     "chain", ...}`` (:data:`KERNEL_KEYS`). ``"shapes"`` and ``"schemes"`` (a gate config's, or ``--schemes``) override
     the defaults: the claimed schemes are resolved here, one way for every command.
     """
@@ -33,6 +34,7 @@ class Subject:
     schemes: tuple[str, ...] = ("iid",)  # where it claims losslessness (a control: where its bug shows)
     float_only: bool = False
     claims: bool = True  # a control claims nothing: its schemes are where its bug shows
+    lossy_by_design: bool = False  # a rule that gives up losslessness for acceptance (docs/lossy.md): no claim
 
     def allows(self, parents: Sequence[int]) -> bool:
         """Whether the subject is defined on a tree of this parent list."""
@@ -42,6 +44,11 @@ class Subject:
         """Whether a run under drafting ``scheme`` is a control run: the subject claims losslessness, but not
         under ``scheme``, so the verdict there is no claim of its."""
         return self.claims and scheme not in self.schemes
+
+    @property
+    def kind(self) -> str:
+        """``lossless`` (a rule claiming losslessness), ``control`` (a negative control) or ``lossy by design``."""
+        return "lossy by design" if self.lossy_by_design else "lossless" if self.claims else "control"
 
     def default_scheme(self) -> str:
         """The drafting scheme a command runs when none is given: ``iid`` where claimed, else the first claimed."""
@@ -77,7 +84,8 @@ class Subject:
         ``scheme`` that is not a lossless rule's, or ``None``: its speed and acceptance must not pass for one."""
         if self.lossless_under(scheme):
             return None
-        why = (f"{self.name} is a negative control, lossy by design" if not self.claims else
+        why = (f"{self.name} is lossy by design (docs/lossy.md)" if self.lossy_by_design else
+               f"{self.name} is a negative control, lossy by design" if not self.claims else
                f"{self.name} claims losslessness under {', '.join(self.schemes)}, not {scheme}")
         return (f"NOT LOSSLESS: {why}; the answers need not follow the target's distribution, and this run's speed "
                 "and acceptance are not a lossless rule's")
@@ -85,7 +93,9 @@ class Subject:
     def measurement_json(self, scheme: str) -> dict:
         """What a measurement's JSON says of the claim (:meth:`measurement_note`)."""
         return {"lossless_claimed": self.lossless_under(scheme),
-                "claimed_schemes": list(self.schemes) if self.claims else [], "negative_control": not self.claims,
+                "claimed_schemes": list(self.schemes) if self.claims else [],
+                "negative_control": not self.claims and not self.lossy_by_design,
+                "lossy_by_design": self.lossy_by_design,
                 "note": self.measurement_note(scheme)}
 
 
@@ -159,7 +169,7 @@ def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] |
         name = verifier_name(what)  # type: ignore[arg-type]
         spec = VERIFIERS.get(name)
         if spec is not None:
-            return _from_description({"verifier": name}, field_name, schemes)
+            return _from_description({"verifier": name, "verifier_kwargs": knob_values(what)}, field_name, schemes)
         claimed = schemes or declared_schemes(what, name) or ("iid",)
         return Subject(name, what, {"verifier": name}, schemes=tuple(claimed))  # type: ignore[arg-type]
     raise InvalidParameterError(field_name, f"expected a verifier name, module:function, a verifier function or a "
@@ -167,7 +177,7 @@ def subject(what: object, field_name: str = "verifier", schemes: Sequence[str] |
 
 
 def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None) -> Subject:
-    unknown = set(desc) - {"verifier", *KERNEL_KEYS, "schemes", "shapes"}
+    unknown = set(desc) - {"verifier", "verifier_kwargs", *KERNEL_KEYS, "schemes", "shapes"}
     if unknown:
         raise InvalidParameterError(f"{field_name}.{sorted(unknown)[0]}", "unknown key (expected verifier, or kernel "
                                                                           f"with {', '.join(KERNEL_KEYS[1:])})")
@@ -186,14 +196,19 @@ def _from_description(desc: dict, field_name: str, schemes: Sequence[str] | None
         extra = set(desc) & set(KERNEL_KEYS[1:])
         if extra:
             raise InvalidParameterError(f"{field_name}.{sorted(extra)[0]}", "applies to a kernel only")
-        name, fn = load_verifier(desc["verifier"])
+        knobs = desc.get("verifier_kwargs") or {}
+        if not isinstance(knobs, dict):
+            raise InvalidParameterError(f"{field_name}.verifier_kwargs", "must be a table of NAME = VALUE")
+        name, fn = load_verifier(desc["verifier"], knobs)
+        if not knobs:
+            desc = {k: v for k, v in desc.items() if k != "verifier_kwargs"}
         spec = VERIFIERS.get(name)
         if spec is None:
             claimed = schemes or declared_schemes(fn, name) or ("iid",)
             return Subject(name, fn, desc, shapes or ALL_SHAPES, tuple(claimed))
         claimed = spec.lossless_under or ((spec.demo[1],) if spec.demo else ("iid",))
         return Subject(name, fn, desc, shapes or spec.shapes, tuple(schemes or claimed), spec.float_only,
-                       claims=not spec.is_control)
+                       claims=bool(spec.lossless_under), lossy_by_design=spec.lossy_by_design)
     require("torch", f"the kernel {desc['kernel']!r}", field_name)
     from simulator.kernels.kernel import Kernel  # torch only when a kernel is checked
 

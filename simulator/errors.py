@@ -66,6 +66,11 @@ class ExactnessError(SpecproofError):
     """A float entered a computation that was asked to be exact (``--arithmetic fraction``)."""
 
 
+class UndecidedComparisonError(SpecproofError):
+    """A rule's comparison through ``exp`` or ``log`` stayed a tie within the intervals of the highest working
+    precision (:mod:`simulator.interval`): the field names the rule and the row."""
+
+
 class ChoiceLimitError(RandomnessError):
     """One enumerated execution made more random choices than :data:`simulator.limits.MAX_CHOICES_PER_EXECUTION`
     (an endless loop of ``rng`` calls, say)."""

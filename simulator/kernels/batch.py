@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from simulator.errors import InvalidParameterError
+from simulator.keyword_text import parse_kwargs
 from simulator.loops.sampling import Sampling
 from simulator.models import Context, ModelPair
 
@@ -78,8 +79,6 @@ def parse_request(text: str, index: int, model_of, depth: int) -> BatchRequest:
     """``--request NAME=VALUE,...`` (:data:`REQUEST_FIELDS`; absent fields take their defaults): request ``index``
     on the pair ``model_of(index, model_seed, table)`` (``None`` for a field not given), with ``depth`` drafts unless
     it says."""
-    from simulator.kernels.kernel import parse_kwargs  # the kernel's registry imports the adapters, which import this
-
     fields = parse_kwargs(text, f"request[{index}]")
     unknown = sorted(set(fields) - set(REQUEST_FIELDS))
     if unknown:

@@ -4,7 +4,6 @@ engine runs (:class:`Kernel`)."""
 
 from __future__ import annotations
 
-import ast
 import functools
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -47,23 +46,6 @@ ADAPTERS: dict[str, Adapter] = {"chain": chain, "flat-chain": flat_chain, "tree"
                                 "specinfer": conventions.specinfer_adapter}
 CHAIN_ADAPTERS = ("chain", "flat-chain", "vllm", "vllm-v1", "vllm-v1-no-draft-probs", "vllm-mrv2",
                   "sglang")
-
-
-def parse_kwargs(text: str | None, field_name: str = "kernel-kwargs") -> dict[str, object]:
-    """``NAME=VALUE,...``: each value a Python literal (``0.5``, ``True``, ``'x'``) or else a plain string; a
-    malformed item is :class:`InvalidParameterError` on ``field_name``."""
-    out: dict[str, object] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip().isidentifier():
-            raise InvalidParameterError(field_name, f"expected NAME=VALUE, got {item!r}")
-        try:
-            out[name.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            out[name.strip()] = value.strip()
-    return out
 
 
 @dataclass

@@ -5,6 +5,7 @@ rule, exact recursion, claimed schemes), and the loading of a user's ``module:fu
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from enum import Enum
 from types import FunctionType
@@ -15,6 +16,7 @@ from ..errors import InvalidParameterError
 from ..usercode import import_user_module, is_own_module
 from . import block, controls, matching, multipath, single_step_arrays as steps, traversal
 from .batched.ref import ArrayRuleRef, array_rule
+from .knobs import Knob, bind
 from .layer import lv
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
@@ -84,10 +86,36 @@ class VerifierSpec:
     #: the paper's closed form of ``E[τ]`` on a chain (``exact.recursions.closed_forms.FORMS``: ``token``, ``block`` or
     #: ``greedy-block``), which ``specproof prove`` checks on every cell; empty when there is none
     chain_expectation: str = ""
+    #: a rule lossy by design (docs/lossy.md): neither a lossless rule nor a negative control; its price is measured
+    lossy_by_design: bool = False
+    #: a lossy-by-design rule's knobs, set with ``--verifier-kwargs`` (``fn`` is ``make`` at their defaults)
+    knobs: tuple[Knob, ...] = ()
+    #: ``make(**knobs) -> verifier``: the rule at given knob values
+    make: Callable[..., Verifier] | None = None
+    #: where a lossy-by-design rule is lossless after all (knob values and drafting), in words; empty if nowhere
+    lossless_at: str = ""
 
     @property
     def is_control(self) -> bool:
-        return not self.lossless_under
+        return not self.lossless_under and not self.lossy_by_design
+
+    def kind_note(self) -> str:
+        """What ``specproof list`` says of the rule's kind: a control, lossy by design (and where lossless), or
+        nothing for a lossless rule."""
+        if self.lossy_by_design:
+            return f"[lossy by design; lossless at {self.lossless_at}]" if self.lossless_at else "[lossy by design]"
+        return "[control]" if self.is_control else ""
+
+    def build(self, kwargs: dict | None = None) -> Verifier:
+        """The rule at the knob values ``kwargs`` (:func:`load_verifier`); ``fn`` itself when none are given."""
+        if not kwargs:
+            return self.fn
+        if self.make is None:
+            raise InvalidParameterError("verifier-kwargs", f"{self.name} has no knobs (only the lossy-by-design "
+                                                           "rules of docs/lossy.md take --verifier-kwargs)")
+        fn = self.make(**bind(self.name, self.knobs, kwargs))
+        _BUILT[fn] = (self.name, dict(kwargs))
+        return fn
 
     @property
     def default_shape(self) -> str:
@@ -229,10 +257,24 @@ def check_pairing(name: str, scheme: str) -> None:
 
 
 _BUILTIN_IDS = frozenset(id(spec.fn) for spec in _SPECS)  # the registry's functions live as long as the process
+#: a lossy-by-design rule built at given knob values (:meth:`VerifierSpec.build`): its registry name and the values
+_BUILT: "weakref.WeakKeyDictionary[Callable, tuple[str, dict]]" = weakref.WeakKeyDictionary()
 
 
 def is_builtin(fn: Verifier) -> bool:
-    return id(fn) in _BUILTIN_IDS
+    return id(fn) in _BUILTIN_IDS or _is_built(fn)
+
+
+def knob_values(fn: Verifier) -> dict:
+    """The knob values a rule was built with (:meth:`VerifierSpec.build`); empty for any other function."""
+    return dict(_BUILT[fn][1]) if _is_built(fn) else {}
+
+
+def _is_built(fn: object) -> bool:
+    try:
+        return fn in _BUILT
+    except TypeError:  # not weakly referenceable: not a rule the registry built
+        return False
 
 
 def is_watched_elsewhere(fn: Verifier) -> bool:
@@ -241,7 +283,7 @@ def is_watched_elsewhere(fn: Verifier) -> bool:
     watches its randomness itself), also behind ``functools.wraps`` wrappers. Any other callable is a user's
     plugin."""
     fn = inspect.unwrap(fn)
-    if id(fn) in _BUILTIN_IDS:
+    if is_builtin(fn):
         return True
     return not isinstance(fn, FunctionType) and is_own_module(type(fn).__module__)
 
@@ -251,10 +293,12 @@ def verifier_name(fn: Verifier) -> str:
     for spec in _SPECS:
         if spec.fn is fn:
             return spec.name
+    if _is_built(fn):
+        return _BUILT[fn][0]
     return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def load_verifier(name: str) -> tuple[str, Verifier]:
+def load_verifier(name: str, kwargs: dict | None = None) -> tuple[str, Verifier]:
     """A verifier by the name a user gives: a built-in rule, or ``module:function`` imported.
 
     Parameters
@@ -262,6 +306,8 @@ def load_verifier(name: str) -> tuple[str, Verifier]:
     name : str
         A registry name (``specproof list``) or ``"module:function"``; the module is searched from the working
         directory, then ``sys.path``.
+    kwargs : dict, optional
+        A lossy-by-design rule's knob values (``--verifier-kwargs``; :mod:`.knobs`).
 
     Returns
     -------
@@ -273,10 +319,14 @@ def load_verifier(name: str) -> tuple[str, Verifier]:
     InvalidParameterError
         On field ``verifier``: an unknown built-in name, a missing ``:``, a module that does not exist or raises
         (an exit or interrupt included) while importing (a missing optional dependency included), or no callable
-        of that name in it.
+        of that name in it. On field ``verifier-kwargs.NAME``: a knob the rule lacks, a value it refuses, or any
+        knob given to a rule or plugin that takes none.
     """
     if name in VERIFIERS:
-        return name, VERIFIERS[name].fn
+        return name, VERIFIERS[name].build(kwargs)
+    if kwargs:
+        raise InvalidParameterError("verifier-kwargs", f"{name} is not a built-in rule: only the lossy-by-design "
+                                                       "rules of docs/lossy.md take --verifier-kwargs")
     if ":" not in name:
         raise InvalidParameterError("verifier", f"unknown verifier {name!r}: a built-in name "
                                                 f"(specproof list) or module:function")

@@ -15,7 +15,8 @@ from simulator.numeric import to_json_number
 from simulator.verifiers import VERIFIERS
 from specproof.cli.certificate_text import settings
 from specproof.cli.group import main
-from specproof.cli.option_groups import SCHEMES_OPTION, LIMIT_OPTIONS, model_options, shape_options
+from specproof.cli.option_groups import (LIMIT_OPTIONS, SCHEMES_OPTION, VERIFIER_KWARGS_OPTION, model_options,
+                                         shape_options)
 from specproof.cli.output import kept, write_output
 from specproof.cli.params import COUNT_LIMIT, Output
 from specproof.cli.requests import OptimumRequest
@@ -62,6 +63,7 @@ def _short(value) -> str:
 @section("Rules compared",
          click.option("--verifier", help="one more rule to compare: a built-in name (specproof list) or "
                                          "module:function"),
+         VERIFIER_KWARGS_OPTION,
          SCHEMES_OPTION,
          click.option("--rules/--no-rules", default=True, show_default=True,
                       help="certify each built-in rule that claims the drafting scheme, with its efficiency"))

@@ -113,9 +113,14 @@ SCHEMES_OPTION = click.option("--schemes", help="comma-separated drafting scheme
                                                 "under (default: its schemes attribute, a built-in's registry "
                                                 "entry, else iid); a run under another is a control run")
 
+#: ``--verifier-kwargs``: a lossy-by-design rule's knobs (docs/lossy.md)
+VERIFIER_KWARGS_OPTION = click.option("--verifier-kwargs", help="a lossy-by-design rule's knobs, NAME=VALUE,... "
+                                                                "(docs/lossy.md; specproof list shows each rule's)")
+
 verifier_options = section(
     "Verifier",
     click.option("--verifier", help="built-in name (specproof list) or module:function"),
+    VERIFIER_KWARGS_OPTION,
     SCHEMES_OPTION,
 )
 

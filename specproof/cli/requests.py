@@ -84,7 +84,8 @@ LOOP_ONLY = ("loop", "reference", "max_new_tokens", "prompt_ids", "top_p", "min_
 #: --depth is its draft depth), the subject, seeds, reproducers, the arithmetic and the method
 NOT_LOOP = ("rho", "tau_p", "tau_q", "zero_prob", "pairs", "target", "draft", "prompt", "cache_dir", "device",
             "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
-            "mcts_iterations", "candidates", "candidate_length", "verifier", "schemes", "kernel", "adapter", "dtype",
+            "mcts_iterations", "candidates", "candidate_length", "verifier", "verifier_kwargs", "schemes", "kernel",
+            "adapter", "dtype",
             "uniforms", "kernel_kwargs", "kernel_init", "case_path", "shrink", "shrink_time", "case_out",
             "arithmetic", "method", "requests")
 #: the certify options ``--model causal-lm`` refuses: the synthetic and table models', seeds, kernels, reproducers,
@@ -95,7 +96,8 @@ NOT_REAL = ("table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob",
 #: the certify options a batch (``--request``) refuses: each request drafts an i.i.d. chain of its own depth on its
 #: own pair, the batch is one exact enumeration of one kernel
 NOT_BATCH = ("pairs", "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth",
-             "corpus_path", "mcts_iterations", "candidates", "candidate_length", "verifier", "schemes", "case_path",
+             "corpus_path", "mcts_iterations", "candidates", "candidate_length", "verifier", "verifier_kwargs", "schemes",
+             "case_path",
              "shrink", "shrink_time", "case_out", "arithmetic", "method")
 #: the certify options a reproducer holds (``--case``): its model, tree, drafting and arithmetic
 HELD_BY_CASE = ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "topology",

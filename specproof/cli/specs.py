@@ -14,6 +14,7 @@ from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import read_json
+from simulator.keyword_text import parse_kwargs
 from simulator.limits import limits, progress_note, time_limit
 from simulator.loops.sampling import Sampling
 from simulator.models import ModelPair, make_model
@@ -144,7 +145,7 @@ class KernelSpec:
             if module:
                 check_importable(module, option)
         require("torch", "--kernel", "kernel")
-        from simulator.kernels.kernel import Kernel, parse_kwargs  # torch only for a kernel
+        from simulator.kernels.kernel import Kernel  # torch only for a kernel
 
         return Kernel(self.kernel, self.adapter, self.dtype, self.uniforms, parse_kwargs(self.kernel_kwargs),
                       init=parse_kwargs(self.kernel_init, "kernel-init"), import_path=self.import_path)
@@ -158,18 +159,25 @@ class SubjectSpec:
     verifier: str | None
     schemes: str | None
     kernel: KernelSpec | None = None
+    verifier_kwargs: str | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, object]) -> SubjectSpec:
-        """The subject of a command's options, refusing a kernel option without ``--kernel`` and ``--kernel``
-        beside ``--verifier``."""
+        """The subject of a command's options, refusing a kernel option without ``--kernel``, ``--kernel``
+        beside ``--verifier``, and ``--verifier-kwargs`` without ``--verifier``."""
+        knobs = options.get("verifier_kwargs")
+        if knobs is not None:
+            if options.get("verifier") is None:
+                raise InvalidParameterError("verifier-kwargs", "--verifier-kwargs sets a lossy-by-design rule's "
+                                                               "knobs: give --verifier too (docs/lossy.md)")
+            parse_kwargs(knobs, "verifier-kwargs")  # a malformed item is named before anything runs
         if options.get("kernel") is None:
             for name, default in KernelSpec.DEFAULTS:
                 if options.get(name, default) != default:
                     option = name.replace("_", "-")
                     also = " or --loop" if name == "import_path" else ""
                     raise InvalidParameterError(option, f"--{option} applies to --kernel{also} only")
-            return cls(options["verifier"], options["schemes"])  # type: ignore[arg-type]
+            return cls(options["verifier"], options["schemes"], None, knobs)  # type: ignore[arg-type]
         if options["verifier"] is not None:
             raise InvalidParameterError("kernel", "pass --verifier or --kernel, not both")
         kernel = picked(KernelSpec, {**options, "import_path": tuple(options["import_path"])})  # type: ignore
@@ -187,7 +195,9 @@ class SubjectSpec:
         if self.verifier is None:
             raise InvalidParameterError("verifier", "missing: pass --verifier NAME (specproof list) or "
                                                     "module:function")
-        return subject(self.verifier, "verifier", claimed)
+        return subject({"verifier": self.verifier, "verifier_kwargs": parse_kwargs(self.verifier_kwargs,
+                                                                                  "verifier-kwargs")},
+                       "verifier", claimed)
 
 
 def kernel_of(what: Subject):
