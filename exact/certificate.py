@@ -259,6 +259,10 @@ class Certificate:
     method: str = "enumerate"
     #: what the rule reached on this instance: P(τ ≥ 1), P(inner), P(leaf), a plugin's lines (:mod:`exact.reach`)
     reach: Reach | None = None
+    #: the TVD of each position's marginal, position 0 (the round's first token) first
+    position_tvd: tuple = ()
+    #: ``KL(law ‖ target)`` in nats, a float computed from the exact law; ``inf`` with mass off the target's support
+    kl: float = 0.0
 
     def to_json(self) -> dict:
         num = lambda v: to_json_number(v, self.arithmetic)  # noqa: E731
@@ -274,6 +278,8 @@ class Certificate:
                 "expected_accepted": num(self.expected_accepted),
                 "block_efficiency": num(self.expected_accepted + 1),
                 "accept_profile": [num(v) for v in self.profile], "counterexample": ce,
+                "position_tvd": [num(v) for v in self.position_tvd],
+                "kl": "inf" if self.kl == float("inf") else self.kl,
                 "executions": self.executions, "method": self.method, "config": self.config,
                 "reach": None if self.reach is None else self.reach.to_json(num)}
 
@@ -281,7 +287,8 @@ class Certificate:
 def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
             context: Context = (), config: dict | None = None, method: str = "enumerate") -> Certificate:
     """Certify ``verifier`` on one model pair and drafting: the exact TVD of its completed output law to ``q^(H+1)``,
-    ``E[τ]``, and the worst sequence when they differ.
+    ``E[τ]``, the worst sequence when they differ, each position's marginal TVD and the KL divergence from the
+    target.
 
     Lossless means a TVD within the tolerance (0 under fractions, :data:`FLOAT_TOLERANCE` under floats, or what a
     verifier computing in floats states through ``float_tolerance()``, as a torch kernel does) and no mass on a
@@ -346,7 +353,8 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     return Certificate(name, arithmetic, lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),
-                       distance.off_support, reason, method, reach_of(law, tracer))
+                       distance.off_support, reason, method, reach_of(law, tracer), distance.position_tvd,
+                       distance.kl)
 
 
 def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier,
@@ -392,7 +400,8 @@ def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     return Certificate(name, "float", lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),
-                       distance.off_support, reason, reach=reach_of(law, tracer))
+                       distance.off_support, reason, reach=reach_of(law, tracer),
+                       position_tvd=distance.position_tvd, kl=distance.kl)
 
 
 def _tolerance(fn: Verifier, exact: bool) -> tuple[Number, str]:

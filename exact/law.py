@@ -7,7 +7,9 @@ or greedy BV's modified target); a verifier is lossless iff the completed law eq
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Iterable
 
 from simulator.completion import TARGET
@@ -177,8 +179,9 @@ class OutputLaw:
 
 def law_distance(mine: dict[Sequence_, Number], target: dict[Sequence_, Number], zero: Number = 0) -> "Distance":
     """How law ``mine`` differs from ``target`` (both sequence → probability, zero cells omitted): half the L1
-    distance, the sequence of largest difference (ties: the smallest sequence) and the mass ``mine`` puts on
-    sequences ``target`` omits; ``zero`` sets the arithmetic of the sums."""
+    distance, the sequence of largest difference (ties: the smallest sequence), the mass ``mine`` puts on
+    sequences ``target`` omits, the TVD of each position's marginal and ``KL(mine ‖ target)``; ``zero`` sets the
+    arithmetic of the sums."""
     tvd = off_support = zero
     worst: tuple[Number, Sequence_] | None = None
     for seq in sorted(set(mine) | set(target)):
@@ -189,14 +192,50 @@ def law_distance(mine: dict[Sequence_, Number], target: dict[Sequence_, Number],
         if gap > 0 and (worst is None or gap > worst[0]):
             worst = (gap, seq)
     ce = None if worst is None else Counterexample(worst[1], mine.get(worst[1], zero), target.get(worst[1], zero))
-    return Distance(tvd / 2, ce, off_support)
+    return Distance(tvd / 2, ce, off_support, _marginal_tvds(mine, target, zero), _kl(mine, target))
+
+
+def _marginal_tvds(mine: dict[Sequence_, Number], target: dict[Sequence_, Number], zero: Number) -> tuple:
+    """The TVD of each position's marginal law, position 0 first (the laws' sequences all have one length)."""
+    length = max((len(s) for s in (*mine, *target)), default=0)
+    out = []
+    for i in range(length):
+        diff: dict[int, Number] = {}
+        for law, sign in ((mine, 1), (target, -1)):
+            for seq, prob in law.items():
+                diff[seq[i]] = diff.get(seq[i], zero) + sign * prob
+        out.append(sum((abs(d) for d in diff.values()), zero) / 2)
+    return tuple(out)
+
+
+def _kl(mine: dict[Sequence_, Number], target: dict[Sequence_, Number]) -> float:
+    """``KL(mine ‖ target)`` in nats, as a float from the exact cells (each ratio taken exactly before its
+    logarithm); ``inf`` where ``mine`` puts mass on a sequence ``target`` omits."""
+    total = 0.0
+    for seq, prob in mine.items():
+        if prob <= 0:
+            continue
+        if target.get(seq, 0) <= 0:
+            return math.inf
+        total += float(prob) * math.log(prob / target[seq]) if isinstance(prob, float) else \
+            float(prob) * _log_ratio(prob, target[seq])
+    return total
+
+
+def _log_ratio(a: Number, b: Number) -> float:
+    """``log(a / b)`` of two exact positive rationals, without the float overflow or underflow of either."""
+    ratio = Fraction(a) / Fraction(b)
+    return math.log(ratio.numerator) - math.log(ratio.denominator)
 
 
 @dataclass(frozen=True)
 class Distance:
-    """How a completed law differs from the target: TVD, the worst sequence, and the support violation (mass on
-    sequences of target probability 0, a loss whatever a float tolerance allows)."""
+    """How a completed law differs from the target: TVD, the worst sequence, the support violation (mass on
+    sequences of target probability 0, a loss whatever a float tolerance allows), each position's marginal TVD and
+    the KL divergence from the target (a float; ``inf`` with a support violation)."""
 
     tvd: Number
     counterexample: Counterexample | None
     off_support: Number
+    position_tvd: tuple = ()
+    kl: float = 0.0

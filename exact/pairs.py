@@ -18,7 +18,7 @@ from simulator.errors import InvalidParameterError
 from simulator.kernels.batch import BatchRequest, ReferencePair
 from simulator.limits import computation
 from simulator.models import ModelPair, ModelView
-from simulator.numeric import Number
+from simulator.numeric import Number, human_number
 from simulator.speculation import checked_outcome
 from simulator.trees import make_topology
 from simulator.verifiers.registry import Verifier
@@ -48,6 +48,18 @@ class PairsResult:
     def deciding_seed(self) -> int:
         return self.seeds[self.certificates.index(self.deciding)]
 
+    def budget_line(self, budget: Number) -> tuple[bool, str]:
+        """Whether every pair's TVD is within ``budget``, and the verdict line saying so (``WITHIN BUDGET`` with the
+        largest TVD and its seed, or ``OVER BUDGET`` with the first pair over it)."""
+        tvds = [c.tvd for c in self.certificates]
+        worst = max(range(len(tvds)), key=lambda i: tvds[i])
+        over = next((i for i, t in enumerate(tvds) if t > budget), None)
+        where = lambda i: _seed_word(self.certificates[i], self.seeds[i])  # noqa: E731
+        if over is None:
+            return True, (f"WITHIN BUDGET: TVD ≤ {human_number(budget)} on every pair tried (largest "
+                          f"{human_number(tvds[worst])}, {where(worst)})")
+        return False, f"OVER BUDGET: TVD {human_number(tvds[over])} > {human_number(budget)} on {where(over)}"
+
     def coverage(self) -> str:
         """What the verdict covers, in words. A model with no seed (a table) is one pair, named by its kind."""
         config = self.deciding.config or {}
@@ -59,7 +71,7 @@ class PairsResult:
             return (f"lossless on the {len(self.seeds)} model pair(s) tried (model {seeds}): a verdict on these pairs, "
                     "not on every pair")
         return (f"lossy on model seed {self.deciding_seed}, the first lossy pair of {len(self.seeds)} tried "
-                f"(model {seeds}); {len(self.seeds) - 1} pair(s) before it certified lossless")
+                f"(model {seeds}); {self.certificates.index(self.deciding)} pair(s) before it certified lossless")
 
     def to_json(self) -> dict:
         """The deciding certificate's JSON, with the pairs tried."""
@@ -79,10 +91,18 @@ def _seed_list(seeds: tuple[int, ...]) -> str:
     return f"seeds {seeds[0]}–{seeds[-1]}"
 
 
+def _seed_word(cert: Certificate, seed: int) -> str:
+    """``model seed S``, or ``the table model`` for a model without seeds."""
+    return "this model pair" if (cert.config or {}).get("model") is not None and "seed" not in cert.config \
+        else f"model seed {seed}"
+
+
 def certify_pairs(pair: Callable[[int], tuple[ModelPair, Drafter]], seeds: Iterable[int],
                   verifier: str | Verifier, arithmetic: str = "fraction", config: Callable[[int], dict] | None = None,
-                  on_pair: Callable[[int, Certificate], None] | None = None, method: str = "enumerate") -> PairsResult:
-    """Certify ``verifier`` on the model pair of each seed in order, stopping at the first lossy one.
+                  on_pair: Callable[[int, Certificate], None] | None = None, method: str = "enumerate",
+                  stop: Callable[[Certificate], bool] | None = None) -> PairsResult:
+    """Certify ``verifier`` on the model pair of each seed in order, stopping at the first lossy one (or the first
+    ``stop`` says to stop at).
 
     A subtle bug can hide from most pairs (one random pair in eight is common), so one certificate rarely settles a
     question; a LOSSLESS result covers the pairs tried, not every pair (only a proof does that).
@@ -104,6 +124,9 @@ def certify_pairs(pair: Callable[[int], tuple[ModelPair, Drafter]], seeds: Itera
         ``on_pair(seed, certificate)``, called as each pair is done (progress).
     method : {"enumerate", "recursion"}
         As :func:`exact.certificate.certify`'s.
+    stop : callable, optional
+        ``stop(certificate)``: whether to stop after this pair (default: when it is lossy); a TVD budget stops at
+        the first pair over it.
 
     Returns
     -------
@@ -125,7 +148,7 @@ def certify_pairs(pair: Callable[[int], tuple[ModelPair, Drafter]], seeds: Itera
         certs.append(cert)
         if on_pair is not None:
             on_pair(seed, cert)
-        if not cert.lossless:
+        if (not cert.lossless) if stop is None else stop(cert):
             break
     return PairsResult(tuple(done_seeds), tuple(certs))
 

@@ -7,7 +7,7 @@ point-mass candidates, on which only the rules that never read ``p`` at a drafte
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .jsonfile import read_json
@@ -24,6 +24,8 @@ class Case:
     q: tuple[tuple[Number, ...], ...]
     verifier: str
     draft: str = "sampled"
+    #: a lossy-by-design rule's knob values (docs/lossy.md)
+    verifier_kwargs: dict = field(default_factory=dict)
 
 
 DRAFTS = ("sampled", "deterministic")
@@ -56,7 +58,8 @@ def parse_case(data: object, arithmetic: str) -> Case:
     """A case from its JSON object. Fields: ``vocab``; ``parents`` (root first, ``-1``; BFS order); ``tokens``
     (``null`` for the root); ``p`` and ``q``, objects from node index (a string) to a row of probabilities (numbers,
     or exact ``"3/10"`` strings) — ``p`` for every non-leaf node, ``q`` for every node; ``verifier`` (a built-in
-    name or ``module:function``); optionally ``draft``: ``"sampled"`` (the default) or ``"deterministic"``
+    name or ``module:function``); optionally ``verifier_kwargs``, a lossy-by-design rule's knob values (an object of
+    NAME: VALUE, docs/lossy.md), and ``draft``: ``"sampled"`` (the default) or ``"deterministic"``
     (point-mass candidates such as ADED's, REST's, EAGLE's top-k, whose tokens need not be supported by ``p``;
     only the rules that never read ``p`` at a drafted token, such as ``tv-det`` and ``match``, are defined there)."""
     if not isinstance(data, dict):
@@ -77,6 +80,9 @@ def parse_case(data: object, arithmetic: str) -> Case:
     q = _rows(data, "q", n, vocab, [True] * n, arithmetic)
     if not isinstance(data["verifier"], str):
         raise InvalidParameterError("verifier", "must be a name or module:function")
+    knobs = data.get("verifier_kwargs", {})
+    if not isinstance(knobs, dict):
+        raise InvalidParameterError("verifier_kwargs", "must be an object of NAME: VALUE")
     draft = data.get("draft", "sampled")
     if draft not in DRAFTS:
         raise InvalidParameterError("draft", f"must be one of {DRAFTS}, got {draft!r}")
@@ -87,7 +93,7 @@ def parse_case(data: object, arithmetic: str) -> Case:
                 raise InvalidTreeError(f"tokens[{v}]", f"node {v} drafts token {token}, which p[\"{parent}\"] gives "
                                                        "probability 0: no sampled draft holds it (mark point-mass "
                                                        "candidates with \"draft\": \"deterministic\")")
-    return Case(vocab, tree, tuple(p), tuple(q), data["verifier"], draft)
+    return Case(vocab, tree, tuple(p), tuple(q), data["verifier"], draft, knobs)
 
 
 def load_case(path: str | Path, arithmetic: str) -> Case:

@@ -18,6 +18,7 @@ from . import block, controls, matching, multipath, single_step_arrays as steps,
 from .batched.ref import ArrayRuleRef, array_rule
 from .knobs import Knob, bind
 from .layer import lv
+from .lossy import threshold
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
 
@@ -234,6 +235,11 @@ _SPECS = [
                  "CONTROL: DySpec Alg. 3 as printed, c ~ N(0,1) (float only)", (), float_only=True,
                  demo=((-1, 0, 0, 1, 1, 2, 2), "without-replacement"), lossy_on="every tree of depth ≥ 1",
                  array_rule=array_rule("token_tree:tv", step=steps.DYSPEC_PRINTED)),
+    # lossy by design (docs/lossy.md)
+    VerifierSpec("sglang-threshold", threshold.make(), "SGLang's threshold acceptance (threshold_single, "
+                 "threshold_acc; its CUDA tree kernel)", (), lossy_by_design=True, knobs=threshold.KNOBS,
+                 make=threshold.make, lossless_at="threshold_single=1, threshold_acc=1 with distinct siblings "
+                                                  "(--drafting top-k or without-replacement)"),
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}

@@ -33,7 +33,7 @@ def support_source(mass: Number) -> str:
 def certificate_lines(cert, indent: str = "  ") -> list[str]:
     """The lines under a verdict: TVD, E[accepted], a support violation, the counterexample, the rule's reach and
     the size of the computation."""
-    lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}",
+    lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}", *price_lines(cert, indent),
              f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; block efficiency "
              f"{human_number(cert.expected_accepted + 1)}"]
     lines += discrepancy_lines(cert.off_support, cert.counterexample, indent)
@@ -44,6 +44,17 @@ def certificate_lines(cert, indent: str = "  ") -> list[str]:
                                                      "verification: node and context; TRV: subtrees; LV: drafts above "
                                                      "the deepest level)"))
     return lines
+
+
+def price_lines(cert, indent: str = "  ") -> list[str]:
+    """Where the law differs from the target, what else it costs: each position's marginal TVD and the KL divergence
+    (none when the TVD is 0)."""
+    if not cert.tvd or not cert.position_tvd:
+        return []
+    kl = ("∞ (the law puts mass on sequences the target excludes)" if cert.kl == float("inf")
+          else f"{cert.kl:.6g} nats (a float computed from the exact law)")
+    return [f"{indent}TVD per position: " + ", ".join(human_number(v) for v in cert.position_tvd),
+            f"{indent}KL(law ‖ target) = {kl}"]
 
 
 def discrepancy_lines(off_support: Number, counterexample, indent: str = "  ", subject: str = "the verifier",

@@ -10,7 +10,7 @@ import click
 
 from exact import fixed_tree_law
 from exact.certificate import METHODS
-from exact.pairs import certify_pairs
+from exact.pairs import PairsResult, certify_pairs
 from exact.reproducer import capture, failing_case, load_reproducer
 from exact.size import estimate_round
 from exact.subject import Subject, parse_schemes, subject
@@ -33,7 +33,7 @@ from specproof.cli.option_groups import (CAUSAL_LM, batch_options, case_options,
                                          kernel_options, limit_options, loop_options, model_options, sampling_options,
                                          shape_options, verifier_options)
 from specproof.cli.output import kept, shrunk, write_output
-from specproof.cli.params import Whole
+from specproof.cli.params import Real, Whole
 from specproof.cli.progress import mass_bar
 from specproof.cli.requests import CertifyRequest
 from specproof.cli.sections import section
@@ -71,8 +71,9 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
     """The exact output law of a verifier on one fixed tree (CASE.json), as JSON."""
     case = load_case(case_path, arithmetic)
     check_arithmetic_for(case.verifier, arithmetic)
+    rule = subject({"verifier": case.verifier, "verifier_kwargs": case.verifier_kwargs}, "case")
     with mass_bar(1, "law") as bar, limited(max_executions, timeout, bar.update):
-        result = fixed_tree_law(case.tree, case.p, case.q, case.verifier, case.vocab, arithmetic)
+        result = fixed_tree_law(case.tree, case.p, case.q, rule.fn, case.vocab, arithmetic)
     entries = [json.dumps({"path": list(path), "y": y, "prob": to_json_number(prob, arithmetic)})
                for (path, y), prob in result.law().items()]
     expected = json.dumps(to_json_number(result.expected_accepted(), arithmetic))
@@ -96,14 +97,18 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
          click.option("--method", type=click.Choice(METHODS), default="enumerate", show_default=True,
                       help="enumerate: run the rule on every draft and choice; recursion: the rule's exact recursion "
                            "(trv, trv-iid: over subtrees; lv-*: the deepest level in closed form), for trees "
-                           "enumeration cannot reach (docs/engines.md)"))
+                           "enumeration cannot reach (docs/engines.md)"),
+         click.option("--tvd-budget", type=Real(0, 1),
+                      help="the TVD a lossy-by-design rule may cost: WITHIN BUDGET (exit 0) while every pair's TVD "
+                           "is at most this, else OVER BUDGET (exit 1), in place of LOSSLESS/LOSSY's exit"))
 @limit_options
 @json_option("the certificate")
 @click.pass_context
 def certify(ctx: click.Context, **options) -> None:
     """Certify a verifier, or an unmodified torch kernel, exactly: TVD of its completed output law to q^(H+1); with
     --model causal-lm, on a real pair's rows after a prompt; with --loop, a whole generation loop against plain
-    sampling; with --request, a batched kernel on a batch of requests. Exit 0 lossless, 1 lossy."""
+    sampling; with --request, a batched kernel on a batch of requests. Exit 0 lossless, 1 lossy (with
+    --tvd-budget: 0 within it, 1 over it)."""
     request = CertifyRequest.from_click(ctx, **options)
     {"model": certify_model, "case": certify_case, CAUSAL_LM: certify_causal_lm,
      "loop": certify_loop, "batch": certify_batch}[request.mode](request)
@@ -124,7 +129,8 @@ def certify_model(request: CertifyRequest) -> None:
             if request.method == "enumerate":  # the size estimate is enumeration's
                 estimate_round(*pairs(request.model.seed), what.fn, request.arithmetic).check(cap)
             result = certify_pairs(pairs, seeds, what.fn, request.arithmetic,
-                                   config=lambda s: {**pairs.config(s), **described}, method=request.method)
+                                   config=lambda s: {**pairs.config(s), **described}, method=request.method,
+                                   stop=request.over_budget)
     except SpecproofError as err:
         if hasattr(err, "branch"):
             err.case = _failing_case(request, pairs, seeds, what)
@@ -138,11 +144,16 @@ def certify_model(request: CertifyRequest) -> None:
         click.echo(f"  tolerance: {cert.tolerance_reason}")
     click.echo(f"  covers: {result.coverage()}")
     out = {**result.to_json(), "verifier": what.name, **what.claim_json(shape.drafting)}
+    passed = result.lossless
+    if request.tvd_budget is not None:
+        passed, line = result.budget_line(request.budget_value())
+        click.echo(line)
+        out.update(tvd_budget=request.tvd_budget, within_budget=passed)
     if request.shrink and not result.lossless:
         out["reproducer"] = shrunk(capture(*pairs(result.deciding_seed), what, request.arithmetic), what,
                                    request.shrink_time, request.case_out)
     write_output(request.json_out, out)
-    sys.exit(0 if result.lossless else 1)
+    sys.exit(0 if passed else 1)
 
 
 def _one_tree_subject(what: Subject) -> Subject:
@@ -188,7 +199,12 @@ def certify_case(request: CertifyRequest) -> None:
     _print_certificate(what, case.drafting, cert)
     click.echo("  covers: this case's model pair, not every pair")
     out = {**cert.to_json(), "verifier": what.name, "case": str(request.case), **what.claim_json(case.drafting)}
+    passed = cert.lossless
+    if request.tvd_budget is not None:
+        passed, line = PairsResult((0,), (cert,)).budget_line(request.budget_value())
+        click.echo(line)
+        out.update(tvd_budget=request.tvd_budget, within_budget=passed)
     if request.shrink and not cert.lossless:
         out["reproducer"] = shrunk(case, what, request.shrink_time, request.case_out)
     write_output(request.json_out, out)
-    sys.exit(0 if cert.lossless else 1)
+    sys.exit(0 if passed else 1)

@@ -15,6 +15,7 @@ from exact.subject import parse_schemes
 from simulator.errors import InvalidParameterError
 from simulator.jsonfile import check_output_dir, check_output_file
 from simulator.trees import Topology, shape_from_options
+from simulator.verifiers.knobs import decimal
 from simulator.loops.models import LOOP_MODELS
 from simulator.loops.sampling import Sampling
 from specproof.cli.option_groups import CAUSAL_LM
@@ -87,18 +88,18 @@ NOT_LOOP = ("rho", "tau_p", "tau_q", "zero_prob", "pairs", "target", "draft", "p
             "mcts_iterations", "candidates", "candidate_length", "verifier", "verifier_kwargs", "schemes", "kernel",
             "adapter", "dtype",
             "uniforms", "kernel_kwargs", "kernel_init", "case_path", "shrink", "shrink_time", "case_out",
-            "arithmetic", "method", "requests")
+            "arithmetic", "method", "requests", "tvd_budget")
 #: the certify options ``--model causal-lm`` refuses: the synthetic and table models', seeds, kernels, reproducers,
 #: exact arithmetic and the recursions (a real pair is certified in float64 by enumeration)
 NOT_REAL = ("table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "kernel", "adapter", "dtype",
             "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink", "shrink_time", "case_out",
-            "arithmetic", "method", "requests")
+            "arithmetic", "method", "requests", "tvd_budget")
 #: the certify options a batch (``--request``) refuses: each request drafts an i.i.d. chain of its own depth on its
 #: own pair, the batch is one exact enumeration of one kernel
 NOT_BATCH = ("pairs", "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth",
              "corpus_path", "mcts_iterations", "candidates", "candidate_length", "verifier", "verifier_kwargs", "schemes",
              "case_path",
-             "shrink", "shrink_time", "case_out", "arithmetic", "method")
+             "shrink", "shrink_time", "case_out", "arithmetic", "method", "tvd_budget")
 #: the certify options a reproducer holds (``--case``): its model, tree, drafting and arithmetic
 HELD_BY_CASE = ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "topology",
                 "depth", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
@@ -123,6 +124,15 @@ class CertifyRequest(TreeRequest):
     shrink_time: float
     case_out: str
     requests: tuple[str, ...] = ()
+    tvd_budget: float | None = None
+
+    def budget_value(self):
+        """``--tvd-budget`` as the exact rational its decimal text says (``0.05`` is 1/20)."""
+        return decimal(self.tvd_budget)
+
+    def over_budget(self, cert) -> bool:
+        """Whether a pair's certificate ends a run: over ``--tvd-budget`` when one is given, else lossy."""
+        return cert.tvd > self.budget_value() if self.tvd_budget is not None else not cert.lossless
 
     @property
     def mode(self) -> str:
@@ -169,7 +179,8 @@ class CertifyRequest(TreeRequest):
         return cls(**parts, real=real, loop=loop, case=options["case_path"], pairs=options["pairs"],
                    arithmetic=options["arithmetic"], method=options["method"], limits=picked(LimitSpec, options),
                    json_out=options["json_out"], shrink=options["shrink"], shrink_time=options["shrink_time"],
-                   case_out=options["case_out"], requests=tuple(options["requests"]))
+                   case_out=options["case_out"], requests=tuple(options["requests"]),
+                   tvd_budget=options["tvd_budget"])
 
 
 def _check_batch(ctx: click.Context, options: dict, given: frozenset[str]) -> None:
