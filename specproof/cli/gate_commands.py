@@ -14,7 +14,7 @@ from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions
 from simulator.errors import InvalidParameterError, TimeLimitError
 from simulator.jsonfile import check_output_dir, check_output_file
-from simulator.numeric import ARITHMETICS
+from simulator.numeric import ARITHMETICS, human_number
 from simulator.usercode import require
 from simulator.verifiers.registry import check_arithmetic_for
 from specproof.cli.certificate_text import certificate_lines, echo_control_note
@@ -39,6 +39,9 @@ from specproof.gate.hunt import hunt as run_hunt
          click.option("--time-limit", type=Real(0, MAX_SECONDS, min_open=True, inf_ok=True), default=60.0,
                       show_default=True, help="seconds to search (inf: until a loss is found)"),
          click.option("--hunt-seed", type=SEED, default=0, show_default=True, help="seed of the search itself"),
+         click.option("--maximize", type=click.Choice(["tvd"]),
+                      help="search the whole --time-limit for the pair of largest exact TVD (a lossy-by-design "
+                           "rule's worst case at its knobs) instead of stopping at the first loss"),
          click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="fraction", show_default=True))
 @section("Reproducer",
          shrink_time_option(),
@@ -57,12 +60,14 @@ def hunt(ctx: click.Context, **options) -> None:
     check_arithmetic_for(what.name, request.arithmetic)
     with progress_bar(None, f"hunt {what.name}", "pair") as bar:
         result = run_hunt(what, request.time_limit, _fixed(request, what), request.hunt_seed, request.arithmetic,
-                          request.shrink_time, lambda n: bar.update(1))
+                          request.shrink_time, lambda n: bar.update(1), request.maximize)
     out = {"verifier": what.name, "subject": what.description, **result.to_json(),
            "claimed_schemes": list(what.schemes), "control_run": control}
     if result.found is None and result.pairs == 0:
         raise TimeLimitError("time_limit", f"no model pair was certified within {request.time_limit:g} s, so there "
                                            "is no verdict: raise --time-limit")
+    if request.maximize is not None:
+        _largest(request, what, result, out)
     if result.found is None:
         click.echo(f"{what.name}: no loss found")
         if control:
@@ -79,6 +84,23 @@ def hunt(ctx: click.Context, **options) -> None:
     out["reproducer"] = shrunk(result.found, what, request.shrink_time, request.case_out)
     write_output(request.json_out, out)
     sys.exit(1)
+
+
+def _largest(request: HuntRequest, what: Subject, result, out: dict) -> None:
+    """``hunt --maximize tvd``'s report: the pair of largest exact TVD, its certificate and its case (unshrunk:
+    shrinking would lower the TVD); exit 1 when that TVD is positive (a loss), else 0."""
+    cert = result.found_certificate
+    click.echo(f"{what.name}: the largest TVD of {result.pairs} pair(s) ({result.seconds:.1f} s) is "
+               f"{human_number(cert.tvd)}")
+    for line in certificate_lines(cert):
+        click.echo(line)
+    click.echo(f"  covers: {result.coverage()} — the largest TVD on these pairs, a lower bound on the worst case")
+    path = kept(lambda: result.found.write(request.case_out))
+    if path:
+        click.echo(f"  that pair's case: {path} (specproof certify --case {path})")
+        out["reproducer"] = str(path)
+    write_output(request.json_out, out)
+    sys.exit(1 if cert.tvd else 0)
 
 
 def _fixed(request: HuntRequest, what: Subject) -> Fixed:
@@ -147,7 +169,7 @@ def gate(ctx, config_path, jobs, junit_path, summary_path, update_baselines, fre
         for outcome in outcomes:
             for case in outcome.cases:
                 if case.error is None:
-                    case.baseline, case.moved = case.figure, False
+                    case.baseline, case.moved = case.figures(outcome.check.tvd_budget is not None), None
     text = markdown(outcomes, command_line(ctx))
     click.echo(text)
     for outcome in outcomes:

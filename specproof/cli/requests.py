@@ -307,6 +307,7 @@ class HuntRequest(TreeRequest):
     shrink_time: float
     case_out: str
     json_out: str | None
+    maximize: str | None = None
 
     @classmethod
     def from_click(cls, ctx: click.Context, **options) -> HuntRequest:
@@ -314,7 +315,7 @@ class HuntRequest(TreeRequest):
         check_output_dir(Path(options["case_out"]).parent, "case_out")  # made if missing
         return cls(**cls.parts(ctx, options), time_limit=options["time_limit"], hunt_seed=options["hunt_seed"],
                    arithmetic=options["arithmetic"], shrink_time=options["shrink_time"],
-                   case_out=options["case_out"], json_out=options["json_out"])
+                   case_out=options["case_out"], json_out=options["json_out"], maximize=options["maximize"])
 
     @property
     def fixed(self) -> frozenset[str]:

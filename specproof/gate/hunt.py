@@ -54,9 +54,10 @@ class HuntResult:
     local_moves: int
     seconds: float
     covered: dict[str, Counter] = field(default_factory=dict)
-    found: Reproducer | None = None  # the first lossy case, as found
+    found: Reproducer | None = None  # the first lossy case, as found (--maximize tvd: the largest TVD's)
     found_certificate: Certificate | None = None
     shrunk: Shrunk | None = None
+    maximize: str | None = None  # "tvd": the hunt kept the pair of largest exact TVD
 
     def coverage(self) -> str:
         parts = [f"{self.pairs} model pair(s) certified ({self.local_moves} of them by local moves on rows) in "
@@ -68,8 +69,10 @@ class HuntResult:
     def to_json(self) -> dict:
         out: dict = {"pairs": self.pairs, "local_moves": self.local_moves, "seconds": round(self.seconds, 3),
                      "covered": {k: {str(a): n for a, n in v.items()} for k, v in self.covered.items()},
-                     "lossy": self.found is not None,
+                     "lossy": self.found is not None and bool(self.found_certificate.tvd),
                      "scope": "the pairs certified, not every pair"}
+        if self.maximize is not None:
+            out["maximize"] = self.maximize
         if self.found is not None:
             out["found"] = self.found.to_json(self.found_certificate)
         if self.shrunk is not None:
@@ -79,8 +82,11 @@ class HuntResult:
 
 
 def hunt(what: Subject, time_limit: float, fixed: Fixed = Fixed(), seed: int = 0, arithmetic: str = "fraction",
-         shrink_time: float = 10.0, on_pair: Callable[[int], None] = lambda n: None) -> HuntResult:
-    """Certify pairs until one is lossy or ``time_limit`` seconds pass, then shrink it.
+         shrink_time: float = 10.0, on_pair: Callable[[int], None] = lambda n: None,
+         maximize: str | None = None) -> HuntResult:
+    """Certify pairs until one is lossy or ``time_limit`` seconds pass, then shrink it; with ``maximize="tvd"``,
+    search the whole time for the pair of largest exact TVD (a lossy-by-design rule's worst case at its knobs),
+    climbing by local moves from every fresh pair, and keep that pair unshrunk.
 
     Each option the caller fixes (``fixed``) is held; the others are drawn from a generator seeded by ``seed``, so
     the same seed and options give the same sequence of pairs on any machine. After each fresh pair that certifies
@@ -93,9 +99,12 @@ def hunt(what: Subject, time_limit: float, fixed: Fixed = Fixed(), seed: int = 0
     """
     if not time_limit > 0:
         raise InvalidParameterError("time_limit", f"must be positive, got {time_limit}")
+    if maximize not in (None, "tvd"):
+        raise InvalidParameterError("maximize", f"must be tvd, got {maximize!r}")
     rng = np.random.default_rng(seed)
     start = time.monotonic()
-    result = HuntResult(0, 0, 0.0, {k: Counter() for k in ("model", "vocab", "shape", "drafting")})
+    result = HuntResult(0, 0, 0.0, {k: Counter() for k in ("model", "vocab", "shape", "drafting")},
+                        maximize=maximize)
     schemes = [s for s in what.schemes if s in SEARCHED_SCHEMES] or ["iid"]
     deadline = start + time_limit
     while time.monotonic() < deadline:
@@ -110,7 +119,7 @@ def hunt(what: Subject, time_limit: float, fixed: Fixed = Fixed(), seed: int = 0
         result.pairs += 1
         on_pair(result.pairs)
         for _ in range(LOCAL_MOVES):
-            if not cert.lossless or time.monotonic() >= deadline:
+            if (not cert.lossless and maximize is None) or time.monotonic() >= deadline:
                 break
             moved = _moved(case, rng)
             try:
@@ -125,6 +134,10 @@ def hunt(what: Subject, time_limit: float, fixed: Fixed = Fixed(), seed: int = 0
             on_pair(result.pairs)
             if moved_cert.tvd >= cert.tvd:
                 case, cert = moved, moved_cert
+        if maximize is not None:
+            if result.found is None or cert.tvd > result.found_certificate.tvd:
+                result.found, result.found_certificate = case, cert
+            continue
         if not cert.lossless:
             result.found, result.found_certificate = case, cert
             result.shrunk = shrink(case, shrink_time, what)

@@ -32,6 +32,7 @@ from simulator.jsonfile import check_output_dir, read_json, read_text, write_jso
 from simulator.loops.builtin import plain_sampling
 from simulator.loops.sampling import Sampling
 from simulator.usercode import require
+from simulator.verifiers.knobs import decimal
 from simulator.verifiers.registry import check_arithmetic_for
 
 if sys.version_info >= (3, 11):
@@ -57,8 +58,9 @@ LOOP_CHECK_KEYS = ("loop", "sampling")
 class Check:
     name: str
     description: dict  # the subject, as in a reproducer; a loop's: {"loop": ..., "sampling": {...}}
-    expect: str
+    expect: str | None  # None: a check with only a TVD budget
     battery: dict  # a loop check's: specproof.gate.loop_battery.loop_battery's
+    tvd_budget: Fraction | None = None  # the TVD every instance must stay within (docs/gate.md, "TVD budgets")
 
     @property
     def loop(self) -> bool:
@@ -173,8 +175,10 @@ def _check(entry: object, shared: dict, loops: dict, where: str, folder: Path) -
         raise InvalidParameterError(where, "must be a table")
     entry = dict(entry)
     expect = entry.pop("expect", None)
-    if expect not in EXPECT:
-        raise InvalidParameterError(f"{where}.expect", f"must be one of {EXPECT}, got {expect!r}")
+    budget = _budget(entry.pop("tvd_budget", None), f"{where}.tvd_budget")
+    if expect not in EXPECT and not (expect is None and budget is not None):
+        raise InvalidParameterError(f"{where}.expect", f"must be one of {EXPECT}, got {expect!r} (or omitted "
+                                                       "beside a tvd_budget)")
     name = entry.pop("name", None)
     try:
         if "loop" in entry:
@@ -189,7 +193,20 @@ def _check(entry: object, shared: dict, loops: dict, where: str, folder: Path) -
         name = what.name + (f" ({entry['adapter']})" if "adapter" in entry else "")
     if not isinstance(name, str) or not name:
         raise InvalidParameterError(f"{where}.name", "must be a non-empty string")
-    return Check(name, description, expect, own)
+    return Check(name, description, expect, own, budget)
+
+
+def _budget(value: object, where: str) -> Fraction | None:
+    """A check's ``tvd_budget``: a number in [0, 1], held as the exact rational its decimal says (``None``: none)."""
+    if value is None:
+        return None
+    try:
+        budget = decimal(value)
+    except ValueError as err:
+        raise InvalidParameterError(where, str(err)) from None
+    if not 0 <= budget <= 1:
+        raise InvalidParameterError(where, f"must be in [0, 1], got {value!r}")
+    return budget
 
 
 def _rule_check(entry: dict, shared: dict, expect: str, where: str) -> tuple[dict, dict, Subject]:
@@ -350,9 +367,10 @@ def acceptance(value: object, where: str) -> Fraction:
         raise InvalidParameterError(BASELINES_FIELD, f"{where}: {value!r} is not a finite number") from None
 
 
-def load_baselines(path: Path) -> dict[str, dict[str, str | float]]:
+def load_baselines(path: Path) -> dict[str, dict[str, str | float | dict]]:
     """The baselines file (none when it does not exist), checked whole before anything is certified: a JSON
-    object of check name → object of instance → ``E[τ]`` (:func:`acceptance`)."""
+    object of check name → object of instance → ``E[τ]`` (:func:`acceptance`), or for a check with a TVD budget
+    an object ``{"expected_accepted": E[τ], "tvd": TVD}``."""
     if not path.exists():
         return {}
     data = read_json(path, BASELINES_FIELD)
@@ -364,8 +382,14 @@ def load_baselines(path: Path) -> dict[str, dict[str, str | float]]:
             raise InvalidParameterError(BASELINES_FIELD, f"{path}: {check!r}: expected an object of instances, "
                                                          f"got {type(values).__name__}")
         for key, value in values.items():
-            acceptance(value, f"{path}: {check!r}: {key!r}")
+            for figure in (value.values() if isinstance(value, dict) and set(value) <= set(BASELINE_FIGURES)
+                           else [value]):
+                acceptance(figure, f"{path}: {check!r}: {key!r}")
     return data
+
+
+#: what a baseline records of a check with a TVD budget (of any other: ``E[τ]`` alone)
+BASELINE_FIGURES = ("expected_accepted", "tvd")
 
 
 def same_acceptance(current: str | float, baseline: str | float, exact: bool, tolerance: float) -> bool:
@@ -381,8 +405,8 @@ class Case:
 
     key: str  # the instance's name (:func:`specproof.gate.battery.instance_key`)
     result: dict
-    baseline: str | float | None = None
-    moved: bool = False
+    baseline: str | float | dict | None = None
+    moved: str | None = None  # what moved from the baseline, in words
     baseline_key: str = ""  # its key in the baselines file (:func:`specproof.gate.battery.baseline_key`)
 
     @property
@@ -406,6 +430,23 @@ class Case:
     @property
     def figure_name(self) -> str:
         return "E[tokens per target pass]" if "expected_tokens_per_pass" in self.result else "E[τ]"
+
+    def figures(self, budgeted: bool) -> str | float | dict | None:
+        """What the baselines file keeps of this instance: its :attr:`figure`, or with a TVD budget ``E[τ]`` and the
+        TVD together."""
+        if not budgeted or self.figure is None:
+            return self.figure
+        return {"expected_accepted": self.figure, "tvd": self.result["tvd"]}
+
+    def moved_from(self, baseline: str | float | dict, exact: bool, tolerance: float) -> str | None:
+        """What moved from ``baseline`` (``E[τ]``, or with a budget ``E[τ]`` and the TVD): ``"E[τ] 1/2 vs
+        baseline 3/4"``, or ``None``."""
+        figures = baseline if isinstance(baseline, dict) else {"expected_accepted": baseline}
+        for key, old in figures.items():
+            now = self.figure if key == "expected_accepted" else self.result.get(key)
+            if now is not None and not same_acceptance(now, old, exact, tolerance):
+                return f"{self.figure_name if key == 'expected_accepted' else 'TVD'} {now} vs baseline {old}"
+        return None
 
     @property
     def worst(self) -> str | None:
@@ -438,6 +479,19 @@ class CheckOutcome:
         return [c for c in self.cases if c.lossy]
 
     @property
+    def over_budget(self) -> list[Case]:
+        """The instances whose TVD exceeds the check's ``tvd_budget`` (none without one)."""
+        budget = self.check.tvd_budget
+        return [] if budget is None else [c for c in self.cases if c.error is None and
+                                          Fraction(str(c.result["tvd"])) > budget]
+
+    @property
+    def expected(self) -> str:
+        """What the check expects, in words: ``lossless``, ``lossy``, ``TVD ≤ 1/20``, or both."""
+        budget = None if self.check.tvd_budget is None else f"TVD ≤ {self.check.tvd_budget}"
+        return ", ".join(x for x in (self.check.expect, budget) if x)
+
+    @property
     def errors(self) -> list[str]:
         """Every typed error of this check: ``INSTANCE: field: message`` per instance, then the hunt's."""
         return [f"{c.key}: {c.error}" for c in self.cases if c.error] + ([self.error] if self.error else [])
@@ -453,10 +507,13 @@ class CheckOutcome:
                        + ")")
         if self.check.expect == "lossy" and not self.lossy_cases and not self.errors:
             out.append(f"expected LOSSY (a control), certified LOSSLESS on all {len(self.cases)} instances")
+        over = self.over_budget
+        if over:
+            out.append(f"OVER BUDGET on {len(over)} of {len(self.cases)} instances (first: {over[0].key}, TVD "
+                       f"{over[0].shown('tvd')} > {self.check.tvd_budget})")
         moved = [c for c in self.cases if c.moved]
         if moved:
-            out.append(f"{moved[0].figure_name} moved on {len(moved)} instance(s) (first: {moved[0].key}: "
-                       f"{moved[0].figure} vs baseline {moved[0].baseline})")
+            out.append(f"moved on {len(moved)} instance(s) (first: {moved[0].key}: {moved[0].moved})")
         if self.hunt_failure:
             out.append(self.hunt_failure)
         return out
@@ -530,7 +587,7 @@ def run_gate(config: Config, jobs: int = 1, fresh: bool = False, tick: Callable[
             for case in outcome.cases:
                 case.baseline = baselines.get(outcome.check.name, {}).get(case.baseline_key)
                 if case.baseline is not None and case.error is None and case.figure is not None:
-                    case.moved = not same_acceptance(case.figure, case.baseline, exact, tolerance)
+                    case.moved = case.moved_from(case.baseline, exact, tolerance)
     return outcomes
 
 
@@ -657,9 +714,10 @@ def _reproduce(outcome: CheckOutcome, config: Config, state: State) -> None:
 def write_baselines(path: Path, outcomes: list[CheckOutcome]) -> Path:
     """This run's ``E[τ]`` (a loop's ``E[tokens per target pass]``) per check and instance; an instance that erred,
     or has no figure, keeps its old baseline, if any."""
-    def kept(case: Case) -> str | float | None:
-        return case.figure if case.error is None and case.figure is not None else case.baseline
+    def kept(case: Case, budgeted: bool) -> str | float | dict | None:
+        return case.figures(budgeted) if case.error is None and case.figure is not None else case.baseline
 
-    write_json(path, {o.check.name: {c.baseline_key: kept(c) for c in o.cases if kept(c) is not None}
+    write_json(path, {o.check.name: {c.baseline_key: kept(c, o.check.tvd_budget is not None) for c in o.cases
+                                     if kept(c, o.check.tvd_budget is not None) is not None}
                       for o in outcomes}, BASELINES_FIELD)
     return path

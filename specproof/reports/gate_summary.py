@@ -30,12 +30,14 @@ def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None, 
             if lossless and case.lossy:
                 why.append(f"LOSSY: TVD {case.shown('tvd')}, off-support mass {case.shown('off_support')}"
                            + (f"; {case.worst}" if case.worst else ""))
+            if any(c is case for c in o.over_budget):
+                why.append(f"OVER BUDGET: TVD {case.shown('tvd')} > {o.check.tvd_budget}")
             if case.moved:
-                why.append(f"{case.figure_name} {case.figure} moved from baseline {case.baseline}")
+                why.append(f"moved from the baseline: {case.moved}")
             if why and o.reproducer:
                 why.append(f"reproducer: {o.reproducer} (specproof certify --case {o.reproducer})")
             out.append((o.check.name, case.key, FAILURE if why else None, "; ".join(why) or None))
-        if not lossless:
+        if o.check.expect == "lossy":
             flagged = len(o.lossy_cases)
             msg = None if flagged or o.errors else f"expected LOSSY, certified LOSSLESS on all {len(o.cases)} instances"
             out.append((o.check.name, "control flagged", FAILURE if msg else None, msg))
@@ -73,11 +75,11 @@ def _cell(text: str) -> str:
 
 def markdown(outcomes: list[CheckOutcome], command: str) -> str:
     lines = ["# specproof gate", "", f"`{command}`", "",
-             "| check | expected | instances | LOSSY on | E[τ] vs baseline | hunt | result |",
+             "| check | expected | instances | LOSSY on | baseline | hunt | result |",
              "|---|---|---|---|---|---|---|"]
     for o in outcomes:
         with_base = [c for c in o.cases if c.baseline is not None and c.error is None]
-        moved = sum(c.moved for c in o.cases)
+        moved = sum(1 for c in o.cases if c.moved)
         base = (f"{len(with_base) - moved} equal, {moved} moved" if with_base else "no baseline")
         hunt = ("ERROR" if o.error else "not hunted (a loop)" if o.check.loop else "—" if o.hunt is None else
                 "LOSS FOUND" if o.hunt["lossy"] else f"none in {o.hunt['pairs']} pairs")
@@ -87,7 +89,7 @@ def markdown(outcomes: list[CheckOutcome], command: str) -> str:
         if o.errors:
             more = f" (and {len(o.errors) - 1} more)" if len(o.errors) > 1 else ""
             result.append(f"ERROR: {o.errors[0]}{more}")
-        lines.append(f"| {_cell(o.check.name)} | {o.check.expect} | {len(o.cases)} | {len(o.lossy_cases)} | "
+        lines.append(f"| {_cell(o.check.name)} | {_cell(o.expected)} | {len(o.cases)} | {len(o.lossy_cases)} | "
                      f"{base} | {hunt} | {_cell('; '.join(result) or 'holds')} |")
     reproducers = [o for o in outcomes if o.reproducer]
     if reproducers:
