@@ -68,7 +68,7 @@ class ExactnessError(SpecproofError):
 
 class UndecidedComparisonError(SpecproofError):
     """A rule's comparison through ``exp`` or ``log`` stayed a tie within the intervals of the highest working
-    precision (:mod:`simulator.interval`): the field names the rule and the row."""
+    precision (:mod:`simulator.verifiers.lossy.interval`): the field names the rule and the row."""
 
 
 class ChoiceLimitError(RandomnessError):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from simulator.errors import InvalidParameterError
-from simulator.keyword_text import parse_kwargs
+from simulator.verifiers.knobs import parse_kwargs
 from simulator.loops.sampling import Sampling
 from simulator.models import Context, ModelPair
 

@@ -1,8 +1,10 @@
 """The knobs of a lossy-by-design rule (docs/lossy.md): each a name, a default and a check, bound from what a user
-gives (``--verifier-kwargs``, a gate check's ``verifier_kwargs``) by :func:`bind`."""
+gives (``--verifier-kwargs``, a gate check's ``verifier_kwargs``) by :func:`bind`; and :func:`parse_kwargs`, the
+``NAME=VALUE,...`` text of such options (``--kernel-kwargs`` and ``--request`` too)."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Mapping
@@ -80,3 +82,20 @@ def bind(rule: str, knobs: tuple[Knob, ...], given: Mapping[str, object] | None)
         except ValueError as err:
             raise InvalidParameterError(f"{FIELD}.{knob.name}", f"{rule}: {err}") from None
     return bound
+
+
+def parse_kwargs(text: str | None, field_name: str = "kernel-kwargs") -> dict[str, object]:
+    """``NAME=VALUE,...``: each value a Python literal (``0.5``, ``True``, ``'x'``) or else a plain string; a
+    malformed item is :class:`InvalidParameterError` on ``field_name``."""
+    out: dict[str, object] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise InvalidParameterError(field_name, f"expected NAME=VALUE, got {item!r}")
+        try:
+            out[name.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[name.strip()] = value.strip()
+    return out

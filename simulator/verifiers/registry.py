@@ -101,11 +101,8 @@ class VerifierSpec:
         return not self.lossless_under and not self.lossy_by_design
 
     def kind_note(self) -> str:
-        """What ``specproof list`` says of the rule's kind: a control, lossy by design (and where lossless), or
-        nothing for a lossless rule."""
-        if self.lossy_by_design:
-            return f"[lossy by design; lossless at {self.lossless_at}]" if self.lossless_at else "[lossy by design]"
-        return "[control]" if self.is_control else ""
+        """What ``specproof list`` says of a lossy-by-design rule: ``[lossy by design; lossless at …]``."""
+        return f"[lossy by design; lossless at {self.lossless_at}]" if self.lossless_at else "[lossy by design]"
 
     def build(self, kwargs: dict | None = None) -> Verifier:
         """The rule at the knob values ``kwargs`` (:func:`load_verifier`); ``fn`` itself when none are given."""

@@ -54,6 +54,10 @@ def list_cmd() -> None:
     for name, text in DRAFTERS.items():
         click.echo(f"drafting   {name:22s} {text}")
     for spec in VERIFIERS.values():
+        if spec.lossy_by_design:
+            knobs = ", ".join(f"{k.name}={k.default}" for k in spec.knobs)
+            click.echo(f"verifier   {spec.name:22s} {spec.description} {spec.kind_note()} (knobs: {knobs})")
+            continue
         where = (f"lossless under: {', '.join(spec.lossless_under)}" if spec.lossless_under
                  else f"lossy on: {spec.lossy_on}")
         click.echo(f"verifier   {spec.name:22s} {spec.description} [{where}]")

@@ -14,7 +14,7 @@ from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidParameterError, SpecproofError
 from simulator.jsonfile import read_json
-from simulator.keyword_text import parse_kwargs
+from simulator.verifiers.knobs import parse_kwargs
 from simulator.limits import limits, progress_note, time_limit
 from simulator.loops.sampling import Sampling
 from simulator.models import ModelPair, make_model

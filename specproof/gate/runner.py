@@ -406,7 +406,7 @@ class Case:
     key: str  # the instance's name (:func:`specproof.gate.battery.instance_key`)
     result: dict
     baseline: str | float | dict | None = None
-    moved: str | None = None  # what moved from the baseline, in words
+    moved: tuple[str, object, object] | None = None  # what moved from the baseline: (figure, now, baseline)
     baseline_key: str = ""  # its key in the baselines file (:func:`specproof.gate.battery.baseline_key`)
 
     @property
@@ -438,14 +438,15 @@ class Case:
             return self.figure
         return {"expected_accepted": self.figure, "tvd": self.result["tvd"]}
 
-    def moved_from(self, baseline: str | float | dict, exact: bool, tolerance: float) -> str | None:
-        """What moved from ``baseline`` (``E[τ]``, or with a budget ``E[τ]`` and the TVD): ``"E[τ] 1/2 vs
-        baseline 3/4"``, or ``None``."""
+    def moved_from(self, baseline: str | float | dict, exact: bool,
+                   tolerance: float) -> tuple[str, object, object] | None:
+        """What moved from ``baseline`` (``E[τ]``, or with a budget ``E[τ]`` and the TVD): ``(figure name, now,
+        baseline)``, or ``None``."""
         figures = baseline if isinstance(baseline, dict) else {"expected_accepted": baseline}
         for key, old in figures.items():
             now = self.figure if key == "expected_accepted" else self.result.get(key)
             if now is not None and not same_acceptance(now, old, exact, tolerance):
-                return f"{self.figure_name if key == 'expected_accepted' else 'TVD'} {now} vs baseline {old}"
+                return self.figure_name if key == "expected_accepted" else "TVD", now, old
         return None
 
     @property
@@ -513,7 +514,8 @@ class CheckOutcome:
                        f"{over[0].shown('tvd')} > {self.check.tvd_budget})")
         moved = [c for c in self.cases if c.moved]
         if moved:
-            out.append(f"moved on {len(moved)} instance(s) (first: {moved[0].key}: {moved[0].moved})")
+            name, now, old = moved[0].moved
+            out.append(f"{name} moved on {len(moved)} instance(s) (first: {moved[0].key}: {now} vs baseline {old})")
         if self.hunt_failure:
             out.append(self.hunt_failure)
         return out

@@ -33,7 +33,8 @@ def testcases(outcomes: list[CheckOutcome]) -> list[tuple[str, str, str | None, 
             if any(c is case for c in o.over_budget):
                 why.append(f"OVER BUDGET: TVD {case.shown('tvd')} > {o.check.tvd_budget}")
             if case.moved:
-                why.append(f"moved from the baseline: {case.moved}")
+                name, now, old = case.moved
+                why.append(f"{name} {now} moved from baseline {old}")
             if why and o.reproducer:
                 why.append(f"reproducer: {o.reproducer} (specproof certify --case {o.reproducer})")
             out.append((o.check.name, case.key, FAILURE if why else None, "; ".join(why) or None))

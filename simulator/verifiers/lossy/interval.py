@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from mpmath import iv
 
-from .errors import UndecidedComparisonError
+from ...errors import UndecidedComparisonError
 
 #: the working precisions tried, in bits; past the last, a comparison is a tie
 PRECISIONS = (64, 256, 1024)
