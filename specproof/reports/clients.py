@@ -320,6 +320,14 @@ def clients_markdown(results: list[Result], command: str, machine: str) -> str:
               "against the interpreter, and a statistical verdict on a CUDA-only verifier (FlashInfer's "
               "`chain_speculative_sampling`), need a GPU, and this report was made on a CPU. A "
               "GPU run must set `TRITON_INTERPRET=0` (tests/conftest.py sets it to 1)."]
+    lines += ["", "## Lossy by design, shipped only for CUDA", "",
+              "Two of the lossy-by-design rules (docs/lossy.md) ship only as CUDA code, so their own code is not run "
+              "here: SGLang 0.5.23's threshold acceptance lives in sgl-kernel's CUDA kernel "
+              "`tree_speculative_sampling_target_only` (its Triton path, `reject_sampling.py` above, has no "
+              "thresholds), and TensorRT-LLM's MTP relaxed acceptance in its C++/CUDA op "
+              "`mtp_relaxed_acceptance_op`. Both need a CUDA build of their packages. specproof's `sglang-threshold` "
+              "and `relaxed` follow their source lines (docs/lossy.md cites them) and are priced exactly; a GPU "
+              "machine with those builds could certify the kernels themselves."]
     lines += ["", "## Commands", ""]
     for r in results:
         lines += [f"* {r.source}, expected {r.expected}:", "", "  ```bash", f"  {r.command}", "  ```", ""]
