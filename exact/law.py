@@ -217,15 +217,17 @@ def _kl(mine: dict[Sequence_, Number], target: dict[Sequence_, Number]) -> float
             continue
         if target.get(seq, 0) <= 0:
             return math.inf
-        total += float(prob) * math.log(prob / target[seq]) if isinstance(prob, float) else \
-            float(prob) * _log_ratio(prob, target[seq])
+        total += float(prob) * _log_ratio(prob, target[seq])
     return total
 
 
 def _log_ratio(a: Number, b: Number) -> float:
-    """``log(a / b)`` of two exact positive rationals, without the float overflow or underflow of either."""
-    ratio = Fraction(a) / Fraction(b)
-    return math.log(ratio.numerator) - math.log(ratio.denominator)
+    """``log(a / b)``: of two exact rationals without the float overflow or underflow of either; of floats (any
+    float type) in float64."""
+    if isinstance(a, (int, Fraction)) and isinstance(b, (int, Fraction)):
+        ratio = Fraction(a) / Fraction(b)
+        return math.log(ratio.numerator) - math.log(ratio.denominator)
+    return math.log(float(a)) - math.log(float(b))
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,8 @@ def test_bad_inputs_name_the_field():
 
 
 def test_every_registered_verifier_has_a_torch_path():
-    assert set(VERIFIERS) == set(TORCH_VERIFIERS)
+    """Every rule but the lossy-by-design ones, which are priced exactly and run their reference in Monte Carlo."""
+    assert {n for n, spec in VERIFIERS.items() if not spec.lossy_by_design} == set(TORCH_VERIFIERS)
 
 
 @pytest.mark.parametrize("name,parents", [("gbv", [-1, 0, 1]), ("tv-gr", [-1, 0, 0]), ("lv-opt", [-1, 0, 0])])
