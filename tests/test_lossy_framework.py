@@ -179,3 +179,24 @@ def test_the_gate_budget_holds_and_fails_naming_the_instance_and_baselines_keep_
     config.write_text(GATE.replace("BUDGET", "0.9"))
     moved = runner.invoke(cli.main, ["gate", "--config", str(config)])
     assert moved.exit_code == 1 and "TVD moved on 1 instance(s)" in moved.output, moved.output
+
+
+def test_law_and_mc_take_the_knobs(tmp_path):
+    """``law`` reads a case's verifier_kwargs: on one drafted token 0 with q = (1/3, 2/3), threshold_acc 1/2
+    accepts it with probability 2/3 (at the default, 1/3); ``mc`` takes --verifier-kwargs as certify does."""
+    case = tmp_path / "case.json"
+    body = {"vocab": 2, "parents": [-1, 0], "tokens": [None, 0], "p": {"0": ["3/4", "1/4"]},
+            "q": {"0": ["1/3", "2/3"], "1": ["1/2", "1/2"]}, "verifier": "sglang-threshold"}
+    runner = CliRunner()
+    for knobs, accepted in (({}, "1/3"), ({"threshold_acc": 0.5}, "2/3")):
+        case.write_text(json.dumps({**body, "verifier_kwargs": knobs} if knobs else body))
+        out = runner.invoke(cli.main, ["law", "--case", str(case)])
+        assert out.exit_code == 0 and json.loads(out.output)["expected_accepted"] == accepted, out.output
+    means = []
+    for knobs in ("threshold_acc=1", "threshold_acc=0.2"):
+        mc = runner.invoke(cli.main, ["mc", "--verifier", "sglang-threshold", "--verifier-kwargs", knobs,
+                                      "--drafting", "top-k", "--topology", "chain", "--depth", "1", "--seeds", "1",
+                                      "--trials", "400", "--json", str(tmp_path / "mc.json")])
+        assert mc.exit_code in (0, 1), mc.output
+        means.append(json.loads((tmp_path / "mc.json").read_text())["accept_len_mean"])
+    assert means[1] > means[0]
