@@ -7,6 +7,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from simulator.completion import REFERENCES
 from simulator.errors import InvalidParameterError
 from simulator.limits import computation
 from simulator.models import Context, ModelPair, ModelView
@@ -20,7 +21,7 @@ from simulator.verifiers.registry import Verifier, check_pairing, load_verifier,
 from .enumeration import Branch, enumerate_outcomes, located
 from .recursions.laws import law_function
 from .recursions.token_law import ArrayLaw
-from .law import Counterexample, OutputLaw
+from .law import Counterexample, Distance, OutputLaw, reference_distances
 from .reach import LineTracer, Reach, plugin_tracer, reach_of
 
 FLOAT_TOLERANCE = 1e-10
@@ -263,6 +264,14 @@ class Certificate:
     position_tvd: tuple = ()
     #: ``KL(law ‖ target)`` in nats, a float computed from the exact law; ``inf`` with mass off the target's support
     kl: float = 0.0
+    #: the distance to each further reference law the registry names for the rule (``VerifierSpec.references``:
+    #: ``"greedy"``, greedy decoding), by name
+    references: dict[str, Distance] = field(default_factory=dict)
+
+    def lossless_against(self, reference: str) -> bool:
+        """The verdict against a further reference law: its TVD within the tolerance and no mass off its support."""
+        distance = self.references[reference]
+        return distance.tvd <= self.tolerance and distance.off_support == 0
 
     def to_json(self) -> dict:
         num = lambda v: to_json_number(v, self.arithmetic)  # noqa: E731
@@ -281,7 +290,9 @@ class Certificate:
                 "position_tvd": [num(v) for v in self.position_tvd],
                 "kl": "inf" if self.kl == float("inf") else self.kl,
                 "executions": self.executions, "method": self.method, "config": self.config,
-                "reach": None if self.reach is None else self.reach.to_json(num)}
+                "reach": None if self.reach is None else self.reach.to_json(num),
+                "references": {name: {"law": REFERENCES[name][0], "tvd": num(d.tvd), "off_support": num(d.off_support),
+                                      "lossless": self.lossless_against(name)} for name, d in self.references.items()}}
 
 
 def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithmetic: str = "fraction",
@@ -348,13 +359,15 @@ def certify(model: ModelPair, drafter: Drafter, verifier: str | Verifier, arithm
                else recursion_law(view, drafter, fn))
         with _completing(law, tracer):
             distance = law.distance()
+            spec = VERIFIERS.get(verifier_name(fn))
+            references = reference_distances(law, spec.references) if spec is not None else {}
     tolerance, reason = _tolerance(fn, law.exact)
     reason = getattr(law, "tolerance_reason", reason)  # a recursion's own rounding argument
     lossless = distance.tvd <= tolerance and distance.off_support == 0
     return Certificate(name, arithmetic, lossless, distance.tvd, tolerance, law.expected_accepted(), law.profile(),
                        None if lossless else distance.counterexample, law.executions, dict(config or {}),
                        distance.off_support, reason, method, reach_of(law, tracer), distance.position_tvd,
-                       distance.kl)
+                       distance.kl, references)
 
 
 def certify_against(model: ModelPair, drafter: Drafter, verifier: str | Verifier,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable
 
-from simulator.completion import TARGET
+from simulator.completion import REFERENCES, TARGET
 from simulator.limits import Count, active_count
 from simulator.models import ModelView
 from simulator.numeric import Number, rational
@@ -131,8 +131,10 @@ class OutputLaw:
                 self._extend(out, o.path + (o.y,), prob, o.completion, count)
         return out
 
-    def target(self) -> dict[Sequence_, Number]:
-        """The target's joint ``q^(H+1)`` over ``Σ^(H+1)``.
+    def target(self, rule=TARGET) -> dict[Sequence_, Number]:
+        """The target's joint ``q^(H+1)`` over ``Σ^(H+1)``, or the law another completion ``rule`` draws from the
+        empty block (greedy decoding's point mass for :data:`~simulator.completion.GREEDY`; a reference of
+        :data:`~simulator.completion.REFERENCES`).
 
         Returns
         -------
@@ -146,7 +148,7 @@ class OutputLaw:
         """
         self._require_view()
         out: dict[Sequence_, Number] = {}
-        self._extend(out, (), rational(1) if self.exact else 1.0, TARGET, active_count())
+        self._extend(out, (), rational(1) if self.exact else 1.0, rule, active_count())
         return out
 
     def discrepancies(self) -> tuple[Number, Counterexample | None]:
@@ -175,6 +177,13 @@ class OutputLaw:
             The law has no model view.
         """
         return law_distance(self.completed(), self.target() if reference is None else reference, self._zero)
+
+
+def reference_distances(law: OutputLaw, names: Iterable[str]) -> dict[str, "Distance"]:
+    """How the completed ``law`` differs from each named reference law of
+    :data:`simulator.completion.REFERENCES` (``"greedy"``: greedy decoding's point mass on the argmax continuation),
+    by name; a rule lists its references in the registry (``VerifierSpec.references``)."""
+    return {name: law.distance(law.target(REFERENCES[name][1])) for name in names}
 
 
 def law_distance(mine: dict[Sequence_, Number], target: dict[Sequence_, Number], zero: Number = 0) -> "Distance":

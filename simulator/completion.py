@@ -1,7 +1,8 @@
 """Completion rules: how a round's output ``path + (y,)`` is extended to ``H + 1`` tokens (docs/notation.md).
 
 A rule's ``next_row(block, view)`` is the next token's distribution given the round's tokens so far: the
-target's, or greedy block verification's modified target.
+target's, greedy block verification's modified target, or greedy decoding's point mass on the target's argmax.
+A rule run from the empty block is a reference law over ``Σ^(H+1)`` (:data:`REFERENCES`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .models import Context, ModelView
-from .numeric import Number, normalise, positive_part, total
+from .numeric import Number, normalise, positive_part, rational, total
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,38 @@ class TargetCompletion:
 
 
 TARGET = TargetCompletion()
+
+
+def argmax(row: Sequence[Number]) -> int:
+    """The index of the largest entry, the smallest such index on a tie (``torch.argmax``'s documented rule)."""
+    return max(range(len(row)), key=lambda x: (row[x], -x))
+
+
+@dataclass(frozen=True)
+class GreedyCompletion:
+    """Greedy decoding: each later token is the target's argmax (:func:`argmax`), with probability 1.
+
+    A rule that decodes greedily (TensorRT-LLM's MTP acceptance, docs/lossy.md#relaxed) returns it beside
+    ``(node, y)``; from the empty block it is greedy decoding's own law, the point mass on the argmax continuation.
+    """
+
+    def next_row(self, block: Context, view: ModelView) -> tuple[Number, ...]:
+        q = view.q(block)
+        top, one = argmax(q), rational(1) if view.arithmetic == "fraction" else 1.0
+        return tuple(one if x == top else one - one for x in range(len(q)))
+
+    def next_view(self, view: ModelView, block: Context) -> ModelView:
+        """The next round's view: the target unchanged (the next round decides from its rows again)."""
+        return view.advanced(block)
+
+
+GREEDY = GreedyCompletion()
+
+#: the laws over ``Σ^(H+1)`` a rule can be measured against beside ``q^(H+1)`` (``VerifierSpec.references``), by name:
+#: what the law is, and the completion rule that draws it from the empty block
+REFERENCES: dict[str, tuple[str, "TargetCompletion | GreedyCompletion"]] = {
+    "greedy": ("greedy decoding (the target's argmax continuation)", GREEDY),
+}
 
 
 def joint(view: ModelView, name: str, block: Context) -> Number:

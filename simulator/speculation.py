@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .completion import TARGET, GreedyBlockCompletion, TargetCompletion
+from .completion import TARGET, GreedyBlockCompletion, GreedyCompletion, TargetCompletion
 from .drafting import Drafter
 from .errors import LimitError, RandomSourceError, SpecproofError, VerifierFailure, VerifierOutputError
 from .models import ModelView
@@ -19,7 +19,7 @@ from .trees import DraftTree
 from .usercode import escape_message, interrupted, source_line
 from .verifiers.registry import Verifier, is_builtin, is_watched_elsewhere, verifier_name
 
-Completion = TargetCompletion | GreedyBlockCompletion
+Completion = TargetCompletion | GreedyBlockCompletion | GreedyCompletion
 
 
 @dataclass(frozen=True)

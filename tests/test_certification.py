@@ -19,7 +19,7 @@ from simulator.verifiers.flows import GR_TOLERANCE
 
 from oracles import target_joint
 
-LOSSLESS = [name for name, spec in VERIFIERS.items() if not spec.is_control]
+LOSSLESS = [name for name, spec in VERIFIERS.items() if not spec.is_control and not spec.lossy_by_design]
 CONTROLS = [name for name, spec in VERIFIERS.items() if spec.is_control]
 
 

@@ -18,7 +18,7 @@ from . import block, controls, matching, multipath, single_step_arrays as steps,
 from .batched.ref import ArrayRuleRef, array_rule
 from .knobs import Knob, bind
 from .layer import lv
-from .lossy import threshold
+from .lossy import relaxed, threshold
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
 
@@ -95,6 +95,9 @@ class VerifierSpec:
     make: Callable[..., Verifier] | None = None
     #: where a lossy-by-design rule is lossless after all (knob values and drafting), in words; empty if nowhere
     lossless_at: str = ""
+    #: laws the rule is also measured against beside ``q^(H+1)``, by name in
+    #: :data:`simulator.completion.REFERENCES` (``"greedy"``: greedy decoding, for a rule that relaxes it)
+    references: tuple[str, ...] = ()
 
     @property
     def is_control(self) -> bool:
@@ -237,6 +240,10 @@ _SPECS = [
                  "threshold_acc; its CUDA tree kernel)", (), lossy_by_design=True, knobs=threshold.KNOBS,
                  make=threshold.make, lossless_at="threshold_single=1, threshold_acc=1 with distinct siblings "
                                                   "(--drafting top-k or without-replacement)"),
+    VerifierSpec("relaxed", relaxed.make(), "TensorRT-LLM MTP relaxed acceptance: greedy, or a top-k token within "
+                 "delta of the top-1's probability", (), ("chain",), lossy_by_design=True, knobs=relaxed.KNOBS,
+                 make=relaxed.make, lossless_at="relaxed_topk=1, against greedy decoding only",
+                 references=("greedy",)),
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}

@@ -7,6 +7,7 @@ from fractions import Fraction
 import click
 
 from exact.subject import Subject
+from simulator.completion import REFERENCES
 from simulator.numeric import Number, human_number
 
 
@@ -34,8 +35,8 @@ def certificate_lines(cert, indent: str = "  ") -> list[str]:
     """The lines under a verdict: TVD, E[accepted], a support violation, the counterexample, the rule's reach and
     the size of the computation."""
     lines = [f"{indent}TVD to q^(H+1) = {human_number(cert.tvd)}", *price_lines(cert, indent),
-             f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; block efficiency "
-             f"{human_number(cert.expected_accepted + 1)}"]
+             *reference_lines(cert, indent), f"{indent}E[accepted] = {human_number(cert.expected_accepted)}; "
+             f"block efficiency {human_number(cert.expected_accepted + 1)}"]
     lines += discrepancy_lines(cert.off_support, cert.counterexample, indent)
     if cert.reach is not None:  # what the rule reached on this instance, and what that hides
         lines += cert.reach.lines_text(indent)
@@ -55,6 +56,13 @@ def price_lines(cert, indent: str = "  ") -> list[str]:
           else f"{cert.kl:.6g} nats (a float computed from the exact law)")
     return [f"{indent}TVD per position: " + ", ".join(human_number(v) for v in cert.position_tvd),
             f"{indent}KL(law ‖ target) = {kl}"]
+
+
+def reference_lines(cert, indent: str = "  ") -> list[str]:
+    """The distance to each further reference law of the rule (greedy decoding, for a rule relaxing it), with the
+    verdict against it."""
+    return [f"{indent}TVD to {REFERENCES[name][0]} = {human_number(distance.tvd)}: "
+            f"{verdict(cert.lossless_against(name))} against it" for name, distance in cert.references.items()]
 
 
 def discrepancy_lines(off_support: Number, counterexample, indent: str = "  ", subject: str = "the verifier",
