@@ -18,7 +18,7 @@ from . import block, controls, matching, multipath, single_step_arrays as steps,
 from .batched.ref import ArrayRuleRef, array_rule
 from .knobs import Knob, bind
 from .layer import lv
-from .lossy import relaxed, threshold
+from .lossy import relaxed, threshold, typical
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
 
@@ -244,6 +244,11 @@ _SPECS = [
                  "delta of the top-1's probability", (), ("chain",), lossy_by_design=True, knobs=relaxed.KNOBS,
                  make=relaxed.make, lossless_at="relaxed_topk=1, against greedy decoding only",
                  references=("greedy",)),
+    VerifierSpec("typical", typical.make(), "Medusa's typical acceptance (posterior_threshold, posterior_alpha, "
+                 "temperature, correction; medusa-llm 0.1's evaluate_posterior)", (), lossy_by_design=True,
+                 knobs=typical.KNOBS, make=typical.make,
+                 lossless_at="correction=sample where no draft can pass (posterior_threshold ≥ 1 and "
+                             "posterior_alpha ≥ the vocabulary's size)"),
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}
