@@ -15,6 +15,7 @@ from simulator.kernels import conventions
 from simulator.kernels.adapters import chain, flat_chain, tree_adapter, uniforms_adapter
 from simulator.kernels.capture import UNIFORM_MODELS, Precision, capture
 from simulator.kernels.loading import load_kernel, request_interpreter, run_before_kernel_import, scripting_off
+from simulator.kernels.medusa import medusa_adapter
 from simulator.kernels.triton_capture import interpreted
 from simulator.kernels.vllm_forward import vllm_v1_forward_adapter
 from simulator.randomness import Randomness
@@ -37,6 +38,7 @@ ADAPTERS: dict[str, Adapter] = {"chain": chain, "flat-chain": flat_chain, "tree"
                                 "uniforms": uniforms_adapter,
                                 "eagle": conventions.eagle_adapter,
                                 "eagle-paths": conventions.eagle_paths_adapter,
+                                "medusa": medusa_adapter,
                                 "vllm": conventions.vllm_adapter,
                                 "vllm-v1": conventions.vllm_v1_adapter,
                                 "vllm-v1-no-draft-probs": conventions.vllm_v1_no_draft_probs_adapter,

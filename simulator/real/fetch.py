@@ -139,6 +139,13 @@ ARTIFACTS: dict[str, Artifact] = {a.name: a for a in (
              (("eagle/model/utils.py", "9c189c18c744ad9c247ca518a6248de23c37a4a356817726d9c61c0bca68f904"),),
              "Apache-2.0", "EAGLE's evaluate_posterior and its tree buffers, eagle-llm 1.2.1's eagle/model/utils.py "
              "only (out of its 164 kB wheel), for certify --adapter eagle", tree=True),
+    Artifact("medusa-posterior", "medusa-llm", "0.1",
+             (("medusa/model/utils.py", "123f5dc220369ea10f00277b95e93b07648e5e93090ab494ff2d392de088ae81"),),
+             "Apache-2.0", "Medusa's evaluate_posterior (typical acceptance) and generate_candidates, medusa-llm "
+             "0.1's medusa/model/utils.py only (it imports only torch), out of its wheel, for certify --adapter "
+             "medusa", tree=True,
+             archive=("medusa_llm-0.1-py3-none-any.whl",
+                      "e4a0f04dcc1cac018a103d32891dccf7055c92147e87ae051f92c34030da1ab3")),
     Artifact("vllm-v1", "vllm", "0.11.0",
              (("vllm/v1/sample/rejection_sampler.py",
                "56e829ec3ced510804e8d68b3f86f59dbc616d8aff48544e6ecc39833cbdac8c"),
