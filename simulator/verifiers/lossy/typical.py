@@ -94,7 +94,7 @@ def make(posterior_threshold: Number = Fraction(9, 100), posterior_alpha: Number
     row there (the rows as given, whatever the temperature).
 
     Comparisons are exact: rational ones as rationals, those through ``exp`` and ``log`` (the entropy threshold; the
-    likelihoods where ``1/temperature`` is not a whole number) by :func:`simulator.interval.greater`, which refuses
+    likelihoods where ``1/temperature`` is not a whole number) by :func:`.interval.greater`, which refuses
     a tie with :class:`~simulator.errors.UndecidedComparisonError` naming the row (``typical.q[CONTEXT]``).
     """
     threshold, alpha = Fraction(posterior_threshold), Fraction(posterior_alpha)
