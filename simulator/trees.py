@@ -247,6 +247,17 @@ class TreeStructure:
             nodes.append(self._children[nodes[-1]][0])
         return nodes
 
+    def leaf_paths(self) -> list[list[int]]:
+        """Every root-to-leaf path as its node ids from the root, sorted: the leaves in depth-first order, each
+        node's children in the order they were drafted (the candidates of EAGLE's and Medusa's tree buffers)."""
+        paths = []
+        for leaf in (v for v in range(len(self)) if not self._children[v]):
+            path = [leaf]
+            while path[-1] != 0:
+                path.append(self.parents[path[-1]])
+            paths.append(path[::-1])
+        return sorted(paths)
+
 
 class DraftTree(TreeStructure):
     """A drafted tree: the object a verifier receives.

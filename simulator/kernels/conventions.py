@@ -29,13 +29,7 @@ def eagle_paths_buffers(tree: TreeStructure) -> tuple[list[list[int]], list[list
     for v in range(1, len(tree)):
         parent = tree.parents[v]
         choices.append([*choices[parent], tree.children(parent).index(v)])
-    paths = []
-    for leaf in (v for v in range(len(tree)) if not tree.children(v)):
-        path = [leaf]
-        while path[-1] != 0:
-            path.append(tree.parents[path[-1]])
-        paths.append(path[::-1])
-    return choices[1:], sorted(paths)
+    return choices[1:], tree.leaf_paths()
 
 
 def eagle_paths_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dtype) -> tuple[int, int]:
@@ -51,15 +45,15 @@ def eagle_paths_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: to
     candidates = [[PLACEHOLDER if v == PLACEHOLDER else tokens[v] for v in row] for row in indices]
     out = kernel(choices, torch.tensor(indices), torch.tensor(candidates), rows_tensor(q, dtype),
                  rows_tensor(p, dtype, vocab))
-    return _path_node(out, paths, "token"), checked_token(one_int(out[2], "token"), "token", vocab)
+    return path_node(out, paths, "token"), checked_token(one_int(out[2], "token"), "token", vocab)
 
 
-def _path_node(out: object, paths: list[list[int]], third: str) -> int:
-    """The node an EAGLE answer ``(best_candidate, accept_length, third)`` names: node ``accept_length`` of path
-    ``best_candidate``; :class:`KernelError` for anything else."""
-    if not isinstance(out, tuple) or len(out) != 3:
-        raise KernelError("kernel", f"returned {type(out).__name__}, expected (best_candidate, accept_length, "
-                                    f"{third})")
+def path_node(out: object, paths: list[list[int]], third: str | None = None) -> int:
+    """The node an EAGLE answer ``(best_candidate, accept_length, third)`` (a Medusa answer without ``third``)
+    names: node ``accept_length`` of path ``best_candidate``; :class:`KernelError` for anything else."""
+    names = ("best_candidate", "accept_length", *([third] if third else []))
+    if not isinstance(out, tuple) or len(out) != len(names):
+        raise KernelError("kernel", f"returned {type(out).__name__}, expected ({', '.join(names)})")
     best, length = one_int(out[0], "best_candidate"), one_int(out[1], "accept_length")
     if not 0 <= best < len(paths):
         raise KernelError("kernel", f"returned best_candidate {best}, not a path index (0..{len(paths) - 1})")
@@ -123,7 +117,7 @@ def eagle_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.dt
     tree_candidates = tokens[None]
     out = kernel(logits, candidates, _identity_processor, cart_candidates_prob, op, p_indices, tree_candidates,
                  b_indices)
-    node = _path_node(out, paths, "sample_p")
+    node = path_node(out, paths, "sample_p")
     sample_p = out[2]
     if not isinstance(sample_p, torch.Tensor) or tuple(sample_p.shape) != (vocab,):
         shape = tuple(sample_p.shape) if isinstance(sample_p, torch.Tensor) else type(sample_p).__name__

@@ -7,8 +7,8 @@ import torch
 
 from simulator.errors import KernelError
 from simulator.kernels.adapters import checked_token, one_int, rows_tensor
+from simulator.kernels.conventions import path_node
 from simulator.trees import TreeStructure
-from simulator.verifiers.lossy.typical import candidates as medusa_candidates
 
 #: the token past a short path's end, and the one its padding row gives all the mass: the padding token has
 #: probability 0 there, which exceeds no threshold Medusa computes (both terms of its minimum are ≥ 0)
@@ -31,7 +31,7 @@ def medusa_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.d
     ``torch.argmax`` of the target's logits there, as ``generate_candidates`` takes it (line 213) from the logits
     ``update_inference_inputs`` keeps (line 387).
     """
-    paths = medusa_candidates(tree)
+    paths = tree.leaf_paths()
     width = tree.height + 1
     node_logits = torch.log(rows_tensor(q, dtype))
     pad = torch.full((vocab,), -torch.inf, dtype=dtype)
@@ -44,13 +44,5 @@ def medusa_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torch.d
     candidates = torch.tensor(tokens)
     logits = torch.stack([torch.stack(row) for row in rows])
     out = kernel(logits, candidates, **knobs)
-    if not isinstance(out, tuple) or len(out) != 2:
-        raise KernelError("kernel", f"returned {type(out).__name__}, expected (best_candidate, accept_length)")
-    best, length = one_int(out[0], "best_candidate"), one_int(out[1], "accept_length")
-    if not 0 <= best < len(paths):
-        raise KernelError("kernel", f"returned best_candidate {best}, not a candidate index (0..{len(paths) - 1})")
-    if not 0 <= length < len(paths[best]):
-        raise KernelError("kernel", f"returned accept_length {length} on candidate {best}, which has "
-                                    f"{len(paths[best]) - 1} draft tokens")
-    node = paths[best][length]
+    node = path_node(out, paths)
     return node, checked_token(one_int(torch.argmax(node_logits[node]), "the argmax"), "token", vocab)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 from .interval import exact, greater
 from ...numeric import Number
 from ...randomness import Randomness
-from ...trees import DraftTree, TreeStructure
+from ...trees import DraftTree
 from ..knobs import Knob, number_in
 
 #: the 1e-5 inside the entropy's logarithm, ``torch.log(posterior_prob + 1e-5)`` (utils.py line 308), taken as the
@@ -36,19 +36,6 @@ KNOBS = (
     Knob("correction", "argmax", "the token after the accepted ones: argmax, the target's most probable (as "
                                  "Medusa ships), or sample, a draw from the target's row", _correction),
 )
-
-
-def candidates(tree: TreeStructure) -> list[list[int]]:
-    """The tree's root-to-leaf paths as node ids from the root, in Medusa's order of candidates: its
-    ``torch.cartesian_prod`` of the heads' top-k lists is lexicographic in the children's ranks, which for a
-    BFS-numbered tree is the paths sorted by node ids (the leaves in depth-first order)."""
-    paths = []
-    for leaf in (v for v in range(len(tree)) if not tree.children(v)):
-        path = [leaf]
-        while path[-1] != 0:
-            path.append(tree.parents[path[-1]])
-        paths.append(path[::-1])
-    return sorted(paths)
 
 
 class _Tempered:
@@ -82,7 +69,9 @@ class _Tempered:
 
 def make(posterior_threshold: Number = Fraction(9, 100), posterior_alpha: Number = Fraction(3, 10),
          temperature: Number = 1, correction: str = "argmax") -> Callable[..., tuple[int, int]]:
-    """Medusa's typical acceptance over the tree's root-to-leaf paths (its candidates, :func:`candidates`).
+    """Medusa's typical acceptance over the tree's root-to-leaf paths, its candidates, in Medusa's order: its
+    ``torch.cartesian_prod`` of the heads' top-k lists is lexicographic in the children's ranks, which for a
+    BFS-numbered tree is the paths sorted by node ids (:meth:`~simulator.trees.TreeStructure.leaf_paths`).
 
     A drafted token ``x`` after node ``v`` passes if ``q_T,v(x) > min(posterior_threshold, posterior_alpha ·
     exp(−H_v))``, ``q_T,v`` the target row at ``v`` at ``temperature`` and ``H_v = −Σ q_T,v log(q_T,v + 1e-5)``
@@ -139,7 +128,7 @@ def make(posterior_threshold: Number = Fraction(9, 100), posterior_alpha: Number
                        "typical", f"q[{','.join(map(str, tree.path(path[length])))}]")
 
     def verify(tree: DraftTree, p: Sequence, q: Sequence, rng: Randomness) -> tuple[int, int]:
-        paths = candidates(tree)
+        paths = tree.leaf_paths()
         lengths = []
         for path in paths:
             n = 0
