@@ -8,11 +8,11 @@ import math
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
-from .interval import exact, greater
 from ...numeric import Number
 from ...randomness import Randomness
 from ...trees import DraftTree
 from ..knobs import Knob, number_in
+from .interval import exact, greater
 
 #: the 1e-5 inside the entropy's logarithm, ``torch.log(posterior_prob + 1e-5)`` (utils.py line 308), taken as the
 #: decimal it is typed as
