@@ -8,6 +8,7 @@ or greedy BV's modified target); a verifier is lossless iff the completed law eq
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable
@@ -233,7 +234,7 @@ def _kl(mine: dict[Sequence_, Number], target: dict[Sequence_, Number]) -> float
 def _log_ratio(a: Number, b: Number) -> float:
     """``log(a / b)``: of two exact rationals without the float overflow or underflow of either; of floats (any
     float type) in float64."""
-    if isinstance(a, (int, Fraction)) and isinstance(b, (int, Fraction)):
+    if isinstance(a, numbers.Rational) and isinstance(b, numbers.Rational):  # int, Fraction, gmpy2's mpq
         ratio = Fraction(a) / Fraction(b)
         return math.log(ratio.numerator) - math.log(ratio.denominator)
     return math.log(float(a)) - math.log(float(b))
