@@ -84,11 +84,26 @@ def bind(rule: str, knobs: tuple[Knob, ...], given: Mapping[str, object] | None)
     return bound
 
 
+def _items(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets, so that a list value (``[0.8,0.64]``) stays one item."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return [*items, text[start:]]
+
+
 def parse_kwargs(text: str | None, field_name: str = "kernel-kwargs") -> dict[str, object]:
-    """``NAME=VALUE,...``: each value a Python literal (``0.5``, ``True``, ``'x'``) or else a plain string; a
-    malformed item is :class:`InvalidParameterError` on ``field_name``."""
+    """``NAME=VALUE,...``: each value a Python literal (``0.5``, ``True``, ``'x'``, a list ``[0.8,0.64]``, its commas
+    inside the brackets) or else a plain string; a malformed item is :class:`InvalidParameterError` on
+    ``field_name``."""
     out: dict[str, object] = {}
-    for item in (text or "").split(","):
+    for item in _items(text or ""):
         if not item.strip():
             continue
         name, sep, value = item.partition("=")

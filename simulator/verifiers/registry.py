@@ -18,7 +18,7 @@ from . import block, controls, matching, multipath, single_step_arrays as steps,
 from .batched.ref import ArrayRuleRef, array_rule
 from .knobs import Knob, bind
 from .layer import lv
-from .lossy import relaxed, threshold, typical
+from .lossy import fly, forced_rate, relaxed, threshold, typical
 from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
 
@@ -249,6 +249,13 @@ _SPECS = [
                  knobs=typical.KNOBS, make=typical.make,
                  lossless_at="correction=sample where no draft can pass (posterior_threshold ≥ 1 and "
                              "posterior_alpha ≥ the vocabulary's size)"),
+    VerifierSpec("fly", fly.make(), "FLy's entropy-gated deferral (vLLM 0.33.0 Model Runner V2)", (), ("chain",),
+                 lossy_by_design=True, knobs=fly.KNOBS, make=fly.make,
+                 lossless_at="fly_entropy_threshold above the largest top-k entropy (log k for k ≥ 3, "
+                             "log 3 ≈ 1.0986 at the default; 2/e at k = 2, 1/e at k = 1): nothing is deferred"),
+    VerifierSpec("forced-rate", forced_rate.make(), "acceptance forced at per-position rates (vLLM 0.33.0 "
+                 "rejection_method=synthetic)", (), ("chain",),
+                 lossy_by_design=True, knobs=forced_rate.KNOBS, make=forced_rate.make),
 ]
 
 VERIFIERS: dict[str, VerifierSpec] = {spec.name: spec for spec in _SPECS}

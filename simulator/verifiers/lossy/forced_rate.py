@@ -1,0 +1,82 @@
+"""Synthetic acceptance (``forced-rate``) as vLLM 0.33.0's Model Runner V2 runs ``rejection_method="synthetic"`` at
+temperature > 0 (``_rejection_kernel``'s ``SYNTHETIC_MODE`` and ``_resample_kernel``; docs/lossy.md): draft tokens
+accepted at forced per-position rates whatever the target says, the token after them drawn as after a rejection."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Optional, Sequence
+
+from ...errors import InvalidParameterError
+from ...numeric import Number, normalise, positive_part, total
+from ...randomness import Randomness
+from ...trees import DraftTree
+from ..block import chain_of
+from ..knobs import FIELD, Knob, number_in
+
+Rows = Sequence[Optional[Sequence[Number]]]
+#: the token ``_resample_kernel`` emits when ``(q − p)_+`` has no mass: every residual logit is ``-inf``, and the
+#: Gumbel-max's ``tl.max`` then breaks the tie to the left (Triton's default), in the first vocabulary block
+EMPTY_RESIDUAL_TOKEN = 0
+
+
+def _rates(value: object) -> tuple[Fraction, ...] | None:
+    """vLLM's check of ``synthetic_acceptance_rates`` (``SpeculativeConfig._resolve_synthetic_acceptance_rates``):
+    a list of numbers in ``[0, 1]``, non-increasing; its length (the chain's depth) is checked by the rule."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"must be a non-empty list of per-position rates, one per draft position, got {value!r}")
+    rates = tuple(number_in(0, 1)(r) for r in value)
+    if any(later > earlier for earlier, later in zip(rates, rates[1:])):
+        raise ValueError(f"must be non-increasing (each the probability that every draft up to it is accepted), "
+                         f"got {list(value)!r}")
+    return rates
+
+
+KNOBS = (
+    Knob("synthetic_acceptance_rates", None, "per position i, the probability that the first i+1 drafts are all "
+         "accepted (unconditional, non-increasing, one per draft position); vLLM has no default", _rates),
+)
+
+
+def conditional_rates(rates: Sequence[Number] | None, depth: int) -> list[Number]:
+    """vLLM's ``unconditional_to_conditional_rates`` (``vllm/v1/spec_decode/utils.py``): ``c_i = r_i / r_{i−1}``
+    with ``r_{−1} = 1``, and 0 where ``r_{i−1} = 0``; the rates must number ``depth``, as vLLM's config requires."""
+    field = f"{FIELD}.synthetic_acceptance_rates"
+    if rates is None:
+        raise InvalidParameterError(field, "forced-rate needs the rates (vLLM has no default): e.g. "
+                                           "--verifier-kwargs synthetic_acceptance_rates=[0.8,0.64] at depth 2")
+    if len(rates) != depth:
+        raise InvalidParameterError(field, f"forced-rate: must have one rate per draft position, {depth} on this "
+                                           f"chain, got {len(rates)}")
+    return [r / before if before > 0 else 0 * r for r, before in zip(rates, [1, *rates[:-1]])]
+
+
+def make(synthetic_acceptance_rates: Sequence[Number] | None = None):
+    """The ``forced-rate`` rule at the given rates (:data:`KNOBS`).
+
+    On a chain of depth ``k``, position ``i`` is accepted with probability ``c_i`` (:func:`conditional_rates`), one
+    coin ``u < c_i`` per position, in order, until the first failure; the drafted token is kept whatever ``p`` and
+    ``q`` say of it. After ``τ`` acceptances the next token comes from the target's row when ``τ = k``, else from
+    ``(q − p)_+`` normalised at position ``τ``, as ``_resample_kernel`` draws after a rejection; where that has no
+    mass (``q = p`` there) the kernel's residual logits are all ``-inf`` and it emits token
+    :data:`EMPTY_RESIDUAL_TOKEN`.
+    """
+    def forced_rate(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
+        nodes = chain_of(tree, "forced-rate")
+        k = len(nodes) - 1
+        accepted = 0
+        for c in conditional_rates(synthetic_acceptance_rates, k):
+            if not rng.bernoulli(c):
+                break
+            accepted += 1
+        node = nodes[accepted]
+        if accepted == k:
+            return node, rng.categorical(q[node])
+        excess = positive_part(t - d for t, d in zip(q[node], p[node]))
+        if total(excess) == 0:
+            return node, EMPTY_RESIDUAL_TOKEN
+        return node, rng.categorical(normalise(excess))
+
+    return forced_rate
