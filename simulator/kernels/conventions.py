@@ -4,6 +4,7 @@ tree, each laying specproof's tree and rows out as the convention does and check
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import sys
@@ -11,7 +12,7 @@ import types
 
 import torch
 
-from simulator.errors import KernelError
+from simulator.errors import InvalidParameterError, KernelError
 from simulator.kernels.adapters import (PLACEHOLDER, accepted_count, chain_nodes, checked_token, int_values,
                                        one_int, padded_tokens, rows_tensor)
 from simulator.kernels.loading import interpreter_on
@@ -284,23 +285,54 @@ def vllm_mrv2_adapter(kernel, tree: TreeStructure, p, q, vocab: int, dtype: torc
     drafts at temperature 1, ``draft_sampled[i + 1]`` the draft verified at logit ``i`` (``draft_sampled[0]``, the
     token before them, 0 here), logits the rows' logs (``-inf`` at a zero), positions ``0..k``, seed
     :data:`MRV2_SEED`. The answer: ``sampled[0, :num_sampled]``, the accepted drafts then the resampled token.
-    Pass ``use_block_verification=True`` or ``use_fp64=True`` with ``--kernel-kwargs``."""
+    Pass ``use_block_verification=True``, ``use_fp64=True`` or FLy's ``fly_window_size=W,fly_entropy_threshold=T``
+    with ``--kernel-kwargs``; ``synthetic_acceptance_rates=[r_1,...,r_k]``, vLLM's knob of
+    ``rejection_method="synthetic"``, is taken here and passed as the ``synthetic_conditional_rates`` tensor its
+    ``RejectionSampler`` builds (:func:`mrv2_synthetic_rates`)."""
     nodes = chain_nodes(tree, "vllm-mrv2")
     drafted = [tree.tokens[v] for v in nodes[1:]]
     k = len(drafted)
+    kernel, synthetic = mrv2_synthetic_rates(kernel, k)
     logits = torch.log(rows_tensor([q[v] for v in nodes], dtype))
     draft_logits = torch.log(rows_tensor([p[v] for v in nodes[:-1]], dtype, vocab))[None]
     positions = torch.arange(k + 1, dtype=torch.int64)
     sampled, num_sampled = kernel(logits, draft_logits, torch.tensor([0, *drafted], dtype=torch.int64),
                                   torch.tensor([0, k + 1], dtype=torch.int32), positions,
                                   torch.zeros(1, dtype=torch.int32), torch.zeros(k + 1, dtype=torch.int32), positions,
-                                  torch.ones(1, dtype=torch.float64), torch.tensor([MRV2_SEED], dtype=torch.int64), k)
+                                  torch.ones(1, dtype=torch.float64), torch.tensor([MRV2_SEED], dtype=torch.int64), k,
+                                  **synthetic)
     n = one_int(num_sampled, "num_sampled")
     if not 1 <= n <= k + 1:
         raise KernelError("kernel", f"returned num_sampled {n} for {k} drafts (expected 1 to {k + 1})")
     emitted = int_values(sampled, "sampled")[:n]
     accepted_count(emitted, drafted, vocab)
     return nodes[n - 1], emitted[-1]
+
+
+def mrv2_synthetic_rates(kernel, depth: int) -> tuple[object, dict]:
+    """``kernel`` without a ``synthetic_acceptance_rates`` keyword bound by ``--kernel-kwargs``, and the keyword
+    argument ``rejection_sample`` takes in its place: ``synthetic_conditional_rates``, a float32 tensor of
+    ``c_i = r_i / r_{i−1}`` (``r_{−1} = 1``; 0 where ``r_{i−1} = 0``), as vLLM 0.33.0's Model Runner V2
+    ``RejectionSampler`` converts the rates by ``unconditional_to_conditional_rates``
+    (``vllm/v1/spec_decode/utils.py:848–851``, a module that imports far more of vLLM than the artifact holds; the
+    rates are checked as the built-in ``forced-rate`` checks them, its length against ``depth``). Nothing for a
+    kernel without the keyword."""
+    keywords = getattr(kernel, "keywords", None)
+    if not isinstance(kernel, functools.partial) or "synthetic_acceptance_rates" not in keywords:
+        return kernel, {}
+    from simulator.verifiers.knobs import bind
+    from simulator.verifiers.lossy import forced_rate
+
+    rest = dict(keywords)
+    given = {"synthetic_acceptance_rates": rest.pop("synthetic_acceptance_rates")}
+    try:
+        rates = bind("vllm-mrv2", forced_rate.KNOBS, given)["synthetic_acceptance_rates"]
+        # vLLM's list of Python floats, divided in float64 as its conversion divides them
+        conditional = forced_rate.conditional_rates([float(r) for r in rates], depth)
+    except InvalidParameterError as err:
+        raise InvalidParameterError("kernel-kwargs.synthetic_acceptance_rates", err.message) from None
+    return (functools.partial(kernel.func, *kernel.args, **rest),
+            {"synthetic_conditional_rates": torch.tensor(conditional, dtype=torch.float32)})
 
 
 def _vllm_mrv2_imports() -> None:

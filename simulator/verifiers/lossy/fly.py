@@ -9,12 +9,13 @@ from fractions import Fraction
 from typing import Optional, Sequence
 
 from ...errors import InvalidParameterError, UnsupportedDraftError
-from .interval import exact, greater
-from ...numeric import Number, ratio, residual
+from ...numeric import Number
 from ...randomness import Randomness
 from ...trees import DraftTree
 from ..block import chain_of
 from ..knobs import FIELD, Knob, number_in, whole_in
+from ..rules import SPS
+from .interval import exact, greater
 
 Rows = Sequence[Optional[Sequence[Number]]]
 
@@ -72,14 +73,15 @@ def make(fly_window_size: int | None = None, fly_entropy_threshold: Number = Fra
          fly_entropy_top_k: int = 3):
     """The ``fly`` rule at the given knob values (:data:`KNOBS`).
 
-    Per position ``i`` of a chain of depth ``k`` one coin, the native test ``u < q(x)/p(x)`` (a Bernoulli of
-    ``min(1, q/p)``; ``_rejection_kernel`` compares ``log q(x) > log u + log p(x)``). With ``W`` the window: a
+    Per position ``i`` of a chain of depth ``k`` one coin, the native test ``u < q(x)/p(x)``: speculative
+    sampling's (:data:`~simulator.verifiers.rules.SPS`), a Bernoulli of ``min(1, q/p)``; ``_rejection_kernel``
+    compares ``log q(x) > log u + log p(x)``. With ``W`` the window: a
     rejection at ``i`` with nothing pending is deferred when ``p(x) > 0``, ``q(x) > 0``, ``i + W < k`` and the
     target's top-k entropy at ``i`` is at least the threshold (``pending_rejection = i``); while one is pending a
     native rejection ends the round at the pending position, and a native acceptance at ``i − pending = W`` accepts
     everything up to ``i`` and clears it. Any other rejection ends the round there. The token after the accepted
-    prefix is drawn as ``_resample_kernel`` draws it: from ``(q − p)_+`` normalised, of the position where the round
-    ended (the pending one, whose log-normalisers the kernel froze), or from the target's row after all ``k``.
+    prefix is drawn as ``_resample_kernel`` draws it: from SpS's residual ``(q − p)_+`` normalised, of the position
+    where the round ended (the pending one, whose log-normalisers the kernel froze), or from the target's row after all ``k``.
     """
     top_k, threshold = fly_entropy_top_k, fly_entropy_threshold
 
@@ -90,7 +92,7 @@ def make(fly_window_size: int | None = None, fly_entropy_threshold: Number = Fra
         accepted, pending = 0, None
         for i in range(k):
             parent, x = nodes[i], tree.tokens[nodes[i + 1]]
-            native = rng.bernoulli(ratio(q[parent][x], p[parent][x]))
+            native = rng.bernoulli(SPS.planned(p[parent], q[parent], (x,)).steps[0][1])
             if pending is not None:
                 if not native:
                     break
@@ -106,6 +108,6 @@ def make(fly_window_size: int | None = None, fly_entropy_threshold: Number = Fra
         node = nodes[accepted]
         if accepted == k:
             return node, rng.categorical(q[node])
-        return node, rng.categorical(residual(q[node], p[node]))
+        return node, rng.categorical(SPS.planned(p[node], q[node], (tree.tokens[nodes[accepted + 1]],)).residual)
 
     return fly

@@ -8,11 +8,12 @@ from fractions import Fraction
 from typing import Optional, Sequence
 
 from ...errors import InvalidParameterError
-from ...numeric import Number, normalise, positive_part, total
+from ...numeric import Number
 from ...randomness import Randomness
 from ...trees import DraftTree
 from ..block import chain_of
 from ..knobs import FIELD, Knob, number_in
+from ..rules import SPS
 
 Rows = Sequence[Optional[Sequence[Number]]]
 #: the token ``_resample_kernel`` emits when ``(q − p)_+`` has no mass: every residual logit is ``-inf``, and the
@@ -59,9 +60,9 @@ def make(synthetic_acceptance_rates: Sequence[Number] | None = None):
     On a chain of depth ``k``, position ``i`` is accepted with probability ``c_i`` (:func:`conditional_rates`), one
     coin ``u < c_i`` per position, in order, until the first failure; the drafted token is kept whatever ``p`` and
     ``q`` say of it. After ``τ`` acceptances the next token comes from the target's row when ``τ = k``, else from
-    ``(q − p)_+`` normalised at position ``τ``, as ``_resample_kernel`` draws after a rejection; where that has no
-    mass (``q = p`` there) the kernel's residual logits are all ``-inf`` and it emits token
-    :data:`EMPTY_RESIDUAL_TOKEN`.
+    speculative sampling's residual ``(q − p)_+`` normalised at position ``τ``, as ``_resample_kernel`` draws after a
+    rejection; where that has no mass (``q = p`` there) the kernel's residual logits are all ``-inf`` and it emits
+    token :data:`EMPTY_RESIDUAL_TOKEN`.
     """
     def forced_rate(tree: DraftTree, p: Rows, q: Rows, rng: Randomness) -> tuple[int, int]:
         nodes = chain_of(tree, "forced-rate")
@@ -74,9 +75,8 @@ def make(synthetic_acceptance_rates: Sequence[Number] | None = None):
         node = nodes[accepted]
         if accepted == k:
             return node, rng.categorical(q[node])
-        excess = positive_part(t - d for t, d in zip(q[node], p[node]))
-        if total(excess) == 0:
+        if all(t == d for t, d in zip(q[node], p[node])):  # rows of equal sums: (q − p)_+ is empty exactly here
             return node, EMPTY_RESIDUAL_TOKEN
-        return node, rng.categorical(normalise(excess))
+        return node, rng.categorical(SPS.planned(p[node], q[node], (tree.tokens[nodes[accepted + 1]],)).residual)
 
     return forced_rate
