@@ -29,7 +29,7 @@ import pytest
 from exact import certify, round_law
 from simulator.drafting import FixedShape
 from simulator.drafting.drafter_registry import make_drafter
-from simulator.errors import InvalidParameterError, UnsupportedDraftError
+from simulator.errors import InvalidParameterError
 from simulator.verifiers.knobs import parse_kwargs
 from simulator.models import RandomRationalModel, TableModel
 from simulator.montecarlo.engine import mean_and_se, run_trials
@@ -56,11 +56,14 @@ def test_fly_on_the_hand_instance():
     assert cert.counterexample.sequence == (1, 1, 1) and cert.counterexample.verifier_prob == F(81, 256)
 
 
-@pytest.mark.parametrize("threshold", [0.6, 1.1])  # above H(q) ≈ 0.562; above log 3, the registry's lossless point
-def test_fly_above_the_entropy_defers_nothing_and_is_lossless(threshold):
-    cert = certify(HAND, _chain(HAND), _rule("fly", fly_entropy_threshold=threshold))
+@pytest.mark.parametrize("knobs", [{"fly_entropy_threshold": 0.6},  # above H(q) ≈ 0.562
+                                   {"fly_entropy_threshold": 1.1},  # above log 3: the registry's lossless point
+                                   {"fly_window_size": 0},  # FLy off, the kernel's default
+                                   {"fly_window_size": 2}])  # not below the depth: i + W < k never holds
+def test_fly_where_nothing_is_deferred_is_lossless(knobs):
+    cert = certify(HAND, _chain(HAND), _rule("fly", **knobs))
     assert cert.lossless and cert.tvd == 0 and cert.expected_accepted == F(21, 16)
-    # the negative control is the default threshold above: 3/16
+    # the negative control is the default knobs above: 3/16
 
 
 def test_forced_rate_on_the_hand_instance():
@@ -91,7 +94,8 @@ def test_monte_carlo_agrees_with_the_exact_law(name, knobs):
 
 
 def test_top_k_entropy_is_decided_exactly():
-    assert top_entropy_at_least([1, 0, 0], 3, 0, "fly", "r") and not top_entropy_at_least([1, 0, 0], 3, F(1, 10), "fly", "r")
+    point = [1, 0, 0]  # entropy 0, decided rationally
+    assert top_entropy_at_least(point, 3, 0, "fly", "r") and not top_entropy_at_least(point, 3, F(1, 10), "fly", "r")
     half = [F(1, 2), F(1, 2), 0]  # log 2 = 0.693147180559945...
     assert top_entropy_at_least(half, 3, F("0.6931471805599453"), "fly", "r")
     assert not top_entropy_at_least(half, 3, F("0.6931471805599454"), "fly", "r")
@@ -100,31 +104,33 @@ def test_top_k_entropy_is_decided_exactly():
 
 @pytest.mark.parametrize(("name", "knobs", "field"), [
     ("fly", {"fly_window_size": -1}, "fly_window_size"),
-    ("fly", {"fly_window_size": 0}, "fly_window_size"),  # vLLM's Field(ge=1)
+    ("fly", {"fly_window_size": 1.5}, "fly_window_size"),
     ("fly", {"fly_entropy_threshold": -0.1}, "fly_entropy_threshold"),
     ("fly", {"fly_entropy_top_k": 0}, "fly_entropy_top_k"),
     ("forced-rate", {"synthetic_acceptance_rates": [1.2, 0.5]}, "synthetic_acceptance_rates"),
     ("forced-rate", {"synthetic_acceptance_rates": [0.5, 0.8]}, "synthetic_acceptance_rates"),  # increasing
-    ("forced-rate", {"synthetic_acceptance_rates": 0.8}, "synthetic_acceptance_rates"),
+    ("forced-rate", {"synthetic_acceptance_rates": 1.5}, "synthetic_acceptance_rates"),
+    ("forced-rate", {"synthetic_acceptance_rates": []}, "synthetic_acceptance_rates"),
 ])
 def test_bad_knob_values_are_refused_naming_the_knob(name, knobs, field):
     with pytest.raises(InvalidParameterError, match=f"verifier-kwargs.{field}"):
         load_verifier(name, knobs)
 
 
-@pytest.mark.parametrize(("name", "knobs", "field"), [
-    ("fly", {"fly_window_size": 2}, "fly_window_size"),  # not below the depth 2
-    ("forced-rate", {"synthetic_acceptance_rates": [0.8]}, "synthetic_acceptance_rates"),  # one rate for depth 2
-    ("forced-rate", {}, "synthetic_acceptance_rates"),  # vLLM has no default
-])
-def test_knobs_the_chain_refuses_are_named_when_it_is_verified(name, knobs, field):
-    with pytest.raises(InvalidParameterError, match=f"verifier-kwargs.{field}"):
-        certify(HAND, _chain(HAND), _rule(name, **knobs))
+def test_a_list_of_rates_the_wrong_length_is_named_when_the_chain_is_verified():
+    with pytest.raises(InvalidParameterError, match="verifier-kwargs.synthetic_acceptance_rates"):
+        certify(HAND, _chain(HAND), _rule("forced-rate", synthetic_acceptance_rates=[0.8]))
 
 
-def test_fly_needs_a_chain_of_depth_two():
-    with pytest.raises(UnsupportedDraftError, match="depth ≥ 2"):
-        certify(HAND, _chain(HAND, 1), _rule("fly"))
+def test_one_rate_is_vllms_list_of_its_powers_and_the_default_is_0_8():
+    laws = [round_law(MC, _chain(MC), _rule("forced-rate", **knobs)).completed()
+            for knobs in ({"synthetic_acceptance_rates": 0.8}, {"synthetic_acceptance_rates": [0.8, 0.64]}, {})]
+    assert laws[0] == laws[1] == laws[2]
+
+
+def test_fly_at_depth_one_is_speculative_sampling():
+    # vLLM's config refuses FLy below depth 2; its default window there, min(6, 0) = 0, defers nothing
+    assert certify(HAND, _chain(HAND, 1), _rule("fly")).lossless
 
 
 def test_registered_lossy_by_design_on_chains_with_a_list_typed_on_the_command_line():
@@ -145,7 +151,8 @@ RATES = {2: [0.8, 0.64], 3: [0.95, 0.9025, 0.857375]}  # conditional 0.8 and 0.9
 SHIPPED = [
     (2, 3, "fly", {}, {"fly_window_size": 1, "fly_entropy_threshold": 0.3}, (4, 8, 10)),
     (3, 2, "fly", {"fly_entropy_threshold": 0.6}, {"fly_window_size": 2, "fly_entropy_threshold": 0.6}, (1, 6, 8)),
-    (2, 3, "forced-rate", {"synthetic_acceptance_rates": RATES[2]}, {"synthetic_acceptance_rates": RATES[2]}, (10, 12, 13)),
+    (2, 3, "forced-rate", {"synthetic_acceptance_rates": RATES[2]}, {"synthetic_acceptance_rates": RATES[2]},
+     (10, 12, 13)),
     (3, 2, "forced-rate", {"synthetic_acceptance_rates": RATES[3]}, {"synthetic_acceptance_rates": RATES[3]},
      (1, 7, 15)),
 ]

@@ -315,8 +315,8 @@ def mrv2_synthetic_rates(kernel, depth: int) -> tuple[object, dict]:
     ``c_i = r_i / r_{i−1}`` (``r_{−1} = 1``; 0 where ``r_{i−1} = 0``), as vLLM 0.33.0's Model Runner V2
     ``RejectionSampler`` converts the rates by ``unconditional_to_conditional_rates``
     (``vllm/v1/spec_decode/utils.py:848–851``, a module that imports far more of vLLM than the artifact holds; the
-    rates are checked as the built-in ``forced-rate`` checks them, its length against ``depth``). Nothing for a
-    kernel without the keyword."""
+    rates are checked, and one number taken as the rate at every position, as the built-in ``forced-rate`` does).
+    Nothing for a kernel without the keyword."""
     keywords = getattr(kernel, "keywords", None)
     if not isinstance(kernel, functools.partial) or "synthetic_acceptance_rates" not in keywords:
         return kernel, {}
@@ -328,7 +328,8 @@ def mrv2_synthetic_rates(kernel, depth: int) -> tuple[object, dict]:
     try:
         rates = bind("vllm-mrv2", forced_rate.KNOBS, given)["synthetic_acceptance_rates"]
         # vLLM's list of Python floats, divided in float64 as its conversion divides them
-        conditional = forced_rate.conditional_rates([float(r) for r in rates], depth)
+        floats = [float(r) for r in rates] if isinstance(rates, tuple) else float(rates)
+        conditional = forced_rate.conditional_rates(floats, depth)
     except InvalidParameterError as err:
         raise InvalidParameterError("kernel-kwargs.synthetic_acceptance_rates", err.message) from None
     return (functools.partial(kernel.func, *kernel.args, **rest),

@@ -8,12 +8,11 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Optional, Sequence
 
-from ...errors import InvalidParameterError, UnsupportedDraftError
 from ...numeric import Number
 from ...randomness import Randomness
 from ...trees import DraftTree
 from ..block import chain_of
-from ..knobs import FIELD, Knob, number_in, whole_in
+from ..knobs import Knob, number_in, whole_in
 from ..rules import SPS
 from .interval import exact, greater
 
@@ -24,13 +23,13 @@ MAX_DEFAULT_WINDOW = 6
 
 
 def _window(value: object) -> int | None:
-    """``None`` (vLLM's default, resolved from the chain's depth) or a whole number ≥ 1, as vLLM's ``Field(ge=1)``."""
-    return None if value is None else whole_in(1)(value)
+    """``None`` (vLLM's default, resolved from the chain's depth) or a whole number ≥ 0 (0: FLy off)."""
+    return None if value is None else whole_in(0)(value)
 
 
 KNOBS = (
     Knob("fly_window_size", None, "the native acceptances after a deferral that confirm it; unset: min(6, k − 1), "
-         "k the chain's depth; it must stay below k", _window),
+         "k the chain's depth; 0 switches FLy off", _window),
     Knob("fly_entropy_threshold", Fraction(3, 10), "the target's top-k entropy (nats) at which a rejection may be "
          "deferred (entropy ≥ threshold)", number_in(0)),
     Knob("fly_entropy_top_k", 3, "how many of the target's largest probabilities the entropy sums over", whole_in(1)),
@@ -38,17 +37,10 @@ KNOBS = (
 
 
 def window_for(depth: int, window: int | None) -> int:
-    """The window vLLM's ``SpeculativeConfig`` resolves for ``depth`` draft tokens, refusing what it refuses: a depth
-    below 2, a window not below the depth."""
-    if depth < 2:
-        raise UnsupportedDraftError("tree", f"fly needs a chain of depth ≥ 2 (vLLM: 'FLy requires "
-                                            f"num_speculative_tokens to be at least 2'), got depth {depth}")
-    if window is None:
-        return min(MAX_DEFAULT_WINDOW, depth - 1)
-    if window >= depth:
-        raise InvalidParameterError(f"{FIELD}.fly_window_size", f"fly: must be below the chain's depth {depth} "
-                                                                f"(vLLM refuses it), got {window}")
-    return window
+    """The window for ``depth`` draft tokens: the given one, or vLLM's default ``min(6, depth − 1)``
+    (``SpeculativeConfig``). vLLM's config also refuses a depth below 2 and a window not below the depth; the kernel
+    runs them, deferring nothing (``i + W < k`` never holds), and so does the rule."""
+    return min(MAX_DEFAULT_WINDOW, depth - 1) if window is None else window
 
 
 def top_entropy_at_least(row: Sequence[Number], top_k: int, threshold: Number, rule: str, where: str) -> bool:
@@ -73,15 +65,19 @@ def make(fly_window_size: int | None = None, fly_entropy_threshold: Number = Fra
          fly_entropy_top_k: int = 3):
     """The ``fly`` rule at the given knob values (:data:`KNOBS`).
 
-    Per position ``i`` of a chain of depth ``k`` one coin, the native test ``u < q(x)/p(x)``: speculative
-    sampling's (:data:`~simulator.verifiers.rules.SPS`), a Bernoulli of ``min(1, q/p)``; ``_rejection_kernel``
-    compares ``log q(x) > log u + log p(x)``. With ``W`` the window: a
-    rejection at ``i`` with nothing pending is deferred when ``p(x) > 0``, ``q(x) > 0``, ``i + W < k`` and the
-    target's top-k entropy at ``i`` is at least the threshold (``pending_rejection = i``); while one is pending a
-    native rejection ends the round at the pending position, and a native acceptance at ``i − pending = W`` accepts
-    everything up to ``i`` and clears it. Any other rejection ends the round there. The token after the accepted
-    prefix is drawn as ``_resample_kernel`` draws it: from SpS's residual ``(q − p)_+`` normalised, of the position
-    where the round ended (the pending one, whose log-normalisers the kernel froze), or from the target's row after all ``k``.
+    Per position ``i`` of a chain of depth ``k``, one coin decides the native test ``u < q(x)/p(x)``: speculative
+    sampling's (:data:`~simulator.verifiers.rules.SPS`), a Bernoulli of ``min(1, q/p)`` (``_rejection_kernel``
+    compares ``log q(x) > log u + log p(x)``). With ``W`` the window (:func:`window_for`):
+
+    * with nothing pending, a rejection at ``i`` is deferred (``pending_rejection = i``) when ``W > 0``,
+      ``p(x) > 0``, ``q(x) > 0``, ``i + W < k`` and the target's top-k entropy at ``i`` is at least the threshold;
+      any other rejection ends the round at ``i``;
+    * while one is pending, a native rejection ends the round at the pending position, and a native acceptance at
+      ``i − pending = W`` accepts everything up to ``i`` and clears it.
+
+    The token after the accepted prefix is drawn as ``_resample_kernel`` draws it: from SpS's residual
+    ``(q − p)_+`` normalised at the position where the round ended (a pending one's, whose log-normalisers the
+    kernel froze), or from the target's row after all ``k``.
     """
     top_k, threshold = fly_entropy_top_k, fly_entropy_threshold
 
@@ -100,7 +96,7 @@ def make(fly_window_size: int | None = None, fly_entropy_threshold: Number = Fra
                     accepted, pending = i + 1, None
             elif native:
                 accepted = i + 1
-            elif (p[parent][x] > 0 and q[parent][x] > 0 and i + window < k
+            elif (window > 0 and p[parent][x] > 0 and q[parent][x] > 0 and i + window < k
                   and top_entropy_at_least(q[parent], top_k, threshold, "fly", f"q[{parent}] (position {i})")):
                 pending = i
             else:
