@@ -252,8 +252,9 @@ _SPECS = [
     VerifierSpec("fly", fly.make(), "FLy's entropy-gated deferral (vLLM 0.33.0 Model Runner V2)", (), ("chain",),
                  lossy_by_design=True, knobs=fly.KNOBS, make=fly.make,
                  lossless_at="fly_window_size=0 (FLy off), a window not below the depth, or "
-                             "fly_entropy_threshold above the largest top-k entropy (log k for k ≥ 3, log 3 ≈ "
-                             "1.0986 at the default; 2/e at k = 2, 1/e at k = 1): nothing is deferred"),
+                             "fly_entropy_threshold above the largest entropy of fly_entropy_top_k = t "
+                             "probabilities (log t for t ≥ 3, log 3 ≈ 1.0986 at the default; 2/e at t = 2, 1/e at "
+                             "t = 1): nothing is deferred"),
     VerifierSpec("forced-rate", forced_rate.make(), "acceptance forced at per-position rates (vLLM 0.33.0 "
                  "rejection_method=synthetic)", (), ("chain",),
                  lossy_by_design=True, knobs=forced_rate.KNOBS, make=forced_rate.make),
