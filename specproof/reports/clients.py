@@ -53,6 +53,15 @@ class Client:
     needs: str | None = None
 
 
+def _mrv2_lossy(mode: str, kwargs: str, rule: str, why: str) -> Client:
+    """vLLM 0.33.0 Model Runner V2's ``rejection_sample`` on one of its lossy-by-design paths (``--kernel-kwargs``
+    ``kwargs``), expected LOSSY with the exact TVD of the built-in rule ``rule`` (docs/lossy.md)."""
+    return Client(f"vLLM 0.33.0 Model Runner V2 `rejection_sample` (Triton), {mode}, use_fp64",
+                  ("--kernel", MRV2_KERNEL, "--adapter", "vllm-mrv2", "--import-path", "{folder}", "--kernel-kwargs",
+                   f"use_fp64=True,{kwargs}", *CHAIN2, *RATIONAL), "LOSSY",
+                  f"lossy by design (docs/lossy.md#{rule}): {why}", needs="vllm-mrv2")
+
+
 CLIENTS = (
     Client("transformers `_speculative_sampling` (installed)",
            ("--kernel", HF_KERNEL, "--adapter", "chain", "--topology", "chain", "--depth", "3", *RATIONAL),
@@ -135,18 +144,14 @@ CLIENTS = (
            "REFUSED", "in float32 the Gumbel noise's log(1 − u) is a degree-8 polynomial series near 0 "
                       "(`_log1p_neg_stable`, error below 6e-7): an approximation whose law is not exactly a race, "
                       "refused at its line (gumbel.py:158); no verdict", needs="vllm-mrv2"),
-    Client("vLLM 0.33.0 Model Runner V2 `rejection_sample` (Triton), FLy (rejection_method=\"fly\"), use_fp64",
-           ("--kernel", MRV2_KERNEL, "--adapter", "vllm-mrv2", "--import-path", "{folder}", "--kernel-kwargs",
-            "use_fp64=True,fly_window_size=1,fly_entropy_threshold=0.3", *CHAIN2, *RATIONAL), "LOSSY",
-           "lossy by design (docs/lossy.md#fly): a rejection where the target's top-3 entropy is ≥ 0.3 deferred and "
-           "kept when the next position is accepted natively; its TVD is `--verifier fly`'s exact 53/180 on the "
-           "deciding pair (tests/test_lossy_fly.py: equal within 1e-6 at depths 2 and 3)", needs="vllm-mrv2"),
-    Client("vLLM 0.33.0 Model Runner V2 `rejection_sample` (Triton), synthetic acceptance, use_fp64",
-           ("--kernel", MRV2_KERNEL, "--adapter", "vllm-mrv2", "--import-path", "{folder}", "--kernel-kwargs",
-            "use_fp64=True,synthetic_acceptance_rates=[0.8,0.64]", *CHAIN2, *RATIONAL), "LOSSY",
-           "lossy by design (docs/lossy.md#forced-rate): drafts accepted at forced rates 0.8 per position whatever the "
-           "target says, then (q − p)+ resampled; its TVD is `--verifier forced-rate`'s exact 16/25 on the deciding "
-           "pair, mass on sequences the target excludes included", needs="vllm-mrv2"),
+    _mrv2_lossy("FLy (rejection_method=\"fly\")", "fly_window_size=1,fly_entropy_threshold=0.3", "fly",
+                "a rejection where the target's top-3 entropy is ≥ 0.3 deferred and kept when the next position is "
+                "accepted natively; its TVD is `--verifier fly`'s exact 53/180 on the deciding pair "
+                "(tests/test_lossy_fly.py: equal within 1e-6 at depths 2 and 3)"),
+    _mrv2_lossy("synthetic acceptance", "synthetic_acceptance_rates=[0.8,0.64]", "forced-rate",
+                "drafts accepted at forced rates 0.8 per position whatever the target says, then (q − p)+ resampled; "
+                "its TVD is `--verifier forced-rate`'s exact 16/25 on the deciding pair, all of it mass on "
+                "sequences the target excludes"),
     Client("MLX-LM 0.32.2 `speculative_generate_step` (installed, the `mlx` extra), a whole loop",
            ("--loop", "mlx-lm", "--model", "tiny-llama", "--vocab", "4", "--top-k", "2", "--depth", "1",
             "--max-new-tokens", "3"), "LOSSLESS",
