@@ -99,8 +99,8 @@ def _models(count: int, seed: int, vocab_range=(2, 5),
 
 
 # ---- block verification and chains ------------------------------------------------------------------------
-CHAIN_RIVALS = [name for name, spec in VERIFIERS.items()
-                if not spec.is_control and "chain" in spec.shapes and name not in ("bv", "greedy-bv")]
+CHAIN_RIVALS = [name for name, spec in VERIFIERS.items()  # lossless rules only: a lossy one may out-accept BV
+                if spec.lossless_under and "chain" in spec.shapes and name not in ("bv", "greedy-bv")]
 
 
 def _chain_scheme(name: str) -> str:
