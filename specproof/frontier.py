@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Callable
 
-from exact.frontier import Cell, CeilingCell, Instance, LosslessCell, RuleCell, compute_cell, value_text
+from specproof.frontier_cells import Cell, CeilingCell, Instance, LosslessCell, RuleCell, compute_cell, value_text
 from exact.subject import shape_names
 from simulator.errors import InvalidParameterError
 from simulator.models import SyntheticModel
@@ -30,16 +30,29 @@ STORE_NAME = "frontier"
 
 def parse_value(text: str) -> object:
     """A sweep value as exactly as it is typed: a number (``0.09``, ``1/3``, ``1e-2``) as a rational, a whole one
-    as an ``int``; else a Python literal (``True``), else the text itself (``argmax``)."""
+    as an ``int``; else a Python literal (``True``; a list as a tuple: ``[0.8, 0.9]``), else the text itself
+    (``argmax``)."""
     text = text.strip()
     try:
         number = Fraction(text)
     except (ValueError, ZeroDivisionError):
         try:
-            return ast.literal_eval(text)
+            value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             return text
+        return tuple(value) if isinstance(value, list) else value  # a cell is hashable
     return number.numerator if number.denominator == 1 else number
+
+
+def _split(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets: ``0.8,[0.9, 0.7]`` is two values."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "([") - (char in ")]")
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,8 @@ class Sweep:
     @classmethod
     def parse(cls, text: str) -> Sweep:
         """``NAME=START:STOP:N`` (``N ≥ 2`` evenly spaced points, both ends included, exact rationals) or
-        ``NAME=v1,v2,...``; :class:`InvalidParameterError` on ``sweep`` for anything else."""
+        ``NAME=v1,v2,...`` (a value may be a bracketed list, ``[0.8, 0.9]``); :class:`InvalidParameterError` on
+        ``sweep`` for anything else."""
         name, sep, rest = text.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or not name.isidentifier() or not rest.strip():
@@ -66,7 +80,7 @@ class Sweep:
             steps = int(count) - 1
             points = (low + (high - low) * i / steps for i in range(steps + 1))
             return cls(name, tuple(p.numerator if p.denominator == 1 else p for p in points))
-        values = tuple(parse_value(v) for v in rest.split(","))
+        values = tuple(parse_value(v) for v in _split(rest))
         if any(v == "" for v in values):
             raise InvalidParameterError("sweep", f"{text!r} has an empty value")
         return cls(name, values)
@@ -244,10 +258,10 @@ def _mean(values: list) -> Fraction | float:
 
 
 def summarise(plan: Frontier, records: dict[Cell, dict]) -> dict:
-    """The sweep's numbers: per model setting, the references (``best``: the best lossless rule's name per pair and
-    its ``E[τ]`` averaged over the pairs; ``ceiling``: ``E[τ]*`` averaged, or why it is missing); per point, ``E[τ]``,
-    TVD and KL averaged over the pairs (exactly under fraction arithmetic; KL ∞ when one pair's is), each pair's
-    numbers, and ``refused`` where a pair's cell has no numbers. Numbers are ``Fraction`` or ``float``."""
+    """The sweep's numbers: per model setting, the references (``best``: the best lossless rule's name per pair
+    and its ``E[τ]`` averaged over the pairs; ``ceiling``: ``E[τ]*`` averaged, or why it is missing); per point,
+    ``E[τ]``, TVD and KL averaged over the pairs (exactly under fraction arithmetic; KL ∞ when one pair's is), each
+    pair's numbers, and ``refused`` where a pair's cell has no numbers. Numbers are ``Fraction`` or ``float``."""
     seeds = list(plan.seed_list())
     references = []
     for model in plan.settings():

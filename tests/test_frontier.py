@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 from click.testing import CliRunner
 
-from exact.frontier import Instance
+from specproof.frontier_cells import Instance
 from simulator.drafting import top_tokens
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel

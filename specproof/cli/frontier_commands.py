@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from exact.frontier import Instance
+from specproof.frontier_cells import Instance
 from exact.prove.optimum import MAX_COLUMNS
 from simulator.drafting import DRAFTING
 from simulator.errors import LimitError
@@ -26,7 +26,7 @@ from specproof.cli.requests import given_on_command_line
 from specproof.cli.sections import section
 from specproof.cli.specs import ModelSpec, picked
 from specproof.frontier import Frontier, Sweep, run_frontier, summarise
-from specproof.reports.frontier import frontier_json, frontier_markdown, plot_frontier
+from specproof.reports.lossy_frontier import frontier_json, frontier_markdown, plot_frontier
 from specproof.study import Store
 
 #: the pairs a frontier runs on: the synthetic pair (floats) and random rational pairs (exact)

@@ -9,7 +9,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from exact.certificate import FLOAT_TOLERANCE
-from exact.frontier import value_text
+from specproof.frontier_cells import value_text
 from simulator.numeric import to_json_number
 from specproof.frontier import MODEL_OPTIONS, Frontier
 

@@ -21,8 +21,8 @@ from simulator.numeric import Number, to_json_number
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
-from .certificate import FLOAT_TOLERANCE, certify
-from .prove.optimum import claiming_rules, optimum, rule_row
+from exact.certificate import FLOAT_TOLERANCE, certify
+from exact.prove.optimum import claiming_rules, optimum, rule_row
 
 #: Why a cell has no numbers: a limit it passed, or a comparison its intervals could not decide.
 REFUSALS = (LimitError, UndecidedComparisonError)
