@@ -268,7 +268,7 @@ def summarise(plan: Frontier, records: dict[Cell, dict]) -> dict:
         cells = [plan.reference_cells(model, s) for s in seeds]
         best = [records[c[0]] for c in cells]
         names = [b["best"] for b in best]
-        row = {"model": model, "best": names,
+        row = {"model": model, "best": names, "tied": [b["tied"] for b in best],
                "best_expected_accepted": None if None in names else
                _mean([number(b["rules"][n]["expected_accepted"]) for b, n in zip(best, names)]),
                "rules": [b["rules"] for b in best]}

@@ -104,8 +104,10 @@ class LosslessCell:
 
     def compute(self) -> dict:
         """``rules``: each rule's ``expected_accepted`` and ``lossless``, or ``skipped`` (why it has no row);
-        ``best``: the best rule's name (of rules tied, within the float tolerance under floats, the first in the
-        registry), ``None`` when no rule claims the scheme on the shape."""
+        ``best``: the best rule's name, ``None`` when no rule claims the scheme on the shape; of rules tied
+        (within the float tolerance under floats) the one defined on the fewest shapes, the rule made for the
+        shape (``bv`` on chains, where Layer Verification and TRV reach the same ``E[τ]``), then the first in the
+        registry; ``tied``: the others."""
         model, drafter = self.instance.build()
         rows: dict[str, dict] = {}
         for name in claiming_rules(self.instance.drafting, self.instance.topology):
@@ -120,8 +122,9 @@ class LosslessCell:
         accepted = {name: Fraction(row["expected_accepted"]) for name, row in rows.items() if row.get("lossless")}
         top = max(accepted.values(), default=None)
         tolerance = 0 if self.instance.arithmetic == "fraction" else FLOAT_TOLERANCE  # a tie is not a rounding's
-        best = next((name for name, value in accepted.items() if value >= top - tolerance), None)
-        return {"rules": rows, "best": best}
+        tied = [name for name, value in accepted.items() if value >= top - tolerance]
+        best = min(tied, key=lambda name: len(VERIFIERS[name].shapes), default=None)  # stable: registry order
+        return {"rules": rows, "best": best, "tied": [name for name in tied if name != best]}
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,15 @@ def _setting(model: tuple) -> str:
     return ", ".join(f"{MODEL_LABELS[name]} = {value_text(value)}" for name, value in model) or "—"
 
 
-def _best_name(names: list) -> str:
+def _best_name(names: list, tied: list | None = None) -> str:
+    """The best lossless rule, the same on every pair or named per pair; with the rules tied with it (one pair)."""
     distinct = list(dict.fromkeys(names))
     if distinct == [None]:
         return "none claims this drafting on this shape"
-    return distinct[0] if len(distinct) == 1 else "per pair: " + ", ".join(map(str, names))
+    if len(distinct) > 1:
+        return "per pair: " + ", ".join(map(str, names))
+    others = sorted({name for pair in tied or [] for name in pair})
+    return distinct[0] + (f" (tied: {', '.join(others)})" if others and len(names) == 1 else "")
 
 
 def describe(plan: Frontier) -> str:
@@ -60,7 +64,7 @@ def frontier_markdown(plan: Frontier, summary: dict, command: str) -> str:
     references = {tuple(r["model"]): r for r in summary["references"]}
     for ref in summary["references"]:
         ceiling = _float(ref["ceiling"]) if "ceiling" in ref else ref["ceiling_missing"]
-        lines.append(f"| {_setting(ref['model'])} | {_best_name(ref['best'])} | "
+        lines.append(f"| {_setting(ref['model'])} | {_best_name(ref['best'], ref['tied'])} | "
                      f"{_float(ref['best_expected_accepted'])} | {ceiling} |")
     for rule in plan.rules:
         points = [p for p in summary["points"] if p["rule"] == rule]
@@ -102,7 +106,7 @@ def frontier_json(plan: Frontier, summary: dict, command: str) -> dict:
     def values(pairs) -> dict:
         return {name: value_text(value) for name, value in pairs}
 
-    references = [{"model": values(r["model"]), "best": r["best"],
+    references = [{"model": values(r["model"]), "best": r["best"], "tied": r["tied"],
                    "best_expected_accepted": num(r["best_expected_accepted"]),
                    "ceiling": num(r.get("ceiling"), "fraction"), "ceiling_proved": r.get("ceiling_proved"),
                    "ceiling_missing": r.get("ceiling_missing"), "rules": r["rules"]} for r in summary["references"]]
