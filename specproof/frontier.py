@@ -16,7 +16,6 @@ from typing import Callable
 from specproof.frontier_cells import Cell, CeilingCell, Instance, LosslessCell, RuleCell, compute_cell, value_text
 from exact.subject import shape_names
 from simulator.errors import InvalidParameterError
-from simulator.models import SyntheticModel
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.knobs import FIELD, bind
@@ -100,7 +99,7 @@ class Point:
 @dataclass(frozen=True)
 class Frontier:
     """A sweep's plan: ``rules`` at the ``fixed`` knob values (``--verifier-kwargs``, each to the rules that have
-    the knob), over the grid of ``sweeps``, on model seeds ``base.seed … base.seed + seeds − 1`` of ``base``'s
+    the knob), over the grid of ``sweeps``, on model seeds ``--seed … --seed + seeds − 1`` of ``base``'s
     pair and shape; with the best lossless rule on each pair, and the ceiling unless ``ceiling`` is false."""
 
     rules: tuple[str, ...]
@@ -138,9 +137,9 @@ class Frontier:
             if sweep.name in dict(self.fixed):
                 raise InvalidParameterError(f"sweep.{sweep.name}", f"{sweep.name} is both swept and fixed by "
                                                                    "--verifier-kwargs: drop one")
-            if sweep.name in MODEL_OPTIONS and self.base.model != "synthetic":
+            if sweep.name in MODEL_OPTIONS and self.base.model.model_kind != "synthetic":
                 raise InvalidParameterError(f"sweep.{sweep.name}", f"{sweep.name} shapes the synthetic pair only "
-                                                                   f"(the model is {self.base.model})")
+                                                                   f"(the model is {self.base.model.model_kind})")
             if sweep.name not in knobs and sweep.name not in MODEL_OPTIONS:
                 raise InvalidParameterError(f"sweep.{sweep.name}", f"no rule given has a knob {sweep.name!r} "
                                                                    f"({_knob_list(self.rules)}), and it is not a "
@@ -160,10 +159,11 @@ class Frontier:
             if name in dict(point.swept):
                 raise InvalidParameterError(f"sweep.{name}", f"--sweep {name}: {err.message}") from None
             raise
-        model = {**{name: getattr(self.base, name) for name in MODEL_OPTIONS}, **dict(point.model)}
         try:
-            SyntheticModel(self.base.vocab, *(float(model[name]) for name in MODEL_OPTIONS), self.base.seed)
+            self.instance(point.model, self.base.model.seed).build()
         except InvalidParameterError as err:
+            if err.field not in dict(point.model):
+                raise
             raise InvalidParameterError(f"sweep.{err.field}", f"--sweep {err.field}: {err.message}") from None
 
     def points(self) -> list[Point]:
@@ -185,10 +185,13 @@ class Frontier:
         return list(dict.fromkeys(point.model for point in self.points()))
 
     def instance(self, model: tuple[tuple[str, object], ...], seed: int) -> Instance:
-        return replace(self.base, seed=seed, **{name: float(value) for name, value in model})
+        """The base instance on model seed ``seed`` with the model options ``model`` (``(name, value)``)."""
+        values = {name: float(value) for name, value in model}
+        return replace(self.base, model=replace(self.base.model, seed=seed, **values))
 
     def seed_list(self) -> range:
-        return range(self.base.seed, self.base.seed + self.seeds)
+        first = self.base.model.seed
+        return range(first, first + self.seeds)
 
     def rule_cell(self, point: Point, seed: int) -> RuleCell:
         return RuleCell(self.instance(point.model, seed), point.rule, point.knobs, self.max_executions, self.timeout)

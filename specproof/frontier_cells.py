@@ -16,13 +16,14 @@ from fractions import Fraction
 from simulator.drafting import Drafter, FixedShape
 from simulator.errors import LimitError, SpecproofError, UndecidedComparisonError
 from simulator.limits import limits, time_limit
-from simulator.models import ModelPair, make_model
+from simulator.models import ModelPair
 from simulator.numeric import Number, to_json_number
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 
 from exact.certificate import FLOAT_TOLERANCE, certify
 from exact.prove.optimum import claiming_rules, optimum, rule_row
+from specproof.cli.specs import ModelSpec
 
 #: Why a cell has no numbers: a limit it passed, or a comparison its intervals could not decide.
 REFUSALS = (LimitError, UndecidedComparisonError)
@@ -30,16 +31,10 @@ REFUSALS = (LimitError, UndecidedComparisonError)
 
 @dataclass(frozen=True)
 class Instance:
-    """A model pair (``make_model``'s options) and a fixed draft shape with its drafting scheme, in one arithmetic:
-    what a rule and its references are computed on."""
+    """A model pair (``--model`` and its options, seed included) and a fixed draft shape with its drafting scheme, in
+    one arithmetic: what a rule and its references are computed on."""
 
-    model: str
-    vocab: int
-    seed: int
-    rho: float
-    tau_p: float
-    tau_q: float
-    zero_prob: float
+    model: ModelSpec
     topology: str
     depth: int
     branching: int
@@ -47,8 +42,7 @@ class Instance:
     arithmetic: str
 
     def build(self) -> tuple[ModelPair, Drafter]:
-        model = make_model(self.model, None, self.vocab, self.seed, self.rho, self.tau_p, self.tau_q, self.zero_prob)
-        return model, FixedShape(make_topology(self.topology, self.depth, self.branching), self.drafting)
+        return self.model.build(), FixedShape(make_topology(self.topology, self.depth, self.branching), self.drafting)
 
     def number(self, value: Number) -> object:
         """A number of this instance's arithmetic as JSON: ``"num/den"`` exactly, or a float."""

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 from click.testing import CliRunner
 
+from specproof.cli.specs import ModelSpec
 from specproof.frontier_cells import Instance
 from simulator.drafting import top_tokens
 from simulator.errors import InvalidParameterError
-from simulator.models import RandomRationalModel
+from simulator.models import RandomRationalModel, SyntheticModel
 from specproof import frontier as frontier_module
 from specproof.cli.app import main
 from specproof.frontier import Frontier, Sweep, run_frontier, summarise
@@ -25,7 +27,8 @@ SEED = 1
 
 
 def plan(sweeps: tuple[str, ...], depth: int = 1, seeds: int = 1, fixed: tuple = ()) -> Frontier:
-    base = Instance("random-rational", 3, SEED, 0.5, 1.0, 1.0, 0.25, "chain", depth, 1, "top-k", "fraction")
+    pair = ModelSpec("random-rational", None, 3, SEED, 0.5, 1.0, 1.0, 0.25)
+    base = Instance(pair, "chain", depth, 1, "top-k", "fraction")
     return Frontier(("sglang-threshold",), tuple(Sweep.parse(s) for s in sweeps), fixed, base, seeds, True,
                     float("inf"), 0, None, 0)
 
@@ -133,3 +136,21 @@ def test_the_command_refuses_a_value_out_of_range_before_any_work(tmp_path):
                                        "threshold_acc=0:1:3", "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "sweep.threshold_acc" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_option_sweep_has_references_per_setting():
+    # On a depth-1 chain under top-k drafting, at (1, 1) and for the best lossless rule, E[τ] = q(x0) (as above),
+    # here read off the synthetic pair of each ρ.
+    pair = ModelSpec("synthetic", None, 3, 0, 0.5, 1.0, 1.0, 0.25)
+    base = Instance(pair, "chain", 1, 1, "top-k", "float")
+    frontier = Frontier(("sglang-threshold",), (Sweep.parse("rho=0.2,0.8"),), (), base, 1, False, 0, 0, None, 0)
+    summary = summarise(*_run(frontier))
+    for rho, point, reference in zip((0.2, 0.8), summary["points"], summary["references"]):
+        model = SyntheticModel(3, rho, 1.0, 1.0, 0)
+        q0 = model.q(())[top_tokens(model.p(()), 1)[0]]
+        assert point["expected_accepted"] == pytest.approx(q0, abs=1e-12) and point["tvd"] <= 1e-12
+        assert reference["best_expected_accepted"] == pytest.approx(q0, abs=1e-12)
+        assert reference["ceiling_missing"] == "skipped (--no-ceiling)"
+    with pytest.raises(InvalidParameterError) as err:
+        replace(frontier, sweeps=(Sweep.parse("rho=0.5,1.5"),)).check()
+    assert err.value.field == "sweep.rho"

@@ -91,8 +91,7 @@ def frontier(ctx: click.Context, model_kind, table_path, vocab, seed, rho, tau_p
     for folder, field in ((out_dir, "out"), (store_dir, "store")):
         if folder is not None:
             check_output_dir(folder, field)
-    base = Instance(model_kind, vocab, seed, rho, tau_p, tau_q, zero_prob, topology, depth, branching, drafting,
-                    arithmetic)
+    base = Instance(model, topology, depth, branching, drafting, arithmetic)
     fixed = tuple(parse_kwargs(verifier_kwargs, "verifier-kwargs").items())
     plan = Frontier(tuple(dict.fromkeys(verifiers)), tuple(Sweep.parse(s) for s in sweeps),
                     fixed, base, seeds,

@@ -44,11 +44,11 @@ def _best_name(names: list, tied: list | None = None) -> str:
 
 def describe(plan: Frontier) -> str:
     """The instance in words: the pair or pairs, the shape and drafting, the arithmetic."""
-    base = plan.base
-    seeds = f"seed {base.seed}" if plan.seeds == 1 else \
-        f"{plan.seeds} pairs, seeds {base.seed}–{base.seed + plan.seeds - 1} (each cell the mean over them)"
-    model = (f"synthetic (V = {base.vocab}, ρ = {base.rho:g}, τ_p = {base.tau_p:g}, τ_q = {base.tau_q:g})"
-             if base.model == "synthetic" else f"{base.model} (V = {base.vocab})")
+    base, pair = plan.base, plan.base.model
+    seeds = f"seed {pair.seed}" if plan.seeds == 1 else \
+        f"{plan.seeds} pairs, seeds {pair.seed}–{pair.seed + plan.seeds - 1} (each cell the mean over them)"
+    model = (f"synthetic (V = {pair.vocab}, ρ = {pair.rho:g}, τ_p = {pair.tau_p:g}, τ_q = {pair.tau_q:g})"
+             if pair.model_kind == "synthetic" else f"{pair.model_kind} (V = {pair.vocab})")
     return (f"{model}, {seeds}; {base.topology} tree, depth {base.depth}, branching {base.branching}, "
             f"{base.drafting} drafting; {base.arithmetic} arithmetic")
 
@@ -114,13 +114,13 @@ def frontier_json(plan: Frontier, summary: dict, command: str) -> dict:
               **{k: num(p[k]) for k in ("expected_accepted", "tvd") if k in p},
               **({"kl": num(p["kl"])} if "kl" in p else {}), **({"refused": p["refused"]} if "refused" in p else {}),
               "pairs": p["pairs"]} for p in summary["points"]]
-    base = plan.base
+    base, pair = plan.base, plan.base.model
     return {"command": command, "rules": list(plan.rules),
             "sweeps": {s.name: [value_text(v) for v in s.values] for s in plan.sweeps},
             "fixed": values(plan.fixed),
-            "instance": {"model": base.model, "vocab": base.vocab, "seeds": summary["seeds"],
-                         **({name: getattr(base, name) for name in MODEL_OPTIONS} if base.model == "synthetic"
-                            else {"zero_prob": base.zero_prob}),
+            "instance": {"model": pair.model_kind, "vocab": pair.vocab, "seeds": summary["seeds"],
+                         **({name: getattr(pair, name) for name in MODEL_OPTIONS} if pair.model_kind == "synthetic"
+                            else {"zero_prob": pair.zero_prob}),
                          "topology": base.topology, "depth": base.depth, "branching": base.branching,
                          "drafting": base.drafting, "arithmetic": arithmetic},
             "references": references, "points": points}
