@@ -11,7 +11,7 @@ import click
 from specproof.frontier_cells import Instance
 from exact.prove.optimum import MAX_COLUMNS
 from simulator.drafting import DRAFTING
-from simulator.errors import LimitError
+from simulator.errors import InvalidParameterError, LimitError
 from simulator.jsonfile import check_output_dir, write_json, write_text
 from simulator.numeric import ARITHMETICS
 from simulator.trees import TOPOLOGIES
@@ -25,7 +25,7 @@ from specproof.cli.progress import progress_bar
 from specproof.cli.requests import given_on_command_line
 from specproof.cli.sections import section
 from specproof.cli.specs import ModelSpec, picked
-from specproof.frontier import Frontier, Sweep, run_frontier, summarise
+from specproof.frontier import MODEL_OPTIONS, Frontier, Sweep, run_frontier, summarise
 from specproof.reports.lossy_frontier import frontier_json, frontier_markdown, plot_frontier
 from specproof.study import Store
 
@@ -73,35 +73,34 @@ CEILING_TIMEOUT = 300.0
          click.option("--out", "out_dir", type=Output(folder=True), default=None,
                       help="write frontier.md, frontier.json and frontier.png here"))
 @click.pass_context
-def frontier(ctx: click.Context, model_kind, table_path, vocab, seed, rho, tau_p, tau_q, zero_prob, topology, depth,
-             branching, drafting, verifiers, verifier_kwargs, sweeps, seeds, arithmetic, no_ceiling, max_columns,
-             ceiling_timeout, max_executions, timeout, jobs, scheduler, store_dir, out_dir) -> None:
+def frontier(ctx: click.Context, **options) -> None:
     """Lossy rules over a grid of knob values: each point's exact E[τ], TVD over Σ^(H+1) and KL, beside the best
     lossless rule (TVD 0) and the ceiling E[τ]* on the same pairs and shape. Resumable (--store), on Dask
     (--scheduler); --out writes Markdown, JSON and a plot. Exit 2 when a cell passed its limits (the tables say
     which)."""
-    model = picked(ModelSpec, locals())
+    model = picked(ModelSpec, options)
     model.check()
-    given = given_on_command_line(ctx)
-    if model_kind != "synthetic":
-        for option in ("rho", "tau_p", "tau_q"):
-            if option in given:
-                raise click.UsageError(f"--{option.replace('_', '-')} shapes the synthetic pair only")
+    if model.model_kind != "synthetic":
+        for name in set(MODEL_OPTIONS) & given_on_command_line(ctx):
+            raise InvalidParameterError(name, f"--{name.replace('_', '-')} shapes the synthetic pair only (the "
+                                              f"model is {model.model_kind})")
+    out_dir, store_dir, scheduler = options["out_dir"], options["store_dir"], options["scheduler"]
     check_scheduler(scheduler)
     for folder, field in ((out_dir, "out"), (store_dir, "store")):
         if folder is not None:
             check_output_dir(folder, field)
-    base = Instance(model, topology, depth, branching, drafting, arithmetic)
-    fixed = tuple(parse_kwargs(verifier_kwargs, "verifier-kwargs").items())
-    plan = Frontier(tuple(dict.fromkeys(verifiers)), tuple(Sweep.parse(s) for s in sweeps),
-                    fixed, base, seeds,
-                    not no_ceiling, max_columns or float("inf"), ceiling_timeout, max_executions or None, timeout)
+    base = Instance(model, *(options[name] for name in ("topology", "depth", "branching", "drafting",
+                                                        "arithmetic")))
+    plan = Frontier(tuple(dict.fromkeys(options["verifiers"])), tuple(Sweep.parse(s) for s in options["sweeps"]),
+                    tuple(parse_kwargs(options["verifier_kwargs"], "verifier-kwargs").items()), base,
+                    options["seeds"], not options["no_ceiling"], options["max_columns"] or float("inf"),
+                    options["ceiling_timeout"], options["max_executions"] or None, options["timeout"])
     plan.check()
     store_root = store_dir or (Path(out_dir) / "store" if out_dir is not None else None)
     store = Store(store_root) if store_root is not None else None
     cells = plan.cells()
     with progress_bar(len(cells), "frontier", "cell") as bar:
-        records, seconds = run_frontier(plan, store, jobs, scheduler, bar.update)
+        records, seconds = run_frontier(plan, store, options["jobs"], scheduler, bar.update)
     summary = summarise(plan, records)
     command = command_line(ctx)
     text = frontier_markdown(plan, summary, command)
@@ -112,7 +111,7 @@ def frontier(ctx: click.Context, model_kind, table_path, vocab, seed, rho, tau_p
         out.mkdir(parents=True, exist_ok=True)
         kept(lambda: write_text(out / "frontier.md", text, "out"))
         kept(lambda: write_json(out / "frontier.json", frontier_json(plan, summary, command), "out"))
-        plot_frontier(plan, summary, out / "frontier.png")
+        kept(lambda: plot_frontier(plan, summary, out / "frontier.png"))
         click.echo(f"written to {out}/")
     refused = [p for p in summary["points"] if "refused" in p]
     if refused:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from exact.certificate import FLOAT_TOLERANCE
 from specproof.frontier_cells import value_text
+from simulator.errors import OutputError
 from simulator.numeric import to_json_number
 from specproof.frontier import MODEL_OPTIONS, Frontier
 
@@ -172,5 +173,9 @@ def plot_frontier(plan: Frontier, summary: dict, path: Path) -> None:
     ax.set_title(describe(plan), fontsize=8)
     ax.legend(fontsize=7, loc="lower right")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        figure.savefig(path, dpi=110)
+    except OSError as err:
+        raise OutputError("out", f"cannot write {path}: {err.strerror or err}") from None
+    finally:
+        plt.close(figure)
