@@ -18,7 +18,7 @@ from simulator.trees import TOPOLOGIES
 from simulator.verifiers.knobs import parse_kwargs
 from specproof.cli.checks import check_scheduler
 from specproof.cli.group import main
-from specproof.cli.option_groups import LIMIT_OPTIONS, VERIFIER_KWARGS_OPTION, model_options
+from specproof.cli.option_groups import LIMIT_OPTIONS, VERIFIER_KWARGS_OPTION, model_options, timeout_option
 from specproof.cli.output import command_line, kept
 from specproof.cli.params import COUNT_LIMIT, JOBS, SECONDS_LIMIT, TREE_BRANCHING, TREE_DEPTH, Output, Whole
 from specproof.cli.progress import progress_bar
@@ -62,7 +62,8 @@ CEILING_TIMEOUT = 300.0
                       help="the ceiling: refuse an LP whose column estimate is larger (0 or inf: no limit)"),
          click.option("--ceiling-timeout", type=SECONDS_LIMIT, default=CEILING_TIMEOUT, show_default=True,
                       help="the ceiling: seconds per pair (0 or inf: none)"))
-@section("Limits (per cell)", *LIMIT_OPTIONS)
+@section("Limits (per cell)", LIMIT_OPTIONS[0],
+         timeout_option("cell", "; it acts in a process's main thread: here and in --jobs workers, not on Dask"))
 @section("Sweep",
          click.option("--jobs", type=JOBS, default=1, show_default=True, help="worker processes"),
          click.option("--scheduler", default=None,
