@@ -242,8 +242,14 @@ def run_frontier(plan: Frontier, store: Store | None, jobs: int = 1, scheduler: 
             progress(1)
 
     start = time.perf_counter()
-    with store.lock() if store is not None else nullcontext():
-        run_tasks([(cell,) for cell in todo], compute_cell, done, jobs, scheduler)
+    try:
+        with store.lock() if store is not None else nullcontext():
+            run_tasks([(cell,) for cell in todo], compute_cell, done, jobs, scheduler)
+    except InvalidParameterError as err:  # a knob value a rule refuses only as it runs (relaxed_topk past V)
+        name = err.field.removeprefix(f"{FIELD}.")
+        if name in {sweep.name for sweep in plan.sweeps}:
+            raise InvalidParameterError(f"sweep.{name}", err.message) from None
+        raise
     return records, time.perf_counter() - start
 
 

@@ -154,3 +154,12 @@ def test_a_model_option_sweep_has_references_per_setting():
     with pytest.raises(InvalidParameterError) as err:
         replace(frontier, sweeps=(Sweep.parse("rho=0.5,1.5"),)).check()
     assert err.value.field == "sweep.rho"
+
+
+def test_a_value_a_rule_refuses_only_as_it_runs_is_named_after_the_sweep():
+    # relaxed refuses relaxed_topk past the vocabulary when it sees a row (torch.topk's own refusal), not in its
+    # knob's check: the error reaches the user as the sweep's.
+    frontier = replace(plan(("relaxed_topk=2,4",), depth=1), rules=("relaxed",), ceiling=False)
+    with pytest.raises(InvalidParameterError) as err:
+        _run(frontier)
+    assert err.value.field == "sweep.relaxed_topk" and "vocabulary 3" in err.value.message
