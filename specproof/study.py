@@ -353,27 +353,43 @@ class Store:
         self._records()[(cell.key(), seed)] = (record, f"{path}:end")
 
     def cached(self, name: str, params: dict, compute: Callable[[], T]) -> T:
-        """``compute()`` (JSON data) once per ``name``, ``params`` and code version; later calls read it back.
+        """``compute()`` (JSON data) once per ``name``, ``params`` and code version; later calls read it back
+        (:meth:`lookup`, :meth:`put`)."""
+        found, value = self.lookup(name, params)
+        if not found:
+            value = compute()
+            self.put(name, params, value)
+        return value
+
+    def _entry(self, name: str, params: dict) -> Path:
+        key = hashlib.sha256(json.dumps([name, params, code_fingerprint()], sort_keys=True).encode()).hexdigest()[:16]
+        return self.root / "cache" / f"{name}-{key}.json"
+
+    def lookup(self, name: str, params: dict) -> tuple[bool, object]:
+        """``(True, value)`` where an entry for ``name``, ``params`` and this code version is stored, else
+        ``(False, None)``.
 
         An entry is ``{"sha256": …, "value": …}``, the hash of the value's canonical JSON: an entry that does not
-        parse, or whose value does not match its hash (damage, a hand edit), is named through ``warn`` and
-        recomputed."""
-        key = hashlib.sha256(json.dumps([name, params, code_fingerprint()], sort_keys=True).encode()).hexdigest()[:16]
-        path = self.root / "cache" / f"{name}-{key}.json"
-        if path.exists():
-            try:
-                entry = strict_json(path.read_bytes())
-                if isinstance(entry, dict) and entry.keys() == {"sha256", "value"} and \
-                        entry["sha256"] == _checksum(entry["value"]):
-                    return entry["value"]
-                why = "its content does not match its checksum"
-            except ValueError as err:  # UnicodeDecodeError included
-                why = f"it is not a cache entry ({err})"
-            self.warn(f"{path} is damaged ({why}): recomputing it")
-        value = compute()
+        parse, or whose value does not match its hash (damage, a hand edit), is named through ``warn`` and counts as
+        missing."""
+        path = self._entry(name, params)
+        if not path.exists():
+            return False, None
+        try:
+            entry = strict_json(path.read_bytes())
+            if isinstance(entry, dict) and entry.keys() == {"sha256", "value"} and \
+                    entry["sha256"] == _checksum(entry["value"]):
+                return True, entry["value"]
+            why = "its content does not match its checksum"
+        except ValueError as err:  # UnicodeDecodeError included
+            why = f"it is not a cache entry ({err})"
+        self.warn(f"{path} is damaged ({why}): recomputing it")
+        return False, None
+
+    def put(self, name: str, params: dict, value: object) -> None:
+        """Store ``value`` (JSON data) for ``name``, ``params`` and this code version, written whole by a rename."""
         entry = {"sha256": _checksum(value), "value": value}
-        _atomic_write(path, json.dumps(entry, indent=1, allow_nan=False) + "\n")
-        return value
+        _atomic_write(self._entry(name, params), json.dumps(entry, indent=1, allow_nan=False) + "\n")
 
     def records(self, cell: Cell) -> list[dict]:
         return [r for r in (self.load(cell, s) for s in range(cell.seeds)) if r is not None]
@@ -513,30 +529,46 @@ def _run_cells(cells: list[Cell], store: Store, jobs: int, progress: Callable[[C
     # same model next to each other, so a worker reuses the model's rows (see _rows).
     todo.sort(key=lambda item: (item[1], model_key(*item)))
 
-    def done(cell: Cell, s: int, record: dict) -> None:
+    def done(task: tuple[Cell, int, str | None], record: dict) -> None:
+        cell, s, _ = task
         store.save(record, cell, s)
         if progress is not None:
             progress(cell, s, cell.trials)
 
+    run_tasks([(cell, s, device) for cell, s in todo], compute_seed, done, jobs, scheduler)
+
+
+def run_tasks(tasks: list[tuple], compute: Callable[..., T], done: Callable[[tuple, T], None], jobs: int = 1,
+              scheduler: str | None = None) -> None:
+    """``compute(*task)`` for every task, each result handed to ``done(task, result)`` in this process as it comes
+    back (a sweep's records are written by the process that runs it, :func:`run_cells`).
+
+    With ``jobs`` 1 and no ``scheduler`` the tasks run here, in order. Otherwise they run in ``jobs`` local worker
+    processes (spawned, one BLAS thread each), or with ``scheduler`` on a Dask cluster: ``"local"`` starts a
+    ``dask.distributed`` LocalCluster of ``jobs`` single-threaded worker processes, anything else is the address
+    of a running scheduler (``tcp://host:8786``). In a worker, ``compute`` gets one more argument, the number of
+    worker processes sharing that machine (1 on a remote scheduler's). Local worker processes die with this one
+    (:mod:`simulator.workers`); an interrupt (or any error) stops them at once, the results handed back so far
+    kept, rather than letting them finish the queue."""
     if scheduler is not None:
-        return _run_on_dask(todo, scheduler, jobs, done, device)
+        return _run_on_dask(tasks, compute, done, scheduler, jobs)
     if jobs <= 1:
-        for cell, s in todo:
-            done(cell, s, compute_seed(cell, s, device))
+        for task in tasks:
+            done(task, compute(*task))
         return
     with _one_thread_each(), ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                                  **pool_options()) as pool:
         try:
-            futures = {pool.submit(compute_seed, cell, s, device, jobs): (cell, s) for cell, s in todo}
+            futures = {pool.submit(compute, *task, jobs): task for task in tasks}
             for future in as_completed(futures):
-                done(*futures[future], future.result())
-        except BaseException:  # an interrupt, a worker's error: stop now, the records saved so far kept
+                done(futures[future], future.result())
+        except BaseException:  # an interrupt, a worker's error: stop now, the results handed back so far kept
             stop_pool(pool)
             raise
 
 
-def _run_on_dask(todo: list[tuple[Cell, int]], scheduler: str, jobs: int,
-                 done: Callable[[Cell, int, dict], None], device: str | None) -> None:
+def _run_on_dask(tasks: list[tuple], compute: Callable[..., T], done: Callable[[tuple, T], None], scheduler: str,
+                 jobs: int) -> None:
     try:
         from distributed import Client, LocalCluster, as_completed as dask_completed
     except ImportError:
@@ -552,8 +584,8 @@ def _run_on_dask(todo: list[tuple[Cell, int]], scheduler: str, jobs: int,
             except (OSError, TimeoutError) as err:
                 raise InvalidParameterError("scheduler", f"cannot reach a Dask scheduler at {scheduler!r}: {err}") \
                     from None
-        # pure=False: a seed is computed once per submission, never deduplicated against another sweep's key
+        # pure=False: a task is computed once per submission, never deduplicated against another sweep's key
         workers = jobs if scheduler == "local" else 1  # a remote worker's machine is its own
-        futures = {client.submit(compute_seed, cell, s, device, workers, pure=False): (cell, s) for cell, s in todo}
+        futures = {client.submit(compute, *task, workers, pure=False): task for task in tasks}
         for future in dask_completed(futures):
-            done(*futures[future], future.result())
+            done(futures[future], future.result())

@@ -107,6 +107,7 @@ NEEDS = {
     "certify": ["--verifier", "tv-sps"], "mc": ["--verifier", "tv-sps"], "generate": ["--verifier", "tv-sps"],
     "hunt": ["--verifier", "tv-sps"], "prove": ["--verifier", "tv-sps"], "gate": ["--config", "x.toml"],
     "real": ["--target", "x", "--draft", "x", "--questions", "x.jsonl", "--verifier", "tv-sps"],
+    "frontier": ["--verifier", "sglang-threshold"],
 }
 NEEDS_FOR = {("certify", "case_out"): ["--shrink"]}
 

@@ -13,6 +13,7 @@ from simulator.drafting import DRAFTING, Drafter
 from simulator.errors import InvalidParameterError
 from simulator.models import ModelPair, ModelView
 from simulator.numeric import rational
+from simulator.verifiers import VERIFIERS
 
 from ..enumeration import enumerate_outcomes
 
@@ -591,18 +592,28 @@ class RuleRow:
 OUTSIDE = "its output is completed by a modified target (lossless over rounds, not per round)"
 
 
-def rule_row(model: ModelPair, drafter: Drafter, verifier, best: Fraction | None, name: str | None = None) -> RuleRow:
-    """``verifier`` (a name or a function) certified exactly on the instance and set against ``best``. A rule whose
-    output is completed by another rule than the target (greedy BV's modified target) is outside the LP's class
-    and gets no efficiency. Errors of the certificate (a rule not defined on the shape, a limit) propagate."""
+def claiming_rules(scheme: str, topology: str) -> list[str]:
+    """The built-in rules that claim losslessness under drafting ``scheme`` and are defined on ``topology`` (a
+    shape's name), in the registry's order: the rules compared with the ceiling."""
+    return [name for name, spec in VERIFIERS.items() if scheme in spec.lossless_under and topology in spec.shapes]
+
+
+def rule_row(model: ModelPair, drafter: Drafter, verifier, best: Fraction | None, name: str | None = None,
+             arithmetic: str = "fraction") -> RuleRow:
+    """``verifier`` (a name or a function) certified on the instance in ``arithmetic`` and set against ``best``. A
+    rule whose output is completed by another rule than the target (greedy BV's modified target) is outside the
+    LP's class and gets no efficiency. Lossless: TVD 0 under fractions, within certify's float tolerance under
+    floats, and no mass off the target's support. Errors of the certificate (a rule not defined on the shape, a
+    limit) propagate."""
     from simulator.completion import TARGET
 
-    from ..certificate import round_law
+    from ..certificate import FLOAT_TOLERANCE, round_law
 
-    law = round_law(model, drafter, verifier)
+    law = round_law(model, drafter, verifier, arithmetic)
     distance = law.distance()
     accepted = Fraction(law.expected_accepted())
-    row = RuleRow(name or str(verifier), distance.tvd == 0 and distance.off_support == 0, accepted)
+    tolerance = 0 if arithmetic == "fraction" else FLOAT_TOLERANCE
+    row = RuleRow(name or str(verifier), distance.tvd <= tolerance and distance.off_support == 0, accepted)
     if any(outcome.completion is not TARGET for outcome in law.outcomes):
         row.outside = OUTSIDE
     elif best is not None and best > 0:

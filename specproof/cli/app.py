@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specproof.cli import (certify_commands, fetch_commands, gate_commands, optimum_commands,  # noqa: F401
-                           prove_commands, sample_commands, torch_commands, train_commands)
+from specproof.cli import (certify_commands, fetch_commands, frontier_commands, gate_commands,  # noqa: F401
+                           optimum_commands, prove_commands, sample_commands, torch_commands, train_commands)
 from specproof.cli.group import main
 
 __all__ = ["main"]

@@ -14,7 +14,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
-from exact.prove.optimum import optimum, rule_row
+from exact.prove.optimum import claiming_rules, optimum, rule_row
 from simulator.drafting.drafter_registry import make_drafter
 from simulator.models import make_model, table_json
 from simulator.trees import make_topology
@@ -79,9 +79,7 @@ def instances() -> list[Instance]:
 
 def rules_for(instance: Instance) -> list[str]:
     """The built-in per-round lossless rules that claim the instance's scheme and shape."""
-    topology = SHAPES[instance.shape][0]
-    return [name for name, spec in VERIFIERS.items() if instance.scheme in spec.lossless_under
-            and topology in spec.shapes]
+    return claiming_rules(instance.scheme, SHAPES[instance.shape][0])
 
 
 def measure(instance: Instance) -> dict:

@@ -1,0 +1,120 @@
+"""``specproof frontier``: lossy rules swept over their knobs, each point's exact ``E[τ]``, TVD and KL beside the
+best lossless rule and the ceiling on the same pairs and shape (:mod:`specproof.frontier`, docs/lossy.md).
+Registered on :func:`specproof.cli.group.main`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specproof.frontier_cells import Instance
+from exact.prove.optimum import MAX_COLUMNS
+from simulator.drafting import DRAFTING
+from simulator.errors import InvalidParameterError, LimitError
+from simulator.jsonfile import check_output_dir, write_json, write_text
+from simulator.numeric import ARITHMETICS
+from simulator.trees import TOPOLOGIES
+from simulator.verifiers.knobs import parse_kwargs
+from specproof.cli.checks import check_scheduler
+from specproof.cli.group import main
+from specproof.cli.option_groups import LIMIT_OPTIONS, VERIFIER_KWARGS_OPTION, model_options, timeout_option
+from specproof.cli.output import command_line, kept
+from specproof.cli.params import COUNT_LIMIT, JOBS, SECONDS_LIMIT, TREE_BRANCHING, TREE_DEPTH, Output, Whole
+from specproof.cli.progress import progress_bar
+from specproof.cli.requests import given_on_command_line
+from specproof.cli.sections import section
+from specproof.cli.specs import ModelSpec, picked
+from specproof.frontier import MODEL_OPTIONS, Frontier, Sweep, run_frontier, summarise
+from specproof.reports.lossy_frontier import frontier_json, frontier_markdown, plot_frontier
+from specproof.study import Store
+
+#: the pairs a frontier runs on: the synthetic pair (floats) and random rational pairs (exact)
+FRONTIER_MODELS = ("synthetic", "random-rational")
+#: the ceiling's default time bound in seconds: an LP near the column limit settles in about a minute here
+CEILING_TIMEOUT = 300.0
+
+
+@main.command("frontier")
+@model_options(FRONTIER_MODELS)
+@section("Draft tree and drafting",
+         click.option("--topology", type=click.Choice([t for t in TOPOLOGIES if t != "explicit"]),
+                      default="complete", show_default=True, help="tree shape"),
+         click.option("--depth", type=TREE_DEPTH, default=2, show_default=True, help="draft depth H"),
+         click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b"),
+         click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True,
+                      help="drafting scheme (the engines' rules draft top-k)"))
+@section("Rules and sweep",
+         click.option("--verifier", "verifiers", multiple=True, required=True,
+                      help="a built-in rule (specproof list); repeat for one curve per rule"),
+         VERIFIER_KWARGS_OPTION,
+         click.option("--sweep", "sweeps", multiple=True,
+                      help="NAME=START:STOP:N (N points, both ends included) or NAME=v1,v2,...: a rule's knob or "
+                           "rho, tau_p, tau_q; several make a grid"))
+@section("Computation",
+         click.option("--seeds", type=Whole(1), default=1, show_default=True,
+                      help="model pairs --seed … --seed+K−1: each cell is the mean over them"),
+         click.option("--arithmetic", type=click.Choice(ARITHMETICS), default="float", show_default=True,
+                      help="float: float64 from the exact enumeration (fast on the synthetic pair); fraction: exact "
+                           "rationals"),
+         click.option("--no-ceiling", is_flag=True, help="skip the ceiling E[τ]* (an LP; the slow part)"),
+         click.option("--max-columns", type=COUNT_LIMIT, default=MAX_COLUMNS, show_default=True,
+                      help="the ceiling: refuse an LP whose column estimate is larger (0 or inf: no limit)"),
+         click.option("--ceiling-timeout", type=SECONDS_LIMIT, default=CEILING_TIMEOUT, show_default=True,
+                      help="the ceiling: seconds per pair (0 or inf: none)"))
+@section("Limits (per cell)", LIMIT_OPTIONS[0],
+         timeout_option("cell", "; it acts in a process's main thread: here and in --jobs workers, not on Dask"))
+@section("Sweep",
+         click.option("--jobs", type=JOBS, default=1, show_default=True, help="worker processes"),
+         click.option("--scheduler", default=None,
+                      help="run the cells on Dask: 'local' (a LocalCluster of --jobs workers) or a scheduler address"),
+         click.option("--store", "store_dir", type=Output(folder=True), default=None,
+                      help="resumable cell store (default OUT/store with --out; none without)"))
+@section("Output",
+         click.option("--out", "out_dir", type=Output(folder=True), default=None,
+                      help="write frontier.md, frontier.json and frontier.png here"))
+@click.pass_context
+def frontier(ctx: click.Context, **options) -> None:
+    """Lossy rules over a grid of knob values: each point's exact E[τ], TVD over Σ^(H+1) and KL, beside the best
+    lossless rule (TVD 0) and the ceiling E[τ]* on the same pairs and shape. Resumable (--store), on Dask
+    (--scheduler); --out writes Markdown, JSON and a plot. Exit 2 when a cell passed its limits (the tables say
+    which)."""
+    model = picked(ModelSpec, options)
+    model.check()
+    if model.model_kind != "synthetic":
+        for name in set(MODEL_OPTIONS) & given_on_command_line(ctx):
+            raise InvalidParameterError(name, f"--{name.replace('_', '-')} shapes the synthetic pair only (the "
+                                              f"model is {model.model_kind})")
+    out_dir, store_dir, scheduler = options["out_dir"], options["store_dir"], options["scheduler"]
+    check_scheduler(scheduler)
+    for folder, field in ((out_dir, "out"), (store_dir, "store")):
+        if folder is not None:
+            check_output_dir(folder, field)
+    base = Instance(model, *(options[name] for name in ("topology", "depth", "branching", "drafting",
+                                                        "arithmetic")))
+    plan = Frontier(tuple(dict.fromkeys(options["verifiers"])), tuple(Sweep.parse(s) for s in options["sweeps"]),
+                    tuple(parse_kwargs(options["verifier_kwargs"], "verifier-kwargs").items()), base,
+                    options["seeds"], not options["no_ceiling"], options["max_columns"] or float("inf"),
+                    options["ceiling_timeout"], options["max_executions"] or None, options["timeout"])
+    plan.check()
+    store_root = store_dir or (Path(out_dir) / "store" if out_dir is not None else None)
+    store = Store(store_root) if store_root is not None else None
+    cells = plan.cells()
+    with progress_bar(len(cells), "frontier", "cell") as bar:
+        records, seconds = run_frontier(plan, store, options["jobs"], scheduler, bar.update)
+    summary = summarise(plan, records)
+    command = command_line(ctx)
+    text = frontier_markdown(plan, summary, command)
+    click.echo(text)
+    click.echo(f"{len(cells)} cells; {seconds:.1f} s computing those not in the store")
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        kept(lambda: write_text(out / "frontier.md", text, "out"))
+        kept(lambda: write_json(out / "frontier.json", frontier_json(plan, summary, command), "out"))
+        kept(lambda: plot_frontier(plan, summary, out / "frontier.png"))
+        click.echo(f"written to {out}/")
+    refused = [p for p in summary["points"] if "refused" in p]
+    if refused:
+        raise LimitError("frontier", f"{len(refused)} point(s) have no numbers ({refused[0]['rule']}, "
+                                     f"{refused[0]['refused']}): raise --max-executions or --timeout")
