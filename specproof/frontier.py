@@ -18,7 +18,7 @@ from exact.subject import shape_names
 from simulator.errors import InvalidParameterError
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
-from simulator.verifiers.knobs import FIELD, bind
+from simulator.verifiers.knobs import FIELD, bind, split_items
 from specproof.study import Store, run_tasks
 
 #: The model options a sweep may vary (the synthetic pair's), as ``--sweep`` names them.
@@ -41,17 +41,6 @@ def parse_value(text: str) -> object:
             return text
         return tuple(value) if isinstance(value, list) else value  # a cell is hashable
     return number.numerator if number.denominator == 1 else number
-
-
-def _split(text: str) -> list[str]:
-    """``text`` split at the commas outside brackets: ``0.8,[0.9, 0.7]`` is two values."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        depth += (char in "([") - (char in ")]")
-        if char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    return parts + [text[start:]]
 
 
 @dataclass(frozen=True)
@@ -79,7 +68,7 @@ class Sweep:
             steps = int(count) - 1
             points = (low + (high - low) * i / steps for i in range(steps + 1))
             return cls(name, tuple(p.numerator if p.denominator == 1 else p for p in points))
-        values = tuple(parse_value(v) for v in _split(rest))
+        values = tuple(parse_value(v) for v in split_items(rest))
         if any(v == "" for v in values):
             raise InvalidParameterError("sweep", f"{text!r} has an empty value")
         return cls(name, values)

@@ -84,7 +84,7 @@ def bind(rule: str, knobs: tuple[Knob, ...], given: Mapping[str, object] | None)
     return bound
 
 
-def _items(text: str) -> list[str]:
+def split_items(text: str) -> list[str]:
     """``text`` split at the commas outside brackets, so that a list value (``[0.8,0.64]``) stays one item."""
     items, depth, start = [], 0, 0
     for i, ch in enumerate(text):
@@ -103,7 +103,7 @@ def parse_kwargs(text: str | None, field_name: str = "kernel-kwargs") -> dict[st
     inside the brackets) or else a plain string; a malformed item is :class:`InvalidParameterError` on
     ``field_name``."""
     out: dict[str, object] = {}
-    for item in _items(text or ""):
+    for item in split_items(text or ""):
         if not item.strip():
             continue
         name, sep, value = item.partition("=")
