@@ -217,8 +217,8 @@ def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def plot_frontier(plan: Frontier, summary: dict, path: Path) -> None:
     """``E[τ]`` against the TVD, one panel per shape: each rule's points (one colour per rule and model setting,
-    the same in every panel) joined along their frontier (the points no other of the rule beats on both counts),
-    given points labelled with their knob values; the best lossless rule a star at TVD 0, the ceiling a dashed
+    the same in every panel), a sweep's joined along their frontier (the points no other of the rule beats on both
+    counts), given points labelled with their knob values, on TVD 0 to 1; the best lossless rule a star at TVD 0, the ceiling a dashed
     horizontal line."""
     import matplotlib
 
@@ -240,8 +240,9 @@ def plot_frontier(plan: Frontier, summary: dict, path: Path) -> None:
             points = [(float(p["tvd"]), float(p["expected_accepted"])) for p in rows]
             label = rule if len(settings) == 1 else f"{rule} ({_setting(model)})"
             handles[label] = ax.scatter(*zip(*points), color=colour, s=22)
-            ax.plot(*zip(*_pareto(points)), color=colour, linewidth=1.2)
-            if plan.given:
+            if not plan.given:  # a sweep's curve; given points stay markers
+                ax.plot(*zip(*_pareto(points)), color=colour, linewidth=1.2)
+            else:
                 for p, (x, y) in zip(rows, points):
                     text = ", ".join(value_text(v) for _, v in p["knobs"]) or "defaults"
                     ax.annotate(text, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=6, color=colour)
@@ -259,7 +260,7 @@ def plot_frontier(plan: Frontier, summary: dict, path: Path) -> None:
         ax.set_title(shape.label() + (f"; best lossless: {', '.join(dict.fromkeys(names))}" if names else ""),
                      fontsize=8)
         ax.set_xlabel("exact TVD to the target over Σ^(H+1)")
-        ax.set_xlim(left=0)
+        ax.set_xlim(0, 1.05 if plan.given else None)  # given points: every panel on one scale
     axes[0][0].set_ylabel("E[τ] (accepted draft tokens per round)")
     figure.suptitle(describe(plan), fontsize=8)
     figure.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center",
