@@ -38,8 +38,9 @@ def _best_name(names: list, tied: list | None = None) -> str:
     distinct = list(dict.fromkeys(names))
     if distinct == [None]:
         return "none claims this drafting on this shape"
-    if len(distinct) > 1:
-        return "per pair: " + ", ".join(map(str, names))
+    if len(distinct) > 1:  # how many pairs each rule is best on, most first
+        counts = sorted(((names.count(name), str(name)) for name in distinct), key=lambda c: -c[0])
+        return "per pair: " + ", ".join(f"{name} ×{count}" for count, name in counts)
     others = sorted({name for pair in tied or [] for name in pair})
     return distinct[0] + (f" (tied: {', '.join(others)})" if others and len(names) == 1 else "")
 
@@ -106,8 +107,9 @@ def headline_table(plan: Frontier, summary: dict) -> list[str]:
                 gain, share = _ratio(row, ref)
                 cells += [_float(row["expected_accepted"]), _float(row["tvd"]), _float(gain, True), _float(share)]
         lines.append("| " + " | ".join(cells) + " |")
-    names = list(dict.fromkeys(_best_name(ref["best"], ref["tied"]) for ref in refs))
-    best = ["best lossless rule", names[0] if len(names) == 1 else "per shape: " + "; ".join(names)]
+    names = [_best_name(ref["best"], ref["tied"]) for ref in refs]
+    best = ["best lossless rule", names[0] if len(set(names)) == 1 else
+            "; ".join(f"{shape.label()}: {name}" for shape, name in zip(shapes, names))]
     ceiling = ["ceiling E[τ]*", "any lossless verifier"]
     for ref in refs:
         share = (ref["best_expected_accepted"] / ref["ceiling"]
