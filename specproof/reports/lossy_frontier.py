@@ -244,10 +244,14 @@ def plot_frontier(plan: Frontier, summary: dict, path: Path) -> None:
             handles[label] = ax.scatter(*zip(*points), color=colour, s=22)
             if not plan.given:  # a sweep's curve; given points stay markers
                 ax.plot(*zip(*_pareto(points)), color=colour, linewidth=1.2)
-            else:
+            else:  # one label per place: settings that land on the same point share it
+                texts: dict[tuple[float, float], list[str]] = {}
                 for p, (x, y) in zip(rows, points):
-                    text = ", ".join(value_text(v) for _, v in p["knobs"]) or "defaults"
-                    ax.annotate(text, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=6, color=colour)
+                    texts.setdefault((round(x, 3), round(y, 3)), []).append(
+                        ", ".join(value_text(v) for _, v in p["knobs"]) or "defaults")
+                for (x, y), text in texts.items():
+                    ax.annotate(" / ".join(f"({t})" for t in text), (x, y), xytext=(4, 3),
+                                textcoords="offset points", fontsize=6, color=colour)
         names = []
         for ref in summary["references"]:
             if ref["shape"] != shape:
