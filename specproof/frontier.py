@@ -1,7 +1,8 @@
 """``specproof frontier``'s sweep (docs/lossy.md, "The frontier"): rules swept over a grid of knob values and
-model options (:class:`Sweep`, :class:`Frontier`), each point certified on one or more model pairs, with the
-lossless references of each pair; its cells run through a resumable store, locally or on Dask
-(:func:`run_frontier`), and are summed up per point (:func:`summarise`)."""
+model options (:class:`Sweep`, :class:`Frontier`), or given points (:meth:`Point.parse`), each point certified on
+one or more model pairs and draft shapes (:class:`Shape`), with the lossless references of each pair and shape;
+its cells run through a resumable store, locally or on Dask (:func:`run_frontier`), and are summed up per point and
+shape (:func:`summarise`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Callable
 from specproof.frontier_cells import Cell, CeilingCell, Instance, LosslessCell, RuleCell, compute_cell, value_text
 from exact.subject import shape_names
 from simulator.errors import InvalidParameterError
-from simulator.trees import make_topology
+from simulator.trees import TOPOLOGIES, make_topology
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.knobs import FIELD, bind, split_items
 from specproof.study import Store, run_tasks
@@ -77,19 +78,82 @@ class Sweep:
 @dataclass(frozen=True)
 class Point:
     """One rule at one setting: ``knobs``, every knob given (swept and fixed); ``model``, the model options of
-    the setting (``(name, value)``, the swept ones); ``swept``, the values the sweep sets, as a table shows them."""
+    the setting (``(name, value)``, the swept ones); ``swept``, the values the sweep sets, as a table shows them;
+    ``label``, a given point's words for its setting (where it comes from)."""
 
     rule: str
     knobs: tuple[tuple[str, object], ...]
     model: tuple[tuple[str, object], ...]
     swept: tuple[tuple[str, object], ...]
+    label: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Point:
+        """One ``--point``: ``RULE`` (its defaults) or ``RULE:NAME=VALUE,...`` (values as :func:`parse_value` reads
+        them; a list in brackets), then optionally ``@LABEL``, words the table shows beside the knobs;
+        :class:`InvalidParameterError` on ``point`` for anything else (the knobs are checked by
+        :meth:`Frontier.check`)."""
+        body, _, label = text.partition("@")
+        rule, _, rest = body.partition(":")
+        rule = rule.strip()
+        if not rule:
+            raise InvalidParameterError("point", f"expected RULE[:NAME=VALUE,...][@LABEL], got {text!r}")
+        knobs: dict[str, object] = {}
+        for item in split_items(rest) if rest.strip() else []:
+            name, sep, value = item.partition("=")
+            name = name.strip().replace("-", "_")
+            if not sep or not name.isidentifier() or not value.strip():
+                raise InvalidParameterError("point", f"{text!r}: expected NAME=VALUE, got {item.strip()!r}")
+            if name in knobs:
+                raise InvalidParameterError("point", f"{text!r} sets {name} twice")
+            knobs[name] = parse_value(value)
+        pairs = tuple(knobs.items())
+        return cls(rule, pairs, (), pairs, label.strip())
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A draft tree's shape: ``topology``, ``depth`` and ``branching`` (1 on a chain)."""
+
+    topology: str
+    depth: int
+    branching: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        """One ``--shape``: ``TOPOLOGY:DEPTH[:BRANCHING]`` (branching 2 unless given; a chain's is 1);
+        :class:`InvalidParameterError` on ``shape`` for anything else, an unknown topology or a tree too large."""
+        parts = [part.strip() for part in text.split(":")]
+        if len(parts) not in (2, 3) or not all(part.isdigit() for part in parts[1:]):
+            raise InvalidParameterError("shape", f"expected TOPOLOGY:DEPTH[:BRANCHING] (whole numbers), got "
+                                                 f"{text!r}")
+        if parts[0] not in TOPOLOGIES or parts[0] == "explicit":
+            raise InvalidParameterError("shape", f"{text!r}: the topology is one of "
+                                                 f"{', '.join(t for t in TOPOLOGIES if t != 'explicit')}")
+        depth, branching = int(parts[1]), int(parts[2]) if len(parts) == 3 else 2
+        shape = cls(parts[0], depth, 1 if parts[0] == "chain" else branching)
+        try:
+            shape.tree()
+        except InvalidParameterError as err:
+            raise InvalidParameterError("shape", f"{text!r}: {err.message}") from None
+        return shape
+
+    def tree(self):
+        return make_topology(self.topology, self.depth, self.branching)
+
+    def label(self) -> str:
+        """The shape in a table: ``chain, H = 3``, ``complete, b = 2, H = 2``."""
+        width = "" if self.topology == "chain" else f", b = {self.branching}"
+        return f"{self.topology}{width}, H = {self.depth}"
 
 
 @dataclass(frozen=True)
 class Frontier:
     """A sweep's plan: ``rules`` at the ``fixed`` knob values (``--verifier-kwargs``, each to the rules that have
-    the knob), over the grid of ``sweeps``, on model seeds ``--seed … --seed + seeds − 1`` of ``base``'s
-    pair and shape; with the best lossless rule on each pair, and the ceiling unless ``ceiling`` is false."""
+    the knob), over the grid of ``sweeps``, or else the ``given`` points (``--point``; ``rules`` their rules), on
+    model seeds ``--seed … --seed + seeds − 1`` of ``base``'s pair, on each of ``shapes`` (none: ``base``'s shape)
+    where a rule is defined; with the best lossless rule on each pair and shape, and the ceiling unless ``ceiling``
+    is false."""
 
     rules: tuple[str, ...]
     sweeps: tuple[Sweep, ...]
@@ -101,21 +165,28 @@ class Frontier:
     ceiling_timeout: float
     max_executions: int | None
     timeout: float
+    shapes: tuple[Shape, ...] = ()
+    given: tuple[Point, ...] = ()
 
     def check(self) -> None:
-        """Refuse, before anything runs, what would fail a cell: an unknown rule or one not defined on the shape,
-        a sweep name no rule has as a knob nor a model option, a model option swept on a pair it does not shape,
-        a name both swept and fixed or swept twice, a fixed knob no rule has, and every value a knob's or a
-        model's check refuses (:class:`InvalidParameterError` on ``sweep.NAME`` or ``verifier-kwargs.NAME``)."""
-        names = make_topology(self.base.topology, self.base.depth, self.base.branching).parents
+        """Refuse, before anything runs, what would fail a cell: an unknown rule or one defined on none of the
+        shapes, a sweep name no rule has as a knob nor a model option, a model option swept on a pair it does not
+        shape, a name both swept and fixed or swept twice, a fixed knob no rule has, points given beside a sweep or
+        fixed knobs, and every value a knob's or a model's check refuses (:class:`InvalidParameterError` on
+        ``sweep.NAME``, ``point.NAME`` or ``verifier-kwargs.NAME``)."""
+        option = "point" if self.given else "verifier"
+        if self.given and (self.sweeps or self.fixed):
+            raise InvalidParameterError("point", "a --point gives its rule's knobs itself: it does not mix with "
+                                                 "--sweep or --verifier-kwargs")
         for rule in self.rules:
             spec = VERIFIERS.get(rule)
             if spec is None:
-                raise InvalidParameterError("verifier", f"unknown rule {rule!r}: frontier takes the built-in rules "
-                                                        "(specproof list)")
-            if not set(spec.shapes) & shape_names(names):
-                raise InvalidParameterError("verifier", f"{rule} is defined on {', '.join(spec.shapes)} trees, not "
-                                                        f"on a {self.base.topology} tree")
+                raise InvalidParameterError(option, f"unknown rule {rule!r}: frontier takes the built-in rules "
+                                                    "(specproof list)")
+            if not any(self.defined(rule, shape) for shape in self.shape_list()):
+                shapes = "; ".join(shape.label() for shape in self.shape_list())
+                raise InvalidParameterError(option, f"{rule} is defined on {', '.join(spec.shapes)} trees, not on "
+                                                    f"the shape given ({shapes})")
         knobs = {k.name for rule in self.rules for k in VERIFIERS[rule].knobs}
         seen: set[str] = set()
         for sweep in self.sweeps:
@@ -145,6 +216,8 @@ class Frontier:
             bind(point.rule, VERIFIERS[point.rule].knobs, dict(point.knobs))
         except InvalidParameterError as err:
             name = err.field.removeprefix(f"{FIELD}.")
+            if self.given:
+                raise InvalidParameterError(f"point.{name}", f"--point {point.rule}: {err.message}") from None
             if name in dict(point.swept):
                 raise InvalidParameterError(f"sweep.{name}", f"--sweep {name}: {err.message}") from None
             raise
@@ -155,9 +228,20 @@ class Frontier:
                 raise
             raise InvalidParameterError(f"sweep.{err.field}", f"--sweep {err.field}: {err.message}") from None
 
+    def shape_list(self) -> tuple[Shape, ...]:
+        """The shapes the points run on: ``shapes``, or ``base``'s."""
+        return self.shapes or (Shape(self.base.topology, self.base.depth, self.base.branching),)
+
+    @staticmethod
+    def defined(rule: str, shape: Shape) -> bool:
+        """Whether ``rule`` is defined on ``shape`` (a chain-only rule is not on a tree)."""
+        return bool(set(VERIFIERS[rule].shapes) & shape_names(shape.tree().parents))
+
     def points(self) -> list[Point]:
-        """Every rule's settings: the grid of its own knobs' sweeps and the model options' sweeps, in the order
-        the sweeps were given (the last varies fastest)."""
+        """The given points, or every rule's settings: the grid of its own knobs' sweeps and the model options'
+        sweeps, in the order the sweeps were given (the last varies fastest)."""
+        if self.given:
+            return list(self.given)
         out = []
         for rule in self.rules:
             own = {k.name for k in VERIFIERS[rule].knobs}
@@ -173,29 +257,38 @@ class Frontier:
         """The model settings (swept model options) the points run on, each once, in order."""
         return list(dict.fromkeys(point.model for point in self.points()))
 
-    def instance(self, model: tuple[tuple[str, object], ...], seed: int) -> Instance:
-        """The base instance on model seed ``seed`` with the model options ``model`` (``(name, value)``)."""
+    def instance(self, model: tuple[tuple[str, object], ...], seed: int, shape: Shape | None = None) -> Instance:
+        """The base instance on model seed ``seed`` with the model options ``model`` (``(name, value)``), on
+        ``shape`` (``None``: the first shape)."""
+        shape = shape or self.shape_list()[0]
         values = {name: float(value) for name, value in model}
-        return replace(self.base, model=replace(self.base.model, seed=seed, **values))
+        return replace(self.base, model=replace(self.base.model, seed=seed, **values), topology=shape.topology,
+                       depth=shape.depth, branching=shape.branching)
 
     def seed_list(self) -> range:
         first = self.base.model.seed
         return range(first, first + self.seeds)
 
-    def rule_cell(self, point: Point, seed: int) -> RuleCell:
-        return RuleCell(self.instance(point.model, seed), point.rule, point.knobs, self.max_executions, self.timeout)
+    def rule_cell(self, point: Point, seed: int, shape: Shape | None = None) -> RuleCell:
+        return RuleCell(self.instance(point.model, seed, shape), point.rule, point.knobs, self.max_executions,
+                        self.timeout)
 
-    def reference_cells(self, model: tuple[tuple[str, object], ...], seed: int) -> tuple[Cell, ...]:
+    def reference_cells(self, model: tuple[tuple[str, object], ...], seed: int,
+                        shape: Shape | None = None) -> tuple[Cell, ...]:
         """The best lossless rule's cell, and the ceiling's unless it is skipped."""
-        instance = self.instance(model, seed)
+        instance = self.instance(model, seed, shape)
         best = LosslessCell(instance, self.max_executions, self.timeout)
         return (best, CeilingCell(instance, self.max_columns, self.ceiling_timeout)) if self.ceiling else (best,)
 
     def cells(self) -> list[Cell]:
         """Every cell, each once: the references first (the sweep's table needs them whatever else finishes),
-        then the points seed by seed, so that a run stopped early has every point on about as many pairs."""
-        references = [c for m in self.settings() for s in self.seed_list() for c in self.reference_cells(m, s)]
-        points = [self.rule_cell(p, s) for s in self.seed_list() for p in self.points()]
+        then the points seed by seed, so that a run stopped early has every point on about as many pairs; a point
+        on a shape its rule is not defined on has none."""
+        shapes = self.shape_list()
+        references = [c for shape in shapes for m in self.settings() for s in self.seed_list()
+                      for c in self.reference_cells(m, s, shape)]
+        points = [self.rule_cell(p, s, shape) for s in self.seed_list() for shape in shapes for p in self.points()
+                  if self.defined(p.rule, shape)]
         return list(dict.fromkeys(references + points))
 
 
@@ -236,6 +329,8 @@ def run_frontier(plan: Frontier, store: Store | None, jobs: int = 1, scheduler: 
             run_tasks([(cell,) for cell in todo], compute_cell, done, jobs, scheduler)
     except InvalidParameterError as err:  # a knob value a rule refuses only as it runs (relaxed_topk past V)
         name = err.field.removeprefix(f"{FIELD}.")
+        if plan.given and name in {knob for point in plan.given for knob, _ in point.knobs}:
+            raise InvalidParameterError(f"point.{name}", err.message) from None
         if name in {sweep.name for sweep in plan.sweeps}:
             raise InvalidParameterError(f"sweep.{name}", err.message) from None
         raise
@@ -256,44 +351,58 @@ def _mean(values: list) -> Fraction | float:
 
 
 def summarise(plan: Frontier, records: dict[Cell, dict]) -> dict:
-    """The sweep's numbers: per model setting, the references (``best``: the best lossless rule's name per pair
-    and its ``E[τ]`` averaged over the pairs; ``ceiling``: ``E[τ]*`` averaged, or why it is missing); per point,
-    ``E[τ]``, TVD and KL averaged over the pairs (exactly under fraction arithmetic; KL ∞ when one pair's is), each
-    pair's numbers, and ``refused`` where a pair's cell has no numbers. Numbers are ``Fraction`` or ``float``."""
+    """The sweep's numbers: per shape and model setting, the references (``best``: the best lossless rule's name
+    per pair and its ``E[τ]`` averaged over the pairs; ``ceiling``: ``E[τ]*`` averaged, or why it is missing); per
+    point and shape, ``E[τ]``, TVD and KL averaged over the pairs (exactly under fraction arithmetic; KL ∞ when one
+    pair's is), each pair's numbers, and ``refused`` where a pair's cell has no numbers, or ``undefined`` where the
+    rule is not defined on the shape. Numbers are ``Fraction`` or ``float``."""
     seeds = list(plan.seed_list())
     references = []
-    for model in plan.settings():
-        cells = [plan.reference_cells(model, s) for s in seeds]
-        best = [records[c[0]] for c in cells]
-        names = [b["best"] for b in best]
-        row = {"model": model, "best": names, "tied": [b["tied"] for b in best],
-               "best_expected_accepted": None if None in names else
-               _mean([number(b["rules"][n]["expected_accepted"]) for b, n in zip(best, names)]),
-               "rules": [b["rules"] for b in best]}
-        if not plan.ceiling:
-            row["ceiling_missing"] = "skipped (--no-ceiling)"
-        else:
-            ceilings = [records[c[1]] for c in cells]
-            refused = [(s, c["refused"]) for s, c in zip(seeds, ceilings) if "refused" in c]
-            unsettled = [s for s, c in zip(seeds, ceilings) if "refused" not in c and c["optimum"] is None]
-            if refused:
-                row["ceiling_missing"] = f"refused on seed {refused[0][0]}: {refused[0][1]}"
-            elif unsettled:
-                row["ceiling_missing"] = f"not settled exactly on seed {unsettled[0]}"
-            else:
-                row["ceiling"] = _mean([number(c["optimum"]) for c in ceilings])
-                row["ceiling_proved"] = all(c["proved"] for c in ceilings)
-        references.append(row)
+    for shape in plan.shape_list():
+        for model in plan.settings():
+            references.append({"shape": shape, "model": model,
+                               **_references([plan.reference_cells(model, s, shape) for s in seeds], seeds,
+                                             records, plan.ceiling)})
     points = []
     for point in plan.points():
-        pairs = [records[plan.rule_cell(point, s)] for s in seeds]
-        row = {"rule": point.rule, "knobs": point.knobs, "model": point.model, "swept": point.swept,
-               "pairs": [{"seed": s, **r} for s, r in zip(seeds, pairs)]}
-        refused = [(s, r["refused"]) for s, r in zip(seeds, pairs) if "refused" in r]
-        if refused:
-            row["refused"] = f"seed {refused[0][0]}: {refused[0][1]}"
-        else:
-            for key in ("expected_accepted", "tvd", "kl"):
-                row[key] = _mean([number(r[key]) for r in pairs])
-        points.append(row)
+        for shape in plan.shape_list():
+            row = {"rule": point.rule, "knobs": point.knobs, "model": point.model, "swept": point.swept,
+                   "label": point.label, "shape": shape}
+            if not plan.defined(point.rule, shape):
+                points.append({**row, "undefined": f"{point.rule} is defined on "
+                                                   f"{', '.join(VERIFIERS[point.rule].shapes)} trees only"})
+                continue
+            pairs = [records[plan.rule_cell(point, s, shape)] for s in seeds]
+            row["pairs"] = [{"seed": s, **r} for s, r in zip(seeds, pairs)]
+            refused = [(s, r["refused"]) for s, r in zip(seeds, pairs) if "refused" in r]
+            if refused:
+                row["refused"] = f"seed {refused[0][0]}: {refused[0][1]}"
+            else:
+                for key in ("expected_accepted", "tvd", "kl"):
+                    row[key] = _mean([number(r[key]) for r in pairs])
+            points.append(row)
     return {"references": references, "points": points, "seeds": seeds}
+
+
+def _references(cells: list[tuple[Cell, ...]], seeds: list[int], records: dict[Cell, dict], ceiling: bool) -> dict:
+    """One shape and setting's references over the pairs (the cells of :meth:`Frontier.reference_cells` per seed)."""
+    best = [records[c[0]] for c in cells]
+    names = [b["best"] for b in best]
+    row = {"best": names, "tied": [b["tied"] for b in best],
+           "best_expected_accepted": None if None in names else
+           _mean([number(b["rules"][n]["expected_accepted"]) for b, n in zip(best, names)]),
+           "rules": [b["rules"] for b in best]}
+    if not ceiling:
+        row["ceiling_missing"] = "skipped (--no-ceiling)"
+        return row
+    ceilings = [records[c[1]] for c in cells]
+    refused = [(s, c["refused"]) for s, c in zip(seeds, ceilings) if "refused" in c]
+    unsettled = [s for s, c in zip(seeds, ceilings) if "refused" not in c and c["optimum"] is None]
+    if refused:
+        row["ceiling_missing"] = f"refused on seed {refused[0][0]}: {refused[0][1]}"
+    elif unsettled:
+        row["ceiling_missing"] = f"not settled exactly on seed {unsettled[0]}"
+    else:
+        row["ceiling"] = _mean([number(c["optimum"]) for c in ceilings])
+        row["ceiling_proved"] = all(c["proved"] for c in ceilings)
+    return row

@@ -1,10 +1,12 @@
 """``specproof frontier``: a knob grid certified exactly beside the lossless references, checked against hand
-derivations on a depth-1 chain; resumed after an interrupt, and on a Dask cluster, with the same numbers."""
+derivations on a depth-1 chain; resumed after an interrupt, and on a Dask cluster, with the same numbers; given
+points on several shapes (the headline table), a chain-only rule skipped on a tree."""
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import replace
 from fractions import Fraction
 
@@ -18,7 +20,7 @@ from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, SyntheticModel
 from specproof import frontier as frontier_module
 from specproof.cli.app import main
-from specproof.frontier import Frontier, Sweep, run_frontier, summarise
+from specproof.frontier import Frontier, Point, Shape, Sweep, run_frontier, summarise
 from specproof.study import Store
 
 #: a random rational pair whose draft's top token at the root has target mass 1/5 (p = (0, 3/7, 4/7),
@@ -163,3 +165,81 @@ def test_a_value_a_rule_refuses_only_as_it_runs_is_named_after_the_sweep():
     with pytest.raises(InvalidParameterError) as err:
         _run(frontier)
     assert err.value.field == "sweep.relaxed_topk" and "vocabulary 3" in err.value.message
+
+
+def test_a_point_parses_its_rule_knobs_and_label():
+    point = Point.parse("typical:posterior_threshold=0.09,posterior-alpha=0.3@Medusa's defaults")
+    assert point.rule == "typical" and point.label == "Medusa's defaults"
+    assert point.knobs == (("posterior_threshold", Fraction(9, 100)), ("posterior_alpha", Fraction(3, 10)))
+    assert Point.parse("forced-rate:synthetic_acceptance_rates=[0.8,0.5]").knobs == \
+        (("synthetic_acceptance_rates", (0.8, 0.5)),)
+    assert Point.parse("fly") == Point("fly", (), (), ())
+    assert Shape.parse("chain:3") == Shape("chain", 3, 1) and Shape.parse("complete:2:2").label() == \
+        "complete, b = 2, H = 2"
+
+
+@pytest.mark.parametrize("option, text, field", [
+    ("point", ":threshold_acc=1", "point"), ("point", "typical:posterior_threshold", "point"),
+    ("point", "typical:posterior_threshold=0.1,posterior_threshold=0.2", "point"),
+    ("point", "no-such-rule", "point"), ("point", "sglang-threshold:threshold_acc=0", "point.threshold_acc"),
+    ("point", "sglang-threshold:posterior_alpha=1", "point.posterior_alpha"), ("shape", "chain", "shape"),
+    ("shape", "chain:x", "shape"), ("shape", "tree:2", "shape"), ("shape", "explicit:2", "shape"),
+    ("shape", "complete:2:0", "shape"), ("shape", "complete:40:2", "shape")])
+def test_a_point_or_shape_it_cannot_take_is_refused_naming_the_option(option, text, field):
+    with pytest.raises(InvalidParameterError) as err:
+        if option == "shape":
+            Shape.parse(text)
+        else:
+            point = Point.parse(text)
+            replace(plan(()), rules=(point.rule,), given=(point,)).check()
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("extra, field", [(["--sweep", "threshold_acc=0.5,1"], "point"),
+                                          (["--verifier", "typical"], "point"),
+                                          (["--depth", "2"], "shape"), (["--name", "a/b"], "name")])
+def test_the_command_refuses_points_or_shapes_mixed_with_what_they_replace(extra, field):
+    result = CliRunner().invoke(main, ["frontier", "--point", "sglang-threshold", "--shape", "chain:1", *extra])
+    assert result.exit_code == 2 and f"{field}:" in result.output
+
+
+def test_a_headline_over_two_shapes_skips_a_chain_only_rule_on_the_tree(tmp_path):
+    # Top-k drafting on random rational pair SEED (V = 3): the chain of depth 1 drafts x0, the draft's most likely
+    # token; the complete tree (b = 2, H = 1) drafts x0 and x1, its two most likely. sglang-threshold at (1, 1)
+    # walks the siblings by inverse-CDF sampling of the target, accepting x0 when u ≤ q(x0) and else x1 when
+    # u ≤ q(x0) + q(x1): lossless, E[τ] = q(x0) on the chain and q(x0) + q(x1) on the tree, which no lossless
+    # rule can beat (it accepts x at most q(x) of the time). forced-rate at rate 4/5 accepts the one draft with
+    # probability 4/5 whatever p and q: E[τ] = 4/5 on the chain; it is defined on chains only.
+    model = RandomRationalModel(3, SEED)
+    x0, x1 = top_tokens(model.p(()), 2)
+    q = model.q(())
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["frontier", "--model", "random-rational", "--vocab", "3", "--seed",
+                                       str(SEED), "--drafting", "top-k", "--arithmetic", "fraction",
+                                       "--max-columns", "inf", "--shape", "chain:1", "--shape", "complete:1:2",
+                                       "--point", "sglang-threshold:threshold_single=1,threshold_acc=1@defaults",
+                                       "--point", "forced-rate:synthetic_acceptance_rates=0.8", "--out", str(out),
+                                       "--name", "headline"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "headline.json").read_text())
+    chain, tree = ({"topology": "chain", "depth": 1, "branching": 1},
+                   {"topology": "complete", "depth": 1, "branching": 2})
+    rows = {(p["rule"], p["shape"]["topology"]): p for p in data["points"]}
+    assert rows["sglang-threshold", "chain"]["tvd"] == "0/1" == rows["sglang-threshold", "complete"]["tvd"]
+    assert Fraction(rows["sglang-threshold", "chain"]["expected_accepted"]) == q[x0]
+    assert Fraction(rows["sglang-threshold", "complete"]["expected_accepted"]) == q[x0] + q[x1]
+    assert Fraction(rows["forced-rate", "chain"]["expected_accepted"]) == Fraction(4, 5)
+    assert Fraction(rows["forced-rate", "chain"]["tvd"]) > 0  # the negative control
+    assert "undefined" in rows["forced-rate", "complete"] and "pairs" not in rows["forced-rate", "complete"]
+    references = {r["shape"]["topology"]: r for r in data["references"]}
+    assert [r["shape"] for r in data["references"]] == [chain, tree]
+    assert Fraction(references["complete"]["ceiling"]) == q[x0] + q[x1] == \
+        Fraction(references["complete"]["best_expected_accepted"])
+    text = (out / "headline.md").read_text()
+    forced = next(line for line in text.splitlines() if line.startswith("| `forced-rate`"))
+    assert forced.count("not defined on this shape") == 1 and "| 0.8 | " in forced
+    assert "chain, H = 1: E[τ]" in text and "complete, b = 2, H = 1: E[τ]" in text
+    assert (out / "headline.png").read_bytes()[:4] == b"\x89PNG"
+    again = CliRunner().invoke(main, shlex.split(data["command"])[1:])  # the header's command, as recorded
+    assert again.exit_code == 0, again.output
+    assert (out / "headline.md").read_text() == text

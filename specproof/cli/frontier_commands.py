@@ -25,7 +25,7 @@ from specproof.cli.progress import progress_bar
 from specproof.cli.requests import given_on_command_line
 from specproof.cli.sections import section
 from specproof.cli.specs import ModelSpec, picked
-from specproof.frontier import MODEL_OPTIONS, Frontier, Sweep, run_frontier, summarise
+from specproof.frontier import MODEL_OPTIONS, Frontier, Point, Shape, Sweep, run_frontier, summarise
 from specproof.reports.lossy_frontier import frontier_json, frontier_markdown, plot_frontier
 from specproof.study import Store
 
@@ -33,24 +33,33 @@ from specproof.study import Store
 FRONTIER_MODELS = ("synthetic", "random-rational")
 #: the ceiling's default time bound in seconds: an LP near the column limit settles in about a minute here
 CEILING_TIMEOUT = 300.0
+#: the draft tree without --shape: --topology, --depth and --branching, each left out of the command line unless
+#: given, so that a run's recorded command (its report's header) with --shape runs again as typed
+TREE_DEFAULTS = {"topology": "complete", "depth": 2, "branching": 2}
 
 
 @main.command("frontier")
 @model_options(FRONTIER_MODELS)
 @section("Draft tree and drafting",
          click.option("--topology", type=click.Choice([t for t in TOPOLOGIES if t != "explicit"]),
-                      default="complete", show_default=True, help="tree shape"),
-         click.option("--depth", type=TREE_DEPTH, default=2, show_default=True, help="draft depth H"),
-         click.option("--branching", type=TREE_BRANCHING, default=2, show_default=True, help="branching b"),
+                      help="tree shape  [default: complete]"),
+         click.option("--depth", type=TREE_DEPTH, help="draft depth H  [default: 2]"),
+         click.option("--branching", type=TREE_BRANCHING, help="branching b  [default: 2]"),
          click.option("--drafting", type=click.Choice(list(DRAFTING)), default="iid", show_default=True,
-                      help="drafting scheme (the engines' rules draft top-k)"))
+                      help="drafting scheme (the engines' rules draft top-k)"),
+         click.option("--shape", "shapes", multiple=True,
+                      help="TOPOLOGY:DEPTH[:BRANCHING] instead of --topology/--depth/--branching; repeat for "
+                           "several shapes (a rule is skipped where it is not defined)"))
 @section("Rules and sweep",
-         click.option("--verifier", "verifiers", multiple=True, required=True,
+         click.option("--verifier", "verifiers", multiple=True,
                       help="a built-in rule (specproof list); repeat for one curve per rule"),
          VERIFIER_KWARGS_OPTION,
          click.option("--sweep", "sweeps", multiple=True,
                       help="NAME=START:STOP:N (N points, both ends included) or NAME=v1,v2,...: a rule's knob or "
-                           "rho, tau_p, tau_q; several make a grid"))
+                           "rho, tau_p, tau_q; several make a grid"),
+         click.option("--point", "points", multiple=True,
+                      help="RULE[:NAME=VALUE,...][@LABEL]: a rule at given knobs, one row of the headline table; "
+                           "repeat; instead of --verifier, --sweep and --verifier-kwargs"))
 @section("Computation",
          click.option("--seeds", type=Whole(1), default=1, show_default=True,
                       help="model pairs --seed … --seed+K−1: each cell is the mean over them"),
@@ -72,7 +81,9 @@ CEILING_TIMEOUT = 300.0
                       help="resumable cell store (default OUT/store with --out; none without)"))
 @section("Output",
          click.option("--out", "out_dir", type=Output(folder=True), default=None,
-                      help="write frontier.md, frontier.json and frontier.png here"))
+                      help="write NAME.md, NAME.json and NAME.png here"),
+         click.option("--name", default="frontier", show_default=True,
+                      help="the outputs' file name under --out, without its extension"))
 @click.pass_context
 def frontier(ctx: click.Context, **options) -> None:
     """Lossy rules over a grid of knob values: each point's exact E[τ], TVD over Σ^(H+1) and KL, beside the best
@@ -81,21 +92,20 @@ def frontier(ctx: click.Context, **options) -> None:
     which)."""
     model = picked(ModelSpec, options)
     model.check()
-    if model.model_kind != "synthetic":
-        for name in set(MODEL_OPTIONS) & given_on_command_line(ctx):
-            raise InvalidParameterError(name, f"--{name.replace('_', '-')} shapes the synthetic pair only (the "
-                                              f"model is {model.model_kind})")
+    if model.model_kind != "synthetic":  # a default value passes: the recorded command (a header) gives it
+        defaults = {param.name: param.default for param in ctx.command.params}
+        for name in sorted(set(MODEL_OPTIONS) & given_on_command_line(ctx)):
+            if options[name] != defaults[name]:
+                raise InvalidParameterError(name, f"--{name.replace('_', '-')} shapes the synthetic pair only (the "
+                                                  f"model is {model.model_kind})")
     out_dir, store_dir, scheduler = options["out_dir"], options["store_dir"], options["scheduler"]
     check_scheduler(scheduler)
     for folder, field in ((out_dir, "out"), (store_dir, "store")):
         if folder is not None:
             check_output_dir(folder, field)
-    base = Instance(model, *(options[name] for name in ("topology", "depth", "branching", "drafting",
-                                                        "arithmetic")))
-    plan = Frontier(tuple(dict.fromkeys(options["verifiers"])), tuple(Sweep.parse(s) for s in options["sweeps"]),
-                    tuple(parse_kwargs(options["verifier_kwargs"], "verifier-kwargs").items()), base,
-                    options["seeds"], not options["no_ceiling"], options["max_columns"] or float("inf"),
-                    options["ceiling_timeout"], options["max_executions"] or None, options["timeout"])
+    tree = [options[name] if options[name] is not None else default for name, default in TREE_DEFAULTS.items()]
+    base = Instance(model, *tree, options["drafting"], options["arithmetic"])
+    plan = _plan(options, base)
     plan.check()
     store_root = store_dir or (Path(out_dir) / "store" if out_dir is not None else None)
     store = Store(store_root) if store_root is not None else None
@@ -110,11 +120,33 @@ def frontier(ctx: click.Context, **options) -> None:
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        kept(lambda: write_text(out / "frontier.md", text, "out"))
-        kept(lambda: write_json(out / "frontier.json", frontier_json(plan, summary, command), "out"))
-        kept(lambda: plot_frontier(plan, summary, out / "frontier.png"))
+        name = options["name"]
+        kept(lambda: write_text(out / f"{name}.md", text, "out"))
+        kept(lambda: write_json(out / f"{name}.json", frontier_json(plan, summary, command), "out"))
+        kept(lambda: plot_frontier(plan, summary, out / f"{name}.png"))
         click.echo(f"written to {out}/")
     refused = [p for p in summary["points"] if "refused" in p]
     if refused:
         raise LimitError("frontier", f"{len(refused)} point(s) have no numbers ({refused[0]['rule']}, "
                                      f"{refused[0]['refused']}): raise --max-executions or --timeout")
+
+
+def _plan(options: dict, base: Instance) -> Frontier:
+    """The command's plan: ``--verifier`` with its sweeps, or ``--point`` (not both), on ``--shape`` or the
+    ``--topology`` options (not both); :class:`InvalidParameterError` naming the option otherwise."""
+    points = tuple(Point.parse(p) for p in options["points"])
+    if points and (options["verifiers"] or options["sweeps"] or options["verifier_kwargs"] is not None):
+        raise InvalidParameterError("point", "give the rules either as --point (each with its knobs) or as "
+                                             "--verifier with --sweep and --verifier-kwargs, not both")
+    if not points and not options["verifiers"]:
+        raise InvalidParameterError("verifier", "give a rule: --verifier RULE (with --sweep) or --point RULE:...")
+    shapes = tuple(dict.fromkeys(Shape.parse(s) for s in options["shapes"]))
+    if shapes and any(options[name] is not None for name in TREE_DEFAULTS):
+        raise InvalidParameterError("shape", "--shape gives the shape: drop --topology, --depth and --branching")
+    if not options["name"] or any(ch in options["name"] for ch in "/\\") or options["name"].startswith("."):
+        raise InvalidParameterError("name", f"a file name without a folder or extension, got {options['name']!r}")
+    rules = tuple(dict.fromkeys(p.rule for p in points)) if points else tuple(dict.fromkeys(options["verifiers"]))
+    return Frontier(rules, tuple(Sweep.parse(s) for s in options["sweeps"]),
+                    tuple(parse_kwargs(options["verifier_kwargs"], "verifier-kwargs").items()), base,
+                    options["seeds"], not options["no_ceiling"], options["max_columns"] or float("inf"),
+                    options["ceiling_timeout"], options["max_executions"] or None, options["timeout"], shapes, points)
