@@ -42,15 +42,18 @@ class Setting:
 
 @dataclass(frozen=True)
 class Shape:
-    """A fixed draft tree and its drafting; ``rules`` limits the settings measured on it (``None``: every setting
-    whose rule is defined on the topology)."""
+    """A fixed draft tree and its drafting, named by its topology; ``rules`` limits the settings measured on it
+    (``None``: every setting whose rule is defined on the topology)."""
 
-    name: str
     topology: str
     depth: int
     branching: int
     drafting: str
     rules: tuple[str, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.topology
 
     def drafter(self) -> FixedShape:
         return FixedShape(make_topology(self.topology, self.depth, self.branching), self.drafting)
@@ -78,8 +81,7 @@ SETTINGS = (
     Setting("forced-rate", (("synthetic_acceptance_rates", 0.95),)),
 )
 #: a chain of depth 3 (every rule), and the complete tree (2, 2) with distinct siblings for the tree rules
-SHAPES = (Shape("chain", "chain", 3, 1, "iid"),
-          Shape("complete", "complete", 2, 2, "without-replacement", ("typical", "sglang-threshold")))
+SHAPES = (Shape("chain", 3, 1, "iid"), Shape("complete", 2, 2, "without-replacement", ("typical", "sglang-threshold")))
 
 
 def measure_round(pair, shapes: Sequence[Shape] = SHAPES, settings: Sequence[Setting] = SETTINGS) -> dict:
@@ -91,9 +93,9 @@ def measure_round(pair, shapes: Sequence[Shape] = SHAPES, settings: Sequence[Set
     built-in rule of the shape's drafting (:func:`specproof.frontier_cells.best_lossless`, the ranking ``specproof
     frontier`` uses: ``bv`` on chains), whose own TVD is certified the same way, the control of the measurement.
 
-    Returns ``{shape name: {"best": name, "tied": [the rules tied with it], "best_expected_accepted", "best_tvd", "settings": {label: {"tvd",
-    "expected_accepted", "gain"} or {"refused"}}}}``; ``gain`` is the setting's ``E[τ]`` minus the best lossless
-    rule's on the same rows. A setting refused by a limit or an undecidable comparison says so.
+    Returns ``{shape name: {"best": name, "tied": [the rules tied with it], "best_expected_accepted",
+    "best_tvd", "settings": {label: {"tvd", "expected_accepted", "gain"} or {"refused"}}}}``; ``gain`` is the
+    setting's ``E[τ]`` minus the best lossless rule's on the same rows. A setting refused by a limit or an undecidable comparison says so.
     """
     out = {}
     for shape in shapes:

@@ -19,7 +19,8 @@ from click.testing import CliRunner  # noqa: E402
 from exact.certificate import certify  # noqa: E402
 from simulator.loops.models import tiny_llama_pair  # noqa: E402
 from specproof.cli.app import main  # noqa: E402
-from specproof.lossy_rounds import SETTINGS, SHAPES, Setting, measure_round, question_rounds, round_positions  # noqa: E402
+from specproof.lossy_rounds import (SETTINGS, SHAPES, Setting, measure_round, question_rounds,  # noqa: E402
+                                    round_positions)
 from specproof.reports.lossy_real import real_section, summarise  # noqa: E402
 
 #: the rule reads tree-pass rows and the TVD is to plain passes' joint: transformers' RMSNorm normalises in float32
@@ -131,12 +132,12 @@ def test_means_and_standard_errors_are_over_question_means():
     assert fly["tvd_max"] == pytest.approx(0.4)
     # gains 0.5 and 0.2 (mean 0.35) for A, 0.8 for B: mean 0.575, SE |0.8 − 0.35| / 2
     assert fly["gain"] == pytest.approx(0.575) and fly["gain_se"] == pytest.approx(0.225)
-    meta = {"date": "d", "machine": "m", "load_average": [1.0, 1.0], "seconds": 1.0, "load_seconds": 0.5,
+    meta = {"date": "d", "machine": "m", "load_average": [1.0, 1.0], "question_seconds": 6.0, "load_seconds": 0.5,
             "target": "smollm2", "draft": "self:skip=1", "questions": 2, "top_k": 3, "positions": [0, 16],
             "shapes": [{"name": "chain", "tree": SHAPES[0].describe()}]}
     text = real_section(rows, meta, "specproof lossy-real")
     assert "top-3 rows" in text and "| `fly (defaults)` | 0.300 ± 0.100 | 0.400 |" in text
-    assert "+0.575 ± 0.225 | 3 (2) |" in text
+    assert "+0.575 ± 0.225 | 3 (2) |" in text and "(2 s a round)" in text
     json.dumps(rows)  # the JSON rows are plain data
 
 
@@ -147,16 +148,20 @@ def test_bad_positions_are_refused_before_any_model_loads():
 
 @pytest.mark.slow
 def test_smollm2_one_round_per_question(tmp_path):
-    """Two questions, one round each, on SmolLM2 (about a minute on 2 cores)."""
+    """Two questions, one round each, on SmolLM2 (about a minute on 2 cores); a second run reads the store."""
     from simulator.real.fetch import cached
 
     if cached("smollm2") is None or cached("mt-bench") is None:
         pytest.skip("needs SmolLM2 and MT-bench: specproof fetch smollm2; specproof fetch mt-bench")
-    out = tmp_path / "real.md"
-    result = CliRunner().invoke(main, ["lossy-real", "--max-questions", "2", "--positions", "0", "--out", str(out)])
+    out, store = tmp_path / "real.md", tmp_path / "store"
+    args = ["lossy-real", "--max-questions", "2", "--positions", "0", "--out", str(out), "--store", str(store)]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     data = json.loads(out.with_suffix(".json").read_text())
     chain = [r for r in data["rows"] if r["shape"] == "chain"]
     assert chain[0]["rule"] == "bv" and chain[0]["tvd_max"] <= 1e-6 and len(chain) == 11
     assert all(r["rounds"] == 2 and r["questions"] == 2 for r in chain)
     assert all(0 <= r["tvd"] <= 1 and not math.isnan(r["gain"]) for r in chain[1:])
+    assert CliRunner().invoke(main, args).exit_code == 0  # from the store: no model loads, the same numbers
+    again = json.loads(out.with_suffix(".json").read_text())
+    assert again["rows"] == data["rows"] and again["load_seconds"] == 0

@@ -217,8 +217,11 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
 @click.option("--threads", type=Whole(1), default=1, show_default=True, help="torch threads")
 @click.option("--out", "out_file", type=Output(), default="lossy_frontier_real.md", show_default=True,
               help="the Markdown section; the JSON beside it (.json)")
+@click.option("--store", "store_dir", type=Output(folder=True),
+              help="keep each question's rounds here as it is done, so a rerun resumes")
 @click.pass_context
-def lossy_real(ctx, target, draft, questions, max_questions, top_k, positions, seed, threads, out_file) -> None:
+def lossy_real(ctx, target, draft, questions, max_questions, top_k, positions, seed, threads, out_file,
+               store_dir) -> None:
     """The lossy rules on a real pair's rounds: at the issue's settings, each round's exact TVD to the target's
     top-k law and E[τ] beside the best lossless rule's, over MT-bench's first turns (docs/lossy.md)."""
     require("transformers", "specproof lossy-real", "real")
@@ -232,13 +235,16 @@ def lossy_real(ctx, target, draft, questions, max_questions, top_k, positions, s
         starts = [-1]
     if not starts or starts[0] < 0:
         raise InvalidParameterError("positions", f"expected whole numbers ≥ 0 separated by commas, got {positions!r}")
+    if store_dir is not None:
+        check_output_dir(store_dir, "store")
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
     if len(chosen) < 2:
         raise InvalidParameterError("questions", f"standard errors are across questions: it needs at least 2, the "
                                                  f"file holds {len(chosen)}")
     ticks = StageBars()
     try:
-        records, meta = run_lossy_real(chosen, target, draft, top_k, starts, seed, threads=threads, tick=ticks)
+        records, meta = run_lossy_real(chosen, target, draft, top_k, starts, seed, threads=threads,
+                                       store=None if store_dir is None else Path(store_dir), tick=ticks)
     finally:
         ticks.close()
     write_lossy_real(out_file, records, meta, command_line(ctx))

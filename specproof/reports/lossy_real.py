@@ -6,6 +6,8 @@ lossless rule, on SmolLM2-135M-Instruct's rows over MT-bench's first turns (:fun
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 import math
 import os
 import platform
@@ -29,39 +31,61 @@ POSITIONS = (0, 16)
 def run_lossy_real(questions: Sequence[dict], target: str = TARGET, draft: str = DRAFT, top_k: int = TOP_K,
                    positions: Sequence[int] = POSITIONS, seed: int = 0, shapes: Sequence[Shape] = SHAPES,
                    settings: Sequence[Setting] = SETTINGS, cache_dir: str | None = None, threads: int = 1,
-                   tick: Callable[[str, int], None] | None = None) -> tuple[list[dict], dict]:
+                   store: Path | None = None, tick: Callable[[str, int], None] | None = None
+                   ) -> tuple[list[dict], dict]:
     """Every question's rounds (:func:`specproof.lossy_rounds.question_rounds`) and what the report says about the
     run.
 
     ``target`` and ``draft`` are loaded in float64 on the CPU; each question's first turn is one user message under
     the target's chat template; the target samples its answer at temperature 1 with ``top_k`` (seed ``seed + 1000 ×
-    index``, as ``real-report`` seeds its questions), and both models' rows are cut to ``top_k`` too. Returns
-    ``(records, meta)``: a record per question (``question_id``, ``rounds``), and ``meta`` with the setting, the
-    shapes and settings measured and the seconds spent. ``threads`` torch threads run the forward passes: one by
-    default, since on a shared 2-core machine two threads contending for a busy core run 3–4× slower."""
+    index``, as ``real-report`` seeds its questions), and both models' rows are cut to ``top_k`` too. With
+    ``store``, each question's record is kept as it is done (:class:`specproof.reports.real_pair.Store`, keyed by
+    everything that changes its numbers), and a rerun measures only the questions missing. ``threads`` torch
+    threads run the forward passes: one by default, since on a shared 2-core machine two threads contending for a
+    busy core run 3–4× slower.
+
+    Returns ``(records, meta)``: a record per question (``question_id``, ``prompt_tokens``, ``seconds``,
+    ``rounds``), and ``meta`` with the setting, the shapes and settings measured, the load average before and
+    after, and the seconds: ``seconds`` of this command, ``question_seconds`` the questions' own (stored ones
+    included)."""
     import torch
 
     from simulator.real.causal_lm import Processing, load_pair, load_tokenizer
     from simulator.real.spec_bench import chat_ids
+    from specproof.reports.real_pair import Store
 
     torch.set_num_threads(threads)
     load, began = os.getloadavg()[0], time.perf_counter()
-    draft_model, target_model = load_pair(draft, target, torch.float64, "cpu", cache_dir)
-    tokenizer, _ = load_tokenizer(target, "target", cache_dir)
-    processing = Processing(top_k=top_k)
-    loaded = time.perf_counter()
+    setting = {"target": target, "draft": draft, "top_k": top_k, "positions": list(positions), "seed": seed,
+               "shapes": [{"tree": s.describe(), "rules": s.rules} for s in shapes],
+               "settings": [s.label for s in settings]}
+    digest = hashlib.sha256(json.dumps(setting, sort_keys=True).encode()).hexdigest()[:16]
+    kept = None if store is None else Store(Path(store))
+    models: dict = {}
     records = []
     for index, question in enumerate(questions):
-        prompt = chat_ids(tokenizer, [{"role": "user", "content": str(question["turns"][0])}])
-        rounds = question_rounds(draft_model, target_model, prompt, processing, positions, seed + 1000 * index,
-                                 [tokenizer.eos_token_id], shapes, settings)
-        records.append({"question_id": question["question_id"], "prompt_tokens": len(prompt), "rounds": rounds})
+        record = None if kept is None else kept.get(digest, question["question_id"])
+        if record is None:
+            if not models:
+                start = time.perf_counter()
+                models["draft"], models["target"] = load_pair(draft, target, torch.float64, "cpu", cache_dir)
+                models["tokenizer"], _ = load_tokenizer(target, "target", cache_dir)
+                models["seconds"] = time.perf_counter() - start
+            start = time.perf_counter()
+            tokenizer = models["tokenizer"]
+            prompt = chat_ids(tokenizer, [{"role": "user", "content": str(question["turns"][0])}])
+            rounds = question_rounds(models["draft"], models["target"], prompt, Processing(top_k=top_k), positions,
+                                     seed + 1000 * index, [tokenizer.eos_token_id], shapes, settings)
+            record = {"question_id": question["question_id"], "prompt_tokens": len(prompt),
+                      "seconds": time.perf_counter() - start, "rounds": rounds}
+            if kept is not None:
+                kept.put(digest, question["question_id"], record)
+        records.append(record)
         if tick is not None:
             tick("questions", len(questions))
-    meta = {"target": target, "draft": draft, "top_k": top_k, "positions": list(positions), "seed": seed,
-            "questions": len(questions), "shapes": [{"name": s.name, "tree": s.describe()} for s in shapes],
-            "settings": [s.label for s in settings], "load_seconds": loaded - began,
-            "seconds": time.perf_counter() - began, "load_average": [load, os.getloadavg()[0]],
+    meta = {**setting, "questions": len(questions), "shapes": [{"name": s.name, "tree": s.describe()} for s in shapes],
+            "load_seconds": models.get("seconds", 0.0), "seconds": time.perf_counter() - began,
+            "question_seconds": sum(r["seconds"] for r in records), "load_average": [load, os.getloadavg()[0]],
             "date": datetime.date.today().isoformat(),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), CPU"}
     return records, meta
@@ -135,8 +159,9 @@ def real_section(rows: Sequence[dict], meta: dict, command: str, heading: str = 
         f"{heading} On the real pair: SmolLM2-135M-Instruct over MT-bench",
         "",
         f"Generated by `{command}` on {meta['date']} ({meta['machine']}; 1-minute load average "
-        f"{meta['load_average'][0]:.1f} before and {meta['load_average'][1]:.1f} after, the machine shared). The run "
-        f"took {meta['seconds']:.0f} s, {meta['load_seconds']:.0f} s of it loading the models.",
+        f"{meta['load_average'][0]:.1f} before and {meta['load_average'][1]:.1f} after, the machine shared). The "
+        f"questions took {meta['question_seconds']:.0f} s in all ({meta['question_seconds'] / max(1, rounds):.0f} s "
+        f"a round), the models' load {meta['load_seconds']:.0f} s.",
         "",
         f"Target `{meta['target']}` (SmolLM2-135M-Instruct), draft `{meta['draft']}` (the target's own layers minus "
         f"four), both in float64. The first turns of MT-bench's first {meta['questions']} questions, each as one "
