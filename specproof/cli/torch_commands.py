@@ -235,6 +235,8 @@ def lossy_real(ctx, target, draft, questions, max_questions, top_k, positions, s
         starts = [-1]
     if not starts or starts[0] < 0:
         raise InvalidParameterError("positions", f"expected whole numbers ≥ 0 separated by commas, got {positions!r}")
+    check_output_file(out_file, "out")
+    check_output_file(Path(out_file).with_suffix(".json"), "out")
     if store_dir is not None:
         check_output_dir(store_dir, "store")
     chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
