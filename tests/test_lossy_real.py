@@ -126,7 +126,7 @@ def test_means_and_standard_errors_are_over_question_means():
                {"question_id": "B", "rounds": [_round(0.4, 2.0, 1.2)]}]
     rows = summarise(records, (SHAPES[0],), (Setting("fly"),))
     best, fly = rows
-    assert best["rule"] == "bv" and best["setting"] is None and best["gain"] == 0
+    assert best["rule"] == "bv" and best["best_rounds"] == {"bv": 3} and best["setting"] is None and best["gain"] == 0
     assert (fly["rounds"], fly["questions"], fly["refused"]) == (3, 2, 0)
     assert fly["tvd"] == pytest.approx(0.3) and fly["tvd_se"] == pytest.approx(0.1)
     assert fly["tvd_max"] == pytest.approx(0.4)
@@ -136,7 +136,7 @@ def test_means_and_standard_errors_are_over_question_means():
             "target": "smollm2", "draft": "self:skip=1", "questions": 2, "top_k": 3, "positions": [0, 16],
             "shapes": [{"name": "chain", "tree": SHAPES[0].describe()}]}
     text = real_section(rows, meta, "specproof lossy-real")
-    assert "top-3 rows" in text and "| `fly (defaults)` | 0.300 ± 0.100 | 0.400 |" in text
+    assert "top-3 rows" in text and "Best lossless rule `bv`: E[τ] 1.100 ± 0.100" in text and "| `fly (defaults)` | 0.300 ± 0.100 | 0.400 |" in text
     assert "+0.575 ± 0.225 | 3 (2) |" in text and "(2 s a round)" in text
     json.dumps(rows)  # the JSON rows are plain data
 
