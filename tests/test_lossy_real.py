@@ -21,7 +21,7 @@ from simulator.loops.models import tiny_llama_pair  # noqa: E402
 from specproof.cli.app import main  # noqa: E402
 from specproof.lossy_rounds import (SETTINGS, SHAPES, Setting, measure_round, question_rounds,  # noqa: E402
                                     round_positions)
-from specproof.reports.lossy_real import real_section, summarise  # noqa: E402
+from specproof.reports.lossy_real import real_section, summarise, write_lossy_real  # noqa: E402
 
 #: the rule reads tree-pass rows and the TVD is to plain passes' joint: transformers' RMSNorm normalises in float32
 #: whatever the dtype, so the two agree to float32 rounding (simulator.real.crosscheck.TOLERANCE's reason)
@@ -119,7 +119,7 @@ def _round(tvd: float, accepted: float, base: float) -> dict:
                                                                  "gain": accepted - base}}}}}
 
 
-def test_means_and_standard_errors_are_over_question_means():
+def test_means_and_standard_errors_are_over_question_means(tmp_path):
     """Question A has rounds of TVD 0.1 and 0.3 (mean 0.2), question B one of 0.4: the mean is 0.3, and the
     standard error of the two question means is sqrt((0.1² + 0.1²) / 1 / 2) = 0.1."""
     records = [{"question_id": "A", "rounds": [_round(0.1, 1.5, 1.0), _round(0.3, 1.2, 1.0)]},
@@ -138,7 +138,10 @@ def test_means_and_standard_errors_are_over_question_means():
     text = real_section(rows, meta, "specproof lossy-real")
     assert "top-3 rows" in text and "Best lossless rule `bv`: E[τ] 1.100 ± 0.100" in text and "| `fly (defaults)` | 0.300 ± 0.100 | 0.400 |" in text
     assert "+0.575 ± 0.225 | 3 (2) |" in text and "(2 s a round)" in text
-    json.dumps(rows)  # the JSON rows are plain data
+    out = tmp_path / "real.md"
+    write_lossy_real(out, records, meta, "specproof lossy-real", (SHAPES[0],), (Setting("fly"),))
+    data = json.loads(out.with_suffix(".json").read_text())  # the section again from the JSON alone
+    assert real_section(data["rows"], data, data["command"]) == out.read_text() == text
 
 
 def test_bad_positions_are_refused_before_any_model_loads():

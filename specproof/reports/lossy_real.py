@@ -206,11 +206,12 @@ def real_section(rows: Sequence[dict], meta: dict, command: str, heading: str = 
 
 def write_lossy_real(path: str | Path, records: Sequence[dict], meta: dict, command: str,
                      shapes: Sequence[Shape] = SHAPES, settings: Sequence[Setting] = SETTINGS) -> list[dict]:
-    """``path`` (Markdown: :func:`real_section`) and the same name with ``.json`` (the command, ``meta``, the table's
-    rows and every round's numbers); returns the rows."""
+    """``path`` (Markdown: :func:`real_section`) and the same name with ``.json``: the command, ``meta``'s keys,
+    ``rows`` (the table's) and ``records`` (every question's rounds), so that ``real_section(data["rows"], data,
+    data["command"])`` of the JSON ``data`` writes the section again; returns the rows."""
     path = Path(path)
     rows = summarise(records, shapes, settings)
     write_text(path, real_section(rows, meta, command), "out")
-    write_json(path.with_suffix(".json"), {"command": command, **meta, "rows": rows, "questions": list(records)},
+    write_json(path.with_suffix(".json"), {"command": command, **meta, "rows": rows, "records": list(records)},
                "out")
     return rows
