@@ -132,12 +132,12 @@ def test_means_and_standard_errors_are_over_question_means(tmp_path):
     assert fly["tvd_max"] == pytest.approx(0.4)
     # gains 0.5 and 0.2 (mean 0.35) for A, 0.8 for B: mean 0.575, SE |0.8 − 0.35| / 2
     assert fly["gain"] == pytest.approx(0.575) and fly["gain_se"] == pytest.approx(0.225)
-    meta = {"date": "d", "machine": "m", "load_average": [1.0, 1.0], "question_seconds": 6.0, "load_seconds": 0.5,
+    meta = {"date": "d", "machine": "m", "load_average": [1.0, 1.0], "question_seconds": 6.0, "load_seconds": 0.5, "question_loads": [0.5, 2.0],
             "target": "smollm2", "draft": "self:skip=1", "questions": 2, "top_k": 3, "positions": [0, 16],
             "shapes": [{"name": "chain", "tree": SHAPES[0].describe()}]}
     text = real_section(rows, meta, "specproof lossy-real")
     assert "top-3 rows" in text and "Best lossless rule `bv`: E[τ] 1.100 ± 0.100" in text and "| `fly (defaults)` | 0.300 ± 0.100 | 0.400 |" in text
-    assert "+0.575 ± 0.225 | 3 (2) |" in text and "(2 s a round)" in text
+    assert "+0.575 ± 0.225 | 3 (2) |" in text and "(2 s a round)" in text and "load average 0.5 to 2.0" in text
     out = tmp_path / "real.md"
     write_lossy_real(out, records, meta, "specproof lossy-real", (SHAPES[0],), (Setting("fly"),))
     data = json.loads(out.with_suffix(".json").read_text())  # the section again from the JSON alone
