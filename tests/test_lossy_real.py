@@ -151,7 +151,7 @@ def test_bad_positions_are_refused_before_any_model_loads():
 
 @pytest.mark.slow
 def test_smollm2_one_round_per_question(tmp_path):
-    """Two questions, one round each, on SmolLM2 (about a minute on 2 cores); a second run reads the store."""
+    """Two questions, one round each, on SmolLM2 (30 s on 2 cores); a second run reads the store."""
     from simulator.real.fetch import cached
 
     if cached("smollm2") is None or cached("mt-bench") is None:
