@@ -97,28 +97,40 @@ class LosslessCell:
                 "timeout": self.timeout}
 
     def compute(self) -> dict:
-        """``rules``: each rule's ``expected_accepted`` and ``lossless``, or ``skipped`` (why it has no row);
-        ``best``: the best rule's name, ``None`` when no rule claims the scheme on the shape; of rules tied
-        (within the float tolerance under floats) the one defined on the fewest shapes, the rule made for the
-        shape (``bv`` on chains, where Layer Verification and TRV reach the same ``E[τ]``), then the first in the
-        registry; ``tied``: the others."""
+        """:func:`best_lossless` on the instance's pair and shape."""
         model, drafter = self.instance.build()
-        rows: dict[str, dict] = {}
-        for name in claiming_rules(self.instance.drafting, self.instance.topology):
-            try:
-                with limits(self.max_executions), time_limit(self.timeout):
-                    row = rule_row(model, drafter, name, None, name, self.instance.arithmetic)
-            except SpecproofError as err:  # not defined on this tree, or past a limit: said in its row
-                rows[name] = {"skipped": f"{err.field}: {err.message}"}
-                continue
-            rows[name] = {"expected_accepted": self.instance.number(row.expected_accepted),
-                          "lossless": row.lossless and not row.outside}
-        accepted = {name: Fraction(row["expected_accepted"]) for name, row in rows.items() if row.get("lossless")}
-        top = max(accepted.values(), default=None)
-        tolerance = 0 if self.instance.arithmetic == "fraction" else FLOAT_TOLERANCE  # a tie is not a rounding's
-        tied = [name for name, value in accepted.items() if value >= top - tolerance]
-        best = min(tied, key=lambda name: len(VERIFIERS[name].shapes), default=None)  # stable: registry order
-        return {"rules": rows, "best": best, "tied": [name for name in tied if name != best]}
+        instance = self.instance
+        return best_lossless(model, drafter, instance.drafting, instance.topology, instance.arithmetic,
+                             self.max_executions, self.timeout)
+
+
+def best_lossless(model: ModelPair, drafter: Drafter, drafting: str, topology: str, arithmetic: str,
+                  max_executions: int | None = None, timeout: float = 0) -> dict:
+    """The built-in rules that claim ``drafting`` on ``topology`` (:func:`claiming_rules`), each certified on
+    ``model`` with ``drafter`` in ``arithmetic`` within ``max_executions`` (``None``: no limit) and ``timeout``
+    seconds (0: none).
+
+    Returns ``rules``: each rule's ``expected_accepted`` and ``lossless``, or ``skipped`` (why it has no row);
+    ``best``: the best rule's name, ``None`` when no rule claims the scheme on the shape; of rules tied (within the
+    float tolerance under floats) the one defined on the fewest shapes, the rule made for the shape (``bv`` on
+    chains, where Layer Verification and TRV reach the same ``E[τ]``), then the first in the registry; ``tied``: the
+    others. Numbers are JSON numbers of ``arithmetic`` (``"num/den"`` under fractions)."""
+    rows: dict[str, dict] = {}
+    for name in claiming_rules(drafting, topology):
+        try:
+            with limits(max_executions), time_limit(timeout):
+                row = rule_row(model, drafter, name, None, name, arithmetic)
+        except SpecproofError as err:  # not defined on this tree, or past a limit: said in its row
+            rows[name] = {"skipped": f"{err.field}: {err.message}"}
+            continue
+        rows[name] = {"expected_accepted": to_json_number(row.expected_accepted, arithmetic),
+                      "lossless": row.lossless and not row.outside}
+    accepted = {name: Fraction(row["expected_accepted"]) for name, row in rows.items() if row.get("lossless")}
+    top = max(accepted.values(), default=None)
+    tolerance = 0 if arithmetic == "fraction" else FLOAT_TOLERANCE  # a tie is not a rounding's
+    tied = [name for name, value in accepted.items() if value >= top - tolerance]
+    best = min(tied, key=lambda name: len(VERIFIERS[name].shapes), default=None)  # stable: registry order
+    return {"rules": rows, "best": best, "tied": [name for name in tied if name != best]}
 
 
 @dataclass(frozen=True)

@@ -202,6 +202,58 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
     click.echo(f"written to {out_dir}/real_pair.md")
 
 
+@main.command("lossy-real")
+@click.option("--target", default="smollm2", show_default=True, help="the target (a fetched name, directory or .gguf)")
+@click.option("--draft", default="self:skip=12,14,16,18", show_default=True,
+              help="the draft: a directory, .gguf, fetched name, or the target's own layers (self:skip=...)")
+@click.option("--questions", type=click.Path(dir_okay=False),
+              help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)")
+@click.option("--max-questions", type=Whole(2), default=20, show_default=True, help="first turns of the first N")
+@click.option("--top-k", type=Whole(1), default=3, show_default=True,
+              help="both models' rows cut to their top K tokens (every context within 4 tokens is scored)")
+@click.option("--positions", default="0,16", show_default=True,
+              help="answer positions a round starts at (tokens the target sampled after the prompt)")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--threads", type=Whole(1), default=1, show_default=True, help="torch threads")
+@click.option("--out", "out_file", type=Output(), default="lossy_frontier_real.md", show_default=True,
+              help="the Markdown section; the JSON beside it (.json)")
+@click.option("--store", "store_dir", type=Output(folder=True),
+              help="keep each question's rounds here as it is done, so a rerun resumes")
+@click.pass_context
+def lossy_real(ctx, target, draft, questions, max_questions, top_k, positions, seed, threads, out_file,
+               store_dir) -> None:
+    """The lossy rules on a real pair's rounds: at the issue's settings, each round's exact TVD to the target's
+    top-k law and E[τ] beside the best lossless rule's, over MT-bench's first turns (docs/lossy.md)."""
+    require("transformers", "specproof lossy-real", "real")
+    from simulator.real.fetch import fetch
+    from simulator.real.spec_bench import read_questions
+    from specproof.reports.lossy_real import run_lossy_real, write_lossy_real
+
+    try:
+        starts = sorted({int(p) for p in positions.split(",")})
+    except ValueError:
+        starts = [-1]
+    if not starts or starts[0] < 0:
+        raise InvalidParameterError("positions", f"expected whole numbers ≥ 0 separated by commas, got {positions!r}")
+    check_output_file(out_file, "out")
+    check_output_file(Path(out_file).with_suffix(".json"), "out")
+    if store_dir is not None:
+        check_output_dir(store_dir, "store")
+    chosen = read_questions(questions or str(fetch("mt-bench")))[:max_questions]
+    if len(chosen) < 2:
+        raise InvalidParameterError("questions", f"standard errors are across questions: it needs at least 2, the "
+                                                 f"file holds {len(chosen)}")
+    ticks = StageBars()
+    try:
+        records, meta = run_lossy_real(chosen, target, draft, top_k, starts, seed, threads=threads,
+                                       store=None if store_dir is None else Path(store_dir), tick=ticks)
+    finally:
+        ticks.close()
+    write_lossy_real(out_file, records, meta, command_line(ctx))
+    click.echo(f"{sum(len(r['rounds']) for r in records)} rounds in {meta['seconds']:.0f} s; written to {out_file} "
+               f"and {Path(out_file).with_suffix('.json')}")
+
+
 @main.command("real-transfer")
 @click.option("--pair", default="reports/real_pair.json", show_default=True, type=click.Path(dir_okay=False),
               help="the real rows: real_pair.json written by specproof real-report")
