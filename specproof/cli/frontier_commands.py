@@ -12,7 +12,7 @@ from specproof.frontier_cells import Instance
 from exact.prove.optimum import MAX_COLUMNS
 from simulator.drafting import DRAFTING
 from simulator.errors import InvalidParameterError, LimitError
-from simulator.jsonfile import check_output_dir, write_json, write_text
+from simulator.jsonfile import check_output_dir, read_json, write_json, write_text
 from simulator.numeric import ARITHMETICS
 from simulator.trees import TOPOLOGIES
 from simulator.verifiers.knobs import parse_kwargs
@@ -83,7 +83,9 @@ TREE_DEFAULTS = {"topology": "complete", "depth": 2, "branching": 2}
          click.option("--out", "out_dir", type=Output(folder=True), default=None,
                       help="write NAME.md, NAME.json and NAME.png here"),
          click.option("--name", default="frontier", show_default=True,
-                      help="the outputs' file name under --out, without its extension"))
+                      help="the outputs' file name under --out, without its extension"),
+         click.option("--real-pair", "real_pair", type=click.Path(dir_okay=False),
+                      help="append the real pair's section: the JSON specproof lossy-real wrote"))
 @click.pass_context
 def frontier(ctx: click.Context, **options) -> None:
     """Lossy rules over a grid of knob values: each point's exact E[τ], TVD over Σ^(H+1) and KL, beside the best
@@ -92,6 +94,7 @@ def frontier(ctx: click.Context, **options) -> None:
     which)."""
     model = picked(ModelSpec, options)
     model.check()
+    sections = () if options["real_pair"] is None else (_real_section(options["real_pair"]),)
     if model.model_kind != "synthetic":  # a default value passes: the recorded command (a header) gives it
         defaults = {param.name: param.default for param in ctx.command.params}
         for name in sorted(set(MODEL_OPTIONS) & given_on_command_line(ctx)):
@@ -114,7 +117,7 @@ def frontier(ctx: click.Context, **options) -> None:
         records, seconds = run_frontier(plan, store, options["jobs"], scheduler, bar.update)
     summary = summarise(plan, records)
     command = command_line(ctx)
-    text = frontier_markdown(plan, summary, command)
+    text = frontier_markdown(plan, summary, command, sections)
     click.echo(text)
     click.echo(f"{len(cells)} cells; {seconds:.1f} s computing those not in the store")
     if out_dir is not None:
@@ -150,3 +153,19 @@ def _plan(options: dict, base: Instance) -> Frontier:
                     tuple(parse_kwargs(options["verifier_kwargs"], "verifier-kwargs").items()), base,
                     options["seeds"], not options["no_ceiling"], options["max_columns"] or float("inf"),
                     options["ceiling_timeout"], options["max_executions"] or None, options["timeout"], shapes, points)
+
+
+def _real_section(path: str) -> str:
+    """The real pair's section from ``specproof lossy-real``'s JSON (its rows, settings and command), read before
+    the sweep runs: a missing or malformed file is an error naming ``real-pair``."""
+    from specproof.reports.lossy_real import real_section
+
+    data = read_json(path, "real-pair")
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list) or "command" not in data:
+        raise InvalidParameterError("real-pair", f"{path}: expected the JSON specproof lossy-real writes (its rows "
+                                                 "and command)")
+    try:
+        return real_section(data["rows"], data, data["command"])
+    except (KeyError, TypeError) as err:
+        raise InvalidParameterError("real-pair", f"{path}: not lossy-real's JSON ({err!r} missing or malformed)") \
+            from None
