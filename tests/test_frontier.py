@@ -9,6 +9,7 @@ import math
 import shlex
 from dataclasses import replace
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -243,3 +244,17 @@ def test_a_headline_over_two_shapes_skips_a_chain_only_rule_on_the_tree(tmp_path
     again = CliRunner().invoke(main, shlex.split(data["command"])[1:])  # the header's command, as recorded
     assert again.exit_code == 0, again.output
     assert (out / "headline.md").read_text() == text
+
+
+def test_the_real_pairs_section_is_appended_from_lossy_reals_json(tmp_path):
+    """``--real-pair`` appends the section ``specproof lossy-real`` wrote (here the committed one); a file that is not
+    its JSON is refused before any cell runs, naming the option."""
+    base = ["frontier", "--point", "sglang-threshold", "--shape", "chain:1", "--model", "random-rational", "--seed",
+            str(SEED), "--drafting", "top-k", "--no-ceiling"]
+    committed = Path(__file__).resolve().parent.parent / "reports" / "lossy_frontier_real.json"
+    result = CliRunner().invoke(main, [*base, "--real-pair", str(committed)])
+    assert result.exit_code == 0 and "## On the real pair" in result.output, result.output
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"rows": "none"}))
+    refused = CliRunner().invoke(main, [*base, "--real-pair", str(bad)])
+    assert refused.exit_code == 2 and "real-pair" in refused.output, refused.output
