@@ -203,22 +203,26 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
 
 
 @main.command("lossy-real")
-@click.option("--target", default="smollm2", show_default=True, help="the target (a fetched name, directory or .gguf)")
-@click.option("--draft", default="self:skip=12,14,16,18", show_default=True,
-              help="the draft: a directory, .gguf, fetched name, or the target's own layers (self:skip=...)")
-@click.option("--questions", type=click.Path(dir_okay=False),
-              help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)")
-@click.option("--max-questions", type=Whole(2), default=20, show_default=True, help="first turns of the first N")
-@click.option("--top-k", type=Whole(1), default=3, show_default=True,
-              help="both models' rows cut to their top K tokens (every context within 4 tokens is scored)")
-@click.option("--positions", default="0,16", show_default=True,
-              help="answer positions a round starts at (tokens the target sampled after the prompt)")
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--threads", type=Whole(1), default=1, show_default=True, help="torch threads")
-@click.option("--out", "out_file", type=Output(), default="lossy_frontier_real.md", show_default=True,
-              help="the Markdown section; the JSON beside it (.json)")
-@click.option("--store", "store_dir", type=Output(folder=True),
-              help="keep each question's rounds here as it is done, so a rerun resumes")
+@section("Run",
+         click.option("--target", default="smollm2", show_default=True,
+                      help="the target (a fetched name, directory or .gguf)"),
+         click.option("--draft", default="self:skip=12,14,16,18", show_default=True,
+                      help="the draft: a directory, .gguf, fetched name, or the target's own layers (self:skip=...)"),
+         click.option("--questions", type=click.Path(dir_okay=False),
+                      help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)"),
+         click.option("--max-questions", type=Whole(2), default=20, show_default=True,
+                      help="first turns of the first N"),
+         click.option("--top-k", type=Whole(1), default=3, show_default=True,
+                      help="both models' rows cut to their top K tokens (every context within 4 tokens is scored)"),
+         click.option("--positions", default="0,16", show_default=True,
+                      help="answer positions a round starts at (tokens the target sampled after the prompt)"),
+         click.option("--seed", type=SEED, default=0, show_default=True),
+         click.option("--threads", type=Whole(1), default=1, show_default=True, help="torch threads"))
+@section("Output",
+         click.option("--out", "out_file", type=Output(), default="lossy_frontier_real.md", show_default=True,
+                      help="the Markdown section; the JSON beside it (.json)"),
+         click.option("--store", "store_dir", type=Output(folder=True),
+                      help="keep each question's rounds here as it is done, so a rerun resumes"))
 @click.pass_context
 def lossy_real(ctx, target, draft, questions, max_questions, top_k, positions, seed, threads, out_file,
                store_dir) -> None:
