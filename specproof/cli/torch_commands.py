@@ -146,14 +146,20 @@ def _aded_corpus(path: str) -> list[str]:
     return texts
 
 
+#: the target of the real-pair reports (real-report, lossy-real)
+TARGET_OPTION = click.option("--target", default="smollm2", show_default=True,
+                             help="the target (a fetched name, directory or .gguf)")
+#: the questions the real-pair reports run over: MT-bench's first turns, the first N
+QUESTION_OPTIONS = (click.option("--questions", type=click.Path(dir_okay=False),
+                                 help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)"),
+                    click.option("--max-questions", type=Whole(2), default=20, show_default=True,
+                                 help="first turns of the first N"))
+
+
 @main.command("real-report")
 @section("Run",
-         click.option("--target", default="smollm2", show_default=True,
-                      help="the target (a fetched name, directory or .gguf)"),
-         click.option("--questions", type=click.Path(dir_okay=False),
-                      help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)"),
-         click.option("--max-questions", type=Whole(2), default=20, show_default=True,
-                      help="first turns of the first N"),
+         TARGET_OPTION,
+         *QUESTION_OPTIONS,
          click.option("--max-new-tokens", type=Whole(1), default=32, show_default=True),
          click.option("--seed", type=SEED, default=0, show_default=True),
          click.option("--device", default="cpu", show_default=True))
@@ -204,14 +210,10 @@ def real_report(ctx, target, questions, max_questions, max_new_tokens, seed, dev
 
 @main.command("lossy-real")
 @section("Run",
-         click.option("--target", default="smollm2", show_default=True,
-                      help="the target (a fetched name, directory or .gguf)"),
+         TARGET_OPTION,
          click.option("--draft", default="self:skip=12,14,16,18", show_default=True,
                       help="the draft: a directory, .gguf, fetched name, or the target's own layers (self:skip=...)"),
-         click.option("--questions", type=click.Path(dir_okay=False),
-                      help="Spec-Bench question.jsonl (default: specproof fetch mt-bench)"),
-         click.option("--max-questions", type=Whole(2), default=20, show_default=True,
-                      help="first turns of the first N"),
+         *QUESTION_OPTIONS,
          click.option("--top-k", type=Whole(1), default=3, show_default=True,
                       help="both models' rows cut to their top K tokens (every context within 4 tokens is scored)"),
          click.option("--positions", default="0,16", show_default=True,
