@@ -190,6 +190,25 @@ def check_single_step(count: int, seed: int, tick: Callable[[], None] = _nothing
             k1.check("k = 1: K-SEQ, RRS, OPT, GR flows = SpS flows", "docs/rules.md")]
 
 
+def check_gr_reaches_opt(count: int, seed: int, rule: str = "gr",
+                         tick: Callable[[], None] = _nothing) -> list[Check]:
+    """Global Resolution (Thomas & Pal, ICLR 2026, arXiv:2511.15898), abstract: for ``n`` i.i.d. drafts from one
+    draft model its convex program yields the optimal transport "to arbitrary accuracy". On ``count`` exact
+    instances (vocabulary 2–6, k 1–4, rows with zeros) the acceptance of ``rule``'s single step (``tv-gr``'s by
+    default; the outflow summed) is compared with ``tv-opt``'s exact max-flow, which is ``α*``: the margin is
+    ``−|α_rule − α_OPT|``, within :data:`GR_TOLERANCE`. A rule that is not optimal (``rule="sps"``) fails it."""
+    rng = np.random.default_rng(seed)
+    gap = _Worst()
+    for _ in range(count):
+        vocab, k = int(rng.integers(2, 7)), int(rng.integers(1, 5))
+        p, q = _rows(rng, vocab)
+        gap.see(-abs(acceptance(rule, p, q, k, "iid") - acceptance("opt", p, q, k, "iid")),
+                f"p={[str(x) for x in p]} q={[str(x) for x in q]} k={k}")
+        tick()
+    return [gap.check(f"tv-{rule} and tv-opt reach the same α* (i.i.d. drafts, one draft model)",
+                      "Thomas & Pal 2026, abstract", tolerance=GR_TOLERANCE)]
+
+
 # ---- Layer Verification -----------------------------------------------------------------------------------
 def _drafts(model, topology, scheme: str):
     view = ModelView(model, "fraction")
@@ -341,6 +360,7 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "trv-lemma": (check_trv_lemma, 400),
     "dyspec-greedy": (check_dyspec_greedy, 300),
     "optimum": (check_optimum, 500),
+    "gr-vs-opt": (check_gr_reaches_opt, 100),
 }
 
 
