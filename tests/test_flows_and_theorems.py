@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from exact import certify, fixed_tree_law, round_law
-from specproof.reports.theorems import (CHECKS, check_bv_optimal_on_chains, check_lv_beats_tv, check_single_step,
-                            check_trv_lemma, lp_value, run_checks)
+from specproof.reports.theorems import (CHECKS, check_bv_optimal_on_chains, check_gr_reaches_opt, check_lv_beats_tv,
+                            check_single_step, check_trv_lemma, lp_value, run_checks)
 from simulator.drafting import FixedShape
 from simulator.errors import InvalidParameterError
 from simulator.models import RandomRationalModel, SyntheticModel, TableModel
@@ -162,6 +162,21 @@ def test_trv_lemma_check_rejects_traversal_in_insertion_order():
     from simulator.verifiers.traversal import bug_trv_insertion_order
     (check,) = check_trv_lemma(30, 1, verifier=bug_trv_insertion_order)
     assert not check.holds and check.worst_margin < 0
+
+
+def test_gr_vs_opt_check_holds_for_gr_and_rejects_sps_in_its_place():
+    # GR's claim (Thomas & Pal, ICLR 2026, arXiv:2511.15898): the optimal transport for i.i.d. drafts, within
+    # its tolerance. The same comparison fed SpS's acceptance (first candidate only) must fail.
+    (check,) = check_gr_reaches_opt(30, seed=8)
+    assert check.holds and check.instances == 30 and check.tolerance == GR_TOLERANCE
+    assert -GR_TOLERANCE <= check.worst_margin <= 0 and "k=" in check.worst_instance
+    (control,) = check_gr_reaches_opt(30, seed=8, rule="sps")
+    assert not control.holds and control.worst_margin < -0.1 and "tv-sps" in control.claim
+    # One instance by hand: p = (1/2, 0, 1/6, 1/3), q = (0, 0, 0, 1), k = 4. SpS accepts Σ min(p, q) = 1/3; the
+    # optimum takes H = {0, 2}: q(H) + 1 − p(H)^4 = 0 + 1 − (2/3)^4 = 65/81 (H = ∅ or the whole vocabulary: 1).
+    p, q = (F(1, 2), F(0), F(1, 6), F(1, 3)), (F(0), F(0), F(0), F(1))
+    assert acceptance("sps", p, q, 4, "iid") == F(1, 3) and acceptance("opt", p, q, 4, "iid") == F(65, 81)
+    assert abs(acceptance("gr", p, q, 4, "iid") - F(65, 81)) <= GR_TOLERANCE
 
 
 @pytest.mark.slow
