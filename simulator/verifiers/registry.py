@@ -152,7 +152,8 @@ _SPECS = [
     VerifierSpec("tv-opt", tv(OPT), "token verification, optimal single-step flow (exact max-flow)", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.OPT, float64=True),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
-    VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution; reconstruction)", IID,
+    VerifierSpec("tv-gr", tv(GR), "token verification, GR (Global Resolution: the optimal flow by a convex "
+                 "program)", IID,
                  array_rule=array_rule("token_tree:tv", step=steps.GR, float64=True), exact_dp=steps.GR,
                  exact_law=LawRecursion(Recursion.TOKEN, (("step", steps.GR),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
@@ -172,7 +173,7 @@ _SPECS = [
                  array_rule=array_rule("layer:lv", step=steps.OPT, float64=True),
                  exact_law=LawRecursion(Recursion.LAYER, (("rule", "opt"),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),
-    VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (reconstruction)", IID, needs_tuple_law=True,
+    VerifierSpec("lv-gr", lv(GR), "Layer Verification lifting GR (Global Resolution)", IID, needs_tuple_law=True,
                  array_rule=array_rule("layer:lv", step=steps.GR, float64=True),
                  exact_law=LawRecursion(Recursion.LAYER, (("rule", "gr"),)),
                  not_symbolic=NOT_SYMBOLIC_FLOW),

@@ -224,7 +224,8 @@ def agreement_markdown(a: Agreement) -> str:
     if a.outside:
         lines += ["| table | column | method | σ | likely cause |", "|---|---|---|---|---|"]
         for r in a.outside:
-            cause = ("GR is a reconstruction (our rule reaches α* at every node)" if r.method.endswith("gr")
+            cause = ("our GR is one optimal flow; the paper's runs may use another or a truncated GR"
+                     if r.method.endswith("gr")
                      else "our model seeds differ from the paper's (the SE across seeds is the paper's error bar)")
             lines.append(f"| {r.table} | {r.column} | {r.method} | {r.sigmas:+.1f} | {cause} |")
         lines.append("")
