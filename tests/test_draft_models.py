@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+from dataclasses import replace
 from fractions import Fraction as F
 
 import numpy as np
@@ -14,12 +15,17 @@ import pytest
 
 from exact.certificate import certify, round_law
 from exact.enumeration import enumerate_outcomes
-from simulator.drafting import SCHEMES, FixedShape
+from exact.instances import random_instances
+from exact.reproducer import capture, parse_reproducer
+from exact.size import estimate_round
+from exact.subject import subject
+from simulator.drafting import SCHEMES, FixedShape, draft_models_for
 from simulator.drafting.lazy_draft import Eager
 from simulator.errors import InvalidDistributionError, InvalidParameterError
 from simulator.models import (DraftRows, ModelView, RandomRationalModel, SyntheticModel, TableModel, make_model,
                               table_json)
 from simulator.trees import make_topology
+from simulator.verifiers.registry import VERIFIERS
 
 P0 = [F(1, 2), F(1, 2), F(0)]
 P1 = [F(0), F(1, 4), F(3, 4)]
@@ -230,3 +236,32 @@ def test_make_model_builds_several_draft_models():
     assert make_model("synthetic", None, 3, 0, rho=[0.2, 0.9]).draft_models == 2
     assert make_model("synthetic", None, 3, 0, rho=(0.2,)).draft_models == 1
     assert make_model("random-rational", None, 3, 0, draft_models=4).draft_models == 4
+
+
+def test_a_lossy_k_models_certificate_replays_from_its_reproducer():
+    model = RandomRationalModel(3, 0, draft_models=2)
+    drafter = FixedShape(make_topology("complete", 2, 2), "k-models")
+    cert = certify(model, drafter, "tv-rrs")
+    case = capture(model, drafter, subject({"verifier": "tv-rrs"}), "fraction")
+    data = json.loads(json.dumps(case.to_json(cert)))
+    assert "p" not in data and len(data["drafts"]) == 2 and data["drafts"][0] and data["drafts"][1]
+    again = parse_reproducer(data).certify()
+    assert not cert.lossless and again.tvd == cert.tvd == F(2, 9)
+    one = capture(RandomRationalModel(3, 0), FixedShape(make_topology("complete", 2, 2), "iid"),
+                  subject({"verifier": "tv-rrs"}), "fraction").to_json()
+    assert "p" in one and "drafts" not in one  # one draft model: the reproducer's JSON as before
+
+
+def test_batteries_draft_k_models_on_pairs_with_enough_draft_models():
+    assert draft_models_for("iid", make_topology("complete", 2, 3)) == 1
+    assert draft_models_for("k-models", make_topology("chain", 3)) == 2
+    assert draft_models_for("k-models", make_topology("explicit", parents=[-1, 0, 0, 0, 1])) == 3
+    spec = replace(VERIFIERS["tv-det"], lossless_under=("k-models",))
+    instances = list(random_instances(spec, 12, seed=3))
+    assert {i.drafting for i in instances} == {"k-models"}
+    for inst in instances:
+        assert inst.model.draft_models == draft_models_for("k-models", inst.topology)
+        assert certify(inst.model, inst.drafter, "tv-det").lossless
+    estimate = estimate_round(RandomRationalModel(3, 0, draft_models=2),
+                              FixedShape(make_topology("complete", 2, 2), "k-models"), "tv-det")
+    assert estimate.log10_trees == pytest.approx(6 * math.log10(3))  # as i.i.d.: 3^6 ordered token lists at most

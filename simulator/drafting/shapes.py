@@ -97,6 +97,15 @@ _LOG10_CHOICES: dict[str, Callable[[int, int], float]] = {
 }
 
 
+def draft_models_for(scheme: str, topology: Topology) -> int:
+    """How many draft models a model pair needs to draft ``topology`` under ``scheme``: under ``k-models`` one per
+    child of the node with the most children, and at least two (docs/drafting.md); one under any other scheme."""
+    if scheme != "k-models":
+        return 1
+    children = [topology.parents[1:].count(v) for v in range(len(topology.parents))]
+    return max(2, *children)
+
+
 def check_drafting(scheme: str) -> str:
     if scheme not in SCHEMES:
         raise InvalidParameterError("drafting", f"unknown drafting scheme {scheme!r}; choose from {sorted(SCHEMES)}")
