@@ -27,6 +27,7 @@ from simulator.models import (DraftRows, ModelView, RandomRationalModel, Synthet
                               table_json)
 from simulator.trees import make_topology
 from simulator.verifiers.registry import VERIFIERS
+from specproof.gate.shrink import shrink
 
 P0 = [F(1, 2), F(1, 2), F(0)]
 P1 = [F(0), F(1, 4), F(3, 4)]
@@ -283,3 +284,15 @@ def test_the_prover_gives_each_draft_model_its_own_symbols():
     with pytest.raises(InvalidParameterError) as err:
         prove(claimed("tv-sps"), topology, "k-models", 2, method="lifting")
     assert err.value.field == "method"
+
+
+def test_the_shrinker_keeps_every_draft_model_and_finds_the_hand_case():
+    """Shrunk, tv-rrs's loss under k-models is: p_0 = δ_2, p_1 = δ_1, q = (1/2, 1/2, 0) at the root of two
+    children. Child 0 is 2, rejected (q(2) = 0); the residual is q, and child 1 = 1 is accepted with
+    min(1, q(1)/p_0(1)) = 1 (p_0(1) = 0), so the output is 1 always: TVD 1/2."""
+    case = capture(RandomRationalModel(3, 0, draft_models=2), FixedShape(make_topology("complete", 2, 2), "k-models"),
+                   subject({"verifier": "tv-rrs"}), "fraction")
+    small = shrink(case, 20)
+    assert small.complete and small.case.parents == (-1, 0, 0) and len(small.case.drafts) == 1
+    assert small.case.p[()] == (0, 0, 1) and small.case.drafts[0][()] == (0, 1, 0)
+    assert small.case.q[()] == (F(1, 2), F(1, 2), 0) and small.certificate.tvd == F(1, 2)
