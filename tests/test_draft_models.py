@@ -128,6 +128,14 @@ def test_draft_rows_reach_the_scheme_and_the_verifier(lazy):
     assert verifier.seen == {DraftRows}
 
 
+@pytest.mark.parametrize("rule", ["tv-rrs", "trv"])
+def test_lazy_and_eager_k_models_drafting_give_the_same_law(rule):
+    model = RandomRationalModel(3, 0, draft_models=2)
+    drafter = FixedShape(make_topology("complete", 2, 2), "k-models")
+    lazy, eager = round_law(model, drafter, rule), round_law(model, Eager(drafter), rule)
+    assert dict(lazy.completed()) == dict(eager.completed()) and lazy.distance().tvd > 0
+
+
 # ---- the k-models scheme --------------------------------------------------------------------------------------
 
 def test_k_models_draws_child_i_from_model_i():
