@@ -109,11 +109,12 @@ def several_drafts(config: dict) -> dict:
 
 def model_name(config: dict) -> str:
     """A model's name as a verdict's line gives it (``config``: its description), with its draft models where it has
-    several: ``synthetic, draft models rho 0.3, 0.8`` or ``random-rational, 3 draft models``."""
+    several: ``synthetic (2 draft models, rho 0.3 and 0.8)`` or ``random-rational (3 draft models)``."""
     several = several_drafts(config)
     if "rho" in several:
-        return f"{config['model']}, draft models rho " + ", ".join(f"{r:g}" for r in several["rho"])
-    return f"{config['model']}, {several['draft_models']} draft models" if several else config["model"]
+        rho = " and ".join(f"{r:g}" for r in several["rho"])
+        return f"{config['model']} ({len(several['rho'])} draft models, rho {rho})"
+    return f"{config['model']} ({several['draft_models']} draft models)" if several else config["model"]
 
 
 def echo_control_note(what: Subject, scheme: str) -> None:

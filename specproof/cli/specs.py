@@ -9,7 +9,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from typing import Callable, Iterator, Mapping, TypeVar
 
 from exact.subject import Subject, parse_schemes, subject
-from simulator.drafting import DRAFTING, Drafter
+from simulator.drafting import DRAFTING, Drafter, draft_models_for
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidParameterError, SpecproofError
@@ -128,8 +128,18 @@ class ShapeSpec:
         return DrafterOptions(self.budget, self.threshold, self.max_depth, config, corpus)
 
     def drafter(self, model: ModelPair) -> tuple[Drafter, dict]:
-        """The drafter of a :meth:`resolved` spec on ``model``, with the configuration to print and store."""
+        """The drafter of a :meth:`resolved` spec on ``model``, with the configuration to print and store; a scheme
+        that needs more draft models than ``model`` has (``k-models``: one per child of the widest node) is refused
+        here, before any round runs."""
         topology, shape = self.tree()
+        if self.drafting in DRAFTING:
+            needed, has = draft_models_for(self.drafting, shape), getattr(model, "draft_models", 1)
+            if needed > has:
+                raise InvalidParameterError("drafting", f"{self.drafting} draws child i of a node from draft model i: "
+                                                        f"this tree needs {needed} draft models and the model has "
+                                                        f"{has}: give it {needed} (--rho with {needed} values, "
+                                                        f"--model random-rational --draft-models {needed}, or a table "
+                                                        f"whose \"drafts\" list has {needed}; docs/models.md)")
         drafter = make_drafter(self.drafting or "iid", shape, model, self.drafter_options())
         config = drafter.describe()
         if self.drafting in DRAFTING and topology != "explicit":

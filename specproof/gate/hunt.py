@@ -11,6 +11,7 @@ from typing import Callable
 
 import numpy as np
 
+from simulator.drafting import draft_models_for
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidDistributionError, InvalidParameterError, TimeLimitError
 from simulator.limits import until
@@ -27,10 +28,9 @@ from exact.subject import Subject
 LOCAL_MOVES = 3
 #: a fresh pair's enumeration is kept small: vocab ** draft nodes stays below this
 MAX_OUTCOMES = 3000
+#: ``k-models`` draws child i of a node from draft model i: its pairs get the draft models the tree needs
+#: (:func:`simulator.drafting.draft_models_for`)
 SEARCHED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "dyspec", "dyspec-threshold", "k-models")
-#: the searched schemes that draw from several draft models (a node's child i from draft model i): a pair drafted by
-#: one gets as many draft models as the tree's widest node has children, two at least (docs/models.md)
-SEVERAL_DRAFTS = ("k-models",)
 
 
 @dataclass(frozen=True)
@@ -172,10 +172,10 @@ def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: 
         model = fixed.table
     elif synthetic is not None:
         rho, tau_p, tau_q = synthetic
-        model = SyntheticModel(vocab, _several_rho(rng, rho, scheme, topology), tau_p, tau_q, seed)
+        model = SyntheticModel(vocab, _several_rho(rng, rho, draft_models_for(scheme, topology)), tau_p, tau_q, seed)
     else:
-        model = RandomRationalModel(vocab, seed, zero_prob=0.3, draft_models=fixed.draft_models
-                                    or (_widest(topology) if scheme in SEVERAL_DRAFTS else 1))
+        model = RandomRationalModel(vocab, seed, zero_prob=0.3,
+                                    draft_models=fixed.draft_models or draft_models_for(scheme, topology))
     drafter = make_drafter(scheme, topology, model, options)
     case = capture(model, drafter, what, arithmetic)
     shape = topology.name if scheme not in ("dyspec", "dyspec-threshold") else "dynamic"
@@ -184,19 +184,12 @@ def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: 
     return case, {"model": label, "vocab": vocab, "shape": shape, "drafting": scheme}
 
 
-def _widest(topology: Topology) -> int:
-    """The most children a node of ``topology`` has, two at least: the draft models a several-draft scheme needs."""
-    children = Counter(topology.parents[1:])
-    return max(2, *children.values()) if children else 2
-
-
-def _several_rho(rng: np.random.Generator, rho: float | tuple[float, ...], scheme: str,
-                 topology: Topology) -> float | tuple[float, ...]:
-    """The synthetic pair's ``rho``: as given or drawn, or, under a scheme of :data:`SEVERAL_DRAFTS` with one
-    ``rho``, that one followed by a drawn one for each further draft model the tree needs."""
-    if isinstance(rho, tuple) or scheme not in SEVERAL_DRAFTS:
+def _several_rho(rng: np.random.Generator, rho: float | tuple[float, ...], needed: int) -> float | tuple[float, ...]:
+    """The synthetic pair's ``rho``: as given or drawn; where the drafting needs ``needed ≥ 2`` draft models and one
+    ``rho`` is given or drawn, that one followed by a drawn one for each further draft model."""
+    if isinstance(rho, tuple) or needed == 1:
         return rho
-    return (rho, *(float(v) for v in rng.uniform(0, 1, _widest(topology) - 1)))
+    return (rho, *(float(v) for v in rng.uniform(0, 1, needed - 1)))
 
 
 def _moved(case: Reproducer, rng: np.random.Generator) -> Reproducer:
