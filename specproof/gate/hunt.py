@@ -47,7 +47,7 @@ class Fixed:
     rho: float | tuple[float, ...] | None = None  # a tuple: one synthetic draft model per value
     tau_p: float | None = None
     tau_q: float | None = None
-    draft_models: int | None = None  # random-rational: its draft models
+    draft_models: int | None = None  # the draft models: --rho's list's length, or --draft-models
 
 
 @dataclass
@@ -166,6 +166,14 @@ def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: 
     topology = fixed.topology
     if topology is None:
         topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes)
+        for _ in range(100):  # draft models held fixed: a tree they can draft (k-models: no node wider than them)
+            if not fixed.draft_models or draft_models_for(scheme, topology) <= fixed.draft_models:
+                break
+            topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes)
+    if fixed.draft_models and draft_models_for(scheme, topology) > fixed.draft_models:
+        raise InvalidParameterError("drafting", f"{scheme} needs {draft_models_for(scheme, topology)} draft models on "
+                                                f"this tree, and {fixed.draft_models} are held fixed: give more, or "
+                                                "a narrower tree")
     options = fixed.options or random_options(rng, nodes)
     model: ModelPair
     if fixed.table is not None:
@@ -180,7 +188,7 @@ def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: 
     case = capture(model, drafter, what, arithmetic)
     shape = topology.name if scheme not in ("dyspec", "dyspec-threshold") else "dynamic"
     drafts = getattr(model, "draft_models", 1)
-    label = kind if fixed.table is not None or drafts == 1 else f"{kind} ×{drafts} drafts"
+    label = kind if fixed.table is not None or drafts == 1 else f"{kind} ({drafts} draft models)"
     return case, {"model": label, "vocab": vocab, "shape": shape, "drafting": scheme}
 
 
