@@ -30,6 +30,7 @@ from specproof.cli import app as cli
 from specproof.gate.battery import baseline_key, battery, instances
 from exact.subject import subject
 from simulator.errors import InvalidParameterError
+from simulator.verifiers import VERIFIERS
 
 K_MODELS_TABLE = {"vocab": 3, "drafts": [{"": ["1/3", "1/3", "1/3"]}, {"": ["1", "0", "0"]}],
                   "q": {"*": ["1/2", "1/2", "0"]}}
@@ -172,6 +173,35 @@ def test_law_reads_a_cases_drafts(tmp_path):
     (tmp_path / "case.json").write_text(json.dumps(case))
     code, out = invoke("law", "--case", tmp_path / "case.json")
     assert code == 0 and set(json.loads(out)) == {"law", "expected_accepted"}
+
+
+def sps_k_models(tree, p, q, rng):
+    """``tv-sps`` claiming ``k-models``: its first child is draft model 0's, so it stays lossless."""
+    return VERIFIERS["tv-sps"].fn(tree, p, q, rng)
+
+
+def rrs_k_models(tree, p, q, rng):
+    """``tv-rrs`` claiming ``k-models``: it tests child 2 against draft model 0's row, the control."""
+    return VERIFIERS["tv-rrs"].fn(tree, p, q, rng)
+
+
+sps_k_models.schemes = rrs_k_models.schemes = ("k-models",)
+
+
+def test_prove_gives_every_draft_model_symbols_under_k_models(tmp_path):
+    code, out = invoke("prove", "--verifier", "tests.test_draft_models_cli:sps_k_models", "--drafting", "k-models",
+                       "--vocab", "2", "--json", tmp_path / "proof.json")
+    proof = json.loads((tmp_path / "proof.json").read_text())
+    assert code == 0 and "PROVED: tests.test_draft_models_cli:sps_k_models" in out
+    assert "V = 2, 2 symbolic draft models, k-models" in out
+    assert proof["config"]["draft_models"] == 2 and "drafts[1](root)" in proof["rows"]
+    assert len(proof["symbols"]) == 5  # V − 1 = 1 each: draft models 0 and 1 at the root, q at 3 contexts
+    code, out = invoke("prove", "--verifier", "tests.test_draft_models_cli:rrs_k_models", "--drafting", "k-models",
+                       "--vocab", "3", "--case-out", tmp_path / "witness.json")
+    assert code == 1 and "REFUTED: tests.test_draft_models_cli:rrs_k_models" in out
+    assert len(json.loads((tmp_path / "witness.json").read_text())["drafts"]) == 2
+    code, out = invoke("certify", "--case", tmp_path / "witness.json")
+    assert code == 1 and "LOSSY" in out
 
 
 def test_hunt_carries_the_draft_models_to_its_reproducer(tmp_path):
