@@ -156,7 +156,7 @@ def _reseeded(case: Reproducer) -> Iterator[Reproducer]:
         contexts += frontier
     for seed in range(RESEEDS):
         model = RandomRationalModel(case.vocab, seed, draft_models=1 + len(case.drafts))
-        drafts = [{c: tuple(model.draft_rows(c)[i]) for c in contexts} for i in range(1, 1 + len(case.drafts))]
+        drafts = [{c: tuple(model.draft_rows(c)[i]) for c in contexts} for i in range(1, model.draft_models)]
         yield replace(case, p={c: tuple(model.p(c)) for c in contexts}, q={c: tuple(model.q(c)) for c in contexts},
                       drafts=tuple(drafts))
 
@@ -175,19 +175,17 @@ def _without_token(table: dict[Context, tuple[Number, ...]], token: int) -> dict
 
 def _simpler_rows(case: Reproducer, what: Subject) -> Iterator[Reproducer]:
     """Simplify one row: zero an entry, make the row uniform on its support, or round it to ``k/d`` for a small
-    ``d`` (:data:`DENOMINATORS`; a row is changed only where the certification reads it); draft models ``1..k−1``'s
-    rows after ``p``'s and ``q``'s."""
+    ``d`` (:data:`DENOMINATORS`; a row is changed only where the certification reads it)."""
     for ctx in sorted(set(case.p) | set(case.q), key=lambda c: (len(c), c)):
-        for name in ("p", "q"):
-            table = getattr(case, name)
+        for name in ("p", "q", *range(len(case.drafts))):  # an int: that draft model's table (case.drafts)
+            table = case.drafts[name] if isinstance(name, int) else getattr(case, name)
             if ctx not in table:
                 continue
             for row in _simpler(table[ctx]):
-                yield replace(case, **{name: {**table, ctx: row}})
-    for i, table in enumerate(case.drafts):
-        for ctx in sorted(table, key=lambda c: (len(c), c)):
-            for row in _simpler(table[ctx]):
-                yield replace(case, drafts=(*case.drafts[:i], {**table, ctx: row}, *case.drafts[i + 1:]))
+                if isinstance(name, int):
+                    yield replace(case, drafts=(*case.drafts[:name], {**table, ctx: row}, *case.drafts[name + 1:]))
+                else:
+                    yield replace(case, **{name: {**table, ctx: row}})
 
 
 def _simpler(row: tuple[Number, ...]) -> Iterator[tuple[Number, ...]]:
