@@ -126,6 +126,17 @@ def test_certify_with_a_rho_list_and_with_draft_models(tmp_path):
     code, out = invoke("certify", "--verifier", "tv-rrs", "--model", "random-rational", "--draft-models", "2",
                        *K_MODELS)
     assert code == 1 and "tv-rrs: LOSSY" in out
+    # under iid drafting a rule reads draft model 0, and the target and draft model 0 of --rho 0.3,0.8 are --rho
+    # 0.3's: the same certificate, and Monte Carlo's batched path the same numbers
+    runs = {}
+    for rho in ("0.3,0.8", "0.3"):
+        code, _ = invoke("certify", "--verifier", "tv-rrs", "--rho", rho, "--json", tmp_path / "c.json")
+        code_mc, _ = invoke("mc", "--verifier", "tv-rrs", "--rho", rho, "--seeds", "1", "--trials", "300",
+                            "--json", tmp_path / "m.json")
+        mc = json.loads((tmp_path / "m.json").read_text())
+        runs[rho] = (code, code_mc, json.loads((tmp_path / "c.json").read_text())["expected_accepted"],
+                     mc["accept_len_mean"], mc["tvd"])
+    assert runs["0.3,0.8"] == runs["0.3"] and runs["0.3"][:2] == (0, 0)
 
 
 def test_optimum_mc_and_generate_on_two_draft_models(tmp_path):
