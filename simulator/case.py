@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .jsonfile import read_json
 from .errors import InvalidParameterError, InvalidTreeError
+from .models.draft_rows import DraftRows
 from .numeric import Number, as_distribution, parse_probability
 from .trees import DraftTree
 
@@ -26,6 +27,11 @@ class Case:
     draft: str = "sampled"
     #: a lossy-by-design rule's knob values (docs/lossy.md)
     verifier_kwargs: dict = field(default_factory=dict)
+
+    @property
+    def draft_models(self) -> int:
+        """How many draft models the draft rows hold (``"drafts"`` in the file; 1 without)."""
+        return next((len(row.models) for row in self.p if isinstance(row, DraftRows)), 1)
 
 
 DRAFTS = ("sampled", "deterministic")
@@ -61,10 +67,15 @@ def parse_case(data: object, arithmetic: str) -> Case:
     name or ``module:function``); optionally ``verifier_kwargs``, a lossy-by-design rule's knob values (an object of
     NAME: VALUE, docs/lossy.md), and ``draft``: ``"sampled"`` (the default) or ``"deterministic"``
     (point-mass candidates such as ADED's, REST's, EAGLE's top-k, whose tokens need not be supported by ``p``;
-    only the rules that never read ``p`` at a drafted token, such as ``tv-det`` and ``match``, are defined there)."""
+    only the rules that never read ``p`` at a drafted token, such as ``tv-det`` and ``match``, are defined there).
+    Several draft models (docs/models.md): ``drafts``, a list of two or more objects like ``p`` (draft model 0
+    first), in place of ``p``; each inner node's draft row is then a :class:`~simulator.models.draft_rows.DraftRows`
+    of theirs, and a sampled token needs some draft model's row to support it."""
     if not isinstance(data, dict):
         raise InvalidParameterError("case", "must be a JSON object")
-    for key in ("vocab", "parents", "tokens", "p", "q", "verifier"):
+    if "drafts" in data and "p" in data:
+        raise InvalidParameterError("drafts", "give either p (one draft model) or drafts (several), not both")
+    for key in ("vocab", "parents", "tokens", "drafts" if "drafts" in data else "p", "q", "verifier"):
         if key not in data:
             raise InvalidParameterError(key, "missing from the case")
     vocab = data["vocab"]
@@ -76,7 +87,7 @@ def parse_case(data: object, arithmetic: str) -> Case:
         raise InvalidTreeError("tokens", "must be a list")
     tree = DraftTree(data["parents"], data["tokens"], vocab)
     n = len(tree)
-    p = _rows(data, "p", n, vocab, [bool(tree.children(v)) for v in range(n)], arithmetic)
+    p = _draft_rows(data, n, vocab, [bool(tree.children(v)) for v in range(n)], arithmetic)
     q = _rows(data, "q", n, vocab, [True] * n, arithmetic)
     if not isinstance(data["verifier"], str):
         raise InvalidParameterError("verifier", "must be a name or module:function")
@@ -89,11 +100,24 @@ def parse_case(data: object, arithmetic: str) -> Case:
     if draft == "sampled":
         for v in range(1, n):
             parent, token = tree.parents[v], tree.tokens[v]
-            if p[parent][token] == 0:
+            if all(row[token] == 0 for row in getattr(p[parent], "models", (p[parent],))):
                 raise InvalidTreeError(f"tokens[{v}]", f"node {v} drafts token {token}, which p[\"{parent}\"] gives "
                                                        "probability 0: no sampled draft holds it (mark point-mass "
                                                        "candidates with \"draft\": \"deterministic\")")
     return Case(vocab, tree, tuple(p), tuple(q), data["verifier"], draft, knobs)
+
+
+def _draft_rows(data: dict, n: int, vocab: int, needed: list[bool], arithmetic: str) -> list:
+    """The draft row of each node: ``p``'s, or with ``drafts`` a :class:`DraftRows` of every draft model's."""
+    if "drafts" not in data:
+        return _rows(data, "p", n, vocab, needed, arithmetic)
+    drafts = data["drafts"]
+    if not isinstance(drafts, list) or len(drafts) < 2:
+        raise InvalidParameterError("drafts", "must list two or more objects like p, draft model 0 first (one draft "
+                                              "model: give p)")
+    tables = [_rows({f"drafts[{i}]": raw}, f"drafts[{i}]", n, vocab, needed, arithmetic)
+              for i, raw in enumerate(drafts)]
+    return [DraftRows([t[v] for t in tables]) if all(t[v] is not None for t in tables) else None for v in range(n)]
 
 
 def load_case(path: str | Path, arithmetic: str) -> Case:

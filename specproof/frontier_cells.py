@@ -44,6 +44,13 @@ class Instance:
     def build(self) -> tuple[ModelPair, Drafter]:
         return self.model.build(), FixedShape(make_topology(self.topology, self.depth, self.branching), self.drafting)
 
+    def key(self) -> dict:
+        """The instance as a cell's record names it: its fields, the model's ``draft_models`` left out (the frontier's
+        pairs have one draft model), so that a store's cells keep their names."""
+        out = asdict(self)
+        del out["model"]["draft_models"]
+        return out
+
     def number(self, value: Number) -> object:
         """A number of this instance's arithmetic as JSON: ``"num/den"`` exactly, or a float."""
         return to_json_number(value, self.arithmetic)
@@ -61,7 +68,7 @@ class RuleCell:
     timeout: float
 
     def params(self) -> dict:
-        return {"cell": "rule", "instance": asdict(self.instance), "rule": self.rule,
+        return {"cell": "rule", "instance": self.instance.key(), "rule": self.rule,
                 "knobs": {name: value_text(value) for name, value in self.knobs},
                 "max_executions": self.max_executions, "timeout": self.timeout}
 
@@ -93,7 +100,7 @@ class LosslessCell:
     timeout: float
 
     def params(self) -> dict:
-        return {"cell": "lossless", "instance": asdict(self.instance), "max_executions": self.max_executions,
+        return {"cell": "lossless", "instance": self.instance.key(), "max_executions": self.max_executions,
                 "timeout": self.timeout}
 
     def compute(self) -> dict:
@@ -143,7 +150,7 @@ class CeilingCell:
     timeout: float
 
     def params(self) -> dict:
-        return {"cell": "ceiling", "instance": {**asdict(self.instance), "arithmetic": "fraction"},
+        return {"cell": "ceiling", "instance": {**self.instance.key(), "arithmetic": "fraction"},
                 "max_columns": self.max_columns, "timeout": self.timeout}
 
     def compute(self) -> dict:

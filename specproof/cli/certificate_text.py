@@ -99,6 +99,24 @@ def settings(config: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in config.items())
 
 
+def several_drafts(config: dict) -> dict:
+    """The draft models of a model's description ``config`` where it has several (``{"rho": [0.3, 0.8]}``, one
+    synthetic draft model per value, or ``{"draft_models": 3}``), else ``{}``: one draft model's output unchanged."""
+    if isinstance(config.get("rho"), list):
+        return {"rho": config["rho"]}
+    return {"draft_models": config["draft_models"]} if config.get("draft_models", 1) > 1 else {}
+
+
+def model_name(config: dict) -> str:
+    """A model's name as a verdict's line gives it (``config``: its description), with its draft models where it has
+    several: ``synthetic (2 draft models, rho 0.3 and 0.8)`` or ``random-rational (3 draft models)``."""
+    several = several_drafts(config)
+    if "rho" in several:
+        rho = " and ".join(f"{r:g}" for r in several["rho"])
+        return f"{config['model']} ({len(several['rho'])} draft models, rho {rho})"
+    return f"{config['model']} ({several['draft_models']} draft models)" if several else config["model"]
+
+
 def echo_control_note(what: Subject, scheme: str) -> None:
     """The control-run line of a run under a drafting scheme the subject does not claim (exact/subject.py)."""
     note = what.control_note(scheme)

@@ -24,7 +24,8 @@ from simulator.numeric import ARITHMETICS, to_json_number
 from simulator.trees import TOPOLOGIES
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.registry import check_arithmetic_for, check_pairing
-from specproof.cli.certificate_text import certificate_lines, echo_control_note, exactness, settings, verdict
+from specproof.cli.certificate_text import (certificate_lines, echo_control_note, exactness, model_name, settings,
+                                             verdict)
 from specproof.cli.certify_batch import certify_batch
 from specproof.cli.certify_loop import certify_loop
 from specproof.cli.certify_real import certify_causal_lm
@@ -81,7 +82,9 @@ def law(case_path: str, arithmetic: str, max_executions: int, timeout: float) ->
     entries = [json.dumps({"path": list(path), "y": y, "prob": to_json_number(prob, arithmetic)})
                for (path, y), prob in result.law().items()]
     expected = json.dumps(to_json_number(result.expected_accepted(), arithmetic))
-    click.echo('{"law": [\n  ' + ",\n  ".join(entries) + f'\n ],\n "expected_accepted": {expected}}}')  # a row a line
+    several = f',\n "draft_models": {case.draft_models}' if case.draft_models > 1 else ""
+    click.echo('{"law": [\n  ' + ",\n  ".join(entries)  # a row a line
+               + f'\n ],\n "expected_accepted": {expected}{several}}}')
 
 
 @main.command()
@@ -141,7 +144,7 @@ def certify_model(request: CertifyRequest) -> None:
         raise
     cert = result.deciding
     click.echo(f"{what.name}: {verdict(result.lossless)} ({exactness(cert, kernel, request.arithmetic)})")
-    click.echo(f"  model {cert.config['model']}, {settings(pairs.drafting(request.model.seed))}"
+    click.echo(f"  model {model_name(cert.config)}, {settings(pairs.drafting(request.model.seed))}"
                + (f"; shown for model seed {result.deciding_seed}" if request.pairs > 1 else ""))
     _print_certificate(what, shape.drafting, cert)
     if kernel is not None:
@@ -199,10 +202,13 @@ def certify_case(request: CertifyRequest) -> None:
     with mass_bar(1, f"certify {what.name}") as bar, request.limits.applied(bar.update):
         cert = case.certify(what)
     click.echo(f"{what.name}: {verdict(cert.lossless)} ({exactness(cert, kernel_of(what), case.arithmetic)})")
-    click.echo(f"  case {request.case}: table model, vocab {case.vocab}, {settings(case.shape_json())}")
+    several = {"draft_models": 1 + len(case.drafts)} if case.drafts else {}
+    click.echo(f"  case {request.case}: {model_name({'model': 'table model', **several})}, vocab {case.vocab}, "
+               f"{settings(case.shape_json())}")
     _print_certificate(what, case.drafting, cert)
     click.echo("  covers: this case's model pair, not every pair")
-    out = {**cert.to_json(), "verifier": what.name, "case": str(request.case), **what.claim_json(case.drafting)}
+    out = {**cert.to_json(), "verifier": what.name, "case": str(request.case), **several,
+           **what.claim_json(case.drafting)}
     passed = cert.lossless
     if request.tvd_budget is not None:
         passed, line = PairsResult((0,), (cert,)).budget_line(request.budget_value())

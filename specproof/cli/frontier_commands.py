@@ -39,7 +39,7 @@ TREE_DEFAULTS = {"topology": "complete", "depth": 2, "branching": 2}
 
 
 @main.command("frontier")
-@model_options(FRONTIER_MODELS)
+@model_options(FRONTIER_MODELS, several_drafts=False)
 @section("Draft tree and drafting",
          click.option("--topology", type=click.Choice([t for t in TOPOLOGIES if t != "explicit"]),
                       help="tree shape  [default: complete]"),

@@ -113,9 +113,11 @@ def _fixed(request: HuntRequest, what: Subject) -> Fixed:
     if fixed & {"budget", "threshold", "max_depth"}:
         options = DrafterOptions(shape.budget, shape.threshold, shape.max_depth, AdedConfig())
     pick = lambda name, value: value if name in fixed else None  # noqa: E731
+    several = (table.draft_models if table is not None else len(model.rho) if isinstance(model.rho, tuple)
+               else pick("draft_models", model.draft_models))  # the draft models held fixed
     return Fixed(pick("model_kind", model.model_kind), table, pick("seed", model.seed), pick("vocab", model.vocab),
                  topology, pick("drafting", shape.drafting), options, pick("rho", model.rho),
-                 pick("tau_p", model.tau_p), pick("tau_q", model.tau_q))
+                 pick("tau_p", model.tau_p), pick("tau_q", model.tau_q), several)
 
 
 @main.command()

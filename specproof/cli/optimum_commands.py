@@ -13,7 +13,7 @@ from simulator.errors import SpecproofError
 from simulator.jsonfile import write_text
 from simulator.numeric import to_json_number
 from simulator.verifiers import VERIFIERS
-from specproof.cli.certificate_text import settings
+from specproof.cli.certificate_text import model_name, settings
 from specproof.cli.group import main
 from specproof.cli.option_groups import (LIMIT_OPTIONS, SCHEMES_OPTION, VERIFIER_KWARGS_OPTION, model_options,
                                          shape_options)
@@ -93,7 +93,7 @@ def optimum_cmd(ctx: click.Context, **options) -> None:
     best = result.optimum
     verdict = "PROVED" if result.proved else "NOT SETTLED"
     click.echo(f"optimum: E[τ]* = {_short(best)}" if best is not None else "optimum: no exact value")
-    click.echo(f"  model {model.describe()['model']}, {settings(drafting)}")
+    click.echo(f"  model {model_name(model.describe())}, {settings(drafting)}")
     click.echo(f"  {verdict}: primal point {'checked' if result.primal_checked else 'NOT checked'} exactly, dual "
                f"certificate {'checked' if result.dual_checked else 'NOT checked'} exactly, objectives "
                f"{'equal' if result.closed else 'NOT equal'}; HiGHS: {result.float_optimum:.12f}")

@@ -12,15 +12,27 @@ from simulator.limits import DEFAULT_MAX_EXECUTIONS, DEFAULT_TIMEOUT
 from simulator.models import MODELS
 from simulator.trees import MAX_TREE_NODES, TOPOLOGIES
 from specproof.cli.params import (BOUND_SECONDS, COUNT_LIMIT, SECONDS_LIMIT, SEED, TREE_BRANCHING, TREE_DEPTH, Output,
-                                  Real, Whole)
+                                  Real, Reals, Whole)
 from specproof.cli.sections import section
 
 #: ``--model``'s value for a real causal-LM pair (``certify`` only)
 CAUSAL_LM = "causal-lm"
 
 
-def model_options(kinds: tuple[str, ...] = tuple(MODELS)) -> Callable:
-    """The model pair's options; ``kinds``: the ``--model`` choices (``certify`` adds :data:`CAUSAL_LM`)."""
+#: ``--draft-models K``: the random rational model's number of draft models (docs/models.md, "Several draft models")
+DRAFT_MODELS_OPTION = click.option("--draft-models", type=Whole(1), default=1, show_default=True,
+                                   help="random-rational: draft models (K ≥ 2: --drafting k-models draws child i "
+                                        "from draft model i; the synthetic model takes one --rho per draft model, a "
+                                        "table its \"drafts\" list)")
+
+
+def model_options(kinds: tuple[str, ...] = tuple(MODELS), several_drafts: bool = True) -> Callable:
+    """The model pair's options; ``kinds``: the ``--model`` choices (``certify`` adds :data:`CAUSAL_LM`);
+    ``several_drafts``: ``--rho`` takes a list (one draft model per value) and ``--draft-models`` is offered."""
+    rho = (click.option("--rho", type=Reals(0, 1), default=0.5, show_default=True,
+                        help="synthetic: the logits' shared part; a comma list (0.3,0.8) makes one draft model per "
+                             "value") if several_drafts
+           else click.option("--rho", type=Real(0, 1), default=0.5, show_default=True))
     return section(
         "Model pair",
         click.option("--model", "model_kind", type=click.Choice(list(kinds)), default="synthetic",
@@ -28,7 +40,8 @@ def model_options(kinds: tuple[str, ...] = tuple(MODELS)) -> Callable:
         click.option("--table", "table_path", type=click.Path(dir_okay=False), help="table JSON (--model table)"),
         click.option("--vocab", type=Whole(2), default=3, show_default=True),
         click.option("--seed", type=SEED, default=0, show_default=True),
-        click.option("--rho", type=Real(0, 1), default=0.5, show_default=True),
+        rho,
+        *((DRAFT_MODELS_OPTION,) if several_drafts else ()),
         click.option("--tau-p", type=Real(0, min_open=True), default=1.0, show_default=True),
         click.option("--tau-q", type=Real(0, min_open=True), default=1.0, show_default=True),
         click.option("--zero-prob", type=Real(0, 1), default=0.25, show_default=True,

@@ -65,6 +65,25 @@ class Real(_Refusing, click.FloatRange):
         return number if math.isinf(number) else super().convert(number, param, ctx)
 
 
+class Reals(Real):
+    """:class:`Real`, or a comma-separated list of such numbers (``--rho 0.3,0.8``: one per draft model): one number
+    comes back as a float, as :class:`Real` gives it, a list as a tuple of two or more floats; each entry is checked
+    as :class:`Real` checks one, and a refusal names the option and the entry."""
+
+    name = "number or list"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (tuple, list)):
+            items = list(value)
+        elif isinstance(value, str) and "," in value:
+            items = [item.strip() for item in value.split(",")]
+        else:
+            return super().convert(value, param, ctx)
+        if len(items) < 2:
+            self.fail(f"{value!r}: a list needs two or more numbers", param, ctx)
+        return tuple(super(Reals, self).convert(item, param, ctx) for item in items)
+
+
 class Limit(_Refusing, click.ParamType):
     """A limit: a number ≥ 0, where 0 and ``inf`` both mean no limit (``inf`` arrives as 0, so the code behind
     the option knows one "none"). ``nan``, a negative number and, for seconds, a finite value past

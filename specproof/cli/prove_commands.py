@@ -118,7 +118,9 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, s
             proof = run_proof(what, shape, drafting, vocab, probes, tally, method)
     finally:
         progress.close()
-    where = (f"{shape.name} tree (parents {list(shape.parents)}), V = {vocab}, {drafting} drafting")
+    drafts = proof.space.draft_models  # k-models: a symbolic row per draft model (exact/prove/prover.py)
+    several = f", {drafts} symbolic draft models" if drafts > 1 else ""
+    where = (f"{shape.name} tree (parents {list(shape.parents)}), V = {vocab}{several}, {drafting} drafting")
     lifted = proof.lifting
     if lifted is not None and proof.verdict == "PROVED":
         click.echo(f"PROVED by lifting: {lifted.covers} ({proof.verifier}; asked: the {where})")
@@ -153,6 +155,8 @@ def prove(ctx, verifier, topology, depth, branching, parents, vocab, drafting, s
                  else f"the rule fails there ({proof.failure})")
         click.echo(f"  witness: {found} by the exact engine; reproducer {path} (specproof certify --case {path})")
     data = proof.to_json()
+    if drafts > 1:
+        data["config"] = {**data["config"], "draft_models": drafts}
     data["command"] = command_line(ctx)
     write_output(json_out, data)
     sys.exit(EXIT[proof.verdict])

@@ -83,17 +83,17 @@ SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalt
 LOOP_ONLY = ("loop", "reference", "max_new_tokens", "prompt_ids", "top_p", "min_p", "repetition_penalty")
 #: the certify options ``--loop`` refuses: every other model's, the tree and drafting (the loop drafts as it does;
 #: --depth is its draft depth), the subject, seeds, reproducers, the arithmetic and the method
-NOT_LOOP = ("rho", "tau_p", "tau_q", "zero_prob", "pairs", "target", "draft", "prompt", "cache_dir", "device",
-            "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
+NOT_LOOP = ("rho", "draft_models", "tau_p", "tau_q", "zero_prob", "pairs", "target", "draft", "prompt", "cache_dir",
+            "device", "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
             "mcts_iterations", "candidates", "candidate_length", "verifier", "verifier_kwargs", "schemes", "kernel",
             "adapter", "dtype",
             "uniforms", "kernel_kwargs", "kernel_init", "case_path", "shrink", "shrink_time", "case_out",
             "arithmetic", "method", "requests", "tvd_budget")
 #: the certify options ``--model causal-lm`` refuses: the synthetic and table models', seeds, kernels, reproducers,
 #: exact arithmetic and the recursions (a real pair is certified in float64 by enumeration)
-NOT_REAL = ("table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "kernel", "adapter", "dtype",
-            "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink", "shrink_time", "case_out",
-            "arithmetic", "method", "requests", "tvd_budget")
+NOT_REAL = ("table_path", "vocab", "seed", "rho", "draft_models", "tau_p", "tau_q", "zero_prob", "pairs", "kernel",
+            "adapter", "dtype", "uniforms", "kernel_kwargs", "kernel_init", "import_path", "case_path", "shrink",
+            "shrink_time", "case_out", "arithmetic", "method", "requests", "tvd_budget")
 #: the certify options a batch (``--request``) refuses: each request drafts an i.i.d. chain of its own depth on its
 #: own pair, the batch is one exact enumeration of one kernel
 NOT_BATCH = ("pairs", "topology", "branching", "parents", "drafting", "budget", "threshold", "max_depth",
@@ -101,9 +101,9 @@ NOT_BATCH = ("pairs", "topology", "branching", "parents", "drafting", "budget", 
              "case_path",
              "shrink", "shrink_time", "case_out", "arithmetic", "method", "tvd_budget")
 #: the certify options a reproducer holds (``--case``): its model, tree, drafting and arithmetic
-HELD_BY_CASE = ("model_kind", "table_path", "vocab", "seed", "rho", "tau_p", "tau_q", "zero_prob", "pairs", "topology",
-                "depth", "branching", "parents", "drafting", "budget", "threshold", "max_depth", "corpus_path",
-                "arithmetic")
+HELD_BY_CASE = ("model_kind", "table_path", "vocab", "seed", "rho", "draft_models", "tau_p", "tau_q", "zero_prob",
+                "pairs", "topology", "depth", "branching", "parents", "drafting", "budget", "threshold", "max_depth",
+                "corpus_path", "arithmetic")
 
 
 @dataclass(frozen=True)
@@ -293,8 +293,8 @@ class GenerateRequest(TreeRequest):
 
 
 #: the options a hunt holds fixed when given (the others are searched)
-HUNT_FIXED = ("model_kind", "vocab", "seed", "rho", "tau_p", "tau_q", "topology", "depth", "branching", "parents",
-              "drafting", "budget", "threshold", "max_depth")
+HUNT_FIXED = ("model_kind", "vocab", "seed", "rho", "draft_models", "tau_p", "tau_q", "topology", "depth", "branching",
+              "parents", "drafting", "budget", "threshold", "max_depth")
 
 
 @dataclass(frozen=True)

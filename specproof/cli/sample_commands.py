@@ -21,7 +21,7 @@ from simulator.montecarlo.engine import MAX_TRIALS, monte_carlo
 from simulator.montecarlo.generations import run_generations
 from simulator.numeric import ARITHMETICS, human_number, to_json_number
 from simulator.verifiers.registry import check_arithmetic_for, check_pairing
-from specproof.cli.certificate_text import echo_control_note, settings, verdict
+from specproof.cli.certificate_text import echo_control_note, model_name, settings, several_drafts, verdict
 from specproof.cli.checks import check_device, check_scheduler
 from specproof.cli.group import main
 from specproof.cli.option_groups import (json_option, limit_options, model_options, shape_options, timeout_option,
@@ -234,7 +234,10 @@ def mc(ctx: click.Context, **options) -> None:
         summary = monte_carlo(model_for, drafter, what.name, what.fn, seeds, trials, bar.update, first_seed=seed,
                               device=request.device, estimate=estimated)
     which = f"model seeds {seed}–{seed + seeds - 1}" if seeds > 1 else f"model seed {seed}"
-    click.echo(f"{what.name}, {settings(drafting)}: {which} x {trials} trials")
+    described = model_for(seed).describe()
+    several = several_drafts(described)
+    click.echo(f"{what.name}, {settings(drafting)}: {which} x {trials} trials"
+               + (f"; model {model_name(described)}" if several else ""))
     echo_control_note(what, shape.drafting)
     se_kind = "across model seeds" if seeds > 1 else "within the one seed"
     click.echo(f"  accepted length {summary.accept_len_mean:.4f} (SE {summary.accept_len_se:.4f}, {se_kind})")
@@ -245,7 +248,7 @@ def mc(ctx: click.Context, **options) -> None:
                f"alpha {summary.test_alpha:g} over all seeds: {test} the target "
                f"(min p {summary.test_min_p_value:.3g}); "
                f"detects any TVD >= {summary.detectable_tvd:.4f} on that law with power 0.9")
-    write_output(request.json_out, {**summary.to_json(), **what.claim_json(shape.drafting)})
+    write_output(request.json_out, {**summary.to_json(), **several, **what.claim_json(shape.drafting)})
     sys.exit(1 if summary.test_rejects else 0)
 
 
@@ -284,7 +287,7 @@ def generate(ctx: click.Context, **options) -> None:
             estimate_generation(model, drafter, what.fn, tokens, request.arithmetic).check(cap)
             result = generation_law(model, drafter, what.fn, tokens, request.arithmetic)
         click.echo(f"{what.name}: {verdict(result.lossless)} over the first {tokens} tokens ({label}; model "
-                   f"{model.describe()['model']}, seed {seed})")
+                   f"{model_name(model.describe())}, seed {seed})")
         echo_control_note(what, shape.drafting)
         click.echo(f"  TVD to q^{tokens} = {human_number(result.tvd)}; E[rounds] = "
                    f"{human_number(result.expected_rounds)}; "

@@ -5,11 +5,11 @@ subject (:class:`SubjectSpec`, :class:`KernelSpec`) and the limits (:class:`Limi
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Callable, Iterator, Mapping, TypeVar
 
 from exact.subject import Subject, parse_schemes, subject
-from simulator.drafting import DRAFTING, Drafter
+from simulator.drafting import DRAFTING, Drafter, draft_models_for
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidParameterError, SpecproofError
@@ -25,33 +25,51 @@ Spec = TypeVar("Spec")
 
 
 def picked(cls: type[Spec], options: Mapping[str, object]) -> Spec:
-    """The dataclass ``cls`` from a command's options: each field the option parameter of the same name."""
-    return cls(**{f.name: options[f.name] for f in fields(cls)})  # type: ignore[arg-type]
+    """The dataclass ``cls`` from a command's options: each field the option parameter of the same name (a field
+    with a default keeps it where the command has no such option)."""
+    return cls(**{f.name: options[f.name] for f in fields(cls)  # type: ignore[arg-type]
+                  if f.name in options or f.default is MISSING})
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """``--model`` and its parameters: a synthetic pair, a random rational one, or a table."""
+    """``--model`` and its parameters: a synthetic pair, a random rational one, or a table. Several draft models
+    (docs/models.md, "Several draft models"): ``rho`` a tuple, one value per draft model (synthetic), or
+    ``draft_models`` K ≥ 2 (random-rational); a table's come from its file."""
 
     model_kind: str
     table_path: str | None
     vocab: int
     seed: int
-    rho: float
+    rho: float | tuple[float, ...]
     tau_p: float
     tau_q: float
     zero_prob: float
+    draft_models: int = 1
 
     def check(self) -> None:
-        """Refuse ``--table`` beside another model kind: the table would be ignored."""
+        """Refuse ``--table`` beside another model kind (the table would be ignored), a ``--rho`` list beside a
+        model that is not synthetic, and ``--draft-models`` beside one that is not random-rational: each would be
+        ignored, or say something the model cannot."""
         if self.table_path is not None and self.model_kind not in ("table", "prefix-table"):
             raise InvalidParameterError("table", f"--table applies to --model table or prefix-table only (the model "
                                                  f"is {self.model_kind}): add --model table, or drop --table")
+        if isinstance(self.rho, tuple) and self.model_kind != "synthetic":
+            raise InvalidParameterError("rho", f"a list of rho (one per draft model) shapes --model synthetic; the "
+                                               f"model is {self.model_kind}: {_SEVERAL_DRAFTS}")
+        if self.draft_models != 1 and self.model_kind != "random-rational":
+            raise InvalidParameterError("draft-models", f"--draft-models applies to --model random-rational; the "
+                                                        f"model is {self.model_kind}: {_SEVERAL_DRAFTS}")
 
     def build(self, seed: int | None = None) -> ModelPair:
         """The pair of model seed ``seed`` (``--seed`` by default; one table for every seed)."""
         return make_model(self.model_kind, self.table_path, self.vocab, self.seed if seed is None else seed,
-                          self.rho, self.tau_p, self.tau_q, self.zero_prob)
+                          self.rho, self.tau_p, self.tau_q, self.zero_prob, draft_models=self.draft_models)
+
+
+#: how each model kind takes several draft models, for the refusals of :meth:`ModelSpec.check`
+_SEVERAL_DRAFTS = ("synthetic takes one --rho per draft model (--rho 0.3,0.8), random-rational --draft-models K, a "
+                   "table its \"drafts\" list")
 
 
 @dataclass(frozen=True)
@@ -110,8 +128,18 @@ class ShapeSpec:
         return DrafterOptions(self.budget, self.threshold, self.max_depth, config, corpus)
 
     def drafter(self, model: ModelPair) -> tuple[Drafter, dict]:
-        """The drafter of a :meth:`resolved` spec on ``model``, with the configuration to print and store."""
+        """The drafter of a :meth:`resolved` spec on ``model``, with the configuration to print and store; a scheme
+        that needs more draft models than ``model`` has (``k-models``: one per child of the widest node) is refused
+        here, before any round runs."""
         topology, shape = self.tree()
+        if self.drafting in DRAFTING:
+            needed, has = draft_models_for(self.drafting, shape), getattr(model, "draft_models", 1)
+            if needed > has:
+                raise InvalidParameterError("drafting", f"{self.drafting} draws child i of a node from draft model i: "
+                                                        f"this tree needs {needed} draft models and the model has "
+                                                        f"{has}: give it {needed} (--rho with {needed} values, "
+                                                        f"--model random-rational --draft-models {needed}, or a table "
+                                                        f"whose \"drafts\" list has {needed}; docs/models.md)")
         drafter = make_drafter(self.drafting or "iid", shape, model, self.drafter_options())
         config = drafter.describe()
         if self.drafting in DRAFTING and topology != "explicit":

@@ -21,7 +21,7 @@ from exact.subject import Subject
 DEFAULTS: dict[str, object] = {
     "models": ["random-rational"], "seeds": [0, 1, 2], "vocab": [2, 3], "topologies": ["chain", "complete"],
     "depth": 2, "branching": 2, "drafting": [], "arithmetic": "fraction", "budget": 4, "threshold": 0.2,
-    "max_depth": 2, "zero_prob": 0.25, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0,
+    "max_depth": 2, "zero_prob": 0.25, "rho": 0.5, "tau_p": 1.0, "tau_q": 1.0, "draft_models": 1,
 }
 MODEL_KINDS = ("random-rational", "synthetic")
 #: the real-valued keys: the range each model or drafter accepts, as ``(low, high, low excluded)``
@@ -54,10 +54,41 @@ def battery(given: object = None, where: str = "battery", base: dict | None = No
                                                           f"got {b[key]!r}")
     _check_size(b, where)
     for key, (low, high, low_open) in REALS.items():
+        if key == "rho" and isinstance(b[key], list):
+            continue
         checked_number(b[key], f"{where}.{key}", low, high, low_open)
+    _check_draft_models(b, where)
     if b["arithmetic"] not in ARITHMETICS:
         raise InvalidParameterError(f"{where}.arithmetic", f"must be one of {ARITHMETICS}, got {b['arithmetic']!r}")
     return b
+
+
+def _check_draft_models(b: dict, where: str) -> None:
+    """Several draft models (docs/gate.md, "Several draft models"): ``rho`` a list of two or more numbers in
+    ``[0, 1]``, one synthetic draft model each, or ``draft_models`` K ≥ 2 for the random rational model; both
+    given, they agree; a synthetic battery of K ≥ 2 needs the list (its draft models differ by ``rho`` alone)."""
+    rho, count = b["rho"], b["draft_models"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidParameterError(f"{where}.draft_models", f"must be an integer ≥ 1, got {count!r}")
+    if not isinstance(rho, list):
+        if count > 1 and "synthetic" in b["models"]:
+            raise InvalidParameterError(f"{where}.rho", f"draft_models = {count} on the synthetic model needs one rho "
+                                                        f"per draft model: a list of {count} numbers")
+        return
+    if len(rho) < 2:
+        raise InvalidParameterError(f"{where}.rho", f"a list of rho holds one per draft model, two or more; got "
+                                                    f"{rho!r} (one draft model: a number)")
+    for i, value in enumerate(rho):
+        checked_number(value, f"{where}.rho[{i}]", *REALS["rho"])
+    if count not in (1, len(rho)):
+        raise InvalidParameterError(f"{where}.draft_models", f"{count} draft models, but rho lists {len(rho)}: give "
+                                                             "one rho per draft model")
+
+
+def draft_models(b: dict) -> int:
+    """The number of draft models of battery ``b``'s instances: ``rho``'s length when it is a list, else
+    ``draft_models``."""
+    return len(b["rho"]) if isinstance(b["rho"], list) else b["draft_models"]
 
 
 def _check_size(b: dict, where: str) -> None:
@@ -114,12 +145,13 @@ def baseline_key(inst: dict, b: dict) -> str:
     """How an instance is keyed in the baselines file: :func:`instance_key` and every parameter of battery ``b``
     the instance's exact ``E[τ]`` depends on — a fixed shape's ``depth`` and ``branching`` or a dynamic drafter's
     ``budget``, ``threshold`` and ``max_depth``; the model's ``rho``, ``tau_p`` and ``tau_q`` (synthetic) or
-    ``zero_prob`` (random-rational); the arithmetic. A baseline made on another instance is then absent (no
-    baseline), not a moved ``E[τ]``: ``random-rational seed=0 V=2 chain iid depth=2 branching=2 zero_prob=0.25
-    fraction``."""
+    ``zero_prob`` (random-rational, and ``draft_models`` where it is 2 or more); the arithmetic. A baseline made on
+    another instance is then absent (no baseline), not a moved ``E[τ]``: ``random-rational seed=0 V=2 chain iid
+    depth=2 branching=2 zero_prob=0.25 fraction``."""
     drafting = ("depth", "branching") if "topology" in inst else ("budget", "threshold", "max_depth")
     model = ("rho", "tau_p", "tau_q") if inst["model"] == "synthetic" else ("zero_prob",)
-    return " ".join([instance_key(inst), *(f"{k}={b[k]!r}" for k in drafting + model), b["arithmetic"]])
+    several = [f"draft_models={draft_models(b)}"] if inst["model"] != "synthetic" and draft_models(b) > 1 else []
+    return " ".join([instance_key(inst), *(f"{k}={b[k]!r}" for k in drafting + model), *several, b["arithmetic"]])
 
 
 def build(inst: dict, b: dict) -> tuple[ModelPair, Drafter]:
@@ -127,7 +159,8 @@ def build(inst: dict, b: dict) -> tuple[ModelPair, Drafter]:
     if inst["model"] == "synthetic":
         model: ModelPair = SyntheticModel(inst["vocab"], b["rho"], b["tau_p"], b["tau_q"], inst["seed"])
     else:
-        model = RandomRationalModel(inst["vocab"], inst["seed"], zero_prob=b["zero_prob"])
+        model = RandomRationalModel(inst["vocab"], inst["seed"], zero_prob=b["zero_prob"],
+                                    draft_models=draft_models(b))
     topology = make_topology(inst["topology"], b["depth"], b["branching"]) if "topology" in inst else None
     options = DrafterOptions(b["budget"], b["threshold"], b["max_depth"], AdedConfig())
     return model, make_drafter(inst["drafting"], topology, model, options)

@@ -11,6 +11,7 @@ from typing import Callable
 
 import numpy as np
 
+from simulator.drafting import draft_models_for
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
 from simulator.errors import InvalidDistributionError, InvalidParameterError, TimeLimitError
 from simulator.limits import until
@@ -27,7 +28,9 @@ from exact.subject import Subject
 LOCAL_MOVES = 3
 #: a fresh pair's enumeration is kept small: vocab ** draft nodes stays below this
 MAX_OUTCOMES = 3000
-SEARCHED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "dyspec", "dyspec-threshold")
+#: ``k-models`` draws child i of a node from draft model i: its pairs get the draft models the tree needs
+#: (:func:`simulator.drafting.draft_models_for`)
+SEARCHED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "dyspec", "dyspec-threshold", "k-models")
 
 
 @dataclass(frozen=True)
@@ -41,9 +44,10 @@ class Fixed:
     topology: Topology | None = None
     drafting: str | None = None
     options: DrafterOptions | None = None  # DySpec's settings, when given
-    rho: float | None = None
+    rho: float | tuple[float, ...] | None = None  # a tuple: one synthetic draft model per value
     tau_p: float | None = None
     tau_q: float | None = None
+    draft_models: int | None = None  # the draft models: --rho's list's length, or --draft-models
 
 
 @dataclass
@@ -151,15 +155,10 @@ def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: 
     vocab = fixed.table.vocab if fixed.table is not None else fixed.vocab or int(rng.integers(2, 5))
     kind = fixed.model or MODEL_KINDS[int(rng.random() < 0.25)]
     seed = fixed.seed if fixed.seed is not None else int(rng.integers(2**31))
-    model: ModelPair
-    if fixed.table is not None:
-        model = fixed.table
-    elif kind == "synthetic":
-        model = SyntheticModel(vocab, fixed.rho if fixed.rho is not None else float(rng.uniform(0, 1)),
-                               fixed.tau_p or float(rng.uniform(0.3, 2)), fixed.tau_q or float(rng.uniform(0.3, 2)),
-                               seed)
-    else:
-        model = RandomRationalModel(vocab, seed, zero_prob=0.3)
+    synthetic = None
+    if fixed.table is None and kind == "synthetic":  # its parameters drawn in this order; the model built below
+        synthetic = (fixed.rho if fixed.rho is not None else float(rng.uniform(0, 1)),
+                     fixed.tau_p or float(rng.uniform(0.3, 2)), fixed.tau_q or float(rng.uniform(0.3, 2)))
     scheme = fixed.drafting or schemes[int(rng.integers(len(schemes)))]
     nodes = 1
     while vocab ** (nodes + 1) <= MAX_OUTCOMES and nodes < 7:
@@ -167,17 +166,46 @@ def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: 
     topology = fixed.topology
     if topology is None:
         topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes)
+        for _ in range(100):  # draft models held fixed: a tree they can draft (k-models: no node wider than them)
+            if not fixed.draft_models or draft_models_for(scheme, topology) <= fixed.draft_models:
+                break
+            topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes)
+    if fixed.draft_models and draft_models_for(scheme, topology) > fixed.draft_models:
+        raise InvalidParameterError("drafting", f"{scheme} needs {draft_models_for(scheme, topology)} draft models on "
+                                                f"this tree, and {fixed.draft_models} are held fixed: give more, or "
+                                                "a narrower tree")
     options = fixed.options or random_options(rng, nodes)
+    model: ModelPair
+    if fixed.table is not None:
+        model = fixed.table
+    elif synthetic is not None:
+        rho, tau_p, tau_q = synthetic
+        model = SyntheticModel(vocab, _several_rho(rng, rho, draft_models_for(scheme, topology)), tau_p, tau_q, seed)
+    else:
+        model = RandomRationalModel(vocab, seed, zero_prob=0.3,
+                                    draft_models=fixed.draft_models or draft_models_for(scheme, topology))
     drafter = make_drafter(scheme, topology, model, options)
     case = capture(model, drafter, what, arithmetic)
     shape = topology.name if scheme not in ("dyspec", "dyspec-threshold") else "dynamic"
-    return case, {"model": kind, "vocab": vocab, "shape": shape, "drafting": scheme}
+    drafts = getattr(model, "draft_models", 1)
+    label = kind if fixed.table is not None or drafts == 1 else f"{kind} ({drafts} draft models)"
+    return case, {"model": label, "vocab": vocab, "shape": shape, "drafting": scheme}
+
+
+def _several_rho(rng: np.random.Generator, rho: float | tuple[float, ...], needed: int) -> float | tuple[float, ...]:
+    """The synthetic pair's ``rho``: as given or drawn; where the drafting needs ``needed ≥ 2`` draft models and one
+    ``rho`` is given or drawn, that one followed by a drawn one for each further draft model."""
+    if isinstance(rho, tuple) or needed == 1:
+        return rho
+    return (rho, *(float(v) for v in rng.uniform(0, 1, needed - 1)))
 
 
 def _moved(case: Reproducer, rng: np.random.Generator) -> Reproducer:
-    """``case`` with one row it reads replaced by a new random row of small integer weights (zeros frequent)."""
+    """``case`` with one row it reads replaced by a new random row of small integer weights (zeros frequent); with
+    several draft models, a draft row is one draft model's, drawn."""
     name = "p" if rng.random() < 0.5 and case.p else "q"
-    table = getattr(case, name)
+    model = int(rng.integers(1 + len(case.drafts))) if name == "p" and case.drafts else 0
+    table = getattr(case, name) if model == 0 else case.drafts[model - 1]
     contexts = sorted(table, key=lambda c: (len(c), c))
     ctx = contexts[int(rng.integers(len(contexts)))]
     weights = rng.integers(0, 5, size=case.vocab)
@@ -185,4 +213,6 @@ def _moved(case: Reproducer, rng: np.random.Generator) -> Reproducer:
     if weights.sum() == 0:
         weights[int(rng.integers(case.vocab))] = 1
     row = tuple(Fraction(int(w), int(weights.sum())) for w in weights)
+    if model:
+        return replace(case, drafts=(*case.drafts[:model - 1], {**table, ctx: row}, *case.drafts[model:]))
     return replace(case, **{name: {**table, ctx: row}})
