@@ -120,7 +120,7 @@ def report(ctx, out_dir, full, tables, study_seeds, study_trials, verifiers, job
             for option in ("vocab", "depth", "branching", "seed"):
                 message = message.replace(f"--{option}", f"--cert-{option}")
             raise InvalidParameterError(f"cert_{err.field}", message) from None
-        for estimate in estimate_table(model, plans):  # refused before anything is written
+        for estimate in estimate_table(plans):  # refused before anything is written
             _cert_options(estimate).check(cap)
     from contextlib import nullcontext
 

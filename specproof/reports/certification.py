@@ -8,8 +8,9 @@ from typing import Callable, Iterator
 
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DRAFTING, DrafterOptions, make_drafter
-from simulator.drafting import Drafter
-from simulator.models import ModelPair
+from simulator.drafting import Drafter, draft_models_for
+from simulator.models import ModelPair, SyntheticModel
+from simulator.errors import InvalidParameterError
 from simulator.numeric import decimal_text
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
@@ -20,6 +21,21 @@ from exact.size import SizeEstimate, estimate_round
 
 TABLE_DRAFTERS = DrafterOptions(budget=4, threshold=0.25, max_depth=2,
                                 aded=AdedConfig(iterations=20, length=2, candidates=4))
+#: The similarity of every draft model after the first in the rows drafted by ``k-models`` (one draft model per child)
+EXTRA_DRAFT_RHO = 0.8
+
+
+def with_draft_models(model: ModelPair, count: int) -> ModelPair:
+    """``model`` with ``count`` draft models for the ``k-models`` rows: the synthetic pair keeps its target and
+    draft model 0 and gains draft models of similarity :data:`EXTRA_DRAFT_RHO` (docs/models.md); a model that has
+    enough already is itself."""
+    if getattr(model, "draft_models", 1) >= count:
+        return model
+    if not isinstance(model, SyntheticModel):
+        raise InvalidParameterError("model", f"k-models drafting needs {count} draft models; this model has "
+                                             f"{getattr(model, 'draft_models', 1)}")
+    return SyntheticModel(model.vocab, model.rhos + (EXTRA_DRAFT_RHO,) * (count - len(model.rhos)), model.tau_p,
+                          model.tau_q, model.seed)
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,7 @@ class Planned:
     scheme: str
     drafter: Drafter
     arithmetic: str
+    model: ModelPair  #: the table's model, with one draft model per child under ``k-models``
 
 
 def plan_table(model: ModelPair, depth: int = 2, branching: int = 2, arithmetic: str = "fraction",
@@ -78,15 +95,16 @@ def plan_table(model: ModelPair, depth: int = 2, branching: int = 2, arithmetic:
         for scheme in schemes:
             drafter = make_drafter(scheme, shape, model, TABLE_DRAFTERS)
             tree = label if scheme in DRAFTING else _dynamic_label(drafter)
-            plans.append(Planned(spec.name, tree, scheme, drafter, "float" if spec.float_only else arithmetic))
+            pair = with_draft_models(model, draft_models_for(scheme, shape))
+            plans.append(Planned(spec.name, tree, scheme, drafter, "float" if spec.float_only else arithmetic, pair))
     return plans
 
 
-def estimate_table(model: ModelPair, plans: list[Planned]) -> Iterator[SizeEstimate]:
+def estimate_table(plans: list[Planned]) -> Iterator[SizeEstimate]:
     """Each row's size (:func:`exact.size.estimate_round`), in order, computed as it is asked for (a caller that
     refuses at the first row too large does no more work)."""
     for plan in plans:
-        yield estimate_round(model, plan.drafter, plan.verifier, plan.arithmetic)
+        yield estimate_round(plan.model, plan.drafter, plan.verifier, plan.arithmetic)
 
 
 def certification_table(model: ModelPair, depth: int = 2, branching: int = 2, arithmetic: str = "fraction",
@@ -96,11 +114,19 @@ def certification_table(model: ModelPair, depth: int = 2, branching: int = 2, ar
     plans = plan_table(model, depth, branching, arithmetic, topology)
     rows = []
     for plan in plans:
-        cert = certify(model, plan.drafter, plan.verifier, plan.arithmetic)
-        rows.append(TableRow(plan.verifier, plan.tree, plan.scheme, not VERIFIERS[plan.verifier].is_control, cert))
+        cert = certify(plan.model, plan.drafter, plan.verifier, plan.arithmetic)
+        rows.append(TableRow(plan.verifier, plan.tree, _scheme_label(plan, model), not VERIFIERS[plan.verifier].is_control,
+                             cert))
         if tick is not None:
             tick("certification table", len(plans))
     return rows
+
+
+def _scheme_label(plan: Planned, model: ModelPair) -> str:
+    """The drafting column: the scheme, with the draft models' similarities where the row added draft models."""
+    if plan.model is model:
+        return plan.scheme
+    return f"{plan.scheme} (ρ = {', '.join(f'{rho:g}' for rho in plan.model.rhos)})"
 
 
 def _dynamic_label(drafter) -> str:
