@@ -123,11 +123,16 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     iteration order does not depend on Python's string hashing. Its choices follow which residual capacities
     are positive and their minima, so a float instance takes the path its exact twin takes wherever no
     rounding-level residual appears, and such a residual carries a rounding-level flow."""
-    import networkx as nx  # here: only this rule needs it, and it costs every CLI start 0.2 s otherwise
+    return max_flow(tuple_law(p, k, law), q, is_rational(p[0]))
+
+
+def max_flow(laws: dict[Tuple_, Number], q: Row, exact: bool) -> FlowSolution:
+    """The pinned exact maximum flow of :func:`opt_flow` for any tuple law ``laws`` (``P(X)`` of each tuple of
+    positive probability; ``exact``: rationals out, else floats): tuples drafted by several draft models
+    (:mod:`.multidraft`) as well as i.i.d. ones."""
+    import networkx as nx  # here: only the flow rules need it, and it costs every CLI start 0.2 s otherwise
     from networkx.algorithms.flow import edmonds_karp
 
-    exact = is_rational(p[0])
-    laws = tuple_law(p, k, law)
     caps = {tup: rational(pr) for tup, pr in laws.items()}
     qcap = [rational(x) for x in q]
     scale = _lcm([c.denominator for c in caps.values()] + [c.denominator for c in qcap])
