@@ -65,7 +65,7 @@ def test_worked_example_two_different_draft_models():
     assert step.law == (F(5, 8), F(3, 8))
     assert [ratio(Q[y], step.law[y]) for y in (0, 1)] == [1, F(2, 3)]
     assert sum(min(a, b) for a, b in zip(Q, step.law)) == F(7, 8) == alpha_star((P1, P2), Q)
-    assert step.residual == (1, 0)
+    assert residual(Q, step.law) == (1, 0)
     # Two different drafts beat either one alone: SpS with p1 accepts Σ min(q, p1) = 3/4, with p2 1/2.
     assert sum(map(min, Q, P1)) == F(3, 4) and sum(map(min, Q, P2)) == F(1, 2)
     assert node_law(khisti_step, (P1, P2), Q) == {0: F(3, 4), 1: F(1, 4)}

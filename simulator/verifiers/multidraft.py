@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ..errors import UnsupportedDraftError
-from ..numeric import Number, is_rational, ratio, residual, row_cache, total
+from ..numeric import Number, is_rational, row_cache, total
 from ..randomness import Randomness
 from ..trees import DraftTree
 from .flows import max_flow
+from .single_step import run_plan, sps_plan
 
 Row = tuple[Number, ...]
 Tokens = tuple[int, ...]
@@ -23,13 +24,11 @@ Step = Callable[[Sequence[int], tuple[Row, ...], Row, Randomness], tuple[Optiona
 
 @dataclass(frozen=True)
 class Canonical:
-    """Theorem 1's two steps at one node: ``selection[X]``, the probability of selecting each position of the
-    drafted tuple ``X`` (the importance weights ``β``); ``law``, the selected token's law ``p_I``; ``residual``,
-    ``norm((q − p_I)_+)``."""
+    """Theorem 1's first step at one node: ``selection[X]``, the probability of selecting each position of the
+    drafted tuple ``X`` (the importance weights ``β``), and ``law``, the selected token's law ``p_I``."""
 
     selection: dict[Tokens, tuple[Number, ...]]
     law: Row
-    residual: Row
 
 
 def product_law(rows: Sequence[Row]) -> dict[Tokens, Number]:
@@ -66,18 +65,20 @@ def canonical(q: Row, *rows: Row) -> Canonical:
         selection[tup] = tuple(weights)
         for x, w in zip(tup, weights):
             law[x] += prob * w
-    return Canonical(selection, tuple(law), residual(q, law))
+    return Canonical(selection, tuple(law))
 
 
 def khisti_step(tokens: Sequence[int], rows: tuple[Row, ...], q: Row,
                 rng: Randomness) -> tuple[Optional[int], Optional[int]]:
-    """One node: select a position ``I`` with probability ``β_I(X)``, accept ``x_I`` with probability
-    ``min(1, q(x_I)/p_I(x_I))``, else draw the correction from ``norm((q − p_I)_+)``."""
+    """One node: select a position ``I`` with probability ``β_I(X)``, then single-draft SpS on ``x_I`` against
+    ``p_I`` (:func:`.single_step.sps_plan`: accept with probability ``min(1, q(x_I)/p_I(x_I))``, else draw the
+    correction from ``norm((q − p_I)_+)``)."""
     step = canonical(tuple(q), *rows)
     index = rng.categorical(selection_of(step, tokens))
-    if rng.bernoulli(ratio(q[tokens[index]], step.law[tokens[index]])):
-        return index, None
-    return None, rng.categorical(step.residual)
+    accepted, corrected = run_plan(sps_plan([tokens[index]], step.law, q), rng)
+    if accepted is None:
+        return None, rng.categorical(corrected)
+    return index, None
 
 
 def selection_of(step: Canonical, tokens: Sequence[int]) -> tuple[Number, ...]:
