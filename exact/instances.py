@@ -9,6 +9,7 @@ from typing import Iterator
 import numpy as np
 
 from simulator.drafting.aded import AdedConfig
+from simulator.drafting import draft_models_for
 from simulator.drafting.drafter_registry import Drafter, DrafterOptions, make_drafter
 from simulator.models import RandomRationalModel
 from simulator.trees import Topology, check_parents, make_topology
@@ -56,7 +57,8 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
     Instances spread over every topology (random BFS trees included) and every drafting scheme the verifier is
     lossless under (DySpec's and ADED's drafters with random settings of the same size), with vocabularies of 2–4 and
     at most ``max_nodes`` draft nodes; ``vocab ** draft_nodes`` is bounded to keep the enumeration small. Models are
-    :class:`~simulator.models.RandomRationalModel`: small integer weights, zeros frequent, prefix-dependent.
+    :class:`~simulator.models.RandomRationalModel`: small integer weights, zeros frequent, prefix-dependent; under
+    ``k-models`` with as many draft models as a node has children (at least two, :func:`draft_models_for`).
     """
     rng = np.random.default_rng(seed)
     shapes = spec.shapes
@@ -67,8 +69,9 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
         while vocab ** nodes > max_outcomes:
             nodes -= 1
         topology = random_shape(rng, shapes[i % len(shapes)], nodes)
-        model = RandomRationalModel(vocab=vocab, seed=int(rng.integers(2**31)), zero_prob=0.3)
         scheme = schemes[(i // len(shapes)) % len(schemes)]
+        model = RandomRationalModel(vocab=vocab, seed=int(rng.integers(2**31)), zero_prob=0.3,
+                                    draft_models=draft_models_for(scheme, topology))
         yield Instance(model, topology, scheme, make_drafter(scheme, topology, model, random_options(rng, nodes)))
 
 

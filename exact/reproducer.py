@@ -24,11 +24,25 @@ Rows = dict[Context, tuple[Number, ...]]
 
 
 class RecordingModel:
-    """A model pair that remembers every context whose rows were read (a reproducer keeps exactly those)."""
+    """A model pair that remembers every context whose rows were read (a reproducer keeps exactly those); with
+    several draft models, every draft model's rows (``drafts_read``: models ``1..k−1``)."""
 
     def __init__(self, model: ModelPair) -> None:
         self.model, self.vocab = model, model.vocab
+        self.draft_models: int = getattr(model, "draft_models", 1)
         self.read: dict[str, dict[Context, Sequence[Number]]] = {"p": {}, "q": {}}
+        self.drafts_read: list[dict[Context, Sequence[Number]]] = [{} for _ in range(self.draft_models - 1)]
+
+    def tables(self) -> tuple[Rows, Rows, tuple[Rows, ...]]:
+        """The rows read: ``p``, ``q`` and draft models ``1..k−1``, by context."""
+        rows = lambda read: {ctx: tuple(row) for ctx, row in read.items()}  # noqa: E731
+        return rows(self.read["p"]), rows(self.read["q"]), tuple(rows(read) for read in self.drafts_read)
+
+    def draft_rows(self, context: Context) -> list[Sequence[Number]]:
+        rows = self.model.draft_rows(context)  # type: ignore[attr-defined]
+        for read, row in zip([self.read["p"], *self.drafts_read], rows):
+            read[tuple(context)] = row
+        return rows
 
     def _row(self, name: str, context: Context):
         row = getattr(self.model, name)(context)
@@ -52,7 +66,8 @@ class Reproducer:
          "subject": {"verifier": "bug-residual-q"}, "arithmetic": "fraction"}
 
     ``p``/``q`` hold the rows of every context the certification reads (keys as in ``--table``: ``""`` the round's
-    empty prefix, ``"0,1"`` a context); ``parents`` is the fixed shape (absent for DySpec's dynamic trees, which
+    empty prefix, ``"0,1"`` a context); several draft models: ``"drafts"``, every draft model's rows (``p`` first),
+    in place of ``"p"``, as a table's JSON has them; ``parents`` is the fixed shape (absent for DySpec's dynamic trees, which
     take ``options``: ``budget``, or ``threshold`` and ``max_depth``). ``found`` (informative) records the TVD and
     size.
 
@@ -68,9 +83,10 @@ class Reproducer:
     parents: tuple[int, ...] | None = None  # fixed shapes
     options: dict = field(default_factory=dict)  # DySpec: budget, threshold, max_depth
     arithmetic: str = "fraction"
+    drafts: tuple[Rows, ...] = ()  # several draft models: the rows of models 1..k−1 (``p`` is model 0's)
 
     def model(self) -> TableModel:
-        return TableModel(self.vocab, self.p, self.q)
+        return TableModel(self.vocab, self.p, self.q, self.drafts)
 
     def drafter(self) -> Drafter:
         if self.parents is not None:
@@ -91,7 +107,7 @@ class Reproducer:
     def size(self) -> tuple:
         """The shrinker's order: fewest nodes, then vocabulary, depth, branching, then the simplest rows (most
         zeros, then smallest denominators)."""
-        rows = [*self.p.values(), *self.q.values()]
+        rows = [*self.p.values(), *self.q.values(), *(row for table in self.drafts for row in table.values())]
         nonzero = sum(1 for row in rows for v in row if v != 0)
         denominators = sum(Fraction(v).denominator for row in rows for v in row)
         return (self.nodes, self.vocab, self.depth, self.branching, nonzero, denominators)
@@ -114,8 +130,10 @@ class Reproducer:
 
     def to_json(self, cert: Certificate | None = None) -> dict:
         num = lambda v: to_json_number(v, "fraction" if is_rational(v) else "float")  # noqa: E731
-        rows = {name: {",".join(map(str, ctx)): [num(v) for v in row] for ctx, row in sorted(table.items())}
-                for name, table in (("p", self.p), ("q", self.q))}
+        json_rows = lambda table: {",".join(map(str, ctx)): [num(v) for v in row]  # noqa: E731
+                                   for ctx, row in sorted(table.items())}
+        drafts = {"drafts": [json_rows(t) for t in (self.p, *self.drafts)]} if self.drafts else {"p": json_rows(self.p)}
+        rows = {**drafts, "q": json_rows(self.q)}
         out = {"specproof": "reproducer", "vocab": self.vocab, **rows, **self.shape_json(), "subject": self.subject,
                "arithmetic": self.arithmetic,
                "size": {"nodes": self.nodes, "vocab": self.vocab, "depth": self.depth, "branching": self.branching}}
@@ -160,10 +178,13 @@ def capture(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: str) 
     """
     recording = RecordingModel(model)
     certify(recording, drafter, what.fn, arithmetic)
-    table = {name: {ctx: tuple(row) for ctx, row in read.items()} for name, read in recording.read.items()}
+    return _recorded(recording, drafter, what, arithmetic)
+
+
+def _recorded(recording: RecordingModel, drafter: Drafter, what: Subject, arithmetic: str) -> Reproducer:
+    p, q, drafts = recording.tables()
     parents, options = _shape(drafter)
-    return Reproducer(model.vocab, table["p"], table["q"], drafter.scheme, what.description, parents, options,
-                      arithmetic)
+    return Reproducer(recording.vocab, p, q, drafter.scheme, what.description, parents, options, arithmetic, drafts)
 
 
 def failing_case(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: str) -> Reproducer | None:
@@ -187,10 +208,7 @@ def failing_case(model: ModelPair, drafter: Drafter, what: Subject, arithmetic: 
     except SpecproofError as err:
         if not hasattr(err, "branch"):
             return None
-        table = {name: {ctx: tuple(row) for ctx, row in read.items()} for name, read in recording.read.items()}
-        parents, options = _shape(drafter)
-        return Reproducer(model.vocab, table["p"], table["q"], drafter.scheme, what.description, parents, options,
-                          arithmetic)
+        return _recorded(recording, drafter, what, arithmetic)
     return None
 
 
@@ -232,7 +250,7 @@ def parse_reproducer(data: object, source: str = "case") -> Reproducer:
     Parameters
     ----------
     data : object
-        The parsed JSON: ``vocab``, ``p``, ``q`` (rows by context), ``drafting``, ``subject``, and ``parents`` for a
+        The parsed JSON: ``vocab``, ``p``, ``q`` (rows by context; or ``drafts``, every draft model's), ``drafting``, ``subject``, and ``parents`` for a
         fixed shape (or DySpec's ``budget``, ``threshold``, ``max_depth``); ``arithmetic`` optional.
     source : str
         The field errors are named after (``case``).
@@ -254,7 +272,7 @@ def parse_reproducer(data: object, source: str = "case") -> Reproducer:
     for key in ("drafting", "subject"):
         if key not in data:
             raise InvalidParameterError(f"{source}.{key}", "missing from the reproducer")
-    table = TableModel.from_json({k: data[k] for k in ("vocab", "p", "q") if k in data}, source)
+    table = TableModel.from_json({k: data[k] for k in ("vocab", "p", "q", "drafts") if k in data}, source)
     drafting = data["drafting"]
     if drafting not in DRAFTERS:
         raise InvalidParameterError(f"{source}.drafting", f"unknown drafting scheme {drafting!r}")
@@ -271,8 +289,9 @@ def parse_reproducer(data: object, source: str = "case") -> Reproducer:
     if not isinstance(data["subject"], dict):
         raise InvalidParameterError(f"{source}.subject", 'must be an object such as {"verifier": "tv-sps"}')
     arithmetic = check_arithmetic(data.get("arithmetic", "fraction"), f"{source}.arithmetic")
+    drafts = tuple(table.rows(f"drafts[{i}]") for i in range(1, table.draft_models))
     return Reproducer(table.vocab, table.rows("p"), table.rows("q"), drafting, data["subject"], parents, options,
-                      arithmetic)
+                      arithmetic, drafts)
 
 
 def load_reproducer(path: str | Path) -> Reproducer:

@@ -6,6 +6,8 @@
 * :mod:`.drafter_registry`: the drafters by name; :mod:`.arrays`: the schemes' array form for batched rounds.
 """
 
-from .shapes import DRAFTING, SCHEMES, Draft, Drafter, FixedShape, check_drafting, draft_tree, top_tokens
+from .shapes import (DRAFTING, SCHEMES, Draft, Drafter, FixedShape, check_drafting, draft_models_for, draft_tree,
+                     top_tokens)
 
-__all__ = ["DRAFTING", "SCHEMES", "Draft", "Drafter", "FixedShape", "check_drafting", "draft_tree", "top_tokens"]
+__all__ = ["DRAFTING", "SCHEMES", "Draft", "Drafter", "FixedShape", "check_drafting", "draft_models_for", "draft_tree",
+           "top_tokens"]

@@ -20,6 +20,7 @@ DRAFTING: dict[str, str] = {
     "without-replacement": "children drawn sequentially from p renormalised over undrafted tokens",
     "almost-greedy": "top c-1 tokens of p, plus one child sampled from the rest (placed last)",
     "top-k": "the top c tokens of p, deterministically (ties by token id)",
+    "k-models": "child i drawn from draft model i (a model with k ≥ c draft models; Khisti et al.)",
 }
 
 
@@ -57,6 +58,20 @@ def _top_k(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]:
     return iter(top_tokens(p, count))
 
 
+def _k_models(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]:
+    """Child ``i`` drawn from draft model ``i``'s row (``p.models[i]``, :class:`~simulator.models.DraftRows`),
+    independently; checked before the first draw."""
+    models = getattr(p, "models", None)
+    if models is None:
+        raise InvalidParameterError("drafting", "k-models draws child i from draft model i, and this model has one "
+                                                "draft model: give it several (--rho 0.3,0.8, --draft-models K, or "
+                                                "a table's \"drafts\" list; docs/models.md)")
+    if count > len(models):
+        raise InvalidParameterError("branching", f"k-models draws child i from draft model i: a node has {count} "
+                                                 f"children and the model {len(models)} draft models")
+    return (rng.categorical(row) for row in models[:count])
+
+
 #: Each scheme yields a node's children one at a time, each drawn when asked for (the lazy exact engine asks only
 #: for the children a verifier reads, :mod:`simulator.drafting.lazy_draft`); fewer than asked under short support.
 SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], Iterator[int]]] = {
@@ -64,8 +79,12 @@ SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], Iterator[int]]]
     "without-replacement": _without_replacement,
     "almost-greedy": _almost_greedy,
     "top-k": _top_k,
+    "k-models": _k_models,
 }
 
+
+#: the schemes that give every node all its children (with replacement: never short of tokens)
+NEVER_SHORT = ("iid", "k-models")
 
 #: log10 of the number of distinct ordered child-token lists a scheme can draft for ``c`` children from ``V``
 #: tokens (an upper bound: zeros in ``p`` only lower it).
@@ -74,7 +93,17 @@ _LOG10_CHOICES: dict[str, Callable[[int, int], float]] = {
     "without-replacement": lambda c, V: sum(math.log10(V - i) for i in range(min(c, V))),
     "almost-greedy": lambda c, V: math.log10(max(V - (c - 1), 1)),
     "top-k": lambda c, V: 0.0,
+    "k-models": lambda c, V: c * math.log10(V),
 }
+
+
+def draft_models_for(scheme: str, topology: Topology) -> int:
+    """How many draft models a model pair needs to draft ``topology`` under ``scheme``: under ``k-models`` one per
+    child of the node with the most children, and at least two (docs/drafting.md); one under any other scheme."""
+    if scheme != "k-models":
+        return 1
+    children = [topology.parents[1:].count(v) for v in range(len(topology.parents))]
+    return max(2, *children)
 
 
 def check_drafting(scheme: str) -> str:
@@ -108,7 +137,8 @@ def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness
 
     The schemes (:data:`SCHEMES`; Cha et al., AdaptFM at ICML 2026, App. D.1): ``iid`` (with replacement),
     ``without-replacement``, ``almost-greedy`` (the top ``c − 1`` tokens, then one sampled from the rest; Hu et al.,
-    ICLR 2025, arXiv:2502.18779) and ``top-k`` (deterministic). A node whose draft row has fewer positive tokens than
+    ICLR 2025, arXiv:2502.18779), ``top-k`` (deterministic) and ``k-models`` (child ``i`` from draft model ``i``,
+    independently: Khisti et al., ICLR 2025, arXiv:2410.18234). A node whose draft row has fewer positive tokens than
     the scheme needs gets fewer children, never a zero-probability token; the survivors keep BFS order.
     """
     sample_children = SCHEMES[check_drafting(scheme)]
@@ -175,7 +205,7 @@ class FixedShape:
     def lazy(self, view: ModelView) -> Callable[[Randomness], LazyDraft] | None:
         """Drafting on demand for the exact engine (:mod:`simulator.drafting.lazy_draft`), or ``None`` where node ids
         could depend on the draws (short draft rows under a scheme without replacement)."""
-        return lazy_drafter(self.topology, view, SCHEMES[self.scheme], self.scheme == "iid")
+        return lazy_drafter(self.topology, view, SCHEMES[self.scheme], self.scheme in NEVER_SHORT)
 
     def advance(self, generated: Context) -> "FixedShape":
         return self

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import InvalidDistributionError, InvalidParameterError
 from ..jsonfile import read_json
 from ..numeric import Number, as_distribution, check_arithmetic, parse_probability
+from .draft_rows import DraftRows
 
 Context = tuple[int, ...]
 
@@ -137,20 +138,31 @@ class SyntheticModel:
     ``u, ε^p, ε^q ~ N(0, I_V)`` are drawn per context from a generator keyed by ``(seed, context)``.
     The paper's base configuration is ``vocab=15, rho=0.5, tau_p=tau_q=1``.
 
+    Several draft models (docs/models.md): ``rho`` a list ``ρ_0, …, ρ_{k−1}`` gives draft model ``i`` the logits
+    ``ρ_i u + (1−ρ_i) ε^{p_i}``; the target keeps ``ρ_0`` (``ℓ^q = ρ_0 u + (1−ρ_0) ε^q``), and ``ε^{p_1}, …`` are
+    drawn after ``u, ε^{p_0}, ε^q`` from the same generator, so the target and draft model 0 are those of
+    ``rho=ρ_0``.
+
     The toy study's model: Layer Verification's App. G (Cha et al., AdaptFM at ICML 2026).
     """
 
-    def __init__(self, vocab: int = 15, rho: float = 0.5, tau_p: float = 1.0, tau_q: float = 1.0,
+    def __init__(self, vocab: int = 15, rho: float | Sequence[float] = 0.5, tau_p: float = 1.0, tau_q: float = 1.0,
                  seed: int = 0) -> None:
         self.vocab = _check_int(vocab, "vocab", 1)
-        self.rho = checked_number(rho, "rho", 0.0, 1.0)
+        self.rhos = _check_rhos(rho)
+        self.rho = self.rhos[0]  # the target's, and draft model 0's
+        self.draft_models = len(self.rhos)
         self.tau_p = checked_number(tau_p, "tau_p", 0.0, math.inf, low_open=True)
         self.tau_q = checked_number(tau_q, "tau_q", 0.0, math.inf, low_open=True)
         self.seed = _check_int(seed, "seed", 0)
 
+    def _normals(self, context: Context) -> np.ndarray:
+        """``[k + 2, V]``: ``u, ε^{p_0}, ε^q`` and then ``ε^{p_1}, …, ε^{p_{k−1}}``."""
+        return _context_seed(self.seed, context).standard_normal((self.draft_models + 2, self.vocab))
+
     def logits(self, context: Context) -> tuple[np.ndarray, np.ndarray]:
-        """The draft and target logits ``(ℓ^p, ℓ^q)`` of a context."""
-        u, eps_p, eps_q = _context_seed(self.seed, context).standard_normal((3, self.vocab))
+        """The draft and target logits ``(ℓ^p, ℓ^q)`` of a context (draft model 0's ``ℓ^p``)."""
+        u, eps_p, eps_q = self._normals(context)[:3]
         return self.rho * u + (1 - self.rho) * eps_p, self.rho * u + (1 - self.rho) * eps_q
 
     def p(self, context: Context) -> list[float]:
@@ -159,8 +171,15 @@ class SyntheticModel:
     def q(self, context: Context) -> list[float]:
         return _softmax(self.logits(context)[1] / self.tau_q)
 
+    def draft_rows(self, context: Context) -> list[list[float]]:
+        """Every draft model's row at ``context``, draft model 0 (:meth:`p`) first."""
+        normals = self._normals(context)
+        u, eps = normals[0], [normals[1], *normals[3:]]
+        return [_softmax((rho * u + (1 - rho) * e) / self.tau_p) for rho, e in zip(self.rhos, eps)]
+
     def row_arrays(self, contexts: Sequence[Context]) -> tuple[np.ndarray, np.ndarray]:
-        """``p`` and ``q`` of many contexts as arrays ``[C, V]``, the numbers :meth:`p` and :meth:`q` give: each
+        """``p`` (draft model 0's) and ``q`` of many contexts as arrays ``[C, V]``, the numbers :meth:`p` and
+        :meth:`q` give: each
         context's normals from its own generator (once for both rows), then the same elementwise arithmetic on all rows
         at once (a row's sum over its last axis is the sum a single row gets; the tests compare every row). The
         generators run on arrays, a block of contexts of one length at a time
@@ -175,34 +194,49 @@ class SyntheticModel:
         return _softmax_array(logits_p / self.tau_p), _softmax_array(logits_q / self.tau_q)
 
     def describe(self) -> dict:
-        return {"model": "synthetic", "vocab": self.vocab, "rho": self.rho, "tau_p": self.tau_p,
+        return {"model": "synthetic", "vocab": self.vocab,
+                "rho": self.rho if self.draft_models == 1 else list(self.rhos), "tau_p": self.tau_p,
                 "tau_q": self.tau_q, "seed": self.seed}
+
+
+def _check_rhos(rho: object) -> tuple[float, ...]:
+    """``rho`` (one number, or one per draft model) as a tuple of numbers in ``[0, 1]``; typed errors name ``rho``."""
+    if isinstance(rho, (str, bytes)) or not isinstance(rho, Sequence):
+        return (checked_number(rho, "rho", 0.0, 1.0),)
+    if len(rho) == 0:
+        raise InvalidParameterError("rho", "needs at least one value (one per draft model)")
+    return tuple(checked_number(r, "rho", 0.0, 1.0) for r in rho)
 
 
 class RandomRationalModel:
     """Rows of small integer weights (``1..max_weight``, each zeroed with probability ``zero_prob``), per context.
 
     At least one weight of each row stays positive. Rows are exact ``Fraction``s, so certificates on this
-    model are exact and zeros in ``p`` and ``q`` (disjoint supports included) occur often.
+    model are exact and zeros in ``p`` and ``q`` (disjoint supports included) occur often. With ``draft_models``
+    ``k ≥ 2`` the rows of draft models ``1..k−1`` are drawn after ``p`` and ``q`` from the same generator, so the
+    target and draft model 0 are those of one draft model.
     """
 
-    def __init__(self, vocab: int = 3, seed: int = 0, max_weight: int = 4, zero_prob: float = 0.25) -> None:
+    def __init__(self, vocab: int = 3, seed: int = 0, max_weight: int = 4, zero_prob: float = 0.25,
+                 draft_models: int = 1) -> None:
         self.vocab = _check_int(vocab, "vocab", 1)
         self.seed = _check_int(seed, "seed", 0)
         self.max_weight = _check_int(max_weight, "max_weight", 1)
         self.zero_prob = checked_number(zero_prob, "zero_prob", 0.0, 1.0)
+        self.draft_models = _check_int(draft_models, "draft-models", 1)
 
-    def _rows(self, context: Context) -> tuple[list[Fraction], list[Fraction]]:
+    def _rows(self, context: Context) -> list[list[Fraction]]:
+        """``p``, ``q``, then draft models ``1..k−1``."""
         rng = _context_seed(self.seed, context)
         rows = []
-        for _ in range(2):
+        for _ in range(self.draft_models + 1):
             weights = rng.integers(1, self.max_weight + 1, size=self.vocab)
             weights[rng.random(self.vocab) < self.zero_prob] = 0
             if weights.sum() == 0:
                 weights[rng.integers(self.vocab)] = rng.integers(1, self.max_weight + 1)
             s = int(weights.sum())
             rows.append([Fraction(int(w), s) for w in weights])
-        return rows[0], rows[1]
+        return rows
 
     def p(self, context: Context) -> list[Fraction]:
         return self._rows(context)[0]
@@ -210,23 +244,39 @@ class RandomRationalModel:
     def q(self, context: Context) -> list[Fraction]:
         return self._rows(context)[1]
 
+    def draft_rows(self, context: Context) -> list[list[Fraction]]:
+        """Every draft model's row at ``context``, draft model 0 (:meth:`p`) first."""
+        rows = self._rows(context)
+        return [rows[0], *rows[2:]]
+
     def describe(self) -> dict:
         return {"model": "random-rational", "vocab": self.vocab, "seed": self.seed,
-                "max_weight": self.max_weight, "zero_prob": self.zero_prob}
+                "max_weight": self.max_weight, "zero_prob": self.zero_prob,
+                **({"draft_models": self.draft_models} if self.draft_models > 1 else {})}
 
 
 class TableModel:
     """Explicit rows per context. ``p_rows``/``q_rows`` map a context tuple to a row; the key ``None`` is the
     row for every context not listed. A missing context with no default is an error naming it.
+
+    ``other_drafts``: the tables of draft models ``1..k−1`` (each like ``p_rows``) for a model with several draft
+    models, ``p_rows`` being draft model 0's (docs/models.md).
     """
 
     def __init__(self, vocab: int, p_rows: Mapping[Context | None, Sequence[Number]],
-                 q_rows: Mapping[Context | None, Sequence[Number]]) -> None:
+                 q_rows: Mapping[Context | None, Sequence[Number]],
+                 other_drafts: Sequence[Mapping[Context | None, Sequence[Number]]] = ()) -> None:
         self.vocab = _check_int(vocab, "vocab", 1)
-        self._rows = {"p": dict(p_rows), "q": dict(q_rows)}
+        self.draft_models = 1 + len(other_drafts)
+        self._drafts = [_draft_name(i, self.draft_models) for i in range(self.draft_models)]
+        self._rows = {"p": dict(p_rows), "q": dict(q_rows),
+                      **{name: dict(rows) for name, rows in zip(self._drafts[1:], other_drafts)}}
         for name, rows in self._rows.items():
             for ctx, row in rows.items():
-                as_distribution(row, self.vocab, row_field(name, ctx), "fraction")
+                as_distribution(row, self.vocab, row_field(self._field(name), ctx), "fraction")
+
+    def _field(self, name: str) -> str:
+        return self._drafts[0] if name == "p" else name
 
     def _row(self, name: str, context: Context) -> Sequence[Number]:
         rows = self._rows[name]
@@ -234,7 +284,7 @@ class TableModel:
             return rows[context]
         if None in rows:
             return rows[None]
-        raise InvalidDistributionError(row_field(name, context),
+        raise InvalidDistributionError(row_field(self._field(name), context),
                                        "context not in the table and no '*' default row")
 
     def p(self, context: Context) -> Sequence[Number]:
@@ -243,35 +293,41 @@ class TableModel:
     def q(self, context: Context) -> Sequence[Number]:
         return self._row("q", context)
 
+    def draft_rows(self, context: Context) -> list[Sequence[Number]]:
+        """Every draft model's row at ``context``, draft model 0 (:meth:`p`) first."""
+        return [self._row("p", context), *(self._row(name, context) for name in self._drafts[1:])]
+
     def rows(self, name: str) -> dict[Context | None, Sequence[Number]]:
-        """Every ``name`` row (``"p"`` or ``"q"``) by context, ``None`` for the default row."""
+        """Every ``name`` row (``"p"`` or ``"q"``; ``"drafts[i]"`` for draft model ``i ≥ 1``) by context, ``None``
+        for the default row."""
         return dict(self._rows[name])
 
     @classmethod
     def from_json(cls, data: object, source: str = "table") -> "TableModel":
         """Read ``{"vocab": V, "p": {CTX: row}, "q": {CTX: row}}``; CTX is ``""`` (empty prefix),
-        ``"0,2"`` (comma-separated tokens) or ``"*"`` (default); rows are numbers or ``"num/den"`` strings."""
+        ``"0,2"`` (comma-separated tokens) or ``"*"`` (default); rows are numbers or ``"num/den"`` strings.
+        Several draft models: ``"drafts": [{CTX: row}, …]`` (at least two tables, draft model 0 first) in place of
+        ``"p"``."""
         if not isinstance(data, dict):
             raise InvalidParameterError(source, "must be a JSON object with vocab, p and q")
-        for key in ("vocab", "p", "q"):
+        if "drafts" in data and "p" in data:
+            raise InvalidParameterError(f"{source}.drafts", "give either p (one draft model) or drafts (several), "
+                                                            "not both")
+        for key in ("vocab", "drafts" if "drafts" in data else "p", "q"):
             if key not in data:
                 raise InvalidParameterError(f"{source}.{key}", "missing")
         vocab = _check_int(data["vocab"], f"{source}.vocab", 1)
-        tables = []
-        for name in ("p", "q"):
-            raw = data[name]
-            if not isinstance(raw, dict):
-                raise InvalidParameterError(f"{source}.{name}", "must map contexts to rows")
-            rows: dict[Context | None, list[Number]] = {}
-            for key, row in raw.items():
-                field = f'{source}.{name}["{key}"]'
-                if not isinstance(row, list):
-                    raise InvalidDistributionError(field, "must be a list of probabilities")
-                rows[_parse_context(key, vocab, field)] = [parse_probability(v, f"{field}[{i}]")
-                                                           for i, v in enumerate(row)]
-            tables.append(rows)
+        if "drafts" in data:
+            drafts = data["drafts"]
+            if not isinstance(drafts, list) or len(drafts) < 2:
+                raise InvalidParameterError(f"{source}.drafts", "must list at least two draft tables (one draft "
+                                                                "model: give p)")
+            named = [(f"drafts[{i}]", raw) for i, raw in enumerate(drafts)]
+        else:
+            named = [("p", data["p"])]
+        tables = [_read_table(raw, f"{source}.{name}", vocab) for name, raw in [*named, ("q", data["q"])]]
         try:
-            return cls(vocab, tables[0], tables[1])
+            return cls(vocab, tables[0], tables[-1], tables[1:-1])
         except InvalidDistributionError as err:
             raise InvalidDistributionError(f"{source}.{err.field}", err.message) from None
 
@@ -280,7 +336,27 @@ class TableModel:
         return cls.from_json(read_json(path, "table"), "table")
 
     def describe(self) -> dict:
-        return {"model": "table", "vocab": self.vocab}
+        return {"model": "table", "vocab": self.vocab,
+                **({"draft_models": self.draft_models} if self.draft_models > 1 else {})}
+
+
+def _draft_name(i: int, count: int) -> str:
+    """How draft model ``i``'s table is named (in errors, :meth:`TableModel.rows`, the JSON): ``p`` for one draft
+    model, ``drafts[i]`` for several."""
+    return "p" if count == 1 else f"drafts[{i}]"
+
+
+def _read_table(raw: object, field: str, vocab: int) -> dict[Context | None, list[Number]]:
+    """One ``{CTX: row}`` table of a table model's JSON."""
+    if not isinstance(raw, dict):
+        raise InvalidParameterError(field, "must map contexts to rows")
+    rows: dict[Context | None, list[Number]] = {}
+    for key, row in raw.items():
+        at = f'{field}["{key}"]'
+        if not isinstance(row, list):
+            raise InvalidDistributionError(at, "must be a list of probabilities")
+        rows[_parse_context(key, vocab, at)] = [parse_probability(v, f"{at}[{i}]") for i, v in enumerate(row)]
+    return rows
 
 
 def _context_key(context: Context | None) -> str:
@@ -310,7 +386,9 @@ class ModelView:
     """One round's view of a model pair: rows for ``context + suffix``, validated once, in one arithmetic.
 
     ``p(suffix)`` and ``q(suffix)`` take the suffix relative to the round's context (the drafted path).
-    Under ``fraction`` arithmetic float rows are converted exactly and renormalised exactly.
+    Under ``fraction`` arithmetic float rows are converted exactly and renormalised exactly. A model with several
+    draft models (``draft_models ≥ 2``) gives ``p`` as a :class:`~simulator.models.draft_rows.DraftRows`: draft model
+    0's row with every draft model's row, each validated, in ``.models``; with one, a plain tuple.
     """
 
     def __init__(self, model: ModelPair, arithmetic: str = "fraction", context: Context = ()) -> None:
@@ -318,6 +396,7 @@ class ModelView:
         self.vocab = model.vocab
         self.arithmetic = check_arithmetic(arithmetic)
         self.context = tuple(context)
+        self.draft_models: int = getattr(model, "draft_models", 1)
         self._cache: dict[tuple[str, Context], tuple[Number, ...]] = {}
 
     def _get(self, name: str, suffix: Context) -> tuple[Number, ...]:
@@ -325,8 +404,13 @@ class ModelView:
         row = self._cache.get(key)
         if row is None:
             full = self.context + suffix
-            raw = getattr(self.model, name)(full)
-            row = as_distribution(raw, self.vocab, row_field(name, full), self.arithmetic)
+            if name == "p" and self.draft_models > 1:
+                row = DraftRows([as_distribution(raw, self.vocab, row_field(_draft_name(i, self.draft_models), full),
+                                                 self.arithmetic)
+                                 for i, raw in enumerate(self.model.draft_rows(full))])  # type: ignore[attr-defined]
+            else:
+                raw = getattr(self.model, name)(full)
+                row = as_distribution(raw, self.vocab, row_field(name, full), self.arithmetic)
             self._cache[key] = row
         return row
 
@@ -336,7 +420,7 @@ class ModelView:
         tree); other models are asked row by row when a row is read. Rows already in this view are not recomputed."""
         batch = getattr(self.model, "batch_rows", None)
         todo = [s for s in dict.fromkeys(tuple(s) for s in suffixes) if (name, s) not in self._cache]
-        if batch is None or not todo:
+        if batch is None or not todo or (name == "p" and self.draft_models > 1):  # several drafts: read by _get
             return
         for suffix, raw in zip(todo, batch(name, [self.context + s for s in todo])):
             self._cache[name, suffix] = as_distribution(raw, self.vocab, row_field(name, self.context + suffix),
@@ -369,25 +453,46 @@ MODELS: dict[str, str] = {
 def table_json(model: ModelPair, depth: int) -> dict:
     """``model``'s exact rows at every context of at most ``depth`` tokens, as the JSON ``--model table`` reads
     (:meth:`TableModel.from_json`), with no ``"*"`` row: a reproducer that needs neither the model's kind nor its
-    seed, and that names any context a later use reads beyond ``depth``."""
+    seed, and that names any context a later use reads beyond ``depth``. Several draft models: every one's table
+    (``"drafts"``)."""
     from ..numeric import to_json_number
 
     view = ModelView(model, "fraction")
     contexts = [ctx for n in range(depth + 1) for ctx in itertools.product(range(model.vocab), repeat=n)]
-    return {"vocab": model.vocab,
-            **{name: {",".join(map(str, ctx)): [to_json_number(x, "fraction") for x in getattr(view, name)(ctx)]
-                      for ctx in contexts} for name in ("p", "q")}}
+
+    def table(row: Callable[[Context], Sequence[Number]]) -> dict[str, list]:
+        return {",".join(map(str, ctx)): [to_json_number(x, "fraction") for x in row(ctx)] for ctx in contexts}
+
+    if view.draft_models > 1:  # every draft model's table (TableModel.from_json's "drafts")
+        drafts = [table(lambda ctx, i=i: view.p(ctx).models[i]) for i in range(view.draft_models)]
+        return {"vocab": model.vocab, "drafts": drafts, "q": table(view.q)}
+    return {"vocab": model.vocab, "p": table(view.p), "q": table(view.q)}
 
 
-def make_model(model_kind: str, table_path: str | Path | None, vocab: int, seed: int, rho: float = 0.5,
-               tau_p: float = 1.0, tau_q: float = 1.0, zero_prob: float = 0.25) -> ModelPair:
-    """A model pair by kind (:data:`MODELS`), as ``--model`` builds it: typed errors name the field."""
+def make_model(model_kind: str, table_path: str | Path | None, vocab: int, seed: int,
+               rho: float | Sequence[float] = 0.5, tau_p: float = 1.0, tau_q: float = 1.0, zero_prob: float = 0.25,
+               draft_models: int = 1) -> ModelPair:
+    """A model pair by kind (:data:`MODELS`), as ``--model`` builds it: typed errors name the field.
+
+    Several draft models (docs/models.md): a synthetic model takes one ``rho`` per draft model, a random-rational one
+    ``draft_models``, a table its ``"drafts"`` list."""
+    draft_models = _check_int(draft_models, "draft-models", 1)
+    several_rhos = not isinstance(rho, (int, float)) and len(_check_rhos(rho)) > 1
     if model_kind == "synthetic":
+        if draft_models != 1:
+            raise InvalidParameterError("draft-models", "a synthetic model takes one --rho per draft model "
+                                                        "(--rho 0.3,0.8), not --draft-models")
         return SyntheticModel(vocab, rho, tau_p, tau_q, seed)
-    if model_kind == "random-rational":
-        return RandomRationalModel(vocab, seed, zero_prob=zero_prob)
-    if model_kind != "table":
+    if model_kind not in MODELS:
         raise InvalidParameterError("model", f"unknown model kind {model_kind!r}; choose from {sorted(MODELS)}")
+    if several_rhos:
+        raise InvalidParameterError("rho", f"several values of --rho set a synthetic model's draft models; "
+                                           f"--model {model_kind} does not take them")
+    if model_kind == "random-rational":
+        return RandomRationalModel(vocab, seed, zero_prob=zero_prob, draft_models=draft_models)
+    if draft_models != 1:
+        raise InvalidParameterError("draft-models", "a table gives several draft models by its \"drafts\" list, "
+                                                    "not --draft-models")
     if table_path is None:
         raise InvalidParameterError("table", "--model table needs --table FILE")
     return TableModel.from_file(table_path)
