@@ -21,6 +21,8 @@ from simulator.numeric import ratio, residual
 from simulator.trees import make_topology
 from simulator.verifiers import VERIFIERS
 from simulator.verifiers.multidraft import canonical, draft_rows, khisti_step, lift, selection_of
+from simulator.verifiers.single_step import run_plan, sps_plan
+from specproof.reports.theorems import check_khisti
 
 # Two different draft models and a target over V = 2 (derived by hand below).
 P1, P2, Q = (F(1, 2), F(1, 2)), (F(1, 4), F(3, 4)), (F(3, 4), F(1, 4))
@@ -173,3 +175,19 @@ def test_monte_carlo_agrees_with_the_exact_expectation_within_3_standard_errors(
     summary = monte_carlo(lambda s: WORKED, drafter, "khisti-is", VERIFIERS["khisti-is"].fn, 1, 3000)
     assert abs(summary.accept_len_mean - 105 / 64) <= 3 * summary.accept_len_se
     assert not summary.test_rejects
+
+
+def first_draft_step(tokens, rows, q, rng):
+    """A lossless but suboptimal selection: always the first draft, then SpS against draft model 0 (single-draft
+    SpS)."""
+    accepted, corrected = run_plan(sps_plan([tokens[0]], rows[0], q), rng)
+    return (0, None) if accepted is not None else (None, rng.categorical(corrected))
+
+
+def test_the_theorem_check_holds_and_rejects_a_suboptimal_selection_and_the_control():
+    (check,) = check_khisti(12, seed=3)
+    assert check.holds and check.instances == 12 and check.worst_margin == 0
+    (suboptimal,) = check_khisti(12, seed=3, rule=lift(first_draft_step))
+    assert not suboptimal.holds and -1 < suboptimal.worst_margin < 0  # lossless, below the optimum
+    (control,) = check_khisti(12, seed=3, rule=ROW0_CONTROL)
+    assert not control.holds and control.worst_margin == -1  # lossy
