@@ -16,6 +16,7 @@ import pytest
 from exact.certificate import certify, round_law
 from exact.enumeration import enumerate_outcomes
 from exact.instances import random_instances
+from exact.prove.prover import prove
 from exact.reproducer import capture, parse_reproducer
 from exact.size import estimate_round
 from exact.subject import subject
@@ -265,3 +266,20 @@ def test_batteries_draft_k_models_on_pairs_with_enough_draft_models():
     estimate = estimate_round(RandomRationalModel(3, 0, draft_models=2),
                               FixedShape(make_topology("complete", 2, 2), "k-models"), "tv-det")
     assert estimate.log10_trees == pytest.approx(6 * math.log10(3))  # as i.i.d.: 3^6 ordered token lists at most
+
+
+def test_the_prover_gives_each_draft_model_its_own_symbols():
+    """``specproof prove`` under k-models: draft model 1's row is symbols of its own, so a proof covers every pair of
+    draft models. At V = 2 and depth 1 ``tv-sps`` is proved lossless; ``tv-rrs`` at V = 3 is refuted by a random
+    exact point whose reproducer carries both draft models and replays lossy."""
+    topology = make_topology("complete", 1, 2)
+    claimed = lambda rule: subject({"verifier": rule, "schemes": ["k-models"]}, "verifier")  # noqa: E731
+    proof = prove(claimed("tv-sps"), topology, "k-models", 2)
+    assert proof.verdict == "PROVED" and "d1_r_0" in proof.space.names
+    refuted = prove(claimed("tv-rrs"), topology, "k-models", 3, probes=20)
+    assert refuted.verdict == "REFUTED" and len(refuted.witness.drafts) == 1
+    again = refuted.witness.certify()
+    assert not again.lossless and again.tvd == refuted.witness_tvd
+    with pytest.raises(InvalidParameterError) as err:
+        prove(claimed("tv-sps"), topology, "k-models", 2, method="lifting")
+    assert err.value.field == "method"

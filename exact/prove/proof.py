@@ -13,6 +13,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 from simulator.errors import RandomnessError, SizeLimitError, SymbolicError, VerifierFailure
 from simulator.limits import computation
+from simulator.models import DraftRows
 from simulator.speculation import speculate
 
 from .cells import WITNESS_TRIES, Cell, Reduced, check_cells, path_valid, random_point
@@ -47,6 +48,8 @@ class SymbolicView:
         self.key = ("symbolic", id(space))
 
     def p(self, suffix) -> tuple[Sym, ...]:
+        if self.space.draft_models > 1:  # several draft models: model 0's row with every model's (as ModelView)
+            return DraftRows([self.space.row(name, tuple(suffix)) for name in self.space.drafts])
         return self.space.row("p", tuple(suffix))
 
     def q(self, suffix) -> tuple[Sym, ...]:
@@ -371,7 +374,7 @@ def chain_expectations(forms: tuple, paths: list, space: Space, drafter, what: S
     out = [_expectation(general, "every pair of rows", [(path[3], path[1], path[2]) for path in paths], space,
                         LinearFeasibility(space), height, tally.cell)]
     if context_free is not None:
-        shared = Space.context_free(space.vocab)
+        shared = Space.context_free(space.vocab, space.draft_models)
         view, feasible = SymbolicView(shared), LinearFeasibility(shared)
         rounds = run_paths(shared, lambda rng: speculate(view, drafter, what.fn, rng).path, feasible, what.name,
                            on_run=tally.run)

@@ -9,7 +9,7 @@ import time
 from fractions import Fraction
 from typing import Sequence
 
-from simulator.drafting import FixedShape, check_drafting
+from simulator.drafting import FixedShape, check_drafting, draft_models_for
 from simulator.errors import InvalidParameterError, SizeLimitError, SymbolicError
 from simulator.speculation import complete, speculate
 from simulator.trees import Topology
@@ -33,10 +33,11 @@ METHODS = ("auto", "lifting", "cells")
 MAX_SYMBOLS = 500
 
 
-def check_symbols(vocab: int, height: int) -> None:
-    """Refuse, before any set-up, a shape and vocabulary whose symbolic space (``V − 1`` symbols for each ``p``
-    row of a context shorter than ``height`` and each ``q`` row up to ``height``) passes :data:`MAX_SYMBOLS`."""
-    rows = sum(vocab**d for d in range(height)) + sum(vocab**d for d in range(height + 1))
+def check_symbols(vocab: int, height: int, draft_models: int = 1) -> None:
+    """Refuse, before any set-up, a shape and vocabulary whose symbolic space (``V − 1`` symbols for each draft
+    model's row of a context shorter than ``height`` and each ``q`` row up to ``height``) passes
+    :data:`MAX_SYMBOLS`."""
+    rows = draft_models * sum(vocab**d for d in range(height)) + sum(vocab**d for d in range(height + 1))
     symbols = (vocab - 1) * rows
     if symbols > MAX_SYMBOLS:
         raise SizeLimitError("vocab", f"the symbolic space of V = {vocab} at depth {height} has {symbols:,} symbols "
@@ -113,8 +114,9 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
     check_drafting(scheme)
     what.require_claimed(scheme)  # a proof is of a claim: exactly the schemes the verifier claims
     height = topology.height
-    check_symbols(vocab, height)
-    space = Space(vocab, all_contexts(vocab, height - 1), all_contexts(vocab, height))
+    draft_models = draft_models_for(scheme, topology)  # k-models: a symbolic row per draft model
+    check_symbols(vocab, height, draft_models)
+    space = Space(vocab, all_contexts(vocab, height - 1), all_contexts(vocab, height), draft_models=draft_models)
     config = {"topology": topology.name, "parents": list(topology.parents), "drafting": scheme, "vocab": vocab}
     spec = VERIFIERS.get(what.name)
     if spec is not None and spec.undecided_symbolic:
@@ -122,7 +124,8 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
                      reason=f"not run: {what.name} {spec.undecided_symbolic}")
     lift = None
     if method != "cells":
-        lift, why = lift_for(what)
+        lift, why = lift_for(what) if draft_models == 1 else (None, "its lifting drafts every child from one p row, "
+                                                                     f"and {scheme} drafting has several draft models")
         if lift is None and method == "lifting":
             raise InvalidParameterError("method", f"{what.name} is not lifted: {why}; --method cells runs the "
                                                   "cell search on this shape")
@@ -132,7 +135,8 @@ def prove(verifier: str | Subject, topology: Topology, scheme: str, vocab: int, 
 
     def case(point: Sequence[Fraction]) -> Reproducer:
         rows = space.rows_at(point)
-        return Reproducer(vocab, rows["p"], rows["q"], scheme, what.description, tuple(topology.parents))
+        return Reproducer(vocab, rows["p"], rows["q"], scheme, what.description, tuple(topology.parents),
+                          drafts=tuple(rows[name] for name in space.drafts[1:]))
 
     def program(rng):
         outcome = speculate(view, drafter, what.fn, rng)

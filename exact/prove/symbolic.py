@@ -45,21 +45,26 @@ class Space:
 
     Each row holds ``V − 1`` symbols; its last entry is ``1 − Σ`` of them. Every symbol is non-negative (the
     rational LP's variables are), and :meth:`domain` states each row's last entry ``≥ 0``. ``shared``: one ``p``
-    row and one ``q`` row serve every context (context-independent models: :meth:`context_free`)."""
+    row and one ``q`` row serve every context (context-independent models: :meth:`context_free`).
+    ``draft_models``: with ``k ≥ 2``, the rows ``drafts[i]`` of draft models ``i = 1..k−1`` at ``p_contexts`` too
+    (symbols ``d{i}_…``), ``p`` being draft model 0's (docs/models.md, "Several draft models")."""
 
     def __init__(self, vocab: int, p_contexts: Sequence[Context], q_contexts: Sequence[Context],
-                 shared: bool = False) -> None:
+                 shared: bool = False, draft_models: int = 1) -> None:
         if vocab < 2:
             raise SymbolicError("vocab", f"a symbolic row needs at least 2 tokens, got vocab = {vocab}")
         names: list[str] = []
         slots: dict[tuple[str, Context], list[int]] = {}
-        for name, contexts in (("p", p_contexts), ("q", q_contexts)):
-            for ctx in contexts:
+        self.drafts = ("p", *(f"drafts[{i}]" for i in range(1, draft_models)))  # the draft models' row names
+        prefixes = [("p", "p"), ("q", "q"), *((f"drafts[{i}]", f"d{i}_") for i in range(1, draft_models))]
+        for name, prefix in prefixes:
+            for ctx in q_contexts if name == "q" else p_contexts:
                 slots[name, tuple(ctx)] = list(range(len(names), len(names) + vocab - 1))
                 label = "_".join(map(str, ctx)) if ctx else "r"
-                names += [f"{name}{label}_{i}" for i in range(vocab - 1)]
+                names += [f"{prefix}{label}_{i}" for i in range(vocab - 1)]
         self.vocab = vocab
         self.shared = shared
+        self.draft_models = draft_models
         self.field, *self.gens = sp.field(names, sp.QQ)
         self.ring = self.field.ring
         self.names = names
@@ -80,9 +85,9 @@ class Space:
                 self.domain_signs[atom] = frozenset((0, sign))
 
     @classmethod
-    def context_free(cls, vocab: int) -> "Space":
-        """One symbolic ``p`` row and one ``q`` row, read at every context."""
-        return cls(vocab, [()], [()], shared=True)
+    def context_free(cls, vocab: int, draft_models: int = 1) -> "Space":
+        """One symbolic ``p`` row (one per draft model) and one ``q`` row, read at every context."""
+        return cls(vocab, [()], [()], shared=True, draft_models=draft_models)
 
     def row(self, name: str, context: Context) -> tuple["Sym", ...]:
         key = (name, () if self.shared else tuple(context))
@@ -114,7 +119,7 @@ class Space:
 
     def rows_at(self, point: Sequence[Fraction]) -> dict[str, dict[Context, tuple[Fraction, ...]]]:
         """Every row of the space at ``point``, exact."""
-        out: dict[str, dict[Context, tuple[Fraction, ...]]] = {"p": {}, "q": {}}
+        out: dict[str, dict[Context, tuple[Fraction, ...]]] = {name: {} for name in ("q", *self.drafts)}
         for (name, ctx), idx in self.slots.items():
             entries = [point[i] for i in idx]
             out[name][ctx] = tuple(entries + [1 - sum(entries, Fraction(0))])
