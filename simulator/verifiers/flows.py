@@ -123,16 +123,11 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
     iteration order does not depend on Python's string hashing. Its choices follow which residual capacities
     are positive and their minima, so a float instance takes the path its exact twin takes wherever no
     rounding-level residual appears, and such a residual carries a rounding-level flow."""
-    return max_flow(tuple_law(p, k, law), q, is_rational(p[0]))
-
-
-def max_flow(laws: dict[Tuple_, Number], q: Row, exact: bool) -> FlowSolution:
-    """The pinned exact maximum flow of :func:`opt_flow` for any tuple law ``laws`` (``P(X)`` of each tuple of
-    positive probability; ``exact``: rationals out, else floats): tuples drafted by several draft models
-    (:mod:`.multidraft`) as well as i.i.d. ones."""
-    import networkx as nx  # here: only the flow rules need it, and it costs every CLI start 0.2 s otherwise
+    import networkx as nx  # here: only this rule needs it, and it costs every CLI start 0.2 s otherwise
     from networkx.algorithms.flow import edmonds_karp
 
+    exact = is_rational(p[0])
+    laws = tuple_law(p, k, law)
     caps = {tup: rational(pr) for tup, pr in laws.items()}
     qcap = [rational(x) for x in q]
     scale = _lcm([c.denominator for c in caps.values()] + [c.denominator for c in qcap])
@@ -158,8 +153,9 @@ def max_flow(laws: dict[Tuple_, Number], q: Row, exact: bool) -> FlowSolution:
 
 @row_cache(256)  # a k = 3 solution holds V^3 tuples: a larger cache costs gigabytes
 def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
-    """GR (Global Resolution, Thomas & Pal, ICLR 2026, arXiv:2511.15898) — a *reconstruction*, not taken from the
-    paper's text or code: it follows the structure docs/rules.md records. ``H*`` is the smallest minimiser of ``α*``
+    """GR (Global Resolution, Thomas & Pal, ICLR 2026, arXiv:2511.15898): the paper's criterion, the optimal transport
+    for i.i.d. drafts from one draft model, through a convex program of specproof's own in ``V`` variables (where it
+    differs from the paper: docs/rules.md, "GR: the paper and tv-gr"). ``H*`` is the smallest minimiser of ``α*``
     (:func:`alpha_star`); tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject
     weight 1), tuples with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens
     (no reject).

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ..errors import UnsupportedDraftError
-from ..numeric import Number, is_rational, row_cache, total
+from ..numeric import Number, row_cache
 from ..randomness import Randomness
 from ..trees import DraftTree
-from .flows import max_flow
 from .single_step import run_plan, sps_plan
 
 Row = tuple[Number, ...]
@@ -40,28 +39,78 @@ def product_law(rows: Sequence[Row]) -> dict[Tokens, Number]:
     return laws
 
 
+Flow = dict[Tokens, dict[int, Number]]
+
+
+def max_flow(laws: dict[Tokens, Number], q: Row) -> tuple[Flow, dict[Tokens, Number]]:
+    """A maximum flow ``f(X → y)`` of the network source → tuple ``X`` (capacity ``P(X)``) → token ``y ∈ X`` → sink
+    (capacity ``q(y)``), and what each tuple does not send, ``P(X) − Σ_y f(X → y)``.
+
+    Edmonds–Karp: shortest augmenting paths, searched breadth first in a fixed order (tuples in ``laws``' order, a
+    tuple's tokens ascending), at most ``O(|V||E|)`` of them whatever the capacities. Plain arithmetic and
+    comparisons only, so rationals stay rational and the prover's symbols run it too (docs/proofs.md).
+    """
+    zero = q[0] * 0
+    supply, room = dict(laws), list(q)  # residual capacities out of the source and into the sink
+    flow: Flow = {tup: {} for tup in laws}
+    while True:
+        reached_from: dict = {tup: None for tup in laws if supply[tup] > 0}  # tuple → token it was reached from
+        via: dict[int, Tokens] = {}  # token → tuple it was reached from
+        queue, end = list(reached_from), None
+        for tup in queue:
+            for y in sorted(set(tup)):
+                if y in via:
+                    continue
+                via[y] = tup
+                if room[y] > 0:
+                    end = y
+                    break
+                # back along a flow into y: another tuple may send elsewhere what it sends to y
+                for other in laws:
+                    if other not in reached_from and flow[other].get(y, zero) > 0:
+                        reached_from[other] = y
+                        queue.append(other)
+            if end is not None:
+                break
+        if end is None:
+            return flow, supply
+        path, y = [], end  # (tuple, token it sends to, token it stops sending to or None)
+        while True:
+            tup = via[y]
+            path.append((tup, y, reached_from[tup]))
+            if reached_from[tup] is None:
+                break
+            y = reached_from[tup]
+        amount = min([room[end], supply[path[-1][0]]] + [flow[tup][back] for tup, _, back in path if back is not None])
+        room[end] -= amount
+        supply[path[-1][0]] -= amount
+        for tup, y, back in path:
+            flow[tup][y] = flow[tup].get(y, zero) + amount
+            if back is not None:
+                flow[tup][back] -= amount
+
+
 @row_cache(2048)
 def canonical(q: Row, *rows: Row) -> Canonical:
     """The optimal importance weights and the selected token's law for drafts ``X_i ~ rows[i]`` and target ``q``.
 
     The weights solve Khisti et al.'s linear program (Theorem 1: maximise ``Σ_y min(q(y), p_I(y))``) as a maximum
-    flow of the tuple → token network (:func:`.flows.max_flow`): position ``i`` of ``X`` is selected with probability
+    flow of the tuple → token network (:func:`max_flow`): position ``i`` of ``X`` is selected with probability
     ``f(X → x_i)/P(X)`` (the first position holding a token), and what a tuple does not send goes to position 0.
     That part never changes the acceptance: by maximality every token of such a tuple is already saturated
     (``p_I(y) ≥ q(y)``). So ``p_I(y) = Σ_X P(X) Σ_{i: x_i = y} β_i(X)`` and the acceptance ``Σ_y min(q, p_I)`` is
     the optimum for these draft models.
     """
     laws = product_law(rows)
-    flow = max_flow(laws, q, is_rational(rows[0][0]))
+    flow, unsent = max_flow(laws, q)
     zero = q[0] * 0
     law = [zero] * len(q)
     selection: dict[Tokens, tuple[Number, ...]] = {}
     for tup, prob in laws.items():
         weights = [zero] * len(tup)
-        for y, f in flow.flows[tup].items():
+        for y, f in flow[tup].items():
             weights[tup.index(y)] += f / prob
-        # Exactly the flows of a tuple sum to at most P(X); in float64 the difference can be −1e-17.
-        weights[0] += max(1 - total(weights), zero)
+        weights[0] += unsent[tup] / prob  # never negative: each augmentation sends at most what is left
         selection[tup] = tuple(weights)
         for x, w in zip(tup, weights):
             law[x] += prob * w

@@ -206,7 +206,7 @@ _SPECS = [
     VerifierSpec("khisti-is", multidraft.khisti_is, "Khisti et al.'s canonical decomposition: optimal importance-"
                  "sampling selection among drafts from different draft models, then SpS against the selected "
                  "token's law (ICLR 2025, arXiv:2410.18234, Theorem 1)", ("k-models",),
-                 ("multi-chain", "complete"), not_symbolic=NOT_SYMBOLIC_FLOW),
+                 ("multi-chain", "complete")),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
                  "CONTROL: greedy BV completed with the unmodified target", (), ("chain",),
                  lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)",
