@@ -4,6 +4,7 @@ drafting paths, the exact law of a ``k-models`` tree derived by hand, and which 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import pickle
@@ -16,6 +17,7 @@ import pytest
 from exact.certificate import certify, round_law
 from exact.enumeration import enumerate_outcomes
 from exact.instances import random_instances
+from exact.prove.optimum import optimum
 from exact.prove.prover import prove
 from exact.reproducer import capture, parse_reproducer
 from exact.size import estimate_round
@@ -27,6 +29,7 @@ from simulator.models import (DraftRows, ModelView, RandomRationalModel, Synthet
                               table_json)
 from simulator.trees import make_topology
 from simulator.verifiers.registry import VERIFIERS
+from specproof.gate.shrink import shrink
 
 P0 = [F(1, 2), F(1, 2), F(0)]
 P1 = [F(0), F(1, 4), F(3, 4)]
@@ -125,6 +128,14 @@ def test_draft_rows_reach_the_scheme_and_the_verifier(lazy):
     assert verifier.seen == {DraftRows}
 
 
+@pytest.mark.parametrize("rule", ["tv-rrs", "trv"])
+def test_lazy_and_eager_k_models_drafting_give_the_same_law(rule):
+    model = RandomRationalModel(3, 0, draft_models=2)
+    drafter = FixedShape(make_topology("complete", 2, 2), "k-models")
+    lazy, eager = round_law(model, drafter, rule), round_law(model, Eager(drafter), rule)
+    assert dict(lazy.completed()) == dict(eager.completed()) and lazy.distance().tvd > 0
+
+
 # ---- the k-models scheme --------------------------------------------------------------------------------------
 
 def test_k_models_draws_child_i_from_model_i():
@@ -170,7 +181,7 @@ def test_rules_lossless_under_k_models(rule, seed):
     """``tv-det`` and ``match`` never read ``p``: lossless under any drafting. ``tv-sps`` reads ``p`` only at a node's
     first child, which k-models draws from draft model 0, whose row ``p`` is: SpS on it is lossless too."""
     model = RandomRationalModel(3, seed, draft_models=2)
-    assert model.draft_rows(())[0] != model.draft_rows(())[1] or seed  # two different draft models
+    assert any(model.draft_rows(c)[0] != model.draft_rows(c)[1] for c in [(), (0,), (1,), (2,)])  # they differ
     cert = certify(model, FixedShape(make_topology("complete", 2, 2), "k-models"), rule)
     assert cert.lossless and cert.tvd == 0
 
@@ -283,3 +294,27 @@ def test_the_prover_gives_each_draft_model_its_own_symbols():
     with pytest.raises(InvalidParameterError) as err:
         prove(claimed("tv-sps"), topology, "k-models", 2, method="lifting")
     assert err.value.field == "method"
+
+
+def test_the_shrinker_keeps_every_draft_model_and_finds_the_hand_case():
+    """Shrunk, tv-rrs's loss under k-models is: p_0 = δ_2, p_1 = δ_1, q = (1/2, 1/2, 0) at the root of two
+    children. Child 0 is 2, rejected (q(2) = 0); the residual is q, and child 1 = 1 is accepted with
+    min(1, q(1)/p_0(1)) = 1 (p_0(1) = 0), so the output is 1 always: TVD 1/2."""
+    case = capture(RandomRationalModel(3, 0, draft_models=2), FixedShape(make_topology("complete", 2, 2), "k-models"),
+                   subject({"verifier": "tv-rrs"}), "fraction")
+    small = shrink(case, 20)
+    assert small.complete and small.case.parents == (-1, 0, 0) and len(small.case.drafts) == 1
+    assert small.case.p[()] == (0, 0, 1) and small.case.drafts[0][()] == (0, 1, 0)
+    assert small.case.q[()] == (F(1, 2), F(1, 2), 0) and small.certificate.tvd == F(1, 2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_optimum_under_k_models_is_the_min_cut_of_its_coupling(seed):
+    """At depth 1 the best acceptance with drafts X_0 ~ p_0, X_1 ~ p_1 (independent) is the largest P(Y ∈ {X_0,
+    X_1}) over couplings with Y ~ q; by max-flow min-cut it is min over token sets T of
+    q(V∖T) + P(some X_i ∈ T) = 1 − q(T) + 1 − (1 − p_0(T))(1 − p_1(T)). The LP (``optimum``) must reach exactly it."""
+    model = RandomRationalModel(3, seed, draft_models=2)
+    (p0, p1), q = model.draft_rows(()), model.q(())
+    cut = min(2 - sum(q[y] for y in T) - (1 - sum(p0[y] for y in T)) * (1 - sum(p1[y] for y in T))
+              for r in range(4) for T in itertools.combinations(range(3), r))
+    assert optimum(model, FixedShape(make_topology("complete", 1, 2), "k-models")).optimum == cut

@@ -139,9 +139,9 @@ def _smaller_vocab(case: Reproducer, what: Subject) -> Iterator[Reproducer]:
     if case.vocab <= 1:
         return
     for token in range(case.vocab - 1, -1, -1):
-        tables = [_without_token(table, token) for table in (case.p, case.q)]
-        if tables[0] is not None and tables[1] is not None:
-            yield replace(case, vocab=case.vocab - 1, p=tables[0], q=tables[1])
+        tables = [_without_token(table, token) for table in (case.p, case.q, *case.drafts)]
+        if all(table is not None for table in tables):
+            yield replace(case, vocab=case.vocab - 1, p=tables[0], q=tables[1], drafts=tuple(tables[2:]))
     yield from _reseeded(replace(case, vocab=case.vocab - 1))
 
 
@@ -155,8 +155,10 @@ def _reseeded(case: Reproducer) -> Iterator[Reproducer]:
         frontier = [ctx + (t,) for ctx in frontier for t in range(case.vocab)]
         contexts += frontier
     for seed in range(RESEEDS):
-        model = RandomRationalModel(case.vocab, seed)
-        yield replace(case, p={c: tuple(model.p(c)) for c in contexts}, q={c: tuple(model.q(c)) for c in contexts})
+        model = RandomRationalModel(case.vocab, seed, draft_models=1 + len(case.drafts))
+        drafts = [{c: tuple(model.draft_rows(c)[i]) for c in contexts} for i in range(1, model.draft_models)]
+        yield replace(case, p={c: tuple(model.p(c)) for c in contexts}, q={c: tuple(model.q(c)) for c in contexts},
+                      drafts=tuple(drafts))
 
 
 def _without_token(table: dict[Context, tuple[Number, ...]], token: int) -> dict | None:
@@ -175,12 +177,15 @@ def _simpler_rows(case: Reproducer, what: Subject) -> Iterator[Reproducer]:
     """Simplify one row: zero an entry, make the row uniform on its support, or round it to ``k/d`` for a small
     ``d`` (:data:`DENOMINATORS`; a row is changed only where the certification reads it)."""
     for ctx in sorted(set(case.p) | set(case.q), key=lambda c: (len(c), c)):
-        for name in ("p", "q"):
-            table = getattr(case, name)
+        for name in ("p", "q", *range(len(case.drafts))):  # an int: that draft model's table (case.drafts)
+            table = case.drafts[name] if isinstance(name, int) else getattr(case, name)
             if ctx not in table:
                 continue
             for row in _simpler(table[ctx]):
-                yield replace(case, **{name: {**table, ctx: row}})
+                if isinstance(name, int):
+                    yield replace(case, drafts=(*case.drafts[:name], {**table, ctx: row}, *case.drafts[name + 1:]))
+                else:
+                    yield replace(case, **{name: {**table, ctx: row}})
 
 
 def _simpler(row: tuple[Number, ...]) -> Iterator[tuple[Number, ...]]:
