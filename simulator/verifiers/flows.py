@@ -153,9 +153,8 @@ def opt_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
 
 @row_cache(256)  # a k = 3 solution holds V^3 tuples: a larger cache costs gigabytes
 def gr_flow(p: Row, q: Row, k: int, law: str) -> FlowSolution:
-    """GR (Global Resolution, Thomas & Pal, ICLR 2026, arXiv:2511.15898): the paper's criterion, the optimal transport
-    for i.i.d. drafts from one draft model, through a convex program of specproof's own in ``V`` variables (where it
-    differs from the paper: docs/rules.md, "GR: the paper and tv-gr"). ``H*`` is the smallest minimiser of ``α*``
+    """GR (Global Resolution, Thomas & Pal, ICLR 2026, arXiv:2511.15898) — a *reconstruction*, not taken from the
+    paper's text or code: it follows the structure docs/rules.md records. ``H*`` is the smallest minimiser of ``α*``
     (:func:`alpha_star`); tuples inside ``H*`` route ``P(X)·e^{θ_j}/(1 + Σ_{i∈set X} e^{θ_i})`` to token ``j`` (reject
     weight 1), tuples with a token outside ``H*`` route ``P(X)·e^{θ_j}/Σ_{i∈set X∖H*} e^{θ_i}`` to their outside tokens
     (no reject).
