@@ -50,9 +50,11 @@ def test_rrs_at_a_root_with_two_children_follows_its_residual():
     assert got.accepted == pytest.approx(a1 + (1 - a1) * a2, abs=1e-12)
 
 
+#: a drafted round has one draft row per node: rules that read several draft models' rows (k-models) are left out
 CASES = [(name, shape) for name in sorted(VERIFIERS) for shape in (("chain", 3, 1), ("complete", 2, 2),
                                                                    ("multi-chain", 2, 3))
-         if make_topology(*shape).name in VERIFIERS[name].shapes and not VERIFIERS[name].float_only]
+         if make_topology(*shape).name in VERIFIERS[name].shapes and not VERIFIERS[name].float_only
+         and VERIFIERS[name].lossless_under != ("k-models",)]
 
 
 @pytest.mark.parametrize("name,shape", CASES)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from simulator.drafting.drafter_registry import DYNAMIC  # DySpec's trees (simulator.drafting.dyspec); "aded": ADED's drafts
 from ..errors import InvalidParameterError
 from ..usercode import import_user_module, is_own_module
-from . import block, controls, matching, multipath, single_step_arrays as steps, traversal
+from . import block, controls, matching, multidraft, multipath, single_step_arrays as steps, traversal
 from .batched.ref import ArrayRuleRef, array_rule
 from .knobs import Knob, bind
 from .layer import lv
@@ -204,6 +204,10 @@ _SPECS = [
     VerifierSpec("match", matching.match, "sample-and-match: one target draw per node",
                  ALL_SCHEMES + DYNAMIC + ("aded",),
                  array_rule=array_rule("matching:match")),
+    VerifierSpec("khisti-is", multidraft.khisti_is, "Khisti et al.'s canonical decomposition: optimal importance-"
+                 "sampling selection among drafts from different draft models, then SpS against the selected "
+                 "token's law (ICLR 2025, arXiv:2410.18234, Theorem 1)", ("k-models",),
+                 ("multi-chain", "complete")),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
                  "CONTROL: greedy BV completed with the unmodified target", (), ("chain",),
                  lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)",

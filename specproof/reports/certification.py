@@ -78,7 +78,8 @@ def plan_table(model: ModelPair, depth: int = 2, branching: int = 2, arithmetic:
     drafting, chain-only rules on a chain, dynamic drafters as :data:`TABLE_DRAFTERS`. A lossless rule certified
     lossless passes. A control certified lossless here is "not shown here", not a contradiction: one instance can miss
     its bug (its ``lossy_on`` names the shapes where it shows); only a proof contradicts an expected loss. The rules
-    lossy by design are left out: their price is measured, not a verdict (docs/lossy.md).
+    lossy by design are left out: their price is measured, not a verdict (docs/lossy.md); so is a scheme the model has
+    too few draft models for (``k-models`` needs one per child: ``--rho 0.5,0.8`` adds ``khisti-is``'s row).
     """
     plans = []
     for spec in VERIFIERS.values():

@@ -24,7 +24,7 @@ from simulator.verifiers.registry import Verifier
 from simulator.verifiers.rules import RULES
 from simulator.verifiers.traversal import trv
 
-from exact.certificate import fixed_tree_law, round_law
+from exact.certificate import certify, fixed_tree_law, round_law
 from exact.enumeration import enumerate_outcomes
 from exact.instances import random_shape
 
@@ -352,6 +352,31 @@ def check_optimum(count: int, seed: int, tick: Callable[[], None] = _nothing) ->
     return found
 
 
+# ---- Khisti et al.: the canonical decomposition reaches the optimum at one level ----------------------------
+def check_khisti(count: int, seed: int, tick: Callable[[], None] = _nothing,
+                 rule: str | Verifier = "khisti-is") -> list[Check]:
+    """Khisti et al. (ICLR 2025, arXiv:2410.18234), Theorem 1: importance-sampling selection then single-draft SpS
+    against the selected token's law reaches the optimal acceptance, so on one-level trees drafted by ``k-models``
+    (k = 2–3 different draft models, one child each) ``khisti-is`` is lossless and its E[τ] equals ``optimum``'s
+    E[τ]*, on ``count`` random rational pairs, exactly. ``rule``: another verifier held to the same claim (a test's
+    control)."""
+    from exact.prove.optimum import optimum
+
+    rng = np.random.default_rng(seed)
+    ceiling = _Worst()
+    for _ in range(count):
+        k = int(rng.integers(2, 4))
+        model = RandomRationalModel(int(rng.integers(2, 5)), int(rng.integers(2**31)), zero_prob=0.3, draft_models=k)
+        drafter = FixedShape(make_topology("complete", 1, k), "k-models")
+        cert = certify(model, drafter, rule)
+        result = optimum(model, drafter)
+        where = f"vocab={model.vocab} seed={model.seed} draft_models={k}"
+        ceiling.see(-abs(result.optimum - cert.expected_accepted) if result.proved and cert.lossless else -1, where)
+        tick()
+    return [ceiling.check("khisti-is is lossless and its E[τ] = optimum E[τ]* at depth 1 under k-models",
+                          "Khisti et al. 2025, Theorem 1; LP optimum")]
+
+
 CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "chains": (check_bv_optimal_on_chains, 200),
     "single-step": (check_single_step, 1000),
@@ -361,6 +386,7 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "dyspec-greedy": (check_dyspec_greedy, 300),
     "optimum": (check_optimum, 500),
     "gr-vs-opt": (check_gr_reaches_opt, 100),
+    "khisti": (check_khisti, 100),
 }
 
 
