@@ -19,6 +19,7 @@ DRAFTING: dict[str, str] = {
     "iid": "children drawn i.i.d. from p (with replacement)",
     "without-replacement": "children drawn sequentially from p renormalised over undrafted tokens",
     "almost-greedy": "top c-1 tokens of p, plus one child sampled from the rest (placed last)",
+    "greedy-k": "Hu et al.'s greedy draft sampling: the same scheme as almost-greedy, under the paper's name",
     "top-k": "the top c tokens of p, deterministically (ties by token id)",
     "k-models": "child i drawn from draft model i (a model with k ≥ c draft models; Khisti et al.)",
 }
@@ -78,6 +79,7 @@ SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], Iterator[int]]]
     "iid": _iid,
     "without-replacement": _without_replacement,
     "almost-greedy": _almost_greedy,
+    "greedy-k": _almost_greedy,  # Hu et al.'s name for the same scheme (docs/drafting.md)
     "top-k": _top_k,
     "k-models": _k_models,
 }
@@ -92,6 +94,7 @@ _LOG10_CHOICES: dict[str, Callable[[int, int], float]] = {
     "iid": lambda c, V: c * math.log10(V),
     "without-replacement": lambda c, V: sum(math.log10(V - i) for i in range(min(c, V))),
     "almost-greedy": lambda c, V: math.log10(max(V - (c - 1), 1)),
+    "greedy-k": lambda c, V: _LOG10_CHOICES["almost-greedy"](c, V),
     "top-k": lambda c, V: 0.0,
     "k-models": lambda c, V: c * math.log10(V),
 }
@@ -137,9 +140,10 @@ def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness
 
     The schemes (:data:`SCHEMES`; Cha et al., AdaptFM at ICML 2026, App. D.1): ``iid`` (with replacement),
     ``without-replacement``, ``almost-greedy`` (the top ``c − 1`` tokens, then one sampled from the rest; Hu et al.,
-    ICLR 2025, arXiv:2502.18779), ``top-k`` (deterministic) and ``k-models`` (child ``i`` from draft model ``i``,
-    independently: Khisti et al., ICLR 2025, arXiv:2410.18234). A node whose draft row has fewer positive tokens than
-    the scheme needs gets fewer children, never a zero-probability token; the survivors keep BFS order.
+    ICLR 2025, arXiv:2502.18779, whose "greedy draft sampling" it is: ``greedy-k`` names the same function),
+    ``top-k`` (deterministic) and ``k-models`` (child ``i`` from draft model ``i``, independently: Khisti et al.,
+    ICLR 2025, arXiv:2410.18234). A node whose draft row has fewer positive tokens than the scheme needs gets fewer
+    children, never a zero-probability token; the survivors keep BFS order.
     """
     sample_children = SCHEMES[check_drafting(scheme)]
     shape_children: list[list[int]] = [[] for _ in topology.parents]

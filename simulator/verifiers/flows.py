@@ -11,13 +11,15 @@ from typing import Sequence
 
 import numpy as np
 
+from ..drafting.shapes import top_tokens
 from ..errors import InvalidParameterError
 from ..numeric import Number, is_rational, normalise, positive_part, rational, row_cache, total
 from .gr_solver import GR_BOUND, gr_dual  # noqa: F401  (GR_BOUND: part of GR's definition)
 
 Row = tuple[Number, ...]
 Tuple_ = tuple[int, ...]
-TUPLE_LAWS = ("iid", "without-replacement")
+TUPLE_LAWS = ("iid", "without-replacement", "greedy-k", "almost-greedy")
+GREEDY_LAWS = ("greedy-k", "almost-greedy")  # one scheme, two names (docs/drafting.md)
 GR_TOLERANCE = 1e-6
 
 
@@ -27,8 +29,9 @@ def _zero(row: Row) -> Number:
 
 @row_cache(4096)
 def tuple_law(p: Row, k: int, law: str) -> dict[Tuple_, Number]:
-    """``P(X)`` for every candidate tuple of positive probability. Without replacement, a node whose draft
-    supports fewer than ``k`` tokens gets that many candidates (the short-support rule of docs/drafting.md)."""
+    """``P(X)`` for every candidate tuple of positive probability. Without replacement and under greedy drafting
+    (``greedy-k`` = ``almost-greedy``), a node whose draft supports fewer than ``k`` tokens gets that many candidates
+    (the short-support rule of docs/drafting.md)."""
     support = [x for x in range(len(p)) if p[x] > 0]
     if law == "iid":
         out = {}
@@ -47,6 +50,13 @@ def tuple_law(p: Row, k: int, law: str) -> dict[Tuple_, Number]:
                 left = left - p[x]
             out[tup] = prob
         return out
+    if law in GREEDY_LAWS:  # Hu et al.'s greedy drafting: the top k − 1 tokens, then one from the rest
+        fixed = tuple(top_tokens(p, k - 1))
+        rest = [x for x in support if x not in fixed]
+        if not rest:
+            return {fixed: p[support[0]] * 0 + 1}
+        left = total([p[x] for x in rest])
+        return {fixed + (x,): p[x] / left for x in rest}
     raise InvalidParameterError("tuple_law", f"unknown tuple law {law!r}; choose from {TUPLE_LAWS}")
 
 

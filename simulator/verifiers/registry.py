@@ -19,12 +19,12 @@ from .batched.ref import ArrayRuleRef, array_rule
 from .knobs import Knob, bind
 from .layer import lv
 from .lossy import fly, forced_rate, relaxed, threshold, typical
-from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, KSEQ, OPT, RRS, RRSW, SPS
+from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, HU, KSEQ, OPT, RRS, RRSW, SPS
 from .token_tree import tv
 
 Verifier = Callable[..., tuple]
 
-ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")
+ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "greedy-k", "top-k")
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
 IID, WOR = ("iid",), ("without-replacement",)
 
@@ -208,6 +208,8 @@ _SPECS = [
                  "sampling selection among drafts from different draft models, then SpS against the selected "
                  "token's law (ICLR 2025, arXiv:2410.18234, Theorem 1)", ("k-models",),
                  ("multi-chain", "complete")),
+    VerifierSpec("tv-hu", tv(HU, "greedy-k"), "token verification, Hu et al.'s rule for greedy drafting (SpS on "
+                 "the random last child, residual over the top ones; reaches α*)", ("almost-greedy", "greedy-k")),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
                  "CONTROL: greedy BV completed with the unmodified target", (), ("chain",),
                  lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)",

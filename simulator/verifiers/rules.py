@@ -131,5 +131,6 @@ KSEQ = SingleStepRule("kseq", plan=ss.kseq_plan)
 OPT = SingleStepRule("opt", solver=fl.opt_flow)
 GR = SingleStepRule("gr", solver=fl.gr_flow)
 DYSPEC_PRINTED = SingleStepRule("dyspec-printed", plan=ss.dyspec_printed_plan)
+HU = SingleStepRule("hu", plan=ss.hu_plan)  # Hu et al.'s rule for greedy drafting (tv-hu)
 
 RULES = {rule.name: rule for rule in (SPS, RRS, RRSW, DETERMINISTIC, KSEQ, OPT, GR)}

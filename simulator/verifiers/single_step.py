@@ -109,6 +109,25 @@ def deterministic_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
     return Plan(tuple(steps), tuple(target))
 
 
+def hu_plan(candidates: Sequence[int], p: Row, q: Row) -> Plan:
+    """Hu et al.'s verification for greedy draft sampling (ICLR 2025, arXiv:2502.18779, §5): the first ``k − 1``
+    candidates ``T`` are fixed, the last ``x`` was drawn from ``p' = norm(p·1[∉ T])``. SpS on ``x`` against ``p'``
+    (accept w.p. ``min(1, q(x)/p'(x))``); on a rejection ``y ~ r = norm((q − p')_+)``, which is ``q`` on ``T``, and a
+    ``y`` in ``T`` is the candidate holding it (deterministic RRS over ``T`` against ``r``). Acceptance
+    ``q(T) + Σ_{x∉T} min(q(x), p'(x))``, the optimum ``α*`` of the greedy tuple law. ``k = 1``: SpS exactly."""
+    fixed, x = list(candidates[:-1]), candidates[-1]
+    rest = [px * 0 if y in fixed else px for y, px in enumerate(p)]
+    if not fixed:
+        draft = tuple(p)
+    elif total(rest) > 0:
+        draft = normalise(rest)
+    else:  # every token of p is fixed: a tuple greedy drafting never makes (the last would repeat one)
+        return deterministic_plan(candidates, p, q)
+    corrected = residual(q, draft)
+    rest_plan = deterministic_plan(fixed, p, corrected)
+    return Plan(((len(fixed), ratio(q[x], draft[x])),) + rest_plan.steps, rest_plan.residual)
+
+
 # ---- K-SEQ ------------------------------------------------------------------------------------------------
 KSEQ_BISECTION_STEPS = 60
 
