@@ -377,6 +377,43 @@ def check_khisti(count: int, seed: int, tick: Callable[[], None] = _nothing,
                           "Khisti et al. 2025, Theorem 1; LP optimum")]
 
 
+# ---- Hu et al.: the subset-selection dual and greedy drafting -----------------------------------------------
+def check_hu(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
+    """Hu et al. (ICLR 2025, arXiv:2502.18779): the subset selection over prefixes (its dual) = α* (every subset,
+    :func:`alpha_star`) = OPT's maximum flow, with and without replacement, on ``count`` random row pairs; and under
+    greedy drafting the closed form = α* = tv-hu's single-step acceptance there, and tv-hu's E[τ] = ``optimum``'s
+    E[τ]* on ``count // 10`` one-level trees (branching 2–3), all exact."""
+    from exact.prove.optimum import optimum
+    from simulator.verifiers.flows import opt_flow
+    from simulator.verifiers.hu import greedy_alpha, subset_selection
+    from simulator.verifiers.rules import HU
+
+    rng = np.random.default_rng(seed)
+    dual, greedy, ceiling = _Worst(), _Worst(), _Worst()
+    for _ in range(count):
+        vocab, k = int(rng.integers(2, 6)), int(rng.integers(1, 4))
+        p, q = _rows(rng, vocab)
+        where = f"p={[str(x) for x in p]} q={[str(x) for x in q]} k={k}"
+        for law in ("iid", "without-replacement"):
+            value, star = subset_selection(p, q, k, law)[0], alpha_star(p, q, k, law)[0]
+            dual.see(-max(abs(value - star), abs(value - opt_flow(p, q, k, law).acceptance)), f"{where} {law}")
+        star = alpha_star(p, q, k, "greedy-k")[0]
+        accepted = sum(HU.outflow(p, q, k, "greedy-k"), star * 0)
+        greedy.see(-max(abs(greedy_alpha(p, q, k) - star), abs(accepted - star)), where)
+        tick()
+    for model, rng in _models(max(1, count // 10), seed + 1, (2, 5)):
+        drafter = FixedShape(make_topology("complete", 1, int(rng.integers(2, 4))), "greedy-k")
+        result = optimum(model, drafter)
+        e_hu = round_law(model, drafter, "tv-hu").expected_accepted()
+        where = f"vocab={model.vocab} seed={model.seed} branching={len(drafter.topology.parents) - 1}"
+        ceiling.see(-abs(result.optimum - e_hu) if result.proved else -1, where)
+    return [dual.check("subset selection over prefixes (the dual) = α* = OPT's max flow, with and without "
+                       "replacement", "Hu et al. 2025, dual and subset selection"),
+            greedy.check("greedy drafting: closed-form α* = α* of its tuple law = tv-hu's acceptance",
+                         "Hu et al. 2025, greedy draft sampling"),
+            ceiling.check("tv-hu's E[τ] = optimum E[τ]* at depth 1 under greedy-k", "Hu et al. 2025; LP optimum")]
+
+
 CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "chains": (check_bv_optimal_on_chains, 200),
     "single-step": (check_single_step, 1000),
@@ -387,6 +424,7 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "optimum": (check_optimum, 500),
     "gr-vs-opt": (check_gr_reaches_opt, 100),
     "khisti": (check_khisti, 100),
+    "hu": (check_hu, 200),
 }
 
 
