@@ -186,7 +186,8 @@ def test_bad_inputs_name_the_field():
 
 def test_every_registered_verifier_has_a_torch_path():
     """Every rule but the lossy-by-design ones, which are priced exactly and run their reference in Monte Carlo, and
-    those lossless only under schemes with no array drafting (``k-models``: Monte Carlo runs their reference)."""
+    those lossless only under schemes with no array drafting (``k-models``, ``greedy-k``: Monte Carlo runs
+    their reference)."""
     assert {n for n, spec in VERIFIERS.items() if not spec.lossy_by_design
             and (spec.is_control or set(spec.lossless_under) & set(ARRAY_SCHEMES))} == set(TORCH_VERIFIERS)
 

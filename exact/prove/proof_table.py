@@ -79,6 +79,10 @@ def cases() -> list[Case]:
                     for shape in ("one level, 2 children", "complete, b = 2, depth 3")]
     out += [Case(rule, "complete, b = 2, depth 3", 3, expect="REFUTED", method="lifting")
             for rule in ("bug-residual-q", "bug-accept-all")]
+    # tv-hu (greedy drafting): at V = 3 its identity fails only on cells whose non-linear sign conditions contradict
+    # each other (docs/rules.md), which the prover cannot show empty
+    out += [Case("tv-hu", shape, 2, "almost-greedy") for shape in ("one level, 2 children", "chain, depth 1")]
+    out += [Case("tv-hu", "one level, 2 children", 3, "almost-greedy", expect="UNDECIDED", method="lifting")]
     return out
 
 

@@ -209,7 +209,8 @@ _SPECS = [
                  "token's law (ICLR 2025, arXiv:2410.18234, Theorem 1)", ("k-models",),
                  ("multi-chain", "complete")),
     VerifierSpec("tv-hu", tv(HU, "greedy-k"), "token verification, Hu et al.'s rule for greedy drafting (SpS on "
-                 "the random last child, residual over the top ones; reaches α*)", ("almost-greedy", "greedy-k")),
+                 "the random last child, residual over the top ones; reaches α*)", ("almost-greedy", "greedy-k"),
+                 chain_expectation="token"),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
                  "CONTROL: greedy BV completed with the unmodified target", (), ("chain",),
                  lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)",
