@@ -111,3 +111,16 @@ def test_short_support_and_one_child():
     assert greedy_alpha(p, q, 3) == F(3, 5) == sum(HU.outflow(p, q, 3, "greedy-k"), F(0))
     assert HU.planned(P, Q, (2,)).steps == ((0, 1),) and HU.planned(P, Q, (0,)).steps == ((0, F(1, 2)),)
     assert HU.planned(P, Q, (0,)).residual == (0, 0, 1)  # norm((q − p)_+): only the third token gains
+
+
+def test_the_theorem_check_holds_and_fails_with_a_wrong_rule_or_dual(monkeypatch):
+    """``specproof theorems --check hu`` at a small scale holds; with RRS in tv-hu's place (the greedy acceptance
+    check) or with draws without replacement counted as i.i.d. (the dual check) it fails."""
+    from simulator.verifiers import hu, rules
+    from specproof.reports.theorems import check_hu
+
+    assert all(c.holds for c in check_hu(20, 0))
+    monkeypatch.setattr(rules, "HU", rules.RRS)
+    monkeypatch.setattr(hu, "drafts_inside", lambda p, k, law, subset: sum((p[x] for x in subset), p[0] * 0) ** k)
+    dual, greedy, ceiling = check_hu(20, 0)
+    assert not dual.holds and not greedy.holds and ceiling.holds
