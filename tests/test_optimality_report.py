@@ -45,7 +45,7 @@ def test_a_model_table_reproduces_the_instance():
 
 @pytest.fixture
 def small(monkeypatch):
-    """Two random pairs and no synthetic one: 14 instances, seconds."""
+    """Two random pairs and no synthetic one: 26 instances, seconds."""
     monkeypatch.setattr(optimality, "RANDOM_SEEDS", (0, 1))
     monkeypatch.setattr(optimality, "SYNTHETIC", ())
 
@@ -55,7 +55,7 @@ def test_the_report_on_a_few_instances(small, tmp_path):
     out = tmp_path / "rep"
     assert optimality.write_optimality_report(out, tmp_path / "store", 1, "specproof report --full")
     text = (out / "optimality.md").read_text()
-    assert "Optimum proved on 14 of 14 instances; lossless rules above it: 0; claiming rules found lossy: 0" in text
+    assert "Optimum proved on 26 of 26 instances; lossless rules above it: 0; claiming rules found lossy: 0" in text
     # Block Verification is the optimum on every chain (its Theorem 2)
     assert "| `bv` | 2 | 1.0000 | 1.0000 | 100% |" in text
     case = out / "optimality_cases" / "worst-complete-iid.json"

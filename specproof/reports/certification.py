@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DRAFTING, DrafterOptions, make_drafter
 from simulator.drafting import Drafter, draft_models_for
-from simulator.models import ModelPair, SyntheticModel
+from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
 from simulator.errors import InvalidParameterError
 from simulator.numeric import decimal_text
 from simulator.trees import make_topology
@@ -26,16 +26,18 @@ EXTRA_DRAFT_RHO = 0.8
 
 
 def with_draft_models(model: ModelPair, count: int) -> ModelPair:
-    """``model`` with ``count`` draft models for the ``k-models`` rows: the synthetic pair keeps its target and
-    draft model 0 and gains draft models of similarity :data:`EXTRA_DRAFT_RHO` (docs/models.md); a model that has
-    enough already is itself."""
+    """``model`` with ``count`` draft models, for rows drafted by ``k-models``: the synthetic pair keeps its target
+    and draft model 0 and gains draft models of similarity :data:`EXTRA_DRAFT_RHO`, a random rational pair draws
+    the extra draft rows after its own (docs/models.md); a model that has enough already is itself."""
     if getattr(model, "draft_models", 1) >= count:
         return model
-    if not isinstance(model, SyntheticModel):
-        raise InvalidParameterError("model", f"k-models drafting needs {count} draft models; this model has "
-                                             f"{getattr(model, 'draft_models', 1)}")
-    return SyntheticModel(model.vocab, model.rhos + (EXTRA_DRAFT_RHO,) * (count - len(model.rhos)), model.tau_p,
-                          model.tau_q, model.seed)
+    if isinstance(model, SyntheticModel):
+        return SyntheticModel(model.vocab, model.rhos + (EXTRA_DRAFT_RHO,) * (count - len(model.rhos)), model.tau_p,
+                              model.tau_q, model.seed)
+    if isinstance(model, RandomRationalModel):
+        return RandomRationalModel(model.vocab, model.seed, model.max_weight, model.zero_prob, draft_models=count)
+    raise InvalidParameterError("model", f"k-models drafting needs {count} draft models; this model has "
+                                         f"{getattr(model, 'draft_models', 1)}")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from exact.prove.optimum import claiming_rules, optimum, rule_row
+from simulator.drafting import draft_models_for
 from simulator.drafting.drafter_registry import make_drafter
 from simulator.models import make_model, table_json
 from simulator.trees import make_topology
@@ -22,11 +23,18 @@ from simulator.verifiers import VERIFIERS
 from simulator.verifiers.flows import GR_TOLERANCE
 from simulator.workers import pool_options
 
+from .certification import EXTRA_DRAFT_RHO, with_draft_models
+
 #: The shapes: name → (topology, depth, branching), the small members of the toy study's families.
 SHAPES = {"chain": ("chain", 3, 1), "complete": ("complete", 2, 2), "multi-chain": ("multi-chain", 2, 3),
           "tapered": ("tapered", 2, 2)}
-#: The fixed drafting schemes compared (on a chain both draw the same trees, so it has i.i.d. only).
-SCHEMES = ("iid", "without-replacement")
+#: The fixed drafting schemes compared on each shape. A chain draws the same trees under every scheme, so it has
+#: i.i.d. drafting only; SpecHub's ``hub`` drafts exactly two children a node; ``k-models`` drafts each node's
+#: child ``i`` from draft model ``i`` (Khisti et al.), on the trees ``khisti-is`` is defined on.
+SCHEMES = {"chain": ("iid",),
+           "complete": ("iid", "without-replacement", "greedy-k", "hub", "k-models"),
+           "multi-chain": ("iid", "without-replacement", "greedy-k", "k-models"),
+           "tapered": ("iid", "without-replacement", "greedy-k")}
 VOCAB = 3
 #: The synthetic pair's settings: the toy study's similarity sweep at τ = 1 and its temperature sweep at ρ = 0.5
 #: (Cha et al. 2026, Tables 10–15), each with model seeds 0 and 1.
@@ -49,12 +57,23 @@ class Instance:
     tau: float = 1.0
 
     def build(self):
-        model = make_model(self.model, None, VOCAB, self.seed, rho=self.rho, tau_p=self.tau, tau_q=self.tau)
         topology = make_topology(*SHAPES[self.shape])
+        model = with_draft_models(make_model(self.model, None, VOCAB, self.seed, rho=self.rho, tau_p=self.tau,
+                                             tau_q=self.tau), self.draft_models)
         return model, make_drafter(self.scheme, topology, model)
 
+    @property
+    def draft_models(self) -> int:
+        return draft_models_for(self.scheme, make_topology(*SHAPES[self.shape]))
+
+    @property
+    def rhos(self) -> str:
+        """The draft models' similarities as ``--rho`` takes them."""
+        return ",".join(f"{rho:g}" for rho in (self.rho,) + (EXTRA_DRAFT_RHO,) * (self.draft_models - 1))
+
     def label(self) -> str:
-        extra = f" ρ={self.rho} τ={self.tau}" if self.model == "synthetic" else ""
+        extra = f" ρ={self.rhos} τ={self.tau}" if self.model == "synthetic" else (
+            f" ({self.draft_models} draft models)" if self.draft_models > 1 else "")
         return f"{self.model} seed {self.seed}{extra}"
 
     def command(self, table: str | None = None) -> str:
@@ -62,7 +81,8 @@ class Instance:
         topology, depth, branching = SHAPES[self.shape]
         model = f"--model table --table {table}" if table else (
             f"--model {self.model} --vocab {VOCAB} --seed {self.seed}"
-            + (f" --rho {self.rho} --tau-p {self.tau} --tau-q {self.tau}" if self.model == "synthetic" else ""))
+            + (f" --rho {self.rhos} --tau-p {self.tau} --tau-q {self.tau}" if self.model == "synthetic" else
+               f" --draft-models {self.draft_models}" if self.draft_models > 1 else ""))
         return (f"specproof optimum {model} --topology {topology} --depth {depth} --branching {branching} "
                 f"--drafting {self.scheme}")
 
@@ -70,7 +90,7 @@ class Instance:
 def instances() -> list[Instance]:
     out = []
     for shape in SHAPES:
-        for scheme in SCHEMES if shape != "chain" else ("iid",):
+        for scheme in SCHEMES[shape]:
             out += [Instance("random-rational", s, shape, scheme) for s in RANDOM_SEEDS]
             out += [Instance("synthetic", s, shape, scheme, rho, tau) for rho, tau in SYNTHETIC
                     for s in SYNTHETIC_SEEDS]
@@ -107,8 +127,8 @@ def _measure_cached(root: str, instance: Instance) -> dict:
 def measure_all(store_root: Path, jobs: int = 1, tick: Callable[[str, int], None] | None = None) -> list[dict]:
     """Every instance's record, from the store's cache or computed (in ``jobs`` processes).
 
-    For each shape (a chain, the complete, multi-chain and tapered trees) and fixed drafting scheme (i.i.d., without
-    replacement), ``V = 3``: the optimum, proved exactly (:func:`exact.prove.optimum.optimum`), and each built-in rule
+    For each shape (a chain, the complete, multi-chain and tapered trees) and fixed drafting scheme it is compared
+    under (:data:`SCHEMES`), ``V = 3``: the optimum, proved exactly (:func:`exact.prove.optimum.optimum`), and each built-in rule
     that claims the scheme and the shape, certified exactly, with its efficiency ``E[τ] / E[τ]*``. The report
     summarises per rule the minimum, the median and the share of instances at the optimum, and writes the instance
     where the best rule is farthest from the ceiling as a model table (``--model table``). Written by ``specproof
@@ -208,8 +228,8 @@ class OptimalityResults:
 
 
 def _groups() -> list[tuple[str, str]]:
-    """(shape, scheme) in the report's order: a chain has i.i.d. drafting only."""
-    return [(shape, scheme) for shape in SHAPES for scheme in (SCHEMES if shape != "chain" else ("iid",))]
+    """(shape, scheme) in the report's order (:data:`SCHEMES`)."""
+    return [(shape, scheme) for shape in SHAPES for scheme in SCHEMES[shape]]
 
 
 def optimality_results(records: list[dict]) -> OptimalityResults:
@@ -317,7 +337,12 @@ def _intro_lines(results: OptimalityResults, command: str, machine: str) -> list
             + ", ".join(f"({rho:g}, {tau:g})" for rho, tau in SYNTHETIC) + "}, model seeds "
             + ", ".join(map(str, SYNTHETIC_SEEDS)) + ". Shapes: "
             + ", ".join(f"{name} (depth {d}, branching {b})" for name, (_, d, b) in SHAPES.items())
-            + ". A chain draws the same trees under both schemes, so it has i.i.d. drafting only.", "",
+            + ". Drafting: i.i.d. and without replacement on every tree; Hu et al.'s `greedy-k` on every tree; "
+              "SpecHub's `hub` (exactly two children a node) on the complete tree; `k-models` (child `i` from draft "
+              "model `i`) on the complete tree and the multi-chain, with one draft model per child: the random "
+              "rational pair draws the extra draft rows after its own (`--draft-models`), the synthetic pair adds "
+              f"draft models of similarity ρ = {EXTRA_DRAFT_RHO:g} (`--rho ρ,{EXTRA_DRAFT_RHO:g}`). A chain draws "
+              "the same trees under every scheme, so it has i.i.d. drafting only.", "",
             "**At `E[τ]*`** is the share of instances where the rule reaches the ceiling exactly (GR's flows, "
             f"solved numerically: within {GR_TOLERANCE:g}).", "",
             "![efficiency per rule, shape and drafting](optimality.png)", ""]
