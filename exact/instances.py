@@ -11,6 +11,7 @@ import numpy as np
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting import draft_models_for
 from simulator.drafting.drafter_registry import Drafter, DrafterOptions, make_drafter
+from simulator.drafting.shapes import FIXED_BRANCHING
 from simulator.models import RandomRationalModel
 from simulator.trees import Topology, check_parents, make_topology
 from simulator.verifiers import VerifierSpec
@@ -38,13 +39,26 @@ def _random_parents(rng: np.random.Generator, draft_nodes: int) -> list[int]:
     return check_parents(parents)  # type: ignore[return-value]
 
 
-def random_shape(rng: np.random.Generator, shape: str, max_nodes: int) -> Topology:
-    """A random tree of the named shape with 1..``max_nodes`` draft nodes (explicit: a random BFS tree)."""
+def _random_full_parents(rng: np.random.Generator, draft_nodes: int, branching: int) -> list[int]:
+    """A random BFS tree whose inner nodes all have ``branching`` children, with at most ``draft_nodes`` draft nodes
+    (at least ``branching``): nodes expanded in increasing id order, each after the last one expanded."""
+    parents, last = [-1] + [0] * branching, 0
+    while len(parents) - 1 + branching <= draft_nodes and rng.random() < 0.7:
+        last = int(rng.integers(last + 1, len(parents)))
+        parents += [last] * branching
+    return check_parents(parents)  # type: ignore[return-value]
+
+
+def random_shape(rng: np.random.Generator, shape: str, max_nodes: int, branching: int | None = None) -> Topology:
+    """A random tree of the named shape with 1..``max_nodes`` draft nodes (explicit: a random BFS tree); with
+    ``branching``, every inner node has that many children (a scheme defined for one child count only)."""
     for _ in range(100):
-        if shape == "explicit":
+        if shape == "explicit" and branching is not None:
+            topo = make_topology("explicit", parents=_random_full_parents(rng, max_nodes, branching))
+        elif shape == "explicit":
             topo = make_topology("explicit", parents=_random_parents(rng, int(rng.integers(1, max_nodes + 1))))
         else:
-            topo = make_topology(shape, int(rng.integers(1, max_nodes + 1)), int(rng.integers(1, 4)))
+            topo = make_topology(shape, int(rng.integers(1, max_nodes + 1)), branching or int(rng.integers(1, 4)))
         if 1 <= len(topo.parents) - 1 <= max_nodes:
             return topo
     raise RuntimeError(f"no {shape} tree within {max_nodes} nodes")  # pragma: no cover
@@ -68,8 +82,8 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
         nodes = max_nodes
         while vocab ** nodes > max_outcomes:
             nodes -= 1
-        topology = random_shape(rng, shapes[i % len(shapes)], nodes)
         scheme = schemes[(i // len(shapes)) % len(schemes)]
+        topology = random_shape(rng, shapes[i % len(shapes)], nodes, FIXED_BRANCHING.get(scheme))
         model = RandomRationalModel(vocab=vocab, seed=int(rng.integers(2**31)), zero_prob=0.3,
                                     draft_models=draft_models_for(scheme, topology))
         yield Instance(model, topology, scheme, make_drafter(scheme, topology, model, random_options(rng, nodes)))

@@ -45,6 +45,7 @@ PRIMITIVES = {"ratio", "residual", "positive_residual"}
 ALLOWED = ("simulator/numeric.py", "simulator/array_ops.py",
            "simulator/verifiers/single_step.py", "simulator/verifiers/single_step_arrays.py",
            "simulator/verifiers/controls.py",
+           "simulator/verifiers/spechub.py",
            "simulator/verifiers/block.py", "simulator/verifiers/batched/block.py",
            "simulator/verifiers/traversal.py", "simulator/verifiers/batched/traversal.py")
 #: a lift's own correction: Layer Verification's Eq. 2, ``y ~ norm((a_v q_v − flow_v)_+)``, in its backward stage only

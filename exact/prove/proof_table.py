@@ -28,7 +28,7 @@ TREE_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "tv-det", "dyspec", "trv", "trv-iid
 CHAIN_RULES = ("bv", "greedy-bv", "gbv")
 #: the token-verification lifts proved by lifting (exact/prove/lifting.py) beside their cell search
 LIFTED_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "tv-det", "dyspec")
-FIXED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k")  # the schemes of a fixed shape
+FIXED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "hub")  # the schemes of a fixed shape
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,10 @@ def cases() -> list[Case]:
     # each other (docs/rules.md), which the prover cannot show empty
     out += [Case("tv-hu", shape, 2, "almost-greedy") for shape in ("one level, 2 children", "chain, depth 1")]
     out += [Case("tv-hu", "one level, 2 children", 3, "almost-greedy", expect="UNDECIDED", method="lifting")]
+    # SpecHub at V = 2 (at V = 3 its pair law p(a)p(x)/(1 − p(a)) leaves non-linear cells the search cannot decide)
+    out += [Case("spechub", shape, 2, "hub", method=method) for shape, method in
+            (("one level, 2 children", "cells"), ("one level, 2 children", "lifting"),
+             ("complete, b = 2, depth 3", "lifting"))]
     return out
 
 

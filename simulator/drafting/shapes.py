@@ -22,6 +22,7 @@ DRAFTING: dict[str, str] = {
     "greedy-k": "Hu et al.'s greedy draft sampling: the same scheme as almost-greedy, under the paper's name",
     "top-k": "the top c tokens of p, deterministically (ties by token id)",
     "k-models": "child i drawn from draft model i (a model with k ≥ c draft models; Khisti et al.)",
+    "hub": "SpecHub's two drafts: x1 ~ p; x2 ~ p without a if x1 is p's top token a, else x2 = a (c = 2)",
 }
 
 
@@ -73,6 +74,26 @@ def _k_models(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]
     return (rng.categorical(row) for row in models[:count])
 
 
+def _hub(p: Sequence[Number], count: int, rng: Randomness) -> Iterator[int]:
+    """SpecHub's drafts (Sun et al., EMNLP 2024, arXiv:2411.05289): exactly two; ``a`` the top token of ``p``
+    (ties by token id), ``x1 ~ p``, then ``x2 ~ p`` renormalised without ``a`` if ``x1 = a``, else ``x2 = a``. So
+    ``P(x, a) = p(x)`` and ``P(a, x) = p(a)·p(x)/(1 − p(a))`` for ``x ≠ a``. A row with one positive token gets one
+    child, ``a`` (the short-support rule)."""
+    if count != 2:
+        raise InvalidParameterError("branching", f"the hub scheme drafts exactly 2 children per node, got {count}")
+    return _hub_draws(p, rng)
+
+
+def _hub_draws(p: Sequence[Number], rng: Randomness) -> Iterator[int]:
+    hub = top_tokens(p, 1)[0]
+    first = rng.categorical(p)
+    yield first
+    if first != hub:
+        yield hub
+    else:
+        yield from _sample_distinct([p[x] * 0 if x == hub else p[x] for x in range(len(p))], 1, rng)
+
+
 #: Each scheme yields a node's children one at a time, each drawn when asked for (the lazy exact engine asks only
 #: for the children a verifier reads, :mod:`simulator.drafting.lazy_draft`); fewer than asked under short support.
 SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], Iterator[int]]] = {
@@ -82,6 +103,7 @@ SCHEMES: dict[str, Callable[[Sequence[Number], int, Randomness], Iterator[int]]]
     "greedy-k": _almost_greedy,  # Hu et al.'s name for the same scheme (docs/drafting.md)
     "top-k": _top_k,
     "k-models": _k_models,
+    "hub": _hub,
 }
 
 
@@ -97,6 +119,7 @@ _LOG10_CHOICES: dict[str, Callable[[int, int], float]] = {
     "greedy-k": lambda c, V: _LOG10_CHOICES["almost-greedy"](c, V),
     "top-k": lambda c, V: 0.0,
     "k-models": lambda c, V: c * math.log10(V),
+    "hub": lambda c, V: math.log10(2 * max(V - 1, 1)),
 }
 
 
@@ -107,6 +130,25 @@ def draft_models_for(scheme: str, topology: Topology) -> int:
         return 1
     children = [topology.parents[1:].count(v) for v in range(len(topology.parents))]
     return max(2, *children)
+
+
+#: the schemes defined for one number of children only: every inner node of their shapes must have it
+FIXED_BRANCHING: dict[str, int] = {"hub": 2}
+
+
+def _child_counts(parents: Sequence[int]) -> dict[int, int]:
+    """Each inner node's number of children."""
+    counts: dict[int, int] = {}
+    for par in parents[1:]:
+        counts[par] = counts.get(par, 0) + 1
+    return counts
+
+
+def branching_fits(scheme: str, parents: Sequence[int]) -> bool:
+    """Whether every inner node of the tree ``parents`` has the number of children ``scheme`` needs, if it needs one
+    (:data:`FIXED_BRANCHING`)."""
+    need = FIXED_BRANCHING.get(scheme)
+    return need is None or set(_child_counts(parents).values()) == {need}
 
 
 def check_drafting(scheme: str) -> str:
@@ -141,9 +183,10 @@ def draft_tree(topology: Topology, view: ModelView, scheme: str, rng: Randomness
     The schemes (:data:`SCHEMES`; Cha et al., AdaptFM at ICML 2026, App. D.1): ``iid`` (with replacement),
     ``without-replacement``, ``almost-greedy`` (the top ``c − 1`` tokens, then one sampled from the rest; Hu et al.,
     ICLR 2025, arXiv:2502.18779, whose "greedy draft sampling" it is: ``greedy-k`` names the same function),
-    ``top-k`` (deterministic) and ``k-models`` (child ``i`` from draft model ``i``, independently: Khisti et al.,
-    ICLR 2025, arXiv:2410.18234). A node whose draft row has fewer positive tokens than the scheme needs gets fewer
-    children, never a zero-probability token; the survivors keep BFS order.
+    ``top-k`` (deterministic), ``k-models`` (child ``i`` from draft model ``i``, independently: Khisti et al.,
+    ICLR 2025, arXiv:2410.18234) and ``hub`` (SpecHub's pair around ``p``'s top token, two children per node). A node
+    whose draft row has fewer positive tokens than the scheme needs gets fewer children, never a zero-probability
+    token; the survivors keep BFS order.
     """
     sample_children = SCHEMES[check_drafting(scheme)]
     shape_children: list[list[int]] = [[] for _ in topology.parents]
@@ -198,6 +241,11 @@ class FixedShape:
 
     def __post_init__(self) -> None:
         check_drafting(self.scheme)
+        if not branching_fits(self.scheme, self.topology.parents):
+            counts = sorted(set(_child_counts(self.topology.parents).values()))
+            raise InvalidParameterError("branching", f"{self.scheme} drafting needs exactly "
+                                                     f"{FIXED_BRANCHING[self.scheme]} children at every inner node; "
+                                                     f"this {self.topology.name} tree has {counts}")
 
     @property
     def height(self) -> int:
@@ -219,11 +267,8 @@ class FixedShape:
         return ("parents",) if self.topology.name == "explicit" else ("depth", "branching")
 
     def log10_trees(self, vocab: int) -> float:
-        counts: dict[int, int] = {}
-        for par in self.topology.parents[1:]:
-            counts[par] = counts.get(par, 0) + 1
         choices = _LOG10_CHOICES[self.scheme]
-        return sum(choices(c, vocab) for c in counts.values())
+        return sum(choices(c, vocab) for c in _child_counts(self.topology.parents).values())
 
     def describe(self) -> dict:
         return {"topology": self.topology.name, "parents": list(self.topology.parents),

@@ -15,10 +15,11 @@ from ..drafting.shapes import top_tokens
 from ..errors import InvalidParameterError
 from ..numeric import Number, is_rational, normalise, positive_part, rational, row_cache, total
 from .gr_solver import GR_BOUND, gr_dual  # noqa: F401  (GR_BOUND: part of GR's definition)
+from .spechub import hub_pairs
 
 Row = tuple[Number, ...]
 Tuple_ = tuple[int, ...]
-TUPLE_LAWS = ("iid", "without-replacement", "greedy-k", "almost-greedy")
+TUPLE_LAWS = ("iid", "without-replacement", "greedy-k", "almost-greedy", "hub")
 GREEDY_LAWS = ("greedy-k", "almost-greedy")  # one scheme, two names (docs/drafting.md)
 GR_TOLERANCE = 1e-6
 
@@ -57,6 +58,12 @@ def tuple_law(p: Row, k: int, law: str) -> dict[Tuple_, Number]:
             return {fixed: p[support[0]] * 0 + 1}
         left = total([p[x] for x in rest])
         return {fixed + (x,): p[x] / left for x in rest}
+    if law == "hub":  # SpecHub's pairs (simulator/verifiers/spechub.py): two drafts, one under short support
+        pairs = hub_pairs(p)
+        drafted = len(next(iter(pairs)))
+        if k != drafted:
+            raise InvalidParameterError("branching", f"hub drafting drafts {drafted} children from this row, not {k}")
+        return pairs
     raise InvalidParameterError("tuple_law", f"unknown tuple law {law!r}; choose from {TUPLE_LAWS}")
 
 

@@ -19,7 +19,7 @@ from .batched.ref import ArrayRuleRef, array_rule
 from .knobs import Knob, bind
 from .layer import lv
 from .lossy import fly, forced_rate, relaxed, threshold, typical
-from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, HU, KSEQ, OPT, RRS, RRSW, SPS
+from .rules import DETERMINISTIC, DYSPEC_PRINTED, GR, HU, KSEQ, OPT, RRS, RRSW, SPECHUB, SPS
 from .token_tree import tv
 
 Verifier = Callable[..., tuple]
@@ -211,6 +211,8 @@ _SPECS = [
     VerifierSpec("tv-hu", tv(HU, "greedy-k"), "token verification, Hu et al.'s rule for greedy drafting (SpS on "
                  "the random last child, residual over the top ones; reaches α*)", ("almost-greedy", "greedy-k"),
                  chain_expectation="token"),
+    VerifierSpec("spechub", tv(SPECHUB, "hub"), "token verification, SpecHub's two-draft transport (Sun et al., "
+                 "EMNLP 2024)", ("hub",), ("complete", "binary", "explicit")),
     VerifierSpec("bug-greedy-bv-nomod", controls.bug_greedy_bv_nomod,
                  "CONTROL: greedy BV completed with the unmodified target", (), ("chain",),
                  lossy_on="chains of depth ≥ 2 (lossless at depth 1, where no later token is modified)",

@@ -11,6 +11,7 @@ from ..numeric import RATIONALS, Number, row_cache, total
 from ..randomness import Randomness
 from . import flows as fl
 from . import single_step as ss
+from .spechub import spechub_plan
 
 Row = tuple[Number, ...]
 
@@ -132,5 +133,6 @@ OPT = SingleStepRule("opt", solver=fl.opt_flow)
 GR = SingleStepRule("gr", solver=fl.gr_flow)
 DYSPEC_PRINTED = SingleStepRule("dyspec-printed", plan=ss.dyspec_printed_plan)
 HU = SingleStepRule("hu", plan=ss.hu_plan)  # Hu et al.'s rule for greedy drafting (tv-hu)
+SPECHUB = SingleStepRule("spechub", plan=spechub_plan)
 
 RULES = {rule.name: rule for rule in (SPS, RRS, RRSW, DETERMINISTIC, KSEQ, OPT, GR)}

@@ -9,6 +9,7 @@ import math
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
 from simulator.drafting import Drafter
+from simulator.drafting.shapes import branching_fits
 from simulator.errors import InvalidParameterError
 from simulator.limits import DEFAULT_MAX_EXECUTIONS
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
@@ -119,8 +120,9 @@ def instances(b: dict, what: Subject) -> list[dict]:
 
     A battery is a dict (a gate config's ``[battery]`` table; keyword arguments of :mod:`specproof.gate.testing`):
     models (``random-rational``, ``synthetic``) × seeds × vocabularies × shapes × drafting schemes. Shapes are the
-    battery's topologies at its ``depth`` and ``branching`` that the subject is defined on; DySpec's dynamic drafting
-    ignores them (``budget``, ``threshold``, ``max_depth`` apply). Drafting: the battery's list, else the schemes the
+    battery's topologies at its ``depth`` and ``branching`` that the subject is defined on and the scheme drafts
+    (``hub``: two children per node); DySpec's dynamic drafting ignores them (``budget``, ``threshold``,
+    ``max_depth`` apply). Drafting: the battery's list, else the schemes the
     subject claims (ADED excepted: its drafts depend on history).
     """
     schemes = b["drafting"] or [s for s in what.schemes if s in DRAFTERS and s != "aded"] or ["iid"]
@@ -130,7 +132,8 @@ def instances(b: dict, what: Subject) -> list[dict]:
             out.append({"model": kind, "seed": seed, "vocab": vocab, "drafting": scheme})
             continue
         for topology in b["topologies"]:
-            if what.allows(make_topology(topology, b["depth"], b["branching"]).parents):
+            parents = make_topology(topology, b["depth"], b["branching"]).parents
+            if what.allows(parents) and branching_fits(scheme, parents):
                 out.append({"model": kind, "seed": seed, "vocab": vocab, "topology": topology, "drafting": scheme})
     return out
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from simulator.drafting import draft_models_for
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
+from simulator.drafting.shapes import FIXED_BRANCHING
 from simulator.errors import InvalidDistributionError, InvalidParameterError, TimeLimitError
 from simulator.limits import until
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
@@ -30,7 +31,8 @@ LOCAL_MOVES = 3
 MAX_OUTCOMES = 3000
 #: ``k-models`` draws child i of a node from draft model i: its pairs get the draft models the tree needs
 #: (:func:`simulator.drafting.draft_models_for`)
-SEARCHED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "dyspec", "dyspec-threshold", "k-models")
+SEARCHED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "hub", "dyspec", "dyspec-threshold",
+                    "k-models")
 
 
 @dataclass(frozen=True)
@@ -165,11 +167,13 @@ def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: 
         nodes += 1
     topology = fixed.topology
     if topology is None:
-        topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes)
+        topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes,
+                                FIXED_BRANCHING.get(scheme))
         for _ in range(100):  # draft models held fixed: a tree they can draft (k-models: no node wider than them)
             if not fixed.draft_models or draft_models_for(scheme, topology) <= fixed.draft_models:
                 break
-            topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes)
+            topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes,
+                                    FIXED_BRANCHING.get(scheme))
     if fixed.draft_models and draft_models_for(scheme, topology) > fixed.draft_models:
         raise InvalidParameterError("drafting", f"{scheme} needs {draft_models_for(scheme, topology)} draft models on "
                                                 f"this tree, and {fixed.draft_models} are held fixed: give more, or "

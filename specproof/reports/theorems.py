@@ -414,6 +414,33 @@ def check_hu(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list
             ceiling.check("tv-hu's E[τ] = optimum E[τ]* at depth 1 under greedy-k", "Hu et al. 2025; LP optimum")]
 
 
+# ---- SpecHub (Sun et al., EMNLP 2024) ----------------------------------------------------------------------
+def check_spechub(count: int, seed: int, tick: Callable[[], None] = _nothing) -> list[Check]:
+    """SpecHub at depth 1 under hub drafting, on ``count`` random rational models (vocab 2–5): its exact ``E[τ]``
+    equals the LP optimum ``E[τ]*`` of the hub scheme (every hub pair holds the top token, so filling the target
+    greedily is an optimal transport: docs/rules.md); and the paper's experimental claim that it accepts more than
+    RRS with two i.i.d. drafts and RRS without replacement, checked exactly (an open claim: not a theorem)."""
+    from exact.prove.optimum import rule_margins
+
+    shape = make_topology("complete", 1, 2)
+    instances = [(model, FixedShape(shape, "hub"), f"vocab={model.vocab} seed={model.seed}")
+                 for model, _ in _models(count, seed, (2, 6))]
+    ceiling = rule_margins(instances, ["spechub"], equal=True, tick=tick)
+    rivals = {"tv-rrs": "iid", "tv-rrsw": "without-replacement"}
+    beats = {name: _Worst() for name in rivals}
+    for model, drafter, where in instances:
+        hub = certify(model, drafter, "spechub").expected_accepted
+        for name, scheme in rivals.items():
+            beats[name].see(hub - certify(model, FixedShape(shape, scheme), name).expected_accepted, where)
+    return [Check("spechub's E[τ] = the LP optimum E[τ]* under hub drafting (complete b=2, H=1)",
+                  "SpecHub (Sun et al. 2024): the hub pairs' transport", ceiling.instances, float(ceiling.worst),
+                  ceiling.where),
+            beats["tv-rrs"].check("spechub (hub) accepts ≥ TV-RRS with 2 i.i.d. drafts at depth 1",
+                                  "SpecHub (Sun et al. 2024), experiments", expected=None),
+            beats["tv-rrsw"].check("spechub (hub) accepts ≥ TV-RRSw (without replacement) at depth 1",
+                                   "SpecHub (Sun et al. 2024), experiments", expected=None)]
+
+
 CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "chains": (check_bv_optimal_on_chains, 200),
     "single-step": (check_single_step, 1000),
@@ -425,6 +452,7 @@ CHECKS: dict[str, tuple[Callable[[int, int], list[Check]], int]] = {
     "gr-vs-opt": (check_gr_reaches_opt, 100),
     "khisti": (check_khisti, 100),
     "hu": (check_hu, 200),
+    "spechub": (check_spechub, 40),
 }
 
 
