@@ -23,17 +23,10 @@ from simulator.verifiers import VERIFIERS
 from simulator.verifiers.multidraft import canonical, draft_rows, khisti_step, lift, selection_of
 from simulator.verifiers.single_step import run_plan, sps_plan
 from specproof.reports.theorems import check_khisti
+from tests.plugins.khisti_row0 import row0_step
 
 # Two different draft models and a target over V = 2 (derived by hand below).
 P1, P2, Q = (F(1, 2), F(1, 2)), (F(1, 4), F(3, 4)), (F(3, 4), F(1, 4))
-
-
-def row0_step(tokens, rows, q, rng):
-    """The control: the same selection, then SpS against draft model 0's row instead of the selected token's law."""
-    index = rng.categorical(selection_of(canonical(tuple(q), *rows), tokens))
-    if rng.bernoulli(ratio(q[tokens[index]], rows[0][tokens[index]])):
-        return index, None
-    return None, rng.categorical(residual(q, rows[0]))
 
 
 def node_law(step, rows, q) -> dict[int, F]:

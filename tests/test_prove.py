@@ -136,6 +136,42 @@ def test_degenerate_cell_yields_the_equalities_it_forces():
     assert vanishing_terms(conditions(1, [(q0 - 1, -1), (r, 1)])) is None
 
 
+def test_an_equality_no_interior_point_meets_empties_the_cell_and_a_look_alike_stays():
+    """``d·p + (1 − d)(1 − p) = 0`` with ``0 < d, p < 1`` has no point: both products are positive (the certificate
+    ``d·p + (1 − d)(1 − p) − g ≡ 0`` for ``g = 2dp − d − p + 1``), though the linear relaxation has one. The
+    look-alike ``3dp − 2d − p + 1 = 0``, ``d·p + (1 − d)(1 − p) − d(1 − p)`` with a negative term, holds at
+    ``d = 3/5``, ``p = 1/4`` (hand check: 9/20 − 24/20 − 5/20 + 20/20 = 0) and is not emptied; without the strict
+    bounds the first holds at ``d = 1, p = 0`` and only forces ``d·p = 0`` and ``(1 − d)(1 − p) = 0``."""
+    space = Space(2, [(0,), (1,)], [()])
+    d, p = (space.row("p", key)[0].value.numer for key in ((0,), (1,)))
+    interior = [(d, 1), (d - 1, -1), (p, 1), (p - 1, -1)]
+    def cell(equality, bounds):
+        signs = {normalise(equality)[1]: frozenset((0,))}
+        signs.update({normalise(a)[1]: frozenset((s,)) for a, s in bounds})
+        return Reduced.of(signs, space)
+    empty = cell(d * p + (1 - d) * (1 - p), interior)
+    assert empty.equalities and empty.feasible(LinearFeasibility(space))  # the LP alone cannot refute it
+    assert vanishing_terms(empty) is None
+    look_alike = cell(d * p + (1 - d) * (1 - p) - d * (1 - p), interior)
+    at = [Fraction(0)] * len(space.names)
+    at[space.names.index(str(d))], at[space.names.index(str(p))] = Fraction(3, 5), Fraction(1, 4)
+    assert all(space.evaluate(a, at) == 0 for a in look_alike.equalities)
+    assert vanishing_terms(look_alike) == {}
+    forced = vanishing_terms(cell(d * p + (1 - d) * (1 - p), []))
+    assert set(forced) == {normalise(d * p)[1], normalise((1 - d) * (1 - p))[1]}
+
+
+@pytest.mark.slow
+def test_khisti_is_is_proved_at_two_tokens_and_its_control_refuted():
+    """Khisti et al.'s rule under k-models drafting (two symbolic draft models) at V = 2: every cell's identity holds
+    or the cell is empty (two need ``p_1(0)p_2(0) + p_1(1)p_2(1) = 0`` with interior rows: the certificate above);
+    the control, SpS against draft model 0's row, REFUTED with a witness the exact engine calls LOSSY (4 s + 2 s)."""
+    proof = prove("khisti-is", ONE_LEVEL, "k-models", 2)
+    assert proof.verdict == "PROVED" and proof.cells and all(c.holds for c in proof.cells)
+    refuted = prove("tests.plugins.khisti_row0:khisti_row0", ONE_LEVEL, "k-models", 2)
+    assert refuted.verdict == "REFUTED" and refuted.witness.certify().tvd > 0
+
+
 def test_expected_accepted_closed_forms_match_the_papers_worked_example_and_the_exact_engine():
     """Sun et al.'s toy pair (context-independent, M_q(A) = 1/3, M_p(A) = 2/3, γ = 2): token verification 10/9,
     block verification 11/9, the full-information coupling 12/9 (the paper's numbers), each equal to the exact

@@ -321,8 +321,12 @@ def vanishing_terms(reduced: Reduced) -> dict | None:
     ``Σ λ_k·T_k`` with ``λ ≥ 0``, ``Σ λ = 1`` is identically zero (the exact LP over the coefficients of every
     monomial: a Handelman certificate of degree 2), every term with ``λ_k > 0`` is zero throughout the cell. Thus
     ``q0·r + q1·(1 − r) ≥ 1`` beside ``q0 ≤ 1``, ``q1 ≤ 1``, ``0 ≤ r ≤ 1`` forces ``r·(1 − q0) = 0`` and
-    ``(1 − r)·(1 − q1) = 0``: the four terms sum to 0. Returns the new ``= 0`` conditions (``{}``: none found), or
-    ``None`` when a term forced to 0 is strictly positive on the cell (the cell is empty)."""
+    ``(1 − r)·(1 − q1) = 0``: the four terms sum to 0. The cell's non-linear equalities ``g = 0`` join with
+    multipliers of either sign, outside the normalisation (``Σ λ_k·T_k + Σ μ_j·g_j ≡ 0`` still makes
+    ``Σ λ_k·T_k = 0`` on the cell): ``d·p + (1 − d)·(1 − p) − g ≡ 0`` for ``g = 2dp − d − p + 1 = 0`` uses the
+    strictly positive terms ``d·p`` and ``(1 − d)·(1 − p)`` where ``0 < d, p < 1``, so that cell is empty. Returns
+    the new ``= 0`` conditions (``{}``: none found), or ``None`` when a term forced to 0 is strictly positive on the
+    cell (the cell is empty)."""
     nonneg: list[tuple[object, bool]] = []
     for atom, block in reduced.conditions.items():
         if atom.is_ground or block == ALL or block == frozenset((0,)):
@@ -335,15 +339,16 @@ def vanishing_terms(reduced: Reduced) -> dict | None:
         return {}
     one = nonneg[0][0].ring.one
     terms = [(one, True)] + nonneg + [(a * b, sa and sb) for (a, sa), (b, sb) in itertools.combinations(nonneg, 2)]
+    equalities = [e for g in reduced.equalities for e in (g, -g)]  # a free multiplier: two columns ≥ 0
     monomials: dict = {}
     columns = []
-    for poly, _ in terms:
+    for poly in [t for t, _ in terms] + equalities:
         columns.append({monomials.setdefault(monom, len(monomials)): rational(c)
                         for monom, c in poly.terms()})
     zero = Fraction(0)
     forms = [([column.get(m, zero) for column in columns], zero, "=") for m in range(len(monomials))]
-    forms.append(([Fraction(1)] * len(terms), Fraction(-1), "="))
-    ok, weights = satisfiable(forms, len(terms))
+    forms.append(([Fraction(1)] * len(terms) + [zero] * len(equalities), Fraction(-1), "="))
+    ok, weights = satisfiable(forms, len(columns))
     if not ok:
         return {}
     forced: dict = {}
