@@ -14,8 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".md", ".json", ".jsonl", ".txt", ".csv", ".xml", ".html", ".toml"}
 #: an absolute folder of one machine: a home, the root's home, a scratch or work folder, a macOS or Windows home
 MACHINE_PATH = re.compile(r"(?<![\w.~$])(/root/|/home/\w|/Users/\w|/work/|/tmp/|/var/folders/|[A-Za-z]:\\+Users\\)")
-#: a line Python's ``warnings`` module printed: ``some/module.py:463: RuntimeWarning: ...``
-WARNING = re.compile(r"\S+\.py:\d+: [A-Z]\w*Warning: ")
+#: a line Python's ``warnings`` module printed: ``some/module.py:463: RuntimeWarning: ...`` (the file name's end is
+#: matched by a lookbehind: a leading ``\S+`` would rescan every long run of non-spaces, 20 s over the reports)
+WARNING = re.compile(r"(?<=\S)\.py:\d+: [A-Z]\w*Warning: ")
 
 
 def problems(text: str) -> list[str]:

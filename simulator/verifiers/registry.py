@@ -24,7 +24,7 @@ from .token_tree import tv
 
 Verifier = Callable[..., tuple]
 
-ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "greedy-k", "top-k")
+ALL_SCHEMES = ("iid", "without-replacement", "almost-greedy", "greedy-k", "top-k", "hub", "k-models")
 ALL_SHAPES = ("chain", "multi-chain", "complete", "tapered", "binary", "explicit")
 IID, WOR = ("iid",), ("without-replacement",)
 
