@@ -11,7 +11,7 @@ import numpy as np
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting import draft_models_for
 from simulator.drafting.drafter_registry import Drafter, DrafterOptions, make_drafter
-from simulator.drafting.shapes import FIXED_BRANCHING
+from simulator.drafting.shapes import FIXED_BRANCHING, branching_fits
 from simulator.models import RandomRationalModel
 from simulator.trees import Topology, check_parents, make_topology
 from simulator.verifiers import VerifierSpec
@@ -83,7 +83,10 @@ def random_instances(spec: VerifierSpec, count: int, seed: int = 0, max_nodes: i
         while vocab ** nodes > max_outcomes:
             nodes -= 1
         scheme = schemes[(i // len(shapes)) % len(schemes)]
-        topology = random_shape(rng, shapes[i % len(shapes)], nodes, FIXED_BRANCHING.get(scheme))
+        for j in range(len(shapes)):  # the next shape that can give every inner node the scheme's branching
+            topology = random_shape(rng, shapes[(i + j) % len(shapes)], nodes, FIXED_BRANCHING.get(scheme))
+            if branching_fits(scheme, topology.parents):
+                break
         model = RandomRationalModel(vocab=vocab, seed=int(rng.integers(2**31)), zero_prob=0.3,
                                     draft_models=draft_models_for(scheme, topology))
         yield Instance(model, topology, scheme, make_drafter(scheme, topology, model, random_options(rng, nodes)))

@@ -7,6 +7,8 @@ import platform
 import time
 from dataclasses import dataclass
 
+from simulator.drafting import draft_models_for
+from simulator.drafting.shapes import branching_fits
 from simulator.errors import SpecproofError, TimeLimitError
 from simulator.limits import time_limit
 from simulator.numeric import human_number
@@ -28,7 +30,7 @@ TREE_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "tv-det", "dyspec", "trv", "trv-iid
 CHAIN_RULES = ("bv", "greedy-bv", "gbv")
 #: the token-verification lifts proved by lifting (exact/prove/lifting.py) beside their cell search
 LIFTED_RULES = ("tv-sps", "tv-rrs", "tv-rrsw", "tv-det", "dyspec")
-FIXED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "hub")  # the schemes of a fixed shape
+FIXED_SCHEMES = ("iid", "without-replacement", "almost-greedy", "top-k", "hub", "k-models")  # the schemes of a fixed shape
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def cases() -> list[Case]:
         for scheme in _schemes(rule):
             for shape, vocabs in (("one level, 2 children", (2, 3)), ("chain, depth 1", (2, 3)),
                                   ("chain, depth 2", (2,))):
-                out += [Case(rule, shape, v, scheme) for v in vocabs]
+                out += [Case(rule, shape, v, scheme) for v in vocabs if _fits(shape, scheme)]
     for rule in CHAIN_RULES:
         for scheme in _schemes(rule):
             out += [Case(rule, "chain, depth 1", v, scheme) for v in (2, 3)] + [Case(rule, "chain, depth 2", 2, scheme)]
@@ -74,9 +76,10 @@ def cases() -> list[Case]:
     out += [Case("gbv", "two paths of 1 token", v) for v in (2, 3)]
     out += [Case("bug-gbv-clipped", "two paths of 1 token", 3, expect="REFUTED")]
     for rule in LIFTED_RULES:  # by lifting: one level at V = 3 beside its cell search, and a tree it cannot reach
-        for scheme in _schemes(rule):
+        for scheme in _schemes(rule):  # (lifting reads one draft row a node: not under k-models)
             out += [Case(rule, shape, 3, scheme, method="lifting")
-                    for shape in ("one level, 2 children", "complete, b = 2, depth 3")]
+                    for shape in ("one level, 2 children", "complete, b = 2, depth 3")
+                    if _fits(shape, scheme) and draft_models_for(scheme, make_topology(**SHAPES[shape])) == 1]
     out += [Case(rule, "complete, b = 2, depth 3", 3, expect="REFUTED", method="lifting")
             for rule in ("bug-residual-q", "bug-accept-all")]
     # tv-hu (greedy drafting): at V = 3 its identity fails only on cells whose non-linear sign conditions contradict
@@ -87,7 +90,14 @@ def cases() -> list[Case]:
     out += [Case("spechub", shape, 2, "hub", method=method) for shape, method in
             (("one level, 2 children", "cells"), ("one level, 2 children", "lifting"),
              ("complete, b = 2, depth 3", "lifting"))]
+    # Khisti et al.'s selection among two draft models (two symbolic draft rows; at V = 3 the search is too large)
+    out += [Case("khisti-is", "one level, 2 children", 2, "k-models")]
     return out
+
+
+def _fits(shape: str, scheme: str) -> bool:
+    """Whether the shape gives every inner node the number of children the scheme drafts, where it fixes one."""
+    return branching_fits(scheme, make_topology(**SHAPES[shape]).parents)
 
 
 def _schemes(rule: str) -> list[str]:
