@@ -83,13 +83,14 @@ def cases() -> list[Case]:
     out += [Case(rule, "complete, b = 2, depth 3", 3, expect="REFUTED", method="lifting")
             for rule in ("bug-residual-q", "bug-accept-all")]
     # tv-hu (greedy drafting): at V = 3 its identity fails only on cells whose non-linear sign conditions contradict
-    # each other (docs/rules.md), which the prover cannot show empty
+    # each other, which the prover shows empty from the cells' equalities (docs/rules.md)
     out += [Case("tv-hu", shape, 2, "almost-greedy") for shape in ("one level, 2 children", "chain, depth 1")]
-    out += [Case("tv-hu", "one level, 2 children", 3, "almost-greedy", expect="UNDECIDED", method="lifting")]
-    # SpecHub at V = 2 (at V = 3 its pair law p(a)p(x)/(1 − p(a)) leaves non-linear cells the search cannot decide)
-    out += [Case("spechub", shape, 2, "hub", method=method) for shape, method in
-            (("one level, 2 children", "cells"), ("one level, 2 children", "lifting"),
-             ("complete, b = 2, depth 3", "lifting"))]
+    out += [Case("tv-hu", "one level, 2 children", 3, "almost-greedy", method="lifting")]
+    # SpecHub, and at V = 3 by lifting: its pair law p(a)p(x)/(1 − p(a)) leaves non-linear cells the prover shows
+    # empty from their equalities
+    out += [Case("spechub", shape, v, "hub", method=method) for shape, v, method in
+            (("one level, 2 children", 2, "cells"), ("one level, 2 children", 2, "lifting"),
+             ("complete, b = 2, depth 3", 2, "lifting"), ("one level, 2 children", 3, "lifting"))]
     # Khisti et al.'s selection among two draft models (two symbolic draft rows; at V = 3 the search is too large)
     out += [Case("khisti-is", "one level, 2 children", 2, "k-models")]
     return out
