@@ -215,6 +215,7 @@ def test_prove_gives_every_draft_model_symbols_under_k_models(tmp_path):
     assert code == 1 and "LOSSY" in out
 
 
+@pytest.mark.slow
 def test_hunt_carries_the_draft_models_to_its_reproducer(tmp_path):
     case_out = tmp_path / "case.json"
     code, out = invoke("hunt", "--verifier", "tv-rrs", "--drafting", "k-models", "--time-limit", "30",
@@ -299,6 +300,7 @@ verify.schemes = ("k-models",)
 '''
 
 
+@pytest.mark.slow
 def test_the_gate_on_two_draft_models(tmp_path):
     (tmp_path / "specproof.toml").write_text(GATE_CONFIG)
     (tmp_path / "det_k_models.py").write_text(DET_K_MODELS)

@@ -179,6 +179,7 @@ def test_standard_output_written_is_exit_0_control(tmp_path):
     assert result.returncode == 0 and "verifier   tv-sps" in (tmp_path / "out.txt").read_text(), result.stderr
 
 
+@pytest.mark.slow
 def test_documented_inf_means_no_limit_runs_to_its_verdict(tmp_path):
     """``inf`` on each time option is "no limit" (as 0 is for --timeout): the run ends with its verdict."""
     result, _ = invoke(["certify", "--verifier", "tv-sps", "--timeout", "inf"])

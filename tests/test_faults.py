@@ -104,6 +104,7 @@ LONG = {"certify": ["certify", "--verifier", "tv-kseq", "--depth", "3", "--vocab
 
 @pytest.mark.parametrize("command,sig", [("certify", signal.SIGINT), ("certify", signal.SIGTERM),
                                          ("report", signal.SIGINT), ("gate", signal.SIGINT)])
+@pytest.mark.slow
 def test_an_interrupt_exits_130_whatever_the_run_was_doing(tmp_path, command, sig):
     (tmp_path / "specproof.toml").write_text(GATE)
     args = [a.format(tmp=tmp_path) for a in LONG[command]]

@@ -174,6 +174,7 @@ def test_size_check_admits_what_fits_and_refuses_what_cannot():
             estimate_round(SyntheticModel(vocab=4, seed=0), wide, "trv").check(500_000)
 
 
+@pytest.mark.slow
 def test_output_law_memory_grows_with_distinct_outcomes_not_executions():
     # 300,000 executions of 3 distinct outcomes: kept as a list (the old engine) they need tens of MB
     import tracemalloc

@@ -134,6 +134,7 @@ def test_mlx_plain_generation_is_the_mlx_order_reference(tiny):
     assert cert.lossless and cert.tvd < 1e-6, cert
 
 
+@pytest.mark.slow
 @needs_mlx
 def test_speculative_repetition_penalty_forgets_the_prompt(tiny):
     """mlx-lm 0.32.2's speculative_generate_step starts the tokens its repetition penalty sees from the prompt's

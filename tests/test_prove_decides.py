@@ -65,6 +65,7 @@ def test_correct_block_verification_is_still_proved_through_the_command():
     assert "12 paths, 60 cells" in run.stdout
 
 
+@pytest.mark.slow
 def test_depth_two_at_two_tokens_is_refused_up_front_by_max_cells_within_10_s():
     """The plugin at V = 2 on a depth-2 chain (about 350 runs of the symbolic program before any cell) under
     ``--max-cells 100``: refused before the symbolic run, exit 2, the message naming the option and the estimate,

@@ -8,6 +8,7 @@ import random
 from fractions import Fraction as F
 
 import numpy as np
+import pytest
 from scipy.optimize import linprog
 
 from exact.prove.rational_lp import satisfiable
@@ -103,6 +104,7 @@ def test_large_systems_are_decided_by_exact_checks_of_float_proposals(monkeypatc
     assert 80 not in whole  # neither answer needed the exact simplex on the whole system
 
 
+@pytest.mark.slow
 def test_a_wrong_float_proposal_never_decides(monkeypatch):
     import scipy.optimize
 

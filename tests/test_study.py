@@ -81,6 +81,7 @@ def test_a_store_in_the_file_per_record_layout_is_converted_keeping_every_record
     assert sorted(p.name for p in old.iterdir()) == ["trv.jsonl", "tv-rrs.jsonl"]
 
 
+@pytest.mark.slow
 def test_parallel_workers_give_the_same_records(tmp_path):
     cells = _cells()
     serial, parallel = Store(tmp_path / "s"), Store(tmp_path / "p")

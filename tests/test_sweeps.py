@@ -55,6 +55,7 @@ def test_a_store_is_locked_by_its_writer_and_refused_to_a_second_one_naming_the_
     assert Store(tmp_path).file(CELL).read_text().count("\n") == 2  # each record appended once
 
 
+@pytest.mark.slow
 def test_a_second_report_on_a_locked_store_exits_2_naming_the_lock_and_writes_nothing(tmp_path):
     store = Store(tmp_path / "out" / "store")
     with store.lock():
@@ -83,6 +84,7 @@ def _alive_after(processes: list[psutil.Process], seconds: float) -> list[int]:
     return _alive(processes)
 
 
+@pytest.mark.slow
 def test_no_worker_outlives_a_sweep_killed_with_sigkill_and_its_lock_is_released(tmp_path):
     """Two workers busy on seeds of 10^6 trials (seconds each) when the sweep's process is killed outright: the
     supervising parent, whose child runs the sweep and started the workers (docs/limits.md, "Supervision")."""
@@ -152,6 +154,7 @@ def test_a_worker_whose_parent_is_already_gone_exits_at_once():
     assert result.returncode == 1 and "still running" not in result.stdout
 
 
+@pytest.mark.slow
 def test_mc_refuses_an_oversized_run_at_once_naming_trials_and_timeout():
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = run(["mc", "--verifier", "tv-rrs", "--trials", str(10**12)], timeout=120)

@@ -23,6 +23,7 @@ def _enumerated(cell: Cell, seed: int):
                    cell.verifier, "fraction")
 
 
+@pytest.mark.slow
 def test_exact_columns_equal_enumeration_and_reject_the_control(tmp_path):
     cells = [Cell(name, "complete", 3, 2, 2, 0.5, 1.0, 1.0, 2, 300) for name in ("tv-rrs", "trv", "bug-residual-q")]
     store = Store(tmp_path)

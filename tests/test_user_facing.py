@@ -218,6 +218,7 @@ def test_mc_and_generate_honour_seed(tmp_path):
         assert outs[command, 3]["per_seed"][0] != {**outs[command, 0]["per_seed"][0], "seed": 3}
 
 
+@pytest.mark.slow
 def test_report_names_its_certification_seed_apart_from_the_study_seeds():
     assert run(["report", "--seed", "1"]).returncode == 2  # gone: it read like --seeds
     help_text = run(["report", "--help"]).stdout
