@@ -312,3 +312,23 @@ def test_the_gate_on_two_draft_models(tmp_path):
     assert "| 4 | 0 |" in rows["tv-sps"]
     baselines = json.loads((tmp_path / "baselines.json").read_text())
     assert any("draft_models=2" in key for key in baselines["tv-sps"])
+
+
+def test_a_default_battery_drafts_k_models_with_one_draft_model_a_child():
+    """tv-det claims k-models (it never reads a draft row): the default battery (one draft model, one ρ) builds
+    its k-models instances with a draft model per child, and their baseline keys say so; tv-rrs, which reads draft
+    model 0's row for every child, is lossy on some of them (the negative control)."""
+    from specproof.gate.battery import build
+    from exact.certificate import certify
+
+    b = battery()
+    found = [inst for inst in instances(b, subject("tv-det")) if inst["drafting"] == "k-models"]
+    assert {inst["topology"] for inst in found} == {"chain", "complete"}
+    for inst in found[:4]:
+        model, drafter = build(inst, b)
+        assert model.draft_models == 2  # chain: two at least; complete b = 2: one a child
+        assert certify(model, drafter, "tv-det").lossless
+        assert ("draft_models=2" in baseline_key(inst, b)) == (inst["model"] == "random-rational")
+    rrs = [inst for inst in instances({**b, "drafting": ["k-models"]}, subject("tv-rrs"))
+           if inst["topology"] == "complete"]
+    assert any(not certify(*build(inst, b), "tv-rrs").lossless for inst in rrs)  # reads p for child 1 too

@@ -8,7 +8,7 @@ import math
 
 from simulator.drafting.aded import AdedConfig
 from simulator.drafting.drafter_registry import DRAFTERS, DYNAMIC, DrafterOptions, make_drafter
-from simulator.drafting import Drafter
+from simulator.drafting import Drafter, draft_models_for
 from simulator.drafting.shapes import branching_fits
 from simulator.errors import InvalidParameterError
 from simulator.limits import DEFAULT_MAX_EXECUTIONS
@@ -92,6 +92,16 @@ def draft_models(b: dict) -> int:
     return len(b["rho"]) if isinstance(b["rho"], list) else b["draft_models"]
 
 
+def instance_draft_models(inst: dict, b: dict) -> int:
+    """The draft models of one instance of battery ``b``: the battery's (:func:`draft_models`), or, where its ``rho``
+    is one number, as many as ``k-models`` drafts on the instance's tree (one per child of its widest node): extra
+    random rational draft rows, or extra synthetic draft models of the battery's similarity (docs/models.md)."""
+    if isinstance(b["rho"], list) or "topology" not in inst:
+        return draft_models(b)
+    return max(draft_models(b), draft_models_for(inst["drafting"],
+                                                 make_topology(inst["topology"], b["depth"], b["branching"])))
+
+
 def _check_size(b: dict, where: str) -> None:
     """Refuse a vocabulary no instance of the battery could certify: a certificate enumerates every completed
     sequence, ``V^(H+1)`` of them, and ``H ≥ min(depth, 1)`` (a dynamic drafter drafts at least one token), so
@@ -153,17 +163,19 @@ def baseline_key(inst: dict, b: dict) -> str:
     depth=2 branching=2 zero_prob=0.25 fraction``."""
     drafting = ("depth", "branching") if "topology" in inst else ("budget", "threshold", "max_depth")
     model = ("rho", "tau_p", "tau_q") if inst["model"] == "synthetic" else ("zero_prob",)
-    several = [f"draft_models={draft_models(b)}"] if inst["model"] != "synthetic" and draft_models(b) > 1 else []
+    count = instance_draft_models(inst, b)
+    several = [f"draft_models={count}"] if inst["model"] != "synthetic" and count > 1 else []
     return " ".join([instance_key(inst), *(f"{k}={b[k]!r}" for k in drafting + model), *several, b["arithmetic"]])
 
 
 def build(inst: dict, b: dict) -> tuple[ModelPair, Drafter]:
     """The model and drafter of one instance of battery ``b``."""
+    count = instance_draft_models(inst, b)
     if inst["model"] == "synthetic":
-        model: ModelPair = SyntheticModel(inst["vocab"], b["rho"], b["tau_p"], b["tau_q"], inst["seed"])
+        rho = b["rho"] if isinstance(b["rho"], list) or count == 1 else [b["rho"]] * count
+        model: ModelPair = SyntheticModel(inst["vocab"], rho, b["tau_p"], b["tau_q"], inst["seed"])
     else:
-        model = RandomRationalModel(inst["vocab"], inst["seed"], zero_prob=b["zero_prob"],
-                                    draft_models=draft_models(b))
+        model = RandomRationalModel(inst["vocab"], inst["seed"], zero_prob=b["zero_prob"], draft_models=count)
     topology = make_topology(inst["topology"], b["depth"], b["branching"]) if "topology" in inst else None
     options = DrafterOptions(b["budget"], b["threshold"], b["max_depth"], AdedConfig())
     return model, make_drafter(inst["drafting"], topology, model, options)

@@ -13,7 +13,7 @@ import numpy as np
 
 from simulator.drafting import draft_models_for
 from simulator.drafting.drafter_registry import DrafterOptions, make_drafter
-from simulator.drafting.shapes import FIXED_BRANCHING
+from simulator.drafting.shapes import FIXED_BRANCHING, branching_fits
 from simulator.errors import InvalidDistributionError, InvalidParameterError, TimeLimitError
 from simulator.limits import until
 from simulator.models import ModelPair, RandomRationalModel, SyntheticModel
@@ -169,8 +169,10 @@ def _fresh_case(rng: np.random.Generator, what: Subject, fixed: Fixed, schemes: 
     if topology is None:
         topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes,
                                 FIXED_BRANCHING.get(scheme))
-        for _ in range(100):  # draft models held fixed: a tree they can draft (k-models: no node wider than them)
-            if not fixed.draft_models or draft_models_for(scheme, topology) <= fixed.draft_models:
+        for _ in range(100):  # a tree the scheme can draft: its branching (hub: two children a node), and no node
+            # wider than the draft models held fixed (k-models)
+            if branching_fits(scheme, topology.parents) and (
+                    not fixed.draft_models or draft_models_for(scheme, topology) <= fixed.draft_models):
                 break
             topology = random_shape(rng, what.shapes[int(rng.integers(len(what.shapes)))], nodes,
                                     FIXED_BRANCHING.get(scheme))
